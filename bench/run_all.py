@@ -1,0 +1,42 @@
+"""`make bench`: runs every bench/bench_*.py in order; each prints its own table.
+
+Pass arguments through BENCH_ARGS, e.g. `make bench BENCH_ARGS="--only loader --quick"`.
+Each benchmark measures its candidates side by side in one run and reports ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--only", action="append", default=[], help="run only bench_NAME.py (repeatable)")
+    ap.add_argument("--quick", action="store_true", help="smaller data, for a smoke run")
+    args = ap.parse_args()
+    benches = sorted(HERE.glob("bench_*.py"))
+    if args.only:
+        benches = [b for b in benches if b.stem[len("bench_"):] in args.only]
+    failed = []
+    for b in benches:
+        print(f"\n######## {b.stem} ########", flush=True)
+        t0 = time.perf_counter()
+        cmd = [sys.executable, str(b)] + (["--quick"] if args.quick else [])
+        rc = subprocess.call(cmd)
+        print(f"######## {b.stem}: exit {rc}, {time.perf_counter() - t0:.0f} s", flush=True)
+        if rc:
+            failed.append(b.stem)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Layer 0: errors, specs, atomic writes, seed derivation, progress. Imports nothing of stoker."""

@@ -1,0 +1,65 @@
+"""Atomic file output: write ``NAME.partial``, fsync, then rename over ``NAME``.
+
+A reader never sees a half-written file under its final name, and a process killed midway
+leaves only ``*.partial`` files behind (which the next run removes or resumes from).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import IO
+
+__all__ = ["PARTIAL_SUFFIX", "atomic_write", "fsync_dir", "partial_path", "write_bytes_atomic"]
+
+PARTIAL_SUFFIX = ".partial"
+
+
+def partial_path(path: str | os.PathLike[str]) -> str:
+    return os.fspath(path) + PARTIAL_SUFFIX
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """fsync a directory so that a rename inside it survives a crash."""
+    try:
+        fd = os.open(os.fspath(path) or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]:
+    """Open ``path + '.partial'`` for writing; on success fsync and rename it to ``path``.
+
+    On any exception the partial file is removed and the exception propagates; ``path``
+    keeps whatever it held before.
+    """
+    if "w" not in mode:
+        raise ValueError(f"atomic_write needs a write mode, got {mode!r}")
+    final = os.fspath(path)
+    tmp = partial_path(final)
+    f = open(tmp, mode)  # noqa: SIM115
+    try:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+        f.close()
+        os.replace(tmp, final)
+        fsync_dir(os.path.dirname(os.path.abspath(final)))
+    except BaseException:
+        f.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    with atomic_write(path, "wb") as f:
+        f.write(data)

@@ -1,0 +1,193 @@
+"""Stoker's one exception tree.
+
+Every error stoker raises on purpose subclasses :class:`StokerError`, so a caller can
+catch them all with one clause. Errors about bad arguments also subclass the builtin a
+Python user expects (``ValueError``/``TypeError``), so ``except ValueError`` keeps working.
+
+::
+
+    StokerError
+    ├── StokerFormatError (ValueError)        a file on disk is not what it claims to be
+    │   ├── CorruptRecordError                 a record in a .rec/.idx pair; names path, key, offset, .idx line
+    │   ├── IndexFormatError                   a malformed .idx line; names path and line number
+    │   └── ManifestError                      a malformed or mismatched .stoker.json side-car
+    ├── ImageDecodeError (ValueError)          bytes that do not decode to an image; names the source
+    ├── PackError                              `stoker pack` could not finish
+    │   └── TooManyRejectsError                rejects exceeded --max-rejects
+    ├── OutputExistsError (FileExistsError)    refusing to overwrite without overwrite=True
+    ├── SpecError (ValueError)                 declared shapes/dtypes that do not fit together
+    ├── IncompatibleStateError (ValueError)    a state_dict from another dataset, seed or version
+    └── LoaderError                            the loader's worker side failed
+        ├── WorkerError                        a worker raised; carries type name, traceback, worker id, key
+        ├── WorkerDiedError                    a worker process died (signal or exit code)
+        ├── LoaderTimeoutError (TimeoutError)  no batch within `timeout`
+        ├── SharedMemoryError (OSError)        /dev/shm too small or an allocation failed
+        └── TooManyBadSamplesError             on_error="skip" passed its ceiling
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = [
+    "CorruptRecordError",
+    "ImageDecodeError",
+    "IncompatibleStateError",
+    "IndexFormatError",
+    "LoaderError",
+    "LoaderTimeoutError",
+    "ManifestError",
+    "OutputExistsError",
+    "PackError",
+    "SharedMemoryError",
+    "SpecError",
+    "StokerError",
+    "StokerFormatError",
+    "TooManyBadSamplesError",
+    "TooManyRejectsError",
+    "WorkerDiedError",
+    "WorkerError",
+]
+
+
+class StokerError(Exception):
+    """Base of every error stoker raises on purpose."""
+
+
+class StokerFormatError(StokerError, ValueError):
+    """A file is not in the format it claims to be in."""
+
+
+class CorruptRecordError(StokerFormatError):
+    """A record of a RecordIO file cannot be read.
+
+    The message names the file, the record key (when known), the byte offset and, when the
+    offset came from an ``.idx`` file, the line of that file.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        offset: int | None,
+        reason: str,
+        *,
+        key: int | None = None,
+        idx_line: int | None = None,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.offset = offset
+        self.key = key
+        self.idx_line = idx_line
+        self.reason = reason
+        where = [self.path]
+        if key is not None:
+            where.append(f"key {key}")
+        if offset is not None:
+            where.append(f"byte offset {offset}")
+        if idx_line is not None:
+            where.append(f".idx line {idx_line}")
+        super().__init__(f"{', '.join(where)}: {reason}")
+
+    def __reduce__(self):  # keep it picklable across worker processes
+        return (
+            _rebuild_corrupt,
+            (self.path, self.offset, self.reason, self.key, self.idx_line),
+        )
+
+
+def _rebuild_corrupt(path, offset, reason, key, idx_line):  # noqa: ANN001
+    return CorruptRecordError(path, offset, reason, key=key, idx_line=idx_line)
+
+
+class IndexFormatError(StokerFormatError):
+    """A line of an ``.idx`` file is malformed."""
+
+    def __init__(self, path: str | os.PathLike[str], line: int, reason: str) -> None:
+        self.path = os.fspath(path)
+        self.line = line
+        self.reason = reason
+        super().__init__(f"{self.path}, line {line}: {reason}")
+
+    def __reduce__(self):
+        return (IndexFormatError, (self.path, self.line, self.reason))
+
+
+class ManifestError(StokerFormatError):
+    """A ``.stoker.json`` side-car is malformed or does not match its files."""
+
+
+class ImageDecodeError(StokerError, ValueError):
+    """Bytes that should hold an image do not decode to one."""
+
+
+class PackError(StokerError):
+    """``stoker pack`` could not finish."""
+
+
+class TooManyRejectsError(PackError):
+    """More files were rejected than ``max_rejects`` allows."""
+
+
+class OutputExistsError(StokerError, FileExistsError):
+    """An output exists and overwriting was not asked for."""
+
+
+class SpecError(StokerError, ValueError):
+    """Declared array shapes or dtypes do not fit together."""
+
+
+class IncompatibleStateError(StokerError, ValueError):
+    """A loader or sampler state that does not belong to this dataset/configuration."""
+
+
+class LoaderError(StokerError):
+    """The loader's worker side failed."""
+
+
+class WorkerError(LoaderError):
+    """An exception raised inside a loader worker, re-raised in the main process.
+
+    ``exc_type`` is the name of the original exception type, ``worker_id`` the worker,
+    ``key`` the record key being processed and ``remote_traceback`` the worker's traceback
+    text. The loader raises an instance of a subclass that also derives from the original
+    type when it can (so ``except KeyError`` still catches a worker's ``KeyError``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        exc_type: str = "Exception",
+        worker_id: int | None = None,
+        key: int | None = None,
+        index: int | None = None,
+        remote_traceback: str = "",
+    ) -> None:
+        self.exc_type = exc_type
+        self.worker_id = worker_id
+        self.key = key
+        self.index = index
+        self.remote_traceback = remote_traceback
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.remote_traceback:
+            text += "\n\nOriginal traceback in the worker:\n" + self.remote_traceback
+        return text
+
+
+class WorkerDiedError(LoaderError):
+    """A worker process died: killed by a signal or exited unexpectedly."""
+
+
+class LoaderTimeoutError(LoaderError, TimeoutError):
+    """No batch arrived within the loader's ``timeout``."""
+
+
+class SharedMemoryError(LoaderError, OSError):
+    """Shared memory is too small or could not be allocated."""
+
+
+class TooManyBadSamplesError(LoaderError):
+    """With ``on_error="skip"``, more samples failed than the ceiling allows."""

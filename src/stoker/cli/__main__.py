@@ -1,0 +1,5 @@
+import sys
+
+from stoker.cli import main
+
+sys.exit(main())

@@ -1,0 +1,94 @@
+"""Shared fixtures. The autouse ``no_leaks`` fixture fails any test that leaves behind a
+``/dev/shm/stoker_*`` segment, a child process or an open file descriptor."""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+
+import psutil
+import pytest
+
+SHM_GLOB = "/dev/shm/stoker_*"
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True) if _alive(p)}
+
+
+def _alive(p: psutil.Process) -> bool:
+    """Zombies count as leaks too (nobody reaped them); only vanished processes do not."""
+    try:
+        p.status()
+        return True
+    except psutil.Error:
+        return False
+
+
+def _fds() -> set[int]:
+    try:
+        return {int(x) for x in os.listdir("/proc/self/fd")}
+    except OSError:
+        return set()
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(request):
+    """Snapshot shm segments, children and fds; after the test, wait briefly and compare."""
+    shm_before = set(glob.glob(SHM_GLOB))
+    children_before = _children()
+    fds_before = _fds()
+    yield
+    deadline = time.monotonic() + 5.0
+    while True:
+        shm_new = set(glob.glob(SHM_GLOB)) - shm_before
+        kids_new = _children() - children_before
+        if not shm_new and not kids_new:
+            break
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    fds_new = _fds() - fds_before
+    # fds may be cached by libraries on first use (e.g. /dev/urandom); report only sockets/pipes/shm
+    leaked_fds = []
+    for fd in sorted(fds_new):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(("pipe:", "socket:", "/dev/shm/")) or "stoker" in target:
+            leaked_fds.append((fd, target))
+    problems = []
+    if shm_new:
+        problems.append(f"shared-memory segments left: {sorted(shm_new)}")
+    if kids_new:
+        problems.append(f"child processes left: {sorted(kids_new)}")
+    if leaked_fds:
+        problems.append(f"file descriptors left: {leaked_fds}")
+    if problems:
+        for path in shm_new:  # clean up so one leak does not cascade into other tests
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        for pid in kids_new:
+            try:
+                psutil.Process(pid).kill()
+            except psutil.Error:
+                pass
+        pytest.fail("leak check: " + "; ".join(problems), pytrace=False)
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        has_cuda = False
+    if not has_cuda:
+        skip = pytest.mark.skip(reason="needs CUDA (run scripts/gpu_check.py on a GPU machine)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
