@@ -1,0 +1,46 @@
+"""The sampler contract: which global indices one rank sees in one epoch, in order.
+
+A sampler is a pure function of its configuration and the epoch number; it holds no
+iteration state except ``epoch`` (for ``torch.utils.data.DataLoader`` compatibility, where
+``__iter__`` yields the current epoch's indices and ``set_epoch`` is honoured).
+
+- ``s.indices(epoch) -> ndarray[int64]``: this rank's global positions for ``epoch``;
+- ``len(s)``: how many indices each epoch has on this rank (the same for every epoch);
+- ``s.batch_widths(epoch, batch_size)``: per-batch target widths, or ``None`` (the default) when
+  batches need no per-batch shape; a length-bucketing sampler returns one width per batch;
+- ``s.fingerprint()``: a JSON-safe description, stored in loader state and compared on resume.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+
+import numpy as np
+
+__all__ = ["Sampler"]
+
+
+class Sampler(abc.ABC):
+    epoch: int = 0
+
+    @abc.abstractmethod
+    def indices(self, epoch: int) -> np.ndarray: ...
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    def batch_widths(self, epoch: int, batch_size: int) -> np.ndarray | None:
+        return None
+
+    def fingerprint(self) -> dict:
+        return {"type": type(self).__name__}
+
+    # torch.utils.data.Sampler compatibility
+    def set_epoch(self, epoch: int) -> None:
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self.epoch = int(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices(self.epoch).tolist())
