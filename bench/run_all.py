@@ -17,12 +17,14 @@ HERE = Path(__file__).resolve().parent
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--only", action="append", default=[], help="run only bench_NAME.py (repeatable)")
+    ap.add_argument(
+        "--only", action="append", default=[], help="run only bench_NAME.py (repeatable)"
+    )
     ap.add_argument("--quick", action="store_true", help="smaller data, for a smoke run")
     args = ap.parse_args()
     benches = sorted(HERE.glob("bench_*.py"))
     if args.only:
-        benches = [b for b in benches if b.stem[len("bench_"):] in args.only]
+        benches = [b for b in benches if b.stem[len("bench_") :] in args.only]
     failed = []
     for b in benches:
         print(f"\n######## {b.stem} ########", flush=True)

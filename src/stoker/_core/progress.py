@@ -45,4 +45,6 @@ def make_progress(
         return SilentProgress(total)
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, dynamic_ncols=True, file=sys.stderr)
+    return tqdm(
+        total=total, desc=desc, unit=unit, unit_scale=True, dynamic_ncols=True, file=sys.stderr
+    )

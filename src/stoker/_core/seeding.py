@@ -19,12 +19,16 @@ _DOMAIN_STREAM = 0x5354_524D  # orders, samplers and other whole-epoch streams
 
 def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     """The generator a transform gets for sample ``index`` (global position in the dataset)."""
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([_DOMAIN_SAMPLE, seed, epoch, index])))
+    return np.random.Generator(
+        np.random.PCG64(np.random.SeedSequence([_DOMAIN_SAMPLE, seed, epoch, index]))
+    )
 
 
 def stream_rng(seed: int, *words: int) -> np.random.Generator:
     """A generator for a whole-epoch stream (an order, a sampler draw), keyed by ``words``."""
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([_DOMAIN_STREAM, seed, *words])))
+    return np.random.Generator(
+        np.random.PCG64(np.random.SeedSequence([_DOMAIN_STREAM, seed, *words]))
+    )
 
 
 def fresh_seed() -> int:

@@ -84,7 +84,9 @@ class EpochOrder(Sampler):
             order = stream_rng(self.seed, _DOMAIN_ORDER, epoch).permutation(self.n)
         else:
             order = np.arange(self.n)
-        return split_for_rank(order.astype(np.int64), self.rank, self.world_size, drop_last=self.drop_last)
+        return split_for_rank(
+            order.astype(np.int64), self.rank, self.world_size, drop_last=self.drop_last
+        )
 
     def fingerprint(self) -> dict:
         return {

@@ -1,0 +1,34 @@
+"""The public surface: a sorted, importable __all__, and a cheap `import stoker`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import stoker
+
+
+def test_all_is_sorted_and_unique():
+    assert list(stoker.__all__) == sorted(set(stoker.__all__))
+
+
+def test_every_exported_name_resolves():
+    for name in stoker.__all__:
+        assert getattr(stoker, name) is not None, name
+
+
+def test_import_stoker_imports_no_framework_and_no_cv2():
+    code = (
+        "import sys, stoker; "
+        "bad = [m for m in ('torch', 'keras', 'tensorflow', 'cv2') if m in sys.modules]; "
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"import stoker pulled in: {out.stdout.strip()}"
+
+
+def test_cli_help_lists_commands():
+    out = subprocess.run(
+        [sys.executable, "-m", "stoker.cli", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "stoker" in out.stdout
