@@ -1,1 +1,12 @@
-"""stoker.keras"""
+"""stoker.keras: hand a stoker loader to Keras 3 ``model.fit``.
+
+Set ``KERAS_BACKEND`` (``torch`` or ``jax``; TensorFlow works too) before importing keras.
+Keras sees a single-worker ``PyDataset`` and never forks; the loader's worker processes do
+the decoding and augmentation into shared memory.
+"""
+
+from __future__ import annotations
+
+from stoker.keras._dataset import KerasDataset, dataset
+
+__all__ = ["KerasDataset", "dataset"]

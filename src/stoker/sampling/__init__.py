@@ -1,6 +1,25 @@
-"""Layer 1: pure index arithmetic (epoch orders, rank splits, class balance, length buckets)."""
+"""Layer 1: pure index arithmetic (epoch orders, rank splits, class balance, length buckets).
 
+Every sampler is a pure function of its configuration and the epoch: ``indices(epoch)`` gives
+this rank's global positions, ``len()`` their count, ``batch_widths(epoch, batch_size)`` an
+optional width per batch and ``fingerprint()`` a JSON-safe description. They also iterate ints
+and honour ``set_epoch``, so a plain ``torch.utils.data.DataLoader(sampler=...)`` accepts them.
+"""
+
+from stoker.sampling.balanced import ClassBalanced
 from stoker.sampling.base import Sampler
-from stoker.sampling.order import EpochOrder, split_for_rank
+from stoker.sampling.buckets import LengthBuckets, ProportionalWidth
+from stoker.sampling.filters import FrequencyReport, filter_by_label_frequency
+from stoker.sampling.order import EpochOrder, Subset, split_for_rank
 
-__all__ = ["EpochOrder", "Sampler", "split_for_rank"]
+__all__ = [
+    "ClassBalanced",
+    "EpochOrder",
+    "FrequencyReport",
+    "LengthBuckets",
+    "ProportionalWidth",
+    "Sampler",
+    "Subset",
+    "filter_by_label_frequency",
+    "split_for_rank",
+]

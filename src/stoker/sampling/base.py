@@ -18,6 +18,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from stoker.sampling._checks import check_epoch
+
 __all__ = ["Sampler"]
 
 
@@ -38,9 +40,7 @@ class Sampler(abc.ABC):
 
     # torch.utils.data.Sampler compatibility
     def set_epoch(self, epoch: int) -> None:
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
-        self.epoch = int(epoch)
+        self.epoch = check_epoch(epoch)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices(self.epoch).tolist())

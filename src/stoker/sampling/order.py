@@ -1,15 +1,23 @@
-"""The default sampler: a seeded epoch order, split across ranks."""
+"""The default sampler: a seeded epoch order, split across ranks.
+
+The split (:func:`split_for_rank`) is shared by every sampler here, so the multi-GPU rules are
+the same everywhere: ranks take interleaved entries of one global order; without ``drop_last``
+the order is padded by wrapping (at most ``world_size - 1`` duplicates per epoch, reported by
+``.padding``); with ``drop_last`` at most ``world_size - 1`` entries are left out (``.dropped``).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from stoker._core.seeding import stream_rng
+from stoker.sampling._checks import array_digest, check_epoch, check_int, check_rank, check_seed
 from stoker.sampling.base import Sampler
 
-__all__ = ["EpochOrder", "split_for_rank"]
+__all__ = ["EpochOrder", "Subset", "split_for_rank"]
 
 _DOMAIN_ORDER = 1
+_DOMAIN_SUBSET = 4
 
 
 def split_for_rank(order: np.ndarray, rank: int, world_size: int, *, drop_last: bool) -> np.ndarray:
@@ -20,10 +28,8 @@ def split_for_rank(order: np.ndarray, rank: int, world_size: int, *, drop_last: 
     entries. Ranks take interleaved entries (``order[rank::world_size]``), so every rank's
     length is equal and, before padding, the ranks are disjoint.
     """
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+    rank, world_size = check_rank(rank, world_size)
+    order = np.asarray(order)
     n = len(order)
     if drop_last:
         order = order[: (n // world_size) * world_size]
@@ -34,9 +40,25 @@ def split_for_rank(order: np.ndarray, rank: int, world_size: int, *, drop_last: 
     return order[rank::world_size]
 
 
+def _padding(n: int, world_size: int, drop_last: bool) -> int:
+    return 0 if drop_last or n == 0 else (-n) % world_size
+
+
+def _dropped(n: int, world_size: int, drop_last: bool) -> int:
+    return n % world_size if drop_last else 0
+
+
+def _per_rank(n: int, world_size: int, drop_last: bool) -> int:
+    return n // world_size if drop_last else -(-n // world_size)
+
+
 class EpochOrder(Sampler):
     """``indices(epoch)``: a permutation of ``range(n)`` from (seed, epoch) when ``shuffle``,
-    else ``range(n)``; then this rank's share (see :func:`split_for_rank`)."""
+    else ``range(n)``; then this rank's share (see :func:`split_for_rank`).
+
+    >>> EpochOrder(5, world_size=2, rank=1).indices(0).tolist()
+    [1, 3, 0]
+    """
 
     def __init__(
         self,
@@ -48,50 +70,104 @@ class EpochOrder(Sampler):
         world_size: int = 1,
         drop_last: bool = False,
     ) -> None:
-        if n < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
-        if world_size < 1:
-            raise ValueError(f"world_size must be >= 1, got {world_size}")
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
-        self.n = int(n)
+        self.n = check_int("n", n, minimum=0)
+        self.rank, self.world_size = check_rank(rank, world_size)
         self.shuffle = bool(shuffle)
-        self.seed = int(seed)
-        self.rank = int(rank)
-        self.world_size = int(world_size)
+        self.seed = check_seed(seed)
         self.drop_last = bool(drop_last)
         self.epoch = 0
 
     @property
     def padding(self) -> int:
-        """How many duplicates the rank split adds per epoch over all ranks (0 with drop_last)."""
-        if self.drop_last or self.n == 0:
-            return 0
-        return (-self.n) % self.world_size
+        """Duplicates the rank split adds per epoch, over all ranks (0 with ``drop_last``)."""
+        return _padding(self.n, self.world_size, self.drop_last)
 
     @property
     def dropped(self) -> int:
-        """How many samples the rank split leaves out per epoch (0 without drop_last)."""
-        return self.n % self.world_size if self.drop_last else 0
+        """Samples the rank split leaves out per epoch, over all ranks (0 without ``drop_last``)."""
+        return _dropped(self.n, self.world_size, self.drop_last)
 
     def __len__(self) -> int:
-        if self.drop_last:
-            return self.n // self.world_size
-        return -(-self.n // self.world_size)
+        return _per_rank(self.n, self.world_size, self.drop_last)
+
+    def global_order(self, epoch: int) -> np.ndarray:
+        """The order of all ``n`` samples for ``epoch``, before the rank split."""
+        epoch = check_epoch(epoch)
+        if self.shuffle:
+            return stream_rng(self.seed, _DOMAIN_ORDER, epoch).permutation(self.n).astype(np.int64)
+        return np.arange(self.n, dtype=np.int64)
 
     def indices(self, epoch: int) -> np.ndarray:
-        if self.shuffle:
-            order = stream_rng(self.seed, _DOMAIN_ORDER, epoch).permutation(self.n)
-        else:
-            order = np.arange(self.n)
-        return split_for_rank(
-            order.astype(np.int64), self.rank, self.world_size, drop_last=self.drop_last
-        )
+        order = self.global_order(epoch)
+        return split_for_rank(order, self.rank, self.world_size, drop_last=self.drop_last)
 
     def fingerprint(self) -> dict:
         return {
             "type": "EpochOrder",
             "n": self.n,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "drop_last": self.drop_last,
+        }
+
+
+class Subset(Sampler):
+    """An :class:`EpochOrder` over chosen dataset positions (e.g. the ``kept`` indices of
+    :func:`~stoker.sampling.filter_by_label_frequency`); yields dataset positions.
+
+    >>> Subset([10, 20, 30]).indices(0).tolist()
+    [10, 20, 30]
+    """
+
+    def __init__(
+        self,
+        indices: object,
+        *,
+        shuffle: bool = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+    ) -> None:
+        arr = np.asarray(indices)
+        if arr.ndim != 1:
+            raise ValueError(f"indices must be 1-D, got shape {arr.shape}")
+        if arr.size and not np.issubdtype(arr.dtype, np.integer):
+            raise TypeError(f"indices must be integers, got dtype {arr.dtype}")
+        if arr.size and arr.min() < 0:
+            raise ValueError(f"indices must be >= 0, got {int(arr.min())}")
+        self.positions = arr.astype(np.int64)
+        self.rank, self.world_size = check_rank(rank, world_size)
+        self.shuffle = bool(shuffle)
+        self.seed = check_seed(seed)
+        self.drop_last = bool(drop_last)
+        self.epoch = 0
+
+    @property
+    def padding(self) -> int:
+        return _padding(len(self.positions), self.world_size, self.drop_last)
+
+    @property
+    def dropped(self) -> int:
+        return _dropped(len(self.positions), self.world_size, self.drop_last)
+
+    def __len__(self) -> int:
+        return _per_rank(len(self.positions), self.world_size, self.drop_last)
+
+    def indices(self, epoch: int) -> np.ndarray:
+        epoch = check_epoch(epoch)
+        order = self.positions
+        if self.shuffle:
+            order = order[stream_rng(self.seed, _DOMAIN_SUBSET, epoch).permutation(len(order))]
+        return split_for_rank(order, self.rank, self.world_size, drop_last=self.drop_last)
+
+    def fingerprint(self) -> dict:
+        return {
+            "type": "Subset",
+            "n": len(self.positions),
+            "positions": array_digest(self.positions),
             "shuffle": self.shuffle,
             "seed": self.seed,
             "rank": self.rank,

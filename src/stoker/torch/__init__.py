@@ -1,1 +1,28 @@
-"""stoker.torch"""
+"""stoker.torch: the PyTorch edge.
+
+- :func:`as_tensors`: a loader's batches as tensors without a copy;
+- :class:`CudaPrefetcher`: batches copied ahead on a side CUDA stream and converted on the GPU
+  (uint8 over the bus; float, normalisation and layout on the device; CPU fallback);
+- :class:`RecordDataset`: a map-style dataset over ``.rec`` shards for a plain DataLoader;
+- :func:`distributed_info`: ``(rank, world_size)`` from ``torch.distributed``.
+"""
+
+from __future__ import annotations
+
+from stoker.torch._batch import TensorBatch
+from stoker.torch.augment import random_erase, random_flip
+from stoker.torch.dataset import RecordDataset
+from stoker.torch.distributed import distributed_info
+from stoker.torch.prefetcher import CudaPrefetcher, convert_images
+from stoker.torch.tensors import as_tensors
+
+__all__ = [
+    "CudaPrefetcher",
+    "RecordDataset",
+    "TensorBatch",
+    "as_tensors",
+    "convert_images",
+    "distributed_info",
+    "random_erase",
+    "random_flip",
+]

@@ -1,5 +1,68 @@
-"""Layer 1: ndarray -> ndarray transforms with an explicit rng."""
+"""Layer 1: ndarray -> ndarray transforms with an explicit rng.
+
+Ops work on uint8 HWC (or HW) NumPy arrays through OpenCV (imported on first use, not by
+``import stoker.transforms``), draw randomness only from the ``numpy.random.Generator`` they
+are handed (the loader passes ``stoker._core.seeding.sample_rng(seed, epoch, index)``), and
+declare their output with ``output_spec(in_spec)``. All are frozen, picklable dataclasses.
+
+Decode hint (scale-on-decode): ``decode_hint(t, full_hw)`` (or ``t.decode_hint(full_hw)``)
+returns ``(min_h, min_w)`` when the chain begins by shrinking (``Resize``,
+``RandomResizedCrop``): the JPEG decoder may then decode at a reduced scale as long as both
+sides stay at least that large, and the result is as good as a full-size decode. ``None``
+means "decode at full size".
+"""
 
 from stoker.transforms.base import Transform
+from stoker.transforms.color import ColorJitter, Grayscale, Normalize
+from stoker.transforms.compose import (
+    Compose,
+    FnTransform,
+    OneOf,
+    RandomApply,
+    RandomChoice,
+    as_transform,
+    decode_hint,
+    merge_specs,
+)
+from stoker.transforms.filters import GaussianBlur, Sharpen, Smooth
+from stoker.transforms.geometry import (
+    CenterCrop,
+    HorizontalFlip,
+    RandomCrop,
+    RandomResizedCrop,
+    Resize,
+    Rotate,
+    ScaleTranslate,
+    Shear,
+    SineWarp,
+)
+from stoker.transforms.presets import PRESETS, get_preset
 
-__all__ = ["Transform"]
+__all__ = [
+    "CenterCrop",
+    "ColorJitter",
+    "Compose",
+    "FnTransform",
+    "GaussianBlur",
+    "Grayscale",
+    "HorizontalFlip",
+    "Normalize",
+    "OneOf",
+    "PRESETS",
+    "RandomApply",
+    "RandomChoice",
+    "RandomCrop",
+    "RandomResizedCrop",
+    "Resize",
+    "Rotate",
+    "ScaleTranslate",
+    "Sharpen",
+    "Shear",
+    "SineWarp",
+    "Smooth",
+    "Transform",
+    "as_transform",
+    "decode_hint",
+    "get_preset",
+    "merge_specs",
+]

@@ -3,18 +3,27 @@
 A transform maps one sample's uint8 HWC (or HW) array to another array:
 
 - ``t(img, rng) -> ndarray``: all randomness comes from ``rng``, a ``numpy.random.Generator``
-  derived from (seed, epoch, global index) by the loader, so the same sample is augmented the
-  same way in whichever process does the work;
+  the loader derives with ``stoker._core.seeding.sample_rng(seed, epoch, index)`` (``index``
+  is the sample's global position), so the same sample is augmented the same way in whichever
+  process does the work, and differently in each epoch. Transforms never make their own
+  generator and never touch NumPy's or Python's global random state;
 - ``t.output_spec(in_spec) -> ArraySpec``: the shape and dtype it returns for inputs of
   ``in_spec`` (``None`` dimensions for "varies"), so the loader can allocate batch slots once
-  and refuse a chain that cannot fit them before any data flows.
+  and refuse a chain that cannot fit them before any data flows. It is exact whenever it can
+  be computed from ``in_spec``;
+- ``t.decode_hint(full_hw) -> (min_h, min_w) | None`` (optional, default ``None``): for a
+  transform that begins by shrinking the image, the smallest decoded size that gives the same
+  result as decoding at full size ``full_hw``; the loader may then ask the JPEG decoder for a
+  reduced-scale (DCT-scaled) decode whose height and width are both at least that.
 
-Transforms are module-level, frozen, picklable objects: they cross process boundaries.
+Transforms never write into their input; they may return a view of it (a crop does).
+They are module-level, frozen, picklable objects: they cross process boundaries.
 """
 
 from __future__ import annotations
 
 import abc
+from typing import ClassVar
 
 import numpy as np
 
@@ -24,11 +33,21 @@ __all__ = ["Transform"]
 
 
 class Transform(abc.ABC):
+    """Base of every transform: ``__call__(img, rng)`` and ``output_spec(in_spec)``."""
+
+    #: Built-in ops are tested against their declared specs; ``Compose`` checks the others
+    #: at call time.
+    _builtin: ClassVar[bool] = False
+
     @abc.abstractmethod
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray: ...
 
     @abc.abstractmethod
     def output_spec(self, in_spec: ArraySpec) -> ArraySpec: ...
+
+    def decode_hint(self, full_hw: tuple[int, int]) -> tuple[int, int] | None:
+        """Smallest decoded (h, w) that loses nothing for this transform; ``None``: full size."""
+        return None
 
     def __repr__(self) -> str:
         fields = getattr(self, "__dataclass_fields__", None)

@@ -1,0 +1,33 @@
+"""``stoker cleanup``: remove shared-memory segments left by loaders whose process died."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        name,
+        help="remove /dev/shm/stoker_* segments whose owner process is dead",
+        description=(
+            "Remove /dev/shm/stoker_* segments left behind by a loader whose process was killed "
+            "(SIGKILL, OOM killer, a scheduler's killpg). Segments of running processes are "
+            "kept. Loaders also do this sweep when they start."
+        ),
+    )
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from stoker.loader import cleanup_stale
+
+    removed = cleanup_stale(dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for name in removed:
+        print(f"{verb} /dev/shm/{name}")
+    print(f"{verb} {len(removed)} stale segment(s)")
+    return 0

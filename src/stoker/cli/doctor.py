@@ -1,0 +1,127 @@
+"""``stoker doctor SOURCE``: measure each stage of the input pipeline and say what bounds it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        name,
+        help="why does the GPU wait? measure read, decode, augment, loader, copy and model rates",
+        description=(
+            "Measure, on this machine, each stage of the input pipeline for SOURCE (an image "
+            "folder, a .rec or a .stoker.json): storage reads (many files vs one packed file, "
+            "cold and warm), decode per decoder, the transforms, stoker's loader at 1..N "
+            "workers, the copy to the GPU (CUDA only) and the model's consumption. Then name "
+            "the stage that bounds the run, the expected GPU busy share and the changes ranked "
+            "by their gain."
+        ),
+    )
+    p.add_argument(
+        "source", metavar="SOURCE", help="image folder, .rec/.idx file or .stoker.json manifest"
+    )
+    p.add_argument(
+        "--transforms",
+        default="none",
+        metavar="PRESET|module:attr",
+        help="a preset name (seed000, seed000-uint8, imagenet, kanji, none) or module:attr of a "
+        "transform (default: none)",
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=64, metavar="B", help="batch size (default 64)"
+    )
+    what = p.add_mutually_exclusive_group()
+    what.add_argument(
+        "--step-time",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="the model's step time per batch, in ms",
+    )
+    what.add_argument(
+        "--model",
+        default=None,
+        metavar="module:attr",
+        help="a torch.nn.Module (or a callable returning one) to time on random batches",
+    )
+    p.add_argument(
+        "--workers-max",
+        type=int,
+        default=None,
+        metavar="N",
+        help="measure the loader at 1..N workers (default: usable cores)",
+    )
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds per measurement (default 1)",
+    )
+    p.add_argument(
+        "--sample-size",
+        type=int,
+        default=256,
+        metavar="N",
+        help="samples read and decoded (default 256)",
+    )
+    p.add_argument(
+        "--cache",
+        choices=("auto", "warm", "cold"),
+        default="auto",
+        help="which storage figure to plan with (auto: warm when the data fits in memory)",
+    )
+    p.add_argument("--no-loader", action="store_true", help="skip the loader runs (predict only)")
+    p.add_argument(
+        "--json", action="store_true", help="print the report as JSON (schema stoker.doctor/1)"
+    )
+    p.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE.png",
+        help="also write a chart of stage rates and worker scaling",
+    )
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from stoker.doctor import diagnose
+
+    if args.plot is not None and not args.plot.lower().endswith(".png"):
+        print("stoker doctor: error: --plot needs a FILE.png path", file=sys.stderr)
+        return 2
+    try:
+        report = diagnose(
+            args.source,
+            transforms=args.transforms,
+            batch_size=args.batch_size,
+            step_time_ms=args.step_time,
+            model=args.model,
+            workers_max=args.workers_max,
+            seconds=args.seconds,
+            sample_size=args.sample_size,
+            cache=args.cache,
+            loader=not args.no_loader,
+            progress=None if not args.json else False,
+        )
+    except (ValueError, TypeError) as e:  # bad arguments: one line, no traceback
+        from stoker._core.errors import StokerError
+
+        if isinstance(e, StokerError):
+            raise
+        print(f"stoker doctor: error: {e}", file=sys.stderr)
+        return 2
+    if args.plot:
+        report.plot(args.plot)
+    if args.json:
+        print(report.to_json())
+    else:
+        print(report.render())
+        if args.plot:
+            print(f"chart written to {args.plot}")
+    return 0

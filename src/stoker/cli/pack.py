@@ -1,0 +1,98 @@
+"""``stoker pack SRC OUT``: an image folder or im2rec list → RecordIO shards + manifest."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        name,
+        help="pack an image folder or an im2rec .lst into RecordIO shards",
+        description=(
+            "Pack SRC (an image folder with one class per top-level subfolder, or an im2rec "
+            ".lst file) into OUT.rec/OUT.idx (OUT-NNNNN.* with --shard-size), OUT.crc32c, "
+            "OUT.stoker.json and OUT.rejects.tsv. Original JPEG bytes are kept unless "
+            "--resize or --quality asks for a re-encode. An interrupted run resumes."
+        ),
+    )
+    p.add_argument("src", help="image folder, or an im2rec .lst file")
+    p.add_argument("out", help="output prefix, e.g. data/train (writes data/train.rec, ...)")
+    p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    p.add_argument("--resize", type=int, default=None, metavar="S", help="shorter side in pixels")
+    p.add_argument(
+        "--quality", type=int, default=None, metavar="Q", help="JPEG quality (re-encodes)"
+    )
+    p.add_argument("--shuffle", action="store_true", help="seeded random record order")
+    p.add_argument("--seed", type=int, default=0, help="seed for --shuffle (default 0)")
+    p.add_argument("--shard-size", type=int, default=None, metavar="N", help="images per shard")
+    p.add_argument("--list", action="store_true", help="also write an im2rec-compatible OUT.lst")
+    p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p.add_argument("--no-resume", action="store_true", help="start over, ignoring partial output")
+    p.add_argument(
+        "--max-rejects",
+        type=int,
+        default=None,
+        metavar="N",
+        help="fail (exit 1) when more than N files are rejected",
+    )
+    p.add_argument(
+        "--max-pixels",
+        type=int,
+        default=89_478_485,
+        metavar="N",
+        help="reject images whose header gives more pixels (default 89478485)",
+    )
+    p.add_argument("--follow-symlinks", action="store_true", help="follow symlinked folders")
+    p.add_argument("--root", default=None, help="folder that .lst paths are relative to")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+    p.set_defaults(func=run)
+    return p
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def run(args: argparse.Namespace) -> int:
+    from stoker._core.errors import TooManyRejectsError
+    from stoker.pack import pack
+
+    old = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        report = pack(
+            args.src,
+            args.out,
+            workers=args.workers,
+            resize=args.resize,
+            quality=args.quality,
+            shuffle=args.shuffle,
+            seed=args.seed,
+            shard_size=args.shard_size,
+            list_file=args.list,
+            overwrite=args.overwrite,
+            resume=not args.no_resume,
+            max_rejects=args.max_rejects,
+            max_pixels=args.max_pixels,
+            follow_symlinks=args.follow_symlinks,
+            root=args.root,
+            progress=False if args.quiet else None,
+        )
+    except TooManyRejectsError as e:
+        print(f"stoker pack: error: {e}", file=sys.stderr)
+        return 1
+    except SystemExit:
+        print("stoker pack: terminated; partial output kept, rerun to resume", file=sys.stderr)
+        raise
+    except KeyboardInterrupt:
+        print("stoker pack: interrupted; partial output kept, rerun to resume", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    if not args.quiet:
+        print(report.summary())
+    return 0

@@ -1,0 +1,118 @@
+"""``stoker unpack FILE DIR``: write the images of a record file back to ``DIR/<class>/<key>.<ext>``.
+
+Class names come from the manifest, which is data from elsewhere: a name that could leave DIR
+(``/``, ``\\``, ``..``, ``.``, NUL, an absolute path, an empty name) is refused before anything
+is written, and each target is created with ``O_EXCL`` (never through an existing symlink).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+__all__ = ["add_parser", "run", "safe_name", "unpack"]
+
+_EXT = {"JPEG": "jpg", "PNG": "png", "GIF": "gif", "BMP": "bmp", "WEBP": "webp", "TIFF": "tif"}
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        name,
+        help="write the images of a .rec back to a class folder tree",
+        description="Write each record's image to DIR/<class>/<key>.<ext> (labels without a "
+        "class map become folders named by the label).",
+    )
+    p.add_argument("file", help=".rec, .idx or .stoker.json")
+    p.add_argument("dir", help="output folder (created if missing)")
+    p.add_argument("--overwrite", action="store_true", help="replace files that exist")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+    p.set_defaults(func=run)
+    return p
+
+
+def safe_name(name: str, *, what: str = "name") -> str:
+    """``name`` when it is one plain path component; otherwise :class:`StokerFormatError`."""
+    from stoker._core.errors import StokerFormatError
+
+    bad = (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or "/" in name
+        or "\\" in name
+        or "\x00" in name
+        or os.path.isabs(name)
+    )
+    if bad:
+        raise StokerFormatError(
+            f"refusing {what} {name!r}: it is not a single plain folder name and could write "
+            "outside the output folder"
+        )
+    return name
+
+
+def _folder(label: Any, names: list[str] | None) -> str:
+    import numpy as np
+
+    if isinstance(label, np.ndarray):
+        return "multilabel"
+    v = float(label)
+    if names and v.is_integer() and 0 <= int(v) < len(names):
+        return names[int(v)]
+    return f"{int(v)}" if v.is_integer() else f"{v:g}"
+
+
+def unpack(
+    path: str, out_dir: str, *, overwrite: bool = False, progress: bool | None = None
+) -> int:
+    """Write every image to ``out_dir``; returns the number written."""
+    from stoker._core.progress import make_progress
+    from stoker.formats.recordio import open_records
+    from stoker.pack.images import sniff_format
+
+    r = open_records(path)
+    try:
+        names = r.class_names
+        if names:
+            src = getattr(r, "manifest_path", None) or path
+            for n in names:
+                safe_name(n, what=f"class name in {src}")
+        os.makedirs(out_dir, exist_ok=True)
+        root = os.path.realpath(out_dir)
+        made: set[str] = set()
+        bar = make_progress(len(r), "unpack", enabled=progress)
+        count = 0
+        for i in range(len(r)):
+            header, img = r.read_header(i)
+            folder = safe_name(_folder(header.label, names), what=f"folder for key {r.key(i)}")
+            target_dir = os.path.join(root, folder)
+            if folder not in made:
+                os.makedirs(target_dir, exist_ok=True)
+                real = os.path.realpath(target_dir)
+                if os.path.dirname(real) != root:
+                    raise OSError(f"{target_dir} leads outside {root} (a symlink?); refusing")
+                made.add(folder)
+            ext = _EXT.get(sniff_format(bytes(img[:12])) or "", "bin")
+            target = os.path.join(target_dir, f"{r.key(i)}.{ext}")
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+            if overwrite and os.path.lexists(target):
+                os.unlink(target)
+            fd = os.open(target, flags, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(img)
+            count += 1
+            bar.update(1)
+        bar.close()
+        return count
+    finally:
+        r.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    n = unpack(
+        args.file, args.dir, overwrite=args.overwrite, progress=False if args.quiet else None
+    )
+    if not args.quiet:
+        print(f"wrote {n} images under {args.dir}", file=sys.stdout)
+    return 0

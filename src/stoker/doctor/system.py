@@ -1,0 +1,231 @@
+"""System checks: what in the machine's setup can starve or break the loader.
+
+Each check returns a :class:`Check` (``ok`` / ``warn`` / ``fail`` plus a sentence with the
+figures and the fix). None of them changes anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "Check",
+    "check_cores",
+    "check_shm",
+    "check_start_method",
+    "check_threads",
+    "check_ulimit",
+    "cpu_quota",
+    "usable_cores",
+]
+
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # "ok" | "warn" | "fail"
+    message: str
+    data: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "message": self.message,
+            "data": self.data or {},
+        }
+
+
+def cpu_quota() -> float | None:
+    """CPUs allowed by a cgroup quota (containers), or ``None`` when unlimited/unknown."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/sys/fs/cgroup/cpu.max") as f:  # cgroup v2
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            return int(quota) / int(period)
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") as f:  # cgroup v1
+            q = int(f.read())
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as f:
+            per = int(f.read())
+        if q > 0:
+            return q / per
+    return None
+
+
+def usable_cores() -> int:
+    """Cores this process may run on: affinity mask, capped by a cgroup CPU quota."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        n = os.cpu_count() or 1
+    q = cpu_quota()
+    if q is not None:
+        n = min(n, max(1, int(q)))
+    return max(1, n)
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def check_shm(*, need_bytes: int, what: str, path: str = "/dev/shm") -> Check:
+    """Is there room in /dev/shm for the loader's batch slots?"""
+    try:
+        st = os.statvfs(path)
+    except OSError as e:
+        return Check("shm", "fail", f"{path} is not usable ({e}); the loader needs shared memory")
+    free = st.f_bavail * st.f_frsize
+    size = st.f_blocks * st.f_frsize
+    data = {"path": path, "size_bytes": size, "free_bytes": free, "need_bytes": need_bytes}
+    text = f"{path}: {_mib(free)} free of {_mib(size)}; the loader needs about {_mib(need_bytes)} ({what})"
+    if need_bytes > free:
+        return Check(
+            "shm",
+            "fail",
+            text + ": too small. In Docker pass --shm-size (e.g. --shm-size=8g), or lower "
+            "batch_size, prefetch or workers.",
+            data,
+        )
+    if need_bytes > 0.5 * free:
+        return Check(
+            "shm", "warn", text + ": tight; two loaders or a larger batch will not fit.", data
+        )
+    return Check("shm", "ok", text + ".", data)
+
+
+def check_ulimit(*, workers: int) -> Check:
+    """Enough file descriptors for workers, pipes and shared-memory segments?"""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX
+        return Check("ulimit", "ok", "ulimit -n: unknown on this platform")
+    need = 64 + 16 * workers
+    data = {"soft": soft, "hard": hard, "need_estimate": need}
+    text = f"ulimit -n is {soft} (hard {hard}); {workers} worker(s) need about {need}"
+    if soft != resource.RLIM_INFINITY and soft < need:
+        return Check(
+            "ulimit", "fail", text + f": raise it with `ulimit -n {max(4096, need)}`.", data
+        )
+    if soft != resource.RLIM_INFINITY and soft < 1024:
+        return Check("ulimit", "warn", text + ": low; `ulimit -n 4096` is a safer minimum.", data)
+    return Check("ulimit", "ok", text + ".", data)
+
+
+def check_cores(*, workers: int, cores: int | None = None) -> Check:
+    cores = usable_cores() if cores is None else cores
+    total = os.cpu_count() or cores
+    quota = cpu_quota()
+    data = {"usable": cores, "cpu_count": total, "cgroup_quota": quota, "workers": workers}
+    where = f"{cores} usable core(s)" + (
+        f" (machine has {total}; limited by affinity or a CPU quota)" if cores < total else ""
+    )
+    if workers > cores:
+        return Check(
+            "cores",
+            "warn",
+            f"{where} for {workers} worker(s) plus the training process: CPU-bound workers "
+            f"beyond {cores} only add switching; more help only when workers wait on I/O.",
+            data,
+        )
+    if workers == cores and cores > 1:
+        return Check(
+            "cores",
+            "ok",
+            f"{where} for {workers} worker(s); the training process shares them.",
+            data,
+        )
+    return Check("cores", "ok", f"{where} for {workers} worker(s).", data)
+
+
+def check_threads(
+    *, workers: int, cores: int | None = None, worker_threads: list[int] | None = None
+) -> Check:
+    """Thread pools that multiply with the worker count (OpenCV, OpenMP, MKL, torch)."""
+    cores = usable_cores() if cores is None else cores
+    env = {k: os.environ.get(k) for k in THREAD_ENV}
+    data: dict[str, Any] = {"env": env}
+    pools: list[str] = []
+    try:
+        import cv2
+
+        n = int(cv2.getNumThreads())
+        data["cv2_threads"] = n
+        pools.append(f"OpenCV {n}")
+    except Exception:  # noqa: BLE001 - OpenCV missing or broken: nothing to check
+        data["cv2_threads"] = None
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        with contextlib.suppress(Exception):
+            data["torch_threads"] = int(torch.get_num_threads())
+            pools.append(f"torch {data['torch_threads']}")
+    if worker_threads:
+        data["worker_threads"] = worker_threads
+    set_env = [f"{k}={v}" for k, v in env.items() if v]
+    text = (
+        "main process thread pools: "
+        + (", ".join(pools) or "none found")
+        + "; "
+        + ("; ".join(set_env) if set_env else "OMP/MKL/OpenBLAS thread variables unset")
+    )
+    if worker_threads:
+        text += f"; live threads per loader worker: {worker_threads}"
+        worst = max(worker_threads)
+        if workers * worst > 4 * cores and worst > 4:
+            return Check(
+                "threads",
+                "warn",
+                text + f": {workers} workers x {worst} threads on {cores} cores oversubscribe; "
+                "set cv2.setNumThreads(1) and torch.set_num_threads(1) in workers (stoker's "
+                "workers should do this themselves).",
+                data,
+            )
+        return Check("threads", "ok", text + ".", data)
+    n_cv = data.get("cv2_threads") or 1
+    if workers > 1 and n_cv > 1:
+        return Check(
+            "threads",
+            "ok",
+            text + f": a worker that keeps OpenCV's {n_cv} threads would oversubscribe "
+            f"{cores} cores {workers}-fold; workers must call cv2.setNumThreads(1).",
+            data,
+        )
+    return Check("threads", "ok", text + ".", data)
+
+
+def check_start_method(*, loader_method: str | None = None) -> Check:
+    current = multiprocessing.get_start_method(allow_none=True)
+    data = {
+        "default": current,
+        "loader": loader_method,
+        "available": multiprocessing.get_all_start_methods(),
+    }
+    method = (
+        loader_method
+        or current
+        or ("fork" if sys.platform == "linux" and sys.version_info < (3, 14) else "spawn")
+    )
+    text = f"multiprocessing start method: {method}" + (
+        " (the loader's own)" if loader_method else " (process default)"
+    )
+    if method == "fork":
+        threaded = [m for m in ("torch", "cv2", "keras", "tensorflow") if m in sys.modules]
+        if threaded:
+            return Check(
+                "start_method",
+                "warn",
+                text + f" after {', '.join(threaded)} started thread pools: a forked worker can "
+                "inherit a held lock and hang; use forkserver or spawn.",
+                data,
+            )
+    return Check("start_method", "ok", text + ".", data)

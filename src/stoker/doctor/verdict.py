@@ -1,0 +1,412 @@
+"""The doctor's model of the input pipeline, and the verdict drawn from it.
+
+NOTE [ The throughput model ]
+One worker turns a sample into an array in ``t = t_read + t_decode + t_augment`` seconds
+(each measured in this process on the real data), of which ``c`` seconds are CPU time (the
+rest waits on storage or sleeps). With ``k`` workers on ``C`` usable cores:
+
+    predicted(k) = e * min(k / t, C / c)
+
+- ``k / t``: workers run side by side;
+- ``C / c``: the cores cannot do more CPU work than ``C`` seconds per second;
+- ``e``: the loader's efficiency, ``measured(1) / (1 / t)`` from the one-worker run (the
+  cost of moving indices and batch slots between processes); ``1`` when that was not measured.
+
+The run then delivers ``min(loader, host-to-device, model)`` samples/s; the expected GPU busy
+share is ``min(1, min(loader, host-to-device) / model)`` (loading overlaps compute when the
+loader prefetches). The stage that bounds the run is the smallest of the three; when it is the
+loader, the verdict names the part of ``t`` (or of ``c`` when the cores are the cap) that is
+largest: ``storage``, ``decode``, ``augment``, or ``loader`` (its own overhead).
+
+Each recommendation changes one term (``t_read`` from the packed-file read, ``t_decode``
+from a decode at reduced size, ...), recomputes the prediction at the same worker count and
+reports the gain; ranked by the rate the whole run would then deliver.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+__all__ = [
+    "Cost",
+    "Recommendation",
+    "Verdict",
+    "calibrate",
+    "cpu_capped",
+    "loader_overhead_s",
+    "predict",
+    "rank",
+    "recommend",
+    "verdict",
+]
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Seconds (wall, CPU) one worker spends on one sample, by stage."""
+
+    read_s: float
+    read_cpu_s: float
+    decode_s: float
+    decode_cpu_s: float
+    augment_s: float
+    augment_cpu_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.read_s + self.decode_s + self.augment_s
+
+    @property
+    def cpu_s(self) -> float:
+        return self.read_cpu_s + self.decode_cpu_s + self.augment_cpu_s
+
+    @property
+    def one_worker_rate(self) -> float:
+        return 1.0 / self.total_s if self.total_s > 0 else math.inf
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "read_ms": 1e3 * self.read_s,
+            "decode_ms": 1e3 * self.decode_s,
+            "augment_ms": 1e3 * self.augment_s,
+            "total_ms": 1e3 * self.total_s,
+            "cpu_ms": 1e3 * self.cpu_s,
+            "cpu_share": self.cpu_s / self.total_s if self.total_s > 0 else 0.0,
+        }
+
+
+def predict(cost: Cost, workers: int, *, cores: int, efficiency: float = 1.0) -> float:
+    """Predicted loader samples/s with ``workers`` workers (see the module NOTE)."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    parallel = workers * cost.one_worker_rate
+    cpu_cap = cores / cost.cpu_s if cost.cpu_s > 0 else math.inf
+    return efficiency * min(parallel, cpu_cap)
+
+
+def cpu_capped(cost: Cost, workers: int, *, cores: int) -> bool:
+    return cost.cpu_s > 0 and cores / cost.cpu_s < workers * cost.one_worker_rate
+
+
+def calibrate(cost: Cost, measured_one_worker: float | None) -> float:
+    """The loader's efficiency ``e`` from its one-worker rate (clipped to [0.05, 1.5])."""
+    if not measured_one_worker or not math.isfinite(cost.one_worker_rate):
+        return 1.0
+    return min(1.5, max(0.05, measured_one_worker / cost.one_worker_rate))
+
+
+def loader_overhead_s(cost: Cost, efficiency: float) -> float:
+    """Seconds per sample the loader adds on top of ``t`` (0 when ``e >= 1``)."""
+    return max(0.0, cost.total_s / efficiency - cost.total_s) if efficiency > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    action: str  # short imperative
+    detail: str  # the figures behind it
+    loader_before: float
+    loader_after: float
+    delivered_before: float
+    delivered_after: float
+    basis: str  # "measured" | "estimated"
+
+    @property
+    def gain(self) -> float:
+        """End-to-end: samples/s the run delivers after / before."""
+        return self.delivered_after / self.delivered_before if self.delivered_before > 0 else 1.0
+
+    @property
+    def loader_gain(self) -> float:
+        return self.loader_after / self.loader_before if self.loader_before > 0 else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "detail": self.detail,
+            "basis": self.basis,
+            "loader_before": self.loader_before,
+            "loader_after": self.loader_after,
+            "loader_gain": self.loader_gain,
+            "delivered_before": self.delivered_before,
+            "delivered_after": self.delivered_after,
+            "gain": self.gain,
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    bound: str  # storage | decode | augment | loader | host-to-device | model
+    workers: int
+    loader_rate: float
+    h2d_rate: float | None
+    model_rate: float | None
+    delivered: float
+    gpu_busy_share: float | None
+    cpu_capped: bool
+    shares: dict[str, float]  # part of the per-sample time (or CPU time) by loader stage
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bound": self.bound,
+            "workers": self.workers,
+            "loader_rate": self.loader_rate,
+            "h2d_rate": self.h2d_rate,
+            "model_rate": self.model_rate,
+            "delivered": self.delivered,
+            "gpu_busy_share": self.gpu_busy_share,
+            "cpu_capped": self.cpu_capped,
+            "shares": self.shares,
+            "text": self.text,
+        }
+
+
+def _delivered(loader: float, h2d: float | None, model: float | None) -> float:
+    return min(x for x in (loader, h2d, model) if x is not None)
+
+
+def _supply(loader: float, h2d: float | None) -> float:
+    return loader if h2d is None else min(loader, h2d)
+
+
+def verdict(
+    cost: Cost,
+    *,
+    workers: int,
+    cores: int,
+    efficiency: float,
+    loader_rate: float | None = None,
+    h2d_rate: float | None = None,
+    model_rate: float | None = None,
+) -> Verdict:
+    """Which stage bounds the run at ``workers`` workers, and the GPU busy share.
+
+    ``loader_rate`` is the measured rate at ``workers`` (the prediction when ``None``).
+    """
+    loader = (
+        loader_rate
+        if loader_rate is not None
+        else predict(cost, workers, cores=cores, efficiency=efficiency)
+    )
+    capped = cpu_capped(cost, workers, cores=cores)
+    overhead = loader_overhead_s(cost, efficiency)
+    if capped:
+        parts = {
+            "storage": cost.read_cpu_s,
+            "decode": cost.decode_cpu_s,
+            "augment": cost.augment_cpu_s,
+        }
+    else:
+        parts = {"storage": cost.read_s, "decode": cost.decode_s, "augment": cost.augment_s}
+    parts["loader"] = overhead
+    whole = sum(parts.values()) or 1.0
+    shares = {k: v / whole for k, v in parts.items()}
+    inner = max(parts, key=lambda k: parts[k])
+    candidates = {"loader": loader}
+    if h2d_rate is not None:
+        candidates["host-to-device"] = h2d_rate
+    if model_rate is not None:
+        candidates["model"] = model_rate
+    outer = min(candidates, key=lambda k: candidates[k])
+    delivered = candidates[outer]
+    bound = inner if outer == "loader" else outer
+    busy = None if model_rate is None else min(1.0, _supply(loader, h2d_rate) / model_rate)
+
+    lines = []
+    lines.append(
+        f"With {workers} worker(s), stoker's loader delivers {loader:,.0f} samples/s"
+        + (f"; the copy to the GPU {h2d_rate:,.0f}/s" if h2d_rate is not None else "")
+        + (f"; the model consumes {model_rate:,.0f}/s" if model_rate is not None else "")
+        + "."
+    )
+    if outer == "model":
+        lines.append(
+            f"The model bounds the run: input keeps up with {loader / model_rate:.1f}x headroom "  # type: ignore[operator]
+            f"(expected GPU busy share {100 * (busy or 0):.0f} %). Speeding up the input will not help."
+        )
+    elif outer == "host-to-device":
+        lines.append(
+            f"The host-to-device copy bounds the run (expected GPU busy share "
+            f"{100 * (busy or 0):.0f} %): send uint8 and normalise on the GPU, pin host memory, "
+            "overlap copies with a side stream (stoker.torch.CudaPrefetcher)."
+        )
+    else:
+        what = {
+            "storage": "reading the data from storage",
+            "decode": "decoding images",
+            "augment": "the augmentations",
+            "loader": "the loader's own overhead (moving batches between processes)",
+        }[inner]
+        how = "CPU time" if capped else "time"
+        lines.append(
+            f"The input pipeline bounds the run; the largest part of its per-sample {how} is "
+            f"{what} ({100 * shares[inner]:.0f} %)"
+            + (f", and the {cores} core(s) are the cap" if capped else "")
+            + "."
+        )
+        if busy is not None:
+            lines.append(
+                f"Expected GPU busy share: {100 * busy:.0f} % (the GPU waits for data the rest of the time)."
+            )
+        else:
+            lines.append("Give --step-time or --model to compare with what the model consumes.")
+    return Verdict(
+        bound,
+        workers,
+        loader,
+        h2d_rate,
+        model_rate,
+        delivered,
+        busy,
+        capped,
+        shares,
+        " ".join(lines),
+    )
+
+
+def rank(recs: list[Recommendation]) -> list[Recommendation]:
+    """Best first: by what the whole run delivers, then by the loader's own gain."""
+    return sorted(recs, key=lambda r: (-r.gain, -r.loader_gain, r.action))
+
+
+def recommend(
+    cost: Cost,
+    *,
+    workers: int,
+    cores: int,
+    efficiency: float,
+    loader_rate: float,
+    h2d_rate: float | None,
+    model_rate: float | None,
+    packed_read: tuple[float, float] | None = None,
+    decode_scaled: tuple[float, float, str] | None = None,
+    resized: tuple[float, float, float, float, str] | None = None,
+    normalize: tuple[float, float, float | None] | None = None,
+    costly_op: tuple[str, float, float, float] | None = None,
+    more_workers: int | None = None,
+) -> list[Recommendation]:
+    """Each candidate change as a new :class:`Cost`, predicted and compared (see the NOTE).
+
+    Inputs (per-sample seconds, wall then CPU, all measured):
+    ``packed_read`` read from one packed file; ``decode_scaled`` decode at reduced size (+ its
+    label); ``resized`` decode and augment of payloads resized at pack time (+ label);
+    ``normalize`` the wall/CPU time of a final ``Normalize`` and the host-to-device rate with
+    uint8 batches; ``costly_op`` the most expensive augmentation op (name, wall, CPU, share).
+    """
+    before = _delivered(loader_rate, h2d_rate, model_rate)
+    # scale predictions to the measured rate at this worker count
+    base_pred = predict(cost, workers, cores=cores, efficiency=efficiency)
+    scale = loader_rate / base_pred if base_pred > 0 else 1.0
+
+    def rec(
+        action: str,
+        detail: str,
+        new: Cost,
+        *,
+        basis: str = "measured",
+        h2d: float | None = h2d_rate,
+        k: int = workers,
+    ) -> Recommendation:
+        after_loader = scale * predict(new, k, cores=cores, efficiency=efficiency)
+        return Recommendation(
+            action,
+            detail,
+            loader_rate,
+            after_loader,
+            before,
+            _delivered(after_loader, h2d, model_rate),
+            basis,
+        )
+
+    out: list[Recommendation] = []
+    if packed_read is not None:
+        new = replace(cost, read_s=packed_read[0], read_cpu_s=packed_read[1])
+        out.append(
+            rec(
+                "pack the folder into RecordIO shards (stoker pack)",
+                f"read {1e3 * cost.read_s:.3f} -> {1e3 * packed_read[0]:.3f} ms/sample (one file instead of one per sample)",
+                new,
+            )
+        )
+    if decode_scaled is not None and decode_scaled[0] < 0.9 * cost.decode_s:
+        new = replace(cost, decode_s=decode_scaled[0], decode_cpu_s=decode_scaled[1])
+        out.append(
+            rec(
+                "decode at reduced size (JPEG DCT scaling, scale-on-decode)",
+                f"decode {1e3 * cost.decode_s:.3f} -> {1e3 * decode_scaled[0]:.3f} ms/sample ({decode_scaled[2]})",
+                new,
+            )
+        )
+    if resized is not None and resized[0] + resized[2] < 0.9 * (cost.decode_s + cost.augment_s):
+        new = replace(
+            cost,
+            decode_s=resized[0],
+            decode_cpu_s=resized[1],
+            augment_s=resized[2],
+            augment_cpu_s=resized[3],
+        )
+        out.append(
+            rec(
+                "resize at pack time (stoker pack --resize)",
+                f"decode+augment {1e3 * (cost.decode_s + cost.augment_s):.3f} -> "
+                f"{1e3 * (resized[0] + resized[2]):.3f} ms/sample ({resized[4]})",
+                new,
+            )
+        )
+    if normalize is not None:
+        new = replace(
+            cost,
+            augment_s=max(0.0, cost.augment_s - normalize[0]),
+            augment_cpu_s=max(0.0, cost.augment_cpu_s - normalize[1]),
+        )
+        h2d_after = normalize[2] if normalize[2] is not None else h2d_rate
+        out.append(
+            rec(
+                "keep batches uint8 and normalise on the GPU (drop the final Normalize)",
+                f"Normalize costs {1e3 * normalize[0]:.3f} ms/sample on the CPU; uint8 batches are 4x smaller"
+                + (
+                    f" (copy {h2d_rate:,.0f} -> {h2d_after:,.0f} samples/s)"
+                    if h2d_rate and h2d_after
+                    else ""
+                ),
+                new,
+                h2d=h2d_after,
+                basis="measured" if normalize[2] is not None or h2d_rate is None else "estimated",
+            )
+        )
+    if costly_op is not None:
+        name, w, c, share = costly_op
+        new = replace(
+            cost,
+            augment_s=max(0.0, cost.augment_s - w),
+            augment_cpu_s=max(0.0, cost.augment_cpu_s - c),
+        )
+        out.append(
+            rec(
+                f"drop or cheapen the costliest augmentation: {name}",
+                f"it takes {1e3 * w:.3f} ms/sample, {100 * share:.0f} % of the augmentation time",
+                new,
+            )
+        )
+    if more_workers is not None and more_workers > workers:
+        after = scale * predict(cost, more_workers, cores=cores, efficiency=efficiency)
+        if after > 1.05 * loader_rate:
+            out.append(
+                Recommendation(
+                    f"use more workers (workers={more_workers})",
+                    f"predicted {after:,.0f} samples/s with {more_workers} vs {loader_rate:,.0f} with {workers}"
+                    + (
+                        " (workers wait on I/O or sleep; the cores have room)"
+                        if not cpu_capped(cost, more_workers, cores=cores)
+                        else ""
+                    ),
+                    loader_rate,
+                    after,
+                    before,
+                    _delivered(after, h2d_rate, model_rate),
+                    "estimated",
+                )
+            )
+    return rank(out)

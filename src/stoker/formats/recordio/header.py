@@ -1,0 +1,106 @@
+"""Record framing constants and the image-record header (``IRHeader``).
+
+Framing (dmlc-core ``recordio.h``): every part on disk starts with two little-endian uint32
+words, ``MAGIC`` and ``lrec = cflag << 29 | length``, then ``length`` payload bytes, then zero
+padding to a multiple of 4. See ``README.md`` in this folder for the full layout.
+
+Payload (MXNet ``recordio.pack``): ``<IfQQ`` = flag (uint32), label (float32), id (uint64),
+id2 (uint64), 24 bytes; when ``flag = N > 0`` the label field is 0 and ``N`` float32 labels
+follow the header; the image bytes come last.
+"""
+
+from __future__ import annotations
+
+import numbers
+import struct
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "IR_FORMAT",
+    "IR_SIZE",
+    "MAGIC",
+    "MAGIC_BYTES",
+    "MAX_RECORD_BYTES",
+    "IRHeader",
+    "decode_lrec",
+    "encode_lrec",
+    "pack_header",
+    "unpack_header",
+]
+
+MAGIC = 0xCED7230A
+MAGIC_BYTES = struct.pack("<I", MAGIC)
+#: dmlc-core keeps the length in the low 29 bits of ``lrec``.
+MAX_RECORD_BYTES = (1 << 29) - 1
+LENGTH_MASK = MAX_RECORD_BYTES
+
+IR_FORMAT = "<IfQQ"
+IR_SIZE = struct.calcsize(IR_FORMAT)  # 24
+_IR = struct.Struct(IR_FORMAT)
+
+
+def encode_lrec(cflag: int, length: int) -> int:
+    """``cflag << 29 | length``; ``cflag`` in 0..3, ``length`` below 2**29."""
+    if not 0 <= cflag <= 3:
+        raise ValueError(f"cflag must be 0..3, got {cflag}")
+    if not 0 <= length <= MAX_RECORD_BYTES:
+        raise ValueError(f"record exceeds RecordIO limit (2^29-1 bytes): {length} bytes")
+    return (cflag << 29) | length
+
+
+def decode_lrec(lrec: int) -> tuple[int, int]:
+    """``(cflag, length)`` of an ``lrec`` word."""
+    return lrec >> 29, lrec & LENGTH_MASK
+
+
+class IRHeader(NamedTuple):
+    """MXNet's image-record header. ``label`` is a float (``flag == 0``) or a float32 array
+    of ``flag`` labels."""
+
+    flag: int
+    label: float | np.ndarray
+    id: int
+    id2: int
+
+
+def pack_header(header: IRHeader | tuple, data: bytes | bytearray | memoryview = b"") -> bytes:
+    """Header + labels + ``data`` as one dmlc payload (what ``mx.recordio.pack`` returns).
+
+    A scalar label gives ``flag = 0``; a sequence or array of labels gives ``flag = N`` (the
+    ``flag`` field passed in is ignored, as in MXNet).
+    """
+    flag, label, id_, id2 = header
+    del flag
+    if not (0 <= int(id_) < 1 << 64 and 0 <= int(id2) < 1 << 64):
+        raise ValueError(f"IRHeader ids must fit uint64, got id={id_}, id2={id2}")
+    if isinstance(label, numbers.Real):
+        return _IR.pack(0, float(label), int(id_), int(id2)) + bytes(data)
+    labels = np.ascontiguousarray(label, dtype="<f4").reshape(-1)
+    if labels.size == 0 or labels.size > 0xFFFFFFFF:
+        raise ValueError(f"a label array needs 1..2**32-1 values, got {labels.size}")
+    return _IR.pack(labels.size, 0.0, int(id_), int(id2)) + labels.tobytes() + bytes(data)
+
+
+def unpack_header(buf: bytes | bytearray | memoryview) -> tuple[IRHeader, memoryview]:
+    """``(IRHeader, image bytes)`` of a dmlc payload; the image is a view into ``buf``.
+
+    Raises ``ValueError`` when ``buf`` is shorter than the header or than its ``flag``
+    labels (callers that know the record's file and offset turn that into a
+    ``CorruptRecordError``).
+    """
+    mv = memoryview(buf).cast("B")
+    if len(mv) < IR_SIZE:
+        raise ValueError(f"payload of {len(mv)} bytes is shorter than the 24-byte IRHeader")
+    flag, label, id_, id2 = _IR.unpack_from(mv, 0)
+    if flag == 0:
+        return IRHeader(0, label, id_, id2), mv[IR_SIZE:]
+    need = IR_SIZE + 4 * flag
+    if need > len(mv):
+        raise ValueError(
+            f"IRHeader flag {flag} asks for {flag} float32 labels ({4 * flag} bytes) but only "
+            f"{len(mv) - IR_SIZE} bytes follow the header"
+        )
+    labels = np.frombuffer(mv, dtype="<f4", count=flag, offset=IR_SIZE).astype(np.float32)
+    return IRHeader(flag, labels, id_, id2), mv[need:]

@@ -1,0 +1,348 @@
+"""Whole-file verification of RecordIO shards (what ``stoker verify`` runs).
+
+:func:`verify_records` walks every byte of the ``.rec`` once, in order, and reports:
+
+- framing problems (bad magic, truncation, broken multi-part chains, bad ``IRHeader``);
+  after one it resynchronises at the next aligned magic (the writer guarantees the magic
+  never appears at an aligned offset inside a payload) and keeps going;
+- the ``.idx`` against the real record boundaries: entries that point mid-record or past
+  the end, and records the ``.idx`` does not list;
+- CRC32C of every payload against ``NAME.crc32c`` when present (``checksums=True``);
+- with ``decode=f``, ``f(image_bytes)`` on every non-empty image; an exception is a problem;
+- for a manifest: each shard's size, ``.idx`` sha256 and record count.
+
+The result is a :class:`VerifyReport`; ``report.ok`` is true when nothing was found.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from stoker._core.errors import IndexFormatError
+from stoker._core.progress import make_progress
+from stoker.formats.recordio.header import MAGIC_BYTES
+from stoker.formats.recordio.index import parse_idx
+from stoker.formats.recordio.manifest import MANIFEST_SUFFIX, load_manifest
+from stoker.formats.recordio.reader import _Problem, _record, default_crc_path, default_idx_path
+
+__all__ = ["Problem", "VerifyReport", "verify_records"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding: the file, the record key (when known), the byte offset (when it applies),
+    the ``.idx`` line (when it came from one) and the reason."""
+
+    path: str
+    key: int | None
+    offset: int | None
+    reason: str
+    idx_line: int | None = None
+
+    def __str__(self) -> str:
+        where = [self.path]
+        if self.key is not None:
+            where.append(f"key {self.key}")
+        if self.offset is not None:
+            where.append(f"byte offset {self.offset}")
+        if self.idx_line is not None:
+            where.append(f".idx line {self.idx_line}")
+        return f"{', '.join(where)}: {self.reason}"
+
+
+@dataclass
+class VerifyReport:
+    """What :func:`verify_records` found.
+
+    ``records``: records found walking the ``.rec`` file(s); ``indexed``: ``.idx`` entries;
+    ``rec_bytes``: bytes walked; ``checksummed``: records whose CRC32C was compared;
+    ``decoded``: images passed to ``decode``; ``problems``: the first ``max_problems``
+    findings; ``problem_count``: all of them; ``notes``: things worth saying that are not
+    problems (e.g. no checksum file).
+    """
+
+    path: str
+    records: int = 0
+    indexed: int = 0
+    rec_bytes: int = 0
+    checksummed: int = 0
+    decoded: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    problem_count: int = 0
+    notes: list[str] = field(default_factory=list)
+    max_problems: int = 1000
+
+    @property
+    def ok(self) -> bool:
+        return self.problem_count == 0
+
+    def add(self, problem: Problem) -> None:
+        self.problem_count += 1
+        if len(self.problems) < self.max_problems:
+            self.problems.append(problem)
+
+    def summary(self) -> str:
+        head = (
+            f"{self.path}: {self.records} records, {self.indexed} indexed, "
+            f"{self.rec_bytes} bytes; checksums compared: {self.checksummed}; "
+            f"decoded: {self.decoded}; "
+        )
+        return head + ("OK" if self.ok else f"{self.problem_count} problem(s)")
+
+
+def _next_magic(mm: mmap.mmap, start: int) -> int:
+    j = mm.find(MAGIC_BYTES, start)
+    while j >= 0 and j & 3:
+        j = mm.find(MAGIC_BYTES, (j + 3) & ~3)
+    return j
+
+
+def _verify_shard(
+    report: VerifyReport,
+    rec_path: str,
+    idx_path: str | None,
+    crc_path: str | None,
+    *,
+    checksums: bool,
+    decode: Callable[[bytes], object] | None,
+    progress: bool | None,
+) -> None:
+    import crc32c
+
+    size = os.path.getsize(rec_path)
+    report.rec_bytes += size
+    # ---- the .idx
+    idx_keys = idx_offs = idx_lines = None
+    if idx_path is not None:
+        if not os.path.exists(idx_path):
+            report.add(Problem(idx_path, None, None, "the .idx file does not exist"))
+        else:
+            with open(idx_path, "rb") as f:
+                data = f.read()
+            try:
+                table = parse_idx(data, idx_path, rec_size=None)
+            except IndexFormatError as e:
+                report.add(Problem(idx_path, None, None, e.reason, idx_line=e.line))
+            else:
+                idx_keys, idx_offs = table.keys, table.offsets
+                idx_lines = (
+                    table.lines
+                    if table.lines is not None
+                    else np.arange(1, len(table) + 1, dtype=np.int64)
+                )
+                report.indexed += len(table)
+    by_off: dict[int, int] = {}
+    if idx_offs is not None:
+        by_off = {o: i for i, o in enumerate(idx_offs.tolist())}
+
+    def who(off: int) -> tuple[int | None, int | None]:
+        i = by_off.get(off)
+        if i is None or idx_keys is None or idx_lines is None:
+            return None, None
+        return int(idx_keys[i]), int(idx_lines[i])
+
+    # ---- walk the .rec
+    starts = array("q")
+    crcs = array("I")
+    bar = make_progress(size, f"verify {os.path.basename(rec_path)}", unit="B", enabled=progress)
+    try:
+        if size:
+            with (
+                open(rec_path, "rb") as f,
+                mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm,
+            ):
+                view = memoryview(mm)
+                try:
+                    pos = 0
+                    last = 0
+                    while pos < size:
+                        try:
+                            payload, end = _record(mm, view, size, pos)
+                        except _Problem as e:
+                            key, line = who(pos)
+                            report.add(Problem(rec_path, key, e.offset, e.reason, line))
+                            nxt = _next_magic(mm, pos + 4)
+                            pos = size if nxt < 0 else nxt
+                            continue
+                        starts.append(pos)
+                        if checksums:
+                            crcs.append(crc32c.crc32c(payload))
+                        _check_payload(report, rec_path, payload, pos, who, decode)
+                        del payload
+                        pos = end
+                        if pos - last >= 1 << 24:
+                            bar.update(pos - last)
+                            last = pos
+                    bar.update(pos - last)
+                finally:
+                    view.release()
+    finally:
+        bar.close()
+    report.records += len(starts)
+    found = np.frombuffer(starts, dtype=np.int64) if starts else np.zeros(0, np.int64)
+    # ---- .idx against the real boundaries
+    if idx_offs is not None and idx_keys is not None and idx_lines is not None:
+        hit = np.isin(idx_offs, found)
+        for i in np.flatnonzero(~hit).tolist():
+            off = int(idx_offs[i])
+            where = "past the end of the file" if off + 8 > size else "not the start of a record"
+            report.add(
+                Problem(
+                    rec_path,
+                    int(idx_keys[i]),
+                    off,
+                    f"the .idx points at byte offset {off}, {where} (mid-record offset or .idx "
+                    "from another .rec)",
+                    int(idx_lines[i]),
+                )
+            )
+        for off in found[~np.isin(found, idx_offs)].tolist():
+            report.add(Problem(rec_path, None, int(off), "record is not listed in the .idx"))
+    # ---- checksums, in .idx order
+    if checksums:
+        cpath = crc_path if crc_path is not None else default_crc_path(rec_path)
+        if not os.path.exists(cpath):
+            report.notes.append(f"{rec_path}: no checksum file ({os.path.basename(cpath)})")
+        elif idx_offs is None or idx_keys is None or idx_lines is None:
+            report.notes.append(f"{cpath}: not compared (needs a valid .idx)")
+        else:
+            stored = np.fromfile(cpath, dtype="<u4")
+            n = idx_offs.shape[0]
+            if stored.shape[0] * 4 != os.path.getsize(cpath) or stored.shape[0] != n:
+                report.add(
+                    Problem(
+                        cpath,
+                        None,
+                        None,
+                        f"checksum file holds {os.path.getsize(cpath)} bytes; {n} records "
+                        f"need {4 * n}",
+                    )
+                )
+            else:
+                have = np.frombuffer(crcs, dtype=np.uint32) if crcs else np.zeros(0, np.uint32)
+                where = np.searchsorted(found, idx_offs)
+                ok = where < found.shape[0]
+                ok[ok] = found[where[ok]] == idx_offs[ok]
+                sel = np.flatnonzero(ok)
+                bad = sel[have[where[sel]] != stored[sel]]
+                report.checksummed += int(sel.shape[0])
+                for i in bad.tolist():
+                    report.add(
+                        Problem(
+                            rec_path,
+                            int(idx_keys[i]),
+                            int(idx_offs[i]),
+                            f"checksum mismatch: stored crc32c 0x{int(stored[i]):08x}, data has "
+                            f"0x{int(have[where[i]]):08x}",
+                            int(idx_lines[i]),
+                        )
+                    )
+
+
+def _check_payload(report, rec_path, payload, pos, who, decode) -> None:  # noqa: ANN001
+    from stoker.formats.recordio.header import unpack_header
+
+    try:
+        _, image = unpack_header(payload)
+    except ValueError as e:
+        key, line = who(pos)
+        report.add(Problem(rec_path, key, pos, str(e), line))
+        return
+    if decode is not None and len(image):
+        try:
+            decode(bytes(image))
+        except Exception as e:  # the decoder's own error type, whatever it is
+            key, line = who(pos)
+            report.add(
+                Problem(rec_path, key, pos, f"image does not decode: {type(e).__name__}: {e}", line)
+            )
+        else:
+            report.decoded += 1
+    del image
+
+
+def verify_records(
+    path: str | os.PathLike[str],
+    *,
+    idx_path: str | os.PathLike[str] | None = None,
+    checksums: bool = True,
+    decode: Callable[[bytes], object] | None = None,
+    max_problems: int = 1000,
+    progress: bool | None = None,
+) -> VerifyReport:
+    """Walk a ``.rec`` (or every shard of a ``NAME.stoker.json``) and report all problems.
+
+    ``idx_path`` defaults to ``NAME.idx``; ``decode`` is a callable ``f(bytes)`` that raises
+    on a bad image (e.g. ``stoker.codecs.decode``). Never raises for problems in the data
+    (they go into the report); raises ``ManifestError`` for an unreadable manifest and
+    ``OSError`` for a missing ``.rec``.
+    """
+    if max_problems < 0:
+        raise ValueError(f"max_problems must be >= 0, got {max_problems}")
+    p = os.fspath(path)
+    report = VerifyReport(p, max_problems=max_problems)
+    opts = {"checksums": checksums, "decode": decode, "progress": progress}
+    if p.endswith(MANIFEST_SUFFIX):
+        manifest = load_manifest(p)
+        base = os.path.dirname(os.path.abspath(p))
+        for shard in manifest["shards"]:
+            rec = os.path.join(base, shard["rec"])
+            idx = os.path.join(base, shard["idx"])
+            crc = os.path.join(base, shard["crc32c"]) if shard.get("crc32c") else None
+            if not os.path.exists(rec):
+                report.add(Problem(rec, None, None, "shard listed in the manifest is missing"))
+                continue
+            size = os.path.getsize(rec)
+            if size != shard["rec_bytes"]:
+                report.add(
+                    Problem(
+                        rec, None, None, f"is {size} bytes, the manifest says {shard['rec_bytes']}"
+                    )
+                )
+            if os.path.exists(idx):
+                h = hashlib.sha256()
+                with open(idx, "rb") as f:
+                    for chunk in iter(lambda f=f: f.read(1 << 20), b""):
+                        h.update(chunk)
+                if h.hexdigest() != shard["idx_sha256"]:
+                    report.add(
+                        Problem(
+                            idx,
+                            None,
+                            None,
+                            "idx does not match rec (sha256 differs from the manifest)",
+                        )
+                    )
+            before = report.indexed
+            _verify_shard(report, rec, idx, crc, **opts)  # type: ignore[arg-type]
+            if report.indexed - before != shard["records"]:
+                report.add(
+                    Problem(
+                        idx,
+                        None,
+                        None,
+                        f"lists {report.indexed - before} records, the manifest says "
+                        f"{shard['records']}",
+                    )
+                )
+        return report
+    if p.endswith(".idx"):
+        idx_path = idx_path if idx_path is not None else p
+        p = p[:-4] + ".rec"
+        report.path = p
+    if idx_path is None:
+        guess = default_idx_path(p)
+        idx = guess if os.path.exists(guess) else None
+        if idx is None:
+            report.notes.append(f"{p}: no .idx beside it; only the framing was checked")
+    else:
+        idx = os.fspath(idx_path)
+    _verify_shard(report, p, idx, None, **opts)  # type: ignore[arg-type]
+    return report

@@ -1,0 +1,382 @@
+"""Atomic, resumable writer of dmlc RecordIO files (``.rec`` + ``.idx`` [+ ``.crc32c``]).
+
+Records go to ``NAME.rec.partial``, ``NAME.idx.partial`` (and ``NAME.crc32c.partial``); for
+each record the ``.rec`` bytes are written first, then its checksum, then its ``.idx`` line.
+``commit()`` flushes, fsyncs and renames the partials over the final names, so a killed run
+never leaves a complete-looking file. ``resume=True`` reopens partials left by a killed run,
+keeps every record that is complete *and* indexed, truncates the torn tail and reports the
+kept keys in ``keys_written``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import mmap
+import operator
+import os
+import struct
+from array import array
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from stoker._core.atomic import fsync_dir, partial_path
+from stoker._core.errors import CorruptRecordError, IndexFormatError, OutputExistsError
+from stoker.formats.recordio.header import MAGIC_BYTES, MAX_RECORD_BYTES, encode_lrec
+from stoker.formats.recordio.reader import _Problem, _record, default_crc_path, default_idx_path
+
+__all__ = ["RecordWriter", "ShardInfo", "frame_record"]
+
+_ZEROS = b"\x00\x00\x00"
+_LREC = struct.Struct("<I")
+_KEY_LIMIT = 1 << 63
+
+
+def _split_points(data: bytes) -> list[int]:
+    """Offsets of the magic at 4-byte-aligned positions (where dmlc splits a record)."""
+    out = []
+    limit = len(data) & ~3
+    j = data.find(MAGIC_BYTES, 0, limit)
+    while j >= 0:
+        if j & 3 == 0:
+            out.append(j)
+            j = data.find(MAGIC_BYTES, j + 4, limit)
+        else:
+            j = data.find(MAGIC_BYTES, (j + 3) & ~3, limit)
+    return out
+
+
+def _frame_parts(data: bytes) -> list[bytes]:
+    n = len(data)
+    if n > MAX_RECORD_BYTES:
+        raise ValueError(f"record exceeds RecordIO limit (2^29-1 bytes): {n} bytes")
+    splits = _split_points(data)
+    parts: list[bytes] = []
+    start = 0
+    for i in splits:
+        parts.append(MAGIC_BYTES + _LREC.pack(encode_lrec(1 if start == 0 else 2, i - start)))
+        parts.append(data[start:i])
+        start = i + 4
+    parts.append(MAGIC_BYTES + _LREC.pack(encode_lrec(3 if splits else 0, n - start)))
+    parts.append(data[start:] if start else data)
+    if n & 3:
+        parts.append(_ZEROS[: (-n) & 3])
+    return parts
+
+
+def frame_record(payload: bytes | bytearray | memoryview) -> bytes:
+    """The exact bytes dmlc's ``RecordIOWriter::WriteRecord`` writes for ``payload``.
+
+    A payload holding the magic at an aligned offset is split there into parts with
+    cflag 1 (first), 2 (middle), 3 (last); the magic itself is dropped (the reader puts it
+    back). The record is zero-padded to a multiple of 4 bytes.
+    """
+    if len(payload) > MAX_RECORD_BYTES:
+        raise ValueError(f"record exceeds RecordIO limit (2^29-1 bytes): {len(payload)} bytes")
+    return b"".join(_frame_parts(bytes(payload)))
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """What :meth:`RecordWriter.commit` produced: paths, record count, sizes, idx digest."""
+
+    rec: str
+    idx: str
+    crc32c: str | None
+    records: int
+    rec_bytes: int
+    idx_sha256: str
+
+
+class RecordWriter:
+    """Write records to ``rec_path`` + ``idx_path`` (default ``NAME.idx``) atomically.
+
+    ``write(key, payload) -> offset`` appends one record (``payload`` is the whole dmlc
+    payload, e.g. from :func:`pack_header`); keys are distinct non-negative integers.
+    ``checksums=True`` also writes ``NAME.crc32c`` (CRC32C of each payload, little-endian
+    uint32, in ``.idx`` order). ``overwrite=False`` refuses existing outputs with
+    :class:`OutputExistsError`; with ``overwrite=True`` the old files stay intact until
+    ``commit``. ``resume=True`` continues from partials a killed run left (see module doc).
+
+    As a context manager: ``commit`` on success, ``abort`` on an exception.
+    """
+
+    def __init__(
+        self,
+        rec_path: str | os.PathLike[str],
+        idx_path: str | os.PathLike[str] | None = None,
+        *,
+        overwrite: bool = False,
+        resume: bool = False,
+        checksums: bool = False,
+        crc_path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.rec_path = os.fspath(rec_path)
+        self.idx_path = os.fspath(idx_path) if idx_path is not None else default_idx_path(rec_path)
+        if checksums or crc_path is not None:
+            self.crc_path: str | None = (
+                os.fspath(crc_path) if crc_path is not None else default_crc_path(rec_path)
+            )
+        else:
+            self.crc_path = None
+        if len({self.rec_path, self.idx_path, self.crc_path} - {None}) != 2 + (
+            self.crc_path is not None
+        ):
+            raise ValueError("rec, idx and crc32c paths must differ")
+        if not overwrite:
+            for p in (self.rec_path, self.idx_path, self.crc_path):
+                if p is not None and os.path.exists(p):
+                    raise OutputExistsError(f"{p} exists; pass overwrite=True to replace it")
+        self._keys = array("q")
+        self._key_set: set[int] | None = None  # built only once keys stop increasing
+        self._sha = hashlib.sha256()
+        self._done = False
+        self.bytes_written = 0
+        self._rec: Any = None
+        self._idx: Any = None
+        self._crcf: Any = None
+        if resume and os.path.exists(partial_path(self.rec_path)):
+            self._resume()
+        else:
+            self._start()
+
+    # ------------------------------------------------------------------ opening
+    def _paths(self) -> list[str]:
+        return [p for p in (self.rec_path, self.idx_path, self.crc_path) if p is not None]
+
+    def _start(self) -> None:
+        try:
+            self._rec = open(partial_path(self.rec_path), "wb", buffering=1 << 20)  # noqa: SIM115
+            self._idx = open(partial_path(self.idx_path), "wb", buffering=1 << 16)  # noqa: SIM115
+            if self.crc_path is not None:
+                self._crcf = open(partial_path(self.crc_path), "wb", buffering=1 << 16)  # noqa: SIM115
+        except BaseException:
+            self._close_files()
+            raise
+
+    def _resume(self) -> None:
+        from stoker.formats.recordio.index import parse_idx
+
+        rec_p = partial_path(self.rec_path)
+        idx_p = partial_path(self.idx_path)
+        idx_bytes = b""
+        if os.path.exists(idx_p):
+            with open(idx_p, "rb") as f:
+                idx_bytes = f.read()
+        # a torn last line (no newline yet) is dropped
+        idx_bytes = idx_bytes[: idx_bytes.rfind(b"\n") + 1]
+        try:
+            table = parse_idx(idx_bytes, idx_p)
+        except IndexFormatError as e:
+            raise CorruptRecordError(
+                idx_p, None, f"cannot resume: {e.reason} (line {e.line}); start over"
+            ) from None
+        size = os.path.getsize(rec_p)
+        kept = 0
+        end = 0
+        payloads_needed: list[int] = []
+        if size:
+            with open(rec_p, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
+                view = memoryview(mm)
+                try:
+                    offs = table.offsets.tolist()
+                    for i, off in enumerate(offs):
+                        if off != end:
+                            raise CorruptRecordError(
+                                rec_p,
+                                off,
+                                f"cannot resume: .idx line {table.line_of(i)} says {off} but the "
+                                f"previous record ends at {end}; start over",
+                                key=int(table.keys[i]),
+                            )
+                        try:
+                            payload, nxt = _record(mm, view, size, off)
+                        except _Problem as e:
+                            if e.truncated:
+                                break  # torn tail: this record never finished
+                            raise CorruptRecordError(
+                                rec_p, e.offset, f"cannot resume: {e.reason}; start over"
+                            ) from None
+                        del payload
+                        end = nxt
+                        kept += 1
+                finally:
+                    view.release()
+        keep_keys = table.keys[:kept]
+        # cut the files back to the kept records
+        with open(rec_p, "r+b") as f:
+            f.truncate(end)
+        kept_idx = b"".join(
+            f"{k}\t{o}\n".encode()
+            for k, o in zip(keep_keys.tolist(), table.offsets[:kept].tolist())
+        )
+        with open(idx_p, "wb") as f:
+            f.write(kept_idx)
+        self._sha.update(kept_idx)
+        self._keys = array("q", keep_keys.tolist())
+        if kept > 1 and not bool(np.all(keep_keys[1:] > keep_keys[:-1])):
+            self._key_set = set(keep_keys.tolist())
+        self.bytes_written = end
+        if self.crc_path is not None:
+            crc_p = partial_path(self.crc_path)
+            have = os.path.getsize(crc_p) // 4 if os.path.exists(crc_p) else 0
+            mode = "r+b" if os.path.exists(crc_p) else "wb"
+            with open(crc_p, mode) as f:
+                f.truncate(4 * min(have, kept))
+            payloads_needed = list(range(min(have, kept), kept))
+            if payloads_needed:
+                self._fill_crc(rec_p, crc_p, table.offsets, payloads_needed)
+        self._rec = open(rec_p, "ab", buffering=1 << 20)  # noqa: SIM115
+        self._idx = open(idx_p, "ab", buffering=1 << 16)  # noqa: SIM115
+        if self.crc_path is not None:
+            self._crcf = open(partial_path(self.crc_path), "ab", buffering=1 << 16)  # noqa: SIM115
+
+    @staticmethod
+    def _fill_crc(rec_p: str, crc_p: str, offsets: np.ndarray, which: list[int]) -> None:
+        import crc32c
+
+        size = os.path.getsize(rec_p)
+        with open(rec_p, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
+            view = memoryview(mm)
+            try:
+                out = array("I")
+                for i in which:
+                    payload, _ = _record(mm, view, size, int(offsets[i]))
+                    out.append(crc32c.crc32c(payload))
+                    del payload
+            finally:
+                view.release()
+        with open(crc_p, "ab") as f:
+            f.write(np.asarray(out, dtype="<u4").tobytes())
+
+    # ------------------------------------------------------------------ writing
+    @property
+    def count(self) -> int:
+        """Records written so far (including those kept by ``resume``)."""
+        return len(self._keys)
+
+    @property
+    def keys_written(self) -> np.ndarray:
+        """int64 keys written so far, in order (after ``resume``: the ones kept)."""
+        return (
+            np.frombuffer(self._keys, dtype=np.int64).copy()
+            if self._keys
+            else np.zeros(0, np.int64)
+        )
+
+    def write(self, key: int, payload: bytes | bytearray | memoryview) -> int:
+        """Append one record; returns its byte offset in the ``.rec``."""
+        if self._done or self._rec is None:
+            raise ValueError(f"{self.rec_path}: the writer is already committed or aborted")
+        k = operator.index(key)
+        if not 0 <= k < _KEY_LIMIT:
+            raise ValueError(f"record keys must be integers in [0, 2**63), got {k}")
+        n = len(payload)  # checked before touching the data: no 512 MB copies for nothing
+        if n > MAX_RECORD_BYTES:
+            raise ValueError(
+                f"record exceeds RecordIO limit (2^29-1 bytes): key {k} has {n} bytes "
+                f"({self.rec_path})"
+            )
+        if self._keys and (self._key_set is not None or k <= self._keys[-1]):
+            if self._key_set is None:
+                self._key_set = set(self._keys)
+            if k in self._key_set:
+                raise ValueError(f"key {k} was already written to {self.rec_path}")
+            self._key_set.add(k)
+        if isinstance(payload, bytes):
+            data = payload
+        else:
+            mv = memoryview(payload)
+            data = mv.cast("B").tobytes() if mv.ndim != 1 or mv.format != "B" else bytes(mv)
+        parts = _frame_parts(data)
+        offset = self.bytes_written
+        self._rec.writelines(parts)
+        if self._crcf is not None:
+            import crc32c
+
+            self._crcf.write(crc32c.crc32c(data).to_bytes(4, "little"))
+        line = f"{k}\t{offset}\n".encode()
+        self._idx.write(line)
+        self._sha.update(line)
+        self._keys.append(k)
+        self.bytes_written = offset + sum(len(p) for p in parts)
+        return offset
+
+    # ------------------------------------------------------------------ finishing
+    def _close_files(self) -> None:
+        for f in (self._rec, self._idx, self._crcf):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+        self._rec = self._idx = self._crcf = None
+
+    def flush(self) -> None:
+        """Push buffered bytes to the partial files (for a later ``resume``)."""
+        for f in (self._rec, self._crcf, self._idx):  # idx last: it vouches for the others
+            if f is not None:
+                f.flush()
+
+    def commit(self) -> ShardInfo:
+        """fsync the partials and rename them over the final names."""
+        if self._done:
+            raise ValueError(f"{self.rec_path}: the writer is already committed or aborted")
+        try:
+            for f in (self._rec, self._crcf, self._idx):
+                if f is not None:
+                    f.flush()
+                    os.fsync(f.fileno())
+        except BaseException:
+            self.abort()
+            raise
+        self._close_files()
+        self._done = True
+        for p in (self.rec_path, self.crc_path, self.idx_path):
+            if p is not None:
+                os.replace(partial_path(p), p)
+        for d in {os.path.dirname(os.path.abspath(p)) for p in self._paths()}:
+            fsync_dir(d)
+        return ShardInfo(
+            self.rec_path,
+            self.idx_path,
+            self.crc_path,
+            len(self._keys),
+            self.bytes_written,
+            self._sha.hexdigest(),
+        )
+
+    def abort(self, *, keep_partial: bool = False) -> None:
+        """Stop writing. Removes the partials unless ``keep_partial`` (then they are flushed
+        for a later ``resume=True``). Final files are never touched."""
+        if self._done:
+            return
+        if keep_partial:
+            with contextlib.suppress(OSError, ValueError):
+                self.flush()
+        self._close_files()
+        self._done = True
+        if not keep_partial:
+            for p in self._paths():
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(partial_path(p))
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            if not self._done:
+                self.commit()
+        else:
+            self.abort()
+
+    def __del__(self) -> None:  # never leak descriptors when a caller forgets
+        with contextlib.suppress(Exception):
+            self._close_files()

@@ -1,0 +1,321 @@
+"""A ``keras.utils.PyDataset`` over a stoker loader.
+
+NOTE [ Keras adapter: who does the work, who owns each buffer, shutdown ]
+
+Processes. Keras sees a single-worker dataset (``workers=1``, ``use_multiprocessing=False``,
+``max_queue_size=1``; the properties are read-only), so Keras never starts a thread pool or
+forks: the parallel work happens in the loader's worker processes, which write batches into
+shared-memory slots. Keras calls ``__getitem__`` from the thread that runs ``fit``.
+
+Order. Keras asks for batch *indices*, shuffled when ``fit(shuffle=True)`` (its default). A
+loader is a stream that already shuffles (by ``seed`` and epoch), so the index is checked for
+range and otherwise ignored: request k of a Keras epoch gets the loader's next batch. Every
+batch of a loader epoch is delivered exactly once per pass.
+
+Epochs. ``len(ds)`` is ``len(loader)`` or ``steps``. With ``steps`` the batches flow on across
+loader epochs (a pass that ends mid Keras-epoch wraps into the next loader epoch; a Keras
+epoch that ends mid-pass leaves the rest of the pass for the next Keras epoch). When a pass
+is complete at ``on_epoch_end`` the loader's iterator is run to its end there, so the loader's
+epoch has advanced before Keras's epoch-end callbacks run (a checkpoint sees the new epoch).
+The next pass starts lazily, on the next request. Keras builds an unbuilt model by pulling
+one batch and then ending the "epoch" (``_symbolic_build`` then ``reset``): that first batch
+is kept (as an owned copy) and served again as the first batch of the real first epoch, so
+Keras epoch k is exactly loader epoch k.
+
+Buffers. A batch's images are a view of a shared-memory slot that the loader reuses when the
+next batch is requested. The torch backend copies every NumPy batch into its own tensor
+(``np.array`` in ``convert_to_tensor``) before the next request, so with it the view is
+handed over as it is; with other backends (jax, tensorflow, numpy) the images are copied
+once here. Converting to a float ``x_dtype`` makes a new array anyway (one pass, no extra
+copy). Labels are always copied (they are small).
+
+Shutdown. ``close()`` (also ``__exit__`` and, as a last resort, ``__del__``) closes the
+current pass (the loader's generator runs its cleanup, in-flight batches are dropped) and
+then, unless ``close_loader=False``, the loader itself (workers joined, shared memory
+unlinked). An exception from a worker or a ``KeyboardInterrupt`` while waiting for a batch
+propagates out of ``fit`` unchanged; the dead pass is dropped, and the next request (if any)
+starts a new one. Stopping ``fit`` early (``model.stop_training``) leaves a pass half read;
+``close()`` ends it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+try:
+    import keras
+except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
+    if exc.name == "keras":
+        raise ModuleNotFoundError(
+            "stoker.keras needs Keras 3: pip install 'stoker[keras]' (or pip install keras)"
+        ) from exc
+    if exc.name == "tensorflow":
+        raise ModuleNotFoundError(
+            "Keras 3 defaults to the TensorFlow backend, which is not installed; set "
+            "KERAS_BACKEND=torch (or jax) in the environment before importing keras"
+        ) from exc
+    raise
+
+__all__ = ["KerasDataset", "dataset"]
+
+
+class KerasDataset(keras.utils.PyDataset):
+    """Hand a stoker loader to Keras 3 ``model.fit`` / ``evaluate`` / ``predict``.
+
+    >>> with stoker.keras.KerasDataset(train_loader, x_dtype="float16") as ds:
+    ...     model.fit(ds, validation_data=stoker.keras.KerasDataset(val_loader), epochs=10)
+
+    Args:
+        loader: a ``stoker.Loader`` (anything iterable with ``len`` whose items unpack as
+            ``images, labels``).
+        x_dtype: ``None`` keeps the loader's dtype (uint8 unless the transforms end in
+            ``Normalize``); a float dtype (``"float16"``, ``"float32"``) converts, multiplying
+            integer images by ``scale``.
+        scale: factor for integer images converted to ``x_dtype`` (default 1/255: 0..1).
+        steps: batches per Keras epoch; default ``len(loader)``. Batches flow on across loader
+            epochs, so ``steps`` may be larger or smaller than one pass. Use this rather than
+            ``fit(steps_per_epoch=...)``.
+        close_loader: whether ``close()`` also closes the loader (default True).
+
+    Images with no channel axis (``(B, H, W)``, e.g. grayscale arrays) get one, as Keras
+    expects NHWC (NCHW under ``image_data_format() == "channels_first"``).
+    """
+
+    def __init__(
+        self,
+        loader: Any,
+        *,
+        x_dtype: Any = None,
+        scale: float = 1 / 255,
+        steps: int | None = None,
+        close_loader: bool = True,
+    ) -> None:
+        super().__init__(workers=1, use_multiprocessing=False, max_queue_size=1)
+        if not (hasattr(loader, "__iter__") and hasattr(loader, "__len__")):
+            raise TypeError(
+                f"KerasDataset needs a stoker.Loader (iterable with len), got {type(loader).__name__}"
+            )
+        n = len(loader)
+        if n <= 0:
+            raise ValueError(
+                "the loader yields no batches per epoch (len(loader) == 0): fewer samples than "
+                "batch_size with drop_last=True, or an empty source"
+            )
+        if x_dtype is not None:
+            x_dtype = np.dtype(x_dtype)
+            if x_dtype.kind != "f":
+                raise ValueError(
+                    f"x_dtype must be a float dtype such as 'float16' or 'float32' (or None to "
+                    f"keep the loader's dtype), got {x_dtype.name!r}"
+                )
+        if not isinstance(scale, numbers.Real) or not math.isfinite(scale) or scale <= 0:
+            raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+        if steps is not None and (
+            isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps <= 0
+        ):
+            raise ValueError(f"steps must be a positive int or None, got {steps!r}")
+        self._loader = loader
+        self._per_pass = n
+        self._steps = int(steps) if steps is not None else n
+        self._x_dtype: np.dtype | None = x_dtype
+        self._scale = float(scale)
+        self._close_loader = bool(close_loader)
+        self._copy = keras.backend.backend() != "torch"
+        self._channel_axis = -1 if keras.config.image_data_format() == "channels_last" else 1
+        self._it: Iterator[Any] | None = None  # the current pass over the loader
+        self._taken = 0  # batches taken from the current pass
+        self._served = 0  # batches served in the current Keras epoch
+        self._epochs_ended = 0  # Keras epochs that ended having served at least one batch
+        self._last: tuple[np.ndarray, np.ndarray] | None = None
+        self._replay: tuple[np.ndarray, np.ndarray] | None = None
+        self._closed = False
+
+    # -- Keras never gets to start its own pool -------------------------------------------
+    @property
+    def workers(self) -> int:
+        return 1
+
+    @workers.setter
+    def workers(self, value: int) -> None:
+        if value != 1:
+            raise ValueError(
+                "KerasDataset runs with Keras workers=1: the parallel work happens in the "
+                "loader's worker processes; set workers= on the stoker.Loader instead"
+            )
+
+    @property
+    def use_multiprocessing(self) -> bool:
+        return False
+
+    @use_multiprocessing.setter
+    def use_multiprocessing(self, value: bool) -> None:
+        if value:
+            raise ValueError(
+                "KerasDataset runs with use_multiprocessing=False: the loader already uses "
+                "worker processes; Keras forking on top of them is what freezes fit"
+            )
+
+    @property
+    def max_queue_size(self) -> int:
+        return 1
+
+    @max_queue_size.setter
+    def max_queue_size(self, value: int) -> None:
+        pass  # unused without a Keras pool; the loader's prefetch= sets the depth
+
+    # -- PyDataset ----------------------------------------------------------------------
+    @property
+    def loader(self) -> Any:
+        return self._loader
+
+    def __len__(self) -> int:
+        return self._steps
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        if self._closed:
+            raise ValueError("this KerasDataset is closed")
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+            raise TypeError(f"batch index must be an int, got {type(index).__name__}")
+        if not 0 <= index < self._steps:
+            raise IndexError(f"batch index {index} out of range for {self._steps} batches")
+        if self._replay is not None:
+            out, self._replay = self._replay, None
+        else:
+            out = self._convert(self._next_batch())
+        self._last = out
+        self._served += 1
+        return out
+
+    def on_epoch_begin(self) -> None:
+        self._served = 0
+
+    def on_epoch_end(self) -> None:
+        if self._closed:
+            return
+        if self._served == 1 and self._epochs_ended == 0 and self._steps > 1:
+            # Keras pulled one batch to build the model, then ended the "epoch": serve that
+            # batch again as the first one of the real first epoch.
+            if self._last is not None:
+                self._replay = (np.array(self._last[0]), np.array(self._last[1]))
+        elif self._served:
+            self._epochs_ended += 1
+        self._served = 0
+        self._last = None
+        if self._it is not None and self._taken >= self._per_pass:
+            self._finish_pass()
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def close(self) -> None:
+        """End the current pass and (unless ``close_loader=False``) close the loader."""
+        if self._closed:
+            return
+        self._closed = True
+        self._last = self._replay = None
+        try:
+            self._drop_pass()
+        finally:
+            if self._close_loader:
+                self._loader.close()
+
+    def __enter__(self) -> KerasDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
+
+    def __repr__(self) -> str:
+        dtype = self._x_dtype.name if self._x_dtype is not None else "as loaded"
+        return f"KerasDataset(batches={self._steps}, per_pass={self._per_pass}, x_dtype={dtype})"
+
+    # -- internals ----------------------------------------------------------------------
+    def _next_batch(self) -> Any:
+        for _ in range(2):
+            if self._it is None:
+                self._it = iter(self._loader)
+                self._taken = 0
+            try:
+                batch = next(self._it)
+            except StopIteration:
+                self._it = None  # pass over: the loader advanced its epoch; start the next
+                continue
+            except BaseException:
+                self._drop_pass()  # a worker error or Ctrl-C: this pass is dead
+                raise
+            self._taken += 1
+            return batch
+        raise RuntimeError("the loader's iterator ended without yielding a batch")
+
+    def _finish_pass(self) -> None:
+        """Run a fully read pass to its end, so the loader advances its epoch now."""
+        it, self._it = self._it, None
+        try:
+            next(it)  # type: ignore[arg-type]
+        except StopIteration:
+            return
+        # More batches than len(loader) said: do not silently drop them.
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+        raise RuntimeError(
+            f"the loader yielded more than len(loader) = {self._per_pass} batches in one pass"
+        )
+
+    def _drop_pass(self) -> None:
+        it, self._it = self._it, None
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+
+    def _convert(self, batch: Any) -> tuple[np.ndarray, np.ndarray]:
+        images, labels = batch
+        x = np.asarray(images)
+        if x.ndim == 3:  # (B, H, W): add the channel axis Keras expects
+            x = np.expand_dims(x, self._channel_axis)
+        if self._x_dtype is not None and x.dtype != self._x_dtype:
+            out = np.empty(x.shape, self._x_dtype)
+            if x.dtype.kind in "ui":
+                np.multiply(x, np.float32(self._scale), out=out, dtype=np.float32, casting="unsafe")
+            else:
+                out[...] = x
+            x = out
+        elif self._copy:
+            x = np.array(x)
+        return x, np.array(labels)
+
+
+def dataset(
+    source: Any,
+    *,
+    batch_size: int,
+    x_dtype: Any = None,
+    scale: float = 1 / 255,
+    steps: int | None = None,
+    **loader_options: Any,
+) -> KerasDataset:
+    """Build a ``stoker.Loader`` over ``source`` and wrap it in a :class:`KerasDataset`.
+
+    ``loader_options`` go to the loader (``transforms=``, ``pair_with=``, ``shuffle=``,
+    ``seed=``, ``workers=``, ...). The dataset owns the loader: ``close()`` closes both.
+
+    >>> ds = stoker.keras.dataset((x, y), batch_size=256, pair_with=kanji_distort(64),
+    ...                           shuffle=True, seed=0, workers=4, x_dtype="float16")
+    """
+    from stoker.loader import Loader
+
+    loader = Loader(source, batch_size=batch_size, **loader_options)
+    try:
+        return KerasDataset(loader, x_dtype=x_dtype, scale=scale, steps=steps, close_loader=True)
+    except BaseException:
+        loader.close()
+        raise

@@ -1,0 +1,86 @@
+"""Byte layout of the batch ring (one shared-memory segment); see the NOTE in ``engine.py``.
+
+::
+
+    offset 0            control block, 64 bytes: int64 generation (the live iteration)
+    offset 64 + s*S     slot s (S = slot_bytes, a multiple of 64), for s in range(slots):
+        +0              images   rows x row_bytes(max_width)   (dtype, layout of the pipeline)
+        +img_bytes      labels   rows x label item             (label dtype)
+        +...            keys     rows x int64
+        +...            indices  rows x int64                  (global positions)
+
+A batch of width ``w`` and ``n`` rows views the first ``n * row_bytes(w)`` bytes of the images
+region as a C-contiguous ``(n, *row_shape(w))`` array.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stoker.pipeline import Pipeline
+
+__all__ = ["CONTROL_BYTES", "RingLayout"]
+
+CONTROL_BYTES = 64
+
+
+def _align(n: int, a: int = 64) -> int:
+    return (n + a - 1) // a * a
+
+
+@dataclass(frozen=True)
+class RingLayout:
+    pipeline: Pipeline
+    rows: int
+    max_width: int | None  # None: the pipeline's own fixed width
+    label_shape: tuple[int, ...]
+    label_dtype: str
+    slots: int
+
+    def row_shape(self, width: int | None) -> tuple[int, ...]:
+        return self.pipeline.row_shape(width)
+
+    def row_bytes(self, width: int | None) -> int:
+        return int(np.prod(self.row_shape(width))) * np.dtype(self.pipeline.dtype).itemsize
+
+    @property
+    def label_item_bytes(self) -> int:
+        return int(np.prod(self.label_shape, dtype=np.int64)) * np.dtype(self.label_dtype).itemsize
+
+    @property
+    def image_bytes(self) -> int:
+        return _align(self.rows * self.row_bytes(self.max_width))
+
+    @property
+    def label_bytes(self) -> int:
+        return _align(self.rows * self.label_item_bytes)
+
+    @property
+    def slot_bytes(self) -> int:
+        return self.image_bytes + self.label_bytes + 2 * _align(self.rows * 8)
+
+    @property
+    def total_bytes(self) -> int:
+        return CONTROL_BYTES + self.slots * self.slot_bytes
+
+    def control(self, mem: np.ndarray) -> np.ndarray:
+        return mem[:CONTROL_BYTES].view(np.int64)
+
+    def views(
+        self, mem: np.ndarray, slot: int, width: int | None, rows: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(images, labels, keys, indices) of ``slot`` for ``rows`` rows at ``width``."""
+        base = CONTROL_BYTES + slot * self.slot_bytes
+        rb = self.row_bytes(width)
+        images = mem[base : base + rows * rb].view(self.pipeline.dtype)
+        images = images.reshape((rows, *self.row_shape(width)))
+        lb = base + self.image_bytes
+        labels = mem[lb : lb + rows * self.label_item_bytes].view(self.label_dtype)
+        labels = labels.reshape((rows, *self.label_shape))
+        kb = lb + self.label_bytes
+        keys = mem[kb : kb + rows * 8].view(np.int64)
+        ib = kb + _align(self.rows * 8)
+        indices = mem[ib : ib + rows * 8].view(np.int64)
+        return images, labels, keys, indices

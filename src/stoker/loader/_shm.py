@@ -1,0 +1,255 @@
+"""Named shared-memory segments in ``/dev/shm``, allocated up front and swept when stale.
+
+A segment is a file ``/dev/shm/stoker_<pid>_<starttime>_<rand>``: ``pid`` and ``starttime``
+(the owner's start time in clock ticks since boot, from ``/proc/<pid>/stat``) identify the
+process that created it, so :func:`cleanup_stale` can tell a live owner from a dead one even
+after the pid was reused.
+
+- Space is reserved with ``posix_fallocate`` at creation, so a full ``/dev/shm`` is an
+  ``ENOSPC`` error there and then, never a ``SIGBUS`` when a worker first touches a page.
+- Mappings are made with libc ``mmap`` (no file descriptor is kept open) and wrapped in a
+  :class:`Mapping` object whose arrays keep it alive: the memory is unmapped when the last
+  array view of it is gone, so a view kept past ``close()`` stays valid instead of crashing.
+- Python's ``multiprocessing.shared_memory`` is not used: on 3.11/3.12 it registers segments
+  with the resource tracker, which warns about (and unlinks) segments other processes still use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import mmap
+import os
+import secrets
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from stoker._core.errors import SharedMemoryError
+
+__all__ = [
+    "SHM_DIR",
+    "Mapping",
+    "Segment",
+    "cleanup_stale",
+    "create_segment",
+    "preflight",
+    "process_start_time",
+    "shm_free_bytes",
+]
+
+SHM_DIR = "/dev/shm"
+PREFIX = "stoker_"
+MiB = 1 << 20
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
+_libc.munmap.restype = ctypes.c_int
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+# Segments this process created and has not unlinked yet (for the atexit sweep).
+_owned: set[str] = set()
+_owned_lock = threading.Lock()
+
+
+def process_start_time(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot), or None when it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # comm may contain spaces and parentheses: split after the last ')'
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[19])
+
+
+def _segment_name() -> str:
+    pid = os.getpid()
+    start = process_start_time(pid) or 0
+    return f"{PREFIX}{pid}_{start}_{secrets.token_hex(4)}"
+
+
+class Mapping:
+    """A shared mapping of ``size`` bytes; ``array()`` gives a uint8 view that keeps it alive."""
+
+    def __init__(self, fd: int, size: int, *, writable: bool) -> None:
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        self.size = size
+        self.writable = writable
+        self.addr: int | None = None
+        if size == 0:
+            return
+        addr = _libc.mmap(None, size, prot, mmap.MAP_SHARED, fd, 0)
+        if addr is None or addr == _MAP_FAILED:
+            err = ctypes.get_errno()
+            raise SharedMemoryError(err, f"mmap of {size} bytes failed: {os.strerror(err)}")
+        self.addr = addr
+
+    @property
+    def __array_interface__(self) -> dict:
+        if self.addr is None:
+            return {"shape": (0,), "typestr": "|u1", "data": None, "version": 3}
+        return {
+            "shape": (self.size,),
+            "typestr": "|u1",
+            "data": (self.addr, not self.writable),
+            "version": 3,
+        }
+
+    def array(self) -> np.ndarray:
+        return np.asarray(self)
+
+    def __del__(self) -> None:
+        if self.addr is not None:
+            _libc.munmap(self.addr, self.size)
+            self.addr = None
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A named segment: pickles as its name and size; ``attach()`` maps it in any process."""
+
+    name: str
+    size: int
+
+    @property
+    def path(self) -> str:
+        return os.path.join(SHM_DIR, self.name)
+
+    def attach(self, *, writable: bool = True) -> Mapping:
+        try:
+            fd = os.open(self.path, os.O_RDWR if writable else os.O_RDONLY)
+        except OSError as e:
+            raise SharedMemoryError(
+                e.errno, f"cannot open shared-memory segment {self.path}: {e.strerror}"
+            ) from e
+        try:
+            return Mapping(fd, self.size, writable=writable)
+        finally:
+            os.close(fd)
+
+    def unlink(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        with _owned_lock:
+            _owned.discard(self.name)
+
+
+def shm_free_bytes() -> int:
+    st = os.statvfs(SHM_DIR)
+    return st.f_bavail * st.f_frsize
+
+
+def preflight(need: int, *, slots: int, what: str = "slots") -> None:
+    """Refuse (``SharedMemoryError``) when ``/dev/shm`` has less than ``need`` bytes free."""
+    try:
+        free = shm_free_bytes()
+    except OSError as e:
+        raise SharedMemoryError(
+            e.errno, f"{SHM_DIR} is not usable ({e.strerror}); the loader needs it for batches"
+        ) from e
+    if free < need:
+        raise SharedMemoryError(
+            errno.ENOSPC,
+            f"need {need / MiB:.1f} MiB for {slots} {what}, {SHM_DIR} has {free / MiB:.1f} MiB "
+            "free; lower prefetch/batch_size/workers or enlarge /dev/shm (docker --shm-size)",
+        )
+
+
+def create_segment(size: int) -> tuple[Segment, Mapping]:
+    """Create, reserve (``posix_fallocate``) and map a new segment of ``size`` bytes."""
+    if size < 0:
+        raise ValueError(f"size must be >= 0, got {size}")
+    name = _segment_name()
+    path = os.path.join(SHM_DIR, name)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    except OSError as e:
+        raise SharedMemoryError(
+            e.errno, f"cannot create shared-memory segment {path}: {e.strerror}"
+        ) from e
+    seg = Segment(name, size)
+    with _owned_lock:
+        _owned.add(name)
+    try:
+        if size:
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as e:
+                free = ""
+                with contextlib.suppress(OSError):
+                    free = f"; {SHM_DIR} has {shm_free_bytes() / MiB:.1f} MiB free"
+                raise SharedMemoryError(
+                    e.errno,
+                    f"cannot reserve {size / MiB:.1f} MiB in {SHM_DIR} ({e.strerror}){free}; "
+                    "lower prefetch/batch_size/workers or enlarge /dev/shm (docker --shm-size)",
+                ) from e
+        mapping = Mapping(fd, size, writable=True)
+    except BaseException:
+        os.close(fd)
+        seg.unlink()
+        raise
+    os.close(fd)
+    return seg, mapping
+
+
+def unlink_owned() -> None:
+    """Unlink every segment this process created and still owns (atexit / last resort)."""
+    with _owned_lock:
+        names = list(_owned)
+        _owned.clear()
+    for name in names:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(SHM_DIR, name))
+
+
+def _owner_alive(name: str) -> bool:
+    parts = name[len(PREFIX) :].split("_")
+    if len(parts) < 3:
+        return True  # not one of ours in the expected shape: leave it alone
+    try:
+        pid, start = int(parts[0]), int(parts[1])
+    except ValueError:
+        return True
+    now = process_start_time(pid)
+    return now is not None and (start == 0 or now == start)
+
+
+def cleanup_stale(*, dry_run: bool = False) -> list[str]:
+    """Remove ``/dev/shm/stoker_*`` segments whose owner process is dead; return their names.
+
+    A segment is stale when its owner pid no longer exists, is a zombie, or is now a different
+    process (its start time differs from the one recorded in the name).
+    """
+    try:
+        names = sorted(os.listdir(SHM_DIR))
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        if not name.startswith(PREFIX) or _owner_alive(name):
+            continue
+        if not dry_run:
+            try:
+                os.unlink(os.path.join(SHM_DIR, name))
+            except FileNotFoundError:
+                continue
+            except OSError:
+                continue
+        removed.append(name)
+    return removed

@@ -1,0 +1,226 @@
+"""The worker side of the loader: turn a chunk of global indices into rows of a batch slot.
+
+``fill_chunk`` is the whole per-sample job (read, decode, transform, check, place); the main
+process runs it directly when ``workers=0`` and ``worker_main`` runs it in each worker process,
+so both paths produce byte-identical batches. The protocol is described in ``engine.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stoker._core.seeding import sample_rng
+from stoker.loader._ring import RingLayout
+from stoker.loader._shm import Segment, process_start_time
+from stoker.loader.sources import Source
+from stoker.pipeline import Pipeline
+
+__all__ = ["Task", "WorkerConfig", "fill_chunk", "worker_main"]
+
+_THREAD_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
+_WATCHDOG_S = 0.5
+
+
+@dataclass(frozen=True)
+class Task:
+    """One chunk of one batch: what a worker receives (small: the indices are at most a batch)."""
+
+    generation: int
+    number: int
+    slot: int
+    epoch: int
+    width: int | None
+    rows: int  # rows of the whole batch (source samples; doubled with pair_with)
+    row0: int  # first source-sample row of this chunk
+    indices: np.ndarray  # global positions for rows row0 .. row0 + len(indices)
+    half: int  # with pair_with: the offset of the paired rows (source samples in the batch)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything a worker needs, pickled once at start."""
+
+    worker_id: int
+    source: Source
+    pipeline: Pipeline
+    seed: int
+    layout: RingLayout
+    segment: Segment
+    on_error: str
+    main_pid: int
+    main_start: int | None
+
+
+def _error_info(e: BaseException, source: Source, index: int) -> dict:
+    try:
+        key: int | None = int(source.key(index))
+    except Exception:  # noqa: BLE001
+        key = None
+    try:
+        where = source.describe(index)
+    except Exception:  # noqa: BLE001
+        where = f"position {index}"
+    return {
+        "module": type(e).__module__,
+        "qualname": type(e).__qualname__,
+        "message": str(e),
+        "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)),
+        "key": key,
+        "index": int(index),
+        "where": where,
+    }
+
+
+def fill_chunk(
+    task: Task,
+    *,
+    source: Source,
+    pipeline: Pipeline,
+    seed: int,
+    views: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    on_error: str,
+    cancelled: Any = None,
+) -> tuple[str, Any]:
+    """Process ``task`` into ``views`` (images, labels, keys, indices of the whole batch).
+
+    Returns ``("done", bad)`` with ``bad`` a list of ``(row, index, key, reason)`` for samples
+    that failed under ``on_error="skip"``, ``("error", info)`` for the first failure under
+    ``on_error="raise"``, or ``("cancelled", None)`` when ``cancelled()`` became true.
+    """
+    images, labels, keys, indices = views
+    bad: list[tuple[int, int, int | None, str]] = []
+    for j, gi in enumerate(task.indices.tolist()):
+        if cancelled is not None and cancelled():
+            return "cancelled", None
+        row = task.row0 + j
+        try:
+            key = source.key(gi)
+            payload, label = source.read(gi)
+            img = pipeline.decode_image(payload) if source.encoded else payload
+            rng = sample_rng(seed, task.epoch, gi)
+            what = f"key {key} (position {gi})"
+            out = pipeline.check(pipeline.apply(img, rng), what=what)
+            pair = None
+            if task.half:
+                pair = pipeline.check(pipeline.apply_pair(out, rng), what=what + ", pair_with")
+            pipeline.place(out, images[row], task.width)
+            labels[row] = label
+            keys[row] = key
+            indices[row] = gi
+            if pair is not None:
+                r2 = row + task.half
+                pipeline.place(pair, images[r2], task.width)
+                labels[r2] = label
+                keys[r2] = key
+                indices[r2] = gi
+        except Exception as e:  # noqa: BLE001 - every failure is reported with its sample
+            if on_error == "raise":
+                return "error", _error_info(e, source, gi)
+            k = None
+            try:
+                k = int(source.key(gi))
+            except Exception:  # noqa: BLE001
+                pass
+            bad.append((row, int(gi), k, f"{type(e).__name__}: {e}"))
+    return "done", bad
+
+
+# ---------------------------------------------------------------------------- process side
+def _limit_threads() -> None:
+    for name in _THREAD_ENV:
+        os.environ[name] = "1"
+    try:
+        import cv2
+
+        cv2.setNumThreads(1)
+    except ImportError:  # pragma: no cover - cv2 is a dependency
+        pass
+    torch = sys.modules.get("torch")
+    if torch is not None:  # a user transform may have pulled it in
+        try:
+            torch.set_num_threads(1)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _die_with_parent(main_pid: int, main_start: int | None) -> None:
+    """PR_SET_PDEATHSIG on the direct parent plus a watchdog thread on the loader's process."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the watchdog below still works
+        pass
+
+    def watch() -> None:
+        import time
+
+        while True:
+            if os.getppid() != parent or process_start_time(main_pid) != main_start:
+                os._exit(1)
+            time.sleep(_WATCHDOG_S)
+
+    if os.getppid() != parent or process_start_time(main_pid) != main_start:
+        os._exit(1)
+    threading.Thread(target=watch, name="stoker-parent-watchdog", daemon=True).start()
+
+
+def worker_main(cfg: WorkerConfig, conn: Any) -> None:
+    """Serve tasks from ``conn`` until ``None``, EOF (the main process is gone) or a signal."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's business
+    _limit_threads()
+    _die_with_parent(cfg.main_pid, cfg.main_start)
+    mapping = cfg.segment.attach(writable=True)
+    mem = mapping.array()
+    layout = cfg.layout
+    control = layout.control(mem)
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            break
+        if task is None:
+            break
+        gen = task.generation
+
+        def cancelled(gen: int = gen) -> bool:
+            return int(control[0]) != gen
+
+        views = layout.views(mem, task.slot, task.width, task.rows)
+        try:
+            status, payload = fill_chunk(
+                task,
+                source=cfg.source,
+                pipeline=cfg.pipeline,
+                seed=cfg.seed,
+                views=views,
+                on_error=cfg.on_error,
+                cancelled=cancelled,
+            )
+        except BaseException as e:  # noqa: BLE001 - never die silently
+            status, payload = "error", _error_info(e, cfg.source, int(task.indices[0]))
+        del views
+        try:
+            conn.send((status, gen, task.number, task.row0, payload))
+        except (BrokenPipeError, OSError):
+            break
+    try:
+        cfg.source.close()
+    except Exception:  # noqa: BLE001
+        pass

@@ -1,0 +1,206 @@
+"""Layer 2: a frozen, picklable description of what happens to one sample, checked up front.
+
+``Pipeline(input_spec, transforms=..., pair_with=..., layout=..., decode=...)`` says how the
+bytes (or array) of one sample become the rows of a batch:
+
+1. decode (when the source is encoded) with :func:`stoker.codecs.decode`; when the transforms
+   offer ``decode_hint(full_hw)``, a JPEG is decoded at a reduced DCT scale that still covers it;
+2. ``transforms(img, rng)``;
+3. with ``pair_with``: a second row ``pair_with(transforms(img), rng)``;
+4. placement into the batch: a per-batch width (from a length-bucketing sampler) is met by
+   right-padding with zeros when the sample is narrower and by resizing the width alone when
+   it is wider; ``layout="NCHW"`` transposes.
+
+Construction walks the transforms' ``output_spec`` chain and refuses, naming the step, a chain
+whose end has no fixed shape (the loader allocates batch slots once, so it must know it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stoker._core.errors import SpecError
+from stoker._core.specs import ArraySpec
+from stoker.codecs import decode as _decode
+from stoker.codecs import image_size, sniff
+from stoker.transforms.base import Transform
+
+__all__ = ["DecodeOptions", "Pipeline", "fit_width"]
+
+LAYOUTS = ("NHWC", "NCHW")
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """``fast``: fast DCT and upsampling (a little less accurate); ``scale_on_decode``: let the
+    transforms' ``decode_hint`` pick a reduced JPEG decode scale."""
+
+    fast: bool = False
+    scale_on_decode: bool = True
+
+
+def _steps(t: Transform) -> list[Transform]:
+    inner = getattr(t, "transforms", None)
+    if isinstance(inner, (list, tuple)) and all(callable(s) for s in inner):
+        out: list[Transform] = []
+        for s in inner:
+            out.extend(_steps(s) if isinstance(s, Transform) else [s])
+        return out
+    return [t]
+
+
+def _chain_spec(t: Transform, spec: ArraySpec, *, what: str) -> ArraySpec:
+    """Walk ``t``'s steps, naming the one that fails."""
+    for step in _steps(t):
+        name = type(step).__name__
+        fn = getattr(step, "output_spec", None)
+        if fn is None:
+            raise SpecError(
+                f"{what}: step {name} has no output_spec; wrap plain functions with "
+                "stoker.transforms.as_transform"
+            )
+        try:
+            new = fn(spec)
+        except SpecError as e:
+            raise SpecError(f"{what}: step {name} does not accept {spec.describe()}: {e}") from e
+        if not isinstance(new, ArraySpec):
+            raise SpecError(
+                f"{what}: {name}.output_spec returned {type(new).__name__}, not ArraySpec"
+            )
+        spec = new
+    return spec
+
+
+def fit_width(img: np.ndarray, width: int) -> np.ndarray:
+    """(H, w, ...) -> (H, width, ...): zero right-pad when narrower, resize the width when wider."""
+    w = img.shape[1]
+    if w == width:
+        return img
+    if w < width:
+        out = np.zeros((img.shape[0], width, *img.shape[2:]), dtype=img.dtype)
+        out[:, :w] = img
+        return out
+    import cv2
+
+    src = img if img.dtype != np.float16 else img.astype(np.float32)
+    res = cv2.resize(np.ascontiguousarray(src), (width, img.shape[0]), interpolation=cv2.INTER_AREA)
+    if res.ndim < img.ndim:
+        res = res[..., None]
+    return res.astype(img.dtype, copy=False)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """See the module docstring. ``sample_spec`` is one transformed sample (HWC or HW);
+    ``variable_width=True`` lets the width stay open (a sampler gives it per batch)."""
+
+    input_spec: ArraySpec
+    transforms: Transform | None = None
+    pair_with: Transform | None = None
+    layout: str = "NHWC"
+    decode: DecodeOptions = field(default_factory=DecodeOptions)
+    variable_width: bool = False
+    sample_spec: ArraySpec = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.input_spec, ArraySpec):
+            raise TypeError(
+                f"input_spec must be an ArraySpec, got {type(self.input_spec).__name__}"
+            )
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        for name in ("transforms", "pair_with"):
+            t = getattr(self, name)
+            if t is not None and not (callable(t) and hasattr(t, "output_spec")):
+                raise TypeError(
+                    f"{name} must be a stoker Transform (callable with output_spec), got "
+                    f"{type(t).__name__}; wrap plain functions with stoker.transforms.as_transform"
+                )
+        spec = self.input_spec
+        if self.transforms is not None:
+            spec = _chain_spec(self.transforms, spec, what="transforms")
+        if self.pair_with is not None:
+            pspec = _chain_spec(self.pair_with, spec, what="pair_with")
+            if pspec != spec:
+                raise SpecError(
+                    f"pair_with must keep the sample's shape and dtype: transforms give "
+                    f"{spec.describe()}, pair_with turns that into {pspec.describe()}"
+                )
+        if len(spec.shape) not in (2, 3):
+            raise SpecError(
+                f"the chain ends in {spec.describe()}; a sample must be (H, W) or (H, W, C)"
+            )
+        open_dims = [i for i, d in enumerate(spec.shape) if d is None]
+        allowed = {1} if self.variable_width else set()
+        if set(open_dims) - allowed:
+            last = (
+                type(_steps(self.transforms)[-1]).__name__ if self.transforms else "no transforms"
+            )
+            hint = (
+                "RandomCrop/Resize missing?" if self.transforms else "add a Resize or RandomCrop:"
+            )
+            raise SpecError(
+                f"{hint} the chain ends in {spec.describe()} (last step: {last}); the loader "
+                "needs a fixed shape to allocate batch slots"
+            )
+        object.__setattr__(self, "sample_spec", spec)
+
+    # ------------------------------------------------------------------ shapes
+    @property
+    def dtype(self) -> str:
+        return self.sample_spec.dtype
+
+    def row_shape(self, width: int | None = None) -> tuple[int, ...]:
+        """Shape of one batch row at ``width`` (default: the chain's own width), layout applied."""
+        shape = list(self.sample_spec.shape)
+        if width is not None:
+            shape[1] = int(width)
+        if shape[1] is None:
+            raise SpecError("this pipeline's width varies; a width is needed for a batch row")
+        if self.layout == "NCHW":
+            if len(shape) == 2:
+                return (1, shape[0], shape[1])
+            return (shape[2], shape[0], shape[1])
+        return tuple(shape)
+
+    def output_spec(self, width: int | None = None) -> ArraySpec:
+        """ArraySpec of one batch row (layout applied)."""
+        return ArraySpec(self.row_shape(width), self.dtype)
+
+    # ------------------------------------------------------------------ work
+    def decode_image(self, buf: Any) -> np.ndarray:
+        """Decode one encoded sample, at reduced JPEG scale when the transforms allow it."""
+        min_size = None
+        hint = getattr(self.transforms, "decode_hint", None)
+        if hint is not None and self.decode.scale_on_decode and sniff(buf) == "jpeg":
+            min_size = hint(image_size(buf))
+        return _decode(buf, min_size=min_size, fast=self.decode.fast)
+
+    def apply(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return img if self.transforms is None else self.transforms(img, rng)
+
+    def apply_pair(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if self.pair_with is None:
+            raise ValueError("this pipeline has no pair_with")
+        return self.pair_with(img, rng)
+
+    def check(self, arr: Any, *, what: str) -> np.ndarray:
+        """``arr`` as an ndarray matching ``sample_spec``, or ``SpecError`` naming ``what``."""
+        if not isinstance(arr, np.ndarray):
+            raise SpecError(f"{what}: the transforms returned {type(arr).__name__}, not an ndarray")
+        if not self.sample_spec.accepts(arr):
+            raise SpecError(
+                f"{what}: got {tuple(arr.shape)} {arr.dtype}, expected {self.sample_spec.describe()}"
+            )
+        return arr
+
+    def place(self, arr: np.ndarray, dest: np.ndarray, width: int | None) -> None:
+        """Write checked sample ``arr`` into batch row ``dest`` (shape ``row_shape(width)``)."""
+        if width is not None and arr.shape[1] != width:
+            arr = fit_width(arr, width)
+        if self.layout == "NCHW":
+            arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
+        np.copyto(dest, arr, casting="no")

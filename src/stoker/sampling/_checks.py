@@ -1,0 +1,80 @@
+"""Argument checks shared by the samplers (clear ``ValueError``/``TypeError`` messages)."""
+
+from __future__ import annotations
+
+import hashlib
+import numbers
+
+import numpy as np
+
+__all__ = ["array_digest", "as_labels", "check_epoch", "check_int", "check_rank", "check_seed"]
+
+
+def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
+    """``value`` as an ``int``; bools, floats and strings are refused with a message naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    out = int(value)
+    if minimum is not None and out < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {out}")
+    return out
+
+
+def check_rank(rank: object, world_size: object) -> tuple[int, int]:
+    w = check_int("world_size", world_size, minimum=1)
+    r = check_int("rank", rank)
+    if not 0 <= r < w:
+        raise ValueError(f"rank must be in [0, world_size={w}), got {r}")
+    return r, w
+
+
+def check_seed(seed: object) -> int:
+    if seed is None:
+        raise TypeError(
+            "seed must be an int: every rank and a resumed run must draw the same order "
+            "(stoker.Loader draws one for you when you give it seed=None and no sampler)"
+        )
+    return check_int("seed", seed, minimum=0)
+
+
+def check_epoch(epoch: object) -> int:
+    return check_int("epoch", epoch, minimum=0)
+
+
+def array_digest(arr: np.ndarray) -> str:
+    """A short content hash of an array (for fingerprints: same data, same digest)."""
+    a = np.ascontiguousarray(arr)
+    h = hashlib.sha256()
+    h.update(str(a.dtype).encode())
+    h.update(str(a.shape).encode())
+    h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+def as_labels(labels: object, *, name: str = "labels") -> np.ndarray:
+    """One label per sample as a 1-D int64 or str array.
+
+    Float labels (``RecordFile.labels()`` returns float32) are accepted when every value is a
+    whole number; NaN and fractional values are refused naming the first bad position.
+    """
+    arr = np.asarray(labels)
+    if arr.ndim != 1:
+        raise ValueError(
+            f"{name} must be 1-D (one label per sample), got shape {arr.shape}; "
+            f"for multi-label records pick one column, e.g. {name}[:, 0]"
+        )
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "b":
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr) | (arr != np.round(arr))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"{name}[{i}] = {arr[i].item()!r} is not a whole number")
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "U":
+        return arr
+    if arr.dtype.kind == "O" and all(isinstance(x, str) for x in arr.tolist()):
+        return arr.astype(str)
+    raise TypeError(f"{name} must be integers or strings, got dtype {arr.dtype}")

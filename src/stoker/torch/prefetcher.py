@@ -1,0 +1,518 @@
+"""``CudaPrefetcher``: batches arrive on the device, converted and normalised there.
+
+NOTE [ CUDA prefetch stream protocol ]
+
+Streams: one side stream per prefetcher, created once in ``__init__`` (never per epoch). The
+consumer stream is whatever stream is current when the consumer asks for the next batch.
+
+Per batch (``_launch``):
+1. the side stream waits on the consumer stream (``side.wait_stream(consumer)``), so nothing
+   the side stream does overtakes work the consumer queued earlier;
+2. every host array of the batch is copied into a pinned staging buffer taken from a pool
+   keyed by (shape, dtype) (a CPU tensor that is already pinned is used as it is);
+3. on the side stream: one ``non_blocking`` host-to-device copy per leaf, then a ``copy`` event;
+   then conversion of the image leaves (uint8 -> float32, NHWC -> NCHW, ``(x - mean) / std``,
+   optional flip/erase, cast to ``dtype``, memory format), then a ``ready`` event.
+   Only uint8 crosses the bus; all arithmetic happens on the device.
+
+Buffer ownership:
+- a stoker shared-memory slot is ``retain()``ed at launch and ``release()``d only once that
+  batch's ``copy`` event has completed (``event.query()``, or ``event.synchronize()`` when
+  more than ``depth + 1`` slots are held, so the loader's ring never runs dry);
+- a pinned staging buffer returns to its pool only once the ``copy`` event of the batch that
+  used it has completed; a pool grows to at most ``depth + 2`` buffers per key, after that the
+  prefetcher waits for the oldest copy;
+- a pinned tensor supplied by the loader is referenced until its ``copy`` event completed;
+- device tensors are made on the side stream; before a batch is handed over, the consumer
+  stream waits on its ``ready`` event (``consumer.wait_event``, no host block) and every
+  output tensor gets ``record_stream(consumer)``, so the caching allocator does not give its
+  memory to the side stream while the consumer may still read it.
+
+Order: ``depth`` batches are launched ahead of the one the consumer holds. An empty loader
+yields nothing. An exception from the wrapped loader surfaces from ``next()`` at once (batches
+launched ahead of it are dropped) after the shutdown below.
+
+Shutdown (end of data, ``break``, exception, garbage collection of the generator): every held
+event is synchronised, then every held slot is released and every staging buffer returned.
+The side stream and the pools live as long as the prefetcher and are reused across epochs.
+
+Without CUDA (``device="cpu"``, or no CUDA available) there are no streams, events or pinned
+buffers: each batch is converted synchronously on the CPU by the same code, so a training
+script written for a GPU runs unchanged on a laptop.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from stoker.torch._batch import Tree, flatten, follows_slot_protocol
+from stoker.torch.augment import batch_generator, random_erase, random_flip
+
+__all__ = ["CudaPrefetcher", "convert_images"]
+
+_DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    torch.float32: torch.float32,
+    torch.float16: torch.float16,
+    torch.bfloat16: torch.bfloat16,
+}
+_LAYOUTS = ("auto", "NHWC", "NCHW", "NHW")
+
+
+def _resolve_layout(x: torch.Tensor, layout: str) -> str:
+    if layout != "auto":
+        want = {"NHWC": 4, "NCHW": 4, "NHW": 3}[layout]
+        if x.ndim != want:
+            raise ValueError(f"images declared {layout} but have shape {tuple(x.shape)}")
+        return layout
+    if x.ndim == 3:
+        return "NHW"
+    if x.ndim == 4:
+        return "NHWC" if x.shape[-1] in (1, 3, 4) else "NCHW"
+    raise ValueError(
+        f"images must be a batch shaped (N, H, W, C), (N, C, H, W) or (N, H, W); got shape "
+        f"{tuple(x.shape)}"
+    )
+
+
+def convert_images(
+    x: torch.Tensor,
+    *,
+    mean: torch.Tensor | None = None,
+    std: torch.Tensor | None = None,
+    dtype: torch.dtype = torch.float32,
+    channels_last: bool = False,
+    layout: str = "auto",
+    flip_p: float = 0.0,
+    erase_p: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """The image conversion the prefetcher runs on the device, exposed for reference and tests.
+
+    ``x`` is a batch (N, H, W, C), (N, C, H, W) or (N, H, W) of any dtype on any device; the
+    result is a new NCHW tensor of ``dtype``: ``(float32(x) - mean) / std`` (``mean``/``std``
+    shaped (1, C, 1, 1) float32 on ``x``'s device, in the input's scale, e.g. 0-255 for
+    uint8), then the optional flip and erase, then the cast and memory format.
+    """
+    kind = _resolve_layout(x, layout)
+    if kind == "NHWC":
+        x = x.permute(0, 3, 1, 2)
+    elif kind == "NHW":
+        x = x.unsqueeze(1)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    if x.dtype == torch.uint8:  # cheapest place for a layout copy: one byte per element
+        x = x.contiguous(memory_format=fmt)
+    x = x.to(torch.float32, copy=True)
+    if mean is not None and std is not None:
+        if mean.shape[1] not in (1, x.shape[1]):
+            raise ValueError(
+                f"mean/std have {mean.shape[1]} channels but the images have {x.shape[1]} "
+                f"(shape {tuple(x.shape)} as NCHW)"
+            )
+        x.sub_(mean).div_(std)
+    if flip_p > 0.0 or erase_p > 0.0:
+        if generator is None:
+            raise ValueError("flip/erase need a generator")
+        if flip_p > 0.0:
+            x = random_flip(x, flip_p, generator)
+        if erase_p > 0.0:
+            x = random_erase(x, erase_p, generator)
+    if dtype != torch.float32:
+        x = x.to(dtype)
+    return x.contiguous(memory_format=fmt)
+
+
+def _channel_tensor(
+    values: float | Sequence[float] | None, name: str, device: torch.device
+) -> torch.Tensor | None:
+    if values is None:
+        return None
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().reshape(-1).tolist()
+    vals = [float(values)] if isinstance(values, (int, float)) else [float(v) for v in values]
+    if not vals:
+        raise ValueError(f"{name} must be a number or a non-empty sequence, got {values!r}")
+    if not all(np.isfinite(v) for v in vals):
+        raise ValueError(f"{name} must be finite, got {vals}")
+    if name == "std" and any(v == 0 for v in vals):
+        raise ValueError(f"std must not contain 0, got {vals}")
+    return torch.tensor(vals, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+
+
+# --- the device side, behind a small interface so the protocol can be tested without a GPU ---
+
+
+class _Done:
+    """A result that is available at once (the real CUDA backend: work is queued async)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self) -> Any:
+        return self.value
+
+
+class _CudaBackend:
+    """Streams, events and pinned memory of one CUDA device."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def new_stream(self) -> Any:
+        return torch.cuda.Stream(device=self.device)
+
+    def current_stream(self) -> Any:
+        return torch.cuda.current_stream(self.device)
+
+    def wait_stream(self, waiter: Any, waitee: Any) -> None:
+        waiter.wait_stream(waitee)
+
+    def record_event(self, stream: Any) -> Any:
+        ev = torch.cuda.Event()
+        ev.record(stream)
+        return ev
+
+    def wait_event(self, stream: Any, event: Any) -> None:
+        stream.wait_event(event)
+
+    def event_done(self, event: Any) -> bool:
+        return bool(event.query())
+
+    def event_wait(self, event: Any) -> None:
+        event.synchronize()
+
+    def submit(self, stream: Any, fn: Callable[[], Any]) -> _Done:
+        with torch.cuda.stream(stream):
+            return _Done(fn())
+
+    def pinned_empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, pin_memory=True)
+
+    def is_pinned(self, t: torch.Tensor) -> bool:
+        return bool(t.is_pinned())
+
+    def to_device(self, host: torch.Tensor) -> torch.Tensor:
+        return host.to(self.device, non_blocking=True)
+
+    def is_on_device(self, t: torch.Tensor) -> bool:
+        return t.device == self.device
+
+    def record_stream(self, t: torch.Tensor, stream: Any) -> None:
+        t.record_stream(stream)
+
+    def generator_device(self) -> torch.device:
+        return self.device
+
+
+@dataclass
+class _Flight:
+    """One launched batch: its events, its output, and what it holds until its copy is done."""
+
+    copy_event: Any
+    ready_event: Any
+    output: Any  # handle with .result() -> (tree, device leaves)
+    holds: list[Callable[[], None]] = field(default_factory=list)
+
+    def release(self) -> None:
+        holds, self.holds = self.holds, []
+        for fn in holds:
+            fn()
+
+
+def _as_host_tensor(x: Any) -> torch.Tensor:
+    if isinstance(x, np.ndarray):
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        return torch.from_numpy(x)
+    return x
+
+
+class CudaPrefetcher:
+    """Wrap an iterable of batches; yield them on ``device``, images converted there.
+
+    ``loader`` yields stoker batches (from ``stoker.Loader`` or :func:`as_tensors`, yielded as
+    :class:`~stoker.torch.TensorBatch`), tensors or arrays, or tuples, lists or dicts of them
+    (from a plain ``torch.utils.data.DataLoader``); the structure is kept. The image entries
+    (the bare tensor, ``batch.images``, or the dict keys / tuple positions in
+    ``normalize_keys``) become NCHW ``dtype`` tensors normalised with ``mean``/``std`` (per
+    channel, in the input's scale: ``mean=(0.485 * 255, 0.456 * 255, 0.406 * 255)`` for uint8);
+    other arrays are copied to the device unchanged. ``flip_p``/``erase_p`` add a random
+    horizontal flip / random erasing per image, drawn on the device from (``seed``, epoch,
+    batch number). ``depth`` batches are copied ahead of the one in use.
+
+    ``device=None`` picks CUDA when available, else the CPU; on the CPU the same conversion
+    runs synchronously. See the NOTE at the top of this module for the stream protocol.
+    """
+
+    def __init__(
+        self,
+        loader: Iterable[Any],
+        *,
+        device: str | torch.device | None = None,
+        mean: float | Sequence[float] | None = None,
+        std: float | Sequence[float] | None = None,
+        dtype: torch.dtype | str = torch.float32,
+        channels_last: bool = False,
+        normalize_keys: Sequence[str | int] = ("images", 0),
+        layout: str = "auto",
+        flip_p: float = 0.0,
+        erase_p: float = 0.0,
+        seed: int = 0,
+        depth: int = 1,
+        _backend: Any = None,
+    ) -> None:
+        if not isinstance(loader, Iterable):
+            raise TypeError(f"loader must be iterable, got {type(loader).__name__}")
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be float32, float16 or bfloat16, got {dtype!r}")
+        if layout not in _LAYOUTS:
+            raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
+        if (mean is None) != (std is None):
+            raise ValueError("give both mean and std, or neither")
+        for name, p in (("flip_p", flip_p), ("erase_p", erase_p)):
+            if not 0.0 <= float(p) <= 1.0:
+                raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth must be an int >= 1 (batches copied ahead), got {depth!r}")
+        if isinstance(normalize_keys, (str, int)):
+            normalize_keys = (normalize_keys,)
+        self.loader = loader
+        self.dtype = _DTYPES[dtype]
+        self.channels_last = bool(channels_last)
+        self.normalize_keys = tuple(normalize_keys)
+        self.layout = layout
+        self.flip_p = float(flip_p)
+        self.erase_p = float(erase_p)
+        self.seed = int(seed)
+        self.depth = depth
+        self.epoch = 0
+
+        if _backend is not None:
+            self._backend = _backend
+            self.device = _backend.device
+        else:
+            self.device = self._pick_device(device)
+            self._backend = _CudaBackend(self.device) if self.device.type == "cuda" else None
+        self._mean = _channel_tensor(mean, "mean", self.device)
+        self._std = _channel_tensor(std, "std", self.device)
+        self._side = self._backend.new_stream() if self._backend is not None else None
+        self._pools: dict[tuple[tuple[int, ...], torch.dtype], list[torch.Tensor]] = {}
+        # id(pinned buffer) -> (launch number, copy event still reading it; None while staging)
+        self._busy: dict[int, tuple[int, Any]] = {}
+        self._launches = 0
+        self._holding: deque[_Flight] = deque()  # launched batches still holding host memory
+
+    @staticmethod
+    def _pick_device(device: str | torch.device | None) -> torch.device:
+        if device is None:
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        dev = torch.device(device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            warnings.warn(
+                f"CudaPrefetcher: CUDA is not available, running on the CPU instead of {dev}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return torch.device("cpu")
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        return dev
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch used for flip/erase seeds (and forward it to the loader if it has one)."""
+        self.epoch = int(epoch)
+        set_epoch = getattr(self.loader, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._backend is None:
+            return self._iter_sync()
+        return self._iter_streams()
+
+    # --- shared pieces ---
+
+    def _positions(self, item: Any, counter: int) -> tuple[int, int]:
+        """(epoch, batch number) for the augmentation seed."""
+        if follows_slot_protocol(item) and hasattr(item, "number"):
+            return int(getattr(item, "epoch", self.epoch)), int(item.number)
+        return self.epoch, counter
+
+    def _convert(self, x: torch.Tensor, epoch: int, number: int) -> torch.Tensor:
+        gen = None
+        if self.flip_p > 0.0 or self.erase_p > 0.0:
+            gen = batch_generator(self.seed, epoch, number, x.device)
+        return convert_images(
+            x,
+            mean=self._mean,
+            std=self._std,
+            dtype=self.dtype,
+            channels_last=self.channels_last,
+            layout=self.layout,
+            flip_p=self.flip_p,
+            erase_p=self.erase_p,
+            generator=gen,
+        )
+
+    # --- CPU: synchronous, same conversion ---
+
+    def _iter_sync(self) -> Iterator[Any]:
+        counter = 0
+        for item in self.loader:
+            tree = flatten(item, self.normalize_keys)
+            epoch, number = self._positions(item, counter)
+            in_slot = follows_slot_protocol(item)
+            out = []
+            for leaf, is_target in zip(tree.leaves, tree.targets):
+                t = _as_host_tensor(leaf)
+                if t.device != self.device:
+                    t = t.to(self.device)
+                if is_target:
+                    t = self._convert(t, epoch, number)
+                elif isinstance(leaf, np.ndarray) or in_slot:
+                    t = t.clone()  # never hand out a view of memory the loader will reuse
+                out.append(t)
+            counter += 1
+            yield tree.rebuild(out)
+        self.epoch += 1
+
+    # --- CUDA: side stream, events, pinned staging ---
+
+    def _staging(self, host: torch.Tensor) -> torch.Tensor:
+        """A free pinned buffer shaped like ``host`` (waits for the oldest copy if needed)."""
+        key = (tuple(host.shape), host.dtype)
+        pool = self._pools.setdefault(key, [])
+        be = self._backend
+        while True:
+            for buf in pool:
+                busy = self._busy.get(id(buf))
+                if busy is None or (busy[1] is not None and be.event_done(busy[1])):
+                    self._busy.pop(id(buf), None)
+                    return buf
+            waitable = [self._busy[id(b)] for b in pool if self._busy[id(b)][1] is not None]
+            if len(pool) < self.depth + 2 or not waitable:
+                buf = be.pinned_empty(key[0], key[1])
+                pool.append(buf)
+                return buf
+            be.event_wait(min(waitable, key=lambda b: b[0])[1])
+
+    def _reap(self, max_holding: int | None = None) -> None:
+        """Release the host memory of batches whose copy finished (oldest first)."""
+        be = self._backend
+        while self._holding:
+            f = self._holding[0]
+            if max_holding is not None and len(self._holding) > max_holding:
+                be.event_wait(f.copy_event)
+            elif not be.event_done(f.copy_event):
+                return
+            self._holding.popleft()
+            f.release()
+
+    def _launch(self, item: Any, epoch: int, number: int) -> _Flight:
+        be = self._backend
+        side = self._side
+        tree = flatten(item, self.normalize_keys)
+        be.wait_stream(side, be.current_stream())
+        holds: list[Callable[[], None]] = []
+        if follows_slot_protocol(item):
+            item.retain()
+            holds.append(item.release)
+        sources: list[torch.Tensor] = []
+        staged_bufs: list[torch.Tensor] = []
+        for leaf in tree.leaves:
+            t = _as_host_tensor(leaf)
+            if be.is_on_device(t):
+                sources.append(t)
+            elif be.is_pinned(t):
+                sources.append(t)  # referenced by the flight until the copy is done
+            else:
+                buf = self._staging(t)
+                buf.copy_(t)
+                self._busy[id(buf)] = (self._launches, None)  # taken; its event is set below
+                staged_bufs.append(buf)
+                sources.append(buf)
+
+        def copy_all() -> list[torch.Tensor]:
+            return [s if be.is_on_device(s) else be.to_device(s) for s in sources]
+
+        copied = be.submit(side, copy_all)
+        copy_event = be.record_event(side)
+        for buf in staged_bufs:
+            self._busy[id(buf)] = (self._launches, copy_event)
+        self._launches += 1
+        tree.leaves = []  # drop the views of the loader's memory as soon as they are staged
+        holds.append(lambda refs=sources: refs.clear())
+        targets = tree.targets
+
+        def convert_all() -> list[torch.Tensor]:
+            devs = copied.result()
+            return [
+                self._convert(d, epoch, number) if is_t else d for d, is_t in zip(devs, targets)
+            ]
+
+        output = be.submit(side, convert_all)
+        ready_event = be.record_event(side)
+        flight = _Flight(copy_event, ready_event, (tree, output), holds)
+        self._holding.append(flight)
+        return flight
+
+    def _iter_streams(self) -> Iterator[Any]:
+        be = self._backend
+        it = iter(self.loader)
+        ahead: deque[_Flight] = deque()
+        counter = 0
+        exhausted = False
+
+        def fill() -> None:
+            nonlocal counter, exhausted
+            while not exhausted and len(ahead) < self.depth:
+                self._reap(max_holding=self.depth)
+                try:
+                    item = next(it)
+                except StopIteration:
+                    exhausted = True
+                    return
+                epoch, number = self._positions(item, counter)
+                counter += 1
+                ahead.append(self._launch(item, epoch, number))
+
+        try:
+            fill()
+            while ahead:
+                flight = ahead.popleft()
+                fill()  # the next copies are queued before this batch is handed over
+                consumer = be.current_stream()
+                be.wait_event(consumer, flight.ready_event)
+                tree, output = flight.output
+                leaves = output.result()
+                for t in leaves:
+                    be.record_stream(t, consumer)
+                flight.output = None
+                self._reap()
+                yield tree.rebuild(leaves)
+            self.epoch += 1
+        finally:
+            for f in ahead:
+                f.output = None
+            while self._holding:
+                f = self._holding.popleft()
+                be.event_wait(f.copy_event)
+                f.release()
+            self._busy.clear()
+            close = getattr(it, "close", None)
+            if callable(close):
+                close()

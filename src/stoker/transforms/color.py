@@ -1,0 +1,258 @@
+"""Colour ops: ColorJitter (brightness, contrast, saturation), Grayscale, Normalize."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass, field
+
+import numpy as np
+
+from stoker._core.errors import SpecError
+from stoker._core.specs import ArraySpec
+from stoker.transforms._util import check_image, cv2, cv_input, image_spec_dims, restore_channels
+from stoker.transforms.base import Transform
+
+__all__ = [
+    "ColorJitter",
+    "Grayscale",
+    "Normalize",
+    "adjust_brightness",
+    "adjust_contrast",
+    "adjust_saturation",
+]
+
+
+def _channels(img: np.ndarray) -> int:
+    return 1 if img.ndim == 2 else img.shape[2]
+
+
+def _gray(img: np.ndarray) -> np.ndarray:
+    """ITU-R 601 luma (PIL's ``convert('L')`` weights), HW uint8."""
+    if _channels(img) == 1:
+        return img.reshape(img.shape[:2])
+    return cv2().cvtColor(cv_input(img), cv2().COLOR_RGB2GRAY)
+
+
+def adjust_brightness(img: np.ndarray, factor: float) -> np.ndarray:
+    """``img · factor``, rounded and clipped (PIL ``ImageEnhance.Brightness``)."""
+    out = cv2().convertScaleAbs(cv_input(img), alpha=float(factor), beta=0.0)
+    return restore_channels(out, img)
+
+
+def adjust_contrast(img: np.ndarray, factor: float) -> np.ndarray:
+    """Blend with the mean grey level (PIL ``ImageEnhance.Contrast``)."""
+    mean = int(float(_gray(img).mean()) + 0.5)
+    src = cv_input(img)
+    out = cv2().addWeighted(src, float(factor), src, 0.0, (1.0 - float(factor)) * mean)
+    return restore_channels(out, img)
+
+
+def adjust_saturation(img: np.ndarray, factor: float) -> np.ndarray:
+    """Blend with the greyscale image (PIL ``ImageEnhance.Color``); grey images are unchanged."""
+    if _channels(img) != 3:
+        return img
+    c = cv2()
+    src = cv_input(img)
+    gray = c.cvtColor(c.cvtColor(src, c.COLOR_RGB2GRAY), c.COLOR_GRAY2RGB)
+    return c.addWeighted(src, float(factor), gray, 1.0 - float(factor), 0.0)
+
+
+def _factor_range(v: float | Sequence[float], what: str) -> tuple[float, float]:
+    if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+        if v < 0:
+            raise ValueError(f"ColorJitter: {what} must be >= 0, got {v!r}")
+        return (max(0.0, 1.0 - float(v)), 1.0 + float(v))
+    try:
+        lo, hi = (float(x) for x in v)
+    except (TypeError, ValueError):
+        raise TypeError(f"ColorJitter: {what} must be a number or a (low, high) pair") from None
+    if not 0 <= lo <= hi:
+        raise ValueError(f"ColorJitter: {what} must be a pair 0 <= low <= high, got {v!r}")
+    return (lo, hi)
+
+
+_ADJUST = (adjust_brightness, adjust_contrast, adjust_saturation)
+
+
+@dataclass(frozen=True)
+class ColorJitter(Transform):
+    """torchvision's ColorJitter without hue: each of ``brightness``, ``contrast``,
+    ``saturation`` is a number ``b`` (factor uniform in ``[max(0, 1-b), 1+b]``) or a
+    ``(low, high)`` factor range; the enabled adjustments run in a random order.
+    uint8 in, uint8 out; saturation leaves grey images alone."""
+
+    brightness: float | tuple[float, float] = 0.0
+    contrast: float | tuple[float, float] = 0.0
+    saturation: float | tuple[float, float] = 0.0
+
+    _builtin = True
+
+    def __post_init__(self) -> None:
+        for name in ("brightness", "contrast", "saturation"):
+            object.__setattr__(self, name, _factor_range(getattr(self, name), name))
+
+    def params(self, hw: tuple[int, int], rng: np.random.Generator) -> list[tuple[int, float]]:
+        """[(which, factor), ...] in the order applied; 0 brightness, 1 contrast, 2 saturation."""
+        ranges = (self.brightness, self.contrast, self.saturation)
+        out = []
+        for i in rng.permutation(3):
+            lo, hi = ranges[i]  # type: ignore[misc]
+            if (lo, hi) != (1.0, 1.0):
+                out.append((int(i), float(rng.uniform(lo, hi))))
+        return out
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        check_image(img, "ColorJitter")
+        if img.dtype != np.uint8:
+            raise TypeError(f"ColorJitter: expects uint8, got {img.dtype}")
+        for which, factor in self.params(img.shape[:2], rng):
+            img = _ADJUST[which](img, factor)
+        return img
+
+    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
+        image_spec_dims(in_spec, "ColorJitter")
+        if in_spec.dtype != "uint8":
+            raise SpecError(f"ColorJitter: expects uint8 input, got {in_spec.describe()}")
+        return in_spec
+
+
+@dataclass(frozen=True)
+class Grayscale(Transform):
+    """RGB to grey (PIL ``convert('L')`` weights), returned with ``channels`` (1 or 3) equal
+    channels; an HW input stays HW when ``channels=1``."""
+
+    channels: int = 3
+
+    _builtin = True
+
+    def __post_init__(self) -> None:
+        if self.channels not in (1, 3):
+            raise ValueError(f"Grayscale: channels must be 1 or 3, got {self.channels!r}")
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        check_image(img, "Grayscale")
+        if _channels(img) not in (1, 3):
+            raise ValueError(f"Grayscale: expects 1 or 3 channels, got shape {img.shape}")
+        g = _gray(img)
+        if self.channels == 3:
+            return cv2().cvtColor(np.ascontiguousarray(g), cv2().COLOR_GRAY2RGB)
+        return g if img.ndim == 2 else g[:, :, None]
+
+    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
+        h, w, c = image_spec_dims(in_spec, "Grayscale")
+        if c is not None and c not in (1, 3):
+            raise SpecError(f"Grayscale: expects 1 or 3 channels, got {in_spec.describe()}")
+        if c is None and self.channels == 1 and len(in_spec.shape) == 2:
+            return in_spec
+        return ArraySpec((h, w, self.channels), in_spec.dtype)
+
+
+def _per_channel(v: float | Sequence[float], what: str) -> tuple[float, ...]:
+    if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+        return (float(v),)
+    vals = tuple(float(x) for x in v)
+    if not vals:
+        raise ValueError(f"Normalize: {what} must not be empty")
+    return vals
+
+
+@dataclass(frozen=True)
+class Normalize(Transform):
+    """``(img / scale - mean) / std`` as float32 (or ``dtype``), per channel, in ``layout``
+    ``"HWC"`` or ``"CHW"``: the seed-000 ``(x/255 - 0.5)/0.5`` for users who normalise on the
+    CPU. (On a GPU, keep uint8 batches and normalise there: 4× less to copy.)
+
+    ``mean``/``std``: one number for all channels or one per channel. uint8 input goes through
+    a 256-entry lookup table (one pass); other dtypes through float arithmetic.
+    """
+
+    mean: float | tuple[float, ...] = 0.5
+    std: float | tuple[float, ...] = 0.5
+    _: KW_ONLY
+    scale: float = 255.0
+    layout: str = "HWC"
+    dtype: str = "float32"
+    _lut: np.ndarray = field(init=False, repr=False, compare=False, hash=False)
+
+    _builtin = True
+
+    def __post_init__(self) -> None:
+        mean = _per_channel(self.mean, "mean")
+        std = _per_channel(self.std, "std")
+        if any(s == 0 for s in std):
+            raise ValueError(f"Normalize: std must not contain 0, got {self.std!r}")
+        if len(mean) != len(std) and 1 not in (len(mean), len(std)):
+            raise ValueError(f"Normalize: mean has {len(mean)} values, std {len(std)}")
+        if self.layout not in ("HWC", "CHW"):
+            raise ValueError(f"Normalize: layout must be 'HWC' or 'CHW', got {self.layout!r}")
+        if float(self.scale) <= 0:
+            raise ValueError(f"Normalize: scale must be > 0, got {self.scale!r}")
+        dt = np.dtype(self.dtype)
+        if dt.kind != "f":
+            raise ValueError(f"Normalize: dtype must be a float type, got {self.dtype!r}")
+        object.__setattr__(self, "mean", mean)
+        object.__setattr__(self, "std", std)
+        object.__setattr__(self, "dtype", dt.name)
+        n = max(len(mean), len(std))
+        m = np.broadcast_to(np.asarray(mean, np.float64), (n,))
+        s = np.broadcast_to(np.asarray(std, np.float64), (n,))
+        levels = np.arange(256, dtype=np.float64)[:, None]
+        lut = ((levels / float(self.scale) - m) / s).astype(np.float32)  # (256, n)
+        object.__setattr__(self, "_lut", lut)
+
+    @property
+    def channels(self) -> int:
+        """Channels the statistics are given for (1: the same for every channel)."""
+        return int(self._lut.shape[1])
+
+    def _check_channels(self, c: int, where: str) -> None:
+        if self.channels != 1 and c != self.channels:
+            raise SpecError(
+                f"Normalize: mean/std have {self.channels} values, {where} has {c} channels"
+            )
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        check_image(img, "Normalize")
+        c = _channels(img)
+        self._check_channels(c, f"image {img.shape}")
+        h, w = img.shape[:2]
+        if img.dtype == np.uint8:
+            out = self._lut_apply(img, c)  # HWC (h, w, c) or CHW (c, h, w)
+        else:
+            m = np.asarray(self.mean, np.float32)
+            s = np.asarray(self.std, np.float32)
+            x = img.astype(np.float32) / np.float32(self.scale)
+            out = (x.reshape(h, w, c) - m) / s
+            if self.layout == "CHW":
+                out = np.ascontiguousarray(out.transpose(2, 0, 1))
+        if self.layout == "HWC" and img.ndim == 2:
+            out = out.reshape(h, w)
+        if out.dtype != np.dtype(self.dtype):
+            out = out.astype(self.dtype)
+        return out
+
+    def _lut_apply(self, img: np.ndarray, c: int) -> np.ndarray:
+        """One table lookup per pixel; for CHW, one lookup per plane straight into place."""
+        cv = cv2()
+        h, w = img.shape[:2]
+        if self.layout == "CHW" and c > 1:
+            out = np.empty((c, h, w), np.float32)
+            for i, plane in enumerate(cv.split(cv_input(img))):
+                cv.LUT(
+                    plane, self._lut[:, i if self.channels > 1 else 0].reshape(256, 1), dst=out[i]
+                )
+            return out
+        if self.channels == 1:
+            lut = self._lut[:, 0].reshape(256, 1)
+        else:
+            lut = self._lut.reshape(256, 1, c)
+        out = cv.LUT(cv_input(img), lut).reshape(h, w, c)
+        return out.transpose(2, 0, 1) if self.layout == "CHW" else out
+
+    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
+        h, w, c = image_spec_dims(in_spec, "Normalize")
+        if c is not None:
+            self._check_channels(c, f"input {in_spec.describe()}")
+        if self.layout == "CHW":
+            return ArraySpec((1 if len(in_spec.shape) == 2 else c, h, w), self.dtype)
+        return ArraySpec(in_spec.shape, self.dtype)

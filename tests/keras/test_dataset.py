@@ -1,0 +1,175 @@
+"""KerasDataset as Keras drives it: exact length, epoch alignment, wrap, dtypes, arguments.
+
+The PyDataset protocol is driven by hand in the order Keras 3 calls it (``on_epoch_begin``,
+``__getitem__`` per step, ``on_epoch_end``) over a real in-process loader (``workers=0``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tests.keras._data import decode_index, index_images
+
+import stoker
+import stoker.keras
+from stoker.keras import KerasDataset
+
+
+def keras_epoch(ds: KerasDataset, order=None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """One Keras epoch: the sample indices (from the pixels) and labels of every batch."""
+    ds.on_epoch_begin()
+    seen, labels = [], []
+    for i in order if order is not None else range(len(ds)):
+        x, y = ds[i]
+        seen.append(decode_index(x))
+        labels.append(np.asarray(y))
+    ds.on_epoch_end()
+    return seen, labels
+
+
+def reference_stream(n: int, batch_size: int, passes: int, seed: int) -> list[np.ndarray]:
+    """The batches a plain loader yields over ``passes`` epochs, as sample indices."""
+    x, y = index_images(n)
+    out = []
+    with stoker.Loader((x, y), batch_size=batch_size, shuffle=True, seed=seed, workers=0) as ld:
+        for _ in range(passes):
+            out += [decode_index(b.images) for b in ld]
+    return out
+
+
+def make(n=64, batch_size=16, seed=3, **kw) -> KerasDataset:
+    x, y = index_images(n)
+    loader = stoker.Loader((x, y), batch_size=batch_size, shuffle=True, seed=seed, workers=0)
+    return KerasDataset(loader, **kw)
+
+
+def test_len_is_the_loaders_or_steps():
+    x, y = index_images(100)
+    with stoker.Loader((x, y), batch_size=16, workers=0) as ld:
+        ds = KerasDataset(ld, close_loader=False)
+        assert len(ds) == len(ld) == 7 and ds.num_batches == 7
+        assert len(KerasDataset(ld, steps=3, close_loader=False)) == 3
+        assert len(KerasDataset(ld, steps=20, close_loader=False)) == 20
+
+
+def test_each_keras_epoch_is_one_loader_epoch_in_any_index_order():
+    n = 64
+    with make(n) as ds:
+        ep0, lab0 = keras_epoch(ds, order=[2, 0, 3, 1])  # fit(shuffle=True) permutes indices
+        assert ds.loader.epoch == 1  # on_epoch_end advanced the loader
+        ep1, _ = keras_epoch(ds)
+        assert ds.loader.epoch == 2
+    for ep in (ep0, ep1):
+        assert sorted(np.concatenate(ep).tolist()) == list(range(n))
+    assert not np.array_equal(np.concatenate(ep0), np.concatenate(ep1))  # reshuffled
+    for s, lab in zip(ep0, lab0):  # labels travel with their images
+        assert np.array_equal(s, lab)
+    assert [b.tolist() for b in ep0 + ep1] == [b.tolist() for b in reference_stream(n, 16, 2, 3)]
+
+
+@pytest.mark.parametrize("steps", [3, 6])
+def test_steps_other_than_one_pass_flow_on_across_loader_epochs(steps):
+    n, bs = 64, 16  # 4 batches per loader epoch
+    with make(n, bs, steps=steps) as ds:
+        got = []
+        for _ in range(4):
+            got += keras_epoch(ds)[0]
+    want = reference_stream(n, bs, passes=(4 * steps + 3) // 4, seed=3)[: 4 * steps]
+    assert [b.tolist() for b in got] == [b.tolist() for b in want]
+
+
+def test_model_build_peek_is_served_again_as_the_first_batch():
+    """Keras pulls one batch to build an unbuilt model, then ends the "epoch"; the real first
+    epoch must still be exactly loader epoch 0."""
+    with make() as ds:
+        peek, _ = keras_epoch(ds, order=[2])
+        ep0, _ = keras_epoch(ds)
+        assert ds.loader.epoch == 1
+    assert np.array_equal(ep0[0], peek[0])
+    assert [b.tolist() for b in ep0] == [b.tolist() for b in reference_stream(64, 16, 1, 3)]
+
+
+def test_validation_pattern_reset_then_epoch():
+    """evaluate() inside fit calls on_epoch_end (reset) before each pass: nothing is lost."""
+    with make() as ds:
+        for _ in range(3):
+            ds.on_epoch_end()
+            ep, _ = keras_epoch(ds)
+            assert sorted(np.concatenate(ep).tolist()) == list(range(64))
+
+
+def test_uint8_by_default_float_on_request():
+    x = np.random.default_rng(0).integers(0, 256, (32, 8, 8), dtype=np.uint8)
+    y = np.arange(32)
+    with stoker.Loader((x, y), batch_size=8, workers=0) as ld:
+        ds = KerasDataset(ld, close_loader=False)
+        xb, yb = ds[0]
+        assert xb.dtype == np.uint8 and xb.shape == (8, 8, 8, 1)  # channel axis added
+        assert np.array_equal(xb[..., 0], x[:8]) and np.array_equal(yb, y[:8])
+    for dtype in ("float16", "float32"):
+        with stoker.Loader((x, y), batch_size=8, workers=0) as ld:
+            xb, _ = KerasDataset(ld, x_dtype=dtype, close_loader=False)[0]
+            assert xb.dtype == np.dtype(dtype) and xb.shape == (8, 8, 8, 1)
+            np.testing.assert_allclose(xb[..., 0], x[:8] / 255, rtol=1e-3, atol=1e-3)
+    with stoker.Loader((x, y), batch_size=8, workers=0) as ld:
+        xb, _ = KerasDataset(ld, x_dtype="float32", scale=1.0, close_loader=False)[0]
+        assert np.array_equal(xb[..., 0], x[:8].astype(np.float32))
+
+
+def test_keras_never_gets_a_pool():
+    with make() as ds:
+        assert ds.workers == 1 and ds.use_multiprocessing is False and ds.max_queue_size == 1
+        with pytest.raises(ValueError, match="Loader"):
+            ds.workers = 8
+        with pytest.raises(ValueError, match="worker processes"):
+            ds.use_multiprocessing = True
+        ds.workers = 1  # a no-op is fine
+
+
+def test_bad_arguments_and_indices():
+    x, y = index_images(32)
+    with stoker.Loader((x, y), batch_size=8, workers=0) as ld:
+        for kw, match in [
+            ({"x_dtype": "int32"}, "float dtype"),
+            ({"scale": 0}, "scale"),
+            ({"scale": float("nan")}, "scale"),
+            ({"steps": 0}, "steps"),
+            ({"steps": 2.5}, "steps"),
+        ]:
+            with pytest.raises(ValueError, match=match):
+                KerasDataset(ld, close_loader=False, **kw)
+        with pytest.raises(TypeError, match="stoker.Loader"):
+            KerasDataset(object())
+        ds = KerasDataset(ld, close_loader=False)
+        with pytest.raises(IndexError, match="out of range"):
+            ds[4]
+        with pytest.raises(IndexError):
+            ds[-1]
+        with pytest.raises(TypeError):
+            ds["0"]
+
+
+def test_close_closes_the_loader_unless_told_not_to():
+    x, y = index_images(32)
+    ld = stoker.Loader((x, y), batch_size=8, workers=0)
+    ds = KerasDataset(ld, close_loader=False)
+    ds[0]
+    ds.close()
+    with pytest.raises(ValueError, match="closed"):
+        ds[1]
+    assert [b.number for b in ld] == [1, 2, 3]  # still usable: the epoch goes on
+    with KerasDataset(ld) as ds2:
+        ds2[0]
+    with pytest.raises(Exception):  # noqa: B017 - the loader's own "closed" error
+        list(ld)
+
+
+def test_dataset_builds_and_owns_a_loader():
+    x, y = index_images(40)
+    with stoker.keras.dataset((x, y), batch_size=8, workers=0, x_dtype="float32", scale=1.0) as ds:
+        assert len(ds) == 5
+        ep, _ = keras_epoch(ds)
+        loader = ds.loader
+    assert sorted(np.concatenate(ep).tolist()) == list(range(40))
+    with pytest.raises(Exception):  # noqa: B017 - closed with the dataset
+        list(loader)

@@ -1,0 +1,41 @@
+"""Loader test fixtures: tiny real datasets, and the worker server started once per session
+(it lives as long as the test process, so the leak check must see it before the first test)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from loader_helpers import make_arrays, make_folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_server():
+    from stoker.loader import warm_up
+
+    warm_up()
+    yield
+
+
+@pytest.fixture(scope="session")
+def folder(tmp_path_factory) -> str:
+    """40 JPEGs (36x40) and 2 PNGs in 3 class folders."""
+    root = tmp_path_factory.mktemp("images")
+    make_folder(str(root), n=42, size=(36, 40))
+    return str(root)
+
+
+@pytest.fixture(scope="session")
+def arrays() -> tuple[np.ndarray, np.ndarray]:
+    return make_arrays(60)
+
+
+@pytest.fixture
+def shm_names():
+    """Names of stoker segments in /dev/shm (a function, evaluated when called)."""
+
+    def names() -> set[str]:
+        return {n for n in os.listdir("/dev/shm") if n.startswith("stoker_")}
+
+    return names

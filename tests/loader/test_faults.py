@@ -1,0 +1,310 @@
+"""Faults a user will hit, with real worker processes: the error names what and where, fast,
+and nothing is left behind (the autouse leak check covers segments, children and fds)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import psutil
+import pytest
+from loader_helpers import CustomError, CvThreads, Misbehave, make_arrays
+
+from stoker import (
+    LoaderTimeoutError,
+    SharedMemoryError,
+    SpecError,
+    TooManyBadSamplesError,
+    WorkerDiedError,
+    WorkerError,
+)
+from stoker.loader import Loader, cleanup_stale
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "src")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_worker_exception_keeps_type_key_and_worker(arrays, workers):
+    x, y = arrays
+    with Loader((x, y), batch_size=4, transforms=Misbehave("raise", at=17), workers=workers) as ld:
+        with pytest.raises(KeyError) as info:
+            for _ in ld:
+                pass
+    e = info.value
+    assert isinstance(e, WorkerError)
+    assert e.key == 17 and e.index == 17
+    assert "key 17" in str(e) and "bad sample 17" in str(e)
+    assert "Misbehave" in e.remote_traceback or "loader_helpers" in e.remote_traceback
+    if workers:
+        assert e.worker_id in (0, 1) and f"worker {e.worker_id}" in str(e)
+
+
+def test_exception_type_that_cannot_be_rebuilt_is_still_a_worker_error(arrays):
+    x, y = arrays
+    with Loader((x, y), batch_size=4, transforms=Misbehave("custom", at=2), workers=1) as ld:
+        with pytest.raises(WorkerError, match="CustomError") as info:
+            list(ld)
+    assert not isinstance(info.value, CustomError) or isinstance(info.value, WorkerError)
+
+
+def test_loader_restarts_after_an_error(arrays):
+    x, y = arrays
+    with Loader((x, y), batch_size=10, transforms=Misbehave("raise", at=35), workers=2) as ld:
+        with pytest.raises(KeyError):
+            list(ld)
+        ld.set_epoch(0)
+        first = next(iter(ld))
+        np.testing.assert_array_equal(first.images, x[:10])
+
+
+@pytest.mark.parametrize("what,signame", [("sigkill", "SIGKILL"), ("segfault", "SIGSEGV")])
+def test_dead_worker_reported_fast_with_signal_and_keys(arrays, what, signame):
+    x, y = arrays
+    with Loader((x, y), batch_size=4, transforms=Misbehave(what, at=9), workers=2) as ld:
+        t0 = time.monotonic()
+        with pytest.raises(WorkerDiedError) as info:
+            list(ld)
+        elapsed = time.monotonic() - t0
+    msg = str(info.value)
+    assert f"killed by {signame}" in msg
+    assert "9" in msg.split("keys", 1)[1]
+    assert elapsed < 2.0 + 1.0  # detection < 2 s; plus the work before the fault
+
+
+def test_worker_exit_code_reported(arrays):
+    x, y = arrays
+    with Loader((x, y), batch_size=4, transforms=Misbehave("exit", at=1), workers=1) as ld:
+        with pytest.raises(WorkerDiedError, match="exited with code 3"):
+            list(ld)
+
+
+def test_timeout_names_in_flight_keys(arrays):
+    x, y = arrays
+    with Loader(
+        (x, y), batch_size=4, transforms=Misbehave("sleep", at=6), workers=2, timeout=1
+    ) as ld:
+        t0 = time.monotonic()
+        with pytest.raises(LoaderTimeoutError, match=r"no batch in 1 s.*keys \[.*6") as info:
+            list(ld)
+        assert time.monotonic() - t0 < 5
+    assert isinstance(info.value, TimeoutError)
+
+
+@pytest.mark.parametrize("what", ["shape", "dtype"])
+def test_wrong_shape_or_dtype_named_before_writing(arrays, what):
+    x, y = arrays
+    with Loader((x, y), batch_size=8, transforms=Misbehave(what, at=3), workers=1) as ld:
+        with pytest.raises(
+            SpecError,
+            match=r"key 3 .*got \(12, (9|10), 3\) (uint8|float32), expected \(12, 10, 3\) uint8",
+        ):
+            next(iter(ld))
+
+
+def test_wrong_shape_leaves_neighbours_intact_in_skip_mode(arrays):
+    x, y = arrays
+    with Loader(
+        (x, y),
+        batch_size=8,
+        transforms=Misbehave("shape", at=3),
+        workers=2,
+        on_error="skip",
+        max_bad_fraction=0.5,
+    ) as ld:
+        b = next(iter(ld))
+        assert list(b.keys) == [0, 1, 2, 4, 5, 6, 7]
+        np.testing.assert_array_equal(b.images, x[[0, 1, 2, 4, 5, 6, 7]])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_skip_accounting_and_breaker(arrays, workers, caplog):
+    x, y = arrays
+    kw = dict(batch_size=8, transforms=Misbehave("raise", at=10), workers=workers, on_error="skip")
+    with Loader((x, y), max_bad_fraction=0.05, **kw) as ld:
+        keys = [int(k) for b in ld for k in b.keys]
+        assert 10 not in keys and len(keys) == 59
+        assert ld.stats["bad_samples"] == 1 == len(ld.rejects)
+        assert ld.rejects[0]["key"] == 10 and "KeyError" in ld.rejects[0]["reason"]
+        assert ld.state_dict()["bad"]["total"] == 1
+    assert "skipped sample key 10" in caplog.text
+    with Loader((x, y), max_bad_fraction=0.0, **kw) as ld:
+        with pytest.raises(TooManyBadSamplesError, match="key 10"):
+            list(ld)
+
+
+def test_break_many_epochs_is_stable(arrays, shm_names):
+    x, y = arrays
+    me = psutil.Process()
+    with Loader((x, y), batch_size=4, workers=2, shuffle=True, seed=0) as ld:
+        next(iter(ld))
+        kids = {p.pid for p in me.children(recursive=True)}
+        fds = len(os.listdir("/proc/self/fd"))
+        segs = shm_names()
+        for epoch in range(20):
+            ld.set_epoch(epoch)
+            for i, b in enumerate(ld):
+                assert b.epoch == epoch
+                if i == 3:
+                    break
+        assert {p.pid for p in me.children(recursive=True)} == kids
+        assert len(os.listdir("/proc/self/fd")) == fds
+        assert shm_names() == segs
+
+
+def test_break_then_continue_resumes_same_epoch(arrays):
+    x, y = arrays
+    with Loader((x, y), batch_size=4, workers=2) as ld:
+        for i, _ in enumerate(ld):
+            if i == 2:
+                break
+        rest = [int(b.keys[0]) for b in ld]
+    assert rest[0] == 12 and len(rest) == 12
+
+
+def test_shm_preflight_refuses_with_advice(arrays, monkeypatch):
+    from stoker.loader import _shm
+
+    x, y = arrays
+    monkeypatch.setattr(_shm, "shm_free_bytes", lambda: 3 << 20)
+    big = np.zeros((4, 256, 256, 3), np.uint8)
+    with Loader((big, np.zeros(4)), batch_size=4, workers=1) as ld:
+        with pytest.raises(
+            SharedMemoryError,
+            match=r"need .* MiB for 4 batch slots, /dev/shm has 3.0 MiB free.*--shm-size",
+        ):
+            next(iter(ld))
+
+
+def test_fallocate_failure_is_an_error_not_sigbus(monkeypatch):
+    import errno
+
+    from stoker.loader import _shm
+
+    def no_space(fd, off, size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    before = set(os.listdir("/dev/shm"))
+    with pytest.raises(SharedMemoryError, match="cannot reserve"):
+        _shm.create_segment(1 << 20)
+    assert set(os.listdir("/dev/shm")) == before
+
+
+def _driver(code: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]))
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+DRIVER = """
+import os, sys, time
+import numpy as np
+from loader_helpers import Misbehave, make_arrays
+from stoker.loader import Loader
+
+if __name__ == "__main__":
+    x, y = make_arrays(400)
+    ld = Loader((x, y), batch_size=4, workers=2, transforms=Misbehave("sleep", at=399, seconds=0.01))
+    it = iter(ld)
+    next(it)
+    pids = [w.proc.pid for w in ld._workers]
+    print(ld._segment.name, *pids, flush=True)
+    while True:
+        for b in ld:
+            time.sleep(0.01)
+"""
+
+
+def _wait_gone(pids, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = [
+            p
+            for p in pids
+            if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+        ]
+        if not alive:
+            return []
+        time.sleep(0.05)
+    return alive
+
+
+def test_ctrl_c_stops_everything():
+    proc = _driver(DRIVER)
+    try:
+        line = proc.stdout.readline().split()
+        assert line, proc.stderr.read()
+        seg, pids = line[0], [int(p) for p in line[1:]]
+        assert os.path.exists(f"/dev/shm/{seg}")
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+        assert time.monotonic() - t0 < 3
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "KeyboardInterrupt" in err
+    assert not os.path.exists(f"/dev/shm/{seg}")
+    assert _wait_gone(pids, 5) == []
+    assert "leaked" not in err and "resource_tracker" not in err
+
+
+def test_sigkill_of_main_workers_exit_and_cleanup_removes_segment():
+    proc = _driver(DRIVER)
+    try:
+        line = proc.stdout.readline().split()
+        assert line, proc.stderr.read()
+        seg, pids = line[0], [int(p) for p in line[1:]]
+        proc.kill()
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert _wait_gone(pids, 10) == []
+    assert os.path.exists(f"/dev/shm/{seg}")  # nobody could unlink it...
+    assert seg in cleanup_stale()  # ...until the sweep
+    assert not os.path.exists(f"/dev/shm/{seg}")
+
+
+def test_cleanup_keeps_live_owners(shm_names):
+    from stoker.loader import _shm
+
+    seg, mapping = _shm.create_segment(4096)
+    try:
+        assert seg.name not in cleanup_stale()
+        assert seg.name in shm_names()
+    finally:
+        seg.unlink()
+    fake = "stoker_999999999_1_dead"
+    open(f"/dev/shm/{fake}", "wb").close()
+    assert fake in cleanup_stale()
+    assert fake not in shm_names()
+
+
+def test_two_loaders_at_once(arrays):
+    x, y = arrays
+    with Loader((x, y), batch_size=8, workers=1) as a, Loader((x, y), batch_size=8, workers=1) as b:
+        for ba, bb in zip(a, b):
+            np.testing.assert_array_equal(ba.images, bb.images)
+        assert a._segment.name != b._segment.name
+
+
+def test_workers_limit_threads(arrays):
+    """cv2 in a worker runs single-threaded (no oversubscription, no fork deadlock)."""
+    x, y = make_arrays(8)
+    with Loader((x, y), batch_size=8, transforms=CvThreads(), workers=1) as ld:
+        b = next(iter(ld))
+        assert int(b.images[0, 0, 0, 0]) == 1

@@ -1,0 +1,84 @@
+"""Helpers for the pack tests: tiny real images written with Pillow, and worker-side hooks
+(module-level so that pool workers can import them)."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import io
+import os
+import time
+
+import numpy as np
+from PIL import Image
+
+from stoker.pack.images import check_image
+
+
+def image_bytes(
+    size: tuple[int, int] = (32, 32), *, fmt: str = "JPEG", mode: str = "RGB", seed: int = 0, noise: int = 20, **save
+) -> bytes:
+    """A small smooth-plus-noise image (w, h = size) encoded with Pillow."""
+    w, h = size
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.stack([x * 255 // max(w - 1, 1), y * 255 // max(h - 1, 1), (x + y) % 256], axis=2)
+    arr = np.clip(base + rng.integers(-noise, noise + 1, (h, w, 3)), 0, 255).astype(np.uint8)
+    im = Image.fromarray(arr, "RGB")
+    if mode != "RGB":
+        im = im.convert(mode)
+    buf = io.BytesIO()
+    im.save(buf, fmt, **save)
+    return buf.getvalue()
+
+
+def noise_jpeg(size: int = 64, seed: int = 0, quality: int = 95) -> bytes:
+    """A hard-to-compress JPEG (about 10 KB at 64x64)."""
+    rng = np.random.default_rng(seed)
+    arr = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, "JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def make_tree(root: str, spec: dict[str, int], *, size=(32, 32), seed: int = 0) -> list[str]:
+    """``spec`` = {class folder: number of JPEGs}; returns the relative paths written."""
+    out = []
+    for cls, n in spec.items():
+        os.makedirs(os.path.join(root, cls), exist_ok=True)
+        for i in range(n):
+            rel = f"{cls}/img{i:03d}.jpg"
+            with open(os.path.join(root, rel), "wb") as f:
+                f.write(image_bytes(size, seed=seed * 1000 + hash(cls) % 997 + i))
+            out.append(rel)
+    return out
+
+
+def write(path: str, data: bytes) -> str:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def sha(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+# ---- worker-side hooks (passed as pack(_check=...)) ----
+
+CRASH_MARKER = b"\xff\xd8\xffCRASH"
+
+
+def crash_on_marker(data: bytes, **kw):
+    """Segfault the worker (a NULL read) on files starting with CRASH_MARKER."""
+    if data.startswith(CRASH_MARKER):
+        ctypes.string_at(0)
+    return check_image(data, **kw)
+
+
+def slow_check(data: bytes, **kw):
+    """check_image, 3 ms slower: gives signal tests time to land mid-run."""
+    time.sleep(0.003)
+    return check_image(data, **kw)

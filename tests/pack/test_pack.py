@@ -1,0 +1,268 @@
+"""stoker.pack end to end, in process (faults.md B1 #1, #3, #13-#16; B2 #23-#25)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import numpy as np
+import pytest
+from packhelp import image_bytes, make_tree, sha, write
+
+from stoker import OutputExistsError, PackError, TooManyRejectsError
+from stoker.codecs import decode
+from stoker.formats.recordio import load_manifest, open_records, verify_records
+from stoker.pack import make_sample_data, pack
+from stoker.pack.packer import _Options, _process
+from stoker.pack.scan import unescape_name
+
+
+def rejects_rows(report) -> list[list[str]]:
+    with open(report.rejects_path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    assert lines[0] == "key\tpath\treason\tdetail"
+    return [line.split("\t") for line in lines[1:]]
+
+
+def outputs(prefix: str) -> dict[str, str]:
+    return {
+        ext: sha(prefix + ext)
+        for ext in (".rec", ".idx", ".crc32c", ".stoker.json", ".rejects.tsv")
+    }
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory) -> str:
+    return str(make_sample_data(tmp_path_factory.mktemp("sd") / "src", classes=3, per_class=40, size=32))
+
+
+def test_round_trip_and_counters(sample, tmp_path, capsys):  # B2 #25
+    r = pack(sample, tmp_path / "out", workers=2, progress=True)
+    err = capsys.readouterr().err
+    assert "120/120" in err  # the bar finishes at the number of candidates
+    assert r.written == 120 and r.rejected == 0 and r.ignored == 1  # the sample-data marker
+    assert r.written + r.rejected + r.ignored == r.found
+    assert r.passthrough == 120 and r.reencoded == 0
+    assert verify_records(r.manifest).ok
+    with open_records(r.manifest) as rec:
+        assert len(rec) == 120 and rec.class_names == ["class_00", "class_01", "class_02"]
+        assert rec.labels().tolist() == [0.0] * 40 + [1.0] * 40 + [2.0] * 40
+        assert rec.keys.tolist() == list(range(120))
+        h, img = rec.read_header(41)
+        with open(os.path.join(sample, "class_01", "00001.jpg"), "rb") as f:
+            assert bytes(img) == f.read()  # original bytes, untouched
+        assert h.id == 41
+    m = load_manifest(r.manifest)
+    assert m["pack"]["class_counts"] == {"class_00": 40, "class_01": 40, "class_02": 40}
+
+
+def test_bytes_identical_for_any_worker_count(sample, tmp_path):  # B2 #24
+    pack(sample, tmp_path / "w1" / "out", workers=1, shuffle=True, seed=3) if os.makedirs(
+        tmp_path / "w1"
+    ) is None else None
+    os.makedirs(tmp_path / "w2")
+    pack(sample, tmp_path / "w2" / "out", workers=2, shuffle=True, seed=3)
+    assert outputs(str(tmp_path / "w1" / "out")) == outputs(str(tmp_path / "w2" / "out"))
+    with open_records(str(tmp_path / "w2" / "out.rec")) as rec:
+        labels = rec.labels()
+    assert sorted(labels.tolist()) == [0.0] * 40 + [1.0] * 40 + [2.0] * 40
+    assert labels.tolist() != sorted(labels.tolist())  # shuffled
+
+
+def test_shards_and_list_file(sample, tmp_path):
+    r = pack(sample, tmp_path / "out", workers=2, shard_size=50, list_file=True)
+    assert [os.path.basename(s) for s in r.shards] == [
+        "out-00000.rec",
+        "out-00001.rec",
+        "out-00002.rec",
+    ]
+    with open_records(r.manifest) as rec:
+        assert len(rec) == 120
+    lines = open(r.list_path, encoding="utf-8").read().splitlines()
+    assert lines[0] == "0\t0.000000\tclass_00/00000.jpg" and len(lines) == 120
+    assert verify_records(r.manifest).ok
+
+
+def test_bad_files_rejected_listed_and_rest_packed(tmp_path):  # B1 #1, #3, #7
+    src = tmp_path / "src"
+    make_tree(str(src), {"a": 3, "b": 3})
+    write(str(src / "a" / "empty.jpg"), b"")
+    write(str(src / "b" / "png_named.JPEG"), image_bytes((24, 20), fmt="PNG"))
+    good = image_bytes((32, 32))
+    write(str(src / "b" / "cut.jpg"), good[: len(good) // 2])
+    write(str(src / "b" / "readme.txt"), b"not an image")
+    r = pack(src, tmp_path / "out", workers=2)
+    assert (r.found, r.written, r.rejected, r.ignored) == (10, 7, 2, 1)
+    rows = rejects_rows(r)
+    assert sorted((row[1], row[2]) for row in rows) == [("a/empty.jpg", "empty"), ("b/cut.jpg", "truncated")]
+    assert r.formats == {"JPEG": 6, "PNG": 1}
+    with open_records(r.manifest) as rec:
+        keys = rec.keys.tolist()
+        assert len(keys) == 7
+        empty_key = int(next(row[0] for row in rows if row[2] == "empty"))
+        assert empty_key not in keys  # a gap where the reject was
+        shapes = {tuple(decode(rec.read_header(i)[1]).shape) for i in range(len(rec))}
+    assert shapes == {(32, 32, 3), (20, 24, 3)}
+
+
+def test_empty_class_and_bad_only_class_keep_ids(tmp_path):  # B1 #16
+    a = tmp_path / "a"
+    make_tree(str(a), {"x": 2, "z": 2})
+    os.makedirs(a / "y")  # empty class
+    b = tmp_path / "b"
+    make_tree(str(b), {"x": 2, "z": 2})
+    write(str(b / "y" / "bad.jpg"), b"")  # class with only bad files
+    ra = pack(a, tmp_path / "ra", workers=1)
+    rb = pack(b, tmp_path / "rb", workers=1)
+    assert ra.classes == rb.classes == {"x": 0, "y": 1, "z": 2}
+    with open_records(ra.manifest) as r1, open_records(rb.manifest) as r2:
+        assert r1.labels().tolist() == r2.labels().tolist() == [0, 0, 2, 2]
+    assert load_manifest(rb.manifest)["pack"]["class_counts"]["y"] == 0
+
+
+def test_odd_names_survive(tmp_path):  # B1 #15
+    src = os.fsencode(tmp_path / "src")
+    os.makedirs(src + b"/cl\xe9")
+    names = [b"a\tb\n.jpg", b"caf\xe9.jpg"]
+    for i, n in enumerate(names):
+        write(os.fsdecode(src + b"/cl\xe9/" + n), image_bytes(seed=i))
+    write(os.fsdecode(src + b"/cl\xe9/tab\tempty.jpg"), b"")
+    r = pack(os.fsdecode(src), tmp_path / "out", workers=1, list_file=True)
+    assert r.written == 2 and r.rejected == 1
+    m = load_manifest(r.manifest)
+    assert [os.fsencode(k) for k in m["classes"]] == [b"cl\xe9"]
+    lst = open(r.list_path, encoding="utf-8").read().split("\n")
+    assert lst[-1] == "" and len(lst) == 3
+    listed = sorted(os.fsencode(unescape_name(line.split("\t")[2])) for line in lst[:-1])
+    assert listed == sorted(b"cl\xe9/" + n for n in names)
+    (row,) = rejects_rows(r)
+    assert os.fsencode(unescape_name(row[1])) == b"cl\xe9/tab\tempty.jpg"
+    with open(r.shards[0][:-4] + ".idx", "rb") as f:
+        assert f.read().count(b"\n") == 2
+
+
+def test_vanished_between_listing_and_reading(tmp_path, monkeypatch):  # B1 #14
+    import stoker.pack.packer as packer
+
+    src = tmp_path / "src"
+    make_tree(str(src), {"a": 4})
+    real = packer.scan_folder
+
+    def scan_then_delete(*args, **kw):
+        res = real(*args, **kw)
+        os.unlink(src / "a" / "img002.jpg")
+        return res
+
+    monkeypatch.setattr(packer, "scan_folder", scan_then_delete)
+    r = pack(src, tmp_path / "out", workers=1)
+    assert r.written == 3 and r.reasons == {"vanished": 1}
+    assert rejects_rows(r)[0][1:3] == ["a/img002.jpg", "vanished"]
+
+
+def test_unreadable_file_rejected(tmp_path, monkeypatch):  # B1 #13
+    path = write(str(tmp_path / "a" / "x.jpg"), image_bytes())
+    opts = _Options(89_478_485, None, None)
+    if os.geteuid() != 0:  # root reads mode-000 files; the patched variant below always runs
+        os.chmod(path, 0)
+        try:
+            assert _process(path, opts)[:2] == (1, "EACCES")
+        finally:
+            os.chmod(path, 0o644)
+    real_open = os.open
+
+    def deny(p, *a, **kw):
+        if os.fspath(p) == path:
+            raise PermissionError(errno.EACCES, "Permission denied", p)
+        return real_open(p, *a, **kw)
+
+    monkeypatch.setattr(os, "open", deny)
+    assert _process(path, opts)[:2] == (1, "EACCES")
+    assert _process(str(tmp_path / "missing.jpg"), opts)[:2] == (1, "vanished")
+
+
+def test_refuses_existing_outputs(sample, tmp_path):  # B2 #23
+    r = pack(sample, tmp_path / "out", workers=1)
+    before = sha(r.shards[0])
+    with pytest.raises(OutputExistsError, match="overwrite"):
+        pack(sample, tmp_path / "out", workers=1)
+    # a failed overwrite leaves the old files intact
+    bad = tmp_path / "bad"
+    make_tree(str(bad), {"a": 2})
+    write(str(bad / "a" / "zero.jpg"), b"")
+    with pytest.raises(TooManyRejectsError):
+        pack(bad, tmp_path / "out", workers=1, overwrite=True, max_rejects=0)
+    assert sha(r.shards[0]) == before and verify_records(r.manifest).ok
+    r2 = pack(bad, tmp_path / "out", workers=1, overwrite=True)
+    assert r2.written == 2 and verify_records(r2.manifest).ok
+
+
+def test_max_rejects_writes_the_list_then_fails(tmp_path):
+    src = tmp_path / "src"
+    make_tree(str(src), {"a": 3})
+    for i in range(3):
+        write(str(src / "a" / f"zero{i}.jpg"), b"")
+    with pytest.raises(TooManyRejectsError, match="rejects.tsv"):
+        pack(src, tmp_path / "out", workers=1, max_rejects=1)
+    assert not os.path.exists(tmp_path / "out.rec")
+    rows = open(tmp_path / "out.rejects.tsv").read().splitlines()
+    assert len(rows) == 1 + 2 and all("empty" in row for row in rows[1:])
+    r = pack(src, tmp_path / "out", workers=1, max_rejects=3, overwrite=True)
+    assert r.written == 3 and r.rejected == 3
+
+
+def test_resize_reencodes(sample, tmp_path):
+    r = pack(sample, tmp_path / "out", workers=2, resize=16, quality=80)
+    assert r.reencoded == 120 and r.passthrough == 0
+    with open_records(r.manifest) as rec:
+        assert decode(rec.read_header(7)[1]).shape == (16, 16, 3)
+
+
+def test_lst_input_keeps_its_keys_and_labels(tmp_path):
+    root = tmp_path / "imgs"
+    write(str(root / "p.jpg"), image_bytes(seed=1))
+    write(str(root / "q.jpg"), image_bytes(seed=2))
+    lst = tmp_path / "train.lst"
+    lst.write_text("10\t4\tp.jpg\n3\t1\t2.5\tq.jpg\n")
+    r = pack(lst, tmp_path / "out", workers=1, root=root)
+    assert r.written == 2
+    with open_records(r.shards[0]) as rec:
+        assert rec.keys.tolist() == [10, 3]
+        assert rec.read_header(0)[0].label == 4.0
+        assert rec.read_header(1)[0].label.tolist() == [1.0, 2.5]
+
+
+def test_bad_arguments(tmp_path, sample):
+    with pytest.raises(ValueError, match="workers"):
+        pack(sample, tmp_path / "o", workers=0)
+    with pytest.raises(ValueError, match="quality"):
+        pack(sample, tmp_path / "o", quality=101)
+    with pytest.raises(PackError, match="no such file"):
+        pack(tmp_path / "nope", tmp_path / "o")
+    with pytest.raises(PackError, match="does not exist"):
+        pack(sample, tmp_path / "no" / "dir" / "o")
+
+
+def test_write_failure_names_the_output_and_removes_partials(sample, tmp_path, monkeypatch):  # B2 #22
+    from stoker.formats.recordio import RecordWriter
+
+    real = RecordWriter.write
+    calls = {"n": 0}
+
+    def full_disk(self, key, payload):
+        calls["n"] += 1
+        if calls["n"] > 5:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, key, payload)
+
+    monkeypatch.setattr(RecordWriter, "write", full_disk)
+    with pytest.raises(PackError, match=r"out\.rec.*ENOSPC"):
+        pack(sample, tmp_path / "out", workers=1)
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_manifest_pack_section_is_json(sample, tmp_path):
+    r = pack(sample, tmp_path / "out", workers=1)
+    m = json.loads(open(r.manifest).read())
+    assert m["pack"]["keys"] == "position" and m["rejects"]["count"] == 0
+    assert np.isfinite(r.images_per_s) and "images/s" in r.summary()

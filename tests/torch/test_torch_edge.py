@@ -1,0 +1,187 @@
+"""The torch edge against the real loader: as_tensors, CudaPrefetcher over stoker.Loader,
+RecordDataset in a torch DataLoader with workers, distributed_info, the thread prefetcher."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+import stoker
+import stoker.torch as st
+from stoker.pack import make_sample_data, pack
+from stoker.transforms import Compose, HorizontalFlip, RandomCrop, Resize
+
+MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+
+
+def _transforms():
+    return Compose([Resize(32), RandomCrop(28), HorizontalFlip()])
+
+
+@pytest.fixture(scope="module")
+def rec(tmp_path_factory):
+    root = tmp_path_factory.mktemp("edge")
+    images = make_sample_data(root / "images", classes=3, per_class=12, size=32, workers=1)
+    pack(images, root / "train", workers=1, progress=False)
+    return root / "train.rec"
+
+
+def _loader(rec, **kw):
+    kw.setdefault("batch_size", 8)
+    kw.setdefault("workers", 2)
+    kw.setdefault("seed", 7)
+    return stoker.Loader(rec, transforms=_transforms(), **kw)
+
+
+def test_public_names_sorted():
+    assert st.__all__ == sorted(st.__all__)
+    for name in st.__all__:
+        assert getattr(st, name) is not None
+
+
+def test_as_tensors_shares_memory_with_the_batch(rec):
+    with _loader(rec) as loader:
+        seen = 0
+        wrapped = st.as_tensors(loader)
+        assert len(wrapped) == len(loader)
+        for tb in wrapped:
+            assert isinstance(tb, st.TensorBatch)
+            src = tb.source
+            assert tb.images.dtype == torch.uint8 and tb.images.shape[1:] == (28, 28, 3)
+            # no copy: the tensor is the shared-memory view itself
+            assert tb.images.data_ptr() == src.images.__array_interface__["data"][0]
+            assert np.shares_memory(tb.images.numpy(), src.images)
+            assert torch.equal(tb.labels, torch.from_numpy(src.labels))
+            assert np.array_equal(tb.keys, src.keys)
+            images, labels = tb
+            assert images is tb.images and labels is tb.labels
+            seen += len(tb)
+        assert seen == 36
+
+
+def test_as_tensors_keeps_structures_without_copy():
+    a = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    (d,) = list(st.as_tensors([{"x": a, "name": "n", "pair": (a, 1)}]))
+    assert d["name"] == "n" and d["pair"][1] == 1
+    assert np.shares_memory(d["x"].numpy(), a) and np.shares_memory(d["pair"][0].numpy(), a)
+
+
+def test_as_tensors_pin_memory_without_cuda_warns():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.warns(UserWarning, match="not pinned"):
+        st.as_tensors([], pin_memory=True)
+
+
+def test_prefetcher_over_the_real_loader_equals_reference(rec):
+    with _loader(rec) as loader:
+        direct = [(b.images.copy(), b.labels.copy(), b.keys.copy()) for b in loader]
+    with _loader(rec) as loader:
+        pf = st.CudaPrefetcher(loader, device="cpu", mean=MEAN, std=STD, dtype=torch.bfloat16)
+        assert len(pf) == len(direct)
+        got = list(pf)
+    assert len(got) == len(direct) == 5
+    m = torch.tensor(MEAN).view(1, 3, 1, 1)
+    s = torch.tensor(STD).view(1, 3, 1, 1)
+    for out, (images, labels, keys) in zip(got, direct):
+        ref = ((torch.from_numpy(images).permute(0, 3, 1, 2).float() - m) / s).to(torch.bfloat16)
+        assert torch.equal(out.images, ref)
+        assert torch.equal(out.labels, torch.from_numpy(labels))
+        assert np.array_equal(out.keys, keys)
+
+
+def test_prefetcher_over_as_tensors_and_break_leaves_nothing(rec):
+    with _loader(rec) as loader:
+        for epoch in range(3):
+            for i, batch in enumerate(st.CudaPrefetcher(st.as_tensors(loader), device="cpu")):
+                assert batch.images.shape[1:] == (3, 28, 28)
+                if i == 1:
+                    break
+        # the slots came back: a full epoch still runs
+        assert sum(len(b) for b in loader) > 0
+        assert sum(len(b) for b in loader) == 36
+
+
+def test_thread_prefetch_over_the_real_loader_keeps_batches_valid(rec):
+    with _loader(rec, prefetch=2) as loader:
+        direct = [(b.images.copy(), b.keys.copy()) for b in loader]
+    with _loader(rec, prefetch=2) as loader:
+        got = []
+        for b in stoker.prefetch(loader, depth=2):
+            got.append((b.images.copy(), b.keys.copy()))
+    assert len(got) == len(direct)
+    for (gi, gk), (di, dk) in zip(got, direct):
+        assert np.array_equal(gk, dk)
+        assert np.array_equal(gi, di)
+
+
+def test_record_dataset_in_a_torch_dataloader_with_two_workers(rec):
+    ds = st.RecordDataset(rec, transforms=_transforms(), seed=7)
+    assert len(ds) == 36 and ds.class_names == ["class_00", "class_01", "class_02"]
+    clone = pickle.loads(pickle.dumps(ds))  # noqa: S301 - our own object, made just above
+    assert clone._reader is None and len(clone) == 36
+    dl = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2)
+    images = torch.cat([x for x, _ in dl])
+    labels = torch.cat([y for _, y in dl])
+    assert images.shape == (36, 28, 28, 3) and images.dtype == torch.uint8
+    assert labels.dtype == torch.int64
+    # the same samples, augmentation and labels as stoker's own loader with the same seed
+    with _loader(rec) as loader:
+        ref_images = np.concatenate([b.images.copy() for b in loader])
+    with _loader(rec) as loader:
+        ref_labels = np.concatenate([b.labels.copy() for b in loader])
+    assert np.array_equal(images.numpy(), ref_images)
+    assert np.array_equal(labels.numpy(), ref_labels)
+    # set_epoch changes the augmentation
+    ds.set_epoch(1)
+    assert not torch.equal(torch.stack([ds[i][0] for i in range(36)]), images)
+    ds.close()
+
+
+def test_record_dataset_bad_index_and_path(rec, tmp_path):
+    ds = st.RecordDataset(rec)
+    assert torch.equal(ds[-1][0], ds[35][0])
+    with pytest.raises(IndexError, match="out of range for 36 records"):
+        ds[36]
+    with pytest.raises(TypeError, match="index must be an int"):
+        ds["0"]  # type: ignore[index]
+    ds.close()
+    with pytest.raises((FileNotFoundError, stoker.StokerError)):
+        st.RecordDataset(tmp_path / "missing.rec")
+
+
+def test_distributed_info_without_a_process_group():
+    assert st.distributed_info() == (0, 1)
+
+
+def test_distributed_info_with_a_gloo_group(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1
+    )
+    try:
+        assert st.distributed_info() == (0, 1)
+        assert dist.is_initialized()
+    finally:
+        dist.destroy_process_group()
+    assert st.distributed_info() == (0, 1)
+
+
+@pytest.mark.gpu
+def test_gpu_check_quick():
+    """On a CUDA machine: the checks of scripts/gpu_check.py, small."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    dev = torch.device("cuda")
+    assert mod.check_bit_exact(dev, batches=100, sleep_cycles=2_000_000) == 0
+    assert mod.check_memory_flat(dev, epochs=3, batches=20) == 0
