@@ -236,7 +236,7 @@ def run_candidate(name: str, args: argparse.Namespace) -> dict:
         from stoker.transforms import as_transform
         from stoker.transforms.presets import kanji_distort
 
-        pair = kanji_distort(SIZE) if name == "d" else as_transform(pil_distort)
+        pair = kanji_distort(SIZE) if name == "d" else as_transform(pil_distort, output="same")
         loader = stoker.Loader((x_u8, y), batch_size=bs, pair_with=pair, seed=0, workers=w)
         with KerasDataset(loader, x_dtype="float16") as ds:
             return _timed_fit(model, ds, args.epochs, bs)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as tmp  # noqa: E402
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(120)]
 
@@ -38,12 +39,17 @@ def _make_dataset(root: str) -> str:
     return os.path.join(root, "data.rec")
 
 
-def _rank_main(rank: int, world: int, init_file: str, rec: str, out_dir: str) -> None:
+def _rank_main(rank: int, world: int | str, init_file: str, out_dir: str) -> None:
     import stoker
     from stoker.transforms import Resize
 
+    world = int(world)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
+        if rank == 0:  # pack here: its process pool ends with this process
+            _make_dataset(out_dir)
+        dist.barrier()
+        rec = os.path.join(out_dir, "data.rec")
         result: dict = {"rank": rank}
         kw = {"batch_size": BATCH, "workers": 2, "shuffle": True, "seed": SEED}
         with stoker.Loader(rec, transforms=Resize(32), **kw) as loader:
@@ -75,14 +81,31 @@ def _rank_main(rank: int, world: int, init_file: str, rec: str, out_dir: str) ->
 
 
 def test_two_gloo_ranks_see_the_dataset_exactly_once_per_epoch(tmp_path):
-    rec = _make_dataset(str(tmp_path))
+    # Plain interpreter processes (not multiprocessing.spawn), so that the helpers a process
+    # pool starts (forkserver, resource tracker) belong to the ranks and end with them.
     init_file = tmp_path / "dist_init"
-    tmp.spawn(
-        _rank_main,
-        args=(WORLD, str(init_file), rec, str(tmp_path)),
-        nprocs=WORLD,
-        join=True,
-    )
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = "import sys; from test_distributed import _rank_main; _rank_main(int(sys.argv[1]), *sys.argv[2:])"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, *sys.path]))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(r), str(WORLD), str(init_file), str(tmp_path)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(WORLD)
+    ]
+    try:
+        outputs = [p.communicate(timeout=90)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for r, (p, out) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 0, f"rank {r} failed:\n{out}"
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     for r, res in enumerate(results):
         # rank and world size came from torch.distributed, not from arguments

@@ -155,11 +155,12 @@ class Pipeline:
 
     def row_shape(self, width: int | None = None) -> tuple[int, ...]:
         """Shape of one batch row at ``width`` (default: the chain's own width), layout applied."""
-        shape = list(self.sample_spec.shape)
+        dims = list(self.sample_spec.shape)
         if width is not None:
-            shape[1] = int(width)
-        if shape[1] is None:
+            dims[1] = int(width)
+        if dims[1] is None:
             raise SpecError("this pipeline's width varies; a width is needed for a batch row")
+        shape = [int(d) for d in dims if d is not None]
         if self.layout == "NCHW":
             if len(shape) == 2:
                 return (1, shape[0], shape[1])

@@ -17,7 +17,8 @@ from stoker.doctor import WatchStats, watch
 def slow_source(n: int, data_s: float):
     """A generator whose next() takes ``data_s`` (the data pipeline is late)."""
     for i in range(n):
-        time.sleep(data_s)
+        if data_s:
+            time.sleep(data_s)
         yield i
 
 

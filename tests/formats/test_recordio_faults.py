@@ -320,7 +320,7 @@ def test_empty_dataset(tmp_path):
             r.read(0)
     rep = verify_records(tmp_path / "e.rec")
     assert rep.ok and rep.records == 0
-    with RecordWriter(tmp_path / "w.rec") as w:
+    with RecordWriter(tmp_path / "w.rec"):
         pass
     assert (tmp_path / "w.rec").read_bytes() == b"" and (tmp_path / "w.idx").read_bytes() == b""
     with RecordFile(tmp_path / "w.rec") as r:

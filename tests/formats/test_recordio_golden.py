@@ -47,8 +47,16 @@ GOLDEN = {
     ),
     "magic at 4 and 12": (
         b"abcd" + bytes.fromhex(M) + b"efgh" + bytes.fromhex(M) + b"ij",
-        M + "04000020" + b"abcd".hex() + M + "04000040" + b"efgh".hex()
-        + M + "02000060" + b"ij".hex() + "0000",
+        M
+        + "04000020"
+        + b"abcd".hex()
+        + M
+        + "04000040"
+        + b"efgh".hex()
+        + M
+        + "02000060"
+        + b"ij".hex()
+        + "0000",
     ),
     # an unaligned magic is left alone: one part
     "magic at 2 (unaligned)": (

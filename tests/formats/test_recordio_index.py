@@ -51,6 +51,12 @@ def test_parse_reports_first_duplicate_in_file_order():
     assert ei.value.line == 3 and "also on line 2" in ei.value.reason
 
 
+def _age(path, seconds=60):
+    """Make a file look older than the racy-mtime window so that it gets cached."""
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - seconds * 10**9))
+
+
 def _cache_header(path):
     with open(path, "rb") as f:
         return f.read(88)
@@ -60,10 +66,13 @@ def test_cache_is_written_used_and_rebuilt_when_stale(tmp_path):
     rec = write_rec(tmp_path, [payload(i) for i in range(30)])
     idx = rec[:-4] + ".idx"
     cpath = cache_path(idx)
-    assert not os.path.exists(cpath)
     with RecordFile(rec) as r:
         keys = r.keys.tolist()
         offsets = r.offsets.tolist()
+    assert not os.path.exists(cpath)  # a fresh .idx is not cached yet (racy mtime)
+    _age(idx)
+    with RecordFile(rec):
+        pass
     assert os.path.exists(cpath) and _cache_header(cpath)[:8] == b"STKIDX\x00\x01"
     # the next open is served from the cache: alter a key in the cache only and see it
     n = 30
@@ -75,6 +84,7 @@ def test_cache_is_written_used_and_rebuilt_when_stale(tmp_path):
     # rewrite the .idx (new mtime/size): the cache is stale and rebuilt
     with open(idx, "w") as f:
         f.write("".join(f"{k + 100}\t{o}\n" for k, o in zip(keys, offsets)))
+    _age(idx, 30)
     with RecordFile(rec) as r:
         assert r.keys.tolist() == [k + 100 for k in keys]
     with RecordFile(rec, cache=False) as r:
@@ -85,6 +95,7 @@ def test_cache_is_written_used_and_rebuilt_when_stale(tmp_path):
 def test_damaged_cache_is_ignored_and_rebuilt(tmp_path, damage):
     rec = write_rec(tmp_path, [payload(i) for i in range(10)])
     idx = rec[:-4] + ".idx"
+    _age(idx)
     with RecordFile(rec) as r:
         want = (r.keys.tolist(), r.offsets.tolist())
     cpath = cache_path(idx)
@@ -111,8 +122,10 @@ def _read(p):
 def test_cache_follows_rec_size(tmp_path):
     """An offset valid for the old .rec size is re-checked when the .rec changes."""
     rec = write_rec(tmp_path, [payload(i, size=40) for i in range(3)])
+    _age(rec[:-4] + ".idx")
     with RecordFile(rec):
         pass
+    assert os.path.exists(cache_path(rec[:-4] + ".idx"))
     with open(rec, "r+b") as f:
         f.truncate(60)
     with pytest.raises(IndexFormatError, match="past the end"):
@@ -127,6 +140,7 @@ def test_read_only_folder_runs_without_cache(tmp_path, monkeypatch):
         raise PermissionError("read-only file system")
 
     monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    _age(rec[:-4] + ".idx")
     with RecordFile(rec) as r:
         assert len(r) == 5
     assert not os.path.exists(cache_path(rec[:-4] + ".idx"))
@@ -139,4 +153,23 @@ def test_load_index_sha256_matches_file(tmp_path):
     idx = rec[:-4] + ".idx"
     t = load_index(idx, rec_size=os.path.getsize(rec), cache=False, want_sha256=True)
     assert t.sha256 == hashlib.sha256(_read(idx)).hexdigest()
+    _age(idx)
+    t = load_index(idx, rec_size=os.path.getsize(rec))  # builds the cache
+    t = load_index(idx, rec_size=os.path.getsize(rec), want_sha256=True)  # from the cache
+    assert t.sha256 == hashlib.sha256(_read(idx)).hexdigest()
     assert isinstance(t.keys, np.ndarray) and t.keys.dtype == np.int64
+
+
+def test_racy_idx_is_not_cached(tmp_path):
+    """An .idx rewritten in place within one mtime tick must not be served from a cache."""
+    rec = write_rec(tmp_path, [payload(i) for i in range(4)])
+    idx = rec[:-4] + ".idx"
+    with RecordFile(rec) as r:
+        assert r.keys.tolist() == [0, 1, 2, 3]
+    st = os.stat(idx)
+    text = _read(idx).replace(b"3\t", b"7\t")
+    with open(idx, "r+b") as f:
+        f.write(text)
+    os.utime(idx, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size, same mtime
+    with RecordFile(rec) as r:
+        assert r.keys.tolist() == [0, 1, 2, 7]

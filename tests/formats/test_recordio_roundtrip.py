@@ -159,3 +159,20 @@ def test_unpack_header_returns_view_into_buffer():
     buf = pack_header(IRHeader(0, 1.0, 0, 0), b"abc")
     h, img = unpack_header(memoryview(buf))
     assert img.obj is buf and bytes(img) == b"abc"
+
+
+def test_positions_of_keys_sorted_and_unsorted(tmp_path):
+    import pytest
+
+    for name, keys in (("s", [2, 5, 9, 11]), ("u", [9, 2, 11, 5])):
+        rec = tmp_path / f"{name}.rec"
+        with RecordWriter(rec) as w:
+            for k in keys:
+                w.write(k, struct.pack("<I", k))
+        with RecordFile(rec) as r:
+            assert r.positions([11, 2]).tolist() == [keys.index(11), keys.index(2)]
+            assert r.position(5) == keys.index(5)
+            assert bytes(r.read_key(9)) == struct.pack("<I", 9)
+            with pytest.raises(KeyError, match="key 7"):
+                r.position(7)
+            assert not r.keys.flags.writeable

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import glob
+import os
 
 import numpy as np
 import psutil
@@ -21,7 +22,7 @@ from stoker.keras import KerasDataset
 
 pytestmark = pytest.mark.timeout(120)
 
-SHM = "/dev/shm/stoker_*"
+SHM = f"/dev/shm/stoker_{os.getpid()}_*"  # ours only: other processes may run loaders too
 
 
 def children(*, recursive: bool = True) -> set[int]:

@@ -18,9 +18,13 @@ from stoker.pack.packer import _Options, _process
 from stoker.pack.scan import unescape_name
 
 
+def read_text(path) -> str:
+    with open(path, encoding="utf-8", newline="") as f:
+        return f.read()
+
+
 def rejects_rows(report) -> list[list[str]]:
-    with open(report.rejects_path, encoding="utf-8") as f:
-        lines = f.read().splitlines()
+    lines = read_text(report.rejects_path).splitlines()
     assert lines[0] == "key\tpath\treason\tdetail"
     return [line.split("\t") for line in lines[1:]]
 
@@ -58,10 +62,9 @@ def test_round_trip_and_counters(sample, tmp_path, capsys):  # B2 #25
 
 
 def test_bytes_identical_for_any_worker_count(sample, tmp_path):  # B2 #24
-    pack(sample, tmp_path / "w1" / "out", workers=1, shuffle=True, seed=3) if os.makedirs(
-        tmp_path / "w1"
-    ) is None else None
+    os.makedirs(tmp_path / "w1")
     os.makedirs(tmp_path / "w2")
+    pack(sample, tmp_path / "w1" / "out", workers=1, shuffle=True, seed=3)
     pack(sample, tmp_path / "w2" / "out", workers=2, shuffle=True, seed=3)
     assert outputs(str(tmp_path / "w1" / "out")) == outputs(str(tmp_path / "w2" / "out"))
     with open_records(str(tmp_path / "w2" / "out.rec")) as rec:
@@ -79,7 +82,7 @@ def test_shards_and_list_file(sample, tmp_path):
     ]
     with open_records(r.manifest) as rec:
         assert len(rec) == 120
-    lines = open(r.list_path, encoding="utf-8").read().splitlines()
+    lines = read_text(r.list_path).splitlines()
     assert lines[0] == "0\t0.000000\tclass_00/00000.jpg" and len(lines) == 120
     assert verify_records(r.manifest).ok
 
@@ -132,7 +135,7 @@ def test_odd_names_survive(tmp_path):  # B1 #15
     assert r.written == 2 and r.rejected == 1
     m = load_manifest(r.manifest)
     assert [os.fsencode(k) for k in m["classes"]] == [b"cl\xe9"]
-    lst = open(r.list_path, encoding="utf-8").read().split("\n")
+    lst = read_text(r.list_path).split("\n")
     assert lst[-1] == "" and len(lst) == 3
     listed = sorted(os.fsencode(unescape_name(line.split("\t")[2])) for line in lst[:-1])
     assert listed == sorted(b"cl\xe9/" + n for n in names)
@@ -205,7 +208,7 @@ def test_max_rejects_writes_the_list_then_fails(tmp_path):
     with pytest.raises(TooManyRejectsError, match="rejects.tsv"):
         pack(src, tmp_path / "out", workers=1, max_rejects=1)
     assert not os.path.exists(tmp_path / "out.rec")
-    rows = open(tmp_path / "out.rejects.tsv").read().splitlines()
+    rows = read_text(tmp_path / "out.rejects.tsv").splitlines()
     assert len(rows) == 1 + 2 and all("empty" in row for row in rows[1:])
     r = pack(src, tmp_path / "out", workers=1, max_rejects=3, overwrite=True)
     assert r.written == 3 and r.rejected == 3
@@ -263,6 +266,6 @@ def test_write_failure_names_the_output_and_removes_partials(sample, tmp_path, m
 
 def test_manifest_pack_section_is_json(sample, tmp_path):
     r = pack(sample, tmp_path / "out", workers=1)
-    m = json.loads(open(r.manifest).read())
+    m = json.loads(read_text(r.manifest))
     assert m["pack"]["keys"] == "position" and m["rejects"]["count"] == 0
     assert np.isfinite(r.images_per_s) and "images/s" in r.summary()

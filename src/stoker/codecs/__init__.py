@@ -144,7 +144,9 @@ def _decode_jpeg(
         min_width=min_w,
         buffer=buffer,
     )
-    return out if buffer is not None else img
+    if buffer is not None:
+        return buffer
+    return np.asarray(img)
 
 
 def _decode_cv2(mv: memoryview) -> np.ndarray | None:
@@ -171,8 +173,9 @@ def _decode_pillow(mv: memoryview) -> np.ndarray:
                         np.clip(arr / peak * 255.0 + 0.5, 0, 255).astype(np.uint8)
                     )
                     return np.ascontiguousarray(np.repeat(np.asarray(im2)[:, :, None], 3, axis=2))
-                im = im.convert("RGB")
-            arr = np.asarray(im)
+                arr = np.asarray(im.convert("RGB"))
+            else:
+                arr = np.asarray(im)
     except Exception as e:  # noqa: BLE001 - Pillow raises many types for bad input
         kind = sniff(mv)
         what = {"jpeg": "JPEG", "png": "PNG"}.get(kind, "image (unrecognised format)")

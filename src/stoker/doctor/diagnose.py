@@ -290,6 +290,13 @@ def _resize_payloads(
     )
 
 
+def _core_share(stages: list[M.Stage]) -> float:
+    """The share of a core this thread got while runnable, over the stages of the pipeline."""
+    cpu = sum(st.cpu_seconds for st in stages)
+    queued = sum(st.queue_seconds for st in stages)
+    return cpu / (cpu + queued) if cpu + queued > 0 else 1.0
+
+
 def _most_common_shape(images: list[np.ndarray]) -> tuple[int, ...] | None:
     if not images:
         return None
@@ -478,6 +485,7 @@ def diagnose(
                 skip("resize at pack time", f"{type(e).__name__}: {e}")
         steps("alternatives")
 
+        used = [st for st in (read_stage, dec_main, aug) if st is not None]
         cost = V.Cost(
             read_stage.per_sample_s,
             read_stage.cpu_per_sample_s,
@@ -485,6 +493,7 @@ def diagnose(
             dec_main.cpu_per_sample_s if dec_main else 0.0,
             aug.per_sample_s if aug else 0.0,
             aug.cpu_per_sample_s if aug else 0.0,
+            _core_share(used),
         )
 
         # -- loader
@@ -519,6 +528,9 @@ def diagnose(
         # allows is calibrated against the warm one
         cost_warm = replace(cost, read_s=warm.per_sample_s, read_cpu_s=warm.cpu_per_sample_s)
         m1 = measured.get(1)
+        mains = [r.main_cpu_per_sample_s for r in runs if r.workers == 1]
+        if mains:
+            cost = replace(cost, main_cpu_s=mains[0])
         loader_warm = use_cold and m1 is not None and m1 * cost.total_s > 1.1
         eff = V.calibrate(cost_warm if loader_warm else cost, m1)
         pred_ks = sorted(set(ks) | {2 * workers_max})
@@ -587,6 +599,7 @@ def diagnose(
             S.check_cores(workers=workers_max, cores=cores),
             S.check_threads(workers=workers_max, cores=cores, worker_threads=worker_threads),
             S.check_start_method(loader_method=start_method),
+            S.check_load(cores=cores),
         ]
 
         # -- verdict and changes
@@ -610,13 +623,20 @@ def diagnose(
         if breakdown and aug is not None:
             total_ops = sum(w for _, w, _ in breakdown) or 1.0
             last_name = type(M.transform_ops(t_obj)[-1]).__name__
+            candidates = list(breakdown)
             if last_name == "Normalize" and out_dtype != "uint8":
                 normalize = (breakdown[-1][1], breakdown[-1][2], h2d_uint8)
-            name, w, c = max(breakdown, key=lambda x: x[1])
-            if w / total_ops >= 0.25 and cost.total_s > 0 and w / cost.total_s >= 0.1:
-                costly = (name, w, c, w / total_ops)
-        elif aug is not None and out_dtype != "uint8" and type(t_obj).__name__ == "Normalize":
-            normalize = (aug.per_sample_s, aug.cpu_per_sample_s, h2d_uint8)
+                candidates = candidates[:-1]  # offered as "uint8 + GPU normalisation"
+            if candidates:
+                name, w, c = max(candidates, key=lambda x: x[1])
+                if w / total_ops >= 0.25 and cost.total_s > 0 and w / cost.total_s >= 0.1:
+                    costly = (name, w, c, w / total_ops)
+        elif aug is not None:
+            if out_dtype != "uint8" and type(t_obj).__name__ == "Normalize":
+                normalize = (aug.per_sample_s, aug.cpu_per_sample_s, h2d_uint8)
+            elif cost.total_s > 0 and aug.per_sample_s / cost.total_s >= 0.25:
+                # one opaque transform: estimate what halving its cost would give
+                costly = (t_label, aug.per_sample_s / 2, aug.cpu_per_sample_s / 2, 1.0)
         recs = V.recommend(
             cost,
             workers=k_run,
@@ -677,6 +697,7 @@ def diagnose(
         "stages": [s.to_dict() for s in stages],
         "pipeline": {
             **cost.to_dict(),
+            "other_threads": cost.others(cores),
             "one_worker_rate": cost.one_worker_rate,
             "cache": "cold" if use_cold else "warm",
             "cache_note": cache_note,
@@ -697,7 +718,7 @@ def diagnose(
             ],
             "predicted": [{"workers": k, "rate": v} for k, v in sorted(predicted.items())],
             "efficiency": eff,
-            "model": "predicted(k) = e * min(k / t, cores / c); e = measured(1) * t",
+            "model": "predicted(k) = min(e * k / (b + c / s_k), s_k / m), s_k = min(1, C / (L + k))",
         },
         "h2d": h2d,
         "model": model_info,

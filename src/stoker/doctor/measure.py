@@ -56,6 +56,7 @@ class Stage:
     cpu_seconds: float
     nbytes: int = 0
     note: str = ""
+    queue_seconds: float = 0.0  # runnable but waiting for a core (other processes had it)
 
     @property
     def rate(self) -> float:
@@ -70,6 +71,10 @@ class Stage:
         return self.cpu_seconds / self.samples if self.samples else 0.0
 
     @property
+    def queue_per_sample_s(self) -> float:
+        return self.queue_seconds / self.samples if self.samples else 0.0
+
+    @property
     def bytes_per_s(self) -> float:
         return self.nbytes / self.seconds if self.seconds > 0 else 0.0
 
@@ -80,11 +85,22 @@ class Stage:
             "rate": self.rate,
             "per_sample_ms": 1e3 * self.per_sample_s,
             "cpu_per_sample_ms": 1e3 * self.cpu_per_sample_s,
+            "queue_per_sample_ms": 1e3 * self.queue_per_sample_s,
             "mb_per_s": self.bytes_per_s / 1e6,
             "samples": self.samples,
             "seconds": self.seconds,
             "note": self.note,
         }
+
+
+def run_delay() -> float:
+    """Seconds this thread has spent runnable but waiting for a core (Linux schedstat; 0
+    elsewhere)."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def time_loop(
@@ -95,19 +111,20 @@ def time_loop(
     min_items: int = 1,
     max_items: int | None = None,
     cycle: bool = True,
-) -> tuple[int, float, float]:
+) -> tuple[int, float, float, float]:
     """Call ``fn`` on ``items`` (cycling when ``cycle``) for about ``seconds``.
 
-    Returns ``(calls, wall seconds, thread CPU seconds)``. Stops after ``max_items`` calls, or
-    at the end of ``items`` when not cycling; runs at least ``min_items`` calls.
+    Returns ``(calls, wall s, thread CPU s, run-queue wait s)``. Stops after ``max_items``
+    calls, or at the end of ``items`` when not cycling; runs at least ``min_items`` calls.
     """
     if not items:
-        return 0, 0.0, 0.0
+        return 0, 0.0, 0.0, 0.0
     limit = max_items if max_items is not None else (1 << 62)
     if not cycle:
         limit = min(limit, len(items))
     clock, cpu = time.perf_counter, time.thread_time
     n = 0
+    q0 = run_delay()
     c0 = cpu()
     t0 = clock()
     deadline = t0 + seconds
@@ -117,7 +134,9 @@ def time_loop(
         n += 1
         if n >= min_items and (n & 7 == 0 or n < 8) and clock() >= deadline:
             break
-    return n, clock() - t0, cpu() - c0
+    wall, used = clock() - t0, cpu() - c0
+    queued = min(max(0.0, run_delay() - q0), max(0.0, wall - used))
+    return n, wall, used, queued
 
 
 # -- the source -------------------------------------------------------------------------------
@@ -249,11 +268,12 @@ def measure_read_files(
         if len(out) < len(files):
             out.append(b)
 
-    n, wall, cpu = time_loop(read, files, seconds=seconds if not cold else 1e9, cycle=not cold)
+    n, wall, cpu, queued = time_loop(
+        read, files, seconds=seconds if not cold else 1e9, cycle=not cold
+    )
     label = "cold: pages evicted before reading" if cold else "warm: page cache"
-    return Stage(
-        f"read files ({'cold' if cold else 'warm'})", "storage", n, wall, cpu, nbytes, label
-    ), out
+    name = f"read files ({'cold' if cold else 'warm'})"
+    return Stage(name, "storage", n, wall, cpu, nbytes, label, queued), out
 
 
 def measure_read_packed(
@@ -281,7 +301,7 @@ def measure_read_packed(
                 nonlocal nbytes
                 nbytes += len(os.pread(fd, item[1], item[0]))
 
-            n, wall, cpu = time_loop(read, offsets, seconds=1e9, cycle=False)
+            n, wall, cpu, queued = time_loop(read, offsets, seconds=1e9, cycle=False)
             where = os.path.dirname(tmp)
             cold = Stage(
                 "read packed (cold)",
@@ -291,10 +311,13 @@ def measure_read_packed(
                 cpu,
                 nbytes,
                 f"one file of the sampled payloads in {where}, pages evicted",
+                queued,
             )
             nbytes = 0
-            n, wall, cpu = time_loop(read, offsets, seconds=seconds)
-            warm = Stage("read packed (warm)", "storage", n, wall, cpu, nbytes, "page cache")
+            n, wall, cpu, queued = time_loop(read, offsets, seconds=seconds)
+            warm = Stage(
+                "read packed (warm)", "storage", n, wall, cpu, nbytes, "page cache", queued
+            )
         finally:
             os.close(fd)
     finally:
@@ -340,11 +363,12 @@ def measure_read_records(
         if len(out) < len(positions):
             out.append(b)
 
-    n, wall, cpu = time_loop(read, positions, seconds=seconds if not cold else 1e9, cycle=not cold)
+    n, wall, cpu, queued = time_loop(
+        read, positions, seconds=seconds if not cold else 1e9, cycle=not cold
+    )
     label = "cold: record pages evicted before reading" if cold else "warm: page cache"
-    return Stage(
-        f"read records ({'cold' if cold else 'warm'})", "storage", n, wall, cpu, nbytes, label
-    ), out
+    name = f"read records ({'cold' if cold else 'warm'})"
+    return Stage(name, "storage", n, wall, cpu, nbytes, label, queued), out
 
 
 # -- decode -----------------------------------------------------------------------------------
@@ -453,10 +477,10 @@ def measure_decode(
         fn(b, min_size)
         nbytes += len(b)
 
-    n, wall, cpu = time_loop(dec, usable, seconds=seconds, min_items=min(len(usable), 8))
+    n, wall, cpu, queued = time_loop(dec, usable, seconds=seconds, min_items=min(len(usable), 8))
     note = f"{len(usable)} of {len(payloads)} payloads" if len(usable) < len(payloads) else ""
     label = f"decode {name}" + (f" at >= {min_size[0]}x{min_size[1]}" if min_size else "")
-    return Stage(label, "decode", n, wall, cpu, nbytes, note)
+    return Stage(label, "decode", n, wall, cpu, nbytes, note, queued)
 
 
 # -- transforms -------------------------------------------------------------------------------
@@ -493,8 +517,8 @@ def measure_transforms(
         if len(outputs) < len(images):
             outputs.append(np.asarray(y))
 
-    n, wall, cpu = time_loop(run, idx, seconds=seconds, min_items=min(len(idx), 8))
-    stage = Stage("augment (transforms)", "augment", n, wall, cpu, 0, type(t).__name__)
+    n, wall, cpu, queued = time_loop(run, idx, seconds=seconds, min_items=min(len(idx), 8))
+    stage = Stage("augment (transforms)", "augment", n, wall, cpu, 0, type(t).__name__, queued)
     ops = transform_ops(t)
     breakdown: list[tuple[str, float, float]] = []
     if len(ops) > 1:
@@ -514,7 +538,7 @@ def measure_transforms(
             count += 1
             if count >= 4 * len(images):
                 break
-        breakdown = [(repr(op)[:60], w / count, c / count) for op, (w, c) in zip(ops, per)]
+        breakdown = [(type(op).__name__, w / count, c / count) for op, (w, c) in zip(ops, per)]
     return stage, breakdown, outputs
 
 
@@ -529,6 +553,11 @@ class LoaderRun:
     startup_s: float
     worker_threads: tuple[int, ...] = ()
     start_method: str | None = None
+    main_cpu_s: float = 0.0  # CPU time of this (the consuming) process over the window
+
+    @property
+    def main_cpu_per_sample_s(self) -> float:
+        return self.main_cpu_s / self.samples if self.samples else 0.0
 
     @property
     def rate(self) -> float:
@@ -566,6 +595,7 @@ def measure_loader(
         got = 0
         samples = 0
         t0 = t_first = None
+        p0 = 0.0
         clock = time.perf_counter
         deadline = None
         done = False
@@ -577,9 +607,12 @@ def measure_loader(
                 if t_first is None:
                     t_first = clock()
                 if got == warm:
+                    threads = _worker_threads(loader, psutil)
+                    if not isinstance(method, str):
+                        method = _start_method_seen(psutil)
+                    p0 = time.process_time()
                     t0 = clock()
                     deadline = t0 + seconds
-                    threads = _worker_threads(loader, psutil)
                     continue
                 if t0 is not None:
                     samples += len(batch.images) if hasattr(batch, "images") else batch_size
@@ -589,12 +622,36 @@ def measure_loader(
             if not progressed:
                 break
         t_end = clock()
+        main_cpu = time.process_time() - p0 if t0 is not None else 0.0
     if t0 is None:
         raise RuntimeError(f"the loader gave only {got} batches; need more than {warm} to measure")
     startup = (t_first or t_end) - t_start
     return LoaderRun(
-        workers, samples, t_end - t0, startup, threads, method if isinstance(method, str) else None
+        workers,
+        samples,
+        t_end - t0,
+        startup,
+        threads,
+        method if isinstance(method, str) else None,
+        main_cpu,
     )
+
+
+def _start_method_seen(psutil: Any) -> str | None:
+    """How this process's workers were started, from the command lines of its children."""
+    try:
+        kids = psutil.Process().children(recursive=False)
+    except psutil.Error:
+        return None
+    seen = None
+    for k in kids:
+        with contextlib.suppress(psutil.Error):
+            cmd = " ".join(k.cmdline())
+            if "forkserver" in cmd and k.children():
+                return "forkserver"
+            if "multiprocessing.spawn" in cmd or "spawn_main" in cmd:
+                seen = "spawn"
+    return seen
 
 
 def _worker_threads(loader: Any, psutil: Any) -> tuple[int, ...]:

@@ -185,8 +185,12 @@ class Report:
                 )
             if ld.get("efficiency") is not None:
                 wrap(
-                    f"predicted(k) = e x min(k / t, cores / c) with t = {_num(pipe.get('total_ms'), 3)} ms, "
-                    f"c = {_num(pipe.get('cpu_ms'), 3)} ms CPU per sample, e = {ld['efficiency']:.2f}",
+                    "predicted(k) = min(e k / (b + c / s_k), s_k / m), s_k = min(1, C / (L + k)): "
+                    f"per sample b = {_num(pipe.get('blocked_ms'), 3)} ms blocked, "
+                    f"c = {_num(pipe.get('cpu_ms'), 3)} ms CPU in a worker, "
+                    f"m = {_num(pipe.get('main_cpu_ms'), 3)} ms CPU in the training process; "
+                    f"C = {st.get('cores')} cores, L = {_num(pipe.get('other_threads'), 1)} other "
+                    f"runnable threads, e = {ld['efficiency']:.2f} (see stoker.doctor.verdict)",
                 )
             out.append("")
         h2d = d.get("h2d")

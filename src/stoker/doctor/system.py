@@ -16,6 +16,7 @@ from typing import Any
 __all__ = [
     "Check",
     "check_cores",
+    "check_load",
     "check_shm",
     "check_start_method",
     "check_threads",
@@ -146,6 +147,27 @@ def check_cores(*, workers: int, cores: int | None = None) -> Check:
             data,
         )
     return Check("cores", "ok", f"{where} for {workers} worker(s).", data)
+
+
+def check_load(*, cores: int | None = None) -> Check:
+    """Other processes competing for the cores make every figure lower and noisier."""
+    cores = usable_cores() if cores is None else cores
+    try:
+        load1, load5, _ = os.getloadavg()
+    except (AttributeError, OSError):  # pragma: no cover - not POSIX
+        return Check("load", "ok", "load average: unknown on this platform")
+    data = {"load1": load1, "load5": load5, "cores": cores}
+    text = f"load average {load1:.1f} (1 min) on {cores} usable core(s)"
+    if load1 > 1.5 * cores:
+        return Check(
+            "load",
+            "warn",
+            text + ": the machine is busy; other processes take CPU time, so the rates here are "
+            "lower and noisier than on an idle machine (the model accounts for the measured "
+            "wait for a core).",
+            data,
+        )
+    return Check("load", "ok", text + ".", data)
 
 
 def check_threads(

@@ -2,15 +2,26 @@
 
 NOTE [ The throughput model ]
 One worker turns a sample into an array in ``t = t_read + t_decode + t_augment`` seconds
-(each measured in this process on the real data), of which ``c`` seconds are CPU time (the
-rest waits on storage or sleeps). With ``k`` workers on ``C`` usable cores:
+(each measured in this process on the real data). Of ``t``, ``c`` seconds are CPU time, ``q``
+seconds waiting in the run queue for a core (Linux ``schedstat``: other processes had it) and
+``b = t - c - q`` seconds blocked (on storage, or asleep). The run-queue wait says how busy the
+machine is: one runnable thread got a share ``s1 = c / (c + q)`` of a core, as if ``L`` other
+runnable threads shared the ``C`` usable cores with it (``L = C / s1 - 1`` when ``q > 0``,
+else 0). With ``k`` workers, each gets a share ``s_k = min(1, C / (L + k))`` of a core:
 
-    predicted(k) = e * min(k / t, C / c)
+    predicted(k) = e * k / (b + c / s_k)
 
-- ``k / t``: workers run side by side;
-- ``C / c``: the cores cannot do more CPU work than ``C`` seconds per second;
-- ``e``: the loader's efficiency, ``measured(1) / (1 / t)`` from the one-worker run (the
-  cost of moving indices and batch slots between processes); ``1`` when that was not measured.
+- on an idle machine (``L = 0``) this is ``k / t`` until ``k = C``, then tends to the CPU
+  cap ``C / c``; blocked time (I/O, sleep) keeps scaling with more workers;
+- ``e``: the loader's efficiency, ``measured(1) / predicted(1)`` from the one-worker run (the
+  cost of moving indices and batch slots between processes); ``1`` when that was not measured;
+- one process (the training process) receives every batch, spending ``m`` CPU seconds per
+  sample (measured in the loader runs), so no worker count goes past ``s_k / m``:
+
+    predicted(k) = min(e * k / (b + c / s_k), s_k / m)
+
+On a busy machine the other processes' demand changes while stoker runs; predictions for
+CPU-bound pipelines are then rough (the report warns when the load average exceeds the cores).
 
 The run then delivers ``min(loader, host-to-device, model)`` samples/s; the expected GPU busy
 share is ``min(1, min(loader, host-to-device) / model)`` (loading overlaps compute when the
@@ -34,6 +45,7 @@ __all__ = [
     "Recommendation",
     "Verdict",
     "calibrate",
+    "core_share",
     "cpu_capped",
     "loader_overhead_s",
     "predict",
@@ -45,7 +57,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Cost:
-    """Seconds (wall, CPU) one worker spends on one sample, by stage."""
+    """Seconds one worker spends on one sample, by stage (wall and CPU time), and ``share``:
+    the share of a core a runnable thread got while they were measured (``c / (c + q)``)."""
 
     read_s: float
     read_cpu_s: float
@@ -53,6 +66,13 @@ class Cost:
     decode_cpu_s: float
     augment_s: float
     augment_cpu_s: float
+    share: float = 1.0
+    main_cpu_s: float = 0.0  # the consuming process's CPU per sample (receiving batches)
+
+    @property
+    def queue_s(self) -> float:
+        """Seconds per sample spent runnable but waiting for a core."""
+        return self.cpu_s * (1.0 / self.share - 1.0) if self.share > 0 else 0.0
 
     @property
     def total_s(self) -> float:
@@ -63,8 +83,19 @@ class Cost:
         return self.read_cpu_s + self.decode_cpu_s + self.augment_cpu_s
 
     @property
+    def blocked_s(self) -> float:
+        """Off the CPU and not waiting for it: storage I/O, sleeps."""
+        return max(0.0, self.total_s - self.cpu_s - self.queue_s)
+
+    @property
     def one_worker_rate(self) -> float:
         return 1.0 / self.total_s if self.total_s > 0 else math.inf
+
+    def others(self, cores: int) -> float:
+        """``L``: other runnable threads the run-queue wait implies (0 on an idle machine)."""
+        if not 0.0 < self.share < 1.0:
+            return 0.0
+        return max(0.0, cores / self.share - 1.0)
 
     def to_dict(self) -> dict[str, float]:
         return {
@@ -73,28 +104,43 @@ class Cost:
             "augment_ms": 1e3 * self.augment_s,
             "total_ms": 1e3 * self.total_s,
             "cpu_ms": 1e3 * self.cpu_s,
+            "queue_ms": 1e3 * self.queue_s,
+            "core_share": self.share,
+            "main_cpu_ms": 1e3 * self.main_cpu_s,
+            "blocked_ms": 1e3 * self.blocked_s,
             "cpu_share": self.cpu_s / self.total_s if self.total_s > 0 else 0.0,
         }
+
+
+def core_share(cost: Cost, workers: int, *, cores: int) -> float:
+    """``s_k``: the share of a core each of ``workers`` runnable workers gets."""
+    return min(1.0, cores / (cost.others(cores) + workers))
 
 
 def predict(cost: Cost, workers: int, *, cores: int, efficiency: float = 1.0) -> float:
     """Predicted loader samples/s with ``workers`` workers (see the module NOTE)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    parallel = workers * cost.one_worker_rate
-    cpu_cap = cores / cost.cpu_s if cost.cpu_s > 0 else math.inf
-    return efficiency * min(parallel, cpu_cap)
+    share = core_share(cost, workers, cores=cores)
+    per_sample = cost.blocked_s + cost.cpu_s / share
+    rate = efficiency * workers / per_sample if per_sample > 0 else math.inf
+    if cost.main_cpu_s > 0:  # one process receives every batch: a serial cap
+        rate = min(rate, share / cost.main_cpu_s)
+    return rate
 
 
 def cpu_capped(cost: Cost, workers: int, *, cores: int) -> bool:
-    return cost.cpu_s > 0 and cores / cost.cpu_s < workers * cost.one_worker_rate
+    """True when the workers would mostly wait for a core (the cores are the cap)."""
+    share = core_share(cost, workers, cores=cores)
+    return share < 1.0 and cost.cpu_s / share - cost.cpu_s > cost.blocked_s
 
 
 def calibrate(cost: Cost, measured_one_worker: float | None) -> float:
     """The loader's efficiency ``e`` from its one-worker rate (clipped to [0.05, 1.5])."""
-    if not measured_one_worker or not math.isfinite(cost.one_worker_rate):
+    pred = predict(replace(cost, main_cpu_s=0.0), 1, cores=1) if cost.total_s > 0 else math.inf
+    if not measured_one_worker or not math.isfinite(pred):
         return 1.0
-    return min(1.5, max(0.05, measured_one_worker / cost.one_worker_rate))
+    return min(1.5, max(0.05, measured_one_worker / pred))
 
 
 def loader_overhead_s(cost: Cost, efficiency: float) -> float:
@@ -192,15 +238,16 @@ def verdict(
     )
     capped = cpu_capped(cost, workers, cores=cores)
     overhead = loader_overhead_s(cost, efficiency)
-    if capped:
+    if capped:  # the cores are the cap: CPU time decides (waits overlap other workers' work)
         parts = {
             "storage": cost.read_cpu_s,
             "decode": cost.decode_cpu_s,
             "augment": cost.augment_cpu_s,
         }
+        parts["loader"] = overhead * (cost.cpu_s / cost.total_s if cost.total_s > 0 else 1.0)
     else:
         parts = {"storage": cost.read_s, "decode": cost.decode_s, "augment": cost.augment_s}
-    parts["loader"] = overhead
+        parts["loader"] = overhead
     whole = sum(parts.values()) or 1.0
     shares = {k: v / whole for k, v in parts.items()}
     inner = max(parts, key=lambda k: parts[k])
@@ -383,13 +430,23 @@ def recommend(
             augment_s=max(0.0, cost.augment_s - w),
             augment_cpu_s=max(0.0, cost.augment_cpu_s - c),
         )
-        out.append(
-            rec(
-                f"drop or cheapen the costliest augmentation: {name}",
-                f"it takes {1e3 * w:.3f} ms/sample, {100 * share:.0f} % of the augmentation time",
-                new,
+        if share >= 0.999:  # one opaque transform: an estimate for halving its cost
+            out.append(
+                rec(
+                    f"cheapen the augmentation ({name})",
+                    f"it takes {1e3 * cost.augment_s:.3f} ms/sample; the figure is for halving that",
+                    new,
+                    basis="estimated",
+                )
             )
-        )
+        else:
+            out.append(
+                rec(
+                    f"drop or cheapen the costliest augmentation: {name}",
+                    f"it takes {1e3 * w:.3f} ms/sample, {100 * share:.0f} % of the augmentation time",
+                    new,
+                )
+            )
     if more_workers is not None and more_workers > workers:
         after = scale * predict(cost, more_workers, cores=cores, efficiency=efficiency)
         if after > 1.05 * loader_rate:
@@ -398,8 +455,9 @@ def recommend(
                     f"use more workers (workers={more_workers})",
                     f"predicted {after:,.0f} samples/s with {more_workers} vs {loader_rate:,.0f} with {workers}"
                     + (
-                        " (workers wait on I/O or sleep; the cores have room)"
-                        if not cpu_capped(cost, more_workers, cores=cores)
+                        " (the workers spend most of their time blocked on I/O or asleep, "
+                        "so more of them overlap it)"
+                        if cost.blocked_s > cost.cpu_s
                         else ""
                     ),
                     loader_rate,

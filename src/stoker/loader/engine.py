@@ -188,15 +188,30 @@ def _worker_error(info: dict, worker_id: int | None) -> WorkerError:
         cls = _error_classes.get(exc_type) or WorkerError
         if cls is WorkerError:
             try:
-                cls = type(f"Worker{exc_type.__name__}", (WorkerError, exc_type), {})
-                cls(msg, **kwargs)  # some types cannot be built from a message
-            except Exception:  # noqa: BLE001
+                cls = type(
+                    f"Worker{exc_type.__name__}",
+                    (WorkerError, exc_type),
+                    {"__init__": _init_worker_error, "__str__": WorkerError.__str__, "__module__": __name__},
+                )
+                cls(msg, **kwargs)
+            except Exception:  # noqa: BLE001 - e.g. a layout conflict between the bases
                 cls = WorkerError
             _error_classes[exc_type] = cls
     try:
         return cls(msg, **kwargs)
     except Exception:  # noqa: BLE001
         return WorkerError(msg, **kwargs)
+
+
+def _init_worker_error(self: Any, message: str, **kwargs: Any) -> None:
+    """``__init__`` of the WorkerError/original-type hybrids: the original type's own
+    ``__init__`` may want other arguments, so only the message goes to ``Exception``."""
+    self.exc_type = kwargs.get("exc_type", "Exception")
+    self.worker_id = kwargs.get("worker_id")
+    self.key = kwargs.get("key")
+    self.index = kwargs.get("index")
+    self.remote_traceback = kwargs.get("remote_traceback", "")
+    Exception.__init__(self, message)
 
 
 def _distributed_info() -> tuple[int, int]:
@@ -399,7 +414,7 @@ class Loader:
                     r, w = _distributed_info()
                     rank = r if rank is None else rank
                     world_size = w if world_size is None else world_size
-                self._sampler_args = dict(
+                self._sampler_args: dict[str, Any] = dict(
                     shuffle=bool(shuffle),
                     rank=rank,
                     world_size=world_size,
@@ -703,7 +718,7 @@ class Loader:
         half = len(bidx) if self.pipeline.pair_with is not None else 0
         rows = len(bidx) * (2 if half else 1)
         images = np.empty((rows, *self.pipeline.row_shape(width)), dtype=self.pipeline.dtype)
-        labels = np.empty((rows, *self._label_spec.shape), dtype=self._label_spec.dtype)
+        labels = np.empty((rows, *_dims(self._label_spec)), dtype=self._label_spec.dtype)
         keys = np.empty(rows, dtype=np.int64)
         indices = np.empty(rows, dtype=np.int64)
         task = Task(gen, number, -1, epoch, width, rows, 0, bidx, half)
@@ -737,7 +752,7 @@ class Loader:
                 pipeline=self.pipeline,
                 rows=self.batch_size,
                 max_width=max_width,
-                label_shape=tuple(self._label_spec.shape),  # type: ignore[arg-type]
+                label_shape=_dims(self._label_spec),
                 label_dtype=self._label_spec.dtype,
                 slots=slots,
             )
@@ -1012,6 +1027,10 @@ class Loader:
         self._layout = None
         self._ring_width = None
         self._slot_state = []
+
+
+def _dims(spec: ArraySpec) -> tuple[int, ...]:
+    return tuple(int(d) for d in spec.shape if d is not None)
 
 
 def _has_widths(sampler: Sampler) -> bool:

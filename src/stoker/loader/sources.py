@@ -216,7 +216,7 @@ class FolderSource(Source):
         files: list[str] = []
         labels: list[int] = []
         for ci, name in enumerate(classes):
-            found = []
+            found: list[str] = []
             for dirpath, dirnames, filenames in os.walk(os.path.join(self.root, name)):
                 dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
                 rel = os.path.relpath(dirpath, self.root)

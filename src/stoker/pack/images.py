@@ -93,9 +93,18 @@ def sniff_format(data: bytes) -> str | None:
     return None
 
 
-def _open_header(data: bytes, max_pixels: int):
+def _looks_cut(data: bytes, fmt: str) -> bool:
+    """True when the file lacks its end marker (JPEG EOI, PNG IEND)."""
+    if fmt == "JPEG":
+        return not data.rstrip(b"\x00").endswith(b"\xff\xd9")
+    if fmt == "PNG":
+        return b"IEND" not in data[-12:]
+    return False
+
+
+def _open_header(data: bytes, fmt: str, max_pixels: int):
     """Pillow image with only the header read; rejects bombs before any pixel is decoded."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     with warnings.catch_warnings():
         # our own max_pixels check below replaces Pillow's warning
@@ -104,13 +113,12 @@ def _open_header(data: bytes, max_pixels: int):
             im = Image.open(io.BytesIO(data))
         except Image.DecompressionBombError as e:
             raise Reject("bomb", str(e)) from None
-        except UnidentifiedImageError as e:
-            raise Reject("undecodable", str(e)) from None
         except ValueError as e:
             reason = "oversized_chunk" if "too large" in str(e).lower() else "undecodable"
             raise Reject(reason, f"{type(e).__name__}: {e}") from None
         except (OSError, SyntaxError, EOFError) as e:
-            raise Reject("undecodable", f"{type(e).__name__}: {e}") from None
+            reason = "truncated" if _looks_cut(data, fmt) else "undecodable"
+            raise Reject(reason, f"header unreadable: {type(e).__name__}: {e}") from None
     w, h = im.size
     if w <= 0 or h <= 0:
         raise Reject("undecodable", f"header gives size {w}x{h}")
@@ -256,7 +264,7 @@ def check_image(
     fmt = sniff_format(data)
     if fmt is None:
         raise Reject("not_an_image", f"unknown magic bytes {data[:8].hex()}")
-    im = _open_header(data, max_pixels)
+    im = _open_header(data, fmt, max_pixels)
     orientation = _orientation(im)
     force = resize is not None or quality is not None
     q = DEFAULT_QUALITY if quality is None else quality

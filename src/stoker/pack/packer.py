@@ -347,6 +347,10 @@ def _isolate(paths: Sequence[str], options: _Options) -> list[tuple]:
     return out
 
 
+class _NotSubmitted(Exception):
+    """Internal: the pool was already broken when this chunk was handed to it."""
+
+
 def _results(
     plan: _Plan, start: int, options: _Options, workers: int, chunk: int
 ) -> Iterator[tuple[int, tuple]]:
@@ -354,15 +358,21 @@ def _results(
     pool = _Pool(workers)
     window = 4 * workers
     todo = _chunks(len(plan.items), chunk, start)
+    retry: collections.deque[tuple[int, int]] = collections.deque()
     pending: collections.deque[tuple[int, int, Future]] = collections.deque()
 
     def submit() -> bool:
-        nxt = next(todo, None)
+        nxt = retry.popleft() if retry else next(todo, None)
         if nxt is None:
             return False
         a, b = nxt
         paths = tuple(it.path for it in plan.items[a:b])
-        pending.append((a, b, pool.get().submit(_process_task, _Task(paths, options))))
+        try:
+            fut = pool.get().submit(_process_task, _Task(paths, options))
+        except BrokenProcessPool:
+            fut = Future()
+            fut.set_exception(_NotSubmitted())
+        pending.append((a, b, fut))
         return True
 
     try:
@@ -372,15 +382,18 @@ def _results(
             a, b, fut = pending[0]
             try:
                 res = fut.result()
-            except BrokenProcessPool:
-                # a worker died: keep what finished, retry the rest one by one
-                done: list[tuple[int, int, list[tuple] | None]] = []
-                for a2, b2, f2 in pending:
-                    ok = f2.done() and not f2.cancelled() and f2.exception() is None
-                    done.append((a2, b2, f2.result() if ok else None))
+            except (BrokenProcessPool, _NotSubmitted):
+                # a worker died: keep what finished, retry what ran one file at a time,
+                # and hand what never ran to a fresh pool
+                entries = list(pending)
                 pending.clear()
                 pool.close(kill=True)
-                for a2, b2, r2 in done:
+                for a2, b2, f2 in entries:
+                    exc = f2.exception()
+                    if isinstance(exc, _NotSubmitted):
+                        retry.append((a2, b2))
+                        continue
+                    r2 = f2.result() if exc is None else None
                     if r2 is None:
                         r2 = _isolate([it.path for it in plan.items[a2:b2]], options)
                     for i, r in enumerate(r2):

@@ -167,6 +167,8 @@ class _CudaBackend:
     """Streams, events and pinned memory of one CUDA device."""
 
     def __init__(self, device: torch.device) -> None:
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
 
     def new_stream(self) -> Any:

@@ -1,4 +1,4 @@
-"""Small helpers shared by the ops: lazy cv2, argument checks, spec arithmetic."""
+"""Shared pieces of the ops: lazy cv2, argument checks, spec arithmetic."""
 
 from __future__ import annotations
 

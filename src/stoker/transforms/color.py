@@ -63,7 +63,7 @@ def _factor_range(v: float | Sequence[float], what: str) -> tuple[float, float]:
             raise ValueError(f"ColorJitter: {what} must be >= 0, got {v!r}")
         return (max(0.0, 1.0 - float(v)), 1.0 + float(v))
     try:
-        lo, hi = (float(x) for x in v)
+        lo, hi = (float(x) for x in v)  # type: ignore[union-attr]
     except (TypeError, ValueError):
         raise TypeError(f"ColorJitter: {what} must be a number or a (low, high) pair") from None
     if not 0 <= lo <= hi:
@@ -150,7 +150,7 @@ class Grayscale(Transform):
 def _per_channel(v: float | Sequence[float], what: str) -> tuple[float, ...]:
     if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
         return (float(v),)
-    vals = tuple(float(x) for x in v)
+    vals = tuple(float(x) for x in v)  # type: ignore[union-attr]
     if not vals:
         raise ValueError(f"Normalize: {what} must not be empty")
     return vals
@@ -173,6 +173,7 @@ class Normalize(Transform):
     layout: str = "HWC"
     dtype: str = "float32"
     _lut: np.ndarray = field(init=False, repr=False, compare=False, hash=False)
+    _planes: np.ndarray = field(init=False, repr=False, compare=False, hash=False)
 
     _builtin = True
 
@@ -199,6 +200,7 @@ class Normalize(Transform):
         levels = np.arange(256, dtype=np.float64)[:, None]
         lut = ((levels / float(self.scale) - m) / s).astype(np.float32)  # (256, n)
         object.__setattr__(self, "_lut", lut)
+        object.__setattr__(self, "_planes", np.ascontiguousarray(lut.T).reshape(n, 256, 1))
 
     @property
     def channels(self) -> int:
@@ -238,10 +240,9 @@ class Normalize(Transform):
         if self.layout == "CHW" and c > 1:
             out = np.empty((c, h, w), np.float32)
             for i, plane in enumerate(cv.split(cv_input(img))):
-                cv.LUT(
-                    plane, self._lut[:, i if self.channels > 1 else 0].reshape(256, 1), dst=out[i]
-                )
+                cv.LUT(plane, self._planes[i if self.channels > 1 else 0], dst=out[i])
             return out
+        lut: np.ndarray
         if self.channels == 1:
             lut = self._lut[:, 0].reshape(256, 1)
         else:

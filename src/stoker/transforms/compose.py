@@ -174,7 +174,7 @@ class Compose(Transform):
     ``Compose([])`` is the identity. Its decode hint is that of its first step.
     """
 
-    transforms: tuple[Transform, ...]
+    transforms: Sequence[Any]  # stored as tuple[Transform, ...]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "transforms", _steps(self.transforms, "Compose"))
@@ -227,9 +227,9 @@ class RandomChoice(Transform):
     of the filters. The output spec merges the branches (dimensions that differ become None).
     """
 
-    transforms: tuple[Transform, ...]
+    transforms: Sequence[Any]  # stored as tuple[Transform, ...]
     _: KW_ONLY
-    weights: tuple[float, ...] | None = None
+    weights: Sequence[float] | None = None
 
     def __post_init__(self) -> None:
         steps = _steps(self.transforms, type(self).__name__)
@@ -288,7 +288,7 @@ class OneOf(RandomChoice):
 class RandomApply(Transform):
     """Apply ``transform`` (a list is composed) with probability ``p``, else pass through."""
 
-    transform: Transform
+    transform: Any  # a Transform, a callable, or a list (composed)
     p: float = 0.5
 
     def __post_init__(self) -> None:

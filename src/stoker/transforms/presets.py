@@ -91,11 +91,11 @@ PRESETS = ("imagenet", "imagenet-eval", "kanji", "none", "seed000", "seed000-uin
 def get_preset(name: str, *, size: int | None = None) -> Compose:
     """The preset chain called ``name`` (see the module docstring); ``size`` overrides the
     preset's output size."""
-    kw = {} if size is None else {"size": size}
+    kw: dict[str, int] = {} if size is None else {"size": size}
     if name == "seed000":
-        return seed000_train(**kw)
+        return seed000_train(128 if size is None else size)
     if name == "seed000-uint8":
-        return seed000_train(**kw, normalize=False)
+        return seed000_train(128 if size is None else size, normalize=False)
     if name == "imagenet":
         return imagenet_train(**kw)
     if name == "imagenet-eval":

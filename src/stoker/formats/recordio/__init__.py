@@ -11,7 +11,6 @@ See ``README.md`` in this folder (and ``docs/format.md``) for the byte layout.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -28,7 +27,7 @@ from stoker.formats.recordio.header import (
     pack_header,
     unpack_header,
 )
-from stoker.formats.recordio.index import IndexTable, load_index, parse_idx
+from stoker.formats.recordio.index import IndexTable, load_index, parse_idx, sha256_file
 from stoker.formats.recordio.manifest import (
     MANIFEST_SUFFIX,
     load_manifest,
@@ -103,11 +102,7 @@ def _check_shard(r: RecordFile, shard: dict, manifest_path: str) -> None:
         )
     sha = r.idx_sha256
     if sha is None and r.idx_path is not None:
-        h = hashlib.sha256()
-        with open(r.idx_path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        sha = h.hexdigest()
+        sha = sha256_file(r.idx_path)
     if sha != shard["idx_sha256"]:
         raise ManifestError(
             f"{manifest_path}: idx does not match rec: the sha256 of {r.idx_path} differs "

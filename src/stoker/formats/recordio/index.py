@@ -23,7 +23,8 @@ Cache layout (little-endian)::
     88+16N  8N    .idx line numbers (int64), only with flag bit 0
 
 The cache is rebuilt whenever the ``.idx`` size, mtime or inode, or the ``.rec`` size, differ
-from what it records; it is written to a unique temporary name and renamed, so concurrent
+from what it records (an ``.idx`` younger than two seconds is not cached at all, since its
+mtime may not yet tell an in-place rewrite apart); it is written to a unique temporary name and renamed, so concurrent
 openers never see a torn cache. A cache that cannot be written (read-only folder) is skipped.
 """
 
@@ -35,6 +36,7 @@ import mmap
 import os
 import struct
 import tempfile
+import time
 import warnings
 from dataclasses import dataclass
 
@@ -42,7 +44,7 @@ import numpy as np
 
 from stoker._core.errors import IndexFormatError
 
-__all__ = ["CACHE_SUFFIX", "IndexTable", "cache_path", "load_index", "parse_idx"]
+__all__ = ["CACHE_SUFFIX", "IndexTable", "cache_path", "load_index", "parse_idx", "sha256_file"]
 
 CACHE_SUFFIX = ".stkidx"
 _CACHE_MAGIC = b"STKIDX\x00\x01"
@@ -52,6 +54,10 @@ FLAG_LINES = 1
 FLAG_SHA = 2
 _MAX_DIGITS = 18  # every 18-digit number fits int64
 _INT64_MAX = np.iinfo(np.int64).max
+# File systems stamp mtimes with a coarse clock: an .idx rewritten in place within the same
+# tick keeps size and mtime. Like git's "racily clean" rule, an .idx modified less than this
+# long ago is parsed but not cached; the next open caches it.
+_RACY_NS = 2_000_000_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,6 +79,15 @@ class IndexTable:
 
     def line_of(self, i: int) -> int:
         return int(self.lines[i]) if self.lines is not None else i + 1
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def cache_path(idx_path: str | os.PathLike[str]) -> str:
@@ -101,7 +116,7 @@ def _fast_parse(data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     if nums.shape[0] != 2 * n or (n and int(nums.max()) >= _INT64_MAX):
         return None
-    return nums[0::2].copy(), nums[1::2].copy()
+    return nums[0::2], nums[1::2]  # strided views: no second copy of 2N numbers
 
 
 def _field(path: str, lineno: int, raw: bytes, what: str) -> int:
@@ -162,6 +177,8 @@ def parse_idx(
         keys, offsets, lines = _slow_parse(data, path)
         if lines.shape[0] and bool(np.all(lines == np.arange(1, lines.shape[0] + 1))):
             lines = None
+    for arr in (keys, offsets):
+        arr.flags.writeable = False
     table = IndexTable(keys, offsets, lines)
     validate_table(table, path, rec_size=rec_size)
     return table
@@ -307,6 +324,6 @@ def load_index(
     table = parse_idx(data, path, rec_size=rec_size)
     if want_sha256 or cache:
         table = IndexTable(table.keys, table.offsets, table.lines, hashlib.sha256(data).hexdigest())
-    if cache:
+    if cache and time.time_ns() - st.st_mtime_ns > _RACY_NS:
         _write_cache(cpath, table, st, rec_size)
     return table

@@ -97,7 +97,7 @@ def _record(buf: Any, view: memoryview, size: int, off: int) -> tuple[memoryview
             f"broken multi-part record: first part has cflag {cflag} (expected 0 or 1); "
             "the offset points into the middle of a split record",
         )
-    chunks: list[Any] = [view[off + 8 : off + 8 + length]]
+    spans = [(off + 8, off + 8 + length)]  # no views kept: an error must not pin the mapping
     pos = off + 8 + _pad4(length)
     while True:
         try:
@@ -112,11 +112,10 @@ def _record(buf: Any, view: memoryview, size: int, off: int) -> tuple[memoryview
                 f"broken multi-part record: part at {pos} has cflag {cflag}, expected 2 or 3 "
                 "after a first part",
             )
-        chunks.append(MAGIC_BYTES)
-        chunks.append(view[pos + 8 : pos + 8 + length])
+        spans.append((pos + 8, pos + 8 + length))
         pos += 8 + _pad4(length)
         if cflag == 3:
-            return memoryview(b"".join(chunks)), pos
+            return memoryview(MAGIC_BYTES.join([buf[a:b] for a, b in spans])), pos
 
 
 def iter_records(path: str | os.PathLike[str], *, start: int = 0) -> Iterator[tuple[int, bytes]]:
@@ -222,7 +221,7 @@ class RecordFile(Reader):
         self._view: memoryview | None = None
         self._crc: np.ndarray | None = None
         self._identity: Any = False  # not yet looked at
-        self._key_pos: dict[int, int] | None = None
+        self._key_pos: tuple[np.ndarray, np.ndarray | None] | None = None
         self._closed = False
         with open(self.path, "rb") as f:
             st = os.fstat(f.fileno())
@@ -334,13 +333,27 @@ class RecordFile(Reader):
 
     def position(self, key: int) -> int:
         """Position of ``key``; ``KeyError`` when absent."""
+        return int(self.positions([int(key)])[0])
+
+    def positions(self, keys: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Positions of ``keys`` (int64 array); ``KeyError`` naming the first missing key.
+        Vectorised (binary search); no per-key dict, even for millions of keys."""
+        want = np.asarray(keys, dtype=np.int64).reshape(-1)
         if self._key_pos is None:
-            keys = self._table.keys
-            self._key_pos = dict(zip(keys.tolist(), range(keys.shape[0])))
-        try:
-            return self._key_pos[int(key)]
-        except KeyError:
-            raise KeyError(f"key {key} is not in {self.path}") from None
+            have = self._table.keys
+            if have.shape[0] < 2 or bool(np.all(have[1:] > have[:-1])):
+                self._key_pos = (have, None)
+            else:
+                perm = np.argsort(have, kind="stable")
+                self._key_pos = (have[perm], perm)
+        sorted_keys, order = self._key_pos
+        pos = np.searchsorted(sorted_keys, want)
+        found = pos < sorted_keys.shape[0]
+        found[found] = sorted_keys[pos[found]] == want[found]
+        if not bool(found.all()):
+            missing = int(want[np.flatnonzero(~found)[0]])
+            raise KeyError(f"key {missing} is not in {self.path}")
+        return (pos if order is None else order[pos]).astype(np.int64)
 
     # ------------------------------------------------------------------ reading
     def _error(self, i: int, offset: int | None, reason: str) -> CorruptRecordError:
@@ -474,20 +487,6 @@ class RecordFile(Reader):
             del words
 
     # ------------------------------------------------------------------ insightface
-    def positions(self, keys: Sequence[int] | np.ndarray) -> np.ndarray:
-        """Positions of ``keys`` (int64 array); ``KeyError`` naming the first missing key."""
-        want = np.asarray(keys, dtype=np.int64).reshape(-1)
-        have = self._table.keys
-        if have.shape[0] > 1 and bool(np.all(have[1:] > have[:-1])):
-            pos = np.searchsorted(have, want)
-            found = pos < have.shape[0]
-            found[found] = have[pos[found]] == want[found]
-            if not bool(found.all()):
-                missing = int(want[np.flatnonzero(~found)[0]])
-                raise KeyError(f"key {missing} is not in {self.path}")
-            return pos.astype(np.int64)
-        return np.asarray([self.position(int(k)) for k in want.tolist()], dtype=np.int64)
-
     def _detect_identity(self) -> None:
         self._identity = _detect_identity(self)
 

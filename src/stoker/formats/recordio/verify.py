@@ -16,7 +16,6 @@ The result is a :class:`VerifyReport`; ``report.ok`` is true when nothing was fo
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import os
 from array import array
@@ -28,7 +27,7 @@ import numpy as np
 from stoker._core.errors import IndexFormatError
 from stoker._core.progress import make_progress
 from stoker.formats.recordio.header import MAGIC_BYTES
-from stoker.formats.recordio.index import parse_idx
+from stoker.formats.recordio.index import parse_idx, sha256_file
 from stoker.formats.recordio.manifest import MANIFEST_SUFFIX, load_manifest
 from stoker.formats.recordio.reader import _Problem, _record, default_crc_path, default_idx_path
 
@@ -192,13 +191,13 @@ def _verify_shard(
         hit = np.isin(idx_offs, found)
         for i in np.flatnonzero(~hit).tolist():
             off = int(idx_offs[i])
-            where = "past the end of the file" if off + 8 > size else "not the start of a record"
+            what = "past the end of the file" if off + 8 > size else "not the start of a record"
             report.add(
                 Problem(
                     rec_path,
                     int(idx_keys[i]),
                     off,
-                    f"the .idx points at byte offset {off}, {where} (mid-record offset or .idx "
+                    f"the .idx points at byte offset {off}, {what} (mid-record offset or .idx "
                     "from another .rec)",
                     int(idx_lines[i]),
                 )
@@ -294,7 +293,7 @@ def verify_records(
         base = os.path.dirname(os.path.abspath(p))
         for shard in manifest["shards"]:
             rec = os.path.join(base, shard["rec"])
-            idx = os.path.join(base, shard["idx"])
+            idx_p = os.path.join(base, shard["idx"])
             crc = os.path.join(base, shard["crc32c"]) if shard.get("crc32c") else None
             if not os.path.exists(rec):
                 report.add(Problem(rec, None, None, "shard listed in the manifest is missing"))
@@ -306,26 +305,22 @@ def verify_records(
                         rec, None, None, f"is {size} bytes, the manifest says {shard['rec_bytes']}"
                     )
                 )
-            if os.path.exists(idx):
-                h = hashlib.sha256()
-                with open(idx, "rb") as f:
-                    for chunk in iter(lambda f=f: f.read(1 << 20), b""):
-                        h.update(chunk)
-                if h.hexdigest() != shard["idx_sha256"]:
+            if os.path.exists(idx_p):
+                if sha256_file(idx_p) != shard["idx_sha256"]:
                     report.add(
                         Problem(
-                            idx,
+                            idx_p,
                             None,
                             None,
                             "idx does not match rec (sha256 differs from the manifest)",
                         )
                     )
             before = report.indexed
-            _verify_shard(report, rec, idx, crc, **opts)  # type: ignore[arg-type]
+            _verify_shard(report, rec, idx_p, crc, **opts)  # type: ignore[arg-type]
             if report.indexed - before != shard["records"]:
                 report.add(
                     Problem(
-                        idx,
+                        idx_p,
                         None,
                         None,
                         f"lists {report.indexed - before} records, the manifest says "
@@ -337,6 +332,7 @@ def verify_records(
         idx_path = idx_path if idx_path is not None else p
         p = p[:-4] + ".rec"
         report.path = p
+    idx: str | None
     if idx_path is None:
         guess = default_idx_path(p)
         idx = guess if os.path.exists(guess) else None

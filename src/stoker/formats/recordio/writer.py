@@ -91,6 +91,61 @@ class ShardInfo:
     idx_sha256: str
 
 
+def _complete_prefix(rec_p: str, table: Any) -> tuple[int, int]:
+    """How many leading ``.idx`` entries of a partial have complete records, and where the
+    last of them ends. Entries must follow each other without gaps (as the writer wrote
+    them); a torn record ends the prefix; anything else means the partials cannot be trusted.
+    """
+    size = os.path.getsize(rec_p)
+    offs = table.offsets
+    n = offs.shape[0]
+    if size < 8 or n == 0:
+        return 0, 0
+    with open(rec_p, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
+        # vectorised fast-forward over whole single-part records that follow each other
+        words = np.frombuffer(mm, dtype="<u4", count=size // 4)
+        try:
+            w0 = offs // 4
+            inside = offs + 8 <= size
+            w0c = np.where(inside, w0, 0)
+            lrec = words[w0c + 1].astype(np.int64)
+            ends = offs + 8 + (((lrec & 0x1FFFFFFF) + 3) & ~3)
+            simple = inside & (words[w0c] == 0xCED7230A) & ((lrec >> 29) == 0) & (ends <= size)
+            prev_end = np.concatenate([[0], ends[:-1]])
+            good = simple & (offs == prev_end)
+            bad = np.flatnonzero(~good)
+            kept = int(bad[0]) if bad.size else n
+            end = int(ends[kept - 1]) if kept else 0
+        finally:
+            del words
+        view = memoryview(mm)
+        try:
+            for i in range(kept, n):
+                off = int(offs[i])
+                if off != end:
+                    raise CorruptRecordError(
+                        rec_p,
+                        off,
+                        f"cannot resume: .idx line {i + 1} says {off} but the previous record "
+                        f"ends at {end}; start over",
+                        key=int(table.keys[i]),
+                    )
+                try:
+                    payload, nxt = _record(mm, view, size, off)
+                except _Problem as e:
+                    if e.truncated:
+                        break  # torn tail: this record never finished
+                    raise CorruptRecordError(
+                        rec_p, e.offset, f"cannot resume: {e.reason}; start over"
+                    ) from None
+                del payload
+                end = nxt
+                kept += 1
+        finally:
+            view.release()
+    return kept, end
+
+
 class RecordWriter:
     """Write records to ``rec_path`` + ``idx_path`` (default ``NAME.idx``) atomically.
 
@@ -174,48 +229,20 @@ class RecordWriter:
             raise CorruptRecordError(
                 idx_p, None, f"cannot resume: {e.reason} (line {e.line}); start over"
             ) from None
-        size = os.path.getsize(rec_p)
-        kept = 0
-        end = 0
-        payloads_needed: list[int] = []
-        if size:
-            with open(rec_p, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
-                view = memoryview(mm)
-                try:
-                    offs = table.offsets.tolist()
-                    for i, off in enumerate(offs):
-                        if off != end:
-                            raise CorruptRecordError(
-                                rec_p,
-                                off,
-                                f"cannot resume: .idx line {table.line_of(i)} says {off} but the "
-                                f"previous record ends at {end}; start over",
-                                key=int(table.keys[i]),
-                            )
-                        try:
-                            payload, nxt = _record(mm, view, size, off)
-                        except _Problem as e:
-                            if e.truncated:
-                                break  # torn tail: this record never finished
-                            raise CorruptRecordError(
-                                rec_p, e.offset, f"cannot resume: {e.reason}; start over"
-                            ) from None
-                        del payload
-                        end = nxt
-                        kept += 1
-                finally:
-                    view.release()
-        keep_keys = table.keys[:kept]
+        if table.lines is not None:
+            raise CorruptRecordError(idx_p, None, "cannot resume: blank lines; start over")
+        kept, end = _complete_prefix(rec_p, table)
         # cut the files back to the kept records
-        with open(rec_p, "r+b") as f:
-            f.truncate(end)
-        kept_idx = b"".join(
-            f"{k}\t{o}\n".encode()
-            for k, o in zip(keep_keys.tolist(), table.offsets[:kept].tolist())
-        )
-        with open(idx_p, "wb") as f:
-            f.write(kept_idx)
-        self._sha.update(kept_idx)
+        with open(rec_p, "r+b") as rf:
+            rf.truncate(end)
+        idx_end = 0
+        if kept:
+            newlines = np.flatnonzero(np.frombuffer(idx_bytes, dtype=np.uint8) == 10)
+            idx_end = int(newlines[kept - 1]) + 1
+        with open(idx_p, "r+b") if os.path.exists(idx_p) else open(idx_p, "wb") as xf:
+            xf.truncate(idx_end)
+        self._sha.update(idx_bytes[:idx_end])
+        keep_keys = table.keys[:kept]
         self._keys = array("q", keep_keys.tolist())
         if kept > 1 and not bool(np.all(keep_keys[1:] > keep_keys[:-1])):
             self._key_set = set(keep_keys.tolist())
@@ -223,12 +250,11 @@ class RecordWriter:
         if self.crc_path is not None:
             crc_p = partial_path(self.crc_path)
             have = os.path.getsize(crc_p) // 4 if os.path.exists(crc_p) else 0
-            mode = "r+b" if os.path.exists(crc_p) else "wb"
-            with open(crc_p, mode) as f:
-                f.truncate(4 * min(have, kept))
-            payloads_needed = list(range(min(have, kept), kept))
-            if payloads_needed:
-                self._fill_crc(rec_p, crc_p, table.offsets, payloads_needed)
+            with open(crc_p, "r+b") if os.path.exists(crc_p) else open(crc_p, "wb") as cf:
+                cf.truncate(4 * min(have, kept))
+            missing = list(range(min(have, kept), kept))
+            if missing:
+                self._fill_crc(rec_p, crc_p, table.offsets, missing)
         self._rec = open(rec_p, "ab", buffering=1 << 20)  # noqa: SIM115
         self._idx = open(idx_p, "ab", buffering=1 << 16)  # noqa: SIM115
         if self.crc_path is not None:
@@ -249,8 +275,8 @@ class RecordWriter:
                     del payload
             finally:
                 view.release()
-        with open(crc_p, "ab") as f:
-            f.write(np.asarray(out, dtype="<u4").tobytes())
+        with open(crc_p, "ab") as out_f:
+            out_f.write(np.asarray(out, dtype="<u4").tobytes())
 
     # ------------------------------------------------------------------ writing
     @property

@@ -1,0 +1,553 @@
+"""Loader throughput, side by side, in one run on the same sample data.
+
+112x112 JPEGs, batch 256, resize 128 -> random crop 112 -> flip -> float32 NCHW normalised,
+``--workers`` worker processes (default 2), one epoch each:
+
+  (a)  PIL ImageFolder-style dataset + torch.utils.data.DataLoader (torchvision's ops written out)
+  (b)  the same with OpenCV
+  (c)  stoker.Loader from the packed .rec
+  (c') stoker.Loader, uint8 NHWC output (normalisation left to the GPU edge)
+  (d)  the machine's limit: the same decode + augment in a tight loop over bytes already in
+       memory, no IPC, in ``workers`` processes at once, rates summed
+
+Prints images/s, c/a, c/d, time to first batch and the peak PSS of the whole process tree;
+then stoker's peak memory on a 10x larger .rec (records repeated), and the 224x224 variant
+(RandomResizedCrop 224 from 336x400 JPEGs) with and without scale-on-decode.
+
+    python bench/bench_loader.py            # 20k images: a few minutes on 2 cores
+    python bench/bench_loader.py --quick    # 2k images: a smoke run
+
+Targets: c/a >= 4, c/d >= 0.9, first batch < 1 s, peak memory flat in dataset size.
+torch is imported lazily (worker processes re-import this module).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+
+
+# ---------------------------------------------------------------------------- memory sampler
+class PeakPSS:
+    """Samples this process and all its descendants every ``every`` s: the peak PSS (MiB), the
+    peak PSS without file-backed pages (``Pss_Anon + Pss_Shmem``: what the run itself holds,
+    not the page cache of the data file it reads), and the CPU seconds they used."""
+
+    def __init__(self, every: float = 0.1) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self.every = every
+        self.peak = 0.0
+        self.peak_anon = 0.0
+        self._cpu: dict[int, float] = {}
+        self._base: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(self._cpu.get(p, 0.0) - self._base.get(p, 0.0) for p in self._cpu)
+
+    def _sample(self, first: bool = False) -> None:
+        ps = self._psutil
+        me = ps.Process()
+        pss = anon = 0
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                t = p.cpu_times()
+                cpu = t.user + t.system
+                if first or p.pid not in self._cpu:
+                    self._base.setdefault(p.pid, cpu if first else 0.0)
+                self._cpu[p.pid] = cpu
+                with open(f"/proc/{p.pid}/smaps_rollup") as f:
+                    for line in f:
+                        k, _, v = line.partition(":")
+                        if k == "Pss":
+                            pss += int(v.split()[0])
+                        elif k in ("Pss_Anon", "Pss_Shmem"):
+                            anon += int(v.split()[0])
+            except (ps.Error, OSError, ValueError):
+                pass
+        self.peak = max(self.peak, pss / 1024)
+        self.peak_anon = max(self.peak_anon, anon / 1024)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> PeakPSS:
+        self._sample(first=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+
+def _result(n: int, elapsed: float, first: float | None, mem: PeakPSS) -> dict:
+    return {
+        "images": n,
+        "seconds": elapsed,
+        "rate": n / elapsed,
+        "first": first,
+        "pss": mem.peak,
+        "pss_anon": mem.peak_anon,
+        "cpu_ms_per_image": 1000 * mem.cpu_seconds / max(n, 1),
+    }
+
+
+# ---------------------------------------------------------------------------- baselines
+def _files(root: str) -> list[tuple[str, int]]:
+    classes = sorted(d.name for d in os.scandir(root) if d.is_dir())
+    out = []
+    for ci, c in enumerate(classes):
+        for f in sorted(os.listdir(os.path.join(root, c))):
+            if f.lower().endswith((".jpg", ".jpeg", ".png")):
+                out.append((os.path.join(root, c, f), ci))
+    return out
+
+
+class PILFolder:
+    """torchvision ImageFolder + Resize(128) + RandomCrop(112) + RandomHorizontalFlip +
+    ToTensor + Normalize, written out (torchvision is not installed here)."""
+
+    def __init__(self, root: str, *, resize: int = 128, crop: int = 112, rrc: int | None = None):
+        self.samples = _files(root)
+        self.resize, self.crop, self.rrc = resize, crop, rrc
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int):
+        import random
+
+        from PIL import Image
+
+        import torch
+
+        path, label = self.samples[i]
+        with open(path, "rb") as f:
+            img = Image.open(f).convert("RGB")
+        if self.rrc:
+            img = _pil_rrc(img, self.rrc)
+        else:
+            w, h = img.size
+            s = self.resize
+            nw, nh = (s, int(s * h / w)) if w <= h else (int(s * w / h), s)
+            img = img.resize((nw, nh), Image.BILINEAR)
+            x = random.randint(0, nw - self.crop)
+            y = random.randint(0, nh - self.crop)
+            img = img.crop((x, y, x + self.crop, y + self.crop))
+        if random.random() < 0.5:
+            img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        t = (
+            torch.from_numpy(np.asarray(img, dtype=np.uint8).copy())
+            .permute(2, 0, 1)
+            .float()
+            .div(255)
+        )
+        m = torch.tensor(MEAN).view(3, 1, 1)
+        s_ = torch.tensor(STD).view(3, 1, 1)
+        return (t - m) / s_, label
+
+
+def _pil_rrc(img, size):
+    """torchvision RandomResizedCrop(size) on a PIL image."""
+    import math
+    import random
+
+    from PIL import Image
+
+    w, h = img.size
+    area = w * h
+    for _ in range(10):
+        target = area * random.uniform(0.08, 1.0)
+        ar = math.exp(random.uniform(math.log(3 / 4), math.log(4 / 3)))
+        cw = int(round(math.sqrt(target * ar)))
+        ch = int(round(math.sqrt(target / ar)))
+        if 0 < cw <= w and 0 < ch <= h:
+            x = random.randint(0, w - cw)
+            y = random.randint(0, h - ch)
+            return img.crop((x, y, x + cw, y + ch)).resize((size, size), Image.BILINEAR)
+    s = min(w, h)
+    x, y = (w - s) // 2, (h - s) // 2
+    return img.crop((x, y, x + s, y + s)).resize((size, size), Image.BILINEAR)
+
+
+class CVFolder(PILFolder):
+    """The same with OpenCV (imread, cvtColor, resize, crop, flip) and NumPy normalisation."""
+
+    def __getitem__(self, i: int):
+        import random
+
+        import cv2
+
+        import torch
+
+        cv2.setNumThreads(1)
+        path, label = self.samples[i]
+        img = cv2.cvtColor(cv2.imread(path, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+        h, w = img.shape[:2]
+        s = self.resize
+        nw, nh = (s, int(s * h / w)) if w <= h else (int(s * w / h), s)
+        img = cv2.resize(img, (nw, nh), interpolation=cv2.INTER_LINEAR)
+        x = random.randint(0, nw - self.crop)
+        y = random.randint(0, nh - self.crop)
+        img = img[y : y + self.crop, x : x + self.crop]
+        if random.random() < 0.5:
+            img = img[:, ::-1]
+        arr = (img.astype(np.float32) / 255 - np.float32(MEAN)) / np.float32(STD)
+        return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1))), label
+
+
+def run_torch(dataset, *, workers: int, batch_size: int) -> dict:
+    import torch
+
+    torch.set_num_threads(1)
+    with PeakPSS() as mem:
+        t0 = time.perf_counter()
+        dl = torch.utils.data.DataLoader(
+            dataset, batch_size=batch_size, shuffle=True, num_workers=workers
+        )
+        n = 0
+        first = None
+        for images, _labels in dl:
+            if first is None:
+                first = time.perf_counter() - t0
+            n += len(images)
+        elapsed = time.perf_counter() - t0
+        del dl
+    return _result(n, elapsed, first, mem)
+
+
+# ---------------------------------------------------------------------------- stoker
+def stoker_transforms(kind: str, *, normalize: bool):
+    from stoker.transforms import (
+        Compose,
+        HorizontalFlip,
+        Normalize,
+        RandomCrop,
+        RandomResizedCrop,
+        Resize,
+    )
+
+    if kind == "112":
+        ops = [Resize(128, shorter_side=True), RandomCrop(112), HorizontalFlip()]
+    else:
+        ops = [RandomResizedCrop(224), HorizontalFlip()]
+    if normalize:
+        ops.append(Normalize(MEAN, STD))
+    return Compose(ops)
+
+
+def run_stoker(
+    path: str,
+    *,
+    kind: str,
+    normalize: bool,
+    workers: int,
+    batch_size: int,
+    scale_on_decode: bool = True,
+) -> dict:
+    from stoker.loader import Loader
+    from stoker.pipeline import DecodeOptions
+
+    with PeakPSS() as mem:
+        t0 = time.perf_counter()
+        loader = Loader(
+            path,
+            batch_size=batch_size,
+            transforms=stoker_transforms(kind, normalize=normalize),
+            layout="NCHW" if normalize else "NHWC",
+            shuffle=True,
+            seed=0,
+            workers=workers,
+            decode=DecodeOptions(scale_on_decode=scale_on_decode),
+        )
+        n = 0
+        first = None
+        with loader:
+            for b in loader:
+                if first is None:
+                    first = time.perf_counter() - t0
+                n += len(b.images)
+        elapsed = time.perf_counter() - t0
+    return _result(n, elapsed, first, mem)
+
+
+def _limit_worker(args) -> tuple[int, float]:
+    """One process of (d): read its share of the records into memory, then time decode+augment."""
+    path, kind, normalize, start, stop, scale_on_decode, layout = args
+    import cv2
+
+    from stoker._core.seeding import sample_rng
+    from stoker.formats.recordio import open_records
+    from stoker.pipeline import DecodeOptions, Pipeline
+
+    cv2.setNumThreads(1)
+    rec = open_records(path)
+    payloads = [bytes(rec.read_header(i)[1]) for i in range(start, stop)]
+    rec.close()
+    from stoker.codecs import DECODED_SPEC
+
+    pipe = Pipeline(
+        DECODED_SPEC,
+        transforms=stoker_transforms(kind, normalize=normalize),
+        layout=layout,
+        decode=DecodeOptions(scale_on_decode=scale_on_decode),
+    )
+    out = np.empty((256, *pipe.row_shape()), dtype=pipe.dtype)
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    for j, buf in enumerate(payloads):
+        img = pipe.decode_image(buf)
+        res = pipe.apply(img, sample_rng(0, 0, start + j))
+        pipe.place(res, out[j % 256], None)
+    return len(payloads), time.perf_counter() - t0, time.process_time() - c0
+
+
+def run_limit(
+    path: str, *, n: int, kind: str, normalize: bool, workers: int, scale_on_decode: bool = True
+) -> dict:
+    import multiprocessing as mp
+
+    per = -(-n // workers)
+    jobs = [
+        (
+            path,
+            kind,
+            normalize,
+            w * per,
+            min(n, (w + 1) * per),
+            scale_on_decode,
+            "NCHW" if normalize else "NHWC",
+        )
+        for w in range(workers)
+    ]
+    with mp.get_context("forkserver").Pool(workers) as pool:
+        results = pool.map(_limit_worker, jobs)
+    rate = sum(k / s for k, s, _ in results)
+    cpu = sum(c for _, _, c in results)
+    n_done = sum(k for k, _, _ in results)
+    return {"images": n_done, "rate": rate, "cpu_ms_per_image": 1000 * cpu / max(n_done, 1)}
+
+
+# ---------------------------------------------------------------------------- data
+def make_data(work: Path, *, n: int, size, name: str) -> tuple[str, str]:
+    from stoker.pack import make_sample_data, pack
+
+    images = work / f"images_{name}"
+    rec = work / f"{name}.rec"
+    classes = 10
+    make_sample_data(images, classes=classes, per_class=n // classes, size=size, seed=1)
+    if not rec.exists():
+        pack(images, rec, overwrite=True, progress=False)
+    return str(images), str(rec)
+
+
+def repeat_rec(src: str, dst: str, times: int) -> str:
+    """A .rec ``times`` as long: the same records repeated under new keys."""
+    from stoker.formats.recordio import RecordWriter, open_records
+
+    if os.path.exists(dst):
+        return dst
+    rec = open_records(src)
+    payloads = [bytes(rec.read(i)) for i in range(len(rec))]
+    rec.close()
+    with RecordWriter(dst, overwrite=True) as w:
+        key = 0
+        for _ in range(times):
+            for p in payloads:
+                w.write(key, p)
+                key += 1
+    return dst
+
+
+def fmt_row(name: str, r: dict) -> str:
+    first = f"{r['first']:.2f}" if r.get("first") is not None else "-"
+    pss = f"{r['pss']:.0f}" if r.get("pss") else "-"
+    anon = f"{r['pss_anon']:.0f}" if r.get("pss_anon") else "-"
+    return f"| {name} | {r['rate']:,.0f} | {r['cpu_ms_per_image']:.2f} | {first} | {pss} | {anon} |"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--quick", action="store_true", help="2k images instead of 20k")
+    ap.add_argument("--images", type=int, default=None, help="images for the 112 px runs")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument(
+        "--work", default=None, help="data folder (default: a temporary one, reused by name)"
+    )
+    ap.add_argument(
+        "--skip", action="append", default=[], help="skip a part: baselines, scale, 224"
+    )
+    ap.add_argument("--json", default=None, help="also write the results here")
+    args = ap.parse_args()
+    n = args.images or (2_000 if args.quick else 20_000)
+    n224 = 400 if args.quick else 2_000
+    work = Path(args.work or os.path.join(tempfile.gettempdir(), "stoker-bench-loader"))
+    work.mkdir(parents=True, exist_ok=True)
+    W, B = args.workers, args.batch_size
+    print(
+        f"# bench_loader: {n} images 112x112, batch {B}, {W} workers, {os.cpu_count()} CPUs",
+        flush=True,
+    )
+    t = time.perf_counter()
+    images, rec = make_data(work, n=n, size=112, name=f"s112_{n}")
+    print(f"data ready in {time.perf_counter() - t:.0f} s: {images}, {rec}", flush=True)
+    res: dict[str, dict] = {}
+
+    def step(name: str, fn, *a, **kw) -> None:
+        print(f"... {name}", flush=True)
+        res[name] = fn(*a, **kw)
+        print(
+            "    "
+            + json.dumps(
+                {k: round(v, 3) if isinstance(v, float) else v for k, v in res[name].items()}
+            ),
+            flush=True,
+        )
+
+    step(
+        "c stoker .rec float NCHW",
+        run_stoker,
+        rec,
+        kind="112",
+        normalize=True,
+        workers=W,
+        batch_size=B,
+    )
+    step(
+        "c' stoker .rec uint8 NHWC",
+        run_stoker,
+        rec,
+        kind="112",
+        normalize=False,
+        workers=W,
+        batch_size=B,
+    )
+    step(
+        "c stoker folder float NCHW",
+        run_stoker,
+        images,
+        kind="112",
+        normalize=True,
+        workers=W,
+        batch_size=B,
+    )
+    step("d limit float NCHW", run_limit, rec, n=n, kind="112", normalize=True, workers=W)
+    step("d' limit uint8 NHWC", run_limit, rec, n=n, kind="112", normalize=False, workers=W)
+    if "baselines" not in args.skip:
+        step("a PIL + DataLoader", run_torch, PILFolder(images), workers=W, batch_size=B)
+        step("b OpenCV + DataLoader", run_torch, CVFolder(images), workers=W, batch_size=B)
+    if "scale" not in args.skip:
+        big = repeat_rec(rec, str(work / f"s112_{n}_x10.rec"), 10)
+        step(
+            "c stoker .rec x10 float NCHW",
+            run_stoker,
+            big,
+            kind="112",
+            normalize=True,
+            workers=W,
+            batch_size=B,
+        )
+    if "224" not in args.skip:
+        images224, rec224 = make_data(work, n=n224, size=(336, 400), name=f"s224_{n224}")
+        step(
+            "224 a PIL + DataLoader",
+            run_torch,
+            PILFolder(images224, rrc=224),
+            workers=W,
+            batch_size=B,
+        )
+        step(
+            "224 c stoker scale-on-decode",
+            run_stoker,
+            rec224,
+            kind="224",
+            normalize=True,
+            workers=W,
+            batch_size=B,
+        )
+        step(
+            "224 c stoker full decode",
+            run_stoker,
+            rec224,
+            kind="224",
+            normalize=True,
+            workers=W,
+            batch_size=B,
+            scale_on_decode=False,
+        )
+        step(
+            "224 d limit scale-on-decode",
+            run_limit,
+            rec224,
+            n=n224,
+            kind="224",
+            normalize=True,
+            workers=W,
+        )
+
+    print()
+    print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
+    print(
+        "| candidate | images/s | CPU ms/image | first batch (s) | peak PSS (MiB) | peak PSS w/o file cache (MiB) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, r in res.items():
+        print(fmt_row(name, r))
+    print()
+
+    def ratio(x: str, y: str) -> str:
+        if x not in res or y not in res:
+            return "-"
+        by_rate = res[x]["rate"] / res[y]["rate"]
+        by_cpu = res[y]["cpu_ms_per_image"] / res[x]["cpu_ms_per_image"]
+        return f"{by_rate:.2f} by images/s, {by_cpu:.2f} by CPU time per image"
+
+    C, C8, D8 = "c stoker .rec float NCHW", "c' stoker .rec uint8 NHWC", "d' limit uint8 NHWC"
+    print(f"c/a   = {ratio(C, 'a PIL + DataLoader')}  (target >= 4)")
+    print(f"c'/a  = {ratio(C8, 'a PIL + DataLoader')}")
+    print(f"c/b   = {ratio(C, 'b OpenCV + DataLoader')}")
+    print(f"c/d   = {ratio(C, 'd limit float NCHW')}  (target >= 0.9)")
+    print(f"c'/d' = {ratio(C8, D8)}")
+    print(
+        f"first batch (c) = {res[C]['first']:.2f} s  (target < 1 s; the first loader of a process also starts the worker server)"
+    )
+    if "c stoker .rec x10 float NCHW" in res:
+        big = res["c stoker .rec x10 float NCHW"]
+        print(
+            f"peak PSS {n} vs {10 * n} images: {res[C]['pss']:.0f} vs {big['pss']:.0f} MiB; "
+            f"without file-backed pages: {res[C]['pss_anon']:.0f} vs {big['pss_anon']:.0f} MiB"
+        )
+    if "224 c stoker scale-on-decode" in res:
+        S = "224 c stoker scale-on-decode"
+        print(f"224: c/a = {ratio(S, '224 a PIL + DataLoader')}")
+        print(f"224: c/d = {ratio(S, '224 d limit scale-on-decode')}")
+        print(f"224: scale-on-decode vs full decode = {ratio(S, '224 c stoker full decode')}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Demo stage 02: one timed epoch of the naive pipeline beside one of stoker, same images, same
+augmentation (resize 128 -> random crop 112 -> flip -> float32 normalised, NCHW).
+
+naive:  PIL image-folder dataset through torch.utils.data.DataLoader (torchvision's behaviour
+        written out: PIL open -> convert RGB -> resize 128 -> random crop 112 -> flip ->
+        ToTensor + Normalize)
+stoker: stoker.Loader over WORK/train.rec
+
+Usage: python scripts/demo/02_loader.py WORK   (stage 01 leaves WORK/images and WORK/train.rec;
+when they are missing this stage makes them).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+WORKERS = 2
+BATCH = 256
+
+
+class NaiveFolder:
+    """What `torchvision.datasets.ImageFolder(root, transform=T.Compose([...]))` does."""
+
+    def __init__(self, root: str) -> None:
+        classes = sorted(d.name for d in os.scandir(root) if d.is_dir())
+        self.samples = [
+            (os.path.join(root, c, f), i)
+            for i, c in enumerate(classes)
+            for f in sorted(os.listdir(os.path.join(root, c)))
+            if f.lower().endswith((".jpg", ".jpeg", ".png"))
+        ]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int):
+        from PIL import Image
+
+        import torch
+
+        path, label = self.samples[i]
+        with open(path, "rb") as f:
+            img = Image.open(f).convert("RGB")
+        w, h = img.size  # Resize(128): the shorter side becomes 128
+        nw, nh = (128, int(128 * h / w)) if w <= h else (int(128 * w / h), 128)
+        img = img.resize((nw, nh), Image.BILINEAR)
+        x, y = random.randint(0, nw - 112), random.randint(0, nh - 112)  # RandomCrop(112)
+        img = img.crop((x, y, x + 112, y + 112))
+        if random.random() < 0.5:  # RandomHorizontalFlip
+            img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        t = torch.from_numpy(np.array(img, dtype=np.uint8)).permute(2, 0, 1).float().div(255)
+        t = (t - torch.tensor(MEAN).view(3, 1, 1)) / torch.tensor(STD).view(3, 1, 1)
+        return t, label
+
+
+def ensure_data(work: Path) -> tuple[Path, Path]:
+    images, rec = work / "images", work / "train.rec"
+    if not images.is_dir():
+        from stoker.pack import make_sample_data
+
+        print(f"making sample images in {images}")
+        make_sample_data(images, classes=10, per_class=300, size=112)
+    if not rec.exists():
+        from stoker.pack import pack
+
+        print(f"packing {images} -> {rec}")
+        pack(images, rec, progress=False)
+    return images, rec
+
+
+def naive_epoch(images: Path) -> tuple[int, float]:
+    import torch
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    loader = torch.utils.data.DataLoader(
+        NaiveFolder(str(images)), batch_size=BATCH, shuffle=True, num_workers=WORKERS
+    )
+    n = sum(len(x) for x, _ in loader)
+    return n, time.perf_counter() - t0
+
+
+def stoker_epoch(rec: Path) -> tuple[int, float, float]:
+    import stoker
+    from stoker.transforms import Compose, HorizontalFlip, Normalize, RandomCrop, Resize
+
+    t0 = time.perf_counter()
+    transforms = Compose(
+        [Resize(128, shorter_side=True), RandomCrop(112), HorizontalFlip(), Normalize(MEAN, STD)]
+    )
+    first = None
+    n = 0
+    with stoker.Loader(
+        str(rec),
+        batch_size=BATCH,
+        transforms=transforms,
+        layout="NCHW",
+        shuffle=True,
+        workers=WORKERS,
+        seed=0,
+    ) as loader:
+        for images, _labels in loader:
+            if first is None:
+                first = time.perf_counter() - t0
+            n += len(images)
+    return n, time.perf_counter() - t0, first or 0.0
+
+
+def main() -> int:
+    work = Path(sys.argv[1] if len(sys.argv) > 1 else "demo-data").resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    images, rec = ensure_data(work)
+    n_a, s_a = naive_epoch(images)
+    print(
+        f"naive  (PIL ImageFolder + DataLoader, {WORKERS} workers): {n_a} images in {s_a:.1f} s = {n_a / s_a:,.0f} images/s"
+    )
+    n_c, s_c, first = stoker_epoch(rec)
+    print(
+        f"stoker (Loader over {rec.name}, {WORKERS} workers):        {n_c} images in {s_c:.1f} s = {n_c / s_c:,.0f} images/s (first batch after {first:.2f} s)"
+    )
+    print(f"stoker / naive = {(n_c / s_c) / (n_a / s_a):.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

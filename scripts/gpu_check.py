@@ -1,0 +1,566 @@
+"""GPU check of stoker's CUDA edge: correctness under widened race windows, flat device memory,
+and the data-wait per training step with and without ``CudaPrefetcher``.
+
+Needs only this repository and torch (with CUDA for the real check)::
+
+    python scripts/gpu_check.py                   # full run, about 1-2 minutes on one GPU
+    python scripts/gpu_check.py --quick           # smaller
+    python scripts/gpu_check.py --device cpu --quick   # the same code paths on the CPU
+
+Checks (exit status 1 if any fails):
+
+a. bit-exact: 1,000 batches from a hostile loader double (a ring of slots that is scribbled
+   over the moment a slot is released) go through the prefetcher while ``torch.cuda._sleep``
+   delays the side stream (every copy) and the consumer stream (every other step), so any early
+   slot release, early staging-buffer reuse, missing consumer wait or missing ``record_stream``
+   shows up as wrong data. Pass 1: pageable slots (pinned staging), float16 normalised with
+   GPU flip and erase, compared element by element with a synchronous reference computed on
+   the device. Pass 2: pinned slots (copied directly, so the slot itself must be held until the
+   copy event completes), float32 unnormalised, device checksums compared with host checksums.
+   A control pass runs a deliberately broken variant (events treated as complete at once, no
+   consumer wait) and reports whether the harness catches it: it shows the check has teeth.
+b. memory: ``torch.cuda.memory_allocated`` after each of several epochs through one
+   prefetcher stays flat; one side stream; pinned pools bounded.
+c. timing: a small ResNet-style model trained on sample data packed on the spot and read by
+   ``stoker.Loader``: steps/s, data-wait ms/step and its share of the step, for the plain
+   ``.to(device)`` loop and for ``CudaPrefetcher``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+try:
+    import stoker  # noqa: F401
+except ImportError:  # run from a checkout without installing
+    sys.path.insert(0, str(REPO / "src"))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import stoker  # noqa: E402
+from stoker.torch import CudaPrefetcher, convert_images  # noqa: E402
+from stoker.torch.augment import batch_generator  # noqa: E402
+from stoker.torch.prefetcher import _CudaBackend, _Done  # noqa: E402
+
+MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# --------------------------------------------------------------------------- (a) bit-exact
+
+
+def batch_content(i: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The true content of batch ``i`` (regenerated for the reference, never kept)."""
+    return np.random.default_rng(1_000_003 + i).integers(0, 256, size=shape, dtype=np.uint8)
+
+
+class HostileRing:
+    """A loader double with stoker's slot protocol whose slots are overwritten with garbage
+    the moment they are free again (released, or the next batch requested without retain).
+
+    ``pinned=True`` makes the slots page-locked torch tensors, so the prefetcher copies from
+    them directly and must hold each slot until its copy event has completed.
+    """
+
+    def __init__(self, n: int, shape: tuple[int, ...], *, slots: int = 4, pinned: bool = False):
+        self.n, self.shape, self.pinned = n, shape, pinned
+        if pinned:
+            self.images = [torch.empty(shape, dtype=torch.uint8, pin_memory=True) for _ in range(slots)]
+            self.labels = [torch.empty(shape[0], dtype=torch.int64, pin_memory=True) for _ in range(slots)]
+        else:
+            self.images = [np.empty(shape, np.uint8) for _ in range(slots)]
+            self.labels = [np.empty(shape[0], np.int64) for _ in range(slots)]
+        self.free = list(range(slots))
+        self.epoch = 0
+
+    def give_back(self, slot: int) -> None:
+        img, lab = self.images[slot], self.labels[slot]
+        if self.pinned:
+            img.fill_(0xAB)
+            lab.fill_(-1)
+        else:
+            img.fill(0xAB)
+            lab.fill(-1)
+        self.free.append(slot)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        prev = None
+        for i in range(self.n):
+            if prev is not None and not prev.retained:
+                prev.release()
+            if not self.free:
+                raise RuntimeError("hostile ring: every slot is retained (the prefetcher holds too many)")
+            slot = self.free.pop(0)
+            content = batch_content(i, self.shape)
+            if self.pinned:
+                self.images[slot].copy_(torch.from_numpy(content))
+                self.labels[slot].fill_(i)
+            else:
+                self.images[slot][...] = content
+                self.labels[slot].fill(i)
+            prev = _RingBatch(self, slot, self.epoch, i)
+            yield prev
+        if prev is not None and not prev.retained:
+            prev.release()
+        self.epoch += 1
+
+
+class _RingBatch:
+    def __init__(self, ring: HostileRing, slot: int, epoch: int, number: int):
+        self.ring, self.slot, self.epoch, self.number = ring, slot, epoch, number
+        self.images, self.labels = ring.images[slot], ring.labels[slot]
+        self.keys = np.arange(ring.shape[0], dtype=np.int64)
+        self.indices = self.keys
+        self.retained = False
+        self._live = True
+
+    def retain(self):
+        self.retained = True
+        return self
+
+    def release(self) -> None:
+        if self._live:
+            self._live = False
+            self.retained = False
+            self.ring.give_back(self.slot)
+
+
+def _delay(cycles: int) -> None:
+    """Keep the current CUDA stream busy for about ``cycles`` GPU clock cycles."""
+    if cycles <= 0:
+        return
+    if hasattr(torch.cuda, "_sleep"):
+        torch.cuda._sleep(cycles)
+    else:  # pragma: no cover - older/newer torch without the private helper
+        a = torch.empty(1024, 1024, device="cuda")
+        for _ in range(max(1, cycles // 2_000_000)):
+            a = a @ a
+
+
+class SlowCopyBackend(_CudaBackend):
+    """The real CUDA backend with every side-stream submission delayed by ``cycles``."""
+
+    def __init__(self, device: torch.device, cycles: int):
+        super().__init__(device)
+        self.cycles = cycles
+
+    def submit(self, stream: Any, fn: Any) -> _Done:
+        with torch.cuda.stream(stream):
+            _delay(self.cycles)
+            return _Done(fn())
+
+
+class BrokenBackend(SlowCopyBackend):
+    """A deliberately wrong protocol: events count as complete at once (slots and staging
+    buffers recycled while the copy may still read them) and the consumer does not wait."""
+
+    def event_done(self, event: Any) -> bool:
+        return True
+
+    def event_wait(self, event: Any) -> None:
+        pass
+
+    def wait_event(self, stream: Any, event: Any) -> None:
+        pass
+
+    def record_stream(self, t: torch.Tensor, stream: Any) -> None:
+        pass
+
+
+def _host_checksums(a: np.ndarray) -> tuple[int, int]:
+    """Sum and position-weighted sum of the NCHW-ordered batch (weights 1..K mod 65521)."""
+    x = np.ascontiguousarray(a.transpose(0, 3, 1, 2)).reshape(-1).astype(np.int64)
+    w = (np.arange(x.size, dtype=np.int64) % 65521) + 1
+    return int(x.sum()), int((x * w).sum())
+
+
+def _device_checksums(t: torch.Tensor) -> torch.Tensor:
+    x = t.contiguous().reshape(-1).to(torch.int64)
+    w = (torch.arange(x.numel(), device=t.device, dtype=torch.int64) % 65521) + 1
+    return torch.stack([x.sum(), (x * w).sum()])
+
+
+def run_bit_exact_pass(
+    device: torch.device,
+    *,
+    batches: int,
+    shape: tuple[int, ...],
+    pinned: bool,
+    normalise: bool,
+    backend: Any = None,
+    consumer_cycles: int = 0,
+    depth: int = 1,
+) -> int:
+    """One pass through a hostile ring; returns the number of wrong batches."""
+    cuda = device.type == "cuda"
+    ring = HostileRing(batches, shape, slots=depth + 3, pinned=pinned and cuda)
+    kw: dict[str, Any] = {"depth": depth, "seed": 11}
+    if normalise:
+        kw.update(mean=MEAN, std=STD, dtype=torch.float16, flip_p=0.5, erase_p=0.25)
+    if backend is not None:
+        kw["_backend"] = backend
+    else:
+        kw["device"] = device
+    pf = CudaPrefetcher(ring, **kw)
+    mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
+    std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
+    bad_images = torch.zeros(batches, dtype=torch.bool, device=device)
+    bad_labels = torch.zeros(batches, dtype=torch.bool, device=device)
+    sums = torch.zeros(batches, 2, dtype=torch.int64, device=device)
+    host_sums = np.zeros((batches, 2), dtype=np.int64)
+    n = 0
+    for out in pf:
+        i = out.number
+        if cuda and consumer_cycles and i % 2 == 0:
+            _delay(consumer_cycles)  # a slow step: the host runs ahead of the consumer stream
+        content = batch_content(i, shape)
+        if normalise:
+            gen = batch_generator(11, out.epoch, i, device)
+            ref = convert_images(
+                torch.from_numpy(content).to(device),
+                mean=mean,
+                std=std,
+                dtype=torch.float16,
+                flip_p=0.5,
+                erase_p=0.25,
+                generator=gen,
+            )
+            bad_images[i] = (out.images != ref).any()
+        else:
+            sums[i] = _device_checksums(out.images.to(torch.int64))
+            host_sums[i] = _host_checksums(content)
+        bad_labels[i] = (out.labels != i).any()
+        n += 1
+    if cuda:
+        torch.cuda.synchronize(device)
+    wrong = bad_images | bad_labels
+    if not normalise:
+        wrong |= (sums.cpu() != torch.from_numpy(host_sums)).any(dim=1).to(device)
+    n_wrong = int(wrong.sum())
+    if n != batches:
+        n_wrong += abs(batches - n)
+    if sorted(ring.free) != list(range(len(ring.images))):
+        log(f"    slots not all returned: free={sorted(ring.free)}")
+        n_wrong += 1
+    return n_wrong
+
+
+def check_bit_exact(
+    device: torch.device, *, batches: int = 1000, sleep_cycles: int = 2_000_000
+) -> int:
+    """Check (a). Returns the number of problems (0 = pass)."""
+    cuda = device.type == "cuda"
+    shape = (32, 32, 32, 3)
+    problems = 0
+    passes = [
+        ("pageable slots, pinned staging, fp16 + flip/erase vs device reference", False, True),
+        ("pinned slots, direct copy, fp32 vs host checksums", True, False),
+    ]
+    for depth in (1, 2):
+        for name, pinned, normalise in passes:
+            backend = SlowCopyBackend(device, sleep_cycles) if cuda else None
+            t0 = time.perf_counter()
+            wrong = run_bit_exact_pass(
+                device,
+                batches=batches,
+                shape=shape,
+                pinned=pinned,
+                normalise=normalise,
+                backend=backend,
+                consumer_cycles=sleep_cycles if cuda else 0,
+                depth=depth,
+            )
+            dt = time.perf_counter() - t0
+            status = "ok" if wrong == 0 else f"FAIL: {wrong} wrong batches"
+            log(f"  (a) depth {depth}, {name}: {batches} batches in {dt:.1f} s: {status}")
+            problems += wrong
+    if cuda:
+        caught = 0
+        for pinned, normalise in ((True, False), (False, True)):
+            caught += run_bit_exact_pass(
+                device,
+                batches=min(batches, 300),
+                shape=shape,
+                pinned=pinned,
+                normalise=normalise,
+                backend=BrokenBackend(device, sleep_cycles * 5),
+                consumer_cycles=sleep_cycles * 5,
+            )
+        verdict = "caught" if caught else "NOT caught (the harness may be too gentle here)"
+        log(f"  (a) control: a broken protocol gives {caught} wrong batches: {verdict}")
+    else:
+        log("  (a) control with a broken protocol: needs CUDA, skipped")
+    return problems
+
+
+# --------------------------------------------------------------------------- (b) memory
+
+
+def check_memory_flat(device: torch.device, *, epochs: int = 6, batches: int = 50) -> int:
+    """Check (b). Returns the number of problems (0 = pass)."""
+    cuda = device.type == "cuda"
+    shape = (64, 48, 48, 3)
+    ring = HostileRing(batches, shape, slots=4, pinned=False)
+    pf = CudaPrefetcher(ring, device=device, mean=MEAN, std=STD, dtype=torch.bfloat16, depth=2)
+    side = pf._side
+    marks: list[int] = []
+    for _ in range(epochs):
+        for out in pf:
+            out.images.float().mean()  # the consumer uses the batch
+        if cuda:
+            torch.cuda.synchronize(device)
+            marks.append(int(torch.cuda.memory_allocated(device)))
+        else:
+            marks.append(0)
+    problems = 0
+    if pf._side is not side:
+        problems += 1
+        log("  (b) FAIL: the side stream changed between epochs")
+    pools = {k: len(v) for k, v in pf._pools.items()}
+    if any(n > pf.depth + 2 for n in pools.values()):
+        problems += 1
+        log(f"  (b) FAIL: pinned pools grew past depth + 2: {pools}")
+    steady = marks[1:]
+    tolerance = 1 << 20  # 1 MiB
+    growth = max(steady) - min(steady) if steady else 0
+    if cuda and growth > tolerance:
+        problems += 1
+    mib = [round(m / 2**20, 2) for m in marks]
+    verdict = "ok" if problems == 0 else "FAIL"
+    where = "device MiB after each epoch" if cuda else "(CPU: no device memory to watch)"
+    log(f"  (b) {epochs} epochs x {batches} batches, {where}: {mib if cuda else ''} "
+        f"growth after epoch 1: {growth} B; pinned buffers per shape: {list(pools.values())}: {verdict}")
+    return problems
+
+
+# --------------------------------------------------------------------------- (c) timing
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.short = None
+        if stride != 1 or cin != cout:
+            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(y + (x if self.short is None else self.short(x)))
+
+
+class SmallResNet(nn.Module):
+    """ResNet-style: a stem and three stages of two basic blocks (32/64/128 channels)."""
+
+    def __init__(self, classes: int, width: int = 32) -> None:
+        super().__init__()
+        w = width
+        self.stem = nn.Sequential(nn.Conv2d(3, w, 3, 2, 1, bias=False), nn.BatchNorm2d(w), nn.ReLU())
+        self.stages = nn.Sequential(
+            BasicBlock(w, w, 1), BasicBlock(w, w, 1),
+            BasicBlock(w, 2 * w, 2), BasicBlock(2 * w, 2 * w, 1),
+            BasicBlock(2 * w, 4 * w, 2), BasicBlock(4 * w, 4 * w, 1),
+        )  # fmt: skip
+        self.head = nn.Linear(4 * w, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stages(self.stem(x))
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def make_data(workdir: Path, *, classes: int, per_class: int, size: int) -> Path:
+    from stoker.pack import make_sample_data, pack
+
+    images = make_sample_data(workdir / "images", classes=classes, per_class=per_class, size=size)
+    rec = workdir / "train.rec"
+    if not rec.exists():
+        pack(images, workdir / "train", progress=False)
+    return rec
+
+
+def _timed_steps(mode: str, loader: Any, model: nn.Module, device: torch.device, *, steps: int) -> dict:
+    """Train ``steps`` steps; data-wait is the host time spent getting the next batch ready."""
+    cuda = device.type == "cuda"
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
+    std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
+    fmt = torch.channels_last if cuda else torch.contiguous_format
+    prefetching = mode.startswith("CudaPrefetcher")
+    # one prefetcher for all epochs (its side stream and pinned pools are reused)
+    pf = CudaPrefetcher(loader, device=device, mean=MEAN, std=STD, channels_last=cuda)
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def plain():  # the usual loop: a blocking copy and the conversion on the critical path
+        for images, labels in loader:
+            x = torch.from_numpy(images).to(device)
+            x = convert_images(x, mean=mean, std=std, channels_last=cuda)
+            yield x, torch.from_numpy(labels).to(device)
+
+    wait = 0.0
+    done = 0
+    sync()
+    t_start = time.perf_counter()
+    while done < steps:
+        it = iter(pf) if prefetching else plain()
+        while done < steps:
+            t0 = time.perf_counter()
+            try:
+                x, y = next(it)
+            except StopIteration:
+                break
+            if not prefetching:
+                sync()  # the copy and conversion are part of the wait in the plain loop
+            wait += time.perf_counter() - t0
+            x = x.contiguous(memory_format=fmt)
+            loss = loss_fn(model(x), y.long())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sync()
+            done += 1
+        it.close()  # type: ignore[attr-defined]
+    total = time.perf_counter() - t_start
+    return {
+        "mode": mode,
+        "steps": done,
+        "steps_per_s": done / total,
+        "wait_ms_per_step": 1000 * wait / done,
+        "wait_share": wait / total,
+    }
+
+
+def check_timing(device: torch.device, workdir: Path, *, quick: bool) -> list[dict]:
+    """Check (c): prints the table; returns its rows."""
+    from stoker.transforms import Compose, HorizontalFlip, RandomCrop, Resize
+
+    cuda = device.type == "cuda"
+    classes, per_class = (10, 40) if quick else (10, 200)
+    size, crop = 128, 112
+    batch = 64 if quick else 128
+    steps = 6 if quick else 40
+    if not cuda:  # the CPU run only walks the code paths
+        classes, per_class, batch, steps = 4, 16, 16, 3
+    workers = max(1, min(8, (os.cpu_count() or 2) - 1))
+    t0 = time.perf_counter()
+    rec = make_data(workdir, classes=classes, per_class=per_class, size=size)
+    log(f"  (c) sample data: {classes * per_class} JPEGs {size}x{size} packed in "
+        f"{time.perf_counter() - t0:.1f} s -> {rec}")
+    torch.manual_seed(0)
+    model = SmallResNet(classes).to(device)
+    if cuda:
+        model = model.to(memory_format=torch.channels_last)
+        torch.backends.cudnn.benchmark = True
+    transforms = Compose([Resize(size), RandomCrop(crop), HorizontalFlip()])
+    n_mem = classes * per_class
+    rng = np.random.default_rng(0)
+    x_mem = rng.integers(0, 256, size=(n_mem, crop, crop, 3), dtype=np.uint8)
+    y_mem = rng.integers(0, classes, size=n_mem).astype(np.int64)
+    rows = []
+    sources = [
+        ("rec", rec, transforms),  # JPEG decode + augment in the workers
+        ("arrays", (x_mem, y_mem), None),  # nothing to decode: the copy to the GPU matters more
+    ]
+    for name, src, tf in sources:
+        try:
+            with stoker.Loader(src, batch_size=batch, transforms=tf, shuffle=True, seed=0,
+                               workers=workers, drop_last=True) as loader:
+                _timed_steps("warm-up", loader, model, device, steps=2)
+                for mode in ("plain .to(device)", "CudaPrefetcher"):
+                    row = _timed_steps(mode, loader, model, device, steps=steps)
+                    row["source"] = name
+                    rows.append(row)
+        except stoker.LoaderError as e:  # a timing row is not a correctness check
+            log(f"  (c) source {name}: the loader failed, rows skipped: {type(e).__name__}: {e}")
+    log(f"  (c) batch {batch}, {crop}x{crop}, {workers} loader workers, {steps} steps per row, "
+        f"device {device}; source rec = JPEG decode + crop + flip, arrays = uint8 in memory")
+    log(f"      {'source':<7} {'mode':<20} {'steps/s':>8} {'data-wait ms/step':>18} {'share':>6}")
+    for r in rows:
+        log(f"      {r['source']:<7} {r['mode']:<20} {r['steps_per_s']:>8.2f} "
+            f"{r['wait_ms_per_step']:>18.2f} {100 * r['wait_share']:>5.1f}%")
+    return rows
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
+    ap.add_argument("--quick", action="store_true", help="fewer batches and steps")
+    ap.add_argument("--batches", type=int, default=None, help="batches for check (a) (default 1000, quick 200)")
+    ap.add_argument("--sleep-cycles", type=int, default=2_000_000, help="GPU cycles of delay per copy")
+    ap.add_argument("--workdir", default=None, help="where to make sample data (default: a temp dir)")
+    ap.add_argument("--json", default=None, help="write the results here as JSON")
+    ap.add_argument("--skip-timing", action="store_true", help="run (a) and (b) only")
+    args = ap.parse_args(argv)
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            log("CUDA requested but torch.cuda.is_available() is False")
+            return 2
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        torch.cuda.set_device(device)
+        gpu = torch.cuda.get_device_name(device)
+    else:
+        gpu = "none (CPU path)"
+        torch.set_num_threads(1)  # the CPU run walks the code paths; keep it light
+    batches = args.batches or (200 if args.quick else 1000)
+    if device.type == "cpu" and args.batches is None:
+        batches = 50
+    log(f"stoker {stoker.__version__}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
+        f"python {platform.python_version()}, GPU: {gpu}, CPUs: {os.cpu_count()}")
+    t_all = time.perf_counter()
+    results: dict[str, Any] = {"device": str(device), "gpu": gpu, "torch": torch.__version__}
+
+    log("(a) bit-exact under widened race windows")
+    results["bit_exact_problems"] = check_bit_exact(device, batches=batches, sleep_cycles=args.sleep_cycles)
+    log("(b) device memory across epochs")
+    results["memory_problems"] = check_memory_flat(device, epochs=4 if args.quick else 6)
+    if not args.skip_timing:
+        log("(c) data-wait per step")
+        if args.workdir:
+            wd = Path(args.workdir)
+            wd.mkdir(parents=True, exist_ok=True)
+            results["timing"] = check_timing(device, wd, quick=args.quick)
+        else:
+            with tempfile.TemporaryDirectory(prefix="stoker-gpu-check-") as tmp:
+                results["timing"] = check_timing(device, Path(tmp), quick=args.quick)
+    results["seconds"] = time.perf_counter() - t_all
+    failed = results["bit_exact_problems"] + results["memory_problems"]
+    log(f"total {results['seconds']:.1f} s: {'PASS' if failed == 0 else 'FAIL'}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Decoding matches Pillow, always gives 3-channel uint8 RGB, and fails with a clear error."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from stoker import ImageDecodeError
+from stoker.codecs import decode, image_size, sniff
+
+
+def smooth(h=48, w=64):
+    yy, xx = np.mgrid[0:h, 0:w]
+    img = np.stack([xx * 255 // w, yy * 255 // h, (xx + yy) * 255 // (h + w)], axis=-1)
+    return img.astype(np.uint8)
+
+
+def encode(arr, fmt, **kw):
+    b = io.BytesIO()
+    Image.fromarray(arr).save(b, fmt, **kw)
+    return b.getvalue()
+
+
+def pillow(buf):
+    return np.asarray(Image.open(io.BytesIO(buf)).convert("RGB"))
+
+
+def test_jpeg_matches_pillow_within_rounding():
+    buf = encode(smooth(), "JPEG", quality=92)
+    got = decode(buf)
+    ref = pillow(buf)
+    assert got.shape == (48, 64, 3) and got.dtype == np.uint8 and got.flags.c_contiguous
+    assert np.abs(got.astype(int) - ref).max() <= 2
+
+
+def test_fast_mode_is_close():
+    buf = encode(smooth(), "JPEG", quality=92)
+    assert np.abs(decode(buf, fast=True).astype(int) - pillow(buf)).mean() < 2
+
+
+def test_png_exact_and_rgb_order():
+    arr = smooth()
+    arr[0, 0] = (255, 0, 0)
+    got = decode(encode(arr, "PNG"))
+    np.testing.assert_array_equal(got, arr)
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_grayscale_becomes_three_channels(fmt):
+    gray = smooth()[:, :, 0]
+    got = decode(encode(gray, fmt))
+    assert got.shape == (48, 64, 3)
+    assert np.array_equal(got[:, :, 0], got[:, :, 1]) and np.array_equal(got[:, :, 1], got[:, :, 2])
+    assert np.abs(got[:, :, 0].astype(int) - gray).max() <= 3
+
+
+def test_cmyk_jpeg_goes_through_pillow():
+    b = io.BytesIO()
+    Image.fromarray(smooth()).convert("CMYK").save(b, "JPEG", quality=95)
+    buf = b.getvalue()
+    got = decode(buf)
+    assert got.shape == (48, 64, 3)
+    assert np.abs(got.astype(int) - pillow(buf)).max() <= 1
+
+
+def test_rgba_png_drops_alpha_and_other_formats_decode():
+    rgba = np.dstack([smooth(), np.full((48, 64), 7, np.uint8)])
+    np.testing.assert_array_equal(decode(encode(rgba, "PNG")), smooth())
+    np.testing.assert_array_equal(decode(encode(smooth(), "BMP")), smooth())
+    assert decode(encode(smooth(), "GIF")).shape == (48, 64, 3)
+
+
+def test_min_size_decodes_at_reduced_scale_but_never_below():
+    buf = encode(smooth(400, 320), "JPEG")
+    assert decode(buf, min_size=(100, 80)).shape == (100, 80, 3)
+    h, w, _ = decode(buf, min_size=(101, 80)).shape  # libjpeg-turbo scales in 1/8 steps
+    assert 101 <= h < 400 and 80 <= w < 320
+    assert decode(buf, min_size=(1, 1)).shape == (50, 40, 3)
+    assert decode(buf).shape == (400, 320, 3)
+    with pytest.raises(ValueError, match="min_size"):
+        decode(buf, min_size=(-1, 2))
+
+
+def test_out_buffer_is_filled():
+    buf = encode(smooth(), "JPEG")
+    out = np.zeros((48, 64, 3), np.uint8)
+    res = decode(buf, out=out)
+    assert res is out
+    np.testing.assert_array_equal(out, decode(buf))
+    png_out = np.zeros((48, 64, 3), np.uint8)
+    assert decode(encode(smooth(), "PNG"), out=png_out) is png_out
+    with pytest.raises(ValueError, match="shape"):
+        decode(buf, out=np.zeros((10, 10, 3), np.uint8))
+
+
+def test_image_size_from_header():
+    assert image_size(encode(smooth(30, 50), "JPEG")) == (30, 50)
+    assert image_size(encode(smooth(30, 50), "PNG")) == (30, 50)
+    assert image_size(encode(smooth(30, 50), "BMP")) == (30, 50)
+    assert sniff(encode(smooth(), "PNG")) == "png"
+
+
+@pytest.mark.parametrize(
+    "buf,match",
+    [
+        (b"", "empty"),
+        (b"not an image at all", "unrecognised format"),
+        (encode(smooth(), "JPEG")[:200], "JPEG"),
+        (encode(smooth(), "PNG")[:60], "PNG"),
+    ],
+)
+def test_bad_bytes_raise_image_decode_error(buf, match):
+    with pytest.raises(ImageDecodeError, match=match):
+        decode(buf)
+
+
+def test_accepts_memoryview_and_uint8_array():
+    buf = encode(smooth(), "PNG")
+    np.testing.assert_array_equal(decode(memoryview(buf)), smooth())
+    np.testing.assert_array_equal(decode(np.frombuffer(buf, np.uint8)), smooth())
+    with pytest.raises(TypeError):
+        decode(12)
+
+
+def test_import_stoker_codecs_does_not_import_cv2():
+    import subprocess
+    import sys
+
+    code = "import stoker, stoker.codecs, stoker.loader, stoker.pipeline, sys; print('cv2' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

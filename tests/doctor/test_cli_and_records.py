@@ -1,0 +1,85 @@
+"""`stoker doctor` on the command line, and on packed RecordIO input."""
+
+from __future__ import annotations
+
+import json
+
+from doctor_helpers import make_folder
+
+from stoker.cli import main
+from stoker.doctor import diagnose
+
+
+def test_cli_json_and_plot(tmp_path, capsys):
+    src = make_folder(tmp_path / "imgs", n=24, size=16)
+    png = tmp_path / "out.png"
+    rc = main(
+        [
+            "doctor",
+            src,
+            "--transforms",
+            "doctor_helpers:FIXED16",
+            "--batch-size",
+            "8",
+            "--step-time",
+            "5",
+            "--no-loader",
+            "--seconds",
+            "0.1",
+            "--sample-size",
+            "16",
+            "--json",
+            "--plot",
+            str(png),
+        ]
+    )
+    assert rc == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["schema"] == "stoker.doctor/1"
+    assert d["model"]["source"] == "--step-time" and d["model"]["rate"] == 8 / 0.005
+    assert d["settings"]["transforms"] == "doctor_helpers:FIXED16"
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_text_report(tmp_path, capsys):
+    src = make_folder(tmp_path / "imgs", n=16, size=16)
+    rc = main(
+        ["doctor", src, "--transforms", "doctor_helpers:FIXED16", "--no-loader", "--seconds", "0.1"]
+    )
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"stoker doctor: {src} (folder, 16 images")
+    assert "Verdict:" in out and "Give --step-time or --model" in out
+
+
+def test_cli_bad_arguments_are_one_line(tmp_path, capsys):
+    src = make_folder(tmp_path / "imgs", n=4, size=8)
+    assert main(["doctor", src, "--transforms", "no-such-preset", "--no-loader"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown transform preset 'no-such-preset'" in err and "Traceback" not in err
+    assert main(["doctor", str(tmp_path / "missing"), "--no-loader"]) == 1
+    assert "no such file or folder" in capsys.readouterr().err
+    assert main(["doctor", src, "--plot", str(tmp_path / "x.jpg"), "--no-loader"]) == 2
+
+
+def test_records_source(tmp_path):
+    from stoker.pack import pack
+
+    src = make_folder(tmp_path / "imgs", n=40, size=16)
+    pack(src, tmp_path / "train", workers=1, progress=False)
+    r = diagnose(
+        tmp_path / "train.rec",
+        transforms="doctor_helpers:FIXED16",
+        batch_size=8,
+        workers_max=1,
+        seconds=0.3,
+        sample_size=32,
+        step_time_ms=1.0,
+        progress=False,
+    )
+    assert r.data["source"]["kind"] == "records" and r.data["source"]["count"] == 40
+    names = {s["name"] for s in r.stages}
+    assert {"read records (cold)", "read records (warm)"} <= names
+    assert "read files (warm)" not in names  # nothing to pack: no "pack the folder" change
+    assert not any(rec["action"].startswith("pack the folder") for rec in r.recommendations)
+    assert r.loader_measured.get(1, 0) > 0, r.not_measured

@@ -1,0 +1,93 @@
+"""insightface/face2rec layout: header record 0, images 1..a-1, identity records a..b-1."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stoker._core.errors import CorruptRecordError
+from stoker.formats.recordio import (
+    IRHeader,
+    RecordFile,
+    RecordWriter,
+    open_records,
+    pack_header,
+    verify_records,
+)
+
+
+def _face_set(path, per_identity=(3, 1, 4), *, header_last=True, breaker=None):
+    """Write a set the way insightface's face2rec does (header record 0 written last)."""
+    images = []
+    for ident, n in enumerate(per_identity):
+        images += [ident] * n
+    a = 1 + len(images)  # first identity key
+    b = a + len(per_identity)
+    recs = {}
+    for k, ident in enumerate(images, start=1):
+        recs[k] = pack_header(IRHeader(0, float(ident), k, 0), b"\xff\xd8jpeg%d" % k)
+    start = 1
+    for j, n in enumerate(per_identity):
+        recs[a + j] = pack_header(IRHeader(0, [start, start + n], 0, 0), b"")
+        start += n
+    recs[0] = pack_header(IRHeader(0, [a, b], 0, 0), b"")
+    if breaker:
+        breaker(recs, a, b)
+    order = sorted(recs, key=lambda k: (k == 0) if header_last else k)
+    with RecordWriter(path) as w:
+        for k in order:
+            w.write(k, recs[k])
+    return a, b
+
+
+@pytest.mark.parametrize("header_last", [True, False])
+def test_identity_ranges_and_image_keys(tmp_path, header_last):
+    rec = tmp_path / "faces.rec"
+    a, b = _face_set(rec, header_last=header_last)
+    with open_records(rec) as r:
+        assert (a, b) == (9, 12) and len(r) == 12
+        np.testing.assert_array_equal(r.identity_ranges, [[1, 4], [4, 5], [5, 9]])
+        assert r.identity_ranges.dtype == np.int64
+        assert r.image_keys.tolist() == list(range(1, 9))
+        pos = r.image_positions
+        assert [r.key(int(p)) for p in pos] == list(range(1, 9))
+        assert r.labels(pos).tolist() == [0, 0, 0, 1, 2, 2, 2, 2]
+        h, img = r.read_header(int(pos[0]))
+        assert bytes(img) == b"\xff\xd8jpeg1"
+    assert verify_records(rec).ok
+
+
+def test_plain_sets_have_no_identity_ranges(tmp_path):
+    rec = tmp_path / "plain.rec"
+    with RecordWriter(rec) as w:
+        for k in range(5):
+            w.write(k, pack_header(IRHeader(0, [k, k + 1], 0, 0), b"img"))  # 2 labels, images
+    with RecordFile(rec) as r:
+        assert r.identity_ranges is None and r.image_keys is None and r.image_positions is None
+    rec2 = tmp_path / "plain2.rec"
+    with RecordWriter(rec2) as w:
+        w.write(0, pack_header(IRHeader(0, [0.5, 2.25], 0, 0), b""))  # not integers
+        w.write(1, pack_header(IRHeader(0, 1.0, 0, 0), b"img"))
+    with RecordFile(rec2) as r:
+        assert r.identity_ranges is None
+
+
+def test_identity_record_out_of_range_is_reported(tmp_path):
+    def breaker(recs, a, b):
+        recs[a + 1] = pack_header(IRHeader(0, [2, 99], 0, 0), b"")
+
+    rec = tmp_path / "bad.rec"
+    a, _ = _face_set(rec, breaker=breaker)
+    with RecordFile(rec) as r, pytest.raises(CorruptRecordError) as ei:
+        _ = r.identity_ranges
+    assert ei.value.key == a + 1 and "outside the image keys" in str(ei.value)
+
+
+def test_header_naming_missing_keys_is_reported(tmp_path):
+    def breaker(recs, a, b):
+        del recs[a + 2]
+
+    rec = tmp_path / "missing.rec"
+    _face_set(rec, breaker=breaker)
+    with RecordFile(rec) as r, pytest.raises(CorruptRecordError, match="insightface header"):
+        _ = r.identity_ranges

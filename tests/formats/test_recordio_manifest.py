@@ -1,0 +1,235 @@
+"""NAME.stoker.json: schema, JSON only (never unpickled), size cap, files checked against it,
+several shards read as one."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+
+import numpy as np
+import pytest
+from _recordio_util import payload, write_rec
+
+from stoker._core.errors import ManifestError
+from stoker.formats.recordio import (
+    RecordFile,
+    RecordSet,
+    RecordWriter,
+    load_manifest,
+    make_manifest,
+    open_records,
+    shard_entry,
+    verify_records,
+    write_manifest,
+)
+
+
+def _shards(tmp_path, sizes, *, name="train", same_keys=True):
+    infos, allp = [], []
+    start = 0
+    for j, n in enumerate(sizes):
+        ps = [payload(start + i) for i in range(n)]
+        w = RecordWriter(tmp_path / f"{name}-{j:05d}.rec", checksums=True)
+        for i, p in enumerate(ps):
+            w.write(i if same_keys else start + i, p)
+        infos.append(w.commit())
+        allp += ps
+        start += n
+    mpath = tmp_path / f"{name}.stoker.json"
+    m = make_manifest(
+        [shard_entry(info, mpath) for info in infos],
+        classes={"cat": 0, "dog": 1, "emu": 2},
+        pack={"workers": 2, "resize": None},
+        rejects={"count": 1, "by_reason": {"truncated": 1}},
+    )
+    write_manifest(mpath, m)
+    return mpath, allp
+
+
+def test_manifest_round_trip_and_relative_paths(tmp_path):
+    mpath, _ = _shards(tmp_path, [3])
+    m = load_manifest(mpath)
+    assert m["format"] == "stoker-recordio" and m["version"] == 1 and m["records"] == 3
+    s = m["shards"][0]
+    assert s["rec"] == "train-00000.rec" and s["crc32c"] == "train-00000.crc32c"
+    assert s["rec_bytes"] == os.path.getsize(tmp_path / "train-00000.rec")
+    with open(mpath) as f:
+        assert json.load(f) == m
+
+
+def test_single_shard_opens_as_record_file_with_classes(tmp_path):
+    mpath, ps = _shards(tmp_path, [4])
+    for target in (mpath, tmp_path / "train-00000.rec", tmp_path / "train-00000.idx"):
+        with open_records(target) as r:
+            assert isinstance(r, RecordFile)
+            assert [bytes(r.read(i)) for i in range(len(r))] == ps
+            if target == mpath:
+                assert r.class_names == ["cat", "dog", "emu"]
+                assert r.manifest["pack"]["workers"] == 2
+
+
+def test_rec_beside_its_manifest_picks_up_classes(tmp_path):
+    rec = write_rec(tmp_path, [payload(i) for i in range(3)], name="solo")
+    from stoker.formats.recordio import ShardInfo
+
+    with RecordFile(rec) as r:
+        sha = r.idx_sha256
+    info = ShardInfo(rec, rec[:-4] + ".idx", rec[:-4] + ".crc32c", 3, os.path.getsize(rec), sha)
+    mp = tmp_path / "solo.stoker.json"
+    write_manifest(mp, make_manifest([shard_entry(info, mp)], classes={"a": 1, "b": 0}))
+    with open_records(rec) as r:
+        assert r.class_names == ["b", "a"]
+
+
+def test_multi_shard_reads_as_one(tmp_path):
+    mpath, ps = _shards(tmp_path, [3, 0, 5, 2])
+    with open_records(mpath, verify_checksums=True) as r:
+        assert isinstance(r, RecordSet) and len(r) == 10
+        assert [bytes(r.read(i)) for i in range(10)] == ps
+        assert [r.key(i) for i in range(10)] == [0, 1, 2, 0, 1, 2, 3, 4, 0, 1]
+        assert [r.shard_of(i) for i in range(10)] == [0, 0, 0, 2, 2, 2, 2, 2, 3, 3]
+        assert r.locate(-1) == (3, 1)
+        assert r.keys.tolist() == [0, 1, 2, 0, 1, 2, 3, 4, 0, 1]
+        assert r.labels().tolist() == [float(i % 7) for i in range(10)]
+        assert r.labels([9, 0, 4]).tolist() == [2.0, 0.0, 4.0]
+        assert r.class_names == ["cat", "dog", "emu"] and r.identity_ranges is None
+        h, img = r.read_header(7)
+        assert h.id == 7
+        r2 = pickle.loads(pickle.dumps(r))
+        try:
+            assert bytes(r2.read(9)) == ps[9]
+        finally:
+            r2.close()
+
+
+def test_idx_from_another_rec_is_named(tmp_path):
+    mpath, _ = _shards(tmp_path, [3, 3], same_keys=False)
+    # swap in a .idx that belongs to a different .rec (same size, different content)
+    other = tmp_path / "other"
+    other.mkdir()
+    write_rec(other, [payload(50 + i, size=5) for i in range(3)], name="o", checksums=False)
+    os.replace(other / "o.idx", tmp_path / "train-00001.idx")
+    with pytest.raises(ManifestError, match="idx does not match rec"):
+        open_records(mpath)
+    rep = verify_records(mpath)
+    assert any("idx does not match rec" in p.reason for p in rep.problems)
+
+
+def test_rec_replaced_is_named(tmp_path):
+    mpath, _ = _shards(tmp_path, [2])
+    with open(tmp_path / "train-00000.rec", "ab") as f:
+        f.write(b"\x00" * 4)
+    with pytest.raises(ManifestError, match="replaced or truncated"):
+        open_records(mpath)
+
+
+def test_pickle_named_stoker_json_is_never_unpickled(tmp_path):
+    """B9 #78: a pickle whose __reduce__ would create a sentinel file."""
+    sentinel = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(sentinel), "w"))
+
+    bad = tmp_path / "x.stoker.json"
+    bad.write_bytes(pickle.dumps(Evil()))
+    with pytest.raises(ManifestError, match="not a JSON manifest"):
+        load_manifest(bad)
+    with pytest.raises(ManifestError):
+        open_records(bad)
+    with pytest.raises(ManifestError):
+        verify_records(bad)
+    assert not sentinel.exists()
+
+
+def test_oversized_manifest_refused_before_parsing(tmp_path, monkeypatch):
+    """B9 #82: the size cap is checked from the file size, before reading."""
+    big = tmp_path / "big.stoker.json"
+    with open(big, "wb") as f:
+        f.truncate(65 << 20)  # sparse: 65 MiB of zeros, costs no disk
+    reads = []
+    real_loads = json.loads
+    monkeypatch.setattr(json, "loads", lambda *a, **k: reads.append(1) or real_loads(*a, **k))
+    with pytest.raises(ManifestError, match="over the"):
+        load_manifest(big)
+    assert reads == []
+    small = tmp_path / "s.stoker.json"
+    small.write_text(json.dumps({"format": "stoker-recordio"}) + " " * 200)
+    with pytest.raises(ManifestError, match="over the 100-byte cap"):
+        load_manifest(small, max_bytes=100)
+
+
+def test_deeply_nested_json_is_refused(tmp_path):
+    p = tmp_path / "deep.stoker.json"
+    p.write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(ManifestError):
+        load_manifest(p)
+
+
+GOOD_SHARD = {
+    "rec": "a.rec",
+    "idx": "a.idx",
+    "records": 2,
+    "rec_bytes": 64,
+    "idx_sha256": "0" * 64,
+    "crc32c": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("patch", "msg"),
+    [
+        ({"format": "tfrecord"}, "format is 'tfrecord'"),
+        ({"version": 2}, "version 2 is not supported"),
+        ({"version": True}, "version True"),
+        ({"records": 3}, "records is 3 but the shards hold 2"),
+        ({"shards": "a.rec"}, "shards must be a list"),
+        ({"shards": [dict(GOOD_SHARD, rec="/etc/passwd")]}, "must stay inside"),
+        ({"shards": [dict(GOOD_SHARD, idx="../x.idx")]}, "must stay inside"),
+        ({"shards": [dict(GOOD_SHARD, records=-2)]}, "non-negative integer"),
+        ({"shards": [dict(GOOD_SHARD, idx_sha256="abc")]}, "64 lowercase hex"),
+        ({"classes": {"a": 0, "b": 2}}, "class ids must be 0..C-1"),
+        ({"classes": {"a": 0, "b": 0}}, "class ids must be 0..C-1"),
+        ({"classes": ["a"]}, "classes must be an object"),
+        ({"pack": []}, "pack must be an object"),
+    ],
+)
+def test_schema_errors_name_the_field(tmp_path, patch, msg):
+    m = {
+        "format": "stoker-recordio",
+        "version": 1,
+        "records": 2,
+        "shards": [GOOD_SHARD],
+        "classes": {},
+        "pack": {},
+        "rejects": {},
+    }
+    m.update(patch)
+    p = tmp_path / "m.stoker.json"
+    p.write_text(json.dumps(m))
+    with pytest.raises(ManifestError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        load_manifest(p)
+    with pytest.raises(ManifestError):
+        write_manifest(tmp_path / "w.stoker.json", m)
+    assert not (tmp_path / "w.stoker.json").exists()
+
+
+def test_class_names_survive_awkward_characters(tmp_path):
+    names = {"a\tb\n": 0, "caf\u00e9": 1, "latin1-\udce9": 2, "../x": 3}
+    rec = write_rec(tmp_path, [payload(0)], name="c")
+    with RecordFile(rec) as r:
+        sha = r.idx_sha256
+    from stoker.formats.recordio import ShardInfo
+
+    info = ShardInfo(rec, rec[:-4] + ".idx", None, 1, os.path.getsize(rec), sha)
+    mp = tmp_path / "c.stoker.json"
+    write_manifest(mp, make_manifest([shard_entry(info, mp)], classes=names))
+    assert mp.read_bytes().isascii()
+    assert load_manifest(mp)["classes"] == names
+
+
+def test_write_manifest_refuses_non_json_values(tmp_path):
+    m = make_manifest([], pack={"x": np.float32(1)})
+    with pytest.raises(TypeError, match="not JSON-serialisable"):
+        write_manifest(tmp_path / "n.stoker.json", m)
