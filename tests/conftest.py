@@ -33,17 +33,31 @@ def _fds() -> set[int]:
         return set()
 
 
+def _segment_is_ours(path: str, family: set[int]) -> bool:
+    """A segment is named stoker_<pid>_...; count it when that pid is this test process, one of
+    its children, or no longer alive (a killed child's leftovers). Segments of other live
+    processes belong to someone else running tests at the same time."""
+    try:
+        pid = int(os.path.basename(path).split("_")[1])
+    except (IndexError, ValueError):
+        return True
+    return pid in family or not psutil.pid_exists(pid)
+
+
 @pytest.fixture(autouse=True)
 def no_leaks(request):
     """Snapshot shm segments, children and fds; after the test, wait briefly and compare."""
     shm_before = set(glob.glob(SHM_GLOB))
     children_before = _children()
+    family = {os.getpid()} | children_before
     fds_before = _fds()
     yield
     deadline = time.monotonic() + 5.0
     while True:
-        shm_new = set(glob.glob(SHM_GLOB)) - shm_before
-        kids_new = _children() - children_before
+        kids_now = _children()
+        family |= kids_now
+        shm_new = {p for p in set(glob.glob(SHM_GLOB)) - shm_before if _segment_is_ours(p, family)}
+        kids_new = kids_now - children_before
         if not shm_new and not kids_new:
             break
         if time.monotonic() > deadline:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)  # in the 0-255 scale of the uint8 batches
 STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
-STEPS = 12
-BATCH = 64
+STEPS = 8
+BATCH = 32
 WORKERS = 2
 
 
@@ -89,7 +89,7 @@ def main(work: Path) -> int:
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
-                value = float(loss)  # waits for the step to finish on the device
+                value = loss.item()  # waits for the step to finish on the device
                 t_end = time.perf_counter()
                 wait, dt = t_data - t_prev, t_end - t_prev
                 total_wait += wait
