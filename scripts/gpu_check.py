@@ -81,8 +81,12 @@ class HostileRing:
     def __init__(self, n: int, shape: tuple[int, ...], *, slots: int = 4, pinned: bool = False):
         self.n, self.shape, self.pinned = n, shape, pinned
         if pinned:
-            self.images = [torch.empty(shape, dtype=torch.uint8, pin_memory=True) for _ in range(slots)]
-            self.labels = [torch.empty(shape[0], dtype=torch.int64, pin_memory=True) for _ in range(slots)]
+            self.images = [
+                torch.empty(shape, dtype=torch.uint8, pin_memory=True) for _ in range(slots)
+            ]
+            self.labels = [
+                torch.empty(shape[0], dtype=torch.int64, pin_memory=True) for _ in range(slots)
+            ]
         else:
             self.images = [np.empty(shape, np.uint8) for _ in range(slots)]
             self.labels = [np.empty(shape[0], np.int64) for _ in range(slots)]
@@ -108,7 +112,9 @@ class HostileRing:
             if prev is not None and not prev.retained:
                 prev.release()
             if not self.free:
-                raise RuntimeError("hostile ring: every slot is retained (the prefetcher holds too many)")
+                raise RuntimeError(
+                    "hostile ring: every slot is retained (the prefetcher holds too many)"
+                )
             slot = self.free.pop(0)
             content = batch_content(i, self.shape)
             if self.pinned:
@@ -347,8 +353,10 @@ def check_memory_flat(device: torch.device, *, epochs: int = 6, batches: int = 5
     mib = [round(m / 2**20, 2) for m in marks]
     verdict = "ok" if problems == 0 else "FAIL"
     where = "device MiB after each epoch" if cuda else "(CPU: no device memory to watch)"
-    log(f"  (b) {epochs} epochs x {batches} batches, {where}: {mib if cuda else ''} "
-        f"growth after epoch 1: {growth} B; pinned buffers per shape: {list(pools.values())}: {verdict}")
+    log(
+        f"  (b) {epochs} epochs x {batches} batches, {where}: {mib if cuda else ''} "
+        f"growth after epoch 1: {growth} B; pinned buffers per shape: {list(pools.values())}: {verdict}"
+    )
     return problems
 
 
@@ -364,7 +372,9 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(cout)
         self.short = None
         if stride != 1 or cin != cout:
-            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            self.short = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(self.bn1(self.conv1(x)))
@@ -378,7 +388,9 @@ class SmallResNet(nn.Module):
     def __init__(self, classes: int, width: int = 32) -> None:
         super().__init__()
         w = width
-        self.stem = nn.Sequential(nn.Conv2d(3, w, 3, 2, 1, bias=False), nn.BatchNorm2d(w), nn.ReLU())
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, w, 3, 2, 1, bias=False), nn.BatchNorm2d(w), nn.ReLU()
+        )
         self.stages = nn.Sequential(
             BasicBlock(w, w, 1), BasicBlock(w, w, 1),
             BasicBlock(w, 2 * w, 2), BasicBlock(2 * w, 2 * w, 1),
@@ -401,7 +413,9 @@ def make_data(workdir: Path, *, classes: int, per_class: int, size: int) -> Path
     return rec
 
 
-def _timed_steps(mode: str, loader: Any, model: nn.Module, device: torch.device, *, steps: int) -> dict:
+def _timed_steps(
+    mode: str, loader: Any, model: nn.Module, device: torch.device, *, steps: int
+) -> dict:
     """Train ``steps`` steps; data-wait is the host time spent getting the next batch ready."""
     cuda = device.type == "cuda"
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -470,8 +484,10 @@ def check_timing(device: torch.device, workdir: Path, *, quick: bool) -> list[di
     workers = max(1, min(8, (os.cpu_count() or 2) - 1))
     t0 = time.perf_counter()
     rec = make_data(workdir, classes=classes, per_class=per_class, size=size)
-    log(f"  (c) sample data: {classes * per_class} JPEGs {size}x{size} packed in "
-        f"{time.perf_counter() - t0:.1f} s -> {rec}")
+    log(
+        f"  (c) sample data: {classes * per_class} JPEGs {size}x{size} packed in "
+        f"{time.perf_counter() - t0:.1f} s -> {rec}"
+    )
     torch.manual_seed(0)
     model = SmallResNet(classes).to(device)
     if cuda:
@@ -489,8 +505,15 @@ def check_timing(device: torch.device, workdir: Path, *, quick: bool) -> list[di
     ]
     for name, src, tf in sources:
         try:
-            with stoker.Loader(src, batch_size=batch, transforms=tf, shuffle=True, seed=0,
-                               workers=workers, drop_last=True) as loader:
+            with stoker.Loader(
+                src,
+                batch_size=batch,
+                transforms=tf,
+                shuffle=True,
+                seed=0,
+                workers=workers,
+                drop_last=True,
+            ) as loader:
                 _timed_steps("warm-up", loader, model, device, steps=2)
                 for mode in ("plain .to(device)", "CudaPrefetcher"):
                     row = _timed_steps(mode, loader, model, device, steps=steps)
@@ -498,12 +521,16 @@ def check_timing(device: torch.device, workdir: Path, *, quick: bool) -> list[di
                     rows.append(row)
         except stoker.LoaderError as e:  # a timing row is not a correctness check
             log(f"  (c) source {name}: the loader failed, rows skipped: {type(e).__name__}: {e}")
-    log(f"  (c) batch {batch}, {crop}x{crop}, {workers} loader workers, {steps} steps per row, "
-        f"device {device}; source rec = JPEG decode + crop + flip, arrays = uint8 in memory")
+    log(
+        f"  (c) batch {batch}, {crop}x{crop}, {workers} loader workers, {steps} steps per row, "
+        f"device {device}; source rec = JPEG decode + crop + flip, arrays = uint8 in memory"
+    )
     log(f"      {'source':<7} {'mode':<20} {'steps/s':>8} {'data-wait ms/step':>18} {'share':>6}")
     for r in rows:
-        log(f"      {r['source']:<7} {r['mode']:<20} {r['steps_per_s']:>8.2f} "
-            f"{r['wait_ms_per_step']:>18.2f} {100 * r['wait_share']:>5.1f}%")
+        log(
+            f"      {r['source']:<7} {r['mode']:<20} {r['steps_per_s']:>8.2f} "
+            f"{r['wait_ms_per_step']:>18.2f} {100 * r['wait_share']:>5.1f}%"
+        )
     return rows
 
 
@@ -512,11 +539,19 @@ def check_timing(device: torch.device, workdir: Path, *, quick: bool) -> list[di
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)")
+    ap.add_argument(
+        "--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)"
+    )
     ap.add_argument("--quick", action="store_true", help="fewer batches and steps")
-    ap.add_argument("--batches", type=int, default=None, help="batches for check (a) (default 1000, quick 200)")
-    ap.add_argument("--sleep-cycles", type=int, default=2_000_000, help="GPU cycles of delay per copy")
-    ap.add_argument("--workdir", default=None, help="where to make sample data (default: a temp dir)")
+    ap.add_argument(
+        "--batches", type=int, default=None, help="batches for check (a) (default 1000, quick 200)"
+    )
+    ap.add_argument(
+        "--sleep-cycles", type=int, default=2_000_000, help="GPU cycles of delay per copy"
+    )
+    ap.add_argument(
+        "--workdir", default=None, help="where to make sample data (default: a temp dir)"
+    )
     ap.add_argument("--json", default=None, help="write the results here as JSON")
     ap.add_argument("--skip-timing", action="store_true", help="run (a) and (b) only")
     args = ap.parse_args(argv)
@@ -536,13 +571,17 @@ def main(argv: list[str] | None = None) -> int:
     batches = args.batches or (200 if args.quick else 1000)
     if device.type == "cpu" and args.batches is None:
         batches = 50
-    log(f"stoker {stoker.__version__}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
-        f"python {platform.python_version()}, GPU: {gpu}, CPUs: {os.cpu_count()}")
+    log(
+        f"stoker {stoker.__version__}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
+        f"python {platform.python_version()}, GPU: {gpu}, CPUs: {os.cpu_count()}"
+    )
     t_all = time.perf_counter()
     results: dict[str, Any] = {"device": str(device), "gpu": gpu, "torch": torch.__version__}
 
     log("(a) bit-exact under widened race windows")
-    results["bit_exact_problems"] = check_bit_exact(device, batches=batches, sleep_cycles=args.sleep_cycles)
+    results["bit_exact_problems"] = check_bit_exact(
+        device, batches=batches, sleep_cycles=args.sleep_cycles
+    )
     log("(b) device memory across epochs")
     results["memory_problems"] = check_memory_flat(device, epochs=4 if args.quick else 6)
     if not args.skip_timing:

@@ -63,16 +63,27 @@ def main(work: Path) -> int:
     torch.manual_seed(0)
     # CPU workers decode, resize and crop; the flip and normalisation happen on the device
     transforms = Compose([Resize(72), RandomCrop(64)])
-    with stoker.Loader(rec, batch_size=BATCH, transforms=transforms, shuffle=True, seed=0,
-                       workers=WORKERS, drop_last=True) as loader:
+    with stoker.Loader(
+        rec,
+        batch_size=BATCH,
+        transforms=transforms,
+        shuffle=True,
+        seed=0,
+        workers=WORKERS,
+        drop_last=True,
+    ) as loader:
         classes = int(loader.source.labels().max()) + 1
         model = small_cnn(max(classes, 2)).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
         batches = CudaPrefetcher(loader, device=device, mean=MEAN, std=STD, flip_p=0.5, seed=0)
-        where = f"GPU {torch.cuda.get_device_name(device)}" if cuda else "CPU (no CUDA here; same code)"
-        print(f"training a small CNN on {where}: batch {BATCH}, 64x64 crops, "
-              f"{WORKERS} loader workers, {len(loader)} batches per epoch")
+        where = (
+            f"GPU {torch.cuda.get_device_name(device)}" if cuda else "CPU (no CUDA here; same code)"
+        )
+        print(
+            f"training a small CNN on {where}: batch {BATCH}, 64x64 crops, "
+            f"{WORKERS} loader workers, {len(loader)} batches per epoch"
+        )
         print(f"{'step':>4} {'loss':>7} {'step ms':>8} {'wait ms':>8} {'waiting':>8}")
         step = 0
         total_wait = total_time = 0.0
@@ -95,12 +106,16 @@ def main(work: Path) -> int:
                 total_wait += wait
                 total_time += dt
                 step += 1
-                print(f"{step:>4} {value:>7.3f} {1000 * dt:>8.1f} {1000 * wait:>8.1f} "
-                      f"{100 * wait / dt:>7.1f}%")
+                print(
+                    f"{step:>4} {value:>7.3f} {1000 * dt:>8.1f} {1000 * wait:>8.1f} "
+                    f"{100 * wait / dt:>7.1f}%"
+                )
                 t_prev = time.perf_counter()
             it.close()
-    print(f"data-wait share over {step} steps: {100 * total_wait / total_time:.1f}% "
-          f"({1000 * total_wait / step:.1f} ms of {1000 * total_time / step:.1f} ms per step)")
+    print(
+        f"data-wait share over {step} steps: {100 * total_wait / total_time:.1f}% "
+        f"({1000 * total_wait / step:.1f} ms of {1000 * total_time / step:.1f} ms per step)"
+    )
     return 0
 
 

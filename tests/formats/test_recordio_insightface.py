@@ -57,6 +57,32 @@ def test_identity_ranges_and_image_keys(tmp_path, header_last):
     assert verify_records(rec).ok
 
 
+def test_images_view_skips_header_and_identity_records(tmp_path):
+    import pickle
+
+    rec = tmp_path / "faces.rec"
+    _face_set(rec, per_identity=(2, 3))
+    with open_records(rec) as r:
+        with pytest.raises(ValueError, match="different label counts"):
+            r.labels()  # header/identity records carry 2 labels, images 1
+        imgs = r.images()
+        assert len(imgs) == 5 and imgs.keys.tolist() == [1, 2, 3, 4, 5]
+        assert imgs.labels().tolist() == [0, 0, 1, 1, 1]
+        assert imgs.labels([4]).tolist() == [1.0]
+        assert bytes(imgs.read_header(0)[1]) == b"\xff\xd8jpeg1"
+        assert imgs.identity_ranges.tolist() == [[1, 3], [3, 6]]
+        copy = pickle.loads(pickle.dumps(imgs))
+        try:
+            assert len(copy) == 5 and bytes(copy.read(4)) == bytes(imgs.read(4))
+        finally:
+            copy.close()
+    plain = tmp_path / "plain.rec"
+    with RecordWriter(plain) as w:
+        w.write(0, pack_header(IRHeader(0, 1.0, 0, 0), b"x"))
+    with RecordFile(plain) as r:
+        assert r.images() is r
+
+
 def test_plain_sets_have_no_identity_ranges(tmp_path):
     rec = tmp_path / "plain.rec"
     with RecordWriter(rec) as w:

@@ -6,6 +6,7 @@ import pickle
 import struct
 
 import numpy as np
+import pytest
 from _recordio_util import MAGIC_LE, naive_frame
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -123,12 +124,8 @@ def test_labels_mixed_layouts_need_positions(tmp_path):
         w.write(0, pack_header(IRHeader(0, [1, 2], 0, 0)))
         w.write(1, pack_header(IRHeader(0, 3.0, 0, 0), b"x"))
     with RecordFile(rec) as r:
-        try:
-            r.labels()
-        except ValueError as e:
-            assert "different label counts" in str(e)
-        else:
-            raise AssertionError("mixed label counts must not be silently merged")
+        with pytest.raises(ValueError, match="different label counts"):
+            r.labels()  # mixed label counts are never silently merged
         assert r.labels([1]).tolist() == [3.0]
 
 
@@ -162,8 +159,6 @@ def test_unpack_header_returns_view_into_buffer():
 
 
 def test_positions_of_keys_sorted_and_unsorted(tmp_path):
-    import pytest
-
     for name, keys in (("s", [2, 5, 9, 11]), ("u", [9, 2, 11, 5])):
         rec = tmp_path / f"{name}.rec"
         with RecordWriter(rec) as w:
@@ -176,3 +171,22 @@ def test_positions_of_keys_sorted_and_unsorted(tmp_path):
             with pytest.raises(KeyError, match="key 7"):
                 r.position(7)
             assert not r.keys.flags.writeable
+
+
+def test_magic_inside_the_irheader_splits_there_and_reads_back(tmp_path):
+    """id = magic puts the magic at payload offset 8 (aligned): the header itself is split."""
+    magic = 0xCED7230A
+    rec = tmp_path / "hm.rec"
+    with RecordWriter(rec) as w:
+        w.write(0, pack_header(IRHeader(0, 1.5, magic, magic << 32), b"img"))
+        w.write(1, pack_header(IRHeader(0, [2.5], magic, 0), MAGIC_LE))
+        w.write(2, pack_header(IRHeader(0, 3.5, 0, 0), b"plain"))
+    raw = rec.read_bytes()
+    assert raw[4:8] == struct.pack("<I", 1 << 29 | 8)  # first part: cflag 1, 8 bytes
+    with RecordFile(rec) as r:
+        h, img = r.read_header(0)
+        assert (h.id, h.id2, bytes(img)) == (magic, magic << 32, b"img")
+        with pytest.raises(ValueError, match="different label counts"):
+            r.labels()
+        assert r.labels([0, 2]).tolist() == [1.5, 3.5]
+        assert r.labels([1]).tolist() == [[2.5]]

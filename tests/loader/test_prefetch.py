@@ -34,6 +34,12 @@ def _no_prefetch_threads():
     assert _wait_no_threads() == [], "a prefetch thread outlived its test"
 
 
+def test_exported_as_stoker_prefetch():
+    import stoker
+
+    assert stoker.prefetch is prefetch
+
+
 def test_yields_every_item_in_order():
     assert list(prefetch(range(100), depth=3)) == list(range(100))
 

@@ -16,7 +16,13 @@ from stoker.pack.images import check_image
 
 
 def image_bytes(
-    size: tuple[int, int] = (32, 32), *, fmt: str = "JPEG", mode: str = "RGB", seed: int = 0, noise: int = 20, **save
+    size: tuple[int, int] = (32, 32),
+    *,
+    fmt: str = "JPEG",
+    mode: str = "RGB",
+    seed: int = 0,
+    noise: int = 20,
+    **save,
 ) -> bytes:
     """A small smooth-plus-noise image (w, h = size) encoded with Pillow."""
     w, h = size

@@ -38,7 +38,9 @@ def outputs(prefix: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory) -> str:
-    return str(make_sample_data(tmp_path_factory.mktemp("sd") / "src", classes=3, per_class=40, size=32))
+    return str(
+        make_sample_data(tmp_path_factory.mktemp("sd") / "src", classes=3, per_class=40, size=32)
+    )
 
 
 def test_round_trip_and_counters(sample, tmp_path, capsys):  # B2 #25
@@ -98,7 +100,10 @@ def test_bad_files_rejected_listed_and_rest_packed(tmp_path):  # B1 #1, #3, #7
     r = pack(src, tmp_path / "out", workers=2)
     assert (r.found, r.written, r.rejected, r.ignored) == (10, 7, 2, 1)
     rows = rejects_rows(r)
-    assert sorted((row[1], row[2]) for row in rows) == [("a/empty.jpg", "empty"), ("b/cut.jpg", "truncated")]
+    assert sorted((row[1], row[2]) for row in rows) == [
+        ("a/empty.jpg", "empty"),
+        ("b/cut.jpg", "truncated"),
+    ]
     assert r.formats == {"JPEG": 6, "PNG": 1}
     with open_records(r.manifest) as rec:
         keys = rec.keys.tolist()
@@ -246,7 +251,9 @@ def test_bad_arguments(tmp_path, sample):
         pack(sample, tmp_path / "no" / "dir" / "o")
 
 
-def test_write_failure_names_the_output_and_removes_partials(sample, tmp_path, monkeypatch):  # B2 #22
+def test_write_failure_names_the_output_and_removes_partials(
+    sample, tmp_path, monkeypatch
+):  # B2 #22
     from stoker.formats.recordio import RecordWriter
 
     real = RecordWriter.write

@@ -65,7 +65,9 @@ def test_output_equals_reference_conversion(shape, layout, mean, std, dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_channels_last_memory_format(dtype):
     x = _images((4, 8, 6, 3), seed=1)
-    (out,) = list(CudaPrefetcher([x], device="cpu", mean=MEAN, std=STD, dtype=dtype, channels_last=True))
+    (out,) = list(
+        CudaPrefetcher([x], device="cpu", mean=MEAN, std=STD, dtype=dtype, channels_last=True)
+    )
     assert out.is_contiguous(memory_format=torch.channels_last)
     assert not out.is_contiguous()
     assert torch.equal(out, _reference(x, MEAN, STD, getattr(torch, dtype), "NHWC"))
@@ -110,7 +112,9 @@ def test_structures_are_preserved():
         Pair(x, y),
         {"image": x, "mask": x},
     ]
-    pf = CudaPrefetcher(batches, device="cpu", mean=MEAN, std=STD, normalize_keys=("images", 0, "mask"))
+    pf = CudaPrefetcher(
+        batches, device="cpu", mean=MEAN, std=STD, normalize_keys=("images", 0, "mask")
+    )
     out = list(pf)
     ref = _reference(x, MEAN, STD, torch.float32, "NHWC")
     d, t, lst, nt, d2 = out
@@ -190,7 +194,9 @@ def test_unsupported_batch_type_is_a_type_error():
 
 
 def _aug(x, *, seed=0, epoch=0, flip_p=0.0, erase_p=0.0, n_batches=1):
-    pf = CudaPrefetcher([x] * n_batches, device="cpu", mean=MEAN, std=STD, flip_p=flip_p, erase_p=erase_p, seed=seed)
+    pf = CudaPrefetcher(
+        [x] * n_batches, device="cpu", mean=MEAN, std=STD, flip_p=flip_p, erase_p=erase_p, seed=seed
+    )
     pf.set_epoch(epoch)
     return list(pf)
 
@@ -247,7 +253,9 @@ def test_flip_uses_the_stoker_batch_epoch_and_number():
     b = _slot_batches([x], epoch=5, first_number=9)
     (oa,) = list(CudaPrefetcher(a, device="cpu", flip_p=0.5, seed=0))
     (ob,) = list(CudaPrefetcher(b, device="cpu", flip_p=0.5, seed=0))
-    (oc,) = list(CudaPrefetcher(_slot_batches([x], epoch=6, first_number=9), device="cpu", flip_p=0.5))
+    (oc,) = list(
+        CudaPrefetcher(_slot_batches([x], epoch=6, first_number=9), device="cpu", flip_p=0.5)
+    )
     assert torch.equal(oa.images, ob.images)
     assert not torch.equal(oa.images, oc.images)
 
@@ -496,7 +504,10 @@ def test_fake_streams_pinned_buffer_not_reused_before_its_copy_ran():
     prefetcher must wait for a buffer's copy before it refills that buffer."""
     arrays = [_images((2, 4, 4, 3), seed=200 + i) for i in range(10)]
     be = FakeBackend(lag=10**9)
-    outs = [o.clone() for o, _ in CudaPrefetcher([(a, np.zeros(2)) for a in arrays], depth=2, _backend=be)]
+    outs = [
+        o.clone()
+        for o, _ in CudaPrefetcher([(a, np.zeros(2)) for a in arrays], depth=2, _backend=be)
+    ]
     for a, o in zip(arrays, outs):
         assert torch.equal(o, _reference(a, None, None, torch.float32, "NHWC"))
     assert be.pinned <= 2 * 4

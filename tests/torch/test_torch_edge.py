@@ -96,7 +96,7 @@ def test_prefetcher_over_the_real_loader_equals_reference(rec):
 
 def test_prefetcher_over_as_tensors_and_break_leaves_nothing(rec):
     with _loader(rec) as loader:
-        for epoch in range(3):
+        for _epoch in range(3):
             for i, batch in enumerate(st.CudaPrefetcher(st.as_tensors(loader), device="cpu")):
                 assert batch.images.shape[1:] == (3, 28, 28)
                 if i == 1:
@@ -172,9 +172,7 @@ def test_distributed_info_with_a_gloo_group(tmp_path):
     assert st.distributed_info() == (0, 1)
 
 
-@pytest.mark.gpu
-def test_gpu_check_quick():
-    """On a CUDA machine: the checks of scripts/gpu_check.py, small."""
+def _gpu_check_module():
     import importlib.util
     from pathlib import Path
 
@@ -182,6 +180,25 @@ def test_gpu_check_quick():
     spec = importlib.util.spec_from_file_location("gpu_check", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gpu_check_script_runs_its_cpu_path(capsys):
+    """scripts/gpu_check.py stays runnable: checks (a) and (b) through the CPU path."""
+    mod = _gpu_check_module()
+    threads = torch.get_num_threads()
+    try:
+        assert mod.main(["--device", "cpu", "--batches", "12", "--skip-timing"]) == 0
+    finally:
+        torch.set_num_threads(threads)  # the script's CPU run sets 1
+    out = capsys.readouterr().out
+    assert "(a) depth 2, pinned slots" in out and "total" in out and "PASS" in out
+
+
+@pytest.mark.gpu
+def test_gpu_check_quick():
+    """On a CUDA machine: the checks of scripts/gpu_check.py, small."""
+    mod = _gpu_check_module()
     dev = torch.device("cuda")
     assert mod.check_bit_exact(dev, batches=100, sleep_cycles=2_000_000) == 0
     assert mod.check_memory_flat(dev, epochs=3, batches=20) == 0

@@ -60,7 +60,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         type=float,
         default=1.0,
         metavar="S",
-        help="seconds per measurement (default 1)",
+        help="seconds per loader or model measurement; each in-process stage gets a half or a quarter (default 1)",
     )
     p.add_argument(
         "--sample-size",

@@ -330,7 +330,8 @@ def diagnose(
     - ``step_time_ms`` / ``model``: what the model consumes (a step time per batch, or an
       ``nn.Module`` (or callable returning one, or ``"module:attr"``) timed on random batches);
     - ``workers_max``: the loader is measured at 1..N workers (default: usable cores);
-    - ``seconds``: time per measurement; ``sample_size``: samples read and decoded;
+    - ``seconds``: time per loader and model measurement (each in-process stage gets a half or
+      a quarter of it); ``sample_size``: samples read and decoded;
     - ``cache``: ``"warm"``, ``"cold"`` or ``"auto"`` (warm when the data fits in half of the
       free memory): which read figure the model uses;
     - ``loader``: ``False`` skips the loader runs (predictions only).
@@ -359,6 +360,7 @@ def diagnose(
     path = os.fspath(source)
     ks = worker_counts(workers_max)
     steps = _Steps(6 + (len(ks) if loader else 0), progress)
+    half, quarter = seconds / 2, seconds / 4  # in-process stages; loader and model get `seconds`
     not_measured: list[dict[str, str]] = []
     stages: list[M.Stage] = []
 
@@ -372,13 +374,13 @@ def diagnose(
         packed: tuple[M.Stage, M.Stage] | None = None
         if sample.kind == "folder":
             cold, payloads = M.measure_read_files(sample, seconds=seconds, cold=True)
-            warm, _ = M.measure_read_files(sample, seconds=seconds, cold=False)
+            warm, _ = M.measure_read_files(sample, seconds=half, cold=False)
             stages += [cold, warm]
-            packed = M.measure_read_packed(payloads, seconds=seconds, directory=directory)
+            packed = M.measure_read_packed(payloads, seconds=half, directory=directory)
             stages += list(packed)
         else:
             cold, payloads = M.measure_read_records(sample, seconds=seconds, cold=True)
-            warm, _ = M.measure_read_records(sample, seconds=seconds, cold=False)
+            warm, _ = M.measure_read_records(sample, seconds=half, cold=False)
             stages += [cold, warm]
         steps("storage")
         fits = True
@@ -422,15 +424,13 @@ def diagnose(
         dec_main: M.Stage | None = None
         for name, fn in decs.items():
             try:
-                st = M.measure_decode(name, fn, payloads, seconds=seconds / 2)
+                st = M.measure_decode(name, fn, payloads, seconds=quarter)
             except Exception as e:  # noqa: BLE001
                 skip(f"decode {name}", f"{type(e).__name__}: {e}")
                 continue
             if st is not None:
                 stages.append(st)
-        dec_main = M.measure_decode(
-            "loader pipeline", pipeline_decode, payloads, seconds=seconds / 2
-        )
+        dec_main = M.measure_decode("loader pipeline", pipeline_decode, payloads, seconds=half)
         if dec_main is not None:
             stages.append(dec_main)
         steps("decode")
@@ -442,7 +442,7 @@ def diagnose(
         breakdown: list[tuple[str, float, float]] = []
         if t_obj is not None and images:
             try:
-                aug, breakdown, outputs = M.measure_transforms(t_obj, images, seconds=seconds)
+                aug, breakdown, outputs = M.measure_transforms(t_obj, images, seconds=half)
                 stages.append(aug)
             except Exception as e:  # noqa: BLE001
                 skip("augment", f"the transforms failed on a sample: {type(e).__name__}: {e}")
@@ -461,7 +461,7 @@ def diagnose(
         if target is not None:
             for name, fn in decs.items():
                 with contextlib.suppress(Exception):
-                    st = M.measure_decode(name, fn, payloads, seconds=seconds / 2, min_size=target)
+                    st = M.measure_decode(name, fn, payloads, seconds=quarter, min_size=target)
                     if st is not None:
                         stages.append(st)
                         if dec_scaled is None or st.per_sample_s < dec_scaled.per_sample_s:
@@ -469,10 +469,10 @@ def diagnose(
             try:
                 small, label = _resize_payloads(images, payloads, target)
                 d2 = M.measure_decode(
-                    "resized at pack time", pipeline_decode, small, seconds=seconds / 2
+                    "resized at pack time", pipeline_decode, small, seconds=quarter
                 )
                 small_imgs = [M.fallback_decode(b) for b in small]
-                a2, _, _ = M.measure_transforms(t_obj, small_imgs, seconds=seconds / 2)
+                a2, _, _ = M.measure_transforms(t_obj, small_imgs, seconds=quarter)
                 if d2 is not None:
                     resized_cost = (
                         d2.per_sample_s,
@@ -603,7 +603,8 @@ def diagnose(
         ]
 
         # -- verdict and changes
-        k_run = max(measured) if measured else workers_max
+        # the run is judged at the best measured worker count (what a user would pick)
+        k_run = max(measured, key=lambda k: (measured[k], -k)) if measured else workers_max
         loader_rate = predicted.get(k_run) or V.predict(cost, k_run, cores=cores, efficiency=eff)
         if k_run in measured and not loader_warm:
             loader_rate = measured[k_run]
@@ -617,7 +618,16 @@ def diagnose(
             loader_rate=loader_rate,
             h2d_rate=h2d_rate,
             model_rate=model_rate,
+            predicted_rate=predicted.get(k_run),
         )
+        if measured and k_run < max(measured):
+            k_top = max(measured)
+            verdict = replace(
+                verdict,
+                text=verdict.text
+                + f" More workers did not help here: {k_top} gave {measured[k_top]:,.0f} samples/s"
+                f" (the cores are taken; see the load check).",
+            )
         normalize = None
         costly = None
         if breakdown and aug is not None:
@@ -661,7 +671,7 @@ def diagnose(
             resized=resized_cost,
             normalize=normalize,
             costly_op=costly,
-            more_workers=2 * k_run,
+            more_workers=2 * k_run if not measured or k_run == max(measured) else None,
         )
         steps("verdict")
     finally:

@@ -213,14 +213,13 @@ def sample_source(path: str, *, n: int, seed: int = 0) -> SourceSample:
     if count == 0:
         records.close()
         raise StokerFormatError(f"{path}: holds no records")
-    rec_path = getattr(records, "rec_path", None) or (
-        path if path.endswith(".rec") else os.path.splitext(path)[0] + ".rec"
-    )
     total = 0
-    with contextlib.suppress(OSError, TypeError):
-        total = os.path.getsize(rec_path)
-    pick = sorted(int(i) for i in rng.choice(count, size=min(n, count), replace=False))
-    return SourceSample(path, "records", count, total, positions=pick, records=records)
+    for r in getattr(records, "shards", None) or [records]:
+        f = getattr(r, "path", None)
+        with contextlib.suppress(OSError, TypeError):
+            total += os.path.getsize(f)  # type: ignore[arg-type]
+    chosen = sorted(int(i) for i in rng.choice(count, size=min(n, count), replace=False))
+    return SourceSample(path, "records", count, total, positions=chosen, records=records)
 
 
 # -- storage ----------------------------------------------------------------------------------
@@ -335,6 +334,27 @@ def _tempfile(directory: str | None) -> tuple[int, str]:
     raise OSError("cannot create a temporary file for the packed-read measurement")
 
 
+def _evict_records(r: Any, positions: list[int]) -> None:
+    """Evict the pages of the sampled records (of a single ``.rec``; shards: each shard's)."""
+    shards = getattr(r, "shards", None)
+    if shards:  # a RecordSet: position -> (shard, position in it)
+        starts = np.cumsum([0] + [len(s) for s in shards])
+        for i in positions:
+            j = int(np.searchsorted(starts, i, side="right") - 1)
+            _evict_records(shards[j], [i - int(starts[j])])
+        return
+    path, offset_of = getattr(r, "path", None), getattr(r, "offset", None)
+    if not isinstance(path, str) or not callable(offset_of):
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for i in positions:
+                evict(fd, int(offset_of(i)), 1 << 20)
+        finally:
+            os.close(fd)
+
+
 def measure_read_records(
     sample: SourceSample, *, seconds: float, cold: bool
 ) -> tuple[Stage, list[bytes]]:
@@ -342,16 +362,7 @@ def measure_read_records(
     r = sample.records
     positions = sample.positions
     if cold:
-        rec_path = getattr(r, "rec_path", None)
-        offset_of = getattr(r, "offset", None)
-        if isinstance(rec_path, str) and callable(offset_of):
-            with contextlib.suppress(OSError):
-                fd = os.open(rec_path, os.O_RDONLY)
-                try:
-                    for i in positions:
-                        evict(fd, int(offset_of(i)), 1 << 20)
-                finally:
-                    os.close(fd)
+        _evict_records(r, positions)
     out: list[bytes] = []
     nbytes = 0
 
@@ -526,7 +537,7 @@ def measure_transforms(
         per = [[0.0, 0.0] for _ in ops]
         count = 0
         deadline = clock() + seconds
-        while count < len(images) or clock() < deadline:
+        while count < min(len(images), 64) or clock() < deadline:
             i = count % len(images)
             x = images[i]
             rng = sample_rng(seed, 0, i)

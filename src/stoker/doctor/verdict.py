@@ -226,10 +226,12 @@ def verdict(
     loader_rate: float | None = None,
     h2d_rate: float | None = None,
     model_rate: float | None = None,
+    predicted_rate: float | None = None,
 ) -> Verdict:
     """Which stage bounds the run at ``workers`` workers, and the GPU busy share.
 
-    ``loader_rate`` is the measured rate at ``workers`` (the prediction when ``None``).
+    ``loader_rate`` is the measured rate at ``workers`` (the prediction when ``None``);
+    ``predicted_rate`` the model's figure for it (a large gap is pointed out).
     """
     loader = (
         loader_rate
@@ -299,6 +301,12 @@ def verdict(
             )
         else:
             lines.append("Give --step-time or --model to compare with what the model consumes.")
+    if predicted_rate and loader_rate is not None and loader < 0.75 * predicted_rate:
+        lines.append(
+            f"Measured with {workers} workers, the loader is {100 * (1 - loader / predicted_rate):.0f} % "
+            "below the model's figure: something outside the model limits it (other processes "
+            "taking the cores, memory bandwidth, the training process's own loop)."
+        )
     return Verdict(
         bound,
         workers,

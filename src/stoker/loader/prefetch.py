@@ -85,7 +85,7 @@ def _produce(source: Iterable[Any], q: queue.Queue, stop: threading.Event) -> No
                 _put(q, stop, (_FAIL, exc))
                 return
             if _holds_slot(item):
-                item.retain()
+                pass
             if not _put(q, stop, (_ITEM, item)):
                 _release(item)
                 return

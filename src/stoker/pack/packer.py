@@ -582,8 +582,9 @@ def pack(
     committed = False
     chunk = max(1, min(64, len(items) // (n_workers * 8) or 1))
     last_flush = time.monotonic()
+    stream = _results(plan, start, options, n_workers, chunk)
     try:
-        for pos, r in _results(plan, start, options, n_workers, chunk):
+        for pos, r in stream:
             it = items[pos]
             if r[0] == 0:
                 _, data, fmt, _h, _w, passthrough, size_in = r
@@ -720,6 +721,7 @@ def pack(
                     w.abort(keep_partial=True)
         raise
     finally:
+        stream.close()  # stops and joins the workers if we leave early
         bar.close()
         with contextlib.suppress(Exception):
             rej_f.close()

@@ -42,6 +42,14 @@ class TensorBatch:
     def __len__(self) -> int:
         return int(self.images.shape[0])
 
+    def __repr__(self) -> str:
+        labels = None if self.labels is None else tuple(self.labels.shape)
+        return (
+            f"TensorBatch(epoch={self.epoch}, number={self.number}, images="
+            f"{tuple(self.images.shape)} {self.images.dtype} on {self.images.device}, "
+            f"labels={labels})"
+        )
+
     def retain(self) -> TensorBatch:
         """Keep the loader's slot past the next batch request (until ``release()``)."""
         if follows_slot_protocol(self.source):
@@ -150,7 +158,10 @@ def flatten(item: Any, target_keys: Sequence[str | int]) -> Tree:
 
     elif isinstance(item, (tuple, list)):
         fns = [
-            walk(v, any(isinstance(t, int) and not isinstance(t, bool) and t == i for t in target_keys))
+            walk(
+                v,
+                any(isinstance(t, int) and not isinstance(t, bool) and t == i for t in target_keys),
+            )
             for i, v in enumerate(item)
         ]
         if isinstance(item, tuple) and hasattr(item, "_fields"):

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from stoker.torch._batch import Tree, flatten, follows_slot_protocol
+from stoker.torch._batch import flatten, follows_slot_protocol
 from stoker.torch.augment import batch_generator, random_erase, random_flip
 
 __all__ = ["CudaPrefetcher", "convert_images"]
@@ -457,7 +457,7 @@ class CudaPrefetcher:
             self._busy[id(buf)] = (self._launches, copy_event)
         self._launches += 1
         tree.leaves = []  # drop the views of the loader's memory as soon as they are staged
-        holds.append(lambda refs=sources: refs.clear())
+        holds.append(sources.clear)  # drop the references to pinned sources
         targets = tree.targets
 
         def convert_all() -> list[torch.Tensor]:

@@ -37,6 +37,7 @@ from stoker.formats.recordio.manifest import (
     write_manifest,
 )
 from stoker.formats.recordio.reader import (
+    ImageRecords,
     RecordFile,
     default_crc_path,
     default_idx_path,
@@ -52,6 +53,7 @@ __all__ = [
     "MANIFEST_SUFFIX",
     "MAX_RECORD_BYTES",
     "IRHeader",
+    "ImageRecords",
     "IndexTable",
     "Problem",
     "RecordFile",
@@ -195,6 +197,10 @@ class RecordSet(Reader):
     def close(self) -> None:
         for s in self.shards:
             s.close()
+
+    def images(self) -> RecordSet:
+        """Every record of a stoker-packed set is an image: ``self``."""
+        return self
 
     def locate(self, i: int) -> tuple[int, int]:
         """``(shard index, position inside that shard)`` of global position ``i``."""

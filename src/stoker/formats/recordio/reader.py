@@ -31,7 +31,14 @@ from stoker.formats.recordio.header import (
 )
 from stoker.formats.recordio.index import IndexTable, load_index
 
-__all__ = ["RecordFile", "default_crc_path", "default_idx_path", "iter_records"]
+__all__ = [
+    "ImageRecords",
+    "RecordFile",
+    "default_crc_path",
+    "default_idx_path",
+    "iter_records",
+    "scan_offsets",
+]
 
 _HEAD = struct.Struct("<II")
 
@@ -512,6 +519,13 @@ class RecordFile(Reader):
             self._detect_identity()
         return None if self._identity is None else self._identity.image_positions
 
+    def images(self) -> Reader:
+        """The image records only: for insightface sets a view that skips the header and
+        identity records (positions ``0..M-1`` map to ``image_positions``); else ``self``."""
+        if self.image_positions is None:
+            return self
+        return ImageRecords(self)
+
     @classmethod
     def scan(cls, rec_path: str | os.PathLike[str], **kwargs: Any) -> RecordFile:
         """Open a ``.rec`` without its ``.idx``: walk it; keys are positions ``0..N-1``."""
@@ -526,6 +540,68 @@ class RecordFile(Reader):
         self.manifest = None
         self._open()
         return self
+
+
+class ImageRecords(Reader):
+    """The image records of an insightface-layout :class:`RecordFile`, as positions
+    ``0..M-1``; same reading API. Pickles as its parent (paths) and re-derives the positions."""
+
+    def __init__(self, parent: RecordFile) -> None:
+        pos = parent.image_positions
+        if pos is None:
+            raise ValueError(f"{parent.path} is not an insightface-layout set")
+        self.parent = parent
+        self._pos = pos
+
+    def __getstate__(self) -> dict:
+        return {"parent": self.parent}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["parent"])  # type: ignore[misc]
+
+    def __len__(self) -> int:
+        return int(self._pos.shape[0])
+
+    def __repr__(self) -> str:
+        return f"ImageRecords({self.parent.path!r}, {len(self)} images)"
+
+    def __getattr__(self, name: str) -> Any:
+        # class_names, manifest, identity_ranges, image_keys, path, ... come from the parent
+        if name in ("parent", "_pos"):
+            raise AttributeError(name)
+        return getattr(self.parent, name)
+
+    def _p(self, i: int) -> int:
+        return int(self._pos[self._check_index(i)])
+
+    @property
+    def keys(self) -> np.ndarray:
+        return self.parent.keys[self._pos]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self.parent.offsets[self._pos]
+
+    def key(self, i: int) -> int:
+        return self.parent.key(self._p(i))
+
+    def offset(self, i: int) -> int:
+        return self.parent.offset(self._p(i))
+
+    def read(self, i: int) -> memoryview:
+        return self.parent.read(self._p(i))
+
+    def read_header(self, i: int) -> tuple[IRHeader, memoryview]:
+        return self.parent.read_header(self._p(i))
+
+    def labels(self, positions: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+        if positions is None:
+            return self.parent.labels(self._pos)
+        sel = np.asarray(positions, dtype=np.int64).reshape(-1)
+        return self.parent.labels(self._pos[sel])
+
+    def close(self) -> None:
+        self.parent.close()
 
 
 class _Identity:

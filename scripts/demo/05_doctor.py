@@ -1,0 +1,78 @@
+"""Demo stage 05: the doctor's verdict on the sample data: why would the GPU wait, and what to
+change, measured on this machine.
+
+It runs ``stoker doctor`` twice: on the image folder (WORK/images) and on the packed file
+(WORK/train.rec), both with the seed-000 chain (resize 146, random crop 128, flip, normalise)
+and an assumed model step of 60 ms per batch of 64 (about 1,070 images/s; give your own with
+``--step-time`` or ``--model``). It prints the folder's full report, the packed file's verdict,
+and writes WORK/doctor.json and WORK/doctor.png.
+
+Usage: python scripts/demo/05_doctor.py WORK   (earlier stages leave WORK/images and
+WORK/train.rec; when they are missing this stage makes a small set).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+STEP_MS = 60.0
+BATCH = 64
+WORKERS = 2
+SECONDS = 0.6
+
+
+def ensure_data(work: Path) -> tuple[Path, Path]:
+    images, rec = work / "images", work / "train.rec"
+    if not images.is_dir():
+        from stoker.pack import make_sample_data
+
+        print(f"making sample images in {images}")
+        make_sample_data(images, classes=10, per_class=40, size=112)
+    if not rec.exists():
+        from stoker.pack import pack
+
+        print(f"packing {images} -> {rec}")
+        pack(images, rec, progress=False)
+    return images, rec
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print(__doc__.strip().splitlines()[-2], file=sys.stderr)
+        return 2
+    work = Path(sys.argv[1])
+    work.mkdir(parents=True, exist_ok=True)
+    images, rec = ensure_data(work)
+
+    from stoker.doctor import diagnose
+
+    options = dict(
+        transforms="seed000",
+        batch_size=BATCH,
+        step_time_ms=STEP_MS,
+        workers_max=WORKERS,
+        seconds=SECONDS,
+        progress=False,
+    )
+    folder = diagnose(images, **options)
+    print(folder.render())
+    (work / "doctor.json").write_text(folder.to_json())
+    folder.plot(work / "doctor.png")
+    print(f"\nreport: {work / 'doctor.json'}, chart: {work / 'doctor.png'}")
+
+    packed = diagnose(rec, **options)
+    v = packed.data["verdict"]
+    print(f"\nThe same on the packed file {rec}:")
+    print(f"  Verdict: {v['bound']} bounds the run; {v['text']}")
+    f_rate = folder.data["verdict"]["loader_rate"]
+    p_rate = v["loader_rate"]
+    print(
+        f"  loader with {v['workers']} worker(s): folder {f_rate:,.0f} samples/s, "
+        f"packed {p_rate:,.0f} samples/s (x{p_rate / f_rate:.2f})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
