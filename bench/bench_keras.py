@@ -275,6 +275,22 @@ def run_candidate(name: str, args: argparse.Namespace) -> dict:
     raise ValueError(f"unknown candidate {name!r}")
 
 
+def distortion_costs(classes: int, n: int = 1000) -> dict[str, float]:
+    """Microseconds per image of each distortion, measured here in one process."""
+    from stoker.transforms.presets import kanji_distort
+
+    x, _ = make_glyphs(n, classes)
+    out = {}
+    for name, fn in (("stoker kanji_distort", kanji_distort(SIZE)), ("seed PIL", pil_distort)):
+        rng = np.random.default_rng(0)
+        fn(x[0], rng)
+        t0 = time.perf_counter()
+        for img in x:
+            fn(img, rng)
+        out[name] = (time.perf_counter() - t0) / n * 1e6
+    return out
+
+
 CANDIDATES = {
     "ceiling": "model alone (ready batches, no input work)",
     "a": "keras PyDataset, {w} threads",
@@ -308,7 +324,7 @@ def main() -> int:
         f"seed 002: {args.n} glyphs 64x64 in RAM, batch {args.batch_size} "
         f"(half original, half distorted), {args.epochs} epochs, {args.workers} workers, "
         f"{args.n // (args.batch_size // 2) * args.batch_size} images/epoch, timeout {timeout:.0f} s per candidate, "
-        f"{os.cpu_count()} CPUs"
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
     )
     results: dict[str, dict | str] = {}
     for name in args.only or list(CANDIDATES):
@@ -335,6 +351,7 @@ def main() -> int:
                 results[name] = f"failed (exit {proc.returncode}): {tail[0][:80]}"
         print(f"  {name}: {time.perf_counter() - t0:.0f} s", flush=True)
 
+    op_costs = distortion_costs(args.classes)
     baseline = max(
         (r["images_s"] for k, r in results.items() if k in ("a", "b", "c") and isinstance(r, dict)),
         default=None,
@@ -347,6 +364,10 @@ def main() -> int:
             continue
         ratio = f"{r['images_s'] / baseline:.2f}x" if baseline and name != "ceiling" else "-"
         print(f"{label:<46} {r['images_s']:>9.0f} {r['fit_s']:>7.1f} {ratio:>12}")
+    print(
+        "\ndistortion cost, one process, per distorted image: "
+        + ", ".join(f"{k} {v:.0f} us" for k, v in op_costs.items())
+    )
     d = results.get("d")
     if baseline and isinstance(d, dict):
         verdict = "met" if d["images_s"] >= 1.5 * baseline else "NOT met"

@@ -104,6 +104,14 @@ def main() -> None:
     from stoker.keras import KerasDataset
     from stoker.transforms.presets import kanji_distort
 
+    if keras.backend.backend() == "torch":
+        import torch
+
+        if not torch.cuda.is_available():
+            # Training on the CPU: leave the loader's workers their cores, or torch's threads
+            # and the workers take turns and every step stalls.
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) - args.workers))
+
     t0 = time.perf_counter()
     x, y = make_glyphs(args.n, classes=args.classes)
     cut = args.n * 9 // 10

@@ -23,14 +23,14 @@ import time
 
 import cv2
 import numpy as np
-import torch
-from torch import nn
 
 import stoker
+import torch
 from stoker import ArraySpec
 from stoker.sampling import LengthBuckets, ProportionalWidth
 from stoker.train import label_stats, normalize_punctuation, scale_lr
 from stoker.transforms import as_transform
+from torch import nn
 
 HEIGHT = 32
 GLYPHS = "0123456789,.:-"
@@ -44,7 +44,9 @@ def render(text: str, rng: np.random.Generator) -> np.ndarray:
     font, scale = cv2.FONT_HERSHEY_SIMPLEX, 0.6
     (w, _h), _ = cv2.getTextSize(text, font, scale, 1)
     img = np.full((HEIGHT, w + 8, 3), int(rng.integers(0, 40)), np.uint8)
-    cv2.putText(img, text, (4, 22 + int(rng.integers(-2, 3))), font, scale, (235, 235, 235), 1, cv2.LINE_AA)
+    cv2.putText(
+        img, text, (4, 22 + int(rng.integers(-2, 3))), font, scale, (235, 235, 235), 1, cv2.LINE_AA
+    )
     return img
 
 
@@ -84,10 +86,15 @@ class TinyCTC(nn.Module):
         super().__init__()
 
         def block(i: int, o: int, pool: tuple[int, int]) -> nn.Sequential:
-            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU(), nn.MaxPool2d(pool))
+            return nn.Sequential(
+                nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU(), nn.MaxPool2d(pool)
+            )
 
         self.features = nn.Sequential(
-            block(1, 16, (2, 2)), block(16, 32, (2, 2)), block(32, 64, (2, 1)), block(64, 64, (4, 1))
+            block(1, 16, (2, 2)),
+            block(16, 32, (2, 2)),
+            block(32, 64, (2, 1)),
+            block(64, 64, (4, 1)),
         )
         self.head = nn.Conv1d(64, classes, 1)
 
@@ -153,7 +160,11 @@ def main() -> None:
         transform = as_transform(to_height, output=ArraySpec((HEIGHT, None, 3), "uint8"))
 
         with stoker.Loader(
-            root, batch_size=args.batch_size, sampler=sampler, transforms=transform, workers=args.workers
+            root,
+            batch_size=args.batch_size,
+            sampler=sampler,
+            transforms=transform,
+            workers=args.workers,
         ) as loader:
             for epoch in range(args.epochs):
                 losses, widths, correct, seen = [], set(), 0, 0
@@ -165,7 +176,9 @@ def main() -> None:
                     targets = torch.tensor([VOCAB[c] for t in batch_texts for c in t])
                     target_lengths = torch.tensor([len(t) for t in batch_texts])
                     log_probs = model(x)
-                    input_lengths = torch.full((len(batch_texts),), log_probs.shape[0], dtype=torch.long)
+                    input_lengths = torch.full(
+                        (len(batch_texts),), log_probs.shape[0], dtype=torch.long
+                    )
                     loss = ctc(log_probs, targets, input_lengths, target_lengths)
                     opt.zero_grad()
                     loss.backward()

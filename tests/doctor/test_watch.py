@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import textwrap
@@ -186,3 +187,33 @@ def test_watchdog_asks_loader_workers_for_their_stacks():
         _, err = proc.communicate(timeout=10)
     # faulthandler in the worker printed where it was
     assert "decode_forever_in_worker" in err
+
+
+def test_keras_callback_measures_data_wait_inside_fit():
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    import numpy as np
+
+    import keras
+
+    class SlowData(keras.utils.PyDataset):
+        def __len__(self):
+            return 12
+
+        def __getitem__(self, i):
+            time.sleep(0.02)  # the data side is slow
+            return np.ones((4, 3), np.float32), np.ones((4, 1), np.float32)
+
+    class SlowStep(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            time.sleep(0.02)  # and so is the step
+
+    data = SlowData()
+    out = io.StringIO()
+    w = watch(data, file=out)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    model.fit(data, epochs=2, verbose=0, callbacks=[SlowStep(), w.keras_callback()])
+    assert [e.steps for e in w.epochs] == [12, 12]
+    share = w.epochs[-1].wait_share
+    assert 0.3 < share < 0.7, share  # about half: 20 ms of data per 20 ms of step
+    assert out.getvalue().count("steps in") == 2

@@ -216,14 +216,14 @@ from stoker.loader import Loader
 
 if __name__ == "__main__":
     x, y = make_arrays(400)
-    ld = Loader((x, y), batch_size=4, workers=2, transforms=Misbehave("sleep", at=399, seconds=0.01))
+    # the worker that gets sample 40 sleeps in it: it can only notice a dead main by its watch
+    ld = Loader((x, y), batch_size=4, workers=2, transforms=Misbehave("sleep", at=40, seconds=60))
     it = iter(ld)
     next(it)
     pids = [w.proc.pid for w in ld._workers]
     print(ld._segment.name, *pids, flush=True)
-    while True:
-        for b in ld:
-            time.sleep(0.01)
+    for b in it:
+        time.sleep(0.01)
 """
 
 
@@ -268,6 +268,7 @@ def test_sigkill_of_main_workers_exit_and_cleanup_removes_segment():
         line = proc.stdout.readline().split()
         assert line, proc.stderr.read()
         seg, pids = line[0], [int(p) for p in line[1:]]
+        time.sleep(0.5)  # let a worker get stuck in sample 40
         proc.kill()
         proc.wait(10)
     finally:
@@ -275,8 +276,8 @@ def test_sigkill_of_main_workers_exit_and_cleanup_removes_segment():
             proc.kill()
         proc.communicate()
     assert _wait_gone(pids, 10) == []
-    assert os.path.exists(f"/dev/shm/{seg}")  # nobody could unlink it...
-    assert seg in cleanup_stale()  # ...until the sweep
+    # nobody could unlink it; the sweep (here, or any loader starting meanwhile) removes it
+    cleanup_stale()
     assert not os.path.exists(f"/dev/shm/{seg}")
 
 
@@ -291,8 +292,14 @@ def test_cleanup_keeps_live_owners(shm_names):
         seg.unlink()
     fake = "stoker_999999999_1_dead"
     open(f"/dev/shm/{fake}", "wb").close()
-    assert fake in cleanup_stale()
+    cleanup_stale()
     assert fake not in shm_names()
+    reused = f"stoker_{os.getpid()}_1_reused"  # our pid, another start time: a dead owner
+    open(f"/dev/shm/{reused}", "wb").close()
+    assert reused in cleanup_stale(dry_run=True)
+    assert reused in shm_names()
+    cleanup_stale()
+    assert reused not in shm_names()
 
 
 def test_two_loaders_at_once(arrays):

@@ -10,6 +10,7 @@ import threading
 import time
 import traceback
 
+import numpy as np
 import pytest
 
 from stoker.loader.prefetch import Prefetcher, prefetch
@@ -78,7 +79,8 @@ def test_break_stops_the_thread_and_closes_the_source():
         finally:
             closed.set()
 
-    for i in prefetch(gen(), depth=2):
+    source = gen()  # kept referenced here: only an explicit close() runs its finally
+    for i in prefetch(source, depth=2):
         if i == 3:
             break
     gc.collect()
@@ -218,6 +220,18 @@ def test_slot_batches_released_when_consumer_breaks():
     assert sorted(ring.free_slots) == list(range(5))
 
 
+def test_depth_beyond_the_loader_ring_is_refused_up_front():
+    class LoaderLike:
+        prefetch = 2
+
+        def __iter__(self):
+            return iter(())
+
+    with pytest.raises(ValueError, match="use depth <= 2 or a loader with prefetch >= 3"):
+        prefetch(LoaderLike(), depth=3)
+    assert list(prefetch(LoaderLike(), depth=2)) == []
+
+
 def test_bad_depth_is_a_clear_error():
     with pytest.raises(ValueError, match="depth must be >= 1"):
         Prefetcher([], depth=0)
@@ -248,3 +262,39 @@ def test_interpreter_exit_does_not_hang(state):
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "0"
     assert time.monotonic() - t0 < 15
+
+
+@pytest.fixture(scope="module")
+def rec(tmp_path_factory):
+    from stoker.pack import make_sample_data, pack
+
+    root = tmp_path_factory.mktemp("prefetch")
+    images = make_sample_data(root / "images", classes=2, per_class=12, size=32, workers=1)
+    pack(images, root / "train", workers=1, progress=False)
+    return root / "train.rec"
+
+
+def test_over_the_real_loader_batches_stay_valid_and_slots_come_back(rec):
+    import stoker
+    from stoker.transforms import Compose, HorizontalFlip, RandomCrop, Resize
+
+    def loader():
+        tf = Compose([Resize(32), RandomCrop(28), HorizontalFlip()])
+        return stoker.Loader(rec, batch_size=4, workers=2, seed=3, prefetch=2, transforms=tf)
+
+    with loader() as ld:
+        direct = [(b.images.copy(), b.keys.copy()) for b in ld]
+    with loader() as ld:
+        got = []
+        for b in prefetch(ld, depth=2):
+            time.sleep(0.01)  # the thread runs ahead while the consumer works
+            got.append((b.images.copy(), b.keys.copy()))
+        # break early, then a full epoch still runs: every slot came back
+        for i, _ in enumerate(prefetch(ld, depth=2)):
+            if i == 1:
+                break
+        assert sum(len(b) for b in ld) > 0
+    assert len(got) == len(direct) == 6
+    for (gi, gk), (di, dk) in zip(got, direct):
+        assert np.array_equal(gk, dk)
+        assert np.array_equal(gi, di)

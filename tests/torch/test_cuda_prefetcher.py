@@ -9,8 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from stoker.torch import CudaPrefetcher, TensorBatch, convert_images
+from stoker.torch._batch import flatten
 
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
@@ -183,6 +186,15 @@ def test_cuda_request_without_cuda_falls_back_to_cpu_with_a_warning():
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         CudaPrefetcher([], device="cpu", **kwargs)
+
+
+def test_depth_beyond_the_loader_ring_is_refused():
+    class LoaderLike(list):
+        prefetch = 1
+
+    with pytest.raises(ValueError, match="use depth <= 2 or a loader with prefetch >= 2"):
+        CudaPrefetcher(LoaderLike(), device="cpu", depth=3)
+    CudaPrefetcher(LoaderLike(), device="cpu", depth=2)
 
 
 def test_unsupported_batch_type_is_a_type_error():
@@ -481,6 +493,7 @@ class TrackingRing(Ring):
 @pytest.mark.parametrize("lag", [0, 1, 3, 50])
 @pytest.mark.parametrize("depth", [1, 2])
 def test_fake_streams_slot_released_only_after_copy_and_data_intact(lag, depth):
+    """Fault B5 #56: a slot or staging buffer is reused only after its copy event completed."""
     arrays = [_images((3, 5, 4, 3), seed=100 + i) for i in range(12)]
     be = FakeBackend(lag=lag)
     check, released = _release_checker(be)
@@ -571,3 +584,55 @@ def test_convert_images_is_the_prefetcher_conversion():
     std = torch.tensor(STD).view(1, 3, 1, 1)
     got = convert_images(torch.from_numpy(x), mean=mean, std=std, dtype=torch.float16)
     assert torch.equal(got, _reference(x, MEAN, STD, torch.float16, "NHWC"))
+
+
+def test_fake_streams_two_leaves_of_one_shape_get_two_buffers():
+    """Two same-shaped arrays in one batch must not share a staging buffer."""
+    arrays = [(_images((2, 4, 4, 3), seed=i), _images((2, 4, 4, 3), seed=50 + i)) for i in range(6)]
+    be = FakeBackend(lag=10**9)
+    batches = [{"images": a, "mask": b} for a, b in arrays]
+    pf = CudaPrefetcher(batches, depth=1, normalize_keys=("images",), _backend=be)
+    outs = [(o["images"].clone(), o["mask"].clone()) for o in pf]
+    for (a, b), (oi, om) in zip(arrays, outs):
+        assert torch.equal(oi, _reference(a, None, None, torch.float32, "NHWC"))
+        assert torch.equal(om, torch.from_numpy(b))
+
+
+# --- structure round trip (property) ---
+
+
+_leaf = hs.builds(lambda n: np.full((n, 2), n, dtype=np.int64), hs.integers(1, 3))
+_scalar = hs.one_of(hs.text(max_size=3), hs.integers(-5, 5), hs.none())
+_tree = hs.recursive(
+    hs.one_of(_leaf, _scalar),
+    lambda kids: hs.one_of(
+        hs.lists(kids, max_size=3),
+        hs.lists(kids, max_size=3).map(tuple),
+        hs.dictionaries(hs.text("abc", min_size=1, max_size=2), kids, max_size=3),
+    ),
+    max_leaves=8,
+)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, np.ndarray):
+        return isinstance(b, torch.Tensor) and torch.equal(b, torch.from_numpy(a))
+    if isinstance(a, dict):
+        return type(b) is dict and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    return a == b
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    hs.one_of(
+        hs.lists(_tree, min_size=1, max_size=3),
+        hs.dictionaries(hs.text("xy", min_size=1), _tree, min_size=1, max_size=3),
+    )
+)
+def test_flatten_rebuild_round_trip(batch):
+    tree = flatten(batch, ())
+    assert not any(tree.targets)
+    rebuilt = tree.rebuild([torch.from_numpy(leaf) for leaf in tree.leaves])
+    assert _same(batch, rebuilt)

@@ -106,19 +106,6 @@ def test_prefetcher_over_as_tensors_and_break_leaves_nothing(rec):
         assert sum(len(b) for b in loader) == 36
 
 
-def test_thread_prefetch_over_the_real_loader_keeps_batches_valid(rec):
-    with _loader(rec, prefetch=2) as loader:
-        direct = [(b.images.copy(), b.keys.copy()) for b in loader]
-    with _loader(rec, prefetch=2) as loader:
-        got = []
-        for b in stoker.prefetch(loader, depth=2):
-            got.append((b.images.copy(), b.keys.copy()))
-    assert len(got) == len(direct)
-    for (gi, gk), (di, dk) in zip(got, direct):
-        assert np.array_equal(gk, dk)
-        assert np.array_equal(gi, di)
-
-
 def test_record_dataset_in_a_torch_dataloader_with_two_workers(rec):
     ds = st.RecordDataset(rec, transforms=_transforms(), seed=7)
     assert len(ds) == 36 and ds.class_names == ["class_00", "class_01", "class_02"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 __all__ = ["add_parser", "run"]
@@ -92,6 +93,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
 def run(args: argparse.Namespace) -> int:
     from stoker.doctor import diagnose
 
+    if os.getcwd() not in sys.path:  # so that --model/--transforms module:attr finds local files
+        sys.path.insert(0, os.getcwd())
     if args.plot is not None and not args.plot.lower().endswith(".png"):
         print("stoker doctor: error: --plot needs a FILE.png path", file=sys.stderr)
         return 2

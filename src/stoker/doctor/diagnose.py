@@ -290,6 +290,17 @@ def _resize_payloads(
     )
 
 
+def _loader_source(path: str) -> tuple[Any, bool]:
+    """The loader's own source object, opened once for all the worker counts (a folder is
+    scanned once); the path itself when that is not possible (the loader reports why)."""
+    try:
+        from stoker.loader import as_source
+
+        return as_source(path)
+    except Exception:  # noqa: BLE001 - the Loader built from the path raises the clear error
+        return path, False
+
+
 def _core_share(stages: list[M.Stage]) -> float:
     """The share of a core this thread got while runnable, over the stages of the pipeline."""
     cpu = sum(st.cpu_seconds for st in stages)
@@ -485,7 +496,10 @@ def diagnose(
                 skip("resize at pack time", f"{type(e).__name__}: {e}")
         steps("alternatives")
 
-        used = [st for st in (read_stage, dec_main, aug) if st is not None]
+        assemble = M.measure_assemble(outputs, batch_size=batch_size, seconds=quarter)
+        if assemble is not None:
+            stages.append(assemble)
+        used = [st for st in (read_stage, dec_main, aug, assemble) if st is not None]
         cost = V.Cost(
             read_stage.per_sample_s,
             read_stage.cpu_per_sample_s,
@@ -494,32 +508,40 @@ def diagnose(
             aug.per_sample_s if aug else 0.0,
             aug.cpu_per_sample_s if aug else 0.0,
             _core_share(used),
+            assemble_s=assemble.per_sample_s if assemble else 0.0,
+            assemble_cpu_s=assemble.cpu_per_sample_s if assemble else 0.0,
         )
 
         # -- loader
         runs: list[M.LoaderRun] = []
         if loader:
-            for k in ks:
-                try:
-                    runs.append(
-                        M.measure_loader(
-                            path,
-                            workers=k,
-                            batch_size=batch_size,
-                            transforms=t_obj,
-                            seconds=seconds,
+            src_obj, owned = _loader_source(path)
+            try:
+                for k in ks:
+                    try:
+                        runs.append(
+                            M.measure_loader(
+                                src_obj,
+                                workers=k,
+                                batch_size=batch_size,
+                                transforms=t_obj,
+                                seconds=seconds,
+                            )
                         )
-                    )
-                except Exception as e:  # noqa: BLE001 - report, do not crash
-                    reason = (
-                        f"stoker.Loader is not available ({e})"
-                        if isinstance(e, ImportError)
-                        else f"{type(e).__name__}: {e}"
-                    )
-                    skip(f"loader ({k} workers)", reason)
-                    break
-                finally:
-                    steps(f"loader {k}")
+                    except Exception as e:  # noqa: BLE001 - report, do not crash
+                        reason = (
+                            f"stoker.Loader is not available ({e})"
+                            if isinstance(e, ImportError)
+                            else f"{type(e).__name__}: {e}"
+                        )
+                        skip(f"loader ({k} workers)", reason)
+                        break
+                    finally:
+                        steps(f"loader {k}")
+            finally:
+                if owned:
+                    with contextlib.suppress(Exception):
+                        src_obj.close()
         else:
             skip("loader", "skipped on request; rates are predictions")
         measured = {r.workers: r.rate for r in runs}
@@ -626,7 +648,7 @@ def diagnose(
                 verdict,
                 text=verdict.text
                 + f" More workers did not help here: {k_top} gave {measured[k_top]:,.0f} samples/s"
-                f" (the cores are taken; see the load check).",
+                f" (more busy processes than free cores: see the load and cores checks).",
             )
         normalize = None
         costly = None

@@ -30,6 +30,7 @@ __all__ = [
     "Stage",
     "decoders",
     "evict",
+    "measure_assemble",
     "measure_decode",
     "measure_loader",
     "measure_read_files",
@@ -162,9 +163,9 @@ class SourceSample:
             self.records = None
 
 
-def _scan_folder(root: str) -> tuple[list[str], int]:
+def _scan_folder(root: str) -> list[str]:
+    """Image files below ``root`` (names only: no per-file stat, so a million files stay quick)."""
     paths: list[str] = []
-    total = 0
     stack = [root]
     while stack:
         d = stack.pop()
@@ -180,9 +181,7 @@ def _scan_folder(root: str) -> tuple[list[str], int]:
                 stack.append(e.path)
             elif os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS:
                 paths.append(e.path)
-                with contextlib.suppress(OSError):
-                    total += e.stat().st_size
-    return paths, total
+    return paths
 
 
 def sample_source(path: str, *, n: int, seed: int = 0) -> SourceSample:
@@ -193,13 +192,18 @@ def sample_source(path: str, *, n: int, seed: int = 0) -> SourceSample:
     rng = np.random.default_rng(seed)
     path = os.fspath(path)
     if os.path.isdir(path):
-        files, total = _scan_folder(path)
+        files = _scan_folder(path)
         if not files:
             raise StokerFormatError(
                 f"{path}: no image files found (looked for {', '.join(sorted(IMAGE_EXTENSIONS))})"
             )
-        pick = rng.choice(len(files), size=min(n, len(files)), replace=False)
-        return SourceSample(path, "folder", len(files), total, files=[files[i] for i in pick])
+        pick = [files[i] for i in rng.choice(len(files), size=min(n, len(files)), replace=False)]
+        sizes = []
+        for p in pick:
+            with contextlib.suppress(OSError):
+                sizes.append(os.path.getsize(p))
+        total = int(np.mean(sizes) * len(files)) if sizes else 0  # estimated from the sample
+        return SourceSample(path, "folder", len(files), total, files=pick)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file or folder")
     try:
@@ -553,6 +557,26 @@ def measure_transforms(
     return stage, breakdown, outputs
 
 
+def measure_assemble(outputs: list[np.ndarray], *, batch_size: int, seconds: float) -> Stage | None:
+    """What a worker adds per sample around the transforms: the per-sample generator
+    (``sample_rng``) and the write of the result into its batch slot."""
+    from stoker._core.seeding import sample_rng
+
+    shapes = {o.shape for o in outputs}
+    if not outputs or len(shapes) != 1:
+        return None
+    slot = np.zeros((batch_size, *outputs[0].shape), dtype=outputs[0].dtype)
+    idx = list(range(len(outputs)))
+
+    def put(i: int) -> None:
+        sample_rng(0, 0, i)
+        np.copyto(slot[i % batch_size], outputs[i], casting="no")
+
+    n, wall, cpu, queued = time_loop(put, idx, seconds=seconds, min_items=min(len(idx), 8))
+    nbytes = n * outputs[0].nbytes
+    return Stage("assemble (rng + batch slot write)", "loader", n, wall, cpu, nbytes, "", queued)
+
+
 # -- the loader -------------------------------------------------------------------------------
 
 
@@ -576,7 +600,7 @@ class LoaderRun:
 
 
 def measure_loader(
-    source: str,
+    source: Any,
     *,
     workers: int,
     batch_size: int,

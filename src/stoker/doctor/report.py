@@ -133,7 +133,8 @@ class Report:
         unit = "images" if src.get("kind") == "folder" else "records"
         out.append(
             f"stoker doctor: {src.get('path')} ({src.get('kind')}, {_num(src.get('count'))} {unit}, "
-            f"{_num((src.get('total_bytes') or 0) / 1e6, 1)} MB"
+            + ("about " if src.get("kind") == "folder" else "")
+            + f"{_num((src.get('total_bytes') or 0) / 1e6, 1)} MB"
             + (f", typical image {src['image_shape']}" if src.get("image_shape") else "")
             + ")"
         )
@@ -149,7 +150,7 @@ class Report:
         out.append(
             f"  {'stage':<16}{'measurement':<34}{'samples/s':>11}{'ms/sample':>11}{'CPU':>6}{'MB/s':>9}"
         )
-        order = {"storage": 0, "decode": 1, "augment": 2}
+        order = {"storage": 0, "decode": 1, "augment": 2, "loader": 3}
         for s in sorted(d.get("stages", []), key=lambda s: order.get(s["stage"], 3)):
             cpu = ""
             if s.get("per_sample_ms"):
@@ -161,7 +162,8 @@ class Report:
         if pipe.get("total_ms") is not None:
             out.append(
                 f"  one worker, per sample: read {_num(pipe.get('read_ms'), 3)} + decode {_num(pipe.get('decode_ms'), 3)}"
-                f" + augment {_num(pipe.get('augment_ms'), 3)} = {_num(pipe.get('total_ms'), 3)} ms"
+                f" + augment {_num(pipe.get('augment_ms'), 3)} + assemble {_num(pipe.get('assemble_ms'), 3)}"
+                f" = {_num(pipe.get('total_ms'), 3)} ms"
                 f" ({100 * (pipe.get('cpu_share') or 0):.0f} % CPU) -> {_num(pipe.get('one_worker_rate'))} samples/s"
             )
         ops = pipe.get("augment_ops") or []

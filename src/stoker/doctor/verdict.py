@@ -68,6 +68,8 @@ class Cost:
     augment_cpu_s: float
     share: float = 1.0
     main_cpu_s: float = 0.0  # the consuming process's CPU per sample (receiving batches)
+    assemble_s: float = 0.0  # per-sample generator + write into the batch slot
+    assemble_cpu_s: float = 0.0
 
     @property
     def queue_s(self) -> float:
@@ -76,11 +78,11 @@ class Cost:
 
     @property
     def total_s(self) -> float:
-        return self.read_s + self.decode_s + self.augment_s
+        return self.read_s + self.decode_s + self.augment_s + self.assemble_s
 
     @property
     def cpu_s(self) -> float:
-        return self.read_cpu_s + self.decode_cpu_s + self.augment_cpu_s
+        return self.read_cpu_s + self.decode_cpu_s + self.augment_cpu_s + self.assemble_cpu_s
 
     @property
     def blocked_s(self) -> float:
@@ -102,6 +104,7 @@ class Cost:
             "read_ms": 1e3 * self.read_s,
             "decode_ms": 1e3 * self.decode_s,
             "augment_ms": 1e3 * self.augment_s,
+            "assemble_ms": 1e3 * self.assemble_s,
             "total_ms": 1e3 * self.total_s,
             "cpu_ms": 1e3 * self.cpu_s,
             "queue_ms": 1e3 * self.queue_s,
@@ -246,10 +249,12 @@ def verdict(
             "decode": cost.decode_cpu_s,
             "augment": cost.augment_cpu_s,
         }
-        parts["loader"] = overhead * (cost.cpu_s / cost.total_s if cost.total_s > 0 else 1.0)
+        parts["loader"] = cost.assemble_cpu_s + overhead * (
+            cost.cpu_s / cost.total_s if cost.total_s > 0 else 1.0
+        )
     else:
         parts = {"storage": cost.read_s, "decode": cost.decode_s, "augment": cost.augment_s}
-        parts["loader"] = overhead
+        parts["loader"] = cost.assemble_s + overhead
     whole = sum(parts.values()) or 1.0
     shares = {k: v / whole for k, v in parts.items()}
     inner = max(parts, key=lambda k: parts[k])
@@ -286,7 +291,8 @@ def verdict(
             "storage": "reading the data from storage",
             "decode": "decoding images",
             "augment": "the augmentations",
-            "loader": "the loader's own overhead (moving batches between processes)",
+            "loader": "the loader's own work (per-sample generators, batch slot writes, "
+            "handing batches between processes)",
         }[inner]
         how = "CPU time" if capped else "time"
         lines.append(

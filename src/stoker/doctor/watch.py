@@ -23,6 +23,9 @@ is signalled otherwise: an unprepared process would die of ``SIGUSR1``. The watc
 interrupts the loop: it reports and keeps watching. The thread is stopped when the pass ends
 or the loop leaves early (``break``: the generator is closed).
 
+Keras iterates its dataset itself: ``watch(dataset).keras_callback()`` gives a callback that
+measures the same two parts between ``on_train_batch_end`` and the next ``on_train_batch_begin``.
+
 Items are passed through unchanged and in order; ``len()`` and attributes not defined here are
 forwarded to the wrapped object. Per step the overhead is two ``perf_counter`` calls and one
 append.
@@ -215,14 +218,33 @@ class Watched(Generic[T]):
     def __iter__(self) -> Iterator[T]:
         return self._run()
 
-    def _run(self) -> Iterator[T]:
-        it = iter(self.iterable)
+    def _begin(self) -> tuple[_Pass, _Watchdog | None]:
         p = _Pass(len(self.epochs))
         self._pass = p
         dog = _Watchdog(self, p) if self.stall_timeout is not None else None
+        return p, dog
+
+    def _end(self, p: _Pass, dog: _Watchdog | None, *, finished: bool) -> None:
+        if dog is not None:
+            dog.stop()
+        p.end = time.perf_counter()
+        self._pass = None
+        stats = p.snapshot()
+        if stats.steps or finished:
+            self.epochs.append(stats)
+        if finished:
+            self._print(stats.summary())
+
+    def _maybe_report(self, p: _Pass) -> None:
+        if self.report_every is not None and len(p.waits) % self.report_every == 0:
+            text = p.snapshot().summary()
+            self._print(text.replace(f"epoch {p.epoch}:", f"epoch {p.epoch} so far:", 1))
+
+    def _run(self) -> Iterator[T]:
+        it = iter(self.iterable)
+        p, dog = self._begin()
         waits = p.waits
         sync = self.sync
-        every = self.report_every
         clock = time.perf_counter
         finished = False
         try:
@@ -244,23 +266,72 @@ class Watched(Generic[T]):
                     p.fired = False
                 t_got = clock()
                 waits.append(t_got - t_ask)
-                if every is not None and len(waits) % every == 0:
-                    self._print(
-                        p.snapshot()
-                        .summary()
-                        .replace(f"epoch {p.epoch}:", f"epoch {p.epoch} so far:", 1)
-                    )
+                if self.report_every is not None:
+                    self._maybe_report(p)
                 yield item
         finally:
-            if dog is not None:
-                dog.stop()
-            p.end = time.perf_counter()
-            self._pass = None
-            stats = p.snapshot()
-            if stats.steps or finished:
-                self.epochs.append(stats)
-            if finished:
-                self._print(stats.summary())
+            self._end(p, dog, finished=finished)
+
+    def keras_callback(self) -> Any:
+        """A ``keras.callbacks.Callback`` measuring the same figures inside ``model.fit``.
+
+        Keras iterates the dataset itself, so wrap nothing:
+        ``w = stoker.watch(dataset); model.fit(dataset, callbacks=[w.keras_callback()])``.
+        Wait is the time from the end of one training batch to the start of the next (Keras
+        fetching data), work the batch itself; the watchdog and the reports work as above.
+        """
+        import keras
+
+        owner = self
+
+        class WatchCallback(keras.callbacks.Callback):
+            def __init__(self) -> None:
+                super().__init__()
+                self._p: _Pass | None = None
+                self._dog: _Watchdog | None = None
+                self._t_end = 0.0
+                self._t_begin = 0.0
+
+            def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+                self._p, self._dog = owner._begin()
+                self._p.waiting_since = self._t_end = self._p.start
+
+            def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+                p = self._p
+                if p is None:
+                    return
+                now = time.perf_counter()
+                p.waits.append(now - self._t_end)
+                p.waiting_since = None
+                p.fired = False
+                self._t_begin = now
+
+            def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+                p = self._p
+                if p is None:
+                    return
+                if owner.sync is not None:
+                    owner.sync()
+                now = time.perf_counter()
+                p.work += now - self._t_begin
+                self._t_end = now
+                if owner.report_every is not None:
+                    owner._maybe_report(p)
+                p.waiting_since = now
+
+            def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+                if self._p is not None:
+                    self._p.waiting_since = None
+                    owner._end(self._p, self._dog, finished=True)
+                    self._p = self._dog = None
+
+            def on_train_end(self, logs: Any = None) -> None:
+                if self._p is not None:  # training stopped mid-epoch
+                    self._p.waiting_since = None
+                    owner._end(self._p, self._dog, finished=False)
+                    self._p = self._dog = None
+
+        return WatchCallback()
 
 
 def watch(

@@ -133,6 +133,7 @@ class KerasDataset(keras.utils.PyDataset):
         self._epochs_ended = 0  # Keras epochs that ended having served at least one batch
         self._last: tuple[np.ndarray, np.ndarray] | None = None
         self._replay: tuple[np.ndarray, np.ndarray] | None = None
+        self._table: np.ndarray | None = None  # uint8 -> x_dtype lookup table
         self._closed = False
 
     # -- Keras never gets to start its own pool -------------------------------------------
@@ -277,6 +278,12 @@ class KerasDataset(keras.utils.PyDataset):
         if close is not None:
             close()
 
+    def _lut(self, dtype: np.dtype) -> np.ndarray:
+        if self._table is None:
+            vals = np.arange(256, dtype=np.float32) * np.float32(self._scale)
+            self._table = vals.astype(dtype)
+        return self._table
+
     def _convert(self, batch: Any) -> tuple[np.ndarray, np.ndarray]:
         images, labels = batch
         x = np.asarray(images)
@@ -284,8 +291,13 @@ class KerasDataset(keras.utils.PyDataset):
             x = np.expand_dims(x, self._channel_axis)
         if self._x_dtype is not None and x.dtype != self._x_dtype:
             out = np.empty(x.shape, self._x_dtype)
-            if x.dtype.kind in "ui":
-                np.multiply(x, np.float32(self._scale), out=out, dtype=np.float32, casting="unsafe")
+            if x.dtype == np.uint8 and self._x_dtype.itemsize < 4:
+                np.take(
+                    self._lut(out.dtype), x, out=out
+                )  # float16: a table beats float16 arithmetic
+            elif x.dtype.kind in "ui":
+                loop = np.float64 if self._x_dtype.itemsize > 4 else np.float32
+                np.multiply(x, loop(self._scale), out=out, dtype=loop, casting="unsafe")
             else:
                 out[...] = x
             x = out

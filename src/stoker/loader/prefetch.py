@@ -85,7 +85,7 @@ def _produce(source: Iterable[Any], q: queue.Queue, stop: threading.Event) -> No
                 _put(q, stop, (_FAIL, exc))
                 return
             if _holds_slot(item):
-                pass
+                item.retain()
             if not _put(q, stop, (_ITEM, item)):
                 _release(item)
                 return
@@ -157,6 +157,13 @@ class Prefetcher(Generic[T]):
             raise TypeError(f"depth must be an int >= 1, got {depth!r}")
         if depth < 1:
             raise ValueError(f"depth must be >= 1 (items fetched ahead), got {depth}")
+        ring = getattr(source, "prefetch", None)  # a stoker.Loader: prefetch + 2 slots
+        if isinstance(ring, int) and not isinstance(ring, bool) and depth > ring:
+            raise ValueError(
+                f"prefetch depth {depth} needs more batch slots than the loader has (prefetch="
+                f"{ring}: {ring + 2} slots, {depth + 1} held here plus one being filled); use "
+                f"depth <= {ring} or a loader with prefetch >= {depth}"
+            )
         if join_timeout <= 0:
             raise ValueError(f"join_timeout must be > 0 seconds, got {join_timeout}")
         self.depth = depth
@@ -224,7 +231,8 @@ def prefetch(iterable: Iterable[T], depth: int = 2) -> Prefetcher[T]:
     The thread stops when the consumer stops (end of data, ``break``, ``close()``, garbage
     collection) and exceptions from ``iterable`` reach the consumer with their traceback.
     Stoker batches (anything with ``retain``/``release``) stay valid until the next item is
-    requested, as they are when iterating the loader directly; the loader needs ``depth + 2``
-    free slots for this.
+    requested, as they are when iterating the loader directly; that holds ``depth + 1`` of the
+    loader's ``prefetch + 2`` slots, so ``depth`` may not exceed the loader's ``prefetch``
+    (checked here).
     """
     return Prefetcher(iterable, depth=depth)

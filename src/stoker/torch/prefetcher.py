@@ -17,8 +17,10 @@ Per batch (``_launch``):
 
 Buffer ownership:
 - a stoker shared-memory slot is ``retain()``ed at launch and ``release()``d only once that
-  batch's ``copy`` event has completed (``event.query()``, or ``event.synchronize()`` when
-  more than ``depth + 1`` slots are held, so the loader's ring never runs dry);
+  batch's ``copy`` event has completed (``event.query()``; before asking the loader for the
+  next batch the prefetcher holds at most ``depth`` slots, waiting with
+  ``event.synchronize()`` on the oldest if needed, so the loader's ring never runs dry:
+  a ``stoker.Loader`` has ``prefetch + 2`` slots, so keep ``depth <= prefetch + 1``);
 - a pinned staging buffer returns to its pool only once the ``copy`` event of the batch that
   used it has completed; a pool grows to at most ``depth + 2`` buffers per key, after that the
   prefetcher waits for the oldest copy;
@@ -32,9 +34,13 @@ Order: ``depth`` batches are launched ahead of the one the consumer holds. An em
 yields nothing. An exception from the wrapped loader surfaces from ``next()`` at once (batches
 launched ahead of it are dropped) after the shutdown below.
 
-Shutdown (end of data, ``break``, exception, garbage collection of the generator): every held
-event is synchronised, then every held slot is released and every staging buffer returned.
-The side stream and the pools live as long as the prefetcher and are reused across epochs.
+Shutdown (end of data, ``break``, an exception or Ctrl-C inside ``next()``, garbage
+collection of the generator): every held copy event is synchronised, then every held slot is
+released and every staging buffer returned, then the loader's iterator is closed. The side
+stream and the pools live as long as the prefetcher and are reused across epochs.
+
+Timeouts: none of its own. The only host waits are on events of copies already queued
+(bounded by the device); a stalled loader is bounded by the loader's own ``timeout=``.
 
 Without CUDA (``device="cpu"``, or no CUDA available) there are no streams, events or pinned
 buffers: each batch is converted synchronously on the CPU by the same code, so a training
@@ -287,6 +293,13 @@ class CudaPrefetcher:
                 raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be an int >= 1 (batches copied ahead), got {depth!r}")
+        ring = getattr(loader, "prefetch", None)  # a stoker.Loader: prefetch + 2 slots
+        if isinstance(ring, int) and not isinstance(ring, bool) and depth > ring + 1:
+            raise ValueError(
+                f"depth {depth} would hold more batch slots than the loader can spare "
+                f"(prefetch={ring}: {ring + 2} slots); use depth <= {ring + 1} or a loader with "
+                f"prefetch >= {depth - 1}"
+            )
         if isinstance(normalize_keys, (str, int)):
             normalize_keys = (normalize_keys,)
         self.loader = loader
