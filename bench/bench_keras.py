@@ -7,11 +7,15 @@ same model for every candidate; each candidate runs in its own subprocess under 
   b  the same with use_multiprocessing=True (reported as "hung" when it hangs)
   c  the seed's fix: a multiprocessing.Pool of N processes over arrays in shared memory
   d  stoker: Loader((x, y), pair_with=kanji_distort(64), workers=N) -> KerasDataset
-  d' stoker with the seed's PIL distortion as its pair_with transform (same ops as a-c)
+  d_pil  stoker with the seed's PIL distortion as its pair_with transform (same ops as a-c)
+  ceiling  the model alone on a ready batch: the most any input pipeline can reach
 
 The model is tiny so that the input pipeline bounds the speed. images/s is measured in
-steady state, from the end of the first training batch to the end of the last; the fit
-column is the whole call including the start of pools and workers.
+steady state, from the end of the first training batch to the end of the last; CPU us/img
+is the CPU time of the candidate and all its helper processes over the same span, per image
+(on a busy machine it says more than images/s, which depends on the CPU share each process
+tree gets); the fit column is the whole call including the start of pools and workers. The
+training process runs torch with one thread in every candidate.
 
     python bench/bench_keras.py [--quick] [--workers 2]
 """
@@ -196,20 +200,54 @@ def _model(classes: int):
     return model
 
 
+def _cpu_seconds() -> tuple[float, dict[int, float]]:
+    """CPU time of this process and its reaped children, and of each live descendant (the
+    loader's workers are children of its worker server, not of this process)."""
+    import resource
+
+    import psutil
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+    live = {}
+    for p in psutil.Process().children(recursive=True):
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        live[p.pid] = t.user + t.system
+    return total, live
+
+
 def _timed_fit(model, data, epochs: int, batch_size: int) -> dict:
     import keras
 
     marks: list[float] = []
+    cpu: list[tuple[float, dict[int, float]]] = []
 
     class Mark(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             marks.append(time.perf_counter())
+            if batch == 0 and len(cpu) == 0:
+                cpu.append(_cpu_seconds())
+
+        def on_train_end(self, logs=None):
+            cpu.append(_cpu_seconds())
 
     t0 = time.perf_counter()
     model.fit(data, epochs=epochs, verbose=0, callbacks=[Mark()], shuffle=False)
     total = time.perf_counter() - t0
-    steady = (len(marks) - 1) * batch_size / (marks[-1] - marks[0])
-    return {"images_s": steady, "fit_s": total, "batches": len(marks)}
+    images = (len(marks) - 1) * batch_size
+    steady = images / (marks[-1] - marks[0])
+    (own0, live0), (own1, live1) = cpu
+    used = own1 - own0 + sum(v - live0.get(pid, 0.0) for pid, v in live1.items())
+    return {
+        "images_s": steady,
+        "fit_s": total,
+        "batches": len(marks),
+        "cpu_us": used / images * 1e6,
+    }
 
 
 class _Ceiling:
@@ -292,9 +330,9 @@ def distortion_costs(classes: int, n: int = 1000) -> dict[str, float]:
 
 
 CANDIDATES = {
-    "ceiling": "model alone (ready batches, no input work)",
+    "ceiling": "model alone (ready batches, no input)",
     "a": "keras PyDataset, {w} threads",
-    "b": "keras PyDataset, use_multiprocessing, {w} procs",
+    "b": "keras PyDataset, multiprocessing, {w} procs",
     "c": "seed's Pool + shared arrays, {w} procs",
     "d": "stoker KerasDataset, {w} workers",
     "d_pil": "stoker, seed's PIL ops, {w} workers",
@@ -356,14 +394,18 @@ def main() -> int:
         (r["images_s"] for k, r in results.items() if k in ("a", "b", "c") and isinstance(r, dict)),
         default=None,
     )
-    print(f"\n{'candidate':<46} {'images/s':>9} {'fit s':>7} {'vs best a-c':>12}")
+    print(
+        f"\n{'candidate':<50} {'images/s':>9} {'CPU us/img':>10} {'fit s':>7} {'vs best a-c':>12}"
+    )
     for name, r in results.items():
-        label = f"{name:<6}" + CANDIDATES[name].format(w=args.workers)
+        label = f"{name:<8}" + CANDIDATES[name].format(w=args.workers)
         if isinstance(r, str):
-            print(f"{label:<46} {r}")
+            print(f"{label:<50} {r}")
             continue
         ratio = f"{r['images_s'] / baseline:.2f}x" if baseline and name != "ceiling" else "-"
-        print(f"{label:<46} {r['images_s']:>9.0f} {r['fit_s']:>7.1f} {ratio:>12}")
+        print(
+            f"{label:<50} {r['images_s']:>9.0f} {r['cpu_us']:>10.0f} {r['fit_s']:>7.1f} {ratio:>12}"
+        )
     print(
         "\ndistortion cost, one process, per distorted image: "
         + ", ".join(f"{k} {v:.0f} us" for k, v in op_costs.items())

@@ -136,9 +136,8 @@ class PILFolder:
     def __getitem__(self, i: int):
         import random
 
-        from PIL import Image
-
         import torch
+        from PIL import Image
 
         path, label = self.samples[i]
         with open(path, "rb") as f:
@@ -196,7 +195,6 @@ class CVFolder(PILFolder):
         import random
 
         import cv2
-
         import torch
 
         cv2.setNumThreads(1)

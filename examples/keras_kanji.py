@@ -100,6 +100,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import keras
+
     import stoker
     from stoker.keras import KerasDataset
     from stoker.transforms.presets import kanji_distort

@@ -24,12 +24,12 @@ import argparse
 import time
 
 import numpy as np
+import torch
+from torch import nn
 
 import stoker
-import torch
 from stoker.sampling import ClassBalanced
 from stoker.train import class_weights
-from torch import nn
 
 COUNTS = [512, 256, 128, 64, 32, 16, 8, 4]
 SIZE = 16

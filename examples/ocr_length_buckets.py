@@ -23,14 +23,14 @@ import time
 
 import cv2
 import numpy as np
+import torch
+from torch import nn
 
 import stoker
-import torch
 from stoker import ArraySpec
 from stoker.sampling import LengthBuckets, ProportionalWidth
 from stoker.train import label_stats, normalize_punctuation, scale_lr
 from stoker.transforms import as_transform
-from torch import nn
 
 HEIGHT = 32
 GLYPHS = "0123456789,.:-"

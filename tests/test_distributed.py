@@ -35,7 +35,9 @@ def _make_dataset(root: str) -> str:
     # 24 images; drop one so that N is odd
     victim = sorted((images / "class_02").iterdir())[-1]
     victim.unlink()
-    pack(images, os.path.join(root, "data"), workers=1, progress=False)
+    report = pack(images, os.path.join(root, "data"), workers=1, progress=False)
+    if report.written != N:
+        raise RuntimeError(f"packing the test data wrote {report.written} of {N} images: {report}")
     return os.path.join(root, "data.rec")
 
 
@@ -81,8 +83,8 @@ def _rank_main(rank: int, world: int | str, init_file: str, out_dir: str) -> Non
 
 
 def test_two_gloo_ranks_see_the_dataset_exactly_once_per_epoch(tmp_path):
-    # Plain interpreter processes (not multiprocessing.spawn), so that the helpers a process
-    # pool starts (forkserver, resource tracker) belong to the ranks and end with them.
+    # Plain interpreter processes (not multiprocessing.spawn): the forkserver and resource
+    # tracker that a process pool starts then belong to the ranks and end with them.
     init_file = tmp_path / "dist_init"
     here = os.path.dirname(os.path.abspath(__file__))
     code = "import sys; from test_distributed import _rank_main; _rank_main(int(sys.argv[1]), *sys.argv[2:])"

@@ -42,9 +42,8 @@ class NaiveFolder:
         return len(self.samples)
 
     def __getitem__(self, i: int):
-        from PIL import Image
-
         import torch
+        from PIL import Image
 
         path, label = self.samples[i]
         with open(path, "rb") as f:

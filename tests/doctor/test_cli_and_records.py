@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from doctor_helpers import make_folder
+from doctor_bottlenecks import make_folder
 
 from stoker.cli import main
 from stoker.doctor import diagnose
@@ -18,7 +18,7 @@ def test_cli_json_and_plot(tmp_path, capsys):
             "doctor",
             src,
             "--transforms",
-            "doctor_helpers:FIXED16",
+            "doctor_bottlenecks:FIXED16",
             "--batch-size",
             "8",
             "--step-time",
@@ -37,14 +37,22 @@ def test_cli_json_and_plot(tmp_path, capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["schema"] == "stoker.doctor/1"
     assert d["model"]["source"] == "--step-time" and d["model"]["rate"] == 8 / 0.005
-    assert d["settings"]["transforms"] == "doctor_helpers:FIXED16"
+    assert d["settings"]["transforms"] == "doctor_bottlenecks:FIXED16"
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_cli_text_report(tmp_path, capsys):
     src = make_folder(tmp_path / "imgs", n=16, size=16)
     rc = main(
-        ["doctor", src, "--transforms", "doctor_helpers:FIXED16", "--no-loader", "--seconds", "0.1"]
+        [
+            "doctor",
+            src,
+            "--transforms",
+            "doctor_bottlenecks:FIXED16",
+            "--no-loader",
+            "--seconds",
+            "0.1",
+        ]
     )
     assert rc == 0
     out = capsys.readouterr().out
@@ -69,7 +77,7 @@ def test_records_source(tmp_path):
     pack(src, tmp_path / "train", workers=1, progress=False)
     r = diagnose(
         tmp_path / "train.rec",
-        transforms="doctor_helpers:FIXED16",
+        transforms="doctor_bottlenecks:FIXED16",
         batch_size=8,
         workers_max=1,
         seconds=0.3,

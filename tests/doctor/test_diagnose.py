@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from doctor_helpers import FIXED8, FIXED16, SleepyCrop, make_folder
+from doctor_bottlenecks import FIXED8, FIXED16, SleepyCrop, make_folder
 
 from stoker.doctor import Report, diagnose
 
@@ -63,7 +63,7 @@ def test_sleeping_model_is_named(tmp_path):
         src,
         transforms=FIXED16,
         batch_size=8,
-        model="doctor_helpers:make_sleepy_model",
+        model="doctor_bottlenecks:make_sleepy_model",
         seconds=0.4,
         sample_size=32,
         loader=False,

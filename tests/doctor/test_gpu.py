@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from doctor_helpers import FIXED16, make_folder
+from doctor_bottlenecks import FIXED16, make_folder
 
 from stoker.doctor import diagnose
 
@@ -15,7 +15,7 @@ def test_h2d_and_model_on_the_device(tmp_path):
         src,
         transforms=FIXED16,
         batch_size=8,
-        model="doctor_helpers:make_sleepy_model",
+        model="doctor_bottlenecks:make_sleepy_model",
         seconds=0.3,
         loader=False,
         progress=False,

@@ -152,3 +152,12 @@ def test_start_method_check_warns_about_fork_with_threads():
 def test_cpu_quota_is_none_or_positive():
     q = S.cpu_quota()
     assert q is None or (q > 0 and math.isfinite(q))
+
+
+def test_more_workers_only_while_the_measured_curve_climbs():
+    from stoker.doctor.diagnose import _still_rising
+
+    assert _still_rising({}, 4)  # nothing measured: the model decides
+    assert _still_rising({1: 100.0, 2: 190.0}, 2)
+    assert not _still_rising({1: 100.0, 2: 105.0}, 2)  # flat: measurement beats extrapolation
+    assert not _still_rising({1: 100.0, 2: 90.0}, 1)  # a larger count was already slower

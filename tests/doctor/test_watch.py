@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 import stoker
@@ -191,8 +192,6 @@ def test_watchdog_asks_loader_workers_for_their_stacks():
 
 def test_keras_callback_measures_data_wait_inside_fit():
     os.environ.setdefault("KERAS_BACKEND", "torch")
-    import numpy as np
-
     import keras
 
     class SlowData(keras.utils.PyDataset):
@@ -217,3 +216,9 @@ def test_keras_callback_measures_data_wait_inside_fit():
     share = w.epochs[-1].wait_share
     assert 0.3 < share < 0.7, share  # about half: 20 ms of data per 20 ms of step
     assert out.getvalue().count("steps in") == 2
+
+
+def test_default_report_goes_to_the_current_stderr(capsys):
+    for _ in watch(range(3)):
+        pass
+    assert "stoker.watch: epoch 0: 3 steps" in capsys.readouterr().err

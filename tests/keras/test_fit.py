@@ -11,12 +11,12 @@ import gc
 import glob
 import os
 
+import keras
 import numpy as np
 import psutil
 import pytest
 from tests.keras._data import POISON, FailOnPoison, decode_index, index_images, quadrant_images
 
-import keras
 import stoker
 from stoker.keras import KerasDataset
 

@@ -33,9 +33,11 @@ def arrays() -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.fixture
 def shm_names():
-    """Names of stoker segments in /dev/shm (a function, evaluated when called)."""
+    """Names of this process's stoker segments in /dev/shm (a function, evaluated when called;
+    other test runs on the machine make their own)."""
+    prefix = f"stoker_{os.getpid()}_"
 
     def names() -> set[str]:
-        return {n for n in os.listdir("/dev/shm") if n.startswith("stoker_")}
+        return {n for n in os.listdir("/dev/shm") if n.startswith(prefix)}
 
     return names

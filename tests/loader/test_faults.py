@@ -182,7 +182,7 @@ def test_shm_preflight_refuses_with_advice(arrays, monkeypatch):
             next(iter(ld))
 
 
-def test_fallocate_failure_is_an_error_not_sigbus(monkeypatch):
+def test_fallocate_failure_is_an_error_not_sigbus(monkeypatch, shm_names):
     import errno
 
     from stoker.loader import _shm
@@ -191,10 +191,10 @@ def test_fallocate_failure_is_an_error_not_sigbus(monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "posix_fallocate", no_space)
-    before = set(os.listdir("/dev/shm"))
+    before = shm_names()
     with pytest.raises(SharedMemoryError, match="cannot reserve"):
         _shm.create_segment(1 << 20)
-    assert set(os.listdir("/dev/shm")) == before
+    assert shm_names() == before
 
 
 def _driver(code: str) -> subprocess.Popen:
@@ -274,7 +274,9 @@ def test_sigkill_of_main_workers_exit_and_cleanup_removes_segment():
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.communicate()
+            proc.wait(10)
+        proc.stdout.close()  # not communicate(): orphaned workers may hold the pipes
+        proc.stderr.close()
     assert _wait_gone(pids, 10) == []
     # nobody could unlink it; the sweep (here, or any loader starting meanwhile) removes it
     cleanup_stale()
@@ -293,7 +295,7 @@ def test_cleanup_keeps_live_owners(shm_names):
     fake = "stoker_999999999_1_dead"
     open(f"/dev/shm/{fake}", "wb").close()
     cleanup_stale()
-    assert fake not in shm_names()
+    assert not os.path.exists(f"/dev/shm/{fake}")
     reused = f"stoker_{os.getpid()}_1_reused"  # our pid, another start time: a dead owner
     open(f"/dev/shm/{reused}", "wb").close()
     assert reused in cleanup_stale(dry_run=True)
@@ -316,3 +318,23 @@ def test_workers_limit_threads(arrays):
     with Loader((x, y), batch_size=8, transforms=CvThreads(), workers=1) as ld:
         b = next(iter(ld))
         assert int(b.images[0, 0, 0, 0]) == 1
+
+
+def test_a_forked_copy_never_tears_down_the_parents_loader(arrays, monkeypatch, shm_names):
+    """A fork of the training process (os.fork, a fork-based DataLoader) inherits the loader
+    object and its atexit hook; closing that copy must not stop workers or unlink segments."""
+    from stoker.loader import _shm
+
+    x, y = arrays
+    with Loader((x, y), batch_size=8, workers=1) as ld:
+        next(iter(ld))
+        segs = shm_names()
+        real = os.getpid()
+        monkeypatch.setattr(os, "getpid", lambda: real + 1)
+        ld.close()
+        _shm.unlink_owned()
+        ld.source.close()
+        monkeypatch.undo()
+        assert shm_names() == segs and len(segs) == 2  # ring + the arrays
+        assert ld._workers and all(w.proc.is_alive() for w in ld._workers)
+        assert len(list(ld)) == 7

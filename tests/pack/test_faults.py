@@ -102,7 +102,7 @@ def _kill_resume_run(tmp_path, kill_at: list[float]) -> None:
     for k, frac in enumerate(kill_at):
         proc = _start([str(src), out, "--workers", "2"])
         target = frac * clean.bytes_out
-        reached = _wait_for(lambda: _size(out + ".rec.partial") >= target, proc)
+        reached = _wait_for(lambda t=target: _size(out + ".rec.partial") >= t, proc)
         family = _family(proc)
         if k % 2 == 0:
             os.killpg(proc.pid, signal.SIGKILL)  # the whole group, as a terminal or OOM would

@@ -12,8 +12,8 @@ import zlib
 import cv2
 import numpy as np
 import pytest
-from PIL import Image, ImageOps
 from packhelp import image_bytes
+from PIL import Image, ImageOps
 
 from stoker.codecs import decode
 from stoker.pack.images import MAX_JPEG_SCANS, Reject, check_image, sniff_format

@@ -9,7 +9,19 @@ import pytest
 import stoker
 from stoker.sampling import ClassBalanced, LengthBuckets, ProportionalWidth
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("worker_server")]
+
+
+@pytest.fixture(scope="session")
+def worker_server():
+    """The loader's worker server (and its resource tracker) live as long as the test process:
+    start them before the leak check of the first test takes its snapshot."""
+    from multiprocessing import resource_tracker
+
+    from stoker.loader import warm_up
+
+    resource_tracker.ensure_running()
+    warm_up()
 
 
 def lines(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -50,8 +62,8 @@ def test_class_balanced_through_the_loader():
     x = rng.integers(0, 256, (len(y), 8, 8, 3), dtype=np.uint8)
     sampler = ClassBalanced(y, num_samples=400, seed=5, rank=1, world_size=2)
     with stoker.Loader((x, y), batch_size=25, sampler=sampler, workers=2) as loader:
-        delivered = np.concatenate([b.indices for b in loader])
-        labels = np.concatenate([np.asarray(b.labels).reshape(-1) for b in loader])
+        delivered = np.concatenate([b.indices.copy() for b in loader])  # views of a slot
+        labels = np.concatenate([np.array(b.labels).reshape(-1) for b in loader])
     assert delivered.tolist() == sampler.indices(0).tolist()
     assert labels.tolist() == y[sampler.indices(1)].tolist()  # the epoch advanced by itself
     counts = np.bincount(labels, minlength=4)

@@ -222,7 +222,7 @@ def _cuda_state() -> tuple[bool, str]:
     return False, "no CUDA device on this machine"
 
 
-# -- helpers ---------------------------------------------------------------------------------
+# -- internals ------------------------------------------------------------------------------
 
 
 def _pipeline_decoder(t: Any) -> tuple[Any, str]:
@@ -301,6 +301,17 @@ def _loader_source(path: str) -> tuple[Any, bool]:
         return path, False
 
 
+def _still_rising(measured: dict[int, float], k: int) -> bool:
+    """Did the measured curve still climb at ``k`` (so more workers may help)? With no
+    measurement, the model alone decides."""
+    if not measured:
+        return True
+    if k != max(measured):
+        return False
+    below = [j for j in measured if j < k]
+    return not below or measured[k] >= 1.1 * measured[max(below)]
+
+
 def _core_share(stages: list[M.Stage]) -> float:
     """The share of a core this thread got while runnable, over the stages of the pipeline."""
     cpu = sum(st.cpu_seconds for st in stages)
@@ -370,7 +381,7 @@ def diagnose(
     t_obj, t_label = resolve_transforms(transforms)
     path = os.fspath(source)
     ks = worker_counts(workers_max)
-    steps = _Steps(6 + (len(ks) if loader else 0), progress)
+    steps = _Steps(7 + (len(ks) if loader else 0), progress)
     half, quarter = seconds / 2, seconds / 4  # in-process stages; loader and model get `seconds`
     not_measured: list[dict[str, str]] = []
     stages: list[M.Stage] = []
@@ -425,13 +436,17 @@ def diagnose(
         pipeline_decode, pipe_note = _pipeline_decoder(t_obj)
         if pipe_note:
             skip("decode (loader pipeline)", pipe_note)
-        images: list[np.ndarray] = []
+        full: list[np.ndarray] = []  # full size: the image as stored
+        images: list[np.ndarray] = []  # as the loader decodes it (maybe at reduced scale)
+        good: list[bytes] = []
         for b in payloads:
             try:
-                images.append(M.fallback_decode(b))
+                full.append(M.fallback_decode(b))
+                images.append(pipeline_decode(b, None))
+                good.append(b)
             except Exception as e:  # noqa: BLE001 - a bad sample must not stop the doctor
-                skip("decode", f"a sampled payload did not decode: {e}")
-                break
+                skip("decode", f"a sampled payload did not decode, left out: {e}")
+        payloads = good
         dec_main: M.Stage | None = None
         for name, fn in decs.items():
             try:
@@ -441,13 +456,16 @@ def diagnose(
                 continue
             if st is not None:
                 stages.append(st)
-        dec_main = M.measure_decode("loader pipeline", pipeline_decode, payloads, seconds=half)
+        try:
+            dec_main = M.measure_decode("loader pipeline", pipeline_decode, payloads, seconds=half)
+        except Exception as e:  # noqa: BLE001
+            skip("decode (loader pipeline)", f"{type(e).__name__}: {e}")
         if dec_main is not None:
             stages.append(dec_main)
         steps("decode")
 
         # -- transforms
-        in_shape = _most_common_shape(images)
+        in_shape = _most_common_shape(full)
         outputs: list[np.ndarray] = images
         aug: M.Stage | None = None
         breakdown: list[tuple[str, float, float]] = []
@@ -478,13 +496,14 @@ def diagnose(
                         if dec_scaled is None or st.per_sample_s < dec_scaled.per_sample_s:
                             dec_scaled = st
             try:
-                small, label = _resize_payloads(images, payloads, target)
+                small, label = _resize_payloads(full, payloads, target)
                 d2 = M.measure_decode(
                     "resized at pack time", pipeline_decode, small, seconds=quarter
                 )
-                small_imgs = [M.fallback_decode(b) for b in small]
+                small_imgs = [pipeline_decode(b, None) for b in small]
                 a2, _, _ = M.measure_transforms(t_obj, small_imgs, seconds=quarter)
                 if d2 is not None:
+                    stages.append(d2)
                     resized_cost = (
                         d2.per_sample_s,
                         d2.cpu_per_sample_s,
@@ -603,6 +622,12 @@ def diagnose(
                     )
                 except ImportError as e:
                     skip("model", f"timing --model needs torch ({e})")
+                except RuntimeError as e:  # the model refused the batch (shape, device, ...)
+                    skip(
+                        "model",
+                        f"the model failed on a random batch of {batch_size} x "
+                        f"{'x'.join(map(str, out_shape))} (as NCHW float32): {e}",
+                    )
         else:
             skip("model", "give --step-time MS or --model module:attr for the GPU busy share")
         steps("model")
@@ -693,7 +718,7 @@ def diagnose(
             resized=resized_cost,
             normalize=normalize,
             costly_op=costly,
-            more_workers=2 * k_run if not measured or k_run == max(measured) else None,
+            more_workers=2 * k_run if _still_rising(measured, k_run) else None,
         )
         steps("verdict")
     finally:

@@ -565,7 +565,8 @@ def measure_assemble(outputs: list[np.ndarray], *, batch_size: int, seconds: flo
     shapes = {o.shape for o in outputs}
     if not outputs or len(shapes) != 1:
         return None
-    slot = np.zeros((batch_size, *outputs[0].shape), dtype=outputs[0].dtype)
+    slot = np.empty((batch_size, *outputs[0].shape), dtype=outputs[0].dtype)
+    slot.fill(0)  # fault the pages in now: the loader's ring is reused, not fresh memory
     idx = list(range(len(outputs)))
 
     def put(i: int) -> None:
@@ -707,7 +708,7 @@ def _worker_threads(loader: Any, psutil: Any) -> tuple[int, ...]:
                 with contextlib.suppress(psutil.Error):
                     cmd = " ".join(k.cmdline())
                     if "resource_tracker" in cmd or ("forkserver" in cmd and k.ppid() == me):
-                        continue  # helpers of multiprocessing, not workers
+                        continue  # multiprocessing's own processes, not workers
                     procs.append(k)
     out = []
     for p in procs:

@@ -51,6 +51,16 @@ __all__ = ["WatchStats", "Watched", "format_stall_report", "watch"]
 T = TypeVar("T")
 
 
+class _Stderr:
+    """Default for ``file``: whatever ``sys.stderr`` is when a report is printed."""
+
+    def __repr__(self) -> str:
+        return "sys.stderr"
+
+
+_STDERR: Any = _Stderr()
+
+
 @dataclass(frozen=True)
 class WatchStats:
     """Figures for one pass (or the part of it seen so far). Times in seconds."""
@@ -165,7 +175,7 @@ class Watched(Generic[T]):
         sync: Callable[[], object] | None = None,
         stall_timeout: float | None = None,
         report_every: int | None = None,
-        file: IO[str] | None = sys.stderr,
+        file: IO[str] | None = _STDERR,  # type: ignore[assignment]
     ) -> None:
         if not hasattr(iterable, "__iter__"):
             raise TypeError(f"watch() needs an iterable, got {type(iterable).__name__}")
@@ -190,14 +200,13 @@ class Watched(Generic[T]):
         self.file = file
         self.epochs: list[WatchStats] = []
         self._pass: _Pass | None = None
-        self._lock = threading.Lock()
 
     # -- forwarding -------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.iterable)  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in {"iterable", "_pass", "_lock"}:
+        if name.startswith("__") or name in {"iterable", "_pass"}:
             raise AttributeError(name)
         return getattr(self.iterable, name)
 
@@ -210,9 +219,14 @@ class Watched(Generic[T]):
             return p.snapshot()
         return self.epochs[-1] if self.epochs else None
 
+    def _report_file(self) -> IO[str] | None:
+        """Where reports go: ``file``, resolved when printing (``sys.stderr`` by default)."""
+        return sys.stderr if self.file is _STDERR else self.file  # type: ignore[return-value]
+
     def _print(self, text: str) -> None:
-        if self.file is not None:
-            print(f"stoker.watch: {text}", file=self.file, flush=True)
+        out = self._report_file()
+        if out is not None:
+            print(f"stoker.watch: {text}", file=out, flush=True)
 
     # -- the loop ---------------------------------------------------------------------------
     def __iter__(self) -> Iterator[T]:
@@ -341,7 +355,7 @@ def watch(
     sync: Callable[[], object] | None = None,
     stall_timeout: float | None = None,
     report_every: int | None = None,
-    file: IO[str] | None = sys.stderr,
+    file: IO[str] | None = _STDERR,  # type: ignore[assignment]
 ) -> Watched[T]:
     """Wrap a training loop's data source to measure data wait per step.
 
@@ -351,7 +365,8 @@ def watch(
     - ``stall_timeout``: seconds blocked in ``next()`` after which the stacks of every thread
       (and of each worker of a loader with ``worker_pids()``) are printed;
     - ``report_every``: also print the running figures every N steps;
-    - ``file``: where reports go (``None``: silent; figures stay in ``.stats``/``.epochs``).
+    - ``file``: where reports go (default: ``sys.stderr`` when printing; ``None``: silent,
+      the figures stay in ``.stats``/``.epochs``).
 
     Works with any iterable (a stoker ``Loader``, a torch ``DataLoader``, a Keras dataset, a
     generator); items, order and ``len()`` are unchanged.
@@ -396,10 +411,11 @@ class _Watchdog:
                     epoch=self.p.epoch,
                     loop_thread=self.loop_thread,
                 )
-                if self.owner.file is not None:
+                out = self.owner._report_file()
+                if out is not None:
                     with contextlib.suppress(Exception):
-                        print(text, file=self.owner.file, flush=True)
-                _signal_workers(self.owner.iterable, self.owner.file)
+                        print(text, file=out, flush=True)
+                _signal_workers(self.owner.iterable, out)
 
 
 def _worker_pids(source: object) -> list[int]:

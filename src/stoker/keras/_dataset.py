@@ -14,10 +14,9 @@ batch of a loader epoch is delivered exactly once per pass.
 
 Epochs. ``len(ds)`` is ``len(loader)`` or ``steps``. With ``steps`` the batches flow on across
 loader epochs (a pass that ends mid Keras-epoch wraps into the next loader epoch; a Keras
-epoch that ends mid-pass leaves the rest of the pass for the next Keras epoch). When a pass
-is complete at ``on_epoch_end`` the loader's iterator is run to its end there, so the loader's
-epoch has advanced before Keras's epoch-end callbacks run (a checkpoint sees the new epoch).
-The next pass starts lazily, on the next request. Keras builds an unbuilt model by pulling
+epoch that ends mid-pass leaves the rest of the pass for the next Keras epoch). The loader
+advances its own epoch once the last batch of a pass has been handed out (``loader.epoch``
+says so at ``on_epoch_end``); the next pass starts on the next request. Keras builds an unbuilt model by pulling
 one batch and then ending the "epoch" (``_symbolic_build`` then ``reset``): that first batch
 is kept (as an owned copy) and served again as the first batch of the real first epoch, so
 Keras epoch k is exactly loader epoch k.
@@ -29,10 +28,11 @@ handed over as it is; with other backends (jax, tensorflow, numpy) the images ar
 once here. Converting to a float ``x_dtype`` makes a new array anyway (one pass, no extra
 copy). Labels are always copied (they are small).
 
-Shutdown. ``close()`` (also ``__exit__`` and, as a last resort, ``__del__``) closes the
-current pass (the loader's generator runs its cleanup, in-flight batches are dropped) and
-then, unless ``close_loader=False``, the loader itself (workers joined, shared memory
-unlinked). An exception from a worker or a ``KeyboardInterrupt`` while waiting for a batch
+Shutdown. ``close()`` (also ``__exit__``) closes the current pass (the loader's generator
+runs its cleanup, in-flight batches are dropped) and then, unless ``close_loader=False``, the
+loader itself (workers joined, shared memory unlinked). ``__del__`` only ends the pass: the
+loader may be shared with another dataset; a loader nobody references closes itself when
+collected, and every loader is closed at exit. An exception from a worker or a ``KeyboardInterrupt`` while waiting for a batch
 propagates out of ``fit`` unchanged; the dead pass is dropped, and the next request (if any)
 starts a new one. Stopping ``fit`` early (``model.stop_training``) leaves a pass half read;
 ``close()`` ends it.
@@ -46,6 +46,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
+from stoker._core.errors import LoaderError
 
 try:
     import keras
@@ -86,6 +88,22 @@ class KerasDataset(keras.utils.PyDataset):
     expects NHWC (NCHW under ``image_data_format() == "channels_first"``).
     """
 
+    _loader: Any
+    _per_pass: int
+    _steps: int
+    _x_dtype: np.dtype | None
+    _scale: float
+    _close_loader: bool
+    _copy: bool
+    _channel_axis: int
+    _it: Iterator[Any] | None
+    _served: int
+    _epochs_ended: int
+    _last: tuple[np.ndarray, np.ndarray] | None
+    _replay: tuple[np.ndarray, np.ndarray] | None
+    _table: np.ndarray | None
+    _closed: bool
+
     def __init__(
         self,
         loader: Any,
@@ -122,18 +140,17 @@ class KerasDataset(keras.utils.PyDataset):
         self._loader = loader
         self._per_pass = n
         self._steps = int(steps) if steps is not None else n
-        self._x_dtype: np.dtype | None = x_dtype
+        self._x_dtype = x_dtype
         self._scale = float(scale)
         self._close_loader = bool(close_loader)
         self._copy = keras.backend.backend() != "torch"
         self._channel_axis = -1 if keras.config.image_data_format() == "channels_last" else 1
-        self._it: Iterator[Any] | None = None  # the current pass over the loader
-        self._taken = 0  # batches taken from the current pass
+        self._it = None  # the current pass over the loader
         self._served = 0  # batches served in the current Keras epoch
         self._epochs_ended = 0  # Keras epochs that ended having served at least one batch
-        self._last: tuple[np.ndarray, np.ndarray] | None = None
-        self._replay: tuple[np.ndarray, np.ndarray] | None = None
-        self._table: np.ndarray | None = None  # uint8 -> x_dtype lookup table
+        self._last = None  # the batch served last (for the build-peek replay)
+        self._replay = None
+        self._table = None  # uint8 -> x_dtype lookup table
         self._closed = False
 
     # -- Keras never gets to start its own pool -------------------------------------------
@@ -207,8 +224,6 @@ class KerasDataset(keras.utils.PyDataset):
             self._epochs_ended += 1
         self._served = 0
         self._last = None
-        if self._it is not None and self._taken >= self._per_pass:
-            self._finish_pass()
 
     # -- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:
@@ -230,8 +245,10 @@ class KerasDataset(keras.utils.PyDataset):
         self.close()
 
     def __del__(self) -> None:
+        # End the pass only: the loader may be shared (a second KerasDataset for evaluate);
+        # an unreferenced loader closes itself when collected, and at exit.
         try:
-            self.close()
+            self._drop_pass()
         except Exception:  # noqa: BLE001 - never raise from a finalizer
             pass
 
@@ -244,7 +261,6 @@ class KerasDataset(keras.utils.PyDataset):
         for _ in range(2):
             if self._it is None:
                 self._it = iter(self._loader)
-                self._taken = 0
             try:
                 batch = next(self._it)
             except StopIteration:
@@ -253,24 +269,8 @@ class KerasDataset(keras.utils.PyDataset):
             except BaseException:
                 self._drop_pass()  # a worker error or Ctrl-C: this pass is dead
                 raise
-            self._taken += 1
             return batch
-        raise RuntimeError("the loader's iterator ended without yielding a batch")
-
-    def _finish_pass(self) -> None:
-        """Run a fully read pass to its end, so the loader advances its epoch now."""
-        it, self._it = self._it, None
-        try:
-            next(it)  # type: ignore[arg-type]
-        except StopIteration:
-            return
-        # More batches than len(loader) said: do not silently drop them.
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
-        raise RuntimeError(
-            f"the loader yielded more than len(loader) = {self._per_pass} batches in one pass"
-        )
+        raise LoaderError("the loader started a new epoch and yielded no batch from it")
 
     def _drop_pass(self) -> None:
         it, self._it = self._it, None
@@ -285,7 +285,12 @@ class KerasDataset(keras.utils.PyDataset):
         return self._table
 
     def _convert(self, batch: Any) -> tuple[np.ndarray, np.ndarray]:
-        images, labels = batch
+        try:
+            images, labels = batch
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"the loader's batches must unpack as (images, labels), got {type(batch).__name__}"
+            ) from None
         x = np.asarray(images)
         if x.ndim == 3:  # (B, H, W): add the channel axis Keras expects
             x = np.expand_dims(x, self._channel_axis)

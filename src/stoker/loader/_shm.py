@@ -62,6 +62,17 @@ _MAP_FAILED = ctypes.c_void_p(-1).value
 # Segments this process created and has not unlinked yet (for the atexit sweep).
 _owned: set[str] = set()
 _owned_lock = threading.Lock()
+_owner_pid = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    global _owner_pid, _owned_lock
+    _owner_pid = os.getpid()
+    _owned.clear()
+    _owned_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def process_start_time(pid: int) -> int | None:
@@ -209,7 +220,11 @@ def create_segment(size: int) -> tuple[Segment, Mapping]:
 
 
 def unlink_owned() -> None:
-    """Unlink every segment this process created and still owns (atexit / last resort)."""
+    """Unlink every segment this process created and still owns (atexit / last resort).
+
+    Does nothing in a forked child, which inherits the set but owns none of it."""
+    if os.getpid() != _owner_pid:
+        return
     with _owned_lock:
         names = list(_owned)
         _owned.clear()

@@ -32,8 +32,9 @@ So the output is the same for any worker count, and a resumed run is exact.
 
 Shutdown order (``close()``, also from ``__exit__``, ``__del__``, the atexit hook, and after any
 error while waiting): bump the generation (workers drop their current chunk at the next
-sample); send ``None`` to each worker; join each for up to 1 s; ``terminate()`` (SIGTERM) the
-stragglers, join 1 s; ``kill()`` what is left, join; close the pipes; unlink the segment (a
+sample); send ``None`` to each worker; join them for up to 2 s (0.2 s after an error, when a
+worker may be hung); ``terminate()`` (SIGTERM) the stragglers, join 2 s; ``kill()`` what is
+left, join; close the pipes; unlink the segment (a
 batch view kept by the user stays valid: the memory is unmapped when the last view dies);
 close a source the loader opened (an in-memory array source unlinks its segment).
 
@@ -55,7 +56,8 @@ close a source the loader opened (an in-memory array source unlinks its segment)
 Timeouts. Main waits on pipes and process sentinels with a 0.25 s poll, so a death is seen at
 once and a stall is checked 4 times a second; ``timeout=T`` raises ``LoaderTimeoutError`` when
 the batch being waited for has not arrived T seconds after main started waiting for it, naming
-the keys still in flight per worker. Joins on shutdown are bounded (about 3 s worst case).
+the keys still in flight per worker. Joins on shutdown are bounded (about 9 s worst case,
+which needs a worker that ignores SIGTERM).
 """
 
 from __future__ import annotations
@@ -82,7 +84,6 @@ from stoker._core.errors import (
     IncompatibleStateError,
     LoaderError,
     LoaderTimeoutError,
-    SharedMemoryError,
     SpecError,
     TooManyBadSamplesError,
     WorkerDiedError,
@@ -103,7 +104,7 @@ log = logging.getLogger("stoker.loader")
 
 STATE_VERSION = 1
 _POLL_S = 0.25
-_JOIN_S = 1.0
+_JOIN_S = 2.0
 _MAX_STATE_BYTES = 1 << 20
 _MAX_COUNTER = 1 << 53
 _MAX_REJECTS_KEPT = 10_000
@@ -191,7 +192,11 @@ def _worker_error(info: dict, worker_id: int | None) -> WorkerError:
                 cls = type(
                     f"Worker{exc_type.__name__}",
                     (WorkerError, exc_type),
-                    {"__init__": _init_worker_error, "__str__": WorkerError.__str__, "__module__": __name__},
+                    {
+                        "__init__": _init_worker_error,
+                        "__str__": WorkerError.__str__,
+                        "__module__": __name__,
+                    },
                 )
                 cls(msg, **kwargs)
             except Exception:  # noqa: BLE001 - e.g. a layout conflict between the bases
@@ -352,6 +357,7 @@ class Loader:
         decode: DecodeOptions | None = None,
     ) -> None:
         self._closed = True  # until construction succeeded
+        self._owner_pid = os.getpid()
         self._workers: list[_WorkerHandle] = []
         self._slot_state: list[str] = []
         self._ring_width: int | None = None
@@ -500,6 +506,8 @@ class Loader:
 
     def close(self) -> None:
         """Stop the workers, remove the shared memory; idempotent."""
+        if os.getpid() != getattr(self, "_owner_pid", os.getpid()):
+            return  # a forked copy of this object owns nothing
         self._closed = True
         if hasattr(self, "_slot_state"):
             self._teardown()
@@ -675,7 +683,7 @@ class Loader:
             raise
         except BaseException:
             if gen == self._generation and not self._closed:
-                self._teardown_workers()
+                self._teardown_workers(grace=0.2)  # a worker may be hung: do not wait long
             raise
         finally:
             if held is not None and not held._retained:
@@ -984,7 +992,8 @@ class Loader:
         ]
         return "; ".join(parts) or "nothing"
 
-    def _teardown_workers(self) -> None:
+    def _teardown_workers(self, grace: float = _JOIN_S) -> None:
+        """Stop the workers: ``None``, join up to ``grace`` s, SIGTERM, join, SIGKILL, join."""
         workers, self._workers = self._workers, []
         if not workers:
             return
@@ -994,7 +1003,7 @@ class Loader:
         for w in workers:
             with contextlib.suppress(Exception):
                 w.conn.send(None)
-        deadline = time.monotonic() + _JOIN_S
+        deadline = time.monotonic() + grace
         for w in workers:
             w.proc.join(max(0.0, deadline - time.monotonic()))
         for w in workers:
@@ -1008,12 +1017,13 @@ class Loader:
             if w.proc.is_alive():
                 with contextlib.suppress(Exception):
                     w.proc.kill()
-                w.proc.join(_JOIN_S)
+                w.proc.join(5 * _JOIN_S)  # SIGKILL cannot be ignored: only reaping is left
         for w in workers:
             with contextlib.suppress(Exception):
                 w.conn.close()
-            with contextlib.suppress(Exception):
-                w.proc.close()
+            if w.proc.exitcode is not None:
+                with contextlib.suppress(Exception):
+                    w.proc.close()  # releases the sentinel fd
         self._inflight.clear()
         # slots owned by workers are free again; the consumer's and retained ones stay out
         self._slot_state = ["free" if s == "work" else s for s in self._slot_state]
@@ -1060,6 +1070,3 @@ def _compact(
         out.append(v[:k])
     return out[0], out[1], out[2], out[3]
 
-
-if False:  # pragma: no cover - keep SharedMemoryError importable from here for callers
-    SharedMemoryError  # noqa: B018

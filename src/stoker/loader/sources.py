@@ -270,8 +270,8 @@ class FolderSource(Source):
 _ARRAY_DTYPES = ("uint8", "float16", "float32")
 
 
-def _release(segment: Segment | None) -> None:
-    if segment is not None:
+def _release(segment: Segment | None, pid: int) -> None:
+    if segment is not None and os.getpid() == pid:  # not from a forked child
         segment.unlink()
 
 
@@ -326,7 +326,7 @@ class ArraySource(Source):
         size = self._y_offset() + self._y.nbytes
         preflight(size, slots=1, what="array copies")
         seg, mapping = create_segment(size)
-        self._finalizer = weakref.finalize(self, _release, seg)
+        self._finalizer = weakref.finalize(self, _release, seg, os.getpid())
         mem = mapping.array()
         xs = mem[: self._x.nbytes].view(self._x_dtype).reshape(self._x_shape)
         np.copyto(xs, self._x)

@@ -135,6 +135,53 @@ def _orientation(im) -> int:
     return int(value) if isinstance(value, int) and 1 <= value <= 8 else 1
 
 
+def jpeg_orientation(data: bytes) -> int:
+    """EXIF orientation (1..8) from a JPEG's APP1 segment, 1 when absent or unreadable.
+
+    Walks the marker segments before the first scan; every offset is bounds-checked.
+    """
+    n = len(data)
+    i = 2
+    while i + 4 <= n and data[i] == 0xFF:
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+            i += 2
+            continue
+        if marker in (0xDA, 0xD9):  # start of scan / end of image: no more headers
+            break
+        length = int.from_bytes(data[i + 2 : i + 4], "big")
+        if length < 2:
+            break
+        if marker == 0xE1 and data[i + 4 : i + 10] == b"Exif\x00\x00":
+            return _tiff_orientation(data[i + 10 : i + 2 + length])
+        i += 2 + length
+    return 1
+
+
+def _tiff_orientation(t: bytes) -> int:
+    if len(t) < 8 or t[:2] not in (b"II", b"MM"):
+        return 1
+    order = "little" if t[:2] == b"II" else "big"
+    ifd = int.from_bytes(t[4:8], order)
+    if ifd + 2 > len(t):
+        return 1
+    count = int.from_bytes(t[ifd : ifd + 2], order)
+    for k in range(min(count, 512)):
+        e = ifd + 2 + 12 * k
+        if e + 12 > len(t):
+            break
+        if int.from_bytes(t[e : e + 2], order) == 0x0112:
+            kind = int.from_bytes(t[e + 2 : e + 4], order)
+            if kind != 3:  # SHORT
+                return 1
+            value = int.from_bytes(t[e + 8 : e + 10], order)
+            return value if 1 <= value <= 8 else 1
+    return 1
+
+
 def apply_orientation(arr: np.ndarray, orientation: int) -> np.ndarray:
     """Rotate/flip ``arr`` (H, W[, C]) so that EXIF ``orientation`` becomes 1."""
     if orientation == 2:
@@ -154,14 +201,15 @@ def apply_orientation(arr: np.ndarray, orientation: int) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def _decode_jpeg(data: bytes, colorspace: str) -> np.ndarray:
+def _decode_jpeg(data: bytes, colorspace: str, *, scaled: bool = False) -> np.ndarray:
     import simplejpeg
 
     if data.count(b"\xff\xda") > MAX_JPEG_SCANS:
         raise Reject("too_many_scans", f"more than {MAX_JPEG_SCANS} JPEG scans")
     target = "GRAY" if colorspace == "Gray" else "RGB"
+    small = {"min_height": 1, "min_width": 1} if scaled else {}
     try:
-        return simplejpeg.decode_jpeg(data, colorspace=target, strict=True)
+        return simplejpeg.decode_jpeg(data, colorspace=target, strict=True, **small)
     except ValueError as e:
         msg = str(e)
         if "Premature end" in msg or "truncated" in msg.lower():
@@ -264,24 +312,33 @@ def check_image(
     fmt = sniff_format(data)
     if fmt is None:
         raise Reject("not_an_image", f"unknown magic bytes {data[:8].hex()}")
-    im = _open_header(data, fmt, max_pixels)
-    orientation = _orientation(im)
     force = resize is not None or quality is not None
     q = DEFAULT_QUALITY if quality is None else quality
     if fmt == "JPEG":
         import simplejpeg
 
         try:
-            _, _, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+            h, w, colorspace, _ = simplejpeg.decode_jpeg_header(data)
         except ValueError as e:
-            raise Reject("corrupt", str(e)) from None
+            reason = "truncated" if _looks_cut(data, fmt) else "corrupt"
+            raise Reject(reason, f"header unreadable: {e}") from None
+        if w <= 0 or h <= 0:
+            raise Reject("undecodable", f"header gives size {w}x{h}")
+        if w * h > max_pixels:
+            raise Reject("bomb", f"header gives {w}x{h} = {w * h} pixels > max_pixels {max_pixels}")
+        orientation = jpeg_orientation(data)
+        if not force and orientation == 1 and colorspace in ("YCbCr", "Gray", "RGB"):
+            # stored as is: decode every scan in full (entropy data), but only the luma plane
+            # at 1/8 scale, which is all a check needs
+            _decode_jpeg(data, "Gray", scaled=True)
+            return CheckedImage(data, fmt, h, w, True)
         arr = _decode_jpeg(data, colorspace)
         if arr.ndim == 3 and arr.shape[2] == 1:
             arr = arr[:, :, 0]
-        if not force and orientation == 1 and colorspace in ("YCbCr", "Gray", "RGB"):
-            return CheckedImage(data, fmt, arr.shape[0], arr.shape[1], True)
         target = "JPEG"
     else:
+        im = _open_header(data, fmt, max_pixels)
+        orientation = _orientation(im)
         arr = _pillow_to_array(im)
         if fmt == "WEBP":
             lossless = data[12:16] == b"VP8L" or (data[12:16] == b"VP8X" and b"VP8L" in data[:4096])

@@ -44,9 +44,10 @@ Shutdown
     manifest, journal removed. Exception or Ctrl-C (``KeyboardInterrupt``) or ``SystemExit``
     from a SIGTERM handler: pending chunks cancelled, workers terminated and joined, partials
     flushed and kept for a resume, the exception propagates. Write errors (ENOSPC, EFBIG) name
-    the output path and remove the partials. SIGKILL of the main process: the workers have a
-    parent-death signal through the forkserver (which exits with its parent), so none is left
-    behind; the partials stay for a resume. Workers ignore SIGINT (the main process decides).
+    the output path and remove the partials. SIGKILL of the main process: each worker watches
+    the main process (a pidfd) and exits when it is gone, and then the forkserver exits too
+    (``_procs.py``); the partials stay for a resume. Workers ignore SIGINT (the main process
+    decides).
 
 Timeouts
     None: a worker is only ever waited on while it is alive; a worker stuck forever in a
@@ -62,7 +63,6 @@ import errno
 import hashlib
 import json
 import os
-import signal
 import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -77,6 +77,7 @@ from stoker._core.atomic import atomic_write, partial_path
 from stoker._core.errors import OutputExistsError, PackError, TooManyRejectsError
 from stoker._core.progress import Progress, make_progress
 from stoker._core.seeding import stream_rng
+from stoker.pack._procs import pool_context, worker_init
 from stoker.pack.images import Reject, check_image
 from stoker.pack.scan import Item, ScanResult, escape_name, read_lst, scan_folder
 
@@ -107,16 +108,9 @@ class _Task:
     options: _Options
 
 
-def _init_worker() -> None:
-    """Worker start: leave Ctrl-C to the main process; die with the forkserver (Linux)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+def _init_worker(main_pid: int) -> None:
+    """Worker start: Ctrl-C is the main process's business; exit when it dies (``_procs``)."""
+    worker_init(main_pid)
     from PIL import Image, ImageFile
 
     Image.MAX_IMAGE_PIXELS = None  # check_image applies max_pixels from the header itself
@@ -305,10 +299,12 @@ class _Pool:
 
     def get(self) -> ProcessPoolExecutor:
         if self.pool is None:
-            import multiprocessing
-
-            ctx = multiprocessing.get_context("forkserver")
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker)
+            self.pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=pool_context(),
+                initializer=_init_worker,
+                initargs=(os.getpid(),),
+            )
         return self.pool
 
     def close(self, *, kill: bool = False) -> None:
@@ -508,7 +504,12 @@ def pack(
     finals = [p for rec in shard_recs for p in _stem_paths(rec)]
     finals += [manifest_path, rejects_path] + ([list_path] if list_path else [])
     if not overwrite:
-        existing = [p for p in finals if os.path.exists(p)]
+        # a rejects list alone is what a run stopped by max_rejects leaves: not in the way
+        existing = [
+            p
+            for p in finals
+            if os.path.exists(p) and (p != rejects_path or os.path.exists(manifest_path))
+        ]
         if existing:
             raise OutputExistsError(
                 f"{existing[0]} exists ({len(existing)} output file(s) in the way); "

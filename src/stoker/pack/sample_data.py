@@ -142,8 +142,9 @@ def sample_image(seed: int, cls: int, index: int, *, classes: int = 10, size=112
     x, y = _grid(h, w)
     # background: a gradient between two colours plus low-frequency texture, drawn on a coarse
     # grid and upsampled (cubic to 16x16, then linear: smooth and cheap)
-    c0 = rng.uniform(20, 235, 3).astype(np.float32)
-    c1 = rng.uniform(20, 235, 3).astype(np.float32)
+    grey = rng.uniform(60, 200)
+    c0 = (grey + 0.5 * (rng.uniform(20, 235, 3) - grey)).astype(np.float32)  # muted colours
+    c1 = (grey + 0.5 * (rng.uniform(20, 235, 3) - grey)).astype(np.float32)
     a = rng.uniform(0, 2 * math.pi)
     gy, gx = np.mgrid[0:5, 0:5].astype(np.float32) / 4.0
     t = gx * math.cos(a) + gy * math.sin(a)
@@ -282,14 +283,18 @@ def make_sample_data(
     if n_workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers!r}")
     total = classes * per_class
-    if n_workers == 1 or total < 2000 or len(jobs) == 1:
+    if n_workers == 1 or total < 500 or len(jobs) == 1:
         for job in jobs:
             _run_job(job)
     else:
-        import multiprocessing
+        from stoker.pack._procs import pool_context, worker_init
 
-        ctx = multiprocessing.get_context("forkserver")
-        with ProcessPoolExecutor(min(n_workers, len(jobs)), mp_context=ctx) as pool:
+        with ProcessPoolExecutor(
+            min(n_workers, len(jobs)),
+            mp_context=pool_context(),
+            initializer=worker_init,
+            initargs=(os.getpid(),),
+        ) as pool:
             for _ in pool.map(_run_job, jobs):
                 pass
     write_bytes_atomic(marker, json.dumps(params, sort_keys=True).encode())

@@ -114,6 +114,14 @@ def _as_lengths(lengths: object) -> np.ndarray:
     return out
 
 
+def _describe_callable(fn: Callable[[int], int]) -> str:
+    """A stable text for a fingerprint: a dataclass's repr, else the function's dotted name."""
+    if hasattr(fn, "__dataclass_fields__"):
+        return repr(fn)
+    name = getattr(fn, "__qualname__", type(fn).__qualname__)
+    return f"{getattr(fn, '__module__', '?')}.{name}"
+
+
 def _quantile_bounds(lengths: np.ndarray, num_buckets: int) -> np.ndarray:
     if lengths.size == 0:
         return np.zeros(1, dtype=np.int64)
@@ -202,13 +210,7 @@ class LengthBuckets(Sampler):
             widths_desc: object = None
         elif callable(widths):
             self._width_fn = widths
-            widths_desc = (
-                repr(widths)
-                if hasattr(widths, "__dataclass_fields__")
-                else (
-                    f"{getattr(widths, '__module__', '?')}.{getattr(widths, '__qualname__', type(widths).__name__)}"
-                )
-            )
+            widths_desc = _describe_callable(widths)
         else:
             w = [check_int("widths entry", x, minimum=1) for x in widths]
             if len(w) != nb:
@@ -349,8 +351,9 @@ class LengthBuckets(Sampler):
     def batch_widths(self, epoch: int, batch_size: int) -> np.ndarray | None:
         if check_int("batch_size", batch_size, minimum=1) != self.batch_size:
             raise ValueError(
-                f"LengthBuckets was built with batch_size={self.batch_size}; the loader must use "
-                f"the same batch size (got {batch_size})"
+                f"LengthBuckets was built with batch_size={self.batch_size} but batches of "
+                f"{batch_size} samples were asked for; use the loader's batch size (with "
+                "pair_with, half of it: each sample fills two rows)"
             )
         if self._width_fn is None and self._bucket_widths is None:
             return None

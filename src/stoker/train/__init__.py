@@ -1,4 +1,4 @@
-"""Layer 1: framework-free training helpers: learning-rate scaling and warm-up, class weights,
+"""Layer 1: framework-free training utilities: learning-rate scaling and warm-up, class weights,
 early stopping with atomic checkpoints, OCR label hygiene."""
 
 from stoker.train.early_stopping import EarlyStopping
