@@ -361,7 +361,8 @@ def main() -> int:
     print(
         f"seed 002: {args.n} glyphs 64x64 in RAM, batch {args.batch_size} "
         f"(half original, half distorted), {args.epochs} epochs, {args.workers} workers, "
-        f"{args.n // (args.batch_size // 2) * args.batch_size} images/epoch, timeout {timeout:.0f} s per candidate, "
+        f"{args.n // (args.batch_size // 2) * args.batch_size} images/epoch, "
+        f"timeout {timeout:.0f} s per candidate, "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
     )
     results: dict[str, dict | str] = {}

@@ -53,12 +53,15 @@ class PeakPSS:
         self.peak_anon = 0.0
         self._cpu: dict[int, float] = {}
         self._base: dict[int, float] = {}
+        self._self_cpu = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     @property
     def cpu_seconds(self) -> float:
-        return sum(self._cpu.get(p, 0.0) - self._base.get(p, 0.0) for p in self._cpu)
+        """CPU seconds of the tree, less what this sampler itself used."""
+        used = sum(self._cpu.get(p, 0.0) - self._base.get(p, 0.0) for p in self._cpu)
+        return used - self._self_cpu
 
     def _sample(self, first: bool = False) -> None:
         ps = self._psutil
@@ -84,8 +87,10 @@ class PeakPSS:
         self.peak_anon = max(self.peak_anon, anon / 1024)
 
     def _run(self) -> None:
+        t0 = time.thread_time()
         while not self._stop.is_set():
             self._sample()
+            self._self_cpu = time.thread_time() - t0
             self._stop.wait(self.every)
 
     def __enter__(self) -> PeakPSS:
@@ -288,12 +293,14 @@ def run_stoker(
     return _result(n, elapsed, first, mem)
 
 
-def _limit_worker(args) -> tuple[int, float]:
-    """One process of (d): read its share of the records into memory, then time decode+augment."""
+def _limit_worker(args, barrier, results) -> None:
+    """One process of (d): read its share of the records into memory, wait for the others,
+    then time decode + augment + placement into a batch array."""
     path, kind, normalize, start, stop, scale_on_decode, layout = args
     import cv2
 
     from stoker._core.seeding import sample_rng
+    from stoker.codecs import DECODED_SPEC
     from stoker.formats.recordio import open_records
     from stoker.pipeline import DecodeOptions, Pipeline
 
@@ -301,8 +308,6 @@ def _limit_worker(args) -> tuple[int, float]:
     rec = open_records(path)
     payloads = [bytes(rec.read_header(i)[1]) for i in range(start, stop)]
     rec.close()
-    from stoker.codecs import DECODED_SPEC
-
     pipe = Pipeline(
         DECODED_SPEC,
         transforms=stoker_transforms(kind, normalize=normalize),
@@ -310,39 +315,57 @@ def _limit_worker(args) -> tuple[int, float]:
         decode=DecodeOptions(scale_on_decode=scale_on_decode),
     )
     out = np.empty((256, *pipe.row_shape()), dtype=pipe.dtype)
-    t0 = time.perf_counter()
+    barrier.wait()
+    t0 = time.time()
     c0 = time.process_time()
     for j, buf in enumerate(payloads):
         img = pipe.decode_image(buf)
         res = pipe.apply(img, sample_rng(0, 0, start + j))
         pipe.place(res, out[j % 256], None)
-    return len(payloads), time.perf_counter() - t0, time.process_time() - c0
+    results.put((len(payloads), t0, time.time(), time.process_time() - c0))
 
 
 def run_limit(
-    path: str, *, n: int, kind: str, normalize: bool, workers: int, scale_on_decode: bool = True
+    path: str,
+    *,
+    n: int,
+    kind: str,
+    normalize: bool,
+    workers: int,
+    scale_on_decode: bool = True,
 ) -> dict:
+    """(d): ``workers`` processes start together; rate = all images / (last end - first start)."""
     import multiprocessing as mp
 
+    ctx = mp.get_context("forkserver")
+    barrier = ctx.Barrier(workers)
+    results = ctx.Queue()
     per = -(-n // workers)
-    jobs = [
-        (
-            path,
-            kind,
-            normalize,
-            w * per,
-            min(n, (w + 1) * per),
-            scale_on_decode,
-            "NCHW" if normalize else "NHWC",
+    layout = "NCHW" if normalize else "NHWC"
+    procs = [
+        ctx.Process(
+            target=_limit_worker,
+            args=(
+                (path, kind, normalize, w * per, min(n, (w + 1) * per), scale_on_decode, layout),
+                barrier,
+                results,
+            ),
         )
         for w in range(workers)
     ]
-    with mp.get_context("forkserver").Pool(workers) as pool:
-        results = pool.map(_limit_worker, jobs)
-    rate = sum(k / s for k, s, _ in results)
-    cpu = sum(c for _, _, c in results)
-    n_done = sum(k for k, _, _ in results)
-    return {"images": n_done, "rate": rate, "cpu_ms_per_image": 1000 * cpu / max(n_done, 1)}
+    for p in procs:
+        p.start()
+    got = [results.get() for _ in procs]
+    for p in procs:
+        p.join()
+    images = sum(g[0] for g in got)
+    wall = max(g[2] for g in got) - min(g[1] for g in got)
+    cpu = sum(g[3] for g in got)
+    return {
+        "images": images,
+        "rate": images / wall,
+        "cpu_ms_per_image": 1000 * cpu / max(images, 1),
+    }
 
 
 # ---------------------------------------------------------------------------- data

@@ -99,3 +99,13 @@ def test_sample_rng_is_a_pure_function_of_seed_epoch_index():
 def test_fresh_seed_is_a_nonnegative_int_that_varies():
     seeds = {fresh_seed() for _ in range(8)}
     assert len(seeds) > 1 and all(0 <= s < 2**63 for s in seeds)
+
+
+def test_atomic_write_refuses_to_replace_a_device_or_link(tmp_path):
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match="not a regular file"):
+        write_bytes_atomic(link, b"x")
+    with pytest.raises(ValueError, match="not a regular file"):
+        write_bytes_atomic(os.devnull, b"x")
+    assert os.path.islink(link)

@@ -71,3 +71,27 @@ def make_sleepy_model():
             return x.mean() * self.w
 
     return Sleepy()
+
+
+_stalled = False
+
+
+def stuck_in_a_worker_transform() -> None:
+    time.sleep(1.5)
+
+
+class StallOnce(Transform):
+    """Hangs for 1.5 s on its first sample in each worker process (an injected stall)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __call__(self, img, rng):
+        global _stalled
+        if not _stalled:
+            _stalled = True
+            stuck_in_a_worker_transform()
+        return img
+
+    def output_spec(self, in_spec):
+        return ArraySpec((self.size, self.size, 3), "uint8")

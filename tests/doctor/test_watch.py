@@ -222,3 +222,24 @@ def test_default_report_goes_to_the_current_stderr(capsys):
     for _ in watch(range(3)):
         pass
     assert "stoker.watch: epoch 0: 3 steps" in capsys.readouterr().err
+
+
+def test_watchdog_on_a_stalled_stoker_loader(tmp_path):
+    from doctor_bottlenecks import StallOnce, make_folder
+
+    from stoker.loader import Loader
+
+    src = make_folder(tmp_path / "imgs", n=16, size=16)
+    out = io.StringIO()
+    with Loader(src, batch_size=8, transforms=StallOnce(16), workers=1) as loader:
+        w = watch(loader, stall_timeout=0.5, file=out)
+        assert sum(len(b.images) for b in w) == 16  # the stall passes; nothing is lost
+        pids = list(loader.worker_pids()) if hasattr(loader, "worker_pids") else []
+    text = out.getvalue()
+    assert "STALL: no batch for" in text and "source Loader" in text
+    # the training loop's own stack, blocked inside the loader
+    loop = text.split("the training loop, blocked in next()")[1]
+    assert "stoker/loader/" in loop
+    assert "child process(es):" in text  # the workers' state (pid, status, threads)
+    if pids:  # a loader that offers worker_pids() is asked for the workers' stacks
+        assert f"loader workers {pids}: asked to print their stacks" in text

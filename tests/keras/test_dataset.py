@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests.keras._data import decode_index, index_images
+from keras_helpers import decode_index, index_images
 
 import stoker
 import stoker.keras
@@ -173,3 +173,19 @@ def test_dataset_builds_and_owns_a_loader():
     assert sorted(np.concatenate(ep).tolist()) == list(range(40))
     with pytest.raises(Exception):  # noqa: B017 - closed with the dataset
         list(loader)
+
+
+def test_torch_backend_gets_the_slot_view_and_keras_copies_it():
+    """No copy here on the torch backend: Keras's own conversion copies the batch before it
+    asks for the next one (if a Keras release stops copying, this fails: copy then)."""
+    import keras
+
+    assert keras.backend.backend() == "torch"
+    x, y = index_images(32)
+    with stoker.Loader((x, y), batch_size=8, workers=0) as ld:
+        xb, _ = KerasDataset(ld, close_loader=False)[0]
+        assert not xb.flags.owndata  # the loader's slot, not a copy
+        t = keras.ops.convert_to_tensor(xb)
+        assert t.data_ptr() != xb.ctypes.data
+        xf, _ = KerasDataset(ld, x_dtype="float16", close_loader=False)[1]
+        assert xf.flags.owndata

@@ -21,11 +21,11 @@ SCRIPT = textwrap.dedent(
     """
     import os, sys, time
     os.environ["KERAS_BACKEND"] = "torch"
-    sys.path.insert(0, {root!r})
+    sys.path.insert(0, {here!r})
     import keras
     import stoker
     from stoker.keras import KerasDataset
-    from tests.keras._data import quadrant_images
+    from keras_helpers import quadrant_images
 
     class Report(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -49,9 +49,10 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.timeout(120)
 def test_ctrl_c_during_fit_leaves_no_process_and_no_segment(tmp_path):
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
     script = tmp_path / "train.py"
-    script.write_text(SCRIPT.format(root=root))
+    script.write_text(SCRIPT.format(here=here))
     env = dict(os.environ, PYTHONPATH=os.path.join(root, "src"))
     proc = subprocess.Popen(
         [sys.executable, str(script)],

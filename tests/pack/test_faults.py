@@ -113,9 +113,14 @@ def _kill_resume_run(tmp_path, kill_at: list[float]) -> None:
         assert reached, "the run finished before the kill point"
         for final in (".rec", ".idx", ".stoker.json", ".crc32c", ".rejects.tsv"):
             assert not os.path.exists(out + final), final  # nothing complete-looking
-    proc = _start([str(src), out, "--workers", "2"])
-    _, err = proc.communicate(timeout=120)
+    proc = subprocess.Popen(
+        [sys.executable, DRIVER, str(src), out, "--workers", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    stdout, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
+    assert b"resumed: " in stdout  # it continued from the partials, not from scratch
     report = verify_records(out + ".stoker.json")
     assert report.ok, [str(p) for p in report.problems]
     with open_records(out + ".stoker.json") as rec:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Iterator
 from typing import IO
 
@@ -44,6 +45,15 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]
     if "w" not in mode:
         raise ValueError(f"atomic_write needs a write mode, got {mode!r}")
     final = os.fspath(path)
+    try:
+        st = os.lstat(final)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(
+                f"{final} exists and is not a regular file; refusing to replace it atomically"
+            )
     tmp = partial_path(final)
     f = open(tmp, mode)  # noqa: SIM115
     try:

@@ -105,7 +105,10 @@ def inspect_records(path: str | os.PathLike[str], *, sample: int = 2000) -> dict
             if sample <= 0 or sample >= n
             else np.linspace(0, n - 1, sample).astype(np.int64)
         )
-        hs, ws, formats, bad = [], [], {}, 0
+        hs: list[int] = []
+        ws: list[int] = []
+        formats: dict[str, int] = {}
+        bad = 0
         for i in np.unique(take).tolist():
             try:
                 _, img = r.read_header(i)

@@ -41,7 +41,9 @@ def run(args: argparse.Namespace) -> int:
         path = path[:-4] + ".rec"
     decode = None
     if args.decode:
-        from stoker.codecs import decode
+        from stoker import codecs
+
+        decode = codecs.decode
     report = verify_records(
         path,
         checksums=not args.no_checksums,

@@ -251,19 +251,15 @@ class Report:
     # -- chart --------------------------------------------------------------------------------
     def plot(self, path: str | os.PathLike[str]) -> str:
         """Write a PNG: stage rates (left) and the loader's scaling curve (right)."""
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg", force=False)
-            import matplotlib.pyplot as plt
+        try:  # a bare Figure renders with Agg and leaves pyplot's backend alone
+            from matplotlib.figure import Figure
         except ImportError as e:
             raise ImportError("--plot needs matplotlib: pip install 'stoker[plot]'") from e
         from stoker._core.atomic import atomic_write
 
         d = self.data
-        fig, (ax1, ax2) = plt.subplots(
-            1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [1.3, 1]}
-        )
+        fig = Figure(figsize=(12, 4.8))
+        ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.3, 1]})
         stages = [s for s in d.get("stages", []) if s.get("rate")]
         colors = {
             "storage": "#4c72b0",
@@ -337,9 +333,6 @@ class Report:
         fig.suptitle(title)
         fig.tight_layout()
         out = os.fspath(path)
-        try:
-            with atomic_write(out, "wb") as f:
-                fig.savefig(f, format="png", dpi=110)
-        finally:
-            plt.close(fig)
+        with atomic_write(out, "wb") as f:
+            fig.savefig(f, format="png", dpi=110)
         return out

@@ -464,28 +464,26 @@ def format_stall_report(
         daemon = " daemon" if t is not None and t.daemon else ""
         lines.append(f"--- thread {label!r}{daemon}{extra}:")
         lines.extend(line.rstrip("\n") for line in traceback.format_stack(frame))
-    lines.extend(_children_lines())
     pids = _worker_pids(source)
+    lines.extend(_children_lines(pids))
     if pids:
         lines.append(
             f"--- loader workers {pids}: asked to print their stacks (SIGUSR1); "
             "they appear on the workers' stderr"
         )
     else:
-        lines.append(
-            "--- the source does not offer worker_pids(); worker stacks not requested "
-            "(a stoker Loader offers it)"
-        )
+        lines.append("--- the source offers no worker_pids(): worker stacks not requested")
     return "\n".join(lines)
 
 
-def _children_lines() -> list[str]:
+def _children_lines(workers: list[int] | None = None) -> list[str]:
     try:
         import psutil
     except ImportError:  # pragma: no cover - psutil is a core dependency
         return []
     try:
-        kids = psutil.Process().children(recursive=True)
+        me = psutil.Process()
+        kids = me.children(recursive=True)
     except psutil.Error:
         return []
     if not kids:
@@ -494,9 +492,17 @@ def _children_lines() -> list[str]:
     for k in kids:
         try:
             with k.oneshot():
+                cmd = " ".join(k.cmdline())
+                role = ""
+                if workers and k.pid in workers:
+                    role = " (loader worker)"
+                elif "resource_tracker" in cmd:
+                    role = " (multiprocessing resource tracker)"
+                elif "forkserver" in cmd and k.ppid() == me.pid:
+                    role = " (multiprocessing fork server)"
                 cpu = k.cpu_times()
                 lines.append(
-                    f"    pid {k.pid} {k.name()!r}: {k.status()}, {k.num_threads()} threads, "
+                    f"    pid {k.pid} {k.name()!r}{role}: {k.status()}, {k.num_threads()} threads, "
                     f"cpu user {cpu.user:.1f} s sys {cpu.system:.1f} s"
                 )
         except psutil.Error as e:

@@ -16,10 +16,11 @@ Epochs. ``len(ds)`` is ``len(loader)`` or ``steps``. With ``steps`` the batches 
 loader epochs (a pass that ends mid Keras-epoch wraps into the next loader epoch; a Keras
 epoch that ends mid-pass leaves the rest of the pass for the next Keras epoch). The loader
 advances its own epoch once the last batch of a pass has been handed out (``loader.epoch``
-says so at ``on_epoch_end``); the next pass starts on the next request. Keras builds an unbuilt model by pulling
-one batch and then ending the "epoch" (``_symbolic_build`` then ``reset``): that first batch
-is kept (as an owned copy) and served again as the first batch of the real first epoch, so
-Keras epoch k is exactly loader epoch k.
+says so at ``on_epoch_end``); the next pass starts on the next request. Keras builds an
+unbuilt model by pulling one batch and then ending the "epoch" (``_symbolic_build``, then
+``reset``): that batch is kept (an owned copy) and served again as the first batch of the
+real first epoch, so Keras epoch k is exactly loader epoch k. One dataset per loader at a
+time: a loader has one live iteration.
 
 Buffers. A batch's images are a view of a shared-memory slot that the loader reuses when the
 next batch is requested. The torch backend copies every NumPy batch into its own tensor
@@ -32,9 +33,10 @@ Shutdown. ``close()`` (also ``__exit__``) closes the current pass (the loader's 
 runs its cleanup, in-flight batches are dropped) and then, unless ``close_loader=False``, the
 loader itself (workers joined, shared memory unlinked). ``__del__`` only ends the pass: the
 loader may be shared with another dataset; a loader nobody references closes itself when
-collected, and every loader is closed at exit. An exception from a worker or a ``KeyboardInterrupt`` while waiting for a batch
-propagates out of ``fit`` unchanged; the dead pass is dropped, and the next request (if any)
-starts a new one. Stopping ``fit`` early (``model.stop_training``) leaves a pass half read;
+collected, and every loader is closed at exit. An exception from a worker, or a
+``KeyboardInterrupt`` while waiting for a batch, propagates out of ``fit`` unchanged; the
+dead pass is dropped and the next request (if any) starts a new one. Stopping ``fit`` early
+(``model.stop_training``) leaves the pass half read: a later ``fit`` goes on from there,
 ``close()`` ends it.
 """
 
@@ -116,7 +118,8 @@ class KerasDataset(keras.utils.PyDataset):
         super().__init__(workers=1, use_multiprocessing=False, max_queue_size=1)
         if not (hasattr(loader, "__iter__") and hasattr(loader, "__len__")):
             raise TypeError(
-                f"KerasDataset needs a stoker.Loader (iterable with len), got {type(loader).__name__}"
+                "KerasDataset needs a stoker.Loader (an iterable with len), "
+                f"got {type(loader).__name__}"
             )
         n = len(loader)
         if n <= 0:

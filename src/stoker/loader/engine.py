@@ -446,6 +446,8 @@ class Loader:
         self._warned = 0
         self._closed = False
         _live.add(self)
+        if self.workers:
+            warm_up()  # the worker server boots while the caller builds its model
 
     # ------------------------------------------------------------------ public
     def __len__(self) -> int:

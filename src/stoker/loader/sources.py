@@ -405,7 +405,9 @@ class ArraySource(Source):
         return self._fp
 
     def close(self) -> None:
-        if self._finalizer is not None:
+        """Remove the shared copy (only in the process that made it, never in a fork)."""
+        info = self._finalizer.peek() if self._finalizer is not None else None
+        if info is not None and info[2][1] == os.getpid():
             self._finalizer()
             self._finalizer = None
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import io
 import warnings
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -164,7 +165,7 @@ def jpeg_orientation(data: bytes) -> int:
 def _tiff_orientation(t: bytes) -> int:
     if len(t) < 8 or t[:2] not in (b"II", b"MM"):
         return 1
-    order = "little" if t[:2] == b"II" else "big"
+    order: Literal["little", "big"] = "little" if t[:2] == b"II" else "big"
     ifd = int.from_bytes(t[4:8], order)
     if ifd + 2 > len(t):
         return 1

@@ -65,7 +65,7 @@ import json
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -322,7 +322,7 @@ class _Pool:
                 p.join(5)
 
 
-def _chunks(n: int, size: int, start: int = 0) -> Iterator[tuple[int, int]]:
+def _chunks(n: int, size: int, start: int = 0) -> Generator[tuple[int, int], None, None]:
     for a in range(start, n, size):
         yield a, min(n, a + size)
 
@@ -349,7 +349,7 @@ class _NotSubmitted(Exception):
 
 def _results(
     plan: _Plan, start: int, options: _Options, workers: int, chunk: int
-) -> Iterator[tuple[int, tuple]]:
+) -> Generator[tuple[int, tuple], None, None]:
     """(position, result) for positions ``start..`` in order, from a pool of workers."""
     pool = _Pool(workers)
     window = 4 * workers
@@ -538,8 +538,8 @@ def pack(
             resuming = False
     if not resuming:
         _remove_partials(shard_recs, rej_journal, journal)
-        with atomic_write(journal, "w") as f:
-            json.dump({"fingerprint": fp, "settings": settings}, f)
+        with atomic_write(journal, "w") as jf:
+            json.dump({"fingerprint": fp, "settings": settings}, jf)
 
     writers: dict[int, Any] = {}
     reasons: collections.Counter[str] = collections.Counter()
