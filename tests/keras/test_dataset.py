@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from keras_helpers import decode_index, index_images
+from keras_data import decode_index, index_images
 
 import stoker
 import stoker.keras
@@ -41,6 +41,12 @@ def make(n=64, batch_size=16, seed=3, **kw) -> KerasDataset:
     x, y = index_images(n)
     loader = stoker.Loader((x, y), batch_size=batch_size, shuffle=True, seed=seed, workers=0)
     return KerasDataset(loader, **kw)
+
+
+def test_public_names():
+    assert stoker.keras.__all__ == sorted(set(stoker.keras.__all__)) == ["KerasDataset", "dataset"]
+    for name in stoker.keras.__all__:
+        assert getattr(stoker.keras, name) is not None
 
 
 def test_len_is_the_loaders_or_steps():
@@ -189,3 +195,15 @@ def test_torch_backend_gets_the_slot_view_and_keras_copies_it():
         assert t.data_ptr() != xb.ctypes.data
         xf, _ = KerasDataset(ld, x_dtype="float16", close_loader=False)[1]
         assert xf.flags.owndata
+
+
+def test_float_batches_are_cast_not_scaled_again():
+    from stoker.transforms import Normalize
+
+    x = np.random.default_rng(1).integers(0, 256, (16, 8, 8), dtype=np.uint8)
+    with stoker.Loader(
+        (x, np.arange(16)), batch_size=8, transforms=Normalize(0.0, 1.0), workers=0
+    ) as ld:
+        xb, _ = KerasDataset(ld, x_dtype="float16", close_loader=False)[0]
+    assert xb.dtype == np.float16
+    np.testing.assert_allclose(xb[..., 0], x[:8] / 255, rtol=1e-3, atol=1e-3)

@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import psutil
 import pytest
-from keras_helpers import POISON, FailOnPoison, decode_index, index_images, quadrant_images
+from keras_data import POISON, FailOnPoison, decode_index, index_images, quadrant_images
 
 import stoker
 from stoker.keras import KerasDataset

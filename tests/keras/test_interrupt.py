@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent(
     import keras
     import stoker
     from stoker.keras import KerasDataset
-    from keras_helpers import quadrant_images
+    from keras_data import quadrant_images
 
     class Report(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):

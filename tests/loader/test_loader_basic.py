@@ -181,7 +181,7 @@ class Buckets(Sampler):
 
     def batch_widths(self, epoch, batch_size):
         nb = -(-len(self) // batch_size)
-        return np.array([6, 10, 14][:nb] + [8] * max(0, nb - 3))
+        return np.array([6, 10, 14][:nb] + [8] * max(0, nb - 3)) + 6 * epoch
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -194,6 +194,16 @@ def test_per_batch_width_pads_or_squeezes(arrays, workers):
     np.testing.assert_array_equal(bs[2][0][..., :10], x[40:60].transpose(0, 3, 1, 2))
     assert not bs[2][0][..., 10:].any()  # right padding is zero
     assert bs[0][0].shape[-1] == 6  # wider samples squeezed
+
+
+def test_wider_epoch_rebuilds_the_ring(arrays):
+    x, y = arrays
+    with Loader((x, y), batch_size=20, sampler=Buckets(60), workers=2) as ld:
+        e0 = [b.images.shape for b in ld]
+        e1 = [(b.images.shape, b.images[:, :, :10].copy()) for b in ld]
+    assert [s[2] for s in e0] == [6, 10, 14]
+    assert [s[0][2] for s in e1] == [12, 16, 20]
+    np.testing.assert_array_equal(e1[2][1], x[40:60])
 
 
 def test_negative_stride_readonly_outputs_copied(arrays):

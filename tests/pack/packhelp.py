@@ -85,6 +85,6 @@ def crash_on_marker(data: bytes, **kw):
 
 
 def slow_check(data: bytes, **kw):
-    """check_image, 3 ms slower: gives signal tests time to land mid-run."""
-    time.sleep(0.003)
+    """check_image, 4 ms slower: gives signal tests time to land mid-run."""
+    time.sleep(0.004)
     return check_image(data, **kw)

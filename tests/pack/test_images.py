@@ -133,7 +133,7 @@ def test_exif_orientation_applied_and_backends_agree(orientation):  # B1 #6
     buf = io.BytesIO()
     src.save(buf, "JPEG", quality=95, exif=exif.tobytes())
     got = check_image(buf.getvalue())
-    assert not got.passthrough
+    assert not got.passthrough and got.rotated  # counted in the manifest's pack.exif_rotated
     a = decode(got.payload)  # libjpeg-turbo, which never rotates
     b = cv2.imdecode(np.frombuffer(got.payload, np.uint8), cv2.IMREAD_COLOR)[:, :, ::-1]
     ref = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(buf.getvalue()))).convert("RGB"))

@@ -275,4 +275,5 @@ def test_manifest_pack_section_is_json(sample, tmp_path):
     r = pack(sample, tmp_path / "out", workers=1)
     m = json.loads(read_text(r.manifest))
     assert m["pack"]["keys"] == "position" and m["rejects"]["count"] == 0
+    assert m["pack"]["exif_rotated"] == 0 and m["pack"]["passthrough"] == 120
     assert np.isfinite(r.images_per_s) and "images/s" in r.summary()

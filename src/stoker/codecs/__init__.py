@@ -61,8 +61,9 @@ def decode(
     """Decode ``buf`` (bytes, bytearray, memoryview, uint8 array) to a uint8 (H, W, 3) RGB array.
 
     ``min_size=(h, w)``: a JPEG may be decoded at 1/2, 1/4 or 1/8 scale (libjpeg's DCT
-    scaling; much cheaper) as long as the result is still at least ``h`` x ``w``; use it when a
-    resize to that size follows. ``fast=True`` trades a little accuracy for speed (fast DCT and
+    scaling; much cheaper; other scales are slower than a full decode and are not used) as
+    long as the result is still at least ``h`` x ``w``; use it when a resize to that size
+    follows. ``fast=True`` trades a little accuracy for speed (fast DCT and
     upsampling). ``out``: a C-contiguous uint8 array of exactly the decoded shape to write into.
     """
     mv = _as_bytes_view(buf)
@@ -128,10 +129,18 @@ def _decode_jpeg(
 ) -> np.ndarray:
     import simplejpeg
 
-    min_h, min_w = min_size if min_size is not None else (0, 0)
-    h, w, colorspace, _ = simplejpeg.decode_jpeg_header(mv, min_height=min_h, min_width=min_w)
+    h, w, colorspace, _ = simplejpeg.decode_jpeg_header(mv)
     if colorspace in ("CMYK", "YCCK"):
         raise _NotRGBJpeg(colorspace)
+    min_h = min_w = 0  # 0: full size
+    if min_size is not None:
+        # Only 1/2, 1/4 and 1/8 are fast in libjpeg-turbo; 3/4, 5/8... are slower than a full
+        # decode. Take the smallest of them that still covers min_size.
+        for k in (8, 4, 2):
+            sh, sw = -(-h // k), -(-w // k)
+            if sh >= min_size[0] and sw >= min_size[1]:
+                h, w, min_h, min_w = sh, sw, sh, sw
+                break
     buffer = None
     if out is not None and out.shape == (h, w, 3):
         buffer = out

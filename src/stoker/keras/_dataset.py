@@ -220,7 +220,8 @@ class KerasDataset(keras.utils.PyDataset):
             return
         if self._served == 1 and self._epochs_ended == 0 and self._steps > 1:
             # Keras pulled one batch to build the model, then ended the "epoch": serve that
-            # batch again as the first one of the real first epoch.
+            # batch again as the first one of the real first epoch. (With one batch per epoch
+            # a peek looks like a whole epoch: nothing is replayed then.)
             if self._last is not None:
                 self._replay = (np.array(self._last[0]), np.array(self._last[1]))
         elif self._served:

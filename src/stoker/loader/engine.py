@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import importlib
 import json
 import logging
@@ -141,6 +142,21 @@ def warm_up() -> None:
         import multiprocessing.forkserver
 
         multiprocessing.forkserver.ensure_running()
+
+
+def _start(proc: Any) -> None:
+    """``proc.start()``; if the fork server died (killed, or a failed handshake took it down),
+    start a fresh one and try once more."""
+    try:
+        proc.start()
+    except (ConnectionRefusedError, FileNotFoundError, EOFError):
+        import multiprocessing.forkserver as fs
+
+        stop = getattr(fs._forkserver, "_stop", None)
+        if stop is None:
+            raise
+        stop()
+        proc.start()
 
 
 def _signal_name(exitcode: int | None) -> str:
@@ -643,10 +659,12 @@ class Loader:
     # ------------------------------------------------------------------ iteration
     def _run(self):
         self._normalise_position()
-        self._cancel()  # a new iteration supersedes any earlier one
-        gen = self._generation
         epoch, start = self._epoch, self._next
         idx, widths = self._plan(epoch)
+        if self.workers:
+            self._ensure_running(None if widths is None else int(widths.max(initial=1)))
+        self._cancel()  # a new iteration supersedes any earlier one
+        gen = self._generation
         nb = len(self)
         held: Batch | None = None
         try:
@@ -659,8 +677,6 @@ class Loader:
                     if batch is not None:
                         yield batch
             else:
-                max_w = None if widths is None else int(widths.max(initial=1))
-                self._ensure_running(max_w)
                 pending = deque(range(start, nb))
                 for number in range(start, nb):
                     self._dispatch(gen, epoch, idx, widths, pending)
@@ -750,12 +766,9 @@ class Loader:
 
     # ------------------------------------------------------------------ workers and ring
     def _ensure_running(self, max_width: int | None) -> None:
-        if self._workers and self._layout is not None:
-            if max_width is None or (
-                self._ring_width is not None and max_width <= self._ring_width
-            ):
-                return
-            self._teardown()  # a wider epoch: rebuild the ring
+        if self._layout is not None and max_width is not None:
+            if self._ring_width is None or max_width > self._ring_width:
+                self._teardown()  # a wider epoch than the ring was made for: rebuild it
         if self._layout is None:
             slots = self.prefetch + 2
             layout = RingLayout(
@@ -807,13 +820,24 @@ class Loader:
                     daemon=True,
                 )
                 try:
-                    proc.start()
+                    _start(proc)
+                except BaseException:
+                    parent_conn.close()
+                    raise
                 finally:
                     child_conn.close()
                 handles.append(_WorkerHandle(wid, proc, parent_conn))
-        except BaseException:
+        except BaseException as e:
             self._workers = handles
-            self._teardown_workers()
+            self._teardown_workers(grace=0.2)
+            if isinstance(e, OSError) and e.errno == errno.EMFILE:
+                import resource
+
+                soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+                raise LoaderError(
+                    f"cannot start loader worker {len(handles)} of {self.workers}: too many open "
+                    f"files (the limit, ulimit -n, is {soft}); raise it or use fewer workers"
+                ) from e
             raise
         self._workers = handles
 
@@ -1071,4 +1095,3 @@ def _compact(
         v[:k] = v[order]
         out.append(v[:k])
     return out[0], out[1], out[2], out[3]
-

@@ -75,6 +75,7 @@ class CheckedImage:
     height: int  # of the stored image
     width: int
     passthrough: bool  # the original bytes are stored unchanged
+    rotated: bool = False  # an EXIF orientation other than 1 was applied
 
 
 def sniff_format(data: bytes) -> str | None:
@@ -360,4 +361,4 @@ def check_image(
     if force:
         target = "JPEG"
     payload = _encode(arr, target, q)
-    return CheckedImage(payload, fmt, arr.shape[0], arr.shape[1], False)
+    return CheckedImage(payload, fmt, arr.shape[0], arr.shape[1], False, orientation != 1)

@@ -162,7 +162,7 @@ def _process(path: str, options: _Options) -> tuple:
         return (1, "out_of_memory", "decoding ran out of memory")
     except Exception as e:  # noqa: BLE001 - one bad file must not stop the run
         return (1, "undecodable", f"{type(e).__name__}: {e}")
-    return (0, got.payload, got.source_format, got.height, got.width, got.passthrough, len(data))
+    return (0, got.payload, got.source_format, got.rotated, got.passthrough, len(data))
 
 
 def _process_task(task: _Task) -> list[tuple]:
@@ -461,7 +461,9 @@ def pack(
     :class:`TooManyRejectsError` when more files are rejected (after writing the rejects file).
     ``max_pixels``: header pixel limit (decompression bombs). ``root``: folder that ``.lst``
     paths are relative to (default: the list's folder). ``progress``: a bar on stderr (default:
-    when stderr is a terminal). See ``docs/pack.md`` for the checks and the normalisation policy.
+    when stderr is a terminal). ``_check``: internal, a module-level stand-in for
+    ``check_image`` run in the workers (fault-injection tests). See ``docs/pack.md`` for the
+    checks, the normalisation policy and resume.
     """
     t0 = time.perf_counter()
     src = os.fspath(src)
@@ -503,18 +505,6 @@ def pack(
     shard_recs = [plan.rec_path(s) for s in range(plan.n_shards)]
     finals = [p for rec in shard_recs for p in _stem_paths(rec)]
     finals += [manifest_path, rejects_path] + ([list_path] if list_path else [])
-    if not overwrite:
-        # a rejects list alone is what a run stopped by max_rejects leaves: not in the way
-        existing = [
-            p
-            for p in finals
-            if os.path.exists(p) and (p != rejects_path or os.path.exists(manifest_path))
-        ]
-        if existing:
-            raise OutputExistsError(
-                f"{existing[0]} exists ({len(existing)} output file(s) in the way); "
-                "pass overwrite=True (--overwrite) to replace them"
-            )
     options = _Options(max_pixels, resize, quality, _check or check_image)
     settings = {
         "journal": _JOURNAL_VERSION,
@@ -529,13 +519,30 @@ def pack(
     fp = _fingerprint(plan, settings)
     journal = prefix + ".pack-journal.partial"
     rej_journal = partial_path(rejects_path)
-    resuming = False
-    if resume and os.path.exists(journal):
+    same_plan = False  # a journal says an unfinished run of this very plan left files here
+    if os.path.exists(journal):
         try:
             with open(journal) as f:
-                resuming = json.load(f).get("fingerprint") == fp
+                same_plan = json.load(f).get("fingerprint") == fp
         except (OSError, ValueError):
-            resuming = False
+            same_plan = False
+    if not overwrite and not same_plan:
+        # a rejects list alone is what a run stopped by max_rejects leaves: not in the way
+        existing = [
+            p
+            for p in finals
+            if os.path.exists(p) and (p != rejects_path or os.path.exists(manifest_path))
+        ]
+        if existing:
+            raise OutputExistsError(
+                f"{existing[0]} exists ({len(existing)} output file(s) in the way); "
+                "pass overwrite=True (--overwrite) to replace them"
+            )
+    # a run killed while committing has renamed some shards already: start over then
+    committed_some = any(
+        os.path.exists(rec) and not os.path.exists(partial_path(rec)) for rec in shard_recs
+    )
+    resuming = resume and same_plan and not committed_some
     if not resuming:
         _remove_partials(shard_recs, rej_journal, journal)
         with atomic_write(journal, "w") as jf:
@@ -546,7 +553,7 @@ def pack(
     formats: collections.Counter[str] = collections.Counter()
     item_rejects: list[tuple[int, str, str]] = []  # (position, reason, detail)
     written_mask = np.zeros(len(items), dtype=bool)
-    counters = {"bytes_in": 0, "passthrough": 0, "reencoded": 0}
+    counters = {"bytes_in": 0, "passthrough": 0, "reencoded": 0, "exif_rotated": 0}
     start = 0
     resumed = 0
 
@@ -588,7 +595,7 @@ def pack(
         for pos, r in stream:
             it = items[pos]
             if r[0] == 0:
-                _, data, fmt, _h, _w, passthrough, size_in = r
+                _, data, fmt, rotated, passthrough, size_in = r
                 key = int(keys[pos])
                 payload = _header_payload(key, it.label, data)
                 if len(payload) > _MAX_FILE_BYTES + 24:
@@ -608,6 +615,7 @@ def pack(
                     formats[fmt] += 1
                     counters["bytes_in"] += size_in
                     counters["passthrough" if passthrough else "reencoded"] += 1
+                    counters["exif_rotated"] += int(rotated)
             if r[0] == 1:
                 _, reason, detail = r
                 item_rejects.append((pos, reason, detail))
@@ -671,6 +679,7 @@ def pack(
             "ignored": scan.ignored,
             "passthrough": counters["passthrough"],
             "reencoded": counters["reencoded"],
+            "exif_rotated": counters["exif_rotated"],
             "formats": dict(sorted(formats.items())),
             "class_counts": _class_counts(scan, plan, written_mask) if not from_lst else {},
         }

@@ -338,3 +338,56 @@ def test_a_forked_copy_never_tears_down_the_parents_loader(arrays, monkeypatch, 
         assert shm_names() == segs and len(segs) == 2  # ring + the arrays
         assert ld._workers and all(w.proc.is_alive() for w in ld._workers)
         assert len(list(ld)) == 7
+
+
+def test_threads_busy_in_main_do_not_hang_workers(arrays):
+    """A busy thread holding locks in the main process (a training loop, a logger) is never
+    forked into a worker: workers come from a clean fork server."""
+    import threading
+
+    import cv2
+
+    x, y = arrays
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def busy():
+        while not stop.is_set():
+            with lock:
+                cv2.GaussianBlur(x[0], (3, 3), 0)
+
+    t = threading.Thread(target=busy, daemon=True)
+    t.start()
+    try:
+        with Loader((x, y), batch_size=8, transforms=CvThreads(), workers=2, timeout=20) as ld:
+            assert sum(len(b) for b in ld) == 60
+    finally:
+        stop.set()
+        t.join()
+
+
+FD_DRIVER = """
+import os, resource
+from loader_helpers import make_arrays
+from stoker.loader import Loader
+
+if __name__ == "__main__":
+    x, y = make_arrays(40)
+    ld = Loader((x, y), batch_size=8, workers=4)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 6, hard))
+    try:
+        next(iter(ld))
+    except Exception as e:
+        print(type(e).__name__, e, flush=True)
+    ld.close()
+"""
+
+
+def test_fd_limit_is_a_clear_error():
+    """A low ``ulimit -n`` is an error that names the limit, never a hang (in a subprocess:
+    running out of descriptors mid-handshake can take the process's worker server down)."""
+    proc = _driver(FD_DRIVER)
+    out, err = proc.communicate(timeout=60)
+    assert "LoaderError" in out, out + err
+    assert "too many open files (the limit, ulimit -n, is" in out
