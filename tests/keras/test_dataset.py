@@ -207,3 +207,14 @@ def test_float_batches_are_cast_not_scaled_again():
         xb, _ = KerasDataset(ld, x_dtype="float16", close_loader=False)[0]
     assert xb.dtype == np.float16
     np.testing.assert_allclose(xb[..., 0], x[:8] / 255, rtol=1e-3, atol=1e-3)
+
+
+def test_an_interrupted_epoch_goes_on_in_the_next_fit():
+    """fit stopped early (stop_training: no on_epoch_end) and called again: the next batches
+    are the rest of the same loader epoch, nothing skipped or served twice."""
+    with make() as ds:
+        ds.on_epoch_begin()
+        first = [decode_index(ds[i][0]) for i in range(2)]  # then fit stops
+        rest, _ = keras_epoch(ds)  # the next fit's first epoch
+    stream = reference_stream(64, 16, 2, 3)
+    assert [b.tolist() for b in first + rest] == [b.tolist() for b in stream[:6]]

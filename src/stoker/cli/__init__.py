@@ -16,7 +16,6 @@ COMMANDS: dict[str, str] = {
     "verify": "verify",
     "unpack": "unpack",
     "sample-data": "sample_data",
-    "bench": "bench",
     "doctor": "doctor",
     "cleanup": "cleanup",
 }
@@ -31,12 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"stoker {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():
-        try:
-            module = importlib.import_module(f"stoker.cli.{module_name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"stoker.cli.{module_name}":
-                continue  # subcommand not built yet
-            raise
+        module = importlib.import_module(f"stoker.cli.{module_name}")
         module.add_parser(sub, name)
     return parser
 
