@@ -44,6 +44,21 @@ def _segment_is_ours(path: str, family: set[int]) -> bool:
     return pid in family or not psutil.pid_exists(pid)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _worker_server():
+    """The loader's and the packer's workers come from multiprocessing's fork server, which
+    (with its resource tracker) lives as long as the test process. Start both once, before the
+    first test, so the leak check sees them as already there; workers must still be gone
+    after each test."""
+    from multiprocessing import resource_tracker
+
+    from stoker.loader import warm_up
+
+    resource_tracker.ensure_running()
+    warm_up()
+    yield
+
+
 @pytest.fixture(autouse=True)
 def no_leaks(request):
     """Snapshot shm segments, children and fds; after the test, wait briefly and compare."""

@@ -32,3 +32,12 @@ def test_cli_help_lists_commands():
         [sys.executable, "-m", "stoker.cli", "--help"], capture_output=True, text=True, check=True
     )
     assert "stoker" in out.stdout
+
+
+def test_stoker_pack_stays_callable_after_its_submodules_are_imported(tmp_path):
+    import stoker.pack.packer  # noqa: F401  - binds the package to the name stoker.pack
+
+    folder = stoker.make_sample_data(tmp_path / "imgs", classes=2, per_class=3, size=32)
+    report = stoker.pack(folder, tmp_path / "out", workers=1, progress=False)
+    assert report.written == 6
+    assert callable(stoker.pack)

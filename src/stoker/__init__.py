@@ -37,6 +37,7 @@ _LAZY: dict[str, str] = {
     "Loader": "stoker.loader:Loader",
     "cleanup_stale": "stoker.loader:cleanup_stale",
     "make_sample_data": "stoker.pack:make_sample_data",
+    "PackReport": "stoker.pack:PackReport",
     "open_records": "stoker.formats.recordio:open_records",
     "pack": "stoker.pack:pack",
     "prefetch": "stoker.loader:prefetch",
@@ -92,4 +93,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from stoker.doctor import watch
     from stoker.formats.recordio import open_records
     from stoker.loader import Loader, cleanup_stale, prefetch
-    from stoker.pack import make_sample_data, pack
+    from stoker.pack import PackReport, make_sample_data, pack

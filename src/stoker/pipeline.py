@@ -27,6 +27,7 @@ from stoker._core.specs import ArraySpec
 from stoker.codecs import decode as _decode
 from stoker.codecs import image_size, sniff
 from stoker.transforms.base import Transform
+from stoker.transforms.compose import Compose
 
 __all__ = ["DecodeOptions", "Pipeline", "fit_width"]
 
@@ -43,8 +44,10 @@ class DecodeOptions:
 
 
 def _steps(t: Transform) -> list[Transform]:
+    """The steps of a chain run one after another: only a ``Compose`` is flattened (the branches
+    of ``RandomChoice``/``OneOf`` are alternatives, and their own ``output_spec`` merges them)."""
     inner = getattr(t, "transforms", None)
-    if isinstance(inner, (list, tuple)) and all(callable(s) for s in inner):
+    if isinstance(t, Compose) and isinstance(inner, (list, tuple)):
         out: list[Transform] = []
         for s in inner:
             out.extend(_steps(s) if isinstance(s, Transform) else [s])

@@ -173,3 +173,27 @@ class CvThreads(Transform):
 
     def output_spec(self, in_spec):
         return in_spec
+
+
+@dataclass(frozen=True)
+class KillOnce(Transform):
+    """SIGKILLs (or segfaults) its worker the first time it sees each index in ``at``; a marker
+    file in ``marks`` remembers, so the re-sent sample goes through."""
+
+    marks: str
+    at: tuple = (5,)
+    how: str = "sigkill"
+
+    def __call__(self, img, rng):
+        i = index_of(img)
+        if i in self.at:
+            mark = os.path.join(self.marks, str(i))
+            if not os.path.exists(mark):
+                open(mark, "w").close()
+                if self.how == "segfault":
+                    ctypes.string_at(0)
+                os.kill(os.getpid(), signal.SIGKILL)
+        return img
+
+    def output_spec(self, in_spec):
+        return in_spec

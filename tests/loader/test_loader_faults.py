@@ -13,7 +13,7 @@ import time
 import numpy as np
 import psutil
 import pytest
-from loader_helpers import CustomError, CvThreads, Misbehave, make_arrays
+from loader_helpers import CustomError, CvThreads, KillOnce, Misbehave, make_arrays
 
 from stoker import (
     LoaderTimeoutError,
@@ -74,6 +74,7 @@ def test_dead_worker_reported_fast_with_signal_and_keys(arrays, what, signame):
         elapsed = time.monotonic() - t0
     msg = str(info.value)
     assert f"killed by {signame}" in msg
+    assert "while processing key 9 (row 9 of the arrays)" in msg
     assert "9" in msg.split("keys", 1)[1]
     assert elapsed < 2.0 + 1.0  # detection < 2 s; plus the work before the fault
 
@@ -391,3 +392,37 @@ def test_fd_limit_is_a_clear_error():
     out, err = proc.communicate(timeout=60)
     assert "LoaderError" in out, out + err
     assert "too many open files (the limit, ulimit -n, is" in out
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("how", ["sigkill", "segfault"])
+def test_respawn_loses_and_duplicates_nothing(arrays, tmp_path, workers, how, caplog):
+    x, y = arrays
+    t = KillOnce(str(tmp_path), at=(0, 29, 59), how=how)
+    kw = dict(batch_size=8, transforms=t, shuffle=True, seed=4)
+    with Loader((x, y), workers=0, **dict(kw, transforms=None)) as ref:
+        expected = [(b.keys.copy(), b.images.copy()) for b in ref]
+    with Loader((x, y), workers=workers, on_worker_death="respawn", **kw) as ld:
+        got = [(b.keys.copy(), b.images.copy()) for b in ld]
+        assert ld.stats["respawns"] == 3
+    assert len(got) == len(expected)
+    for (k1, i1), (k2, i2) in zip(got, expected):
+        np.testing.assert_array_equal(k1, k2)
+        np.testing.assert_array_equal(i1, i2)
+    assert "started a new one" in caplog.text
+
+
+def test_respawn_gives_up_on_a_chunk_that_kills_twice(arrays):
+    x, y = arrays
+    with Loader(
+        (x, y),
+        batch_size=4,
+        transforms=Misbehave("sigkill", at=9),
+        workers=2,
+        on_worker_death="respawn",
+    ) as ld:
+        with pytest.raises(
+            WorkerDiedError,
+            match=r"killed by SIGKILL.* again while processing key 9 \(row 9 of the arrays\); its keys in flight: \[.*9",
+        ):
+            list(ld)

@@ -2,8 +2,10 @@
 
 ::
 
-    offset 0            control block, 64 bytes: int64 generation (the live iteration)
-    offset 64 + s*S     slot s (S = slot_bytes, a multiple of 64), for s in range(slots):
+    offset 0            control block (C = control_bytes, a multiple of 64): int64 generation
+                        (the live iteration), then one int64 per worker: the global index
+                        it is processing (-1: none), so a death names the sample that caused it
+    offset C + s*S      slot s (S = slot_bytes, a multiple of 64), for s in range(slots):
         +0              images   rows x row_bytes(max_width)   (dtype, layout of the pipeline)
         +img_bytes      labels   rows x label item             (label dtype)
         +...            keys     rows x int64
@@ -21,9 +23,7 @@ import numpy as np
 
 from stoker.pipeline import Pipeline
 
-__all__ = ["CONTROL_BYTES", "RingLayout"]
-
-CONTROL_BYTES = 64
+__all__ = ["RingLayout"]
 
 
 def _align(n: int, a: int = 64) -> int:
@@ -38,6 +38,11 @@ class RingLayout:
     label_shape: tuple[int, ...]
     label_dtype: str
     slots: int
+    workers: int = 0
+
+    @property
+    def control_bytes(self) -> int:
+        return _align(8 * (1 + self.workers))
 
     def row_shape(self, width: int | None) -> tuple[int, ...]:
         return self.pipeline.row_shape(width)
@@ -63,16 +68,17 @@ class RingLayout:
 
     @property
     def total_bytes(self) -> int:
-        return CONTROL_BYTES + self.slots * self.slot_bytes
+        return self.control_bytes + self.slots * self.slot_bytes
 
     def control(self, mem: np.ndarray) -> np.ndarray:
-        return mem[:CONTROL_BYTES].view(np.int64)
+        """int64 ``[generation, in-progress index of worker 0, of worker 1, ...]``."""
+        return mem[: 8 * (1 + self.workers)].view(np.int64)
 
     def views(
         self, mem: np.ndarray, slot: int, width: int | None, rows: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(images, labels, keys, indices) of ``slot`` for ``rows`` rows at ``width``."""
-        base = CONTROL_BYTES + slot * self.slot_bytes
+        base = self.control_bytes + slot * self.slot_bytes
         rb = self.row_bytes(width)
         images = mem[base : base + rows * rb].view(self.pipeline.dtype)
         images = images.reshape((rows, *self.row_shape(width)))

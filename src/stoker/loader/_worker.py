@@ -7,6 +7,7 @@ so both paths produce byte-identical batches. The protocol is described in ``eng
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
@@ -94,18 +95,22 @@ def fill_chunk(
     views: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     on_error: str,
     cancelled: Any = None,
+    progress: np.ndarray | None = None,
 ) -> tuple[str, Any]:
     """Process ``task`` into ``views`` (images, labels, keys, indices of the whole batch).
 
     Returns ``("done", bad)`` with ``bad`` a list of ``(row, index, key, reason)`` for samples
     that failed under ``on_error="skip"``, ``("error", info)`` for the first failure under
     ``on_error="raise"``, or ``("cancelled", None)`` when ``cancelled()`` became true.
+    ``progress[0]`` (when given) is set to each sample's index before it is processed.
     """
     images, labels, keys, indices = views
     bad: list[tuple[int, int, int | None, str]] = []
     for j, gi in enumerate(task.indices.tolist()):
         if cancelled is not None and cancelled():
             return "cancelled", None
+        if progress is not None:
+            progress[0] = gi  # main reads it if this process dies
         row = task.row0 + j
         try:
             key = source.key(gi)
@@ -184,12 +189,16 @@ def _die_with_parent(main_pid: int, main_start: int | None) -> None:
 def worker_main(cfg: WorkerConfig, conn: Any) -> None:
     """Serve tasks from ``conn`` until ``None``, EOF (the main process is gone) or a signal."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's business
+    # SIGUSR1 prints this worker's Python stack on stderr (the stall watchdog of stoker.watch
+    # asks for it through Loader.worker_pids()); the worker carries on afterwards.
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     _limit_threads()
     _die_with_parent(cfg.main_pid, cfg.main_start)
     mapping = cfg.segment.attach(writable=True)
     mem = mapping.array()
     layout = cfg.layout
     control = layout.control(mem)
+    progress = control[1 + cfg.worker_id : 2 + cfg.worker_id]
     while True:
         try:
             task = conn.recv()
@@ -212,10 +221,12 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
                 views=views,
                 on_error=cfg.on_error,
                 cancelled=cancelled,
+                progress=progress,
             )
         except BaseException as e:  # noqa: BLE001 - never die silently
             status, payload = "error", _error_info(e, cfg.source, int(task.indices[0]))
         del views
+        progress[0] = -1
         try:
             conn.send((status, gen, task.number, task.row0, payload))
         except (BrokenPipeError, OSError):

@@ -7,7 +7,8 @@ reserved with ``posix_fallocate`` at start (a full ``/dev/shm`` fails there, nev
 SIGBUS later), after a preflight that compares its size with the free space. Layout (see
 ``_ring.py``): a 64-byte control block (int64 *generation*: the live iteration) and
 ``prefetch + 2`` slots; each slot holds ``batch_size`` rows of images (pipeline dtype and
-layout, sized for the widest batch width), labels, record keys and global indices. Batches
+layout, sized for the widest batch width), labels, record keys and global indices; the control
+block also holds, per worker, the global index it is processing (so a death names its sample). Batches
 being built: ``prefetch``; the one the consumer holds: 1; a spare for a batch kept by
 ``Batch.retain()`` (the GPU prefetcher holds one while its copy runs): 1.
 
@@ -47,7 +48,10 @@ close a source the loader opened (an in-memory array source unlinks its segment)
 - Ctrl-C in main (workers ignore SIGINT): ``KeyboardInterrupt`` propagates; workers and the
   segment are torn down on the way out (generator cleanup, ``with``, or the atexit hook).
 - SIGKILL/segfault/OOM-kill of a worker: its process sentinel wakes main's wait at once;
-  ``WorkerDiedError`` names the worker, pid, signal and in-flight keys.
+  ``WorkerDiedError`` names the worker, pid, signal, the sample it was processing and its
+  in-flight keys. With ``on_worker_death="respawn"`` a new worker takes the dead one's place
+  and gets its unanswered chunks again (rows are rewritten in place, so nothing is lost or
+  duplicated); a sample that was being processed at two deaths raises instead.
 - SIGKILL of main: workers die with it (PR_SET_PDEATHSIG on their parent, plus a 0.5 s
   watchdog thread on main's pid and start time; a blocked ``recv`` also sees EOF); the segment
   stays in ``/dev/shm`` until the next loader start (or ``stoker cleanup``) sweeps segments
@@ -342,7 +346,7 @@ class _WorkerHandle:
     wid: int
     proc: Any
     conn: Any
-    tasks: deque = field(default_factory=deque)  # (generation, number, indices) in send order
+    tasks: deque = field(default_factory=deque)  # Tasks sent and not yet answered, in order
 
 
 class Loader:
@@ -371,6 +375,7 @@ class Loader:
         rank: int | None = None,
         world_size: int | None = None,
         decode: DecodeOptions | None = None,
+        on_worker_death: str = "raise",
     ) -> None:
         self._closed = True  # until construction succeeded
         self._owner_pid = os.getpid()
@@ -402,6 +407,13 @@ class Loader:
             if not timeout > 0:
                 raise ValueError(f"timeout must be > 0 seconds or None, got {timeout}")
         self.timeout = timeout
+        if on_worker_death not in ("raise", "respawn"):
+            raise ValueError(
+                f"on_worker_death must be 'raise' or 'respawn', got {on_worker_death!r}"
+            )
+        self.on_worker_death = on_worker_death
+        self._respawns = 0
+        self._deaths: dict[int, int] = {}  # global index -> worker deaths while processing it
         if on_error not in _ON_ERROR:
             raise ValueError(f"on_error must be one of {_ON_ERROR}, got {on_error!r}")
         self.on_error = on_error
@@ -505,6 +517,7 @@ class Loader:
             "bad_samples": self._bad_total,
             "bad_samples_this_epoch": self._bad_epoch,
             "rejects": len(self.rejects),
+            "respawns": self._respawns,
         }
 
     def __iter__(self):
@@ -521,6 +534,14 @@ class Loader:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the running workers (empty before the first batch and after close).
+
+        Each worker prints its Python stack on stderr when sent SIGUSR1 and then carries on:
+        ``stoker.watch``'s stall watchdog uses this to show where a stuck worker is.
+        """
+        return [w.proc.pid for w in self._workers if w.proc.pid is not None]
 
     def close(self) -> None:
         """Stop the workers, remove the shared memory; idempotent."""
@@ -778,6 +799,7 @@ class Loader:
                 label_shape=_dims(self._label_spec),
                 label_dtype=self._label_spec.dtype,
                 slots=slots,
+                workers=self.workers,
             )
             _shm.preflight(layout.total_bytes, slots=slots, what="batch slots")
             if getattr(self.source, "encoded", True) is False and hasattr(self.source, "share"):
@@ -789,44 +811,50 @@ class Loader:
             self._ring_width = max_width
             self._slot_state = ["free"] * slots
             self._ring_id += 1
-            layout.control(self._mem)[0] = self._generation
+            control = layout.control(self._mem)
+            control[0] = self._generation
+            control[1:] = -1
         if not self._workers:
             self._start_workers()
 
-    def _start_workers(self) -> None:
-        assert self._layout is not None and self._segment is not None
+    def _spawn(self, wid: int) -> _WorkerHandle:
+        """Start worker ``wid`` (its config is pickled once; the ring is already allocated)."""
+        if self._layout is None or self._segment is None:
+            raise LoaderError("the batch ring is not allocated")
         ctx = _mp_context()
         me = os.getpid()
-        start = _shm.process_start_time(me)
-        handles = []
+        cfg = WorkerConfig(
+            worker_id=wid,
+            source=self.source,
+            pipeline=self.pipeline,
+            seed=self.seed,
+            layout=self._layout,
+            segment=self._segment,
+            on_error=self.on_error,
+            main_pid=me,
+            main_start=_shm.process_start_time(me),
+        )
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        proc = ctx.Process(  # type: ignore[attr-defined]
+            target=worker_main,
+            args=(cfg, child_conn),
+            name=f"stoker-worker-{wid}",
+            daemon=True,
+        )
+        try:
+            _start(proc)
+        except BaseException:
+            parent_conn.close()
+            raise
+        finally:
+            child_conn.close()
+        return _WorkerHandle(wid, proc, parent_conn)
+
+    def _start_workers(self) -> None:
+        handles: list[_WorkerHandle] = []
         try:
             for wid in range(self.workers):
-                cfg = WorkerConfig(
-                    worker_id=wid,
-                    source=self.source,
-                    pipeline=self.pipeline,
-                    seed=self.seed,
-                    layout=self._layout,
-                    segment=self._segment,
-                    on_error=self.on_error,
-                    main_pid=me,
-                    main_start=start,
-                )
-                parent_conn, child_conn = ctx.Pipe(duplex=True)
-                proc = ctx.Process(  # type: ignore[attr-defined]
-                    target=worker_main,
-                    args=(cfg, child_conn),
-                    name=f"stoker-worker-{wid}",
-                    daemon=True,
-                )
-                try:
-                    _start(proc)
-                except BaseException:
-                    parent_conn.close()
-                    raise
-                finally:
-                    child_conn.close()
-                handles.append(_WorkerHandle(wid, proc, parent_conn))
+                handles.append(self._spawn(wid))
         except BaseException as e:
             self._workers = handles
             self._teardown_workers(grace=0.2)
@@ -885,7 +913,7 @@ class Loader:
                 w = self._workers[self._chunk_counter % nw]
                 self._chunk_counter += 1
                 task = Task(gen, number, slot, epoch, width, rows, r0, cidx, half)
-                w.tasks.append((gen, number, cidx))
+                w.tasks.append(task)
                 try:
                     w.conn.send(task)
                 except (BrokenPipeError, OSError):
@@ -953,7 +981,7 @@ class Loader:
         conns = {w.conn: w for w in self._workers}
         sentinels = {w.proc.sentinel: w for w in self._workers}
         ready = multiprocessing.connection.wait(list(conns) + list(sentinels), timeout)
-        dead = []
+        dead: list[_WorkerHandle] = []
         for obj in ready:
             if obj in conns:
                 w = conns[obj]
@@ -961,14 +989,60 @@ class Loader:
                     while w.conn.poll():
                         self._handle(w, w.conn.recv())
                 except (EOFError, OSError):
-                    dead.append(w)
-            else:
+                    if w not in dead:
+                        dead.append(w)
+            elif sentinels[obj] not in dead:
                 dead.append(sentinels[obj])
         for w in dead:
             with contextlib.suppress(EOFError, OSError):
                 while w.conn.poll():
                     self._handle(w, w.conn.recv())
-            self._raise_dead(w)
+            if self.on_worker_death == "respawn":
+                self._respawn(w)
+            else:
+                self._raise_dead(w)
+
+    def _respawn(self, w: _WorkerHandle) -> None:
+        """Replace dead worker ``w`` and re-send its unanswered chunks. A sample that was being
+        processed at two deaths is poison: that is reported as WorkerDiedError instead."""
+        w.proc.join(0.5)
+        code = w.proc.exitcode
+        culprit = self._in_progress(w)
+        if culprit is not None:
+            self._deaths[culprit] = self._deaths.get(culprit, 0) + 1
+            if self._deaths[culprit] >= 2:
+                self._raise_dead(w, prefix="again ")
+        keys = self._keys_of(w)
+        tasks = list(w.tasks)
+        with contextlib.suppress(Exception):
+            w.conn.close()
+        if code is not None:
+            with contextlib.suppress(Exception):
+                w.proc.close()
+        if self._mem is not None and self._layout is not None:
+            self._layout.control(self._mem)[1 + w.wid] = -1
+        new = self._spawn(w.wid)
+        self._workers[self._workers.index(w)] = new
+        self._respawns += 1
+        log.warning(
+            "worker %d %s while processing %s (keys in flight %s); started a new one (%d so far)",
+            w.wid,
+            _signal_name(code),
+            "nothing" if culprit is None else f"position {culprit}",
+            keys,
+            self._respawns,
+        )
+        for t in tasks:
+            if t.generation == self._generation:
+                new.tasks.append(t)
+                new.conn.send(t)
+                continue
+            info = self._inflight.get((t.generation, t.number))  # abandoned: count as answered
+            if info is not None:
+                info.chunks_left -= 1
+                if info.chunks_left == 0:
+                    self._slot_state[info.slot] = "free"
+                    del self._inflight[(t.generation, t.number)]
 
     def _handle(self, w: _WorkerHandle, msg: tuple) -> None:
         status, gen, number, _row0, payload = msg
@@ -989,18 +1063,32 @@ class Loader:
             self._slot_state[info.slot] = "free"
             del self._inflight[(gen, number)]
 
-    def _raise_dead(self, w: _WorkerHandle) -> None:
+    def _in_progress(self, w: _WorkerHandle) -> int | None:
+        """The global index worker ``w`` was processing (from the control block), if any."""
+        if self._mem is None or self._layout is None:
+            return None
+        gi = int(self._layout.control(self._mem)[1 + w.wid])
+        return gi if gi >= 0 and w.tasks else None
+
+    def _raise_dead(self, w: _WorkerHandle, prefix: str = "") -> None:
         w.proc.join(0.5)
         code = w.proc.exitcode
-        keys = self._keys_of(w)
+        culprit = self._in_progress(w)
+        what = ""
+        if culprit is not None:
+            try:
+                what = f"{self.source.describe(culprit)}; "
+            except Exception:  # noqa: BLE001
+                what = f"position {culprit}; "
         raise WorkerDiedError(
-            f"worker {w.wid} (pid {w.proc.pid}) {_signal_name(code)} while processing keys {keys}"
+            f"worker {w.wid} (pid {w.proc.pid}) {_signal_name(code)} {prefix}while processing "
+            f"{what}its keys in flight: {self._keys_of(w)}"
         )
 
     def _keys_of(self, w: _WorkerHandle, limit: int = 16) -> list:
         out: list = []
-        for _gen, _number, cidx in w.tasks:
-            for gi in cidx.tolist():
+        for task in w.tasks:
+            for gi in task.indices.tolist():
                 if len(out) >= limit:
                     out.append("...")
                     return out

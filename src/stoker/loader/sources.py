@@ -122,7 +122,9 @@ class RecordSource(Source):
         if self._rec is None:
             from stoker.formats.recordio import open_records
 
-            self._rec = open_records(self.path)
+            # the image records only: an insightface set's header and identity records
+            # (record 0 and those after the images) are not samples
+            self._rec = open_records(self.path).images()
         return self._rec
 
     def __getstate__(self) -> dict:

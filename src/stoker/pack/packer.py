@@ -86,7 +86,7 @@ __all__ = ["PackReport", "output_prefix", "pack"]
 _MAX_FILE_BYTES = (1 << 29) - 1 - 24 - 4 * 64  # RecordIO record limit less header and labels
 _DOMAIN_SHUFFLE = 0x50414B53  # "PAKS"
 _JOURNAL_VERSION = 1
-_FLUSH_EVERY_S = 0.25
+_FLUSH_EVERY_S = 0.1
 
 
 # ---------------------------------------------------------------------------- worker side
@@ -307,16 +307,24 @@ class _Pool:
             )
         return self.pool
 
-    def close(self, *, kill: bool = False) -> None:
+    def close(self, *, grace: float = 30.0) -> None:
+        """Stop the pool: queued chunks are cancelled, workers finish the chunk they hold
+        (a fraction of a second) and exit; a worker still busy after ``grace`` seconds is
+        terminated. (Terminating first can leave the executor's queue feeder blocked on a
+        pipe nobody reads, and its shutdown hanging.)"""
         pool, self.pool = self.pool, None
         if pool is None:
             return
         procs = list((getattr(pool, "_processes", None) or {}).values())
-        if kill:
-            for p in procs:
-                with contextlib.suppress(Exception):
-                    p.terminate()
-        pool.shutdown(wait=True, cancel_futures=True)
+        manager = getattr(pool, "_executor_manager_thread", None)
+        pool.shutdown(wait=False, cancel_futures=True)
+        if manager is not None:
+            manager.join(grace)
+            if manager.is_alive():
+                for p in procs:
+                    with contextlib.suppress(Exception):
+                        p.terminate()
+                manager.join(10)
         for p in procs:
             with contextlib.suppress(Exception):
                 p.join(5)
@@ -336,10 +344,10 @@ def _isolate(paths: Sequence[str], options: _Options) -> list[tuple]:
             try:
                 out.append(single.get().submit(_process_task, _Task((p,), options)).result()[0])
             except BrokenProcessPool:
-                single.close(kill=True)
+                single.close()
                 out.append((1, "decoder_crash", "the worker process died twice on this file"))
     finally:
-        single.close(kill=True)
+        single.close()
     return out
 
 
@@ -383,7 +391,7 @@ def _results(
                 # and hand what never ran to a fresh pool
                 entries = list(pending)
                 pending.clear()
-                pool.close(kill=True)
+                pool.close()
                 for a2, b2, f2 in entries:
                     exc = f2.exception()
                     if isinstance(exc, _NotSubmitted):
@@ -402,7 +410,7 @@ def _results(
             for i, r in enumerate(res):
                 yield a + i, r
     finally:
-        pool.close(kill=bool(pending))
+        pool.close()
 
 
 def _scan(src: str, *, follow_symlinks: bool, root: str | None) -> tuple[ScanResult, bool]:
