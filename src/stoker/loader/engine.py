@@ -917,7 +917,11 @@ class Loader:
                 try:
                     w.conn.send(task)
                 except (BrokenPipeError, OSError):
-                    self._raise_dead(w)
+                    # the worker died since the last pump; the task is already in its queue
+                    if self.on_worker_death == "respawn":
+                        self._respawn(w)  # re-sends its queue, this task included
+                    else:
+                        self._raise_dead(w)
 
     def _wait(
         self,
