@@ -7,7 +7,7 @@ and an assumed model step of 25 ms per batch of 64 (2,560 images/s; give your ow
 ``--step-time`` or ``--model``). It prints the folder's full report, the packed file's verdict,
 and writes WORK/doctor.json and WORK/doctor.png.
 
-Usage: python scripts/demo/05_doctor.py WORK   (earlier stages leave WORK/images and
+Usage: python scripts/demo/04_doctor.py WORK   (earlier stages leave WORK/images and
 WORK/train.rec; when they are missing this stage makes a small set).
 """
 

@@ -2,7 +2,7 @@
 CudaPrefetcher (on the GPU when there is one, else the same code on the CPU), printing for each
 step how much of it was spent waiting for data.
 
-Usage: python scripts/demo/04_train.py WORK   (earlier stages leave WORK/images and
+Usage: python scripts/demo/03_train.py WORK   (earlier stages leave WORK/images and
 WORK/train.rec; when they are missing this stage makes a small set).
 """
 
