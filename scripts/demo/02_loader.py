@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _data import ensure_data
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -59,21 +60,6 @@ class NaiveFolder:
         t = torch.from_numpy(np.array(img, dtype=np.uint8)).permute(2, 0, 1).float().div(255)
         t = (t - torch.tensor(MEAN).view(3, 1, 1)) / torch.tensor(STD).view(3, 1, 1)
         return t, label
-
-
-def ensure_data(work: Path) -> tuple[Path, Path]:
-    images, rec = work / "images", work / "train.rec"
-    if not images.is_dir():
-        from stoker.pack import make_sample_data
-
-        print(f"making sample images in {images}")
-        make_sample_data(images, classes=10, per_class=300, size=112)
-    if not rec.exists():
-        from stoker.pack import pack
-
-        print(f"packing {images} -> {rec}")
-        pack(images, rec, progress=False)
-    return images, rec
 
 
 EPOCHS = 2
@@ -129,7 +115,7 @@ def stoker_epochs(rec: Path) -> tuple[list[tuple[int, float]], float]:
 def main() -> int:
     work = Path(sys.argv[1] if len(sys.argv) > 1 else "demo-data").resolve()
     work.mkdir(parents=True, exist_ok=True)
-    images, rec = ensure_data(work)
+    images, rec = ensure_data(work, per_class=300)
     naive = naive_epochs(images)
     fast, first = stoker_epochs(rec)
     for e in range(EPOCHS):

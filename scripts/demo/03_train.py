@@ -12,25 +12,13 @@ import sys
 import time
 from pathlib import Path
 
+from _data import ensure_data
+
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)  # in the 0-255 scale of the uint8 batches
 STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 STEPS = 8
 BATCH = 32
 WORKERS = 2
-
-
-def ensure_data(work: Path) -> Path:
-    rec = work / "train.rec"
-    if not rec.exists():
-        from stoker.pack import make_sample_data, pack
-
-        images = work / "images"
-        if not images.is_dir():
-            print(f"making sample images in {images}")
-            make_sample_data(images, classes=10, per_class=40, size=112)
-        print(f"packing {images} -> {rec}")
-        pack(images, rec, progress=False)
-    return rec
 
 
 def small_cnn(classes: int):
@@ -55,7 +43,7 @@ def main(work: Path) -> int:
     from stoker.torch import CudaPrefetcher
     from stoker.transforms import Compose, RandomCrop, Resize
 
-    rec = ensure_data(work)
+    _, rec = ensure_data(work)
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     if not cuda:

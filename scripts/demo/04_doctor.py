@@ -16,25 +16,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from _data import ensure_data
+
 STEP_MS = 25.0
 BATCH = 64
 WORKERS = 2
 SECONDS = 0.6
-
-
-def ensure_data(work: Path) -> tuple[Path, Path]:
-    images, rec = work / "images", work / "train.rec"
-    if not images.is_dir():
-        from stoker.pack import make_sample_data
-
-        print(f"making sample images in {images}")
-        make_sample_data(images, classes=10, per_class=40, size=112)
-    if not rec.exists():
-        from stoker.pack import pack
-
-        print(f"packing {images} -> {rec}")
-        pack(images, rec, progress=False)
-    return images, rec
 
 
 def main() -> int:

@@ -191,15 +191,19 @@ class Pipeline:
             raise ValueError("this pipeline has no pair_with")
         return self.pair_with(img, rng)
 
-    def check(self, arr: Any, *, what: str) -> np.ndarray:
-        """``arr`` as an ndarray matching ``sample_spec``, or ``SpecError`` naming ``what``."""
+    def check(self, arr: Any, *, what: str, args: tuple = ()) -> np.ndarray:
+        """``arr`` as an ndarray matching ``sample_spec``, or ``SpecError`` naming
+        ``what.format(*args)`` (formatted only then: this runs for every sample)."""
+        if isinstance(arr, np.ndarray) and self.sample_spec.accepts(arr):
+            return arr
+        where = what.format(*args)
         if not isinstance(arr, np.ndarray):
-            raise SpecError(f"{what}: the transforms returned {type(arr).__name__}, not an ndarray")
-        if not self.sample_spec.accepts(arr):
             raise SpecError(
-                f"{what}: got {tuple(arr.shape)} {arr.dtype}, expected {self.sample_spec.describe()}"
+                f"{where}: the transforms returned {type(arr).__name__}, not an ndarray"
             )
-        return arr
+        raise SpecError(
+            f"{where}: got {tuple(arr.shape)} {arr.dtype}, expected {self.sample_spec.describe()}"
+        )
 
     def place(self, arr: np.ndarray, dest: np.ndarray, width: int | None) -> None:
         """Write checked sample ``arr`` into batch row ``dest`` (shape ``row_shape(width)``)."""

@@ -117,11 +117,17 @@ def fill_chunk(
             payload, label = source.read(gi)
             img = pipeline.decode_image(payload) if source.encoded else payload
             rng = sample_rng(seed, task.epoch, gi)
-            what = f"key {key} (position {gi})"
-            out = pipeline.check(pipeline.apply(img, rng), what=what)
+            # the sample is named in an error only: no message is formatted per sample
+            out = pipeline.check(
+                pipeline.apply(img, rng), what="key {} (position {})", args=(key, gi)
+            )
             pair = None
             if task.half:
-                pair = pipeline.check(pipeline.apply_pair(out, rng), what=what + ", pair_with")
+                pair = pipeline.check(
+                    pipeline.apply_pair(out, rng),
+                    what="key {} (position {}), pair_with",
+                    args=(key, gi),
+                )
             pipeline.place(out, images[row], task.width)
             labels[row] = label
             keys[row] = key
