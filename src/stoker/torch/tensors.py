@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -42,15 +43,7 @@ class _AsTensors:
                 leaves.append(t)
             out = tree.rebuild(leaves)
             if isinstance(out, TensorBatch) and follows_slot_protocol(item):
-                out = TensorBatch(
-                    images=out.images,
-                    labels=out.labels,
-                    keys=out.keys,
-                    indices=out.indices,
-                    epoch=out.epoch,
-                    number=out.number,
-                    source=item,
-                )
+                out = dataclasses.replace(out, source=item)
             yield out
 
 
