@@ -62,6 +62,20 @@ def test_resize_area_integer_factor_is_block_mean(any_image):
     assert np.abs(out - ref).max() <= 1.0
 
 
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [((20, 12), "area"), ((20, 40), "area"), ((21, 25), "bilinear"), ((60, 72), "bilinear")],
+)
+def test_resize_auto_averages_areas_from_2x_shrink_else_bilinear(any_image, target, expected):
+    # any_image is 40x48: (20, 12) and (20, 40) halve a side, (21, 25) shrinks < 2x, (60, 72)
+    # enlarges.
+    out = T.Resize(target, interpolation="auto")(any_image, RNG)
+    ref = T.Resize(target, interpolation=expected)(any_image, RNG)
+    other = T.Resize(target, interpolation="bilinear" if expected == "area" else "area")
+    np.testing.assert_array_equal(out, ref)
+    assert not np.array_equal(out, other(any_image, RNG))
+
+
 def test_resize_shorter_side_keeps_aspect_like_torchvision():
     op = T.Resize(20, shorter_side=True)
     assert op(make_image(30, 50), RNG).shape == (20, 33, 3)  # int(20 * 50 / 30)
@@ -203,6 +217,13 @@ def test_rotate_angles_cover_the_range_and_stay_inside():
     assert -30 <= min(angles) and max(angles) <= 5
 
 
+@pytest.mark.parametrize("interp", ["area", "lanczos", "auto"])
+def test_affine_ops_refuse_resize_only_interpolations(interp):
+    for op in (T.Rotate, T.Shear):
+        with pytest.raises(ValueError, match="nearest, bilinear or bicubic"):
+            op(10 if op is T.Rotate else 0.1, interpolation=interp)
+
+
 def test_rotate_fills_corners():
     img = np.full((30, 30, 3), 100, np.uint8)
     out = T.Rotate((45, 45), fill=(1, 2, 3))(img, RNG)
@@ -261,7 +282,7 @@ def test_scale_translate_pastes_the_shrunk_image_on_fill(any_image):
     for i in range(30):
         top, left, h, w = op.params(any_image.shape[:2], sample_rng(6, 0, i))
         out = op(any_image, sample_rng(6, 0, i))
-        small = T.Resize((h, w), interpolation="area")(any_image, RNG)
+        small = T.Resize((h, w), interpolation="auto")(any_image, RNG)
         np.testing.assert_array_equal(out[top : top + h, left : left + w], small)
         mask = np.ones(out.shape[:2], bool)
         mask[top : top + h, left : left + w] = False

@@ -13,7 +13,7 @@ from stoker._core.specs import ArraySpec
 
 _CV2: Any = None
 
-INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "area", "lanczos")
+INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "area", "lanczos", "auto")
 
 
 def cv2() -> Any:
@@ -26,15 +26,22 @@ def cv2() -> Any:
     return _CV2
 
 
+_INTERP_FLAGS: dict[str, int] = {}
+
+
 def cv_interp(name: str) -> int:
-    m = cv2()
-    return {
-        "nearest": m.INTER_NEAREST,
-        "bilinear": m.INTER_LINEAR,
-        "bicubic": m.INTER_CUBIC,
-        "area": m.INTER_AREA,
-        "lanczos": m.INTER_LANCZOS4,
-    }[name]
+    """The cv2 flag for an interpolation name (``"auto"`` is resolved by the resize itself)."""
+    flags = _INTERP_FLAGS
+    if not flags:
+        m = cv2()
+        flags.update(
+            nearest=m.INTER_NEAREST,
+            bilinear=m.INTER_LINEAR,
+            bicubic=m.INTER_CUBIC,
+            area=m.INTER_AREA,
+            lanczos=m.INTER_LANCZOS4,
+        )
+    return flags[name]
 
 
 def check_interp(name: str, owner: str) -> None:
