@@ -16,8 +16,11 @@ then stoker's peak memory on a 10x larger .rec (records repeated), the 224x224 v
 and without scale-on-decode (a 1/2-scale JPEG decode is exact there; RandomResizedCrop's exact
 hint is "full size", since its smallest crops need every pixel).
 
-    python bench/bench_loader.py            # 20k images: a few minutes on 2 cores
+    python bench/bench_loader.py            # 20k images, best of 3 rounds: ~10 min on 2 cores
     python bench/bench_loader.py --quick    # 2k images: a smoke run
+
+Each candidate runs ``--rounds`` times back to back and its best round counts (see
+``best_of``): on a shared machine other jobs only ever slow a run down.
 
 Targets: c/a >= 4, c/d >= 0.9, first batch < 1 s, peak memory flat in dataset size.
 torch is imported lazily (worker processes re-import this module).
@@ -297,11 +300,12 @@ def run_stoker(
 
 def _limit_worker(args, barrier, results) -> None:
     """One process of (d): read its share of the records into memory, wait for the others,
-    then time decode + augment + placement into a batch array."""
+    then time decode + augment + placement into a batch array, through the same per-sample
+    code as a loader worker (``Pipeline.fill_row``) minus reading, IPC and bookkeeping."""
     path, kind, normalize, start, stop, scale_on_decode, layout = args
     import cv2
 
-    from stoker._core.seeding import sample_rng
+    from stoker._core.seeding import SampleRngs
     from stoker.codecs import DECODED_SPEC
     from stoker.formats.recordio import open_records
     from stoker.pipeline import DecodeOptions, Pipeline
@@ -320,10 +324,10 @@ def _limit_worker(args, barrier, results) -> None:
     barrier.wait()
     t0 = time.time()
     c0 = time.process_time()
+    rngs = SampleRngs(0, 0)
     for j, buf in enumerate(payloads):
         img = pipe.decode_image(buf)
-        res = pipe.apply(img, sample_rng(0, 0, start + j))
-        pipe.place(res, out[j % 256], None)
+        pipe.fill_row(img, rngs.at(start + j), out[j % 256], None, what="sample {}", args=(j,))
     results.put((len(payloads), t0, time.time(), time.process_time() - c0))
 
 
@@ -401,6 +405,23 @@ def repeat_rec(src: str, dst: str, times: int) -> str:
     return dst
 
 
+def best_of(runs: list[dict]) -> dict:
+    """The best round of a candidate: a shared machine only ever slows a run down, so the
+    fastest round (highest rate, least CPU per image, earliest first batch) is the least
+    disturbed one; memory is the highest seen (the conservative figure)."""
+    out = dict(runs[0])
+    for r in runs[1:]:
+        out["rate"] = max(out["rate"], r["rate"])
+        out["cpu_ms_per_image"] = min(out["cpu_ms_per_image"], r["cpu_ms_per_image"])
+        if r.get("first") is not None:
+            out["first"] = min(out["first"], r["first"])
+        for k in ("pss", "pss_anon"):
+            if k in r:
+                out[k] = max(out[k], r[k])
+    out["rounds"] = len(runs)
+    return out
+
+
 def fmt_row(name: str, r: dict) -> str:
     first = f"{r['first']:.2f}" if r.get("first") is not None else "-"
     pss = f"{r['pss']:.0f}" if r.get("pss") else "-"
@@ -422,9 +443,16 @@ def main() -> int:
     ap.add_argument(
         "--skip", action="append", default=[], help="skip a part: baselines, scale, 224"
     )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="runs per candidate, the best counts (3; --quick: 1)",
+    )
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args()
     n = args.images or (2_000 if args.quick else 20_000)
+    args.rounds = args.rounds or (1 if args.quick else 3)
     n224 = 400 if args.quick else 2_000
     work = Path(args.work or os.path.join(tempfile.gettempdir(), "stoker-bench-loader"))
     work.mkdir(parents=True, exist_ok=True)
@@ -440,14 +468,17 @@ def main() -> int:
 
     def step(name: str, fn, *a, **kw) -> None:
         print(f"... {name}", flush=True)
-        res[name] = fn(*a, **kw)
-        print(
-            "    "
-            + json.dumps(
-                {k: round(v, 3) if isinstance(v, float) else v for k, v in res[name].items()}
-            ),
-            flush=True,
-        )
+        runs = []
+        for _ in range(args.rounds):
+            runs.append(fn(*a, **kw))
+            print(
+                "    "
+                + json.dumps(
+                    {k: round(v, 3) if isinstance(v, float) else v for k, v in runs[-1].items()}
+                ),
+                flush=True,
+            )
+        res[name] = best_of(runs)
 
     # every stoker run first, then the limits, then the torch baselines (which import torch
     # into this process and would inflate the memory of any stoker run after them)

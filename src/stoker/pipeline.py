@@ -18,7 +18,7 @@ whose end has no fixed shape (the loader allocates batch slots once, so it must 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from stoker._core.specs import ArraySpec
 from stoker.codecs import decode as _decode
 from stoker.codecs import image_size, sniff
 from stoker.transforms.base import Transform
+from stoker.transforms.color import Normalize
 from stoker.transforms.compose import Compose
 
 __all__ = ["DecodeOptions", "Pipeline", "fit_width"]
@@ -107,6 +108,10 @@ class Pipeline:
     decode: DecodeOptions = field(default_factory=DecodeOptions)
     variable_width: bool = False
     sample_spec: ArraySpec = field(init=False)
+    # A trailing Normalize is run by fill_row straight into the batch row (see _split_tail).
+    _head: Transform | None = field(init=False, default=None, repr=False, compare=False)
+    _head_spec: ArraySpec | None = field(init=False, default=None, repr=False, compare=False)
+    _tail: Normalize | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.input_spec, ArraySpec):
@@ -150,6 +155,28 @@ class Pipeline:
                 "needs a fixed shape to allocate batch slots"
             )
         object.__setattr__(self, "sample_spec", spec)
+        self._split_tail()
+
+    def _split_tail(self) -> None:
+        """With a chain ending in ``Normalize`` (HWC, float32) on uint8 and no ``pair_with``,
+        ``fill_row`` runs the rest of the chain and lets the Normalize write its table lookups
+        straight into the batch row, in the batch's layout: no float intermediate, no
+        transposing copy. The bits are those of running the chain and placing the result."""
+        if self.transforms is None or self.pair_with is not None:
+            return
+        steps = _steps(self.transforms)
+        tail = steps[-1]
+        if type(tail) is not Normalize or tail.layout != "HWC" or tail.dtype != "float32":
+            return
+        head = Compose(steps[:-1]) if len(steps) > 1 else None
+        head_spec = self.input_spec
+        if head is not None:
+            head_spec = _chain_spec(head, head_spec, what="transforms")
+        if head_spec.dtype != "uint8" or not head_spec.fixed:
+            return
+        object.__setattr__(self, "_head", head)
+        object.__setattr__(self, "_head_spec", head_spec)
+        object.__setattr__(self, "_tail", tail)
 
     # ------------------------------------------------------------------ shapes
     @property
@@ -196,14 +223,46 @@ class Pipeline:
         ``what.format(*args)`` (formatted only then: this runs for every sample)."""
         if isinstance(arr, np.ndarray) and self.sample_spec.accepts(arr):
             return arr
+        self._fail(arr, self.sample_spec, what, args)
+
+    @staticmethod
+    def _fail(arr: Any, spec: ArraySpec, what: str, args: tuple) -> NoReturn:
         where = what.format(*args)
         if not isinstance(arr, np.ndarray):
             raise SpecError(
                 f"{where}: the transforms returned {type(arr).__name__}, not an ndarray"
             )
-        raise SpecError(
-            f"{where}: got {tuple(arr.shape)} {arr.dtype}, expected {self.sample_spec.describe()}"
-        )
+        raise SpecError(f"{where}: got {tuple(arr.shape)} {arr.dtype}, expected {spec.describe()}")
+
+    def fill_row(
+        self,
+        img: np.ndarray,
+        rng: np.random.Generator,
+        dest: np.ndarray,
+        width: int | None,
+        *,
+        what: str,
+        args: tuple = (),
+    ) -> np.ndarray | None:
+        """The per-sample job after decoding: transforms, check, place into batch row ``dest``.
+
+        Returns the checked sample (``pair_with`` starts from it), or ``None`` when a trailing
+        ``Normalize`` wrote straight into ``dest`` (only without ``pair_with``)."""
+        tail = self._tail
+        if tail is not None and (width is None or width == self.sample_spec.shape[1]):
+            head = img if self._head is None else self._head(img, rng)
+            spec = self._head_spec
+            assert spec is not None
+            if not (isinstance(head, np.ndarray) and spec.accepts(head)):
+                self._fail(head, spec, what, args)
+            if self.layout == "NCHW" and head.ndim == 2:
+                tail.write(head, dest[0], chw=False)  # (H, W) into the row's one plane
+            else:
+                tail.write(head, dest, chw=self.layout == "NCHW")
+            return None
+        out = self.check(self.apply(img, rng), what=what, args=args)
+        self.place(out, dest, width)
+        return out
 
     def place(self, arr: np.ndarray, dest: np.ndarray, width: int | None) -> None:
         """Write checked sample ``arr`` into batch row ``dest`` (shape ``row_shape(width)``)."""

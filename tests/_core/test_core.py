@@ -17,7 +17,7 @@ from stoker._core.errors import (
     StokerFormatError,
     WorkerError,
 )
-from stoker._core.seeding import fresh_seed, sample_rng, stream_rng
+from stoker._core.seeding import SampleRngs, fresh_seed, sample_rng, stream_rng
 from stoker._core.specs import ArraySpec
 
 
@@ -94,6 +94,31 @@ def test_sample_rng_is_a_pure_function_of_seed_epoch_index():
     assert not np.array_equal(a, sample_rng(8, 1, 123).random(4))
     # sample and stream domains are independent even for the same words
     assert not np.array_equal(sample_rng(7, 1, 123).random(4), stream_rng(7, 1, 123).random(4))
+
+
+def test_sample_rngs_reset_to_each_samples_own_stream():
+    rngs = SampleRngs(7, 1)
+    for i in (0, 123, 5, 2**40, 123):
+        g = rngs.at(i)
+        g.integers(0, 10, 3)  # partly used: the next at() must not carry this over
+        assert np.array_equal(rngs.at(i).random(9), sample_rng(7, 1, i).random(9))
+    assert rngs.at(3) is rngs.at(4)  # one generator, re-keyed
+
+
+def test_sample_streams_do_not_overlap_between_neighbouring_indices():
+    # a counter-based generator must not hand sample i+1 the continuation of sample i
+    a = sample_rng(0, 0, 10).random(2000)
+    b = sample_rng(0, 0, 11).random(20)
+    assert not np.isin(b, a).any()
+
+
+def test_sample_rng_refuses_negative_or_huge_words():
+    with pytest.raises(ValueError, match="index"):
+        sample_rng(0, 0, -1)
+    with pytest.raises(ValueError, match="seed"):
+        sample_rng(-5, 0, 0)
+    with pytest.raises(ValueError, match="epoch"):
+        sample_rng(0, 2**64, 0)
 
 
 def test_fresh_seed_is_a_nonnegative_int_that_varies():

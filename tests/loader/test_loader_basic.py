@@ -249,3 +249,58 @@ def test_kept_view_after_close_stays_readable(arrays):
     ld.close()
     ld.close()
     np.testing.assert_array_equal(b.images, x[:4])  # still mapped: no crash
+
+
+def _reference_rows(chain, x, indices, *, seed, layout, epoch=0):
+    """What the loader must deliver: the chain on each sample with its own generator, placed."""
+    from stoker._core.seeding import sample_rng
+
+    rows = []
+    for i in indices:
+        out = chain(x[i], sample_rng(seed, epoch, int(i)))
+        if layout == "NCHW":
+            out = out[None] if out.ndim == 2 else out.transpose(2, 0, 1)
+        rows.append(out)
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("channels", [3, 1, None])
+def test_trailing_normalize_gives_the_chains_bits_in_the_batch(arrays, layout, channels):
+    # A chain ending in Normalize is written straight into the batch row; the rows must be
+    # bit for bit what running the chain and placing its output gives.
+    from stoker.transforms import Compose, HorizontalFlip, Normalize, RandomCrop
+
+    x, y = arrays
+    if channels is None:
+        x = np.ascontiguousarray(x[..., 0])
+        stats = (0.4, 0.3)
+    elif channels == 1:
+        x = np.ascontiguousarray(x[..., :1])
+        stats = (0.4, 0.3)
+    else:
+        stats = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    chain = Compose([RandomCrop((9, 7)), HorizontalFlip(), Normalize(*stats)])
+    with Loader(
+        (x, y), batch_size=16, transforms=chain, layout=layout, workers=2, seed=5, shuffle=True
+    ) as loader:
+        b = next(iter(loader))
+        got, idx = b.images.copy(), b.indices.copy()
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, _reference_rows(chain, x, idx, seed=5, layout=layout))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_per_batch_width_with_normalize_pads_normalised_rows_with_zeros(arrays, workers):
+    from stoker.transforms import Normalize
+
+    x, y = arrays
+    norm = Normalize(0.5, 0.25)
+    with Loader(
+        (x, y), batch_size=20, transforms=norm, sampler=Buckets(60), workers=workers, layout="NCHW"
+    ) as ld:
+        bs = [b.images.copy() for b in ld]
+    full = _reference_rows(norm, x, range(60), seed=0, layout="NCHW")
+    np.testing.assert_array_equal(bs[1], full[20:40])  # the chain's own width: written in place
+    np.testing.assert_array_equal(bs[2][..., :10], full[40:60])
+    assert not bs[2][..., 10:].any()  # padding is zero after normalising, as documented

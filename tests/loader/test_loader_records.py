@@ -45,6 +45,28 @@ def test_rec_images_labels_keys(rec):
         np.testing.assert_array_equal(images[i], decode(p)[4:36, 8:40])
 
 
+@pytest.mark.parametrize("kind", ["fractional", "multi"])
+def test_worker_labels_match_the_sources_labels(tmp_path, kind):
+    # workers read each label from its record header; the batches must carry exactly the
+    # labels (values and dtype) the source reports for the whole file
+    path = str(tmp_path / "lab.rec")
+    img = jpeg_bytes(np.full((16, 16, 3), 90, np.uint8))
+    with RecordWriter(path) as w:
+        for k in range(12):
+            lab = k / 4 if kind == "fractional" else [k, 2 * k + 0.5, 7]
+            w.write(k, pack_header(IRHeader(0, lab, k, 0), img))
+    src = RecordSource(path)
+    expected = src.labels()
+    with Loader(
+        path, batch_size=5, transforms=CenterCrop(8), workers=2, shuffle=True, seed=1
+    ) as ld:
+        got = [(b.labels.copy(), b.indices.copy()) for b in ld]
+    labels = np.concatenate([g[0] for g in got])
+    order = np.concatenate([g[1] for g in got])
+    assert labels.dtype == expected.dtype == np.float32
+    np.testing.assert_array_equal(labels, expected[order])
+
+
 def test_rec_float_normalised_nchw_same_for_all_worker_counts(rec):
     path, _, _ = rec
     t = Compose([Resize(36), RandomCrop(32), HorizontalFlip(), Normalize()])

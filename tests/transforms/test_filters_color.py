@@ -135,6 +135,25 @@ def test_normalize_is_the_float_formula(rgb, layout, mean, std):
     assert op.output_spec(ArraySpec(rgb.shape)) == ArraySpec(ref.shape, "float32")
 
 
+@pytest.mark.parametrize("stats", [(0.5, 0.5), ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+def test_normalize_write_gives_the_ops_bits_in_either_layout(any_image, stats):
+    op = T.Normalize(*stats) if any_image.ndim == 3 and any_image.shape[2] == 3 else T.Normalize()
+    hwc = op(any_image, RNG)
+    chw = T.Normalize(op.mean, op.std, layout="CHW")(any_image, RNG)
+    planes = hwc.reshape(*any_image.shape[:2], -1).transpose(2, 0, 1)
+    np.testing.assert_array_equal(chw, planes)  # bit for bit, not within a tolerance
+    dest = np.full((planes.shape[0] + 1, *planes.shape[1:]), np.nan, np.float32)
+    op.write(any_image, dest[1:], chw=True)  # a batch row: a view into a larger array
+    np.testing.assert_array_equal(dest[1:], planes)
+    assert np.isnan(dest[0]).all()  # nothing written outside the row
+    wide = np.zeros((*hwc.shape[:1], hwc.shape[1] + 4, *hwc.shape[2:]), np.float32)
+    op.write(any_image, wide[:, 2:-2], chw=False)  # a non-contiguous destination
+    np.testing.assert_array_equal(wide[:, 2:-2], hwc)
+    assert not wide[:, :2].any() and not wide[:, -2:].any()
+    with pytest.raises(TypeError, match="uint8 in and float32 out"):
+        op.write(any_image.astype(np.float32), hwc.copy(), chw=False)
+
+
 def test_normalize_float_inputs_grey_and_errors(gray):
     out = T.Normalize(0.5, 0.5)(gray, RNG)
     np.testing.assert_allclose(out, gray / 127.5 - 1, atol=1e-5)

@@ -180,6 +180,15 @@ def test_flip_mirrors_and_respects_p(any_image):
         T.HorizontalFlip(1.5)
 
 
+def test_flip_of_a_crop_view_is_a_contiguous_mirror(any_image):
+    view = any_image[3:30, 5:41]
+    before = any_image.copy()
+    out = T.HorizontalFlip(1.0)(view, RNG)
+    np.testing.assert_array_equal(out, view[:, ::-1])
+    assert out.flags.c_contiguous and out.shape == view.shape
+    np.testing.assert_array_equal(any_image, before)  # the input is not written
+
+
 # ---------------------------------------------------------------- rotate and shear
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker._core.seeding import sample_rng
+from stoker._core.seeding import SampleRngs
 from stoker.loader._ring import RingLayout
 from stoker.loader._shm import Segment, process_start_time
 from stoker.loader.sources import Source
@@ -106,6 +106,7 @@ def fill_chunk(
     """
     images, labels, keys, indices = views
     bad: list[tuple[int, int, int | None, str]] = []
+    rngs = SampleRngs(seed, task.epoch)
     for j, gi in enumerate(task.indices.tolist()):
         if cancelled is not None and cancelled():
             return "cancelled", None
@@ -116,23 +117,21 @@ def fill_chunk(
             key = source.key(gi)
             payload, label = source.read(gi)
             img = pipeline.decode_image(payload) if source.encoded else payload
-            rng = sample_rng(seed, task.epoch, gi)
+            rng = rngs.at(gi)  # sample_rng(seed, epoch, gi), re-keyed in place
             # the sample is named in an error only: no message is formatted per sample
-            out = pipeline.check(
-                pipeline.apply(img, rng), what="key {} (position {})", args=(key, gi)
+            out = pipeline.fill_row(
+                img, rng, images[row], task.width, what="key {} (position {})", args=(key, gi)
             )
-            pair = None
+            labels[row] = label
+            keys[row] = key
+            indices[row] = gi
             if task.half:
+                assert out is not None  # fill_row returns the sample whenever pair_with is set
                 pair = pipeline.check(
                     pipeline.apply_pair(out, rng),
                     what="key {} (position {}), pair_with",
                     args=(key, gi),
                 )
-            pipeline.place(out, images[row], task.width)
-            labels[row] = label
-            keys[row] = key
-            indices[row] = gi
-            if pair is not None:
                 r2 = row + task.half
                 pipeline.place(pair, images[r2], task.width)
                 labels[r2] = label

@@ -31,6 +31,12 @@ Order and randomness. Main decides everything: batch ``b`` of epoch ``e`` is
 ``sample_rng(seed, e, i)``; batches are yielded by number whatever worker finishes first.
 So the output is the same for any worker count, and a resumed run is exact.
 
+One sample in a worker (``_worker.fill_chunk``; the main process runs the same code when
+``workers=0``): read the record (label from its header), decode, re-key the worker's one
+generator (``SampleRngs.at(i)`` gives ``sample_rng``'s stream), ``Pipeline.fill_row``
+(transforms, shape check, write into the row; a trailing uint8 ``Normalize`` writes its table
+lookups straight into the row in the batch layout), then label, key and index.
+
 Shutdown order (``close()``, also from ``__exit__``, ``__del__``, the atexit hook, and after any
 error while waiting): bump the generation (workers drop their current chunk at the next
 sample); send ``None`` to each worker; join them for up to 2 s (0.2 s after an error, when a

@@ -115,6 +115,8 @@ class RecordSource(Source):
         self.path = os.fspath(path)
         self._rec: Any = None
         self._labels: np.ndarray | None = None
+        self._label_dtype = ""  # set in a worker (see __getstate__)
+        self._label_shape: tuple[int, ...] = ()
         self._keys: np.ndarray | None = None
         self._len = len(self._records())
 
@@ -128,12 +130,22 @@ class RecordSource(Source):
         return self._rec
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "_len": self._len, "_labels": self._labels}
+        # Not the label array: a worker reads each label from the header it parses anyway,
+        # so its start-up and memory do not grow with the dataset (5.8M labels are 46 MB).
+        lab = self.labels()
+        return {
+            "path": self.path,
+            "_len": self._len,
+            "_label_dtype": lab.dtype.name,
+            "_label_shape": tuple(lab.shape[1:]),
+        }
 
     def __setstate__(self, state: dict) -> None:
         self.path = state["path"]
         self._len = state["_len"]
-        self._labels = state["_labels"]
+        self._label_dtype = state["_label_dtype"]
+        self._label_shape = state["_label_shape"]
+        self._labels = None
         self._rec = None
         self._keys = None
 
@@ -155,8 +167,14 @@ class RecordSource(Source):
 
     def read(self, i: int) -> tuple[Any, Any]:
         header, image = self._records().read_header(i)
-        lab = self.labels()
-        return image, lab[i]
+        if self._labels is not None:
+            return image, self._labels[i]
+        # as labels() would give it: int64 class ids when the dataset's labels are all whole
+        if self._label_shape:
+            return image, np.asarray(header.label, self._label_dtype).reshape(self._label_shape)
+        if self._label_dtype == "int64":
+            return image, int(header.label)
+        return image, np.float32(header.label)
 
     @property
     def class_names(self) -> list[str] | None:

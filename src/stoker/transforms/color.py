@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -169,6 +170,14 @@ def _scratch_planes(h: int, w: int, c: int) -> list[np.ndarray]:
     return planes
 
 
+def _lut_into(cv: Any, src: np.ndarray, lut: np.ndarray, dest: np.ndarray) -> None:
+    """``cv2.LUT(src, lut)`` written into contiguous ``dest`` (copied there should cv2 have
+    made a new array instead)."""
+    out = cv.LUT(src, lut, dst=dest)
+    if out is not dest:
+        np.copyto(dest, out.reshape(dest.shape), casting="no")
+
+
 def _per_channel(v: float | Sequence[float], what: str) -> tuple[float, ...]:
     if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
         return (float(v),)
@@ -240,39 +249,62 @@ class Normalize(Transform):
         c = _channels(img)
         self._check_channels(c, f"image {img.shape}")
         h, w = img.shape[:2]
+        chw = self.layout == "CHW"
+        out: np.ndarray
         if img.dtype == np.uint8:
-            out = self._lut_apply(img, c)  # HWC (h, w, c) or CHW (c, h, w)
+            if chw:
+                out = np.empty((c, h, w), np.float32)
+            else:
+                out = np.empty(img.shape, np.float32)
+            self.write(img, out, chw=chw)
         else:
             m = np.asarray(self.mean, np.float32)
             s = np.asarray(self.std, np.float32)
             x = img.astype(np.float32) / np.float32(self.scale)
             out = (x.reshape(h, w, c) - m) / s
-            if self.layout == "CHW":
+            if chw:
                 out = np.ascontiguousarray(out.transpose(2, 0, 1))
-        if self.layout == "HWC" and img.ndim == 2:
-            out = out.reshape(h, w)
+            elif img.ndim == 2:
+                out = out.reshape(h, w)
         if out.dtype != np.dtype(self.dtype):
             out = out.astype(self.dtype)
         return out
 
-    def _lut_apply(self, img: np.ndarray, c: int) -> np.ndarray:
-        """One table lookup per pixel; for CHW, one lookup per plane straight into place."""
-        cv = cv2()
+    def write(self, img: np.ndarray, dest: np.ndarray, *, chw: bool) -> None:
+        """Normalise uint8 ``img`` (HW or HWC) into float32 ``dest``: ``(C, H, W)`` planes when
+        ``chw``, else the image's own shape. One table lookup per value, straight into place
+        (the loader hands a batch row here, so no intermediate array is made). The result is
+        the same bits whichever layout, and the same as calling the op."""
+        if img.dtype != np.uint8 or dest.dtype != np.float32:
+            raise TypeError(
+                f"Normalize.write: needs uint8 in and float32 out, got {img.dtype}, {dest.dtype}"
+            )
+        if not dest.flags.c_contiguous:
+            tmp = np.empty(dest.shape, np.float32)
+            self.write(img, tmp, chw=chw)
+            np.copyto(dest, tmp, casting="no")
+            return
+        c = _channels(img)
         h, w = img.shape[:2]
-        if self.layout == "CHW" and c > 1:
-            out = np.empty((c, h, w), np.float32)
+        cv = cv2()
+        src = cv_input(img)
+        if chw:
+            if dest.shape != (c, h, w):
+                raise ValueError(f"Normalize.write: dest {dest.shape} for CHW of {img.shape}")
+            if c == 1:
+                _lut_into(cv, src.reshape(h, w), self._planes[0], dest[0])
+                return
             planes = _scratch_planes(h, w, c)
-            cv.split(cv_input(img), planes)
+            cv.split(src, planes)
             for i in range(c):
-                cv.LUT(planes[i], self._planes[i if self.channels > 1 else 0], dst=out[i])
-            return out
-        lut: np.ndarray
-        if self.channels == 1:
-            lut = self._lut[:, 0].reshape(256, 1)
-        else:
-            lut = self._lut.reshape(256, 1, c)
-        out = cv.LUT(cv_input(img), lut).reshape(h, w, c)
-        return out.transpose(2, 0, 1) if self.layout == "CHW" else out
+                _lut_into(cv, planes[i], self._planes[i if self.channels > 1 else 0], dest[i])
+            return
+        if dest.shape != img.shape:
+            raise ValueError(f"Normalize.write: dest {dest.shape} for HWC of {img.shape}")
+        if c == 1 or self.channels == 1:  # one table for every value: treat it as one plane
+            _lut_into(cv, src.reshape(h, -1), self._planes[0], dest.reshape(h, -1))
+            return
+        _lut_into(cv, src, self._lut.reshape(256, 1, c), dest)
 
     def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
         h, w, c = image_spec_dims(in_spec, "Normalize")
