@@ -25,7 +25,6 @@ import numpy as np
 from stoker._core.errors import SpecError
 from stoker._core.specs import ArraySpec
 from stoker.codecs import decode as _decode
-from stoker.codecs import image_size, sniff
 from stoker.transforms.base import Transform
 from stoker.transforms.color import Normalize
 from stoker.transforms.compose import Compose
@@ -204,11 +203,11 @@ class Pipeline:
     # ------------------------------------------------------------------ work
     def decode_image(self, buf: Any) -> np.ndarray:
         """Decode one encoded sample, at reduced JPEG scale when the transforms allow it."""
-        min_size = None
-        hint = getattr(self.transforms, "decode_hint", None)
-        if hint is not None and self.decode.scale_on_decode and sniff(buf) == "jpeg":
-            min_size = hint(image_size(buf))
-        return _decode(buf, min_size=min_size, fast=self.decode.fast)
+        hint = (
+            getattr(self.transforms, "decode_hint", None) if self.decode.scale_on_decode else None
+        )
+        # the hint is asked with the size from the JPEG header that decode parses anyway
+        return _decode(buf, min_size=hint, fast=self.decode.fast)
 
     def apply(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return img if self.transforms is None else self.transforms(img, rng)

@@ -84,6 +84,23 @@ def test_min_size_decodes_at_reduced_scale_but_never_below():
         decode(buf, min_size=(-1, 2))
 
 
+def test_min_size_may_be_a_function_of_the_stored_size():
+    buf = encode(smooth(400, 320), "JPEG")
+    seen = []
+
+    def quarter(hw):
+        seen.append(hw)
+        return hw[0] // 4, hw[1] // 4
+
+    assert decode(buf, min_size=quarter).shape == (100, 80, 3)
+    assert seen == [(400, 320)]  # asked once, with the header's (h, w)
+    assert decode(buf, min_size=lambda hw: None).shape == (400, 320, 3)
+    png = encode(smooth(40, 32), "PNG")  # only JPEG scales on decode: a PNG is full size
+    assert decode(png, min_size=lambda hw: (1, 1)).shape == (40, 32, 3)
+    with pytest.raises(ValueError, match="min_size"):
+        decode(buf, min_size=lambda hw: (-1, 2))
+
+
 def test_out_buffer_is_filled():
     buf = encode(smooth(), "JPEG")
     out = np.zeros((48, 64, 3), np.uint8)

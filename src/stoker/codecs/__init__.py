@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,12 +24,15 @@ import numpy as np
 from stoker._core.errors import ImageDecodeError
 from stoker._core.specs import ArraySpec
 
-__all__ = ["DECODED_SPEC", "decode", "image_size", "sniff"]
+__all__ = ["DECODED_SPEC", "MinSize", "decode", "image_size", "sniff"]
 
 #: What ``decode`` returns: any height and width, 3 channels, uint8.
 DECODED_SPEC = ArraySpec((None, None, 3), "uint8")
 
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+#: ``min_size`` for :func:`decode`: a size, or a function of the stored (h, w) giving one.
+MinSize = tuple[int, int] | Callable[[tuple[int, int]], tuple[int, int] | None] | None
 
 
 def sniff(buf: Any) -> str:
@@ -55,7 +59,7 @@ def decode(
     buf: Any,
     *,
     out: np.ndarray | None = None,
-    min_size: tuple[int, int] | None = None,
+    min_size: MinSize = None,
     fast: bool = False,
 ) -> np.ndarray:
     """Decode ``buf`` (bytes, bytearray, memoryview, uint8 array) to a uint8 (H, W, 3) RGB array.
@@ -63,13 +67,15 @@ def decode(
     ``min_size=(h, w)``: a JPEG may be decoded at 1/2, 1/4 or 1/8 scale (libjpeg's DCT
     scaling; much cheaper; other scales are slower than a full decode and are not used) as
     long as the result is still at least ``h`` x ``w``; use it when a resize to that size
-    follows. ``fast=True`` trades a little accuracy for speed (fast DCT and
+    follows; or a function of the stored ``(h, w)`` returning such a size or ``None`` (a
+    transform chain's ``decode_hint``), called with the size from the header this function
+    reads anyway. ``fast=True`` trades a little accuracy for speed (fast DCT and
     upsampling). ``out``: a C-contiguous uint8 array of exactly the decoded shape to write into.
     """
     mv = _as_bytes_view(buf)
     if len(mv) == 0:
         raise ImageDecodeError("empty buffer: 0 bytes is not an image")
-    if min_size is not None:
+    if min_size is not None and not callable(min_size):
         min_size = _check_min_size(min_size)
     if out is not None and (
         not isinstance(out, np.ndarray) or out.dtype != np.uint8 or not out.flags.c_contiguous
@@ -85,6 +91,8 @@ def decode(
                 return out
         except _NotRGBJpeg:
             img = None  # CMYK/YCCK: Pillow converts these
+        except _CallerError as e:
+            raise e.error from None
         except ValueError as e:
             jpeg_error = e
     if img is None and kind != "jpeg":
@@ -120,11 +128,19 @@ class _NotRGBJpeg(Exception):
     pass
 
 
+class _CallerError(Exception):
+    """An error raised by a ``min_size`` function: re-raised as it is, never a decode failure."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def _decode_jpeg(
     mv: memoryview,
     *,
     out: np.ndarray | None,
-    min_size: tuple[int, int] | None,
+    min_size: MinSize,
     fast: bool,
 ) -> np.ndarray:
     import simplejpeg
@@ -132,6 +148,12 @@ def _decode_jpeg(
     h, w, colorspace, _ = simplejpeg.decode_jpeg_header(mv)
     if colorspace in ("CMYK", "YCCK"):
         raise _NotRGBJpeg(colorspace)
+    if callable(min_size):
+        try:
+            wanted = min_size((int(h), int(w)))
+            min_size = None if wanted is None else _check_min_size(wanted)
+        except Exception as e:  # noqa: BLE001 - the caller's error, not a decode failure
+            raise _CallerError(e) from e
     min_h = min_w = 0  # 0: full size
     if min_size is not None:
         # Only 1/2, 1/4 and 1/8 are fast in libjpeg-turbo; 3/4, 5/8... are slower than a full

@@ -106,21 +106,22 @@ def fill_chunk(
     """
     images, labels, keys, indices = views
     bad: list[tuple[int, int, int | None, str]] = []
-    rngs = SampleRngs(seed, task.epoch)
-    for j, gi in enumerate(task.indices.tolist()):
+    at = SampleRngs(seed, task.epoch).at  # sample_rng(seed, epoch, i), re-keyed in place
+    key_of, read, fill_row, width = source.key, source.read, pipeline.fill_row, task.width
+    decode = pipeline.decode_image if source.encoded else None
+    for row, gi in enumerate(task.indices.tolist(), start=task.row0):
         if cancelled is not None and cancelled():
             return "cancelled", None
         if progress is not None:
             progress[0] = gi  # main reads it if this process dies
-        row = task.row0 + j
         try:
-            key = source.key(gi)
-            payload, label = source.read(gi)
-            img = pipeline.decode_image(payload) if source.encoded else payload
-            rng = rngs.at(gi)  # sample_rng(seed, epoch, gi), re-keyed in place
+            key = key_of(gi)
+            payload, label = read(gi)
+            img = payload if decode is None else decode(payload)
+            rng = at(gi)
             # the sample is named in an error only: no message is formatted per sample
-            out = pipeline.fill_row(
-                img, rng, images[row], task.width, what="key {} (position {})", args=(key, gi)
+            out = fill_row(
+                img, rng, images[row], width, what="key {} (position {})", args=(key, gi)
             )
             labels[row] = label
             keys[row] = key
@@ -133,7 +134,7 @@ def fill_chunk(
                     args=(key, gi),
                 )
                 r2 = row + task.half
-                pipeline.place(pair, images[r2], task.width)
+                pipeline.place(pair, images[r2], width)
                 labels[r2] = label
                 keys[r2] = key
                 indices[r2] = gi
