@@ -19,8 +19,10 @@ hint is "full size", since its smallest crops need every pixel).
     python bench/bench_loader.py            # 20k images, best of 3 rounds: ~10 min on 2 cores
     python bench/bench_loader.py --quick    # 2k images: a smoke run
 
-Each candidate runs ``--rounds`` times back to back and its best round counts (see
-``best_of``): on a shared machine other jobs only ever slow a run down.
+Each round runs every candidate once, in the same order (stoker, its limit, the baselines), and
+each candidate's best round counts (see ``best_of``): on a shared machine other jobs only ever
+slow a run down, and interleaving makes a busy spell hit all candidates alike. The torch
+baselines run in a child process each, so torch never enters the process that measures stoker.
 
 Targets: c/a >= 4, c/d >= 0.9, first batch < 1 s, peak memory flat in dataset size.
 torch is imported lazily (worker processes re-import this module).
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -477,7 +480,14 @@ def main() -> int:
         help="runs per candidate, the best counts (3; --quick: 1)",
     )
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--torch-baseline", nargs=2, metavar=("KIND", "ROOT"), help=argparse.SUPPRESS)
+    ap.add_argument("--rrc", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.torch_baseline:  # a child run of one baseline (see torch_run): JSON on stdout
+        kind, root = args.torch_baseline
+        ds = (PILFolder if kind == "pil" else CVFolder)(root, rrc=args.rrc)
+        print(json.dumps(run_torch(ds, workers=args.workers, batch_size=args.batch_size)))
+        return 0
     n = args.images or (2_000 if args.quick else 20_000)
     args.rounds = args.rounds or (1 if args.quick else 3)
     # 224: enough images that the batch ring (4 slots of 256 float32 224x224 samples: 616 MB,
@@ -494,53 +504,76 @@ def main() -> int:
     images, rec = make_data(work, n=n, size=112, name=f"s112_{n}")
     print(f"data ready in {time.perf_counter() - t:.0f} s: {images}, {rec}", flush=True)
     res: dict[str, dict] = {}
+    runs: dict[str, list[dict]] = {}
 
-    def step(name: str, fn, *a, **kw) -> None:
-        print(f"... {name}", flush=True)
-        runs = []
-        for _ in range(args.rounds):
-            runs.append(fn(*a, **kw))
-            print(
-                "    "
-                + json.dumps(
-                    {k: round(v, 3) if isinstance(v, float) else v for k, v in runs[-1].items()}
-                ),
-                flush=True,
-            )
-        res[name] = best_of(runs)
+    def record(name: str, r: dict) -> None:
+        runs.setdefault(name, []).append(r)
+        shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}
+        print(f"... {name}: {json.dumps(shown)}", flush=True)
 
-    # every stoker run first, then the limits, then the torch baselines (which import torch
-    # into this process and would inflate the memory of any stoker run after them)
     def stoker_run(name: str, path: str, kind: str, normalize: bool, **kw) -> None:
-        step(name, run_stoker, path, kind=kind, normalize=normalize, workers=W, batch_size=B, **kw)
+        r = run_stoker(path, kind=kind, normalize=normalize, workers=W, batch_size=B, **kw)
+        record(name, r)
 
-    stoker_run("c stoker .rec float NCHW", rec, "112", True, second_epoch=True)
-    stoker_run("c' stoker .rec uint8 NHWC", rec, "112", False, second_epoch=True)
-    stoker_run("c stoker folder float NCHW", images, "112", True)
-    if "scale" not in args.skip:
-        big = repeat_rec(rec, str(work / f"s112_{n}_x10.rec"), 10)
-        stoker_run("c stoker .rec x10 float NCHW", big, "112", True)
+    def limit_run(name: str, path: str, count: int, kind: str, normalize: bool) -> None:
+        record(name, run_limit(path, n=count, kind=kind, normalize=normalize, workers=W))
+
+    def torch_run(name: str, root: str, cls: str, rrc: int | None = None) -> None:
+        # in a child process: torch stays out of this one (it would add its memory to every
+        # stoker run measured after it), and each round starts as cold as the others
+        cmd = [sys.executable, os.path.abspath(__file__), "--torch-baseline", cls, root]
+        cmd += ["--workers", str(W), "--batch-size", str(B)]
+        if rrc:
+            cmd += ["--rrc", str(rrc)]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        record(name, json.loads(out.stdout.strip().splitlines()[-1]))
+
+    rec224 = images224 = ""
     if "224" not in args.skip:
         images224, rec224 = make_data(work, n=n224, size=(336, 400), name=f"s224_{n224}")
-        stoker_run("224 c stoker RRC", rec224, "224", True, second_epoch=True)
-        # the 112 pipeline on the 336x400 photos: Resize(128) allows a 1/2-scale JPEG decode
-        stoker_run("112 from 336x400 c, scale-on-decode", rec224, "112", True)
-        stoker_run("112 from 336x400 c, full decode", rec224, "112", True, scale_on_decode=False)
-    step("d limit float NCHW", run_limit, rec, n=n, kind="112", normalize=True, workers=W)
-    step("d' limit uint8 NHWC", run_limit, rec, n=n, kind="112", normalize=False, workers=W)
-    if "224" not in args.skip:
-        step("224 d limit RRC", run_limit, rec224, n=n224, kind="224", normalize=True, workers=W)
-    if "baselines" not in args.skip:
-        step("a PIL + DataLoader", run_torch, PILFolder(images), workers=W, batch_size=B)
-        step("b OpenCV + DataLoader", run_torch, CVFolder(images), workers=W, batch_size=B)
+    # Every round runs every candidate once, in the same order, so a busy spell on the shared
+    # machine hits all of them alike; each candidate's best round counts (best_of).
+    for rnd in range(args.rounds):
+        print(f"# round {rnd + 1} of {args.rounds}", flush=True)
+        stoker_run("c stoker .rec float NCHW", rec, "112", True, second_epoch=True)
+        limit_run("d limit float NCHW", rec, n, "112", True)
+        stoker_run("c' stoker .rec uint8 NHWC", rec, "112", False, second_epoch=True)
+        limit_run("d' limit uint8 NHWC", rec, n, "112", False)
+        stoker_run("c stoker folder float NCHW", images, "112", True)
         if "224" not in args.skip:
-            step(
-                "224 a PIL + DataLoader RRC",
-                run_torch,
-                PILFolder(images224, rrc=224),
-                workers=W,
-                batch_size=B,
+            stoker_run("224 c stoker RRC", rec224, "224", True, second_epoch=True)
+            limit_run("224 d limit RRC", rec224, n224, "224", True)
+            # the 112 pipeline on the 336x400 photos: Resize(128) allows a 1/2-scale decode
+            stoker_run("112 from 336x400 c, scale-on-decode", rec224, "112", True)
+            stoker_run(
+                "112 from 336x400 c, full decode", rec224, "112", True, scale_on_decode=False
             )
+        if "baselines" not in args.skip:
+            torch_run("a PIL + DataLoader", images, "pil")
+            torch_run("b OpenCV + DataLoader", images, "cv")
+            if "224" not in args.skip:
+                torch_run("224 a PIL + DataLoader RRC", images224, "pil", rrc=224)
+    if "scale" not in args.skip:  # memory, not speed: once is enough
+        big = repeat_rec(rec, str(work / f"s112_{n}_x10.rec"), 10)
+        stoker_run("c stoker .rec x10 float NCHW", big, "112", True)
+    order = [
+        "c stoker .rec float NCHW",
+        "c' stoker .rec uint8 NHWC",
+        "c stoker folder float NCHW",
+        "c stoker .rec x10 float NCHW",
+        "224 c stoker RRC",
+        "112 from 336x400 c, scale-on-decode",
+        "112 from 336x400 c, full decode",
+        "d limit float NCHW",
+        "d' limit uint8 NHWC",
+        "224 d limit RRC",
+        "a PIL + DataLoader",
+        "b OpenCV + DataLoader",
+        "224 a PIL + DataLoader RRC",
+    ]
+    for name in order:
+        if name in runs:
+            res[name] = best_of(runs[name])
 
     print()
     print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
@@ -571,8 +604,10 @@ def main() -> int:
     print(f"2nd epoch: c/a   = {ratio(C, 'a PIL + DataLoader', epoch2=True)}")
     print(f"2nd epoch: c/d   = {ratio(C, 'd limit float NCHW', epoch2=True)}")
     print(f"2nd epoch: c'/d' = {ratio(C8, D8, epoch2=True)}")
+    cold = runs[C][0]["first"] if C in runs else float("nan")
     print(
-        f"first batch (c) = {res[C]['first']:.2f} s  (target < 1 s; the first loader of a process also starts the worker server)"
+        f"first batch (c) = {res[C]['first']:.2f} s, {cold:.2f} s in round 1 (the first loader of "
+        "this process also started the worker server)  (target < 1 s)"
     )
     if "c stoker .rec x10 float NCHW" in res:
         big = res["c stoker .rec x10 float NCHW"]

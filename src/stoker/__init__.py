@@ -35,6 +35,8 @@ __version__ = "0.1.0"
 # name -> "module:attribute" (attribute empty for a submodule)
 _LAZY: dict[str, str] = {
     "Loader": "stoker.loader:Loader",
+    "Preempted": "stoker.loader:Preempted",
+    "on_sigterm": "stoker.loader:on_sigterm",
     "cleanup_stale": "stoker.loader:cleanup_stale",
     "make_sample_data": "stoker.pack:make_sample_data",
     "PackReport": "stoker.pack:PackReport",
@@ -92,5 +94,5 @@ if TYPE_CHECKING:  # pragma: no cover
     from stoker import sampling, train, transforms
     from stoker.doctor import watch
     from stoker.formats.recordio import open_records
-    from stoker.loader import Loader, cleanup_stale, prefetch
+    from stoker.loader import Loader, Preempted, cleanup_stale, on_sigterm, prefetch
     from stoker.pack import PackReport, make_sample_data, pack

@@ -3,6 +3,7 @@ and nothing is left behind (the autouse leak check covers segments, children and
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -426,3 +427,70 @@ def test_respawn_gives_up_on_a_chunk_that_kills_twice(arrays):
             match=r"killed by SIGKILL.* again while processing key 9 \(row 9 of the arrays\); its keys in flight: \[.*9",
         ):
             list(ld)
+
+
+PREEMPT_DRIVER = """
+import json, os, sys, time
+from loader_helpers import make_arrays
+import stoker
+
+if __name__ == "__main__":
+    x, y = make_arrays(4000)
+    out = sys.argv[1]
+    with stoker.Loader((x, y), batch_size=4, workers=2, seed=3, shuffle=True) as ld:
+        stoker.on_sigterm(lambda: open(out, "w").write(json.dumps(ld.state_dict())))
+        it = iter(ld)
+        next(it)
+        print(ld._segment.name, *[w.proc.pid for w in ld._workers], flush=True)
+        for b in it:
+            time.sleep(0.01)
+"""
+
+
+def test_sigterm_with_on_sigterm_saves_state_and_stops_cleanly(tmp_path):
+    # faults #52: a preempted job gets its hook called (here: the loader state saved), then
+    # stops like Ctrl-C: workers gone, no segment left, exit status 143
+    state = tmp_path / "state.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(PREEMPT_DRIVER), str(state)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        line = proc.stdout.readline().split()
+        assert line, proc.stderr.read()
+        seg, pids = line[0], [int(p) for p in line[1:]]
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, err
+    saved = json.loads(state.read_text())
+    assert saved["epoch"] == 0 and saved["batch"] >= 1 and saved["seed"] == 3
+    assert not os.path.exists(f"/dev/shm/{seg}")
+    assert _wait_gone(pids, 5) == []
+    assert "leaked" not in err and "Traceback" not in err
+
+
+def test_on_sigterm_raises_preempted_after_the_hook_and_restores():
+    from stoker.loader import Preempted, on_sigterm
+
+    calls = []
+    restore = on_sigterm(lambda: calls.append("saved"))
+    try:
+        with pytest.raises(Preempted) as info:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # the handler runs between two statements: the raise comes first
+        assert calls == ["saved"]
+        assert info.value.code == 143 and "SIGTERM" in str(info.value)
+    finally:
+        restore()
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    with pytest.raises(TypeError, match="callable"):
+        on_sigterm("save")  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 from stoker.loader._shm import cleanup_stale
 from stoker.loader.engine import Batch, Loader, warm_up
+from stoker.loader.preempt import Preempted, on_sigterm
 from stoker.loader.sources import ArraySource, FolderSource, RecordSource, Source, as_source
 
 try:
@@ -14,10 +15,12 @@ __all__ = [
     "Batch",
     "FolderSource",
     "Loader",
+    "Preempted",
     "RecordSource",
     "Source",
     "as_source",
     "cleanup_stale",
+    "on_sigterm",
     "prefetch",
     "warm_up",
 ]

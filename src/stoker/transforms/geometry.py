@@ -283,7 +283,8 @@ class RandomResizedCrop(Transform):
 
 @dataclass(frozen=True)
 class HorizontalFlip(Transform):
-    """Mirror left-right with probability ``p``.
+    """Mirror left-right with probability ``p`` (``p=1`` always and ``p=0`` never, without
+    drawing from ``rng``).
 
     The mirror is a new contiguous array (``cv2.flip``), not a reversed view: NumPy copies a
     view with a negative stride pixel by pixel, so the copy into the batch (or the next op's)
@@ -300,7 +301,8 @@ class HorizontalFlip(Transform):
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         check_image(img, "HorizontalFlip")
-        if rng.random() >= self.p:
+        p = self.p
+        if p < 1.0 and (p <= 0.0 or rng.random() >= p):  # p=1 and p=0 need no draw
             return img
         return restore_channels(cv2().flip(cv_input(img), 1), img)
 
