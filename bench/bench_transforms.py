@@ -178,7 +178,7 @@ def cases(size: int) -> list[tuple[str, Callable[[], Any], Callable[[], Any], st
         return bg
 
     add(
-        "ScaleTranslate (area)", lambda: st(img, gen), pil_scale, "seed-002: resize BICUBIC + paste"
+        "ScaleTranslate (auto)", lambda: st(img, gen), pil_scale, "seed-002: resize BICUBIC + paste"
     )
     sw = SineWarp()
 
