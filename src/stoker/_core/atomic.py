@@ -9,10 +9,18 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Iterable, Iterator
 from typing import IO
 
-__all__ = ["PARTIAL_SUFFIX", "atomic_write", "fsync_dir", "partial_path", "write_bytes_atomic"]
+__all__ = [
+    "PARTIAL_SUFFIX",
+    "atomic_write",
+    "fsync_dir",
+    "partial_path",
+    "write_bytes_atomic",
+    "write_cache_file",
+]
 
 PARTIAL_SUFFIX = ".partial"
 
@@ -73,3 +81,31 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     with atomic_write(path, "wb") as f:
         f.write(data)
+
+
+def write_cache_file(path: str | os.PathLike[str], chunks: Iterable[bytes]) -> bool:
+    """Best-effort write of a derived cache file: a unique temporary name (processes opening
+    the same dataset at once may all write it), fsync, chmod 644, rename. Returns False, with
+    nothing left behind, when the folder is read-only or a write fails: a cache is optional."""
+    final = os.fspath(path)
+    try:
+        fd, tmp = tempfile.mkstemp(
+            prefix=os.path.basename(final) + ".",
+            suffix=PARTIAL_SUFFIX,
+            dir=os.path.dirname(os.path.abspath(final)),
+        )
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, final)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return False
+    return True

@@ -30,18 +30,17 @@ openers never see a torn cache. A cache that cannot be written (read-only folder
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import mmap
 import os
 import struct
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
+from stoker._core.atomic import write_cache_file
 from stoker._core.errors import IndexFormatError
 
 __all__ = ["CACHE_SUFFIX", "IndexTable", "cache_path", "load_index", "parse_idx", "sha256_file"]
@@ -275,27 +274,14 @@ def _write_cache(cpath: str, table: IndexTable, idx_st: os.stat_result, rec_size
         rec_size,
         bytes.fromhex(table.sha256) if table.sha256 else bytes(32),
     )
-    directory = os.path.dirname(os.path.abspath(cpath))
-    try:
-        fd, tmp = tempfile.mkstemp(
-            prefix=os.path.basename(cpath) + ".", suffix=".partial", dir=directory
-        )
-    except OSError:
-        return  # read-only folder: run without a cache
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(head)
-            f.write(np.ascontiguousarray(table.keys, dtype="<i8").tobytes())
-            f.write(np.ascontiguousarray(table.offsets, dtype="<i8").tobytes())
-            if table.lines is not None:
-                f.write(np.ascontiguousarray(table.lines, dtype="<i8").tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, cpath)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    body = [
+        head,
+        np.ascontiguousarray(table.keys, dtype="<i8").tobytes(),
+        np.ascontiguousarray(table.offsets, dtype="<i8").tobytes(),
+    ]
+    if table.lines is not None:
+        body.append(np.ascontiguousarray(table.lines, dtype="<i8").tobytes())
+    write_cache_file(cpath, body)  # a read-only folder simply runs without a cache
 
 
 def load_index(

@@ -30,6 +30,7 @@ from stoker.formats.recordio.header import (
     unpack_header,
 )
 from stoker.formats.recordio.index import IndexTable, load_index
+from stoker.formats.recordio.labelcache import read_label_cache, write_label_cache
 
 __all__ = [
     "ImageRecords",
@@ -431,11 +432,22 @@ class RecordFile(Reader):
         one has ``k`` labels; ``ValueError`` when the selection mixes label counts.
         Vectorised over the mapping for single-part records.
         """
-        pos = (
-            np.arange(len(self), dtype=np.int64)
-            if positions is None
-            else np.asarray(positions, dtype=np.int64).reshape(-1)
-        )
+        if positions is None:
+            return self._all_labels()
+        return self._labels_at(np.asarray(positions, dtype=np.int64).reshape(-1))
+
+    def _all_labels(self) -> np.ndarray:
+        """Every record's label, through the ``NAME.rec.stklab`` cache (see labelcache)."""
+        if self._cache:
+            cached = read_label_cache(self.path, self.idx_path, len(self))
+            if cached is not None:
+                return cached
+        out = self._labels_at(np.arange(len(self), dtype=np.int64))
+        if self._cache and len(self):
+            write_label_cache(self.path, self.idx_path, out)
+        return out
+
+    def _labels_at(self, pos: np.ndarray) -> np.ndarray:
         n = len(self)
         if pos.size and (pos.min() < -n or pos.max() >= n):
             raise IndexError(f"positions out of range for {n} records")

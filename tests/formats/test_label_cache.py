@@ -1,0 +1,75 @@
+"""The label cache beside a .rec: used when fresh, rebuilt when the files change, never a
+reason to return labels that are not in the file."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from stoker.formats.recordio import IRHeader, RecordFile, RecordWriter, pack_header
+from stoker.formats.recordio.labelcache import label_cache_path, read_label_cache
+
+OLD = time.time() - 3600  # files "modified an hour ago": past the racy window
+
+
+def write(path, labels):
+    with RecordWriter(path, overwrite=True) as w:
+        for i, lab in enumerate(labels):
+            w.write(i, pack_header(IRHeader(0, lab, i, 0), b"img%d" % i))
+    for p in (path, str(path)[:-4] + ".idx"):
+        os.utime(p, (OLD, OLD))
+
+
+@pytest.mark.parametrize("labels", [[float(i % 7) for i in range(30)], [[i, -i] for i in range(9)]])
+def test_labels_are_cached_and_read_back(tmp_path, labels):
+    rec = str(tmp_path / "a.rec")
+    write(rec, labels)
+    with RecordFile(rec) as r:
+        first = r.labels()
+    assert os.path.exists(label_cache_path(rec))
+    np.testing.assert_array_equal(read_label_cache(rec, rec[:-4] + ".idx", len(labels)), first)
+    with RecordFile(rec) as r:
+        np.testing.assert_array_equal(r.labels(), np.asarray(labels, np.float32))
+
+
+def test_a_changed_rec_or_idx_is_not_served_from_the_cache(tmp_path):
+    rec = str(tmp_path / "b.rec")
+    write(rec, [1.0, 2.0, 3.0])
+    with RecordFile(rec) as r:
+        r.labels()
+    write(rec, [7.0, 8.0, 9.0])  # same sizes, new content, new mtime
+    with RecordFile(rec) as r:
+        assert r.labels().tolist() == [7.0, 8.0, 9.0]
+    with RecordFile(rec) as r:
+        r.labels()
+    assert read_label_cache(rec, rec[:-4] + ".idx", 3) is not None
+    assert read_label_cache(rec, rec[:-4] + ".idx", 4) is None  # another count
+    os.utime(rec, (OLD + 5, OLD + 5))  # rewritten in place: same size and inode, new mtime
+    assert read_label_cache(rec, rec[:-4] + ".idx", 3) is None
+    with RecordFile(rec) as r:
+        r.labels()
+    os.utime(rec[:-4] + ".idx", (OLD + 9, OLD + 9))  # the .idx alone changes
+    assert read_label_cache(rec, rec[:-4] + ".idx", 3) is None
+
+
+def test_fresh_files_and_damaged_caches(tmp_path):
+    rec = str(tmp_path / "c.rec")
+    with RecordWriter(rec) as w:
+        w.write(0, pack_header(IRHeader(0, 5.0, 0, 0), b"x"))
+    with RecordFile(rec) as r:
+        assert r.labels().tolist() == [5.0]
+    assert not os.path.exists(label_cache_path(rec))  # just written: too fresh to trust mtime
+    write(rec, [5.0])
+    with RecordFile(rec) as r:
+        r.labels()
+    with open(label_cache_path(rec), "r+b") as f:
+        f.truncate(80)  # a torn cache is ignored, not trusted
+    with RecordFile(rec) as r:
+        assert r.labels().tolist() == [5.0]
+    with RecordFile(rec, cache=False) as r:  # cache=False neither reads nor writes
+        os.unlink(label_cache_path(rec))
+        r.labels()
+    assert not os.path.exists(label_cache_path(rec))
