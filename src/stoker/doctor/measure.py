@@ -558,9 +558,9 @@ def measure_transforms(
 
 
 def measure_assemble(outputs: list[np.ndarray], *, batch_size: int, seconds: float) -> Stage | None:
-    """What a worker adds per sample around the transforms: the per-sample generator
-    (``sample_rng``) and the write of the result into its batch slot."""
-    from stoker._core.seeding import sample_rng
+    """What a worker adds per sample around the transforms: re-keying its per-sample generator
+    (``SampleRngs.at``) and the write of the result into its batch slot."""
+    from stoker._core.seeding import SampleRngs
 
     shapes = {o.shape for o in outputs}
     if not outputs or len(shapes) != 1:
@@ -569,8 +569,10 @@ def measure_assemble(outputs: list[np.ndarray], *, batch_size: int, seconds: flo
     slot.fill(0)  # fault the pages in now: the loader's ring is reused, not fresh memory
     idx = list(range(len(outputs)))
 
+    at = SampleRngs(0, 0).at
+
     def put(i: int) -> None:
-        sample_rng(0, 0, i)
+        at(i)
         np.copyto(slot[i % batch_size], outputs[i], casting="no")
 
     n, wall, cpu, queued = time_loop(put, idx, seconds=seconds, min_items=min(len(idx), 8))
