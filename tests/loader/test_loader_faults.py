@@ -110,6 +110,19 @@ def test_wrong_shape_or_dtype_named_before_writing(arrays, what):
             next(iter(ld))
 
 
+def test_wrong_shape_before_a_trailing_normalize_is_named_too(arrays):
+    # the chain's last Normalize writes into the batch row itself: what reaches it is checked
+    # first, and the error still names the sample
+    from stoker.transforms import Compose, Normalize
+
+    x, y = arrays
+    chain = Compose([Misbehave("shape", at=3), Normalize()])
+    with Loader((x, y), batch_size=8, transforms=chain, workers=1, layout="NCHW") as ld:
+        with pytest.raises(SpecError, match=r"key 3 .*got \(12, 9, 3\) uint8") as info:
+            next(iter(ld))
+    assert "expected (12, 10, 3) uint8" in str(info.value)
+
+
 def test_wrong_shape_leaves_neighbours_intact_in_skip_mode(arrays):
     x, y = arrays
     with Loader(
