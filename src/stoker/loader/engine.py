@@ -120,7 +120,15 @@ _MAX_STATE_BYTES = 1 << 20
 _MAX_COUNTER = 1 << 53
 _MAX_REJECTS_KEPT = 10_000
 _ON_ERROR = ("raise", "skip")
-_PRELOAD = ["numpy", "simplejpeg", "cv2", "stoker.loader._worker", "stoker.transforms"]
+_PRELOAD = [
+    "numpy",
+    "numpy.random",
+    "simplejpeg",
+    "cv2",
+    "stoker.formats.recordio",
+    "stoker.loader._worker",
+    "stoker.transforms",
+]
 
 _live: weakref.WeakSet[Loader] = weakref.WeakSet()
 
