@@ -212,6 +212,38 @@ def test_fallocate_failure_is_an_error_not_sigbus(monkeypatch, shm_names):
     assert shm_names() == before
 
 
+def test_slots_that_cannot_be_reserved_stop_the_loader_cleanly(arrays, monkeypatch, shm_names):
+    # the slots are reserved while the workers boot: a full /dev/shm found then is the same
+    # clear error, with the workers stopped and the segment gone, and no task ever sent
+    import errno
+
+    from stoker.loader import _shm
+
+    real = _shm.reserve
+    calls = []
+
+    def no_space(fd, off, size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def reserve(seg, offset=0, length=None):
+        calls.append(length)
+        if length is not None:  # the control block, reserved first
+            return real(seg, offset, length)
+        with monkeypatch.context() as m:  # the slots: the disk is full by now
+            m.setattr(os, "posix_fallocate", no_space)
+            return real(seg, offset, length)
+
+    monkeypatch.setattr(_shm, "reserve", reserve)
+    x, y = arrays
+    before = shm_names()
+    with Loader((x, y), batch_size=4, workers=2) as ld:
+        with pytest.raises(SharedMemoryError, match="cannot reserve"):
+            next(iter(ld))
+        assert ld._workers == [] and ld._segment is None
+    assert len(calls) == 2 and calls[0] > 0 and calls[1] is None
+    assert shm_names() == before
+
+
 def _driver(code: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]))
     return subprocess.Popen(

@@ -37,6 +37,7 @@ __all__ = [
     "cleanup_stale",
     "create_segment",
     "preflight",
+    "reserve",
     "process_start_time",
     "shm_free_bytes",
 ]
@@ -182,8 +183,42 @@ def preflight(need: int, *, slots: int, what: str = "slots") -> None:
         )
 
 
-def create_segment(size: int) -> tuple[Segment, Mapping]:
-    """Create, reserve (``posix_fallocate``) and map a new segment of ``size`` bytes."""
+def _reserve_fd(fd: int, offset: int, length: int, total: int) -> None:
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as e:
+        free = ""
+        with contextlib.suppress(OSError):
+            free = f"; {SHM_DIR} has {shm_free_bytes() / MiB:.1f} MiB free"
+        raise SharedMemoryError(
+            e.errno,
+            f"cannot reserve {total / MiB:.1f} MiB in {SHM_DIR} ({e.strerror}){free}; "
+            "lower prefetch/batch_size/workers or enlarge /dev/shm (docker --shm-size)",
+        ) from e
+
+
+def reserve(seg: Segment, offset: int = 0, length: int | None = None) -> None:
+    """``posix_fallocate`` bytes ``[offset, offset + length)`` of ``seg`` (all of it by
+    default): afterwards no page there can fault with SIGBUS for lack of space. Pages already
+    reserved are left as they are, so reserving a range twice is harmless."""
+    length = seg.size - offset if length is None else length
+    if length <= 0:
+        return
+    try:
+        fd = os.open(seg.path, os.O_RDWR)
+    except OSError as e:
+        raise SharedMemoryError(
+            e.errno, f"cannot open shared-memory segment {seg.path}: {e.strerror}"
+        ) from e
+    try:
+        _reserve_fd(fd, offset, length, seg.size)
+    finally:
+        os.close(fd)
+
+
+def create_segment(size: int, *, reserved: bool = True) -> tuple[Segment, Mapping]:
+    """Create and map a new segment of ``size`` bytes, reserved (``posix_fallocate``) unless
+    ``reserved=False``; then nothing may touch it before :func:`reserve` covered the range."""
     if size < 0:
         raise ValueError(f"size must be >= 0, got {size}")
     name = _segment_name()
@@ -199,17 +234,10 @@ def create_segment(size: int) -> tuple[Segment, Mapping]:
         _owned.add(name)
     try:
         if size:
-            try:
-                os.posix_fallocate(fd, 0, size)
-            except OSError as e:
-                free = ""
-                with contextlib.suppress(OSError):
-                    free = f"; {SHM_DIR} has {shm_free_bytes() / MiB:.1f} MiB free"
-                raise SharedMemoryError(
-                    e.errno,
-                    f"cannot reserve {size / MiB:.1f} MiB in {SHM_DIR} ({e.strerror}){free}; "
-                    "lower prefetch/batch_size/workers or enlarge /dev/shm (docker --shm-size)",
-                ) from e
+            if reserved:
+                _reserve_fd(fd, 0, size, size)
+            else:
+                os.ftruncate(fd, size)  # sparse until reserve(): mappable, not yet backed
         mapping = Mapping(fd, size, writable=True)
     except BaseException:
         os.close(fd)

@@ -4,7 +4,8 @@ NOTE [ Loader ring and shutdown protocol ]
 
 Buffers. One shared-memory segment per loader, ``/dev/shm/stoker_<pid>_<starttime>_<rand>``,
 reserved with ``posix_fallocate`` at start (a full ``/dev/shm`` fails there, never as a
-SIGBUS later), after a preflight that compares its size with the free space. Layout (see
+SIGBUS later), after a preflight that compares its size with the free space. The control
+block is reserved first; the slots while the workers boot, before the first task is sent. Layout (see
 ``_ring.py``): a 64-byte control block (int64 *generation*: the live iteration) and
 ``prefetch + 2`` slots; each slot holds ``batch_size`` rows of images (pipeline dtype and
 layout, sized for the widest batch width), labels, record keys and global indices; the control
@@ -818,16 +819,27 @@ class Loader:
             _shm.preflight(layout.total_bytes, slots=slots, what="batch slots")
             if getattr(self.source, "encoded", True) is False and hasattr(self.source, "share"):
                 self.source.share()  # type: ignore[attr-defined]
-            seg, mapping = _shm.create_segment(layout.total_bytes)
+            # The slots are reserved while the workers boot (both take tens of ms); only the
+            # control block, which main writes now, is reserved first. Nothing touches a slot
+            # before the whole ring is reserved: workers write only what a task names.
+            seg, mapping = _shm.create_segment(layout.total_bytes, reserved=False)
             self._segment = seg
             self._mem = mapping.array()
             self._layout = layout
             self._ring_width = max_width
             self._slot_state = ["free"] * slots
             self._ring_id += 1
-            control = layout.control(self._mem)
-            control[0] = self._generation
-            control[1:] = -1
+            try:
+                _shm.reserve(seg, 0, layout.control_bytes)
+                control = layout.control(self._mem)
+                control[0] = self._generation
+                control[1:] = -1
+                if not self._workers:
+                    self._start_workers()
+                _shm.reserve(seg)
+            except BaseException:
+                self._teardown()
+                raise
         if not self._workers:
             self._start_workers()
 
