@@ -254,10 +254,7 @@ class Pipeline:
             assert spec is not None
             if not (isinstance(head, np.ndarray) and spec.accepts(head)):
                 self._fail(head, spec, what, args)
-            if self.layout == "NCHW" and head.ndim == 2:
-                tail.write(head, dest[0], chw=False)  # (H, W) into the row's one plane
-            else:
-                tail.write(head, dest, chw=self.layout == "NCHW")
+            tail.write(head, dest, chw=self.layout == "NCHW")
             return None
         out = self.check(self.apply(img, rng), what=what, args=args)
         self.place(out, dest, width)

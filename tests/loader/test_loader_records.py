@@ -67,6 +67,18 @@ def test_worker_labels_match_the_sources_labels(tmp_path, kind):
     np.testing.assert_array_equal(labels, expected[order])
 
 
+def test_source_read_gives_the_labels_dtype_in_any_process(rec):
+    # in the process that opened it and in a worker (unpickled), read() gives each label as
+    # labels() does: int64 class ids here, whichever is called first
+    import pickle
+
+    path, _, _ = rec
+    for src in (RecordSource(path), pickle.loads(pickle.dumps(RecordSource(path)))):
+        labels = [src.read(i)[1] for i in range(6)]
+        assert [np.asarray(v).dtype for v in labels] == [np.dtype(np.int64)] * 6
+        assert [int(v) for v in labels] == [0, 1, 2, 3, 0, 1]
+
+
 def test_rec_float_normalised_nchw_same_for_all_worker_counts(rec):
     path, _, _ = rec
     t = Compose([Resize(36), RandomCrop(32), HorizontalFlip(), Normalize()])

@@ -66,12 +66,7 @@ class SampleRngs:
         self._bits = np.random.Philox(counter=_sample_counter(epoch, 0), key=_sample_key(seed))
         self._fresh = self._bits.state  # empty output buffer: the next draw starts the block
         self._counter = self._fresh["state"]["counter"]
-        self._epoch = int(epoch)
         self.generator = np.random.Generator(self._bits)
-
-    @property
-    def epoch(self) -> int:
-        return self._epoch
 
     def at(self, index: int) -> np.random.Generator:
         if not 0 <= index <= _U64:

@@ -834,13 +834,12 @@ class Loader:
                 control = layout.control(self._mem)
                 control[0] = self._generation
                 control[1:] = -1
-                if not self._workers:
-                    self._start_workers()
+                self._start_workers()  # none run without a ring (_teardown stops them first)
                 _shm.reserve(seg)
             except BaseException:
                 self._teardown()
                 raise
-        if not self._workers:
+        elif not self._workers:
             self._start_workers()
 
     def _spawn(self, wid: int) -> _WorkerHandle:

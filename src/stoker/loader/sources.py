@@ -115,7 +115,7 @@ class RecordSource(Source):
         self.path = os.fspath(path)
         self._rec: Any = None
         self._labels: np.ndarray | None = None
-        self._label_dtype = ""  # set in a worker (see __getstate__)
+        self._label_dtype = ""  # set when unpickled in a worker (see __getstate__)
         self._label_shape: tuple[int, ...] = ()
         self._keys: np.ndarray | None = None
         self._len = len(self._records())
@@ -167,9 +167,9 @@ class RecordSource(Source):
 
     def read(self, i: int) -> tuple[Any, Any]:
         header, image = self._records().read_header(i)
-        if self._labels is not None:
-            return image, self._labels[i]
-        # as labels() would give it: int64 class ids when the dataset's labels are all whole
+        if not self._label_dtype:  # the process that opened the source holds every label
+            return image, self.labels()[i]
+        # a worker: as labels() gives it (int64 class ids when the dataset's labels are whole)
         if self._label_shape:
             return image, np.asarray(header.label, self._label_dtype).reshape(self._label_shape)
         if self._label_dtype == "int64":

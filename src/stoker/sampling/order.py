@@ -60,6 +60,8 @@ class EpochOrder(Sampler):
     [1, 3, 0]
     """
 
+    _domain = _DOMAIN_ORDER  # the stream the shuffle draws from
+
     def __init__(
         self,
         n: int,
@@ -94,7 +96,7 @@ class EpochOrder(Sampler):
         """The order of all ``n`` samples for ``epoch``, before the rank split."""
         epoch = check_epoch(epoch)
         if self.shuffle:
-            return stream_rng(self.seed, _DOMAIN_ORDER, epoch).permutation(self.n).astype(np.int64)
+            return stream_rng(self.seed, self._domain, epoch).permutation(self.n).astype(np.int64)
         return np.arange(self.n, dtype=np.int64)
 
     def indices(self, epoch: int) -> np.ndarray:
@@ -113,13 +115,15 @@ class EpochOrder(Sampler):
         }
 
 
-class Subset(Sampler):
+class Subset(EpochOrder):
     """An :class:`EpochOrder` over chosen dataset positions (e.g. the ``kept`` indices of
     :func:`~stoker.sampling.filter_by_label_frequency`); yields dataset positions.
 
     >>> Subset([10, 20, 30]).indices(0).tolist()
     [10, 20, 30]
     """
+
+    _domain = _DOMAIN_SUBSET
 
     def __init__(
         self,
@@ -139,38 +143,22 @@ class Subset(Sampler):
         if arr.size and arr.min() < 0:
             raise ValueError(f"indices must be >= 0, got {int(arr.min())}")
         self.positions = arr.astype(np.int64)
-        self.rank, self.world_size = check_rank(rank, world_size)
-        self.shuffle = bool(shuffle)
-        self.seed = check_seed(seed)
-        self.drop_last = bool(drop_last)
-        self.epoch = 0
+        super().__init__(
+            len(self.positions),
+            shuffle=shuffle,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            drop_last=drop_last,
+        )
 
-    @property
-    def padding(self) -> int:
-        return _padding(len(self.positions), self.world_size, self.drop_last)
-
-    @property
-    def dropped(self) -> int:
-        return _dropped(len(self.positions), self.world_size, self.drop_last)
-
-    def __len__(self) -> int:
-        return _per_rank(len(self.positions), self.world_size, self.drop_last)
-
-    def indices(self, epoch: int) -> np.ndarray:
-        epoch = check_epoch(epoch)
-        order = self.positions
-        if self.shuffle:
-            order = order[stream_rng(self.seed, _DOMAIN_SUBSET, epoch).permutation(len(order))]
-        return split_for_rank(order, self.rank, self.world_size, drop_last=self.drop_last)
+    def global_order(self, epoch: int) -> np.ndarray:
+        """The chosen positions in this epoch's order, before the rank split."""
+        return self.positions[super().global_order(epoch)]
 
     def fingerprint(self) -> dict:
         return {
+            **super().fingerprint(),
             "type": "Subset",
-            "n": len(self.positions),
             "positions": array_digest(self.positions),
-            "shuffle": self.shuffle,
-            "seed": self.seed,
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "drop_last": self.drop_last,
         }

@@ -133,13 +133,9 @@ class Grayscale(Transform):
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         check_image(img, "Grayscale")
-        c = 1 if img.ndim == 2 else img.shape[2]
-        if c == 3:
-            g = cv2().cvtColor(cv_input(img), cv2().COLOR_RGB2GRAY)
-        elif c == 1:
-            g = img.reshape(img.shape[:2])
-        else:
+        if _channels(img) not in (1, 3):
             raise ValueError(f"Grayscale: expects 1 or 3 channels, got shape {img.shape}")
+        g = _gray(img)
         if self.channels == 3:
             return cv2().cvtColor(np.ascontiguousarray(g), cv2().COLOR_GRAY2RGB)
         return g if img.ndim == 2 else g[:, :, None]

@@ -71,7 +71,8 @@ class Resize(Transform):
     ``interpolation``: ``"bilinear"`` (cv2 ``INTER_LINEAR``, the default, as in the seed's
     ``cv2.resize``), ``"area"`` (use it to shrink by more than 2×), ``"auto"`` (area when a side
     shrinks 2× or more, else bilinear: antialiased where it matters, at bilinear's cost
-    elsewhere), ``"nearest"``, ``"bicubic"``, ``"lanczos"``. As a chain's first op it gives a decode hint (its own output size).
+    elsewhere), ``"nearest"``, ``"bicubic"``, ``"lanczos"``. As a chain's first op it gives a
+    decode hint (its own output size).
     """
 
     size: int | tuple[int, int]

@@ -35,6 +35,7 @@ import time
 import numpy as np
 
 from stoker._core.atomic import write_cache_file
+from stoker.formats.recordio.index import _RACY_NS, _stat_sig  # the index cache's rules
 
 __all__ = ["LABEL_CACHE_SUFFIX", "label_cache_path", "read_label_cache", "write_label_cache"]
 
@@ -42,7 +43,6 @@ LABEL_CACHE_SUFFIX = ".stklab"
 _MAGIC = b"STKLAB\x00\x01"
 _VERSION = 1
 _HEAD = struct.Struct("<8sIIQQqQQqQ")  # 72 bytes
-_RACY_NS = 2_000_000_000
 
 
 def label_cache_path(rec_path: str) -> str:
@@ -53,10 +53,9 @@ def _sig(path: str | None) -> tuple[int, int, int] | None:
     if path is None:
         return (0, 0, 0)
     try:
-        st = os.stat(path)
+        return _stat_sig(os.stat(path))
     except OSError:
         return None
-    return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 def read_label_cache(rec_path: str, idx_path: str | None, n: int) -> np.ndarray | None:

@@ -394,7 +394,10 @@ class RecordFile(Reader):
     def read(self, i: int) -> memoryview:
         """The whole dmlc payload of position ``i`` (IRHeader + image). Zero-copy for
         single-part records; split records are reassembled with their magic restored."""
-        i = self._check_index(i)
+        return self._payload(self._check_index(i))
+
+    def _payload(self, i: int) -> memoryview:
+        """``read`` of a position already checked (and made non-negative)."""
         off = int(self._table.offsets[i])
         mm, view = self._buf()
         self._check_not_shrunk(i, off)
@@ -416,7 +419,7 @@ class RecordFile(Reader):
     def read_header(self, i: int) -> tuple[IRHeader, memoryview]:
         """``(IRHeader, image bytes)`` of position ``i``."""
         i = self._check_index(i)
-        payload = self.read(i)
+        payload = self._payload(i)
         try:
             return unpack_header(payload)
         except ValueError as e:
