@@ -274,14 +274,18 @@ if __name__ == "__main__":
 """
 
 
+def _running(pid):
+    """True while `pid` is a process that is not a zombie (it may exit while we look)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _wait_gone(pids, seconds):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        alive = [
-            p
-            for p in pids
-            if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-        ]
+        alive = [p for p in pids if _running(p)]
         if not alive:
             return []
         time.sleep(0.05)
@@ -324,9 +328,11 @@ def test_sigkill_of_main_workers_exit_and_cleanup_removes_segment():
             proc.wait(10)
         proc.stdout.close()  # not communicate(): orphaned workers may hold the pipes
         proc.stderr.close()
-    assert _wait_gone(pids, 10) == []
-    # nobody could unlink it; the sweep (here, or any loader starting meanwhile) removes it
-    cleanup_stale()
+    try:
+        assert _wait_gone(pids, 10) == []
+    finally:
+        # nobody could unlink it; the sweep (here, or any loader starting meanwhile) removes it
+        cleanup_stale()
     assert not os.path.exists(f"/dev/shm/{seg}")
 
 
