@@ -79,6 +79,47 @@ def test_source_read_gives_the_labels_dtype_in_any_process(rec):
         assert [int(v) for v in labels] == [0, 1, 2, 3, 0, 1]
 
 
+@pytest.mark.parametrize("kind", ["int", "fractional", "multi"])
+def test_source_reader_gives_what_read_and_key_give(tmp_path, kind):
+    # reader() is the per-sample call of a worker (a fast path for one-label records): the
+    # same bytes, label (value and dtype) and key as read() and key(), in the opening process
+    # and in a worker, and the same error for a damaged record
+    import pickle
+
+    path = str(tmp_path / "r.rec")
+    img = jpeg_bytes(np.full((16, 16, 3), 90, np.uint8))
+    with RecordWriter(path) as w:
+        for k in range(8):
+            lab = {"int": k % 3, "fractional": k / 4, "multi": [k, 0.5]}[kind]
+            w.write(50 + k, pack_header(IRHeader(0, lab, k, 0), img))
+    opened = RecordSource(path)
+    opened.labels()
+    for src in (opened, pickle.loads(pickle.dumps(opened))):  # noqa: S301 - our own object
+        get = src.reader()
+        for i in range(len(src)):
+            payload, label, key = get(i)
+            want, want_label = src.read(i)
+            assert bytes(payload) == bytes(want) and key == src.key(i) == 50 + i
+            assert np.asarray(label).dtype == np.asarray(want_label).dtype == opened.labels().dtype
+            np.testing.assert_array_equal(label, want_label)
+        src.close()
+    from stoker.formats.recordio import open_records
+
+    with open_records(path) as r:
+        bad_at = r.offset(5)
+    sent = pickle.dumps(RecordSource(path))  # what a worker gets, before the damage
+    with open(path, "r+b") as f:
+        f.seek(bad_at)
+        f.write(b"\x00" * 4)  # the record's magic
+    worker = pickle.loads(sent)  # noqa: S301
+    with pytest.raises(CorruptRecordError) as via_read:
+        worker.read(5)
+    with pytest.raises(CorruptRecordError) as via_reader:
+        worker.reader()(5)
+    assert str(via_reader.value) == str(via_read.value) and "key 55" in str(via_read.value)
+    worker.close()
+
+
 def test_rec_float_normalised_nchw_same_for_all_worker_counts(rec):
     path, _, _ = rec
     t = Compose([Resize(36), RandomCrop(32), HorizontalFlip(), Normalize()])

@@ -20,7 +20,7 @@ import numpy as np
 
 from stoker._core.seeding import SampleRngs
 from stoker.loader._ring import RingLayout
-from stoker.loader._shm import Segment, process_start_time
+from stoker.loader._shm import Segment, populate, process_start_time
 from stoker.loader.sources import Source
 from stoker.pipeline import Pipeline
 
@@ -107,16 +107,17 @@ def fill_chunk(
     images, labels, keys, indices = views
     bad: list[tuple[int, int, int | None, str]] = []
     at = SampleRngs(seed, task.epoch).at  # sample_rng(seed, epoch, i), re-keyed in place
-    key_of, read, fill_row, width = source.key, source.read, pipeline.fill_row, task.width
+    read, fill_row, width = source.reader(), pipeline.fill_row, task.width
     decode = pipeline.decode_image if source.encoded else None
-    for row, gi in enumerate(task.indices.tolist(), start=task.row0):
+    row0, n = task.row0, len(task.indices)
+    indices[row0 : row0 + n] = task.indices  # rows of skipped samples are dropped by main
+    for row, gi in enumerate(task.indices.tolist(), start=row0):
         if cancelled is not None and cancelled():
             return "cancelled", None
         if progress is not None:
             progress[0] = gi  # main reads it if this process dies
         try:
-            key = key_of(gi)
-            payload, label = read(gi)
+            payload, label, key = read(gi)
             img = payload if decode is None else decode(payload)
             rng = at(gi)
             # the sample is named in an error only: no message is formatted per sample
@@ -125,7 +126,6 @@ def fill_chunk(
             )
             labels[row] = label
             keys[row] = key
-            indices[row] = gi
             if task.half:
                 assert out is not None  # fill_row returns the sample whenever pair_with is set
                 pair = pipeline.check(
@@ -205,6 +205,7 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
     layout = cfg.layout
     control = layout.control(mem)
     progress = control[1 + cfg.worker_id : 2 + cfg.worker_id]
+    touched: set[tuple] = set()  # the row ranges of slots this worker has written before
     while True:
         try:
             task = conn.recv()
@@ -218,6 +219,11 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
             return int(control[0]) != gen
 
         views = layout.views(mem, task.slot, task.width, task.rows)
+        where = (task.slot, task.width, task.rows, task.row0, len(task.indices), task.half)
+        if where not in touched:  # first write there: map its pages in one call
+            touched.add(where)
+            for r0 in (task.row0, task.row0 + task.half) if task.half else (task.row0,):
+                populate(views[0][r0 : r0 + len(task.indices)])
         try:
             status, payload = fill_chunk(
                 task,

@@ -20,7 +20,7 @@ import abc
 import hashlib
 import os
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -93,6 +93,19 @@ class Source(abc.ABC):
 
     def describe(self, i: int) -> str:
         return f"key {self.key(i)} (position {i})"
+
+    def reader(self) -> Callable[[int], tuple[Any, Any, int]]:
+        """``f(i) -> (payload, label, key)``: what a worker calls per sample. Made once per
+        chunk of a batch, so a source can check its files once per chunk rather than per
+        sample; the same samples, labels, keys and errors as ``read`` and ``key``."""
+        read, key = self.read, self.key
+
+        def get(i: int) -> tuple[Any, Any, int]:
+            k = key(i)
+            payload, label = read(i)
+            return payload, label, k
+
+        return get
 
     def load(self, i: int) -> tuple[np.ndarray, Any]:
         payload, label = self.read(i)
@@ -175,6 +188,28 @@ class RecordSource(Source):
         if self._label_dtype == "int64":
             return image, int(header.label)
         return image, np.float32(header.label)
+
+    def reader(self) -> Callable[[int], tuple[Any, Any, int]]:
+        # In a worker, single-part records with one label take RecordFile.plain_reader: one
+        # unpack for both headers, no per-sample fstat. Any other record (and every error)
+        # goes the way of read().
+        slow = super().reader()
+        if not self._label_dtype or self._label_shape:
+            return slow
+        make = getattr(self._records(), "plain_reader", None)  # not on views or record sets
+        plain = make() if make is not None else None
+        if plain is None:
+            return slow
+        as_label = int if self._label_dtype == "int64" else np.float32
+
+        def get(i: int) -> tuple[Any, Any, int]:
+            got = plain(i)
+            if got is None:
+                return slow(i)
+            label, image, key = got
+            return image, as_label(label), key
+
+        return get
 
     @property
     def class_names(self) -> list[str] | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ import numpy as np
 from stoker._core.errors import CorruptRecordError
 from stoker.formats.base import Reader
 from stoker.formats.recordio.header import (
+    IR_FORMAT,
     IR_SIZE,
     LENGTH_MASK,
     MAGIC,
@@ -42,6 +43,7 @@ __all__ = [
 ]
 
 _HEAD = struct.Struct("<II")
+_HEAD_IR = struct.Struct("<II" + IR_FORMAT[1:])  # record header + IRHeader, one unpack
 
 
 def _stem(rec_path: str) -> str:
@@ -424,6 +426,36 @@ class RecordFile(Reader):
             return unpack_header(payload)
         except ValueError as e:
             raise self._error(i, int(self._table.offsets[i]), str(e)) from None
+
+    def plain_reader(self) -> Callable[[int], tuple[float, memoryview, int] | None] | None:
+        """A reader for hot loops over the common record: ``f(i)`` gives ``(label, image bytes,
+        key)`` of position ``i`` when that record is one part with one float label, else
+        ``None`` (the caller then reads it with :meth:`read_header`, which also raises the
+        error that names what is wrong). ``None`` instead of a reader when checksums are on or
+        the file shrank since it was opened. Make one per batch or so: the truncation check
+        that :meth:`read` does on every call is done once, here."""
+        mm, view = self._buf()
+        if self._crc is not None or mm is None or mm.size() < self.size:
+            return None
+        offsets, keys, size, n = self._table.offsets, self._table.keys, self.size, len(self)
+        unpack, magic_ok, mask = _HEAD_IR.unpack_from, MAGIC, LENGTH_MASK
+        first = 8 + IR_SIZE
+
+        def read(i: int) -> tuple[float, memoryview, int] | None:
+            if not 0 <= i < n:
+                return None
+            off = int(offsets[i])
+            if off + first > size:
+                return None
+            magic, lrec, flag, label, _id, _id2 = unpack(mm, off)
+            length = lrec & mask
+            if magic != magic_ok or lrec > mask or flag or length < IR_SIZE:
+                return None
+            if off + 8 + ((length + 3) & ~3) > size:  # dmlc reads the padding too
+                return None
+            return label, view[off + first : off + 8 + length], int(keys[i])
+
+        return read
 
     def read_key(self, key: int) -> memoryview:
         return self.read(self.position(key))
