@@ -213,8 +213,9 @@ def test_fallocate_failure_is_an_error_not_sigbus(monkeypatch, shm_names):
 
 
 def test_slots_that_cannot_be_reserved_stop_the_loader_cleanly(arrays, monkeypatch, shm_names):
-    # the slots are reserved while the workers boot: a full /dev/shm found then is the same
-    # clear error, with the workers stopped and the segment gone, and no task ever sent
+    # slot 0 is reserved with the control block; the others just before their first task. A
+    # /dev/shm that filled up since the preflight is the same clear error then, with the workers
+    # stopped, the segment gone, and no task ever naming an unreserved slot
     import errno
 
     from stoker.loader import _shm
@@ -226,21 +227,38 @@ def test_slots_that_cannot_be_reserved_stop_the_loader_cleanly(arrays, monkeypat
         raise OSError(errno.ENOSPC, "No space left on device")
 
     def reserve(seg, offset=0, length=None):
-        calls.append(length)
-        if length is not None:  # the control block, reserved first
+        calls.append((offset, length))
+        if len(calls) == 1:  # the control block and slot 0
             return real(seg, offset, length)
-        with monkeypatch.context() as m:  # the slots: the disk is full by now
+        with monkeypatch.context() as m:  # slot 1: the disk is full by now
             m.setattr(os, "posix_fallocate", no_space)
             return real(seg, offset, length)
 
+    sent = []
+    real_spawn = Loader._spawn
+
+    def spawn(self, wid):
+        handle = real_spawn(self, wid)
+        send = handle.conn.send
+
+        def recording_send(task):
+            sent.append(task)
+            return send(task)
+
+        handle.conn.send = recording_send
+        return handle
+
     monkeypatch.setattr(_shm, "reserve", reserve)
+    monkeypatch.setattr(Loader, "_spawn", spawn)
     x, y = arrays
     before = shm_names()
     with Loader((x, y), batch_size=4, workers=2) as ld:
         with pytest.raises(SharedMemoryError, match="cannot reserve"):
             next(iter(ld))
         assert ld._workers == [] and ld._segment is None
-    assert len(calls) == 2 and calls[0] > 0 and calls[1] is None
+    (off0, len0), (off1, len1) = calls
+    assert off0 == 0 and len0 > 0 and off1 == len0 and len1 > 0
+    assert {t.slot for t in sent if t is not None} == {0}
     assert shm_names() == before
 
 

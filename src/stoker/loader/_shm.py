@@ -36,6 +36,7 @@ __all__ = [
     "Segment",
     "cleanup_stale",
     "create_segment",
+    "populate",
     "preflight",
     "reserve",
     "process_start_time",
@@ -58,7 +59,12 @@ _libc.mmap.argtypes = [
 ]
 _libc.munmap.restype = ctypes.c_int
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.madvise.restype = ctypes.c_int
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _MAP_FAILED = ctypes.c_void_p(-1).value
+_MADV_POPULATE_WRITE = 23  # Linux 5.14+
+_PAGE = mmap.PAGESIZE
+_can_populate = True
 
 # Segments this process created and has not unlinked yet (for the atexit sweep).
 _owned: set[str] = set()
@@ -195,6 +201,21 @@ def _reserve_fd(fd: int, offset: int, length: int, total: int) -> None:
             f"cannot reserve {total / MiB:.1f} MiB in {SHM_DIR} ({e.strerror}){free}; "
             "lower prefetch/batch_size/workers or enlarge /dev/shm (docker --shm-size)",
         ) from e
+
+
+def populate(arr: np.ndarray) -> None:
+    """Map the pages under ``arr`` (a view of a reserved segment) writable in one call
+    (``MADV_POPULATE_WRITE``) instead of one page fault per 4 KiB on first write: about half
+    the cost on first touch. Best effort: on a kernel without it, the writes fault as usual."""
+    global _can_populate
+    if not _can_populate or arr.nbytes == 0:
+        return
+    start = arr.__array_interface__["data"][0]
+    lo = start - start % _PAGE
+    hi = start + arr.nbytes
+    if _libc.madvise(lo, hi - lo, _MADV_POPULATE_WRITE) != 0:
+        if ctypes.get_errno() == errno.EINVAL:  # older kernel: never ask again
+            _can_populate = False
 
 
 def reserve(seg: Segment, offset: int = 0, length: int | None = None) -> None:

@@ -3,9 +3,10 @@
 NOTE [ Loader ring and shutdown protocol ]
 
 Buffers. One shared-memory segment per loader, ``/dev/shm/stoker_<pid>_<starttime>_<rand>``,
-reserved with ``posix_fallocate`` at start (a full ``/dev/shm`` fails there, never as a
-SIGBUS later), after a preflight that compares its size with the free space. The control
-block is reserved first; the slots while the workers boot, before the first task is sent. Layout (see
+reserved with ``posix_fallocate`` (a full ``/dev/shm`` fails there, never as a SIGBUS later),
+after a preflight that compares its size with the free space. The control block and slot 0
+are reserved before the workers start; each other slot just before its first task, while the
+workers fill the earlier ones. No task names an unreserved slot. Layout (see
 ``_ring.py``): a 64-byte control block (int64 *generation*: the live iteration) and
 ``prefetch + 2`` slots; each slot holds ``batch_size`` rows of images (pipeline dtype and
 layout, sized for the widest batch width), labels, record keys and global indices; the control
@@ -396,6 +397,7 @@ class Loader:
         self._owner_pid = os.getpid()
         self._workers: list[_WorkerHandle] = []
         self._slot_state: list[str] = []
+        self._unreserved: set[int] = set()  # slots not yet posix_fallocate'd
         self._ring_width: int | None = None
         self._layout: RingLayout | None = None
         self._inflight: dict[tuple[int, int], _Inflight] = {}
@@ -819,23 +821,25 @@ class Loader:
             _shm.preflight(layout.total_bytes, slots=slots, what="batch slots")
             if getattr(self.source, "encoded", True) is False and hasattr(self.source, "share"):
                 self.source.share()  # type: ignore[attr-defined]
-            # The slots are reserved while the workers boot (both take tens of ms); only the
-            # control block, which main writes now, is reserved first. Nothing touches a slot
-            # before the whole ring is reserved: workers write only what a task names.
+            # Only the control block and slot 0 are reserved before the workers start; every
+            # other slot is reserved when it is first dispatched (_dispatch), while the workers
+            # make the batches before it. Reserving costs about a microsecond per KiB, so the
+            # first batch no longer waits for the whole ring. Nothing touches an unreserved
+            # slot: workers write only the slot a task names.
             seg, mapping = _shm.create_segment(layout.total_bytes, reserved=False)
             self._segment = seg
             self._mem = mapping.array()
             self._layout = layout
             self._ring_width = max_width
             self._slot_state = ["free"] * slots
+            self._unreserved = set(range(1, slots))
             self._ring_id += 1
             try:
-                _shm.reserve(seg, 0, layout.control_bytes)
+                _shm.reserve(seg, 0, layout.control_bytes + layout.slot_bytes)
                 control = layout.control(self._mem)
                 control[0] = self._generation
                 control[1:] = -1
                 self._start_workers()  # none run without a ring (_teardown stops them first)
-                _shm.reserve(seg)
             except BaseException:
                 self._teardown()
                 raise
@@ -922,6 +926,8 @@ class Loader:
                 slot = self._slot_state.index("free")
             except ValueError:
                 return
+            if slot in self._unreserved:
+                self._reserve_slot(slot)
             number = pending.popleft()
             bidx = self._batch_indices(idx, number)
             width = None if widths is None else int(widths[number])
@@ -947,6 +953,20 @@ class Loader:
                         self._respawn(w)  # re-sends its queue, this task included
                     else:
                         self._raise_dead(w)
+
+    def _reserve_slot(self, slot: int) -> None:
+        """``posix_fallocate`` slot ``slot`` before its first task; a failure (``/dev/shm``
+        filled up since the preflight) stops the workers and removes the segment."""
+        assert self._layout is not None and self._segment is not None
+        layout = self._layout
+        try:
+            _shm.reserve(
+                self._segment, layout.control_bytes + slot * layout.slot_bytes, layout.slot_bytes
+            )
+        except BaseException:
+            self._teardown()
+            raise
+        self._unreserved.discard(slot)
 
     def _wait(
         self,
@@ -1180,6 +1200,7 @@ class Loader:
         self._layout = None
         self._ring_width = None
         self._slot_state = []
+        self._unreserved = set()
 
 
 def _dims(spec: ArraySpec) -> tuple[int, ...]:
