@@ -6,7 +6,8 @@ Buffers. One shared-memory segment per loader, ``/dev/shm/stoker_<pid>_<starttim
 reserved with ``posix_fallocate`` (a full ``/dev/shm`` fails there, never as a SIGBUS later),
 after a preflight that compares its size with the free space. The control block and slot 0
 are reserved before the workers start; each other slot just before its first task, while the
-workers fill the earlier ones. No task names an unreserved slot. Layout (see
+workers fill the earlier ones. No task names an unreserved slot. Before its first write to a
+range of rows, a worker maps those pages in one ``MADV_POPULATE_WRITE`` call. Layout (see
 ``_ring.py``): a 64-byte control block (int64 *generation*: the live iteration) and
 ``prefetch + 2`` slots; each slot holds ``batch_size`` rows of images (pipeline dtype and
 layout, sized for the widest batch width), labels, record keys and global indices; the control
