@@ -471,7 +471,10 @@ def main() -> int:
         "--work", default=None, help="data folder (default: a temporary one, reused by name)"
     )
     ap.add_argument(
-        "--skip", action="append", default=[], help="skip a part: baselines, scale, 224"
+        "--skip",
+        action="append",
+        default=[],
+        help="skip parts: baselines, scale, 224 (repeat the flag or separate with commas)",
     )
     ap.add_argument(
         "--rounds",
@@ -483,6 +486,10 @@ def main() -> int:
     ap.add_argument("--torch-baseline", nargs=2, metavar=("KIND", "ROOT"), help=argparse.SUPPRESS)
     ap.add_argument("--rrc", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    args.skip = {part.strip() for given in args.skip for part in given.split(",")}
+    unknown = args.skip - {"baselines", "scale", "224"}
+    if unknown:
+        ap.error(f"--skip: unknown part(s) {sorted(unknown)}; choose from baselines, scale, 224")
     if args.torch_baseline:  # a child run of one baseline (see torch_run): JSON on stdout
         kind, root = args.torch_baseline
         ds = (PILFolder if kind == "pil" else CVFolder)(root, rrc=args.rrc)
@@ -593,7 +600,16 @@ def main() -> int:
         rx = res[x]["epoch2"] if epoch2 else res[x]
         by_rate = rx["rate"] / res[y]["rate"]
         by_cpu = res[y]["cpu_ms_per_image"] / rx["cpu_ms_per_image"]
-        return f"{by_rate:.2f} by images/s, {by_cpu:.2f} by CPU time per image"
+        out = f"{by_rate:.2f} by images/s, {by_cpu:.2f} by CPU time per image"
+        if len(runs[x]) > 1 and len(runs[x]) == len(runs[y]):
+            # the two candidates of one round ran next to each other: their ratio is the least
+            # touched by the machine's slow drift (each candidate's best may come from two
+            # different rounds)
+            per = [
+                (a["epoch2"] if epoch2 else a)["rate"] / b["rate"] for a, b in zip(runs[x], runs[y])
+            ]
+            out += "; by round: " + " ".join(f"{v:.2f}" for v in per)
+        return out
 
     C, C8, D8 = "c stoker .rec float NCHW", "c' stoker .rec uint8 NHWC", "d' limit uint8 NHWC"
     print(f"c/a   = {ratio(C, 'a PIL + DataLoader')}  (target >= 4)")
