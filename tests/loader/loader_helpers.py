@@ -197,3 +197,27 @@ class KillOnce(Transform):
 
     def output_spec(self, in_spec):
         return in_spec
+
+
+@dataclass(frozen=True)
+class MarkWorker(Transform):
+    """Writes which process made the sample into pixel (0, 0, 2): 1 + the worker id (0 in the
+    main process); worker 0 takes ``slow_s`` per sample (as a worker preempted by other jobs),
+    the others ``fast_s``."""
+
+    slow_s: float = 0.0
+    fast_s: float = 0.0
+
+    def __call__(self, img, rng):
+        import multiprocessing
+        import time
+
+        name = multiprocessing.current_process().name
+        wid = int(name.rsplit("-", 1)[1]) if name.startswith("stoker-worker-") else -1
+        time.sleep(self.slow_s if wid == 0 else self.fast_s)
+        out = img.copy()
+        out[0, 0, 2] = wid + 1
+        return out
+
+    def output_spec(self, in_spec):
+        return in_spec

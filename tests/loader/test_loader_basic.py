@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from loader_helpers import Identity, Invert, NoShape, RandCrop, ToFloat, index_of
+from loader_helpers import (
+    Identity,
+    Invert,
+    MarkWorker,
+    NoShape,
+    RandCrop,
+    ToFloat,
+    index_of,
+    make_arrays,
+)
 
 from stoker import SpecError
 from stoker.loader import ArraySource, FolderSource, Loader
@@ -304,3 +313,18 @@ def test_per_batch_width_with_normalize_pads_normalised_rows_with_zeros(arrays, 
     np.testing.assert_array_equal(bs[1], full[20:40])  # the chain's own width: written in place
     np.testing.assert_array_equal(bs[2][..., :10], full[40:60])
     assert not bs[2][..., 10:].any()  # padding is zero after normalising, as documented
+
+
+def test_a_worker_that_falls_behind_gets_less_work():
+    # worker 0 is slow (as when other jobs preempt it): chunks go to the worker with the least
+    # queued, so worker 1 makes most samples instead of idling while it waits for worker 0's
+    # share of each batch to free a slot; the batches are the same either way
+    x, y = make_arrays(240)
+    with Loader((x, y), batch_size=8, workers=2, transforms=MarkWorker(0.02, 0.002)) as ld:
+        got = [(b.images.copy(), b.indices.copy()) for b in ld]
+    images = np.concatenate([g[0] for g in got])
+    assert [index_of(im) for im in images] == list(range(len(x)))
+    made_by = images[:, 0, 0, 2]
+    assert set(made_by.tolist()) <= {1, 2}
+    assert (made_by == 1).sum() <= len(x) // 4, made_by  # an even split would be half
+    np.testing.assert_array_equal(images[..., :2], x[..., :2])

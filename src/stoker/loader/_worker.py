@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -180,8 +181,6 @@ def _die_with_parent(main_pid: int, main_start: int | None) -> None:
         pass
 
     def watch() -> None:
-        import time
-
         while True:
             if os.getppid() != parent or process_start_time(main_pid) != main_start:
                 os._exit(1)
@@ -224,6 +223,7 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
             touched.add(where)
             for r0 in (task.row0, task.row0 + task.half) if task.half else (task.row0,):
                 populate(views[0][r0 : r0 + len(task.indices)])
+        began = time.perf_counter()
         try:
             status, payload = fill_chunk(
                 task,
@@ -240,7 +240,7 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
         del views
         progress[0] = -1
         try:
-            conn.send((status, gen, task.number, task.row0, payload))
+            conn.send((status, gen, task.number, task.row0, payload, time.perf_counter() - began))
         except (BrokenPipeError, OSError):
             break
     try:

@@ -17,10 +17,16 @@ being built: ``prefetch``; the one the consumer holds: 1; a spare for a batch ke
 
 Messages. Each worker has its own duplex pipe. Main -> worker: a :class:`Task` (generation,
 batch number, slot, epoch, width, first row, the indices of the chunk), or ``None`` to stop.
-Worker -> main: ``(status, generation, number, row0, payload)``, status ``done`` (payload: the
-skipped samples), ``error`` (type, message, traceback text, key, index) or ``cancelled``.
-A batch is split into one chunk per worker (round-robin), so the first batch arrives after
-``batch_size / workers`` samples. Nothing large is pickled: images never leave the segment.
+Worker -> main: ``(status, generation, number, row0, payload, seconds)``, status ``done``
+(payload: the skipped samples), ``error`` (type, message, traceback text, key, index) or
+``cancelled``; ``seconds``: the chunk's wall time in the worker. A batch is split into two
+chunks per worker (none under 8 samples unless a worker would get none); each chunk goes to
+the worker that will be free first (samples queued times its recent seconds per sample; ties
+in turn). The first
+batch arrives after ``batch_size / workers`` samples per worker, and a worker that falls
+behind (preempted, slower images) gets less of the next batches instead of leaving the others
+idle while they wait for its share to free a slot. Nothing large is pickled: images never
+leave the segment.
 
 Ownership of a slot: FREE -> (main dispatches) WORK: the workers named in its chunks write
 their rows, nobody else touches it -> (all chunks reported) READY: main only -> (yielded) USER:
@@ -118,6 +124,7 @@ log = logging.getLogger("stoker.loader")
 
 STATE_VERSION = 1
 _POLL_S = 0.25
+_MIN_CHUNK = 8  # samples: below this, a chunk's message costs more than the balance it buys
 _JOIN_S = 2.0
 _MAX_STATE_BYTES = 1 << 20
 _MAX_COUNTER = 1 << 53
@@ -364,6 +371,22 @@ class _WorkerHandle:
     proc: Any
     conn: Any
     tasks: deque = field(default_factory=deque)  # Tasks sent and not yet answered, in order
+    queued: int = 0  # samples in those tasks
+    per_sample: float = 0.0  # seconds a sample takes this worker, lately (0: not known yet)
+
+    def push(self, task: Task) -> None:
+        self.tasks.append(task)
+        self.queued += len(task.indices)
+
+    def pop(self, seconds: float | None = None) -> None:
+        """The oldest task was answered; ``seconds``: how long the worker spent on it."""
+        if not self.tasks:
+            return
+        n = len(self.tasks.popleft().indices)
+        self.queued -= n
+        if seconds is not None and n:
+            s = seconds / n
+            self.per_sample = s if not self.per_sample else 0.7 * self.per_sample + 0.3 * s
 
 
 class Loader:
@@ -922,6 +945,8 @@ class Loader:
     ) -> None:
         """Send chunks of the next pending batches while free slots last."""
         assert self._layout is not None
+        if pending and self._workers and "free" in self._slot_state:
+            self._pump(0)  # take the reports that arrived, so the queue lengths are current
         while pending and self._workers:
             try:
                 slot = self._slot_state.index("free")
@@ -935,17 +960,15 @@ class Loader:
             pair = self.pipeline.pair_with is not None
             half = len(bidx) if pair else 0
             rows = len(bidx) * (2 if pair else 1)
-            nw = len(self._workers)
-            per = -(-len(bidx) // nw) if len(bidx) else 1
+            per = _chunk_size(len(bidx), len(self._workers))
             chunks = [(r0, bidx[r0 : r0 + per]) for r0 in range(0, len(bidx), per)]
             self._slot_state[slot] = "work"
             info = _Inflight(slot, epoch, width, rows, half, len(chunks))
             self._inflight[(gen, number)] = info
             for r0, cidx in chunks:
-                w = self._workers[self._chunk_counter % nw]
-                self._chunk_counter += 1
+                w = self._least_loaded()
                 task = Task(gen, number, slot, epoch, width, rows, r0, cidx, half)
-                w.tasks.append(task)
+                w.push(task)
                 try:
                     w.conn.send(task)
                 except (BrokenPipeError, OSError):
@@ -954,6 +977,25 @@ class Loader:
                         self._respawn(w)  # re-sends its queue, this task included
                     else:
                         self._raise_dead(w)
+
+    def _least_loaded(self) -> _WorkerHandle:
+        """The worker that will be free first: samples queued times its recent seconds per
+        sample (ties, as at the start: in turn). A worker that falls behind (preempted by other
+        processes, slower images) gets fewer new chunks instead of holding back every batch
+        while the others wait for a free slot."""
+        ws = self._workers
+        nw = len(ws)
+        start = self._chunk_counter % nw
+        self._chunk_counter += 1
+        known = [w.per_sample for w in ws if w.per_sample]
+        default = sum(known) / len(known) if known else 1.0  # a new worker: as the others
+        best, best_cost = ws[start], ws[start].queued * (ws[start].per_sample or default)
+        for j in range(1, nw):
+            w = ws[(start + j) % nw]
+            cost = w.queued * (w.per_sample or default)
+            if cost < best_cost:
+                best, best_cost = w, cost
+        return best
 
     def _reserve_slot(self, slot: int) -> None:
         """``posix_fallocate`` slot ``slot`` before its first task; a failure (``/dev/shm``
@@ -1084,7 +1126,7 @@ class Loader:
         )
         for t in tasks:
             if t.generation == self._generation:
-                new.tasks.append(t)
+                new.push(t)
                 new.conn.send(t)
                 continue
             info = self._inflight.get((t.generation, t.number))  # abandoned: count as answered
@@ -1095,9 +1137,8 @@ class Loader:
                     del self._inflight[(t.generation, t.number)]
 
     def _handle(self, w: _WorkerHandle, msg: tuple) -> None:
-        status, gen, number, _row0, payload = msg
-        if w.tasks:
-            w.tasks.popleft()
+        status, gen, number, _row0, payload, seconds = msg
+        w.pop(seconds if status == "done" else None)
         info = self._inflight.get((gen, number))
         if info is None:
             return
@@ -1202,6 +1243,15 @@ class Loader:
         self._ring_width = None
         self._slot_state = []
         self._unreserved = set()
+
+
+def _chunk_size(n: int, workers: int) -> int:
+    """Samples per chunk of a batch of ``n``: two chunks per worker, so a worker that is ahead
+    can take part of a slower one's share of the next batches, but no chunk under
+    ``_MIN_CHUNK`` samples unless that leaves a worker without one."""
+    if n == 0:
+        return 1
+    return max(-(-n // (2 * workers)), min(_MIN_CHUNK, -(-n // workers)))
 
 
 def _dims(spec: ArraySpec) -> tuple[int, ...]:
