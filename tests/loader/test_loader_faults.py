@@ -212,10 +212,14 @@ def test_fallocate_failure_is_an_error_not_sigbus(monkeypatch, shm_names):
     assert shm_names() == before
 
 
-def test_slots_that_cannot_be_reserved_stop_the_loader_cleanly(arrays, monkeypatch, shm_names):
-    # slot 0 is reserved with the control block; the others just before their first task. A
-    # /dev/shm that filled up since the preflight is the same clear error then, with the workers
-    # stopped, the segment gone, and no task ever naming an unreserved slot
+@pytest.mark.parametrize("full_at_slot", [0, 1])
+def test_slots_that_cannot_be_reserved_stop_the_loader_cleanly(
+    arrays, monkeypatch, shm_names, full_at_slot
+):
+    # the control block is reserved before the workers start, slot 0 while they boot, the
+    # others just before their first task. A /dev/shm that filled up since the preflight is the
+    # same clear error at any of them, with the workers stopped, the segment gone, and no task
+    # ever naming an unreserved slot
     import errno
 
     from stoker.loader import _shm
@@ -228,9 +232,9 @@ def test_slots_that_cannot_be_reserved_stop_the_loader_cleanly(arrays, monkeypat
 
     def reserve(seg, offset=0, length=None):
         calls.append((offset, length))
-        if len(calls) == 1:  # the control block and slot 0
+        if len(calls) <= 1 + full_at_slot:  # the control block, then the slots before
             return real(seg, offset, length)
-        with monkeypatch.context() as m:  # slot 1: the disk is full by now
+        with monkeypatch.context() as m:  # this slot: the disk is full by now
             m.setattr(os, "posix_fallocate", no_space)
             return real(seg, offset, length)
 
@@ -256,9 +260,10 @@ def test_slots_that_cannot_be_reserved_stop_the_loader_cleanly(arrays, monkeypat
         with pytest.raises(SharedMemoryError, match="cannot reserve"):
             next(iter(ld))
         assert ld._workers == [] and ld._segment is None
-    (off0, len0), (off1, len1) = calls
-    assert off0 == 0 and len0 > 0 and off1 == len0 and len1 > 0
-    assert {t.slot for t in sent if t is not None} == {0}
+    (first, control), (_, slot) = calls[0], calls[1]
+    assert first == 0 and control > 0 and slot > 0 and len(calls) == 2 + full_at_slot
+    assert [c[0] for c in calls[1:]] == [control + k * slot for k in range(full_at_slot + 1)]
+    assert {t.slot for t in sent if t is not None} == ({0} if full_at_slot else set())
     assert shm_names() == before
 
 

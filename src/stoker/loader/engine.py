@@ -4,9 +4,9 @@ NOTE [ Loader ring and shutdown protocol ]
 
 Buffers. One shared-memory segment per loader, ``/dev/shm/stoker_<pid>_<starttime>_<rand>``,
 reserved with ``posix_fallocate`` (a full ``/dev/shm`` fails there, never as a SIGBUS later),
-after a preflight that compares its size with the free space. The control block and slot 0
-are reserved before the workers start; each other slot just before its first task, while the
-workers fill the earlier ones. No task names an unreserved slot. Before its first write to a
+after a preflight that compares its size with the free space. The control block is reserved
+before the workers start, slot 0 while they boot, each other slot just before its first task,
+while the workers fill the earlier ones. No task names an unreserved slot. Before its first write to a
 range of rows, a worker maps those pages in one ``MADV_POPULATE_WRITE`` call. Layout (see
 ``_ring.py``): a 64-byte control block (int64 *generation*: the live iteration) and
 ``prefetch + 2`` slots; each slot holds ``batch_size`` rows of images (pipeline dtype and
@@ -845,11 +845,11 @@ class Loader:
             _shm.preflight(layout.total_bytes, slots=slots, what="batch slots")
             if getattr(self.source, "encoded", True) is False and hasattr(self.source, "share"):
                 self.source.share()  # type: ignore[attr-defined]
-            # Only the control block and slot 0 are reserved before the workers start; every
-            # other slot is reserved when it is first dispatched (_dispatch), while the workers
-            # make the batches before it. Reserving costs about a microsecond per KiB, so the
-            # first batch no longer waits for the whole ring. Nothing touches an unreserved
-            # slot: workers write only the slot a task names.
+            # Only the control block is reserved before the workers start, and slot 0 while
+            # they boot; every other slot when it is first dispatched (_dispatch), while the
+            # workers make the batches before it. Reserving costs about a microsecond per KiB,
+            # so the first batch no longer waits for the whole ring. Nothing touches an
+            # unreserved slot: workers write only the slot a task names.
             seg, mapping = _shm.create_segment(layout.total_bytes, reserved=False)
             self._segment = seg
             self._mem = mapping.array()
@@ -859,11 +859,12 @@ class Loader:
             self._unreserved = set(range(1, slots))
             self._ring_id += 1
             try:
-                _shm.reserve(seg, 0, layout.control_bytes + layout.slot_bytes)
+                _shm.reserve(seg, 0, layout.control_bytes)
                 control = layout.control(self._mem)
                 control[0] = self._generation
                 control[1:] = -1
                 self._start_workers()  # none run without a ring (_teardown stops them first)
+                _shm.reserve(seg, layout.control_bytes, layout.slot_bytes)
             except BaseException:
                 self._teardown()
                 raise
