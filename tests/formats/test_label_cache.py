@@ -73,3 +73,42 @@ def test_fresh_files_and_damaged_caches(tmp_path):
         os.unlink(label_cache_path(rec))
         r.labels()
     assert not os.path.exists(label_cache_path(rec))
+
+
+@pytest.mark.parametrize("header_last", [True, False])
+def test_an_insightface_sets_image_labels_are_cached(tmp_path, monkeypatch, header_last):
+    # the image records are a run of positions (1..M, or 0..M-1 when face2rec wrote the header
+    # last); their labels are kept too, so a loader over MS1M does not read a page per record
+    # on every start. Header and identity records carry other label counts and stay out.
+    from test_recordio_insightface import _face_set
+
+    rec = str(tmp_path / "faces.rec")
+    _face_set(rec, per_identity=(3, 1, 4), header_last=header_last)
+    for p in (rec, rec[:-4] + ".idx"):
+        os.utime(p, (OLD, OLD))
+    want = [0, 0, 0, 1, 2, 2, 2, 2]
+    with RecordFile(rec) as r:
+        first = int(r.image_positions[0])
+        assert r.images().labels().tolist() == want
+    assert first == (0 if header_last else 1)
+    cached = read_label_cache(rec, rec[:-4] + ".idx", len(want), first)
+    assert cached is not None and cached.tolist() == want
+    assert read_label_cache(rec, rec[:-4] + ".idx", len(want), 1 - first) is None
+
+    real, read = RecordFile._labels_at, []
+
+    def recording(self, pos):
+        read.extend(pos.tolist())
+        return real(self, pos)
+
+    with monkeypatch.context() as m:
+        m.setattr(RecordFile, "_labels_at", recording)
+        with RecordFile(rec) as r:
+            assert r.images().labels().tolist() == want
+            images = set(r.image_positions.tolist())
+    assert read and images.isdisjoint(read)  # only the identity records were read
+    with RecordFile(rec) as r:  # other positions: read from the records, right values
+        assert r.labels([first + 4, first + 5, first + 6]).tolist() == [2, 2, 2]
+        assert r.labels([first + 3, first + 1]).tolist() == [1, 0]
+        with pytest.raises(ValueError, match="different label counts"):
+            r.labels()  # header and identity records with the images

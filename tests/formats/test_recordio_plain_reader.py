@@ -97,3 +97,20 @@ def test_plain_reader_agrees_with_read_header_on_damaged_files(tmp_path):
 @pytest.mark.slow
 def test_plain_reader_agrees_with_read_header_on_damaged_files_long(tmp_path):
     _fuzz(tmp_path, range(150, 3000))
+
+
+def test_plain_reader_of_an_insightface_sets_images(tmp_path):
+    # MS1M-style sets are read through their image view: positions 0..M-1 of the view
+    from test_recordio_insightface import _face_set
+
+    rec = tmp_path / "faces.rec"
+    _face_set(rec, per_identity=(2, 3))
+    with RecordFile(rec) as r:
+        images = r.images()
+        plain = images.plain_reader()
+        assert plain is not None
+        for i in range(len(images)):
+            label, image, key = plain(i)
+            header, want = images.read_header(i)
+            assert (label, bytes(image), key) == (header.label, bytes(want), images.key(i))
+        assert plain(len(images)) is None and plain(-1) is None

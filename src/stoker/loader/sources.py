@@ -196,7 +196,7 @@ class RecordSource(Source):
         slow = super().reader()
         if not self._label_dtype or self._label_shape:
             return slow
-        make = getattr(self._records(), "plain_reader", None)  # not on views or record sets
+        make = getattr(self._records(), "plain_reader", None)  # not on sets of several shards
         plain = make() if make is not None else None
         if plain is None:
             return slow

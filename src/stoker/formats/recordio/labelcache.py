@@ -4,13 +4,15 @@ Labels live in the record headers, spread over the whole ``.rec``: reading them 
 one page per record, which for MS1M (5.8M records, tens of GB) is a pass over the file on
 every open, and a long one when the file is not in the page cache. The loader needs them up
 front (the label dtype, class-balanced samplers), so the first computation is kept here and
-later opens read 4 bytes per label.
+later opens read 4 bytes per label. It holds the labels of one run of positions
+``first .. first + N - 1``: every record (``first = 0``), or the image records of an
+insightface set (``1 .. M``: its header and identity records carry other label counts).
 
 Layout (little-endian)::
 
     offset  size  field
     0       8     magic b"STKLAB\\x00\\x01"
-    8       4     version (uint32) = 1
+    8       4     version (uint32) = 2
     12      4     k: labels per record (uint32; 0: one scalar label, flag 0)
     16      8     N records (uint64)
     24      8     .rec size (uint64)
@@ -19,7 +21,8 @@ Layout (little-endian)::
     48      8     .idx size (uint64; 0 without an .idx)
     56      8     .idx mtime_ns (int64)
     64      8     .idx inode (uint64)
-    72      4·N·max(k, 1)   labels (float32), in .idx order
+    72      8     first: the position of the first label (uint64)
+    80      4·N·max(k, 1)   labels (float32), in .idx order
 
 It is used only when every recorded size, mtime and inode matches; a file modified less than
 two seconds ago is not cached (coarse mtimes could hide an in-place rewrite). Written under a
@@ -41,8 +44,8 @@ __all__ = ["LABEL_CACHE_SUFFIX", "label_cache_path", "read_label_cache", "write_
 
 LABEL_CACHE_SUFFIX = ".stklab"
 _MAGIC = b"STKLAB\x00\x01"
-_VERSION = 1
-_HEAD = struct.Struct("<8sIIQQqQQqQ")  # 72 bytes
+_VERSION = 2
+_HEAD = struct.Struct("<8sIIQQqQQqQQ")  # 80 bytes
 
 
 def label_cache_path(rec_path: str) -> str:
@@ -58,8 +61,11 @@ def _sig(path: str | None) -> tuple[int, int, int] | None:
         return None
 
 
-def read_label_cache(rec_path: str, idx_path: str | None, n: int) -> np.ndarray | None:
-    """The cached labels (float32 ``(N,)`` or ``(N, k)``), or ``None`` when absent or stale."""
+def read_label_cache(
+    rec_path: str, idx_path: str | None, n: int, first: int = 0
+) -> np.ndarray | None:
+    """The cached labels of positions ``first .. first + n - 1`` (float32 ``(n,)`` or
+    ``(n, k)``), or ``None`` when absent, stale or kept for other positions."""
     rec_sig, idx_sig = _sig(rec_path), _sig(idx_path)
     if rec_sig is None or idx_sig is None:
         return None
@@ -68,10 +74,10 @@ def read_label_cache(rec_path: str, idx_path: str | None, n: int) -> np.ndarray 
             head = f.read(_HEAD.size)
             if len(head) != _HEAD.size:
                 return None
-            magic, version, k, count, *sigs = _HEAD.unpack(head)
+            magic, version, k, count, *sigs, start = _HEAD.unpack(head)
             if magic != _MAGIC or version != _VERSION or count != n or k > 1 << 20:
                 return None
-            if tuple(sigs[:3]) != rec_sig or tuple(sigs[3:]) != idx_sig:
+            if tuple(sigs[:3]) != rec_sig or tuple(sigs[3:6]) != idx_sig or start != first:
                 return None
             width = max(k, 1)
             body = f.read(4 * n * width + 1)
@@ -83,8 +89,11 @@ def read_label_cache(rec_path: str, idx_path: str | None, n: int) -> np.ndarray 
     return labels if k == 0 else labels.reshape(n, k)
 
 
-def write_label_cache(rec_path: str, idx_path: str | None, labels: np.ndarray) -> None:
-    """Keep ``labels`` (all records, .idx order) beside ``rec_path``; best effort."""
+def write_label_cache(
+    rec_path: str, idx_path: str | None, labels: np.ndarray, first: int = 0
+) -> None:
+    """Keep ``labels`` (of positions ``first ..``, .idx order) beside ``rec_path``; best
+    effort. They replace the labels of any other positions kept there."""
     rec_sig, idx_sig = _sig(rec_path), _sig(idx_path)
     if rec_sig is None or idx_sig is None:
         return
@@ -93,5 +102,5 @@ def write_label_cache(rec_path: str, idx_path: str | None, labels: np.ndarray) -
         return  # too fresh to tell an in-place rewrite from this version
     lab = np.ascontiguousarray(labels, dtype="<f4")
     k = 0 if lab.ndim == 1 else int(lab.shape[1])
-    head = _HEAD.pack(_MAGIC, _VERSION, k, int(lab.shape[0]), *rec_sig, *idx_sig)
+    head = _HEAD.pack(_MAGIC, _VERSION, k, int(lab.shape[0]), *rec_sig, *idx_sig, int(first))
     write_cache_file(label_cache_path(rec_path), [head, lab.tobytes()])  # best effort

@@ -468,18 +468,19 @@ class RecordFile(Reader):
         Vectorised over the mapping for single-part records.
         """
         if positions is None:
-            return self._all_labels()
+            return self._run_labels(0, len(self))
         return self._labels_at(np.asarray(positions, dtype=np.int64).reshape(-1))
 
-    def _all_labels(self) -> np.ndarray:
-        """Every record's label, through the ``NAME.rec.stklab`` cache (see labelcache)."""
+    def _run_labels(self, first: int, n: int) -> np.ndarray:
+        """Labels of positions ``first .. first + n - 1``, through the ``NAME.rec.stklab``
+        cache (see labelcache)."""
         if self._cache:
-            cached = read_label_cache(self.path, self.idx_path, len(self))
+            cached = read_label_cache(self.path, self.idx_path, n, first)
             if cached is not None:
                 return cached
-        out = self._labels_at(np.arange(len(self), dtype=np.int64))
-        if self._cache and len(self):
-            write_label_cache(self.path, self.idx_path, out)
+        out = self._labels_at(np.arange(first, first + n, dtype=np.int64))
+        if self._cache and n:
+            write_label_cache(self.path, self.idx_path, out, first)
         return out
 
     def _labels_at(self, pos: np.ndarray) -> np.ndarray:
@@ -641,9 +642,25 @@ class ImageRecords(Reader):
     def read_header(self, i: int) -> tuple[IRHeader, memoryview]:
         return self.parent.read_header(self._p(i))
 
+    def plain_reader(self) -> Callable[[int], tuple[float, memoryview, int] | None] | None:
+        """:meth:`RecordFile.plain_reader` over the image positions."""
+        read = self.parent.plain_reader()
+        if read is None:
+            return None
+        pos, n = self._pos, int(self._pos.shape[0])
+
+        def image(i: int) -> tuple[float, memoryview, int] | None:
+            return read(int(pos[i])) if 0 <= i < n else None
+
+        return image
+
     def labels(self, positions: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
         if positions is None:
-            return self.parent.labels(self._pos)
+            pos = self._pos
+            n = pos.shape[0]
+            if n > 1 and bool(np.all(pos[1:] - pos[:-1] == 1)):  # as face2rec writes them
+                return self.parent._run_labels(int(pos[0]), n)  # cached, as for all records
+            return self.parent.labels(pos)
         sel = np.asarray(positions, dtype=np.int64).reshape(-1)
         return self.parent.labels(self._pos[sel])
 
