@@ -947,7 +947,7 @@ class Loader:
         """Send chunks of the next pending batches while free slots last."""
         assert self._layout is not None
         if pending and self._workers and "free" in self._slot_state:
-            self._pump(0)  # take the reports that arrived, so the queue lengths are current
+            self._take_reports()  # so the queue lengths are current
         while pending and self._workers:
             try:
                 slot = self._slot_state.index("free")
@@ -978,6 +978,14 @@ class Loader:
                         self._respawn(w)  # re-sends its queue, this task included
                     else:
                         self._raise_dead(w)
+
+    def _take_reports(self) -> None:
+        """Handle the reports already waiting, without blocking (a dead worker is left for
+        ``_pump``, which also watches the process sentinels)."""
+        for w in self._workers:
+            with contextlib.suppress(EOFError, OSError):
+                while w.conn.poll():
+                    self._handle(w, w.conn.recv())
 
     def _least_loaded(self) -> _WorkerHandle:
         """The worker that will be free first: samples queued times its recent seconds per
