@@ -6,9 +6,9 @@ Buffers. One shared-memory segment per loader, ``/dev/shm/stoker_<pid>_<starttim
 reserved with ``posix_fallocate`` (a full ``/dev/shm`` fails there, never as a SIGBUS later),
 after a preflight that compares its size with the free space. The control block is reserved
 before the workers start, slot 0 while they boot, each other slot just before its first task,
-while the workers fill the earlier ones. No task names an unreserved slot. Before its first write to a
-range of rows, a worker maps those pages in one ``MADV_POPULATE_WRITE`` call. Layout (see
-``_ring.py``): a 64-byte control block (int64 *generation*: the live iteration) and
+while the workers fill the earlier ones. No task names an unreserved slot. Before its first
+write to a range of rows, a worker maps those pages in one ``MADV_POPULATE_WRITE`` call.
+Layout (see ``_ring.py``): a 64-byte control block (int64 *generation*: the live iteration) and
 ``prefetch + 2`` slots; each slot holds ``batch_size`` rows of images (pipeline dtype and
 layout, sized for the widest batch width), labels, record keys and global indices; the control
 block also holds, per worker, the global index it is processing (so a death names its sample). Batches
