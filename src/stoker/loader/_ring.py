@@ -70,6 +70,10 @@ class RingLayout:
     def total_bytes(self) -> int:
         return self.control_bytes + self.slots * self.slot_bytes
 
+    def slot_offset(self, slot: int) -> int:
+        """Byte offset of slot ``slot`` in the segment."""
+        return self.control_bytes + slot * self.slot_bytes
+
     def control(self, mem: np.ndarray) -> np.ndarray:
         """int64 ``[generation, in-progress index of worker 0, of worker 1, ...]``."""
         return mem[: 8 * (1 + self.workers)].view(np.int64)
@@ -78,7 +82,7 @@ class RingLayout:
         self, mem: np.ndarray, slot: int, width: int | None, rows: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(images, labels, keys, indices) of ``slot`` for ``rows`` rows at ``width``."""
-        base = self.control_bytes + slot * self.slot_bytes
+        base = self.slot_offset(slot)
         rb = self.row_bytes(width)
         images = mem[base : base + rows * rb].view(self.pipeline.dtype)
         images = images.reshape((rows, *self.row_shape(width)))

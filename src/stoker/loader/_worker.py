@@ -112,6 +112,8 @@ def fill_chunk(
     decode = pipeline.decode_image if source.encoded else None
     row0, n = task.row0, len(task.indices)
     indices[row0 : row0 + n] = task.indices  # rows of skipped samples are dropped by main
+    if task.half:
+        indices[row0 + task.half : row0 + task.half + n] = task.indices
     for row, gi in enumerate(task.indices.tolist(), start=row0):
         if cancelled is not None and cancelled():
             return "cancelled", None
@@ -138,7 +140,6 @@ def fill_chunk(
                 pipeline.place(pair, images[r2], width)
                 labels[r2] = label
                 keys[r2] = key
-                indices[r2] = gi
         except Exception as e:  # noqa: BLE001 - every failure is reported with its sample
             if on_error == "raise":
                 return "error", _error_info(e, source, gi)

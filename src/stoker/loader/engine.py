@@ -854,7 +854,7 @@ class Loader:
             self._layout = layout
             self._ring_width = max_width
             self._slot_state = ["free"] * slots
-            self._unreserved = set(range(1, slots))
+            self._unreserved = set(range(slots))
             self._ring_id += 1
             try:
                 _shm.reserve(seg, 0, layout.control_bytes)
@@ -862,7 +862,7 @@ class Loader:
                 control[0] = self._generation
                 control[1:] = -1
                 self._start_workers()  # none run without a ring (_teardown stops them first)
-                _shm.reserve(seg, layout.control_bytes, layout.slot_bytes)
+                self._reserve_slot(0)
             except BaseException:
                 self._teardown()
                 raise
@@ -959,7 +959,9 @@ class Loader:
             pair = self.pipeline.pair_with is not None
             half = len(bidx) if pair else 0
             rows = len(bidx) * (2 if pair else 1)
-            per = _chunk_size(len(bidx), len(self._workers))
+            # one chunk per worker (two per worker balanced no better, measured, and woke the
+            # main process twice as often)
+            per = -(-len(bidx) // len(self._workers)) if len(bidx) else 1
             chunks = [(r0, bidx[r0 : r0 + per]) for r0 in range(0, len(bidx), per)]
             self._slot_state[slot] = "work"
             info = _Inflight(slot, epoch, width, rows, half, len(chunks))
@@ -1008,11 +1010,8 @@ class Loader:
         """``posix_fallocate`` slot ``slot`` before its first task; a failure (``/dev/shm``
         filled up since the preflight) stops the workers and removes the segment."""
         assert self._layout is not None and self._segment is not None
-        layout = self._layout
         try:
-            _shm.reserve(
-                self._segment, layout.control_bytes + slot * layout.slot_bytes, layout.slot_bytes
-            )
+            _shm.reserve(self._segment, self._layout.slot_offset(slot), self._layout.slot_bytes)
         except BaseException:
             self._teardown()
             raise
@@ -1250,12 +1249,6 @@ class Loader:
         self._ring_width = None
         self._slot_state = []
         self._unreserved = set()
-
-
-def _chunk_size(n: int, workers: int) -> int:
-    """Samples per chunk of a batch of ``n``: one chunk per worker. (Two per worker balanced no
-    better, measured, and woke the main process twice as often.)"""
-    return -(-n // workers) if n else 1
 
 
 def _dims(spec: ArraySpec) -> tuple[int, ...]:

@@ -185,9 +185,12 @@ class RecordSource(Source):
         # a worker: as labels() gives it (int64 class ids when the dataset's labels are whole)
         if self._label_shape:
             return image, np.asarray(header.label, self._label_dtype).reshape(self._label_shape)
-        if self._label_dtype == "int64":
-            return image, int(header.label)
-        return image, np.float32(header.label)
+        return image, self._scalar_label(header.label)
+
+    @property
+    def _scalar_label(self) -> Any:
+        """A worker's conversion of a one-float header label to what ``labels()`` holds."""
+        return int if self._label_dtype == "int64" else np.float32
 
     def reader(self) -> Callable[[int], tuple[Any, Any, int]]:
         # In a worker, single-part records with one label take RecordFile.plain_reader: one
@@ -200,7 +203,7 @@ class RecordSource(Source):
         plain = make() if make is not None else None
         if plain is None:
             return slow
-        as_label = int if self._label_dtype == "int64" else np.float32
+        as_label = self._scalar_label
 
         def get(i: int) -> tuple[Any, Any, int]:
             got = plain(i)
