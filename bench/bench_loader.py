@@ -18,11 +18,14 @@ and c/d over an epoch long enough that a loader's start-up is spread as on a rea
 and without scale-on-decode (a 1/2-scale JPEG decode is exact there; RandomResizedCrop's exact
 hint is "full size", since its smallest crops need every pixel).
 
-    python bench/bench_loader.py            # 20k images, best of 3 rounds: ~5 min on 2 cores
+    python bench/bench_loader.py            # 20k images, memory + best of 3 rounds: ~7 min
     python bench/bench_loader.py --quick    # 2k images: a smoke run
 
-Each round runs every candidate once, in the same order (stoker, its limit, the baselines), and
-each candidate's best round counts (see ``best_of``): on a shared machine other jobs only ever
+A first round samples every candidate's memory (PSS of the process tree, 4 times a second);
+its rates are not counted, since the sampler's CPU comes out of the run it measures, and more
+for some candidates than for others (see ``PeakPSS``). Then each timed round runs every
+candidate once, in the same order (stoker, its limit, the baselines), with no sampler, and each
+candidate's best round counts (see ``best_of``): on a shared machine other jobs only ever
 slow a run down, and interleaving makes a busy spell hit all candidates alike. Each ratio is
 also printed per round (two candidates of one round ran next to each other). The torch
 baselines run in a child process each, so torch never enters the process that measures stoker.
@@ -45,6 +48,8 @@ from pathlib import Path
 
 import numpy as np
 
+# whether PeakPSS samples memory (set per round by main(), and by --no-memory in a child run)
+MEASURE_MEMORY = True
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 
@@ -53,12 +58,19 @@ STD = (0.229, 0.224, 0.225)
 class PeakPSS:
     """Samples this process and all its descendants every ``every`` s: the peak PSS (MiB), the
     peak PSS without file-backed pages (``Pss_Anon + Pss_Shmem``: what the run itself holds,
-    not the page cache of the data file it reads), and the CPU seconds they used."""
+    not the page cache of the data file it reads), and the CPU seconds they used.
 
-    def __init__(self, every: float = 0.25) -> None:
+    With ``memory=False`` (rounds that time a candidate) there is no sampling thread: only the
+    tree's CPU times at the start and at ``snapshot()``/the end. Reading ``smaps_rollup`` walks
+    every page table of the tree, 12 ms a sample with a loader's batch ring mapped in three
+    processes (3 ms for the limit loop's): 5 % of a core at 4 samples a second, taken from the
+    run it measures and more from some candidates than from others."""
+
+    def __init__(self, every: float = 0.25, *, memory: bool | None = None) -> None:
         import psutil
 
         self._psutil = psutil
+        self.memory = MEASURE_MEMORY if memory is None else memory
         self.every = every
         self.peak = 0.0
         self.peak_anon = 0.0
@@ -85,6 +97,8 @@ class PeakPSS:
                 if first or p.pid not in self._cpu:
                     self._base.setdefault(p.pid, cpu if first else 0.0)
                 self._cpu[p.pid] = cpu
+                if not self.memory:
+                    continue
                 with open(f"/proc/{p.pid}/smaps_rollup") as f:
                     for line in f:
                         k, _, v = line.partition(":")
@@ -111,25 +125,30 @@ class PeakPSS:
 
     def __enter__(self) -> PeakPSS:
         self._sample(first=True)
-        self._thread.start()
+        if self.memory:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        if self.memory:
+            self._stop.set()
+            self._thread.join()
         self._sample()
 
 
 def _result(n: int, elapsed: float, first: float | None, mem: PeakPSS) -> dict:
-    return {
+    out = {
         "images": n,
         "seconds": elapsed,
         "rate": n / elapsed,
         "first": first,
-        "pss": mem.peak,
-        "pss_anon": mem.peak_anon,
         "cpu_ms_per_image": 1000 * mem.cpu_seconds / max(n, 1),
     }
+    return out | _memory(mem)
+
+
+def _memory(mem: PeakPSS) -> dict:
+    return {"pss": mem.peak, "pss_anon": mem.peak_anon} if mem.memory else {}
 
 
 # ---------------------------------------------------------------------------- baselines
@@ -238,6 +257,7 @@ def run_torch(dataset, *, workers: int, batch_size: int) -> dict:
     import torch
 
     torch.set_num_threads(1)
+    r0 = _tree_rusage()
     with PeakPSS() as mem:
         t0 = time.perf_counter()
         dl = torch.utils.data.DataLoader(
@@ -251,7 +271,21 @@ def run_torch(dataset, *, workers: int, batch_size: int) -> dict:
             n += len(images)
         elapsed = time.perf_counter() - t0
         del dl
-    return _result(n, elapsed, first, mem)
+    out = _result(n, elapsed, first, mem)
+    # the DataLoader's workers are this process's children and were joined at the end of the
+    # epoch: their CPU is all in RUSAGE_CHILDREN (a sampler would miss their last moments)
+    out["cpu_ms_per_image"] = 1000 * (_tree_rusage() - r0) / max(n, 1)
+    return out
+
+
+def _tree_rusage() -> float:
+    import resource
+
+    t = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        r = resource.getrusage(who)
+        t += r.ru_utime + r.ru_stime
+    return t
 
 
 # ---------------------------------------------------------------------------- stoker
@@ -401,9 +435,7 @@ def run_limit(
         "images": images,
         "rate": images / wall,
         "cpu_ms_per_image": 1000 * cpu / max(images, 1),
-        "pss": mem.peak,
-        "pss_anon": mem.peak_anon,
-    }
+    } | _memory(mem)
 
 
 # ---------------------------------------------------------------------------- data
@@ -457,7 +489,7 @@ def best_of(runs: list[dict]) -> dict:
             out["first"] = min(out["first"], r["first"])
         for k in ("pss", "pss_anon"):
             if k in r:
-                out[k] = max(out[k], r[k])
+                out[k] = max(out.get(k, 0.0), r[k])
         if "epoch2" in r:
             e, f = out["epoch2"], r["epoch2"]
             out["epoch2"] = {
@@ -476,6 +508,7 @@ def fmt_row(name: str, r: dict) -> str:
 
 
 def main() -> int:
+    global MEASURE_MEMORY
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -501,12 +534,14 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--torch-baseline", nargs=2, metavar=("KIND", "ROOT"), help=argparse.SUPPRESS)
     ap.add_argument("--rrc", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--no-memory", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.skip = {part.strip() for given in args.skip for part in given.split(",")}
     unknown = args.skip - {"baselines", "scale", "224"}
     if unknown:
         ap.error(f"--skip: unknown part(s) {sorted(unknown)}; choose from baselines, scale, 224")
     if args.torch_baseline:  # a child run of one baseline (see torch_run): JSON on stdout
+        MEASURE_MEMORY = not args.no_memory
         kind, root = args.torch_baseline
         ds = (PILFolder if kind == "pil" else CVFolder)(root, rrc=args.rrc)
         print(json.dumps(run_torch(ds, workers=args.workers, batch_size=args.batch_size)))
@@ -529,8 +564,10 @@ def main() -> int:
     res: dict[str, dict] = {}
     runs: dict[str, list[dict]] = {}
 
+    memory_runs: dict[str, list[dict]] = {}
+
     def record(name: str, r: dict) -> None:
-        runs.setdefault(name, []).append(r)
+        (memory_runs if MEASURE_MEMORY else runs).setdefault(name, []).append(r)
         shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}
         print(f"... {name}: {json.dumps(shown)}", flush=True)
 
@@ -548,6 +585,8 @@ def main() -> int:
         cmd += ["--workers", str(W), "--batch-size", str(B)]
         if rrc:
             cmd += ["--rrc", str(rrc)]
+        if not MEASURE_MEMORY:
+            cmd += ["--no-memory"]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True)
         record(name, json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -562,8 +601,14 @@ def main() -> int:
         images224, rec224 = make_data(work, n=n224, size=(336, 400), name=f"s224_{n224}")
     # Every round runs every candidate once, in the same order, so a busy spell on the shared
     # machine hits all of them alike; each candidate's best round counts (best_of).
-    for rnd in range(args.rounds):
-        print(f"# round {rnd + 1} of {args.rounds}", flush=True)
+    # Round 0 samples the memory of every candidate; the timed rounds after it run with no
+    # sampler (see PeakPSS), so rates and CPU per image come from those rounds only.
+    for rnd in range(args.rounds + 1):
+        MEASURE_MEMORY = rnd == 0
+        if MEASURE_MEMORY:
+            print("# memory round (rates not counted)", flush=True)
+        else:
+            print(f"# round {rnd} of {args.rounds}", flush=True)
         stoker_run("c stoker .rec float NCHW", rec, "112", True, second_epoch=True)
         limit_run("d limit float NCHW", rec, n, "112", True)
         stoker_run("c' stoker .rec uint8 NHWC", rec, "112", False, second_epoch=True)
@@ -602,6 +647,9 @@ def main() -> int:
     for name in order:
         if name in runs:
             res[name] = best_of(runs[name])
+            for m in memory_runs.get(name, []):
+                for k in ("pss", "pss_anon"):
+                    res[name][k] = max(res[name].get(k, 0.0), m[k])
 
     print()
     print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
@@ -643,10 +691,10 @@ def main() -> int:
     print(f"2nd epoch: c/a   = {ratio(C, 'a PIL + DataLoader', epoch2=True)}")
     print(f"2nd epoch: c/d   = {ratio(C, 'd limit float NCHW', epoch2=True)}")
     print(f"2nd epoch: c'/d' = {ratio(C8, D8, epoch2=True)}")
-    cold = runs[C][0]["first"] if C in runs else float("nan")
+    cold = memory_runs[C][0]["first"] if C in memory_runs else float("nan")
     print(
-        f"first batch (c) = {res[C]['first']:.2f} s, {cold:.2f} s in round 1 (the first loader of "
-        "this process also started the worker server)  (target < 1 s)"
+        f"first batch (c) = {res[C]['first']:.2f} s, {cold:.2f} s in the memory round (the first "
+        "loader of this process also started the worker server)  (target < 1 s)"
     )
     if "c stoker .rec x10 float NCHW" in res:
         big = res["c stoker .rec x10 float NCHW"]

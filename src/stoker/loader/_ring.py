@@ -18,6 +18,7 @@ region as a C-contiguous ``(n, *row_shape(w))`` array.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -48,21 +49,30 @@ class RingLayout:
         return self.pipeline.row_shape(width)
 
     def row_bytes(self, width: int | None) -> int:
-        return int(np.prod(self.row_shape(width))) * np.dtype(self.pipeline.dtype).itemsize
+        got = self._row_bytes.get(width)
+        if got is None:
+            got = int(np.prod(self.row_shape(width))) * np.dtype(self.pipeline.dtype).itemsize
+            self._row_bytes[width] = got
+        return got
 
-    @property
+    @cached_property
+    def _row_bytes(self) -> dict[int | None, int]:
+        # per width: views() runs for every batch in main and every chunk in a worker
+        return {}
+
+    @cached_property
     def label_item_bytes(self) -> int:
         return int(np.prod(self.label_shape, dtype=np.int64)) * np.dtype(self.label_dtype).itemsize
 
-    @property
+    @cached_property
     def image_bytes(self) -> int:
         return _align(self.rows * self.row_bytes(self.max_width))
 
-    @property
+    @cached_property
     def label_bytes(self) -> int:
         return _align(self.rows * self.label_item_bytes)
 
-    @property
+    @cached_property
     def slot_bytes(self) -> int:
         return self.image_bytes + self.label_bytes + 2 * _align(self.rows * 8)
 

@@ -51,6 +51,37 @@ class Task:
     indices: np.ndarray  # global positions for rows row0 .. row0 + len(indices)
     half: int  # with pair_with: the offset of the paired rows (source samples in the batch)
 
+    def __reduce__(self) -> tuple:
+        # the indices as raw int64 bytes: pickling an ndarray costs several times more, once
+        # per chunk, in the main process
+        idx = np.ascontiguousarray(self.indices, dtype=np.int64).tobytes()
+        return _task, (
+            self.generation,
+            self.number,
+            self.slot,
+            self.epoch,
+            self.width,
+            self.rows,
+            self.row0,
+            idx,
+            self.half,
+        )
+
+
+def _task(
+    generation: int,
+    number: int,
+    slot: int,
+    epoch: int,
+    width: int | None,
+    rows: int,
+    row0: int,
+    indices: bytes,
+    half: int,
+) -> Task:
+    idx = np.frombuffer(indices, dtype=np.int64)
+    return Task(generation, number, slot, epoch, width, rows, row0, idx, half)
+
 
 @dataclass(frozen=True)
 class WorkerConfig:
@@ -96,7 +127,7 @@ def fill_chunk(
     views: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     on_error: str,
     cancelled: Any = None,
-    progress: np.ndarray | None = None,
+    progress: Any = None,
 ) -> tuple[str, Any]:
     """Process ``task`` into ``views`` (images, labels, keys, indices of the whole batch).
 
@@ -203,7 +234,9 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
     mapping = cfg.segment.attach(writable=True)
     mem = mapping.array()
     layout = cfg.layout
-    control = layout.control(mem)
+    # the control block through a memoryview: read before every sample, where a NumPy
+    # scalar read costs several times more
+    control = memoryview(layout.control(mem).data)
     progress = control[1 + cfg.worker_id : 2 + cfg.worker_id]
     touched: set[tuple] = set()  # the row ranges of slots this worker has written before
     while True:
@@ -216,7 +249,7 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
         gen = task.generation
 
         def cancelled(gen: int = gen) -> bool:
-            return int(control[0]) != gen
+            return control[0] != gen
 
         views = layout.views(mem, task.slot, task.width, task.rows)
         where = (task.slot, task.width, task.rows, task.row0, len(task.indices), task.half)

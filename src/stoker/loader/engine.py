@@ -87,8 +87,8 @@ import importlib
 import json
 import logging
 import multiprocessing
-import multiprocessing.connection
 import os
+import select
 import signal
 import sys
 import time
@@ -418,6 +418,8 @@ class Loader:
         self._closed = True  # until construction succeeded
         self._owner_pid = os.getpid()
         self._workers: list[_WorkerHandle] = []
+        self._poller: Any = None  # select.poll over the workers' pipes and sentinels
+        self._fds: dict[int, tuple[bool, _WorkerHandle]] = {}  # fd -> (is its pipe, worker)
         self._slot_state: list[str] = []
         self._unreserved: set[int] = set()  # slots not yet posix_fallocate'd
         self._ring_width: int | None = None
@@ -920,6 +922,7 @@ class Loader:
                 ) from e
             raise
         self._workers = handles
+        self._poller = None
 
     def _set_generation(self) -> None:
         if self._mem is not None and self._layout is not None:
@@ -979,13 +982,39 @@ class Loader:
                     else:
                         self._raise_dead(w)
 
+    def _poll(self, timeout: float) -> list[tuple[bool, _WorkerHandle]]:
+        """``(is the pipe, worker)`` for each worker pipe with a message (or EOF) and each
+        worker sentinel that fired, waiting up to ``timeout`` s. One ``poll`` object for the
+        life of a worker set: building a selector per wait cost the main process more than
+        the rest of a batch's bookkeeping."""
+        if self._poller is None:
+            self._poller = select.poll()
+            self._fds = {}
+            for w in self._workers:
+                for is_conn, fd in ((True, w.conn.fileno()), (False, w.proc.sentinel)):
+                    self._poller.register(fd, select.POLLIN)
+                    self._fds[fd] = (is_conn, w)
+        try:
+            events = self._poller.poll(max(0, int(timeout * 1000)))
+        except InterruptedError:  # pragma: no cover - retried by Python since PEP 475
+            return []
+        return [self._fds[fd] for fd, _ev in events if fd in self._fds]
+
     def _take_reports(self) -> None:
         """Handle the reports already waiting, without blocking (a dead worker is left for
         ``_pump``, which also watches the process sentinels)."""
-        for w in self._workers:
-            with contextlib.suppress(EOFError, OSError):
-                while w.conn.poll():
-                    self._handle(w, w.conn.recv())
+        while True:
+            took = False
+            for is_conn, w in self._poll(0):
+                if is_conn:
+                    try:
+                        msg = w.conn.recv()
+                    except (EOFError, OSError):
+                        continue
+                    self._handle(w, msg)
+                    took = True
+            if not took:
+                return
 
     def _least_loaded(self) -> _WorkerHandle:
         """The worker that will be free first: samples queued times its recent seconds per
@@ -1075,22 +1104,20 @@ class Loader:
         )
 
     def _pump(self, timeout: float) -> None:
-        """Wait up to ``timeout`` for worker messages or deaths and handle them."""
-        conns = {w.conn: w for w in self._workers}
-        sentinels = {w.proc.sentinel: w for w in self._workers}
-        ready = multiprocessing.connection.wait(list(conns) + list(sentinels), timeout)
+        """Wait up to ``timeout`` for worker messages or deaths and handle them (one message
+        per ready pipe: a pipe with more is ready again at once)."""
         dead: list[_WorkerHandle] = []
-        for obj in ready:
-            if obj in conns:
-                w = conns[obj]
+        for is_conn, w in self._poll(timeout):
+            if is_conn:
                 try:
-                    while w.conn.poll():
-                        self._handle(w, w.conn.recv())
+                    msg = w.conn.recv()
                 except (EOFError, OSError):
                     if w not in dead:
                         dead.append(w)
-            elif sentinels[obj] not in dead:
-                dead.append(sentinels[obj])
+                    continue
+                self._handle(w, msg)
+            elif w not in dead:
+                dead.append(w)
         for w in dead:
             with contextlib.suppress(EOFError, OSError):
                 while w.conn.poll():
@@ -1121,6 +1148,7 @@ class Loader:
             self._layout.control(self._mem)[1 + w.wid] = -1
         new = self._spawn(w.wid)
         self._workers[self._workers.index(w)] = new
+        self._poller = None
         self._respawns += 1
         log.warning(
             "worker %d %s while processing %s (keys in flight %s); started a new one (%d so far)",
@@ -1206,6 +1234,7 @@ class Loader:
     def _teardown_workers(self, grace: float = _JOIN_S) -> None:
         """Stop the workers: ``None``, join up to ``grace`` s, SIGTERM, join, SIGKILL, join."""
         workers, self._workers = self._workers, []
+        self._poller = None
         if not workers:
             return
         self._generation += 1
