@@ -237,6 +237,57 @@ def test_retained_batch_survives_next_and_release(arrays):
         assert rest[0] == 24
 
 
+@pytest.mark.parametrize("retain", [False, True])
+def test_prefetch_bounds_the_batches_made_ahead_and_the_spare_slot_waits_for_retain(
+    arrays, monkeypatch, retain
+):
+    # while the consumer holds batch k, batches up to k + prefetch have been handed to the
+    # workers and no more; the ring's spare slot (prefetch + 2 slots in all) is written, and
+    # reserved, only when a retained batch leaves no other slot free (here: the first batch,
+    # kept for the whole epoch)
+    from stoker.loader import _shm
+
+    x, y = arrays
+    sent: list[tuple[int, int]] = []  # (batch number, slot) of each task, in order
+    reserved: list[int] = []
+    real_spawn, real_reserve = Loader._spawn, _shm.reserve
+
+    def spawn(self, wid):
+        handle = real_spawn(self, wid)
+        send = handle.conn.send
+
+        def recording_send(task):
+            if task is not None:
+                sent.append((task.number, task.slot))
+            return send(task)
+
+        handle.conn.send = recording_send
+        return handle
+
+    def reserve(seg, offset=0, length=None):
+        reserved.append(offset)
+        return real_reserve(seg, offset, length)
+
+    monkeypatch.setattr(Loader, "_spawn", spawn)
+    monkeypatch.setattr(_shm, "reserve", reserve)
+    prefetch = 2
+    got = []
+    with Loader((x, y), batch_size=4, transforms=Identity(), workers=2, prefetch=prefetch) as ld:
+        kept = None
+        for b in ld:
+            assert max(n for n, _ in sent) <= b.number + prefetch
+            got.append(index_of(b.images[0]))
+            if retain and kept is None:
+                kept = b.retain()
+        if kept is not None:
+            np.testing.assert_array_equal(kept.images, x[:4])
+            kept.release()
+    assert got == list(range(0, len(x), 4))
+    slots = {slot for _, slot in sent}
+    assert slots == (set(range(prefetch + 2)) if retain else set(range(prefetch + 1)))
+    assert len(reserved) == 1 + len(slots)  # the control block, then each slot used
+
+
 def test_array_source_crosses_processes_once(arrays, shm_names):
     x, y = arrays
     before = shm_names()
