@@ -23,15 +23,20 @@ Worker -> main: ``(status, generation, number, row0, payload, seconds)``, status
 ``cancelled``; ``seconds``: the chunk's wall time in the worker. A batch is split into one
 chunk per worker; each chunk goes to the worker that will be free first (samples queued times
 its recent seconds per sample; ties in turn), so two chunks of a batch may go to one worker.
-The first batch arrives after ``batch_size / workers`` samples per worker, and a worker that
-falls behind (preempted, slower images) gets less of the next batches instead of leaving the
-others idle while they wait for its share to free a slot. Nothing large is pickled: images
-never leave the segment.
+Within half a chunk of the first to be free, a worker that wrote those rows of that slot
+before is preferred: a process maps a ring page on its first write there, and chunks that
+changed hands at every tie had every worker map the whole ring. The first batch arrives after
+``batch_size / workers`` samples per worker, and a worker that falls behind (preempted,
+slower images) gets less of the next batches instead of leaving the others idle while they
+wait for its share to free a slot. Main waits on one ``select.poll`` over the workers' pipes
+and sentinels. Nothing large is pickled: images never leave the segment; a task's indices
+travel as raw int64 bytes.
 
 Ownership of a slot: FREE -> (main dispatches) WORK: the workers named in its chunks write
 their rows, nobody else touches it -> (all chunks reported) READY: main only -> (yielded) USER:
 the consumer reads it until it asks for the next batch -> FREE, unless ``retain()``ed, then
-RETAINED until ``release()``. A slot whose chunks belong to an abandoned generation stays WORK
+RETAINED until ``release()``. Main dispatches while a slot is FREE and fewer than ``prefetch``
+are WORK (a third batch in flight with 2 workers made no epoch faster, measured). A slot whose chunks belong to an abandoned generation stays WORK
 until every chunk has reported (workers notice the new generation in the control block before
 each sample and stop early), so a worker never writes into a slot main has handed out again.
 
