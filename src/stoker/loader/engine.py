@@ -960,8 +960,14 @@ class Loader:
         112x112 images. The spare slot is used, and reserved, only while the consumer has a
         batch retained.)"""
         assert self._layout is not None
-        if pending and self._workers and "free" in self._slot_state:
-            self._take_reports()  # so the queue lengths are current
+        if not (
+            pending
+            and self._workers
+            and "free" in self._slot_state
+            and self._slot_state.count("work") < self.prefetch
+        ):
+            return
+        self._take_reports()  # so the queue lengths are current
         while pending and self._workers and self._slot_state.count("work") < self.prefetch:
             try:
                 slot = self._slot_state.index("free")
