@@ -36,9 +36,10 @@ Ownership of a slot: FREE -> (main dispatches) WORK: the workers named in its ch
 their rows, nobody else touches it -> (all chunks reported) READY: main only -> (yielded) USER:
 the consumer reads it until it asks for the next batch -> FREE, unless ``retain()``ed, then
 RETAINED until ``release()``. Main dispatches while a slot is FREE and fewer than ``prefetch``
-are WORK (a third batch in flight with 2 workers made no epoch faster, measured). A slot whose chunks belong to an abandoned generation stays WORK
-until every chunk has reported (workers notice the new generation in the control block before
-each sample and stop early), so a worker never writes into a slot main has handed out again.
+are WORK (a third batch in flight with 2 workers made no epoch faster, measured). A slot whose
+chunks belong to an abandoned generation stays WORK until every chunk has reported (workers
+notice the new generation in the control block before each sample and stop early), so a
+worker never writes into a slot main has handed out again.
 
 Order and randomness. Main decides everything: batch ``b`` of epoch ``e`` is
 ``sampler.indices(e)[b*n:(b+1)*n]``; sample ``i`` is augmented with
