@@ -961,19 +961,11 @@ class Loader:
         112x112 images. The spare slot is used, and reserved, only while the consumer has a
         batch retained.)"""
         assert self._layout is not None
-        if not (
-            pending
-            and self._workers
-            and "free" in self._slot_state
-            and self._slot_state.count("work") < self.prefetch
-        ):
+        if not self._can_dispatch(pending):
             return
         self._take_reports()  # so the queue lengths are current
-        while pending and self._workers and self._slot_state.count("work") < self.prefetch:
-            try:
-                slot = self._slot_state.index("free")
-            except ValueError:
-                return
+        while self._can_dispatch(pending):
+            slot = self._slot_state.index("free")
             if slot in self._unreserved:
                 self._reserve_slot(slot)
             number = pending.popleft()
@@ -1002,6 +994,15 @@ class Loader:
                         self._respawn(w)  # re-sends its queue, this task included
                     else:
                         self._raise_dead(w)
+
+    def _can_dispatch(self, pending: deque) -> bool:
+        """A batch is waiting, a slot is free and fewer than ``prefetch`` are being made."""
+        return bool(
+            pending
+            and self._workers
+            and "free" in self._slot_state
+            and self._slot_state.count("work") < self.prefetch
+        )
 
     def _poll(self, timeout: float) -> list[tuple[bool, _WorkerHandle]]:
         """``(is the pipe, worker)`` for each worker pipe with a message (or EOF) and each
@@ -1054,15 +1055,17 @@ class Loader:
         self._chunk_counter += 1
         known = [w.per_sample for w in ws if w.per_sample]
         default = sum(known) / len(known) if known else 1.0  # a new worker: as the others
-        costs = []
-        for j in range(nw):
-            w = ws[(start + j) % nw]
-            costs.append((w.queued * (w.per_sample or default), j, w))
-        best_cost, _, best = min(costs, key=lambda c: (c[0], c[1]))
+
+        def cost(w: _WorkerHandle) -> float:
+            return w.queued * (w.per_sample or default)
+
+        # a stable sort of the workers in turn: equal costs keep their turn order
+        ranked = sorted((ws[(start + j) % nw] for j in range(nw)), key=cost)
+        best = ranked[0]
         if rows not in best.wrote:
-            margin = 0.5 * n * default
-            for cost, _j, w in sorted(costs, key=lambda c: (c[0], c[1])):
-                if cost > best_cost + margin:
+            limit = cost(best) + 0.5 * n * default
+            for w in ranked[1:]:
+                if cost(w) > limit:
                     break
                 if rows in w.wrote:
                     return w
