@@ -8,7 +8,7 @@
   (c)  stoker.Loader from the packed .rec
   (c') stoker.Loader, uint8 NHWC output (normalisation left to the GPU edge)
   (d)  the machine's limit: the same decode + augment in a tight loop over bytes already in
-       memory, no IPC, in ``workers`` processes at once, rates summed
+       memory, no IPC, in ``workers`` processes at once, their rates summed
 
 Prints images/s, c/a, c/d, time to first batch and the peak PSS of the whole process tree;
 then stoker on a 10x larger .rec (records repeated, read from the page cache): its peak memory,
@@ -401,9 +401,13 @@ def run_limit(
     workers: int,
     scale_on_decode: bool = True,
 ) -> dict:
-    """(d): ``workers`` processes start together; rate = all images / (last end - first start).
-    Under the same memory sampler as every other candidate: on a machine with as many cores as
-    workers, its CPU comes out of the run it measures, and (d) must not be spared it."""
+    """(d): ``workers`` processes start together, each on its share of the images; the rate is
+    the sum of their rates (images / own seconds each). All images over (last end - first
+    start) would be lower by the imbalance of the fixed split: the first process to finish
+    leaves a core idle, 40-60 ms of a 1.5 s run here, which is a fault of this loop and not
+    a limit of the machine. Under the same memory sampler as every other candidate: on a
+    machine with as many cores as workers, its CPU comes out of the run it measures, and (d)
+    must not be spared it."""
     import multiprocessing as mp
 
     ctx = mp.get_context("forkserver")
@@ -429,11 +433,10 @@ def run_limit(
         for p in procs:
             p.join()
     images = sum(g[0] for g in got)
-    wall = max(g[2] for g in got) - min(g[1] for g in got)
     cpu = sum(g[3] for g in got)
     return {
         "images": images,
-        "rate": images / wall,
+        "rate": sum(g[0] / (g[2] - g[1]) for g in got),
         "cpu_ms_per_image": 1000 * cpu / max(images, 1),
     } | _memory(mem)
 
@@ -452,11 +455,25 @@ def make_data(work: Path, *, n: int, size, name: str) -> tuple[str, str]:
 
 
 def warm_page_cache(path: str) -> None:
-    """Read ``path`` once, so that a timed run reads it from memory like the others. In a child
-    process: the read buffer must not stay in the heap of the process whose memory is measured."""
-    code = "import sys\nf = open(sys.argv[1], 'rb', buffering=0)\nb = bytearray(1 << 24)\n"
-    code += "while f.readinto(b):\n    pass\n"
-    subprocess.run([sys.executable, "-c", code, path], check=True)
+    """Read the files of a candidate's input (a .rec with its index and caches beside it, or
+    every file of an image folder) once, right before the candidate runs, so that it reads
+    them from memory like every other candidate. Once before all rounds is not enough: a
+    kernel may drop page-cache pages nobody has mapped for a while (DAMON's proactive
+    reclaim drops them after about a minute on the development machine), and (c) would then
+    read from the disk what (d) loads before its clock starts. In a child process: the read
+    buffer must not stay in the heap of the process whose memory is measured."""
+    p = Path(path)
+    files = (
+        [f for f in p.rglob("*") if f.is_file()]
+        if p.is_dir()
+        else [f for f in p.parent.glob(p.stem + ".*") if f.is_file()]
+    )
+    code = "import sys\nb = bytearray(1 << 24)\nfor p in sys.argv[1:]:\n"
+    code += "    with open(p, 'rb', buffering=0) as f:\n        while f.readinto(b):\n"
+    code += "            pass\n"
+    for i in range(0, len(files), 2000):  # argv stays short
+        chunk = [str(f) for f in files[i : i + 2000]]
+        subprocess.run([sys.executable, "-c", code, *chunk], check=True)
 
 
 def repeat_rec(src: str, dst: str, times: int) -> str:
@@ -572,10 +589,12 @@ def main() -> int:
         print(f"... {name}: {json.dumps(shown)}", flush=True)
 
     def stoker_run(name: str, path: str, kind: str, normalize: bool, **kw) -> None:
+        warm_page_cache(path)
         r = run_stoker(path, kind=kind, normalize=normalize, workers=W, batch_size=B, **kw)
         record(name, r)
 
     def limit_run(name: str, path: str, count: int, kind: str, normalize: bool) -> None:
+        warm_page_cache(path)
         record(name, run_limit(path, n=count, kind=kind, normalize=normalize, workers=W))
 
     def torch_run(name: str, root: str, cls: str, rrc: int | None = None) -> None:
@@ -587,6 +606,7 @@ def main() -> int:
             cmd += ["--rrc", str(rrc)]
         if not MEASURE_MEMORY:
             cmd += ["--no-memory"]
+        warm_page_cache(root)
         out = subprocess.run(cmd, capture_output=True, text=True, check=True)
         record(name, json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -595,7 +615,6 @@ def main() -> int:
         # 10x the records under new keys: memory must not grow with the dataset, and one epoch
         # of it spreads a loader's start-up over 10x the images, as a real dataset does
         big = repeat_rec(rec, str(work / f"s112_{n}_x10.rec"), 10)
-        warm_page_cache(big)  # every candidate reads from the page cache, none from the disk
     rec224 = images224 = ""
     if "224" not in args.skip:
         images224, rec224 = make_data(work, n=n224, size=(336, 400), name=f"s224_{n224}")

@@ -154,6 +154,31 @@ def test_normalize_write_gives_the_ops_bits_in_either_layout(any_image, stats):
         op.write(any_image.astype(np.float32), hwc.copy(), chw=False)
 
 
+@pytest.mark.parametrize("shape", [(112, 112, 3), (7, 5, 4), (224, 200, 3)])
+def test_normalize_scratch_planes_never_share_their_offset_from_a_vector_boundary(shape):
+    # cv2.split writes planes whose rows share their offset modulo its vector size with a
+    # store 10-20x slower; separate arrays shared it by the luck of the heap. Every row of the
+    # planes Normalize splits into must sit at a different offset from every 16/32/64-byte
+    # boundary than the same row of the other planes, and the split must land in them.
+    from stoker.transforms import color
+
+    h, w, c = shape
+    planes = color._skewed_planes(h, w, c)
+    assert [p.shape for p in planes] == [(h, w)] * c
+    for row in range(h):
+        for vec in (16, 32, 64):
+            offsets = [p[row].ctypes.data % vec for p in planes]
+            assert len(set(offsets)) == c, (row, vec, offsets)
+    starts = sorted(p.ctypes.data for p in planes)
+    assert all(b - a >= h * w for a, b in zip(starts, starts[1:]))  # no overlap
+    img = np.random.default_rng(1).integers(0, 256, (h + 4, w + 4, c), dtype=np.uint8)
+    crop = img[2 : 2 + h, 2 : 2 + w]  # a view, as RandomCrop gives it
+    color.cv2().split(crop, planes)
+    for k in range(c):
+        np.testing.assert_array_equal(planes[k], crop[:, :, k])
+    assert color._scratch_planes(h, w, c) is color._scratch_planes(h, w, c)
+
+
 def test_normalize_float_inputs_grey_and_errors(gray):
     out = T.Normalize(0.5, 0.5)(gray, RNG)
     np.testing.assert_allclose(out, gray / 127.5 - 1, atol=1e-5)
