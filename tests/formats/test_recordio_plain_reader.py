@@ -52,6 +52,13 @@ def test_plain_reader_matches_read_header_and_leaves_the_rest(tmp_path):
         assert answered == expected
         for i in (-1, -len(r), len(r), 10**9):  # no wrap-around: out of range is not served
             assert plain(i) is None
+        # told the positions about to be read (a loader's chunk; repeats and out-of-range
+        # ones included), it answers the same for those and for every other position
+        told = r.plain_reader([7, 3, 3, 11, -1, len(r), 10**9, 1])
+        assert told is not None
+        assert [i for i in range(len(r)) if _agrees(r, told, i)] == expected
+        for i in (-1, -len(r), len(r), 10**9):
+            assert told(i) is None
 
 
 def test_plain_reader_is_off_with_checksums_and_on_a_shrunk_file(tmp_path):
@@ -107,10 +114,12 @@ def test_plain_reader_of_an_insightface_sets_images(tmp_path):
     _face_set(rec, per_identity=(2, 3))
     with RecordFile(rec) as r:
         images = r.images()
-        plain = images.plain_reader()
-        assert plain is not None
-        for i in range(len(images)):
-            label, image, key = plain(i)
-            header, want = images.read_header(i)
-            assert (label, bytes(image), key) == (header.label, bytes(want), images.key(i))
-        assert plain(len(images)) is None and plain(-1) is None
+        n = len(images)
+        for told in (None, [n - 1, 0, 0, n, -1]):  # told a chunk's positions, or not
+            plain = images.plain_reader(told)
+            assert plain is not None
+            for i in range(n):
+                label, image, key = plain(i)
+                header, want = images.read_header(i)
+                assert (label, bytes(image), key) == (header.label, bytes(want), images.key(i))
+            assert plain(n) is None and plain(-1) is None

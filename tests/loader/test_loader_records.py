@@ -67,6 +67,42 @@ def test_worker_labels_match_the_sources_labels(tmp_path, kind):
     np.testing.assert_array_equal(labels, expected[order])
 
 
+class _ToldSource(RecordSource):
+    """Records the indices each chunk's reader is made with (workers=0: in this process)."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.told: list[list[int]] = []
+
+    def reader(self, indices=None):
+        self.told.append([] if indices is None else list(map(int, indices)))
+        return super().reader(indices)
+
+
+class _UntoldSource(RecordSource):
+    def reader(self):  # a custom source written before readers were told the chunk's indices
+        return super().reader()
+
+
+def test_each_chunks_reader_is_told_its_indices_and_an_older_reader_still_works(rec):
+    path, _, keys = rec
+    told = _ToldSource(path)
+    with Loader(
+        told, batch_size=10, transforms=CenterCrop(32), shuffle=True, seed=3, workers=0
+    ) as ld:
+        order = [b.indices.tolist() for b in ld]
+    assert told.told == order  # workers=0: one chunk per batch, told exactly its indices
+    with Loader(path, batch_size=10, transforms=CenterCrop(32), workers=2) as ld:
+        want = [(b.images.copy(), b.keys.copy()) for b in ld]
+    with Loader(_UntoldSource(path), batch_size=10, transforms=CenterCrop(32), workers=2) as ld:
+        got = [(b.images.copy(), b.keys.copy()) for b in ld]
+    assert len(got) == len(want) == 3
+    for (gi, gk), (wi, wk) in zip(got, want):
+        np.testing.assert_array_equal(gi, wi)
+        np.testing.assert_array_equal(gk, wk)
+    assert np.concatenate([k for _, k in got]).tolist() == keys
+
+
 def test_source_read_gives_the_labels_dtype_in_any_process(rec):
     # in the process that opened it and in a worker (unpickled), read() gives each label as
     # labels() does: int64 class ids here, whichever is called first
@@ -94,8 +130,10 @@ def test_source_reader_gives_what_read_and_key_give(tmp_path, kind):
             w.write(50 + k, pack_header(IRHeader(0, lab, k, 0), img))
     opened = RecordSource(path)
     opened.labels()
-    for src in (opened, pickle.loads(pickle.dumps(opened))):  # noqa: S301 - our own object
-        get = src.reader()
+    for src, told in ((opened, None), (pickle.loads(pickle.dumps(opened)), None)) + (
+        (pickle.loads(pickle.dumps(opened)), np.array([6, 2, 2, 9])),  # noqa: S301
+    ):
+        get = src.reader(told)  # a worker tells it the chunk's indices
         for i in range(len(src)):
             payload, label, key = get(i)
             want, want_label = src.read(i)

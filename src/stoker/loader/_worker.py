@@ -8,6 +8,8 @@ so both paths produce byte-identical batches. The protocol is described in ``eng
 from __future__ import annotations
 
 import faulthandler
+import functools
+import inspect
 import os
 import signal
 import sys
@@ -118,6 +120,22 @@ def _error_info(e: BaseException, source: Source, index: int) -> dict:
     }
 
 
+@functools.cache
+def _reader_takes_indices(cls: type[Source]) -> bool:
+    try:
+        return bool(inspect.signature(cls.reader).parameters.keys() - {"self"})
+    except (TypeError, ValueError):  # pragma: no cover - a reader without a signature
+        return False
+
+
+def _reader(source: Source, indices: np.ndarray) -> Any:
+    """``source.reader(indices)``; ``source.reader()`` for a source written before the reader
+    was told the chunk's indices."""
+    if _reader_takes_indices(type(source)):
+        return source.reader(indices)
+    return source.reader()
+
+
 def fill_chunk(
     task: Task,
     *,
@@ -139,7 +157,7 @@ def fill_chunk(
     images, labels, keys, indices = views
     bad: list[tuple[int, int, int | None, str]] = []
     at = SampleRngs(seed, task.epoch).at  # sample_rng(seed, epoch, i), re-keyed in place
-    read, fill_row, width = source.reader(), pipeline.fill_row, task.width
+    read, fill_row, width = _reader(source, task.indices), pipeline.fill_row, task.width
     decode = pipeline.decode_image if source.encoded else None
     row0, n = task.row0, len(task.indices)
     indices[row0 : row0 + n] = task.indices  # rows of skipped samples are dropped by main

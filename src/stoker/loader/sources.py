@@ -94,10 +94,11 @@ class Source(abc.ABC):
     def describe(self, i: int) -> str:
         return f"key {self.key(i)} (position {i})"
 
-    def reader(self) -> Callable[[int], tuple[Any, Any, int]]:
+    def reader(self, indices: np.ndarray | None = None) -> Callable[[int], tuple[Any, Any, int]]:
         """``f(i) -> (payload, label, key)``: what a worker calls per sample. Made once per
         chunk of a batch, so a source can check its files once per chunk rather than per
-        sample; the same samples, labels, keys and errors as ``read`` and ``key``."""
+        sample (and look up ``indices``, the chunk's, all at once); the same samples, labels,
+        keys and errors as ``read`` and ``key``, for any ``i``."""
         read, key = self.read, self.key
 
         def get(i: int) -> tuple[Any, Any, int]:
@@ -192,7 +193,7 @@ class RecordSource(Source):
         """A worker's conversion of a one-float header label to what ``labels()`` holds."""
         return int if self._label_dtype == "int64" else np.float32
 
-    def reader(self) -> Callable[[int], tuple[Any, Any, int]]:
+    def reader(self, indices: np.ndarray | None = None) -> Callable[[int], tuple[Any, Any, int]]:
         # In a worker, single-part records with one label take RecordFile.plain_reader: one
         # unpack for both headers, no per-sample fstat. Any other record (and every error)
         # goes the way of read().
@@ -200,7 +201,7 @@ class RecordSource(Source):
         if not self._label_dtype or self._label_shape:
             return slow
         make = getattr(self._records(), "plain_reader", None)  # not on sets of several shards
-        plain = make() if make is not None else None
+        plain = make(indices) if make is not None else None
         if plain is None:
             return slow
         as_label = self._scalar_label
