@@ -137,14 +137,13 @@ class PeakPSS:
 
 
 def _result(n: int, elapsed: float, first: float | None, mem: PeakPSS) -> dict:
-    out = {
+    return {
         "images": n,
         "seconds": elapsed,
         "rate": n / elapsed,
         "first": first,
         "cpu_ms_per_image": 1000 * mem.cpu_seconds / max(n, 1),
-    }
-    return out | _memory(mem)
+    } | _memory(mem)
 
 
 def _memory(mem: PeakPSS) -> dict:
