@@ -175,7 +175,7 @@ def _skewed_planes(h: int, w: int, c: int) -> list[np.ndarray]:
 
     ``cv2.split`` writes the rows of planes that share their offset modulo its vector size
     with a slower kind of store: 40-77 us for a 112x112x3 image against 3.7 us, measured
-    (OpenCV 4, AVX-512). Separate ``np.empty`` planes share it or not by the luck of the
+    (OpenCV 5.0, AVX-512). Separate ``np.empty`` planes share it or not by the luck of the
     heap, so a process either had it or not for its whole life: that alone moved
     ``Normalize`` by 2x and the loader by up to 12 % from one run to the next. One buffer,
     with the planes placed on purpose, takes the luck out; row ``r`` of every plane moves
