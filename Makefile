@@ -35,6 +35,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests bench scripts examples
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
+	$(PY) scripts/check_size.py
 
 docs-figures: $(STAMP)
 	$(PY) scripts/make_docs_figures.py

@@ -1,44 +1,14 @@
-"""Argument checks shared by the samplers (clear ``ValueError``/``TypeError`` messages)."""
+"""Label and fingerprint helpers of the samplers; the argument checks live in ``stoker._core.checks``."""
 
 from __future__ import annotations
 
 import hashlib
-import numbers
 
 import numpy as np
 
+from stoker._core.checks import check_epoch, check_int, check_rank, check_seed
+
 __all__ = ["array_digest", "as_labels", "check_epoch", "check_int", "check_rank", "check_seed"]
-
-
-def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
-    """``value`` as an ``int``; bools, floats and strings are refused with a message naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    out = int(value)
-    if minimum is not None and out < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {out}")
-    return out
-
-
-def check_rank(rank: object, world_size: object) -> tuple[int, int]:
-    w = check_int("world_size", world_size, minimum=1)
-    r = check_int("rank", rank)
-    if not 0 <= r < w:
-        raise ValueError(f"rank must be in [0, world_size={w}), got {r}")
-    return r, w
-
-
-def check_seed(seed: object) -> int:
-    if seed is None:
-        raise TypeError(
-            "seed must be an int: every rank and a resumed run must draw the same order "
-            "(stoker.Loader draws one for you when you give it seed=None and no sampler)"
-        )
-    return check_int("seed", seed, minimum=0)
-
-
-def check_epoch(epoch: object) -> int:
-    return check_int("epoch", epoch, minimum=0)
 
 
 def array_digest(arr: np.ndarray) -> str:

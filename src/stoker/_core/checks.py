@@ -1,0 +1,90 @@
+"""Argument checks shared by every room.
+
+Each check returns the normalised value or raises the builtin a Python user expects:
+``TypeError`` for a value of the wrong type, ``ValueError`` for one out of range, with a
+message that names the argument.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Collection
+from typing import overload
+
+__all__ = ["check_choice", "check_epoch", "check_int", "check_rank", "check_seed"]
+
+_SEED_MAX = (1 << 63) - 1
+
+
+@overload
+def check_int(
+    name: str,
+    value: object,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+) -> int: ...
+@overload
+def check_int(
+    name: str,
+    value: object,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    none_ok: bool,
+) -> int | None: ...
+def check_int(
+    name: str,
+    value: object,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    none_ok: bool = False,
+) -> int | None:
+    """``value`` as an ``int`` in ``[minimum, maximum]``.
+
+    Bools, floats and strings are refused; numpy integers are accepted. ``none_ok`` lets
+    ``None`` through unchanged (an option left at its default).
+    """
+    if value is None and none_ok:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        extra = " or None" if none_ok else ""
+        raise TypeError(f"{name} must be an int{extra}, got {type(value).__name__} {value!r}")
+    out = int(value)
+    if minimum is not None and out < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {out}")
+    if maximum is not None and out > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {out}")
+    return out
+
+
+def check_choice(name: str, value: object, choices: Collection[str]) -> str:
+    """``value`` when it is one of ``choices``; the message lists them."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
+    return value
+
+
+def check_rank(rank: object, world_size: object) -> tuple[int, int]:
+    """``(rank, world_size)`` with ``0 <= rank < world_size``."""
+    w = check_int("world_size", world_size, minimum=1)
+    r = check_int("rank", rank)
+    if not 0 <= r < w:
+        raise ValueError(f"rank must be in [0, world_size={w}), got {r}")
+    return r, w
+
+
+def check_seed(seed: object) -> int:
+    """A seed every rank and a resumed run can share: an int in ``[0, 2**63)``."""
+    if seed is None:
+        raise TypeError(
+            "seed must be an int: every rank and a resumed run must draw the same order "
+            "(stoker.Loader draws one for you when you give it seed=None and no sampler)"
+        )
+    return check_int("seed", seed, minimum=0, maximum=_SEED_MAX)
+
+
+def check_epoch(epoch: object) -> int:
+    """An epoch number: an int >= 0."""
+    return check_int("epoch", epoch, minimum=0)
