@@ -8,6 +8,8 @@ iteration state except ``epoch`` (for ``torch.utils.data.DataLoader`` compatibil
 - ``len(s)``: how many indices each epoch has on this rank (the same for every epoch);
 - ``s.batch_widths(epoch, batch_size)``: per-batch target widths, or ``None`` (the default) when
   batches need no per-batch shape; a length-bucketing sampler returns one width per batch;
+- ``s.variable_width``: ``True`` when ``batch_widths`` gives widths (the loader then sizes its
+  slots for the widest batch and hands each batch its width); ``False`` by default;
 - ``s.fingerprint()``: a JSON-safe description, stored in loader state and compared on resume.
 """
 
@@ -25,6 +27,7 @@ __all__ = ["Sampler"]
 
 class Sampler(abc.ABC):
     epoch: int = 0
+    variable_width: bool = False
 
     @abc.abstractmethod
     def indices(self, epoch: int) -> np.ndarray: ...

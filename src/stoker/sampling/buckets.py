@@ -139,6 +139,8 @@ class LengthBuckets(Sampler):
     :class:`ProportionalWidth`. ``dataset_size``: when given, ``len(lengths)`` must match it.
     """
 
+    variable_width = True
+
     def __init__(
         self,
         lengths: object,
