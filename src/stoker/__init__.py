@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from stoker._core import errors as _errors
 from stoker._core.errors import (
     CorruptRecordError,
     ImageDecodeError,
@@ -49,30 +50,7 @@ _LAZY: dict[str, str] = {
     "watch": "stoker.doctor:watch",
 }
 
-__all__ = sorted(
-    [
-        "ArraySpec",
-        "CorruptRecordError",
-        "ImageDecodeError",
-        "IncompatibleStateError",
-        "IndexFormatError",
-        "LoaderError",
-        "LoaderTimeoutError",
-        "ManifestError",
-        "OutputExistsError",
-        "PackError",
-        "SharedMemoryError",
-        "SpecError",
-        "StokerError",
-        "StokerFormatError",
-        "TooManyBadSamplesError",
-        "TooManyRejectsError",
-        "WorkerDiedError",
-        "WorkerError",
-        "__version__",
-        *_LAZY,
-    ]
-)
+__all__ = sorted(["ArraySpec", "__version__", *_errors.__all__, *_LAZY])
 
 
 def __getattr__(name: str) -> Any:

@@ -93,67 +93,14 @@ class ClassBalanced(Sampler):
         self.drop_last = bool(drop_last)
         self.epoch = 0
         if num_classes is not None:
-            num_classes = check_int("num_classes", num_classes, minimum=1)
-            if lab.dtype.kind != "i":
-                raise TypeError("num_classes needs integer labels")
-            if n and (lab.min() < 0 or lab.max() >= num_classes):
-                i = int(np.flatnonzero((lab < 0) | (lab >= num_classes))[0])
-                raise ValueError(
-                    f"labels[{i}] = {lab[i]} is outside [0, num_classes={num_classes})"
-                )
-
+            num_classes = _check_num_classes(lab, num_classes)
         classes, inverse, counts = np.unique(lab, return_inverse=True, return_counts=True)
         inverse = inverse.reshape(-1)
         declared: set = set(range(num_classes)) if num_classes is not None else set()
-
-        if sample_weights is not None:
-            if not (isinstance(weights, str) and weights == "inverse"):
-                raise ValueError("give either weights= or sample_weights=, not both")
-            sw = np.asarray(sample_weights, dtype=np.float64)
-            if sw.shape != (n,):
-                raise ValueError(
-                    f"sample_weights must have one weight per sample: shape ({n},), got {sw.shape}"
-                )
-            bad = ~np.isfinite(sw) | (sw <= 0)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                _check_weight(sw[i], f"sample {i}")
-            per_sample = sw
-            weights_desc: object = {"sample_weights": array_digest(sw)}
-        elif isinstance(weights, str):
-            if weights not in _SCHEMES:
-                raise ValueError(
-                    f"weights must be one of {_SCHEMES}, a mapping or a sequence, got {weights!r}"
-                )
-            per_class = 1.0 / counts if weights == "inverse" else 1.0 / np.sqrt(counts)
-            per_sample = per_class[inverse] if n else np.zeros(0)
-            weights_desc = weights
-        else:
-            if isinstance(weights, Mapping):
-                table = dict(weights)
-            else:
-                seq = np.asarray(weights)
-                if seq.ndim != 1:
-                    raise ValueError(f"per-class weights must be 1-D, got shape {seq.shape}")
-                if lab.dtype.kind != "i":
-                    raise TypeError(
-                        "a weight sequence is indexed by class number: labels must be integers"
-                    )
-                table = {i: seq[i] for i in range(len(seq))}
-            present = set(classes.tolist())
-            per_class = np.empty(len(classes), dtype=np.float64)
-            for j, c in enumerate(classes.tolist()):
-                if c not in table:
-                    raise ValueError(f"class {c!r} has {counts[j]} samples but no weight")
-                per_class[j] = _check_weight(table[c], f"class {c!r}")
-            for c, w in table.items():
-                if c not in present:
-                    _check_weight(w, f"class {c!r}")
-            declared |= set(table) - present
-            per_sample = per_class[inverse] if n else np.zeros(0)
-            weights_desc = {
-                str(k): float(v) for k, v in sorted(table.items(), key=lambda kv: str(kv[0]))
-            }
+        per_sample, weights_desc, unused = _sample_weights(
+            lab, classes, inverse, counts, weights=weights, sample_weights=sample_weights
+        )
+        declared |= unused
 
         empty = sorted(declared - set(classes.tolist()), key=str)
         if empty:
@@ -232,3 +179,72 @@ class ClassBalanced(Sampler):
 
     def fingerprint(self) -> dict:
         return dict(self._fp)
+
+
+def _check_num_classes(lab: np.ndarray, num_classes: object) -> int:
+    """``num_classes`` checked against integer labels, naming the first label outside it."""
+    k = check_int("num_classes", num_classes, minimum=1)
+    if lab.dtype.kind != "i":
+        raise TypeError("num_classes needs integer labels")
+    if len(lab) and (lab.min() < 0 or lab.max() >= k):
+        i = int(np.flatnonzero((lab < 0) | (lab >= k))[0])
+        raise ValueError(f"labels[{i}] = {lab[i]} is outside [0, num_classes={k})")
+    return k
+
+
+def _sample_weights(
+    lab: np.ndarray,
+    classes: np.ndarray,
+    inverse: np.ndarray,
+    counts: np.ndarray,
+    *,
+    weights: object,
+    sample_weights: object,
+) -> tuple[np.ndarray, object, set]:
+    """Each sample's draw weight, the weights' description for the fingerprint, and the
+    classes that were given a weight but have no sample."""
+    n = len(lab)
+    if sample_weights is not None:
+        if not (isinstance(weights, str) and weights == "inverse"):
+            raise ValueError("give either weights= or sample_weights=, not both")
+        sw = np.asarray(sample_weights, dtype=np.float64)
+        if sw.shape != (n,):
+            raise ValueError(
+                f"sample_weights must have one weight per sample: shape ({n},), got {sw.shape}"
+            )
+        bad = ~np.isfinite(sw) | (sw <= 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            _check_weight(sw[i], f"sample {i}")
+        return sw, {"sample_weights": array_digest(sw)}, set()
+    if isinstance(weights, str):
+        if weights not in _SCHEMES:
+            raise ValueError(
+                f"weights must be one of {_SCHEMES}, a mapping or a sequence, got {weights!r}"
+            )
+        per_class = 1.0 / counts if weights == "inverse" else 1.0 / np.sqrt(counts)
+        return (per_class[inverse] if n else np.zeros(0)), weights, set()
+    table = _weight_table(lab, weights)
+    present = set(classes.tolist())
+    per_class = np.empty(len(classes), dtype=np.float64)
+    for j, c in enumerate(classes.tolist()):
+        if c not in table:
+            raise ValueError(f"class {c!r} has {counts[j]} samples but no weight")
+        per_class[j] = _check_weight(table[c], f"class {c!r}")
+    for c, w in table.items():
+        if c not in present:
+            _check_weight(w, f"class {c!r}")
+    desc = {str(k): float(v) for k, v in sorted(table.items(), key=lambda kv: str(kv[0]))}
+    return (per_class[inverse] if n else np.zeros(0)), desc, set(table) - present
+
+
+def _weight_table(lab: np.ndarray, weights: object) -> dict:
+    """Per-class weights given as a mapping or as a sequence indexed by class number."""
+    if isinstance(weights, Mapping):
+        return dict(weights)
+    seq = np.asarray(weights)
+    if seq.ndim != 1:
+        raise ValueError(f"per-class weights must be 1-D, got shape {seq.shape}")
+    if lab.dtype.kind != "i":
+        raise TypeError("a weight sequence is indexed by class number: labels must be integers")
+    return {i: seq[i] for i in range(len(seq))}

@@ -176,21 +176,7 @@ class LengthBuckets(Sampler):
         self.small_bucket = small_bucket
         self.epoch = 0
 
-        if (bucket_bounds is None) == (num_buckets is None):
-            raise ValueError("give exactly one of bucket_bounds= or num_buckets=")
-        if bucket_bounds is not None:
-            bounds = np.asarray(
-                [check_int("bucket_bounds entry", b, minimum=0) for b in bucket_bounds],
-                dtype=np.int64,
-            )
-            if bounds.size == 0:
-                raise ValueError("bucket_bounds is empty")
-            if np.any(np.diff(bounds) <= 0):
-                raise ValueError(
-                    f"bucket_bounds must be strictly increasing, got {bounds.tolist()}"
-                )
-        else:
-            bounds = _quantile_bounds(lens, check_int("num_buckets", num_buckets, minimum=1))
+        bounds = _bounds(lens, bucket_bounds, num_buckets)
         bucket = np.searchsorted(bounds, lens, side="left")
         over = bucket >= len(bounds)
         if over.any():
@@ -222,7 +208,26 @@ class LengthBuckets(Sampler):
             self._bucket_widths = np.asarray(w, dtype=np.int64)
             widths_desc = w
 
-        bs = self.batch_size
+        self._count_batches()
+        self._memo: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._fp = {
+            "type": "LengthBuckets",
+            "n": n,
+            "lengths": array_digest(lens),
+            "bounds": bounds.tolist(),
+            "batch_size": self.batch_size,
+            "widths": widths_desc,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "drop_last": self.drop_last,
+            "small_bucket": small_bucket,
+        }
+
+    def _count_batches(self) -> None:
+        """Batches per epoch, globally and per rank, and what the split pads or drops."""
+        bs, small_bucket = self.batch_size, self.small_bucket
         full = int(np.sum(self.bucket_sizes // bs))
         tail = int(np.sum(self.bucket_sizes % bs))
         if small_bucket == "merge":
@@ -242,21 +247,6 @@ class LengthBuckets(Sampler):
         self.merged = tail - dropped_tail if small_bucket == "merge" else 0
         self.padding = fill + rank_pad * bs
         self.dropped = dropped_tail + rank_drop * bs
-        self._memo: tuple[int, np.ndarray, np.ndarray] | None = None
-        self._fp = {
-            "type": "LengthBuckets",
-            "n": n,
-            "lengths": array_digest(lens),
-            "bounds": bounds.tolist(),
-            "batch_size": bs,
-            "widths": widths_desc,
-            "shuffle": self.shuffle,
-            "seed": self.seed,
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "drop_last": self.drop_last,
-            "small_bucket": small_bucket,
-        }
 
     def __len__(self) -> int:
         return self._per_rank_batches * self.batch_size
@@ -363,3 +353,21 @@ class LengthBuckets(Sampler):
 
     def fingerprint(self) -> dict:
         return dict(self._fp)
+
+
+def _bounds(
+    lens: np.ndarray, bucket_bounds: Sequence[int] | None, num_buckets: int | None
+) -> np.ndarray:
+    """The buckets' inclusive upper bounds: given, or at length quantiles."""
+    if (bucket_bounds is None) == (num_buckets is None):
+        raise ValueError("give exactly one of bucket_bounds= or num_buckets=")
+    if bucket_bounds is None:
+        return _quantile_bounds(lens, check_int("num_buckets", num_buckets, minimum=1))
+    bounds = np.asarray(
+        [check_int("bucket_bounds entry", b, minimum=0) for b in bucket_bounds], dtype=np.int64
+    )
+    if bounds.size == 0:
+        raise ValueError("bucket_bounds is empty")
+    if np.any(np.diff(bounds) <= 0):
+        raise ValueError(f"bucket_bounds must be strictly increasing, got {bounds.tolist()}")
+    return bounds
