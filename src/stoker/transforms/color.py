@@ -174,12 +174,11 @@ def _skewed_planes(h: int, w: int, c: int) -> list[np.ndarray]:
     boundary (4, 8, 12, ... bytes past one).
 
     ``cv2.split`` writes the rows of planes that share their offset modulo its vector size
-    with a slower kind of store: 40-77 us for a 112x112x3 image against 3.7 us, measured
-    (OpenCV 5.0, AVX-512). Separate ``np.empty`` planes share it or not by the luck of the
-    heap, so a process either had it or not for its whole life: that alone moved
-    ``Normalize`` by 2x and the loader by up to 12 % from one run to the next. One buffer,
-    with the planes placed on purpose, takes the luck out; row ``r`` of every plane moves
-    all of them by the same ``r * w`` bytes, so their rows never line up either."""
+    with a much slower kind of store. Separate ``np.empty`` planes share it or not by the
+    luck of the heap, which would make ``Normalize``'s cost differ from one process to the
+    next; one buffer with the planes placed on purpose takes the luck out. Row ``r`` of every
+    plane moves all of them by the same ``r * w`` bytes, so their rows never line up either.
+    The measured cost of each case is in docs/transforms.md."""
     stride = -(-h * w // 64) * 64 + 64
     buf = np.empty(c * stride + 64, np.uint8)
     base = -buf.ctypes.data % 64
