@@ -15,6 +15,7 @@ import tempfile
 import time
 
 import numpy as np
+from _common import best_time
 
 from stoker.formats.recordio import RecordFile
 from stoker.formats.recordio.index import cache_path
@@ -34,15 +35,6 @@ def _write(dirpath: str, n: int) -> str:
     past = time.time() - 60  # older than the cache's racy-mtime window
     os.utime(idx, (past, past))
     return rec
-
-
-def _time(fn, repeat: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main() -> int:
@@ -70,9 +62,9 @@ def main() -> int:
             RecordFile(rec, cache=True).close()
 
         rows = [
-            ("first open (parse, validate, write cache)", _time(first_open, 1)),
-            ("open without the cache (parse + validate)", _time(parse_only)),
-            ("open with the binary cache", _time(cached_open)),
+            ("first open (parse, validate, write cache)", best_time(first_open, 1)),
+            ("open without the cache (parse + validate)", best_time(parse_only)),
+            ("open with the binary cache", best_time(cached_open)),
         ]
         print(f"{'case':45} {'ms':>9}")
         for name, s in rows:

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import cpu_between, cpu_count, tree_cpu
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
 
@@ -202,48 +203,27 @@ def _model(classes: int):
     return model
 
 
-def _cpu_seconds() -> tuple[float, dict[int, float]]:
-    """CPU time of this process and its reaped children, and of each live descendant (the
-    loader's workers are children of its worker server, not of this process)."""
-    import resource
-
-    import psutil
-
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
-    live = {}
-    for p in psutil.Process().children(recursive=True):
-        try:
-            t = p.cpu_times()
-        except psutil.Error:
-            continue
-        live[p.pid] = t.user + t.system
-    return total, live
-
-
 def _timed_fit(model, data, epochs: int, batch_size: int) -> dict:
     import keras
 
     marks: list[float] = []
-    cpu: list[tuple[float, dict[int, float]]] = []
+    cpu: list[dict[int, float]] = []  # the tree's CPU (the loader's workers are grandchildren)
 
     class Mark(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             marks.append(time.perf_counter())
             if batch == 0 and len(cpu) == 0:
-                cpu.append(_cpu_seconds())
+                cpu.append(tree_cpu())
 
         def on_train_end(self, logs=None):
-            cpu.append(_cpu_seconds())
+            cpu.append(tree_cpu())
 
     t0 = time.perf_counter()
     model.fit(data, epochs=epochs, verbose=0, callbacks=[Mark()], shuffle=False)
     total = time.perf_counter() - t0
     images = (len(marks) - 1) * batch_size
     steady = images / (marks[-1] - marks[0])
-    (own0, live0), (own1, live1) = cpu
-    used = own1 - own0 + sum(v - live0.get(pid, 0.0) for pid, v in live1.items())
+    used = cpu_between(cpu[0], cpu[1])
     return {
         "images_s": steady,
         "fit_s": total,
@@ -395,7 +375,7 @@ def main() -> int:
         f"(half original, half distorted), {args.epochs} epochs, {args.workers} workers, "
         f"{args.n // (args.batch_size // 2) * args.batch_size} images/epoch, "
         f"timeout {timeout:.0f} s per candidate, "
-        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start, "
+        f"{cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start, "
         f"best of {args.repeat} round(s)"
     )
     results: dict[str, dict | str] = {}

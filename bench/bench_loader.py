@@ -42,98 +42,26 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from _common import (
+    MEAN,
+    STD,
+    PeakPSS,
+    best_of,
+    command_line,
+    cpu_count,
+    make_data,
+    stoker_transforms,
+    tree_rusage,
+    warm_page_cache,
+)
 
 # whether PeakPSS samples memory (set per round by main(), and by --no-memory in a child run)
 MEASURE_MEMORY = True
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
-
-
-# ---------------------------------------------------------------------------- memory sampler
-class PeakPSS:
-    """Samples this process and all its descendants every ``every`` s: the peak PSS (MiB), the
-    peak PSS without file-backed pages (``Pss_Anon + Pss_Shmem``: what the run itself holds,
-    not the page cache of the data file it reads), and the CPU seconds they used.
-
-    With ``memory=False`` (rounds that time a candidate) there is no sampling thread: only the
-    tree's CPU times at the start and at ``snapshot()``/the end. Reading ``smaps_rollup`` walks
-    every page table of the tree, 12 ms a sample with a loader's batch ring mapped in three
-    processes (3 ms for the limit loop's): 5 % of a core at 4 samples a second, taken from the
-    run it measures and more from some candidates than from others."""
-
-    def __init__(self, every: float = 0.25, *, memory: bool | None = None) -> None:
-        import psutil
-
-        self._psutil = psutil
-        self.memory = MEASURE_MEMORY if memory is None else memory
-        self.every = every
-        self.peak = 0.0
-        self.peak_anon = 0.0
-        self._cpu: dict[int, float] = {}
-        self._base: dict[int, float] = {}
-        self._self_cpu = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    @property
-    def cpu_seconds(self) -> float:
-        """CPU seconds of the tree, less what this sampler itself used."""
-        used = sum(self._cpu.get(p, 0.0) - self._base.get(p, 0.0) for p in self._cpu)
-        return used - self._self_cpu
-
-    def _sample(self, first: bool = False) -> None:
-        ps = self._psutil
-        me = ps.Process()
-        pss = anon = 0
-        for p in [me, *me.children(recursive=True)]:
-            try:
-                t = p.cpu_times()
-                cpu = t.user + t.system
-                if first or p.pid not in self._cpu:
-                    self._base.setdefault(p.pid, cpu if first else 0.0)
-                self._cpu[p.pid] = cpu
-                if not self.memory:
-                    continue
-                with open(f"/proc/{p.pid}/smaps_rollup") as f:
-                    for line in f:
-                        k, _, v = line.partition(":")
-                        if k == "Pss":
-                            pss += int(v.split()[0])
-                        elif k in ("Pss_Anon", "Pss_Shmem"):
-                            anon += int(v.split()[0])
-            except (ps.Error, OSError, ValueError):
-                pass
-        self.peak = max(self.peak, pss / 1024)
-        self.peak_anon = max(self.peak_anon, anon / 1024)
-
-    def snapshot(self) -> float:
-        """Sample now; the tree's CPU seconds so far (for a figure over part of the run)."""
-        self._sample()
-        return self.cpu_seconds
-
-    def _run(self) -> None:
-        t0 = time.thread_time()
-        while not self._stop.is_set():
-            self._sample()
-            self._self_cpu = time.thread_time() - t0
-            self._stop.wait(self.every)
-
-    def __enter__(self) -> PeakPSS:
-        self._sample(first=True)
-        if self.memory:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.memory:
-            self._stop.set()
-            self._thread.join()
-        self._sample()
 
 
 def _result(n: int, elapsed: float, first: float | None, mem: PeakPSS) -> dict:
@@ -143,11 +71,7 @@ def _result(n: int, elapsed: float, first: float | None, mem: PeakPSS) -> dict:
         "rate": n / elapsed,
         "first": first,
         "cpu_ms_per_image": 1000 * mem.cpu_seconds / max(n, 1),
-    } | _memory(mem)
-
-
-def _memory(mem: PeakPSS) -> dict:
-    return {"pss": mem.peak, "pss_anon": mem.peak_anon} if mem.memory else {}
+    } | mem.figures()
 
 
 # ---------------------------------------------------------------------------- baselines
@@ -256,8 +180,8 @@ def run_torch(dataset, *, workers: int, batch_size: int) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    r0 = _tree_rusage()
-    with PeakPSS() as mem:
+    r0 = tree_rusage()
+    with PeakPSS(memory=MEASURE_MEMORY) as mem:
         t0 = time.perf_counter()
         dl = torch.utils.data.DataLoader(
             dataset, batch_size=batch_size, shuffle=True, num_workers=workers
@@ -273,38 +197,11 @@ def run_torch(dataset, *, workers: int, batch_size: int) -> dict:
     out = _result(n, elapsed, first, mem)
     # the DataLoader's workers are this process's children and were joined at the end of the
     # epoch: their CPU is all in RUSAGE_CHILDREN (a sampler would miss their last moments)
-    out["cpu_ms_per_image"] = 1000 * (_tree_rusage() - r0) / max(n, 1)
+    out["cpu_ms_per_image"] = 1000 * (tree_rusage() - r0) / max(n, 1)
     return out
 
 
-def _tree_rusage() -> float:
-    import resource
-
-    t = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        r = resource.getrusage(who)
-        t += r.ru_utime + r.ru_stime
-    return t
-
-
 # ---------------------------------------------------------------------------- stoker
-def stoker_transforms(kind: str, *, normalize: bool):
-    from stoker.transforms import (
-        Compose,
-        HorizontalFlip,
-        Normalize,
-        RandomCrop,
-        RandomResizedCrop,
-        Resize,
-    )
-
-    if kind == "112":
-        ops = [Resize(128, shorter_side=True), RandomCrop(112), HorizontalFlip()]
-    else:
-        ops = [RandomResizedCrop(224), HorizontalFlip()]
-    if normalize:
-        ops.append(Normalize(MEAN, STD))
-    return Compose(ops)
 
 
 def run_stoker(
@@ -324,7 +221,7 @@ def run_stoker(
     from stoker.pipeline import DecodeOptions
 
     second: dict | None = None
-    with PeakPSS() as mem:
+    with PeakPSS(memory=MEASURE_MEMORY) as mem:
         t0 = time.perf_counter()
         loader = Loader(
             path,
@@ -425,7 +322,7 @@ def run_limit(
         )
         for w in range(workers)
     ]
-    with PeakPSS() as mem:
+    with PeakPSS(memory=MEASURE_MEMORY) as mem:
         for p in procs:
             p.start()
         got = [results.get() for _ in procs]
@@ -437,44 +334,10 @@ def run_limit(
         "images": images,
         "rate": sum(g[0] / (g[2] - g[1]) for g in got),
         "cpu_ms_per_image": 1000 * cpu / max(images, 1),
-    } | _memory(mem)
+    } | mem.figures()
 
 
 # ---------------------------------------------------------------------------- data
-def make_data(work: Path, *, n: int, size, name: str) -> tuple[str, str]:
-    from stoker.pack import make_sample_data, pack
-
-    images = work / f"images_{name}"
-    rec = work / f"{name}.rec"
-    classes = 10
-    make_sample_data(images, classes=classes, per_class=n // classes, size=size, seed=1)
-    if not rec.exists():
-        pack(images, rec, overwrite=True, progress=False)
-    return str(images), str(rec)
-
-
-def warm_page_cache(path: str) -> None:
-    """Read the files of a candidate's input (a .rec with its index and caches beside it, or
-    every file of an image folder) once, right before the candidate runs, so that it reads
-    them from memory like every other candidate. Once before all rounds is not enough: a
-    kernel may drop page-cache pages nobody has mapped for a while (DAMON's proactive
-    reclaim drops them after about a minute on the development machine), and (c) would then
-    read from the disk what (d) loads before its clock starts. In a child process: the read
-    buffer must not stay in the heap of the process whose memory is measured."""
-    p = Path(path)
-    files = (
-        [f for f in p.rglob("*") if f.is_file()]
-        if p.is_dir()
-        else [f for f in p.parent.glob(p.stem + ".*") if f.is_file()]
-    )
-    code = "import sys\nb = bytearray(1 << 24)\nfor p in sys.argv[1:]:\n"
-    code += "    with open(p, 'rb', buffering=0) as f:\n        while f.readinto(b):\n"
-    code += "            pass\n"
-    for i in range(0, len(files), 2000):  # argv stays short
-        chunk = [str(f) for f in files[i : i + 2000]]
-        subprocess.run([sys.executable, "-c", code, *chunk], check=True)
-
-
 def repeat_rec(src: str, dst: str, times: int) -> str:
     """A .rec ``times`` as long: the same records repeated under new keys."""
     from stoker.formats.recordio import RecordWriter, open_records
@@ -493,29 +356,6 @@ def repeat_rec(src: str, dst: str, times: int) -> str:
     return dst
 
 
-def best_of(runs: list[dict]) -> dict:
-    """The best round of a candidate: a shared machine only ever slows a run down, so the
-    fastest round (highest rate, least CPU per image, earliest first batch) is the least
-    disturbed one; memory is the highest seen (the conservative figure)."""
-    out = dict(runs[0])
-    for r in runs[1:]:
-        out["rate"] = max(out["rate"], r["rate"])
-        out["cpu_ms_per_image"] = min(out["cpu_ms_per_image"], r["cpu_ms_per_image"])
-        if r.get("first") is not None:
-            out["first"] = min(out["first"], r["first"])
-        for k in ("pss", "pss_anon"):
-            if k in r:
-                out[k] = max(out.get(k, 0.0), r[k])
-        if "epoch2" in r:
-            e, f = out["epoch2"], r["epoch2"]
-            out["epoch2"] = {
-                "rate": max(e["rate"], f["rate"]),
-                "cpu_ms_per_image": min(e["cpu_ms_per_image"], f["cpu_ms_per_image"]),
-            }
-    out["rounds"] = len(runs)
-    return out
-
-
 def fmt_row(name: str, r: dict) -> str:
     first = f"{r['first']:.2f}" if r.get("first") is not None else "-"
     pss = f"{r['pss']:.0f}" if r.get("pss") else "-"
@@ -523,8 +363,8 @@ def fmt_row(name: str, r: dict) -> str:
     return f"| {name} | {r['rate']:,.0f} | {r['cpu_ms_per_image']:.2f} | {first} | {pss} | {anon} |"
 
 
-def main() -> int:
-    global MEASURE_MEMORY
+# ---------------------------------------------------------------------------- the run
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -556,121 +396,160 @@ def main() -> int:
     unknown = args.skip - {"baselines", "scale", "224"}
     if unknown:
         ap.error(f"--skip: unknown part(s) {sorted(unknown)}; choose from baselines, scale, 224")
-    if args.torch_baseline:  # a child run of one baseline (see torch_run): JSON on stdout
-        MEASURE_MEMORY = not args.no_memory
-        kind, root = args.torch_baseline
-        ds = (PILFolder if kind == "pil" else CVFolder)(root, rrc=args.rrc)
-        print(json.dumps(run_torch(ds, workers=args.workers, batch_size=args.batch_size)))
-        return 0
-    n = args.images or (2_000 if args.quick else 20_000)
-    args.rounds = args.rounds or (1 if args.quick else 3)
-    # 224: enough images that the batch ring (4 slots of 256 float32 224x224 samples: 616 MB,
-    # zeroed, mapped and freed once per loader) is not a third of the epoch's cost
-    n224 = 400 if args.quick else 6_000
-    work = Path(args.work or os.path.join(tempfile.gettempdir(), "stoker-bench-loader"))
-    work.mkdir(parents=True, exist_ok=True)
-    W, B = args.workers, args.batch_size
-    print(
-        f"# bench_loader: {n} images 112x112, batch {B}, {W} workers, {os.cpu_count()} CPUs",
-        flush=True,
-    )
+    return args
+
+
+def torch_child(args: argparse.Namespace) -> int:
+    """A child run of one baseline (see ``Rounds.torch``): its result as JSON on stdout."""
+    global MEASURE_MEMORY
+    MEASURE_MEMORY = not args.no_memory
+    kind, root = args.torch_baseline
+    ds = (PILFolder if kind == "pil" else CVFolder)(root, rrc=args.rrc)
+    print(json.dumps(run_torch(ds, workers=args.workers, batch_size=args.batch_size)))
+    return 0
+
+
+@dataclass
+class Data:
+    """The inputs of one run; an empty path for a part that is skipped."""
+
+    n: int
+    images: str
+    rec: str
+    big: str = ""
+    n224: int = 0
+    images224: str = ""
+    rec224: str = ""
+
+
+def prepare(args: argparse.Namespace, work: Path, n: int) -> Data:
     t = time.perf_counter()
     images, rec = make_data(work, n=n, size=112, name=f"s112_{n}")
     print(f"data ready in {time.perf_counter() - t:.0f} s: {images}, {rec}", flush=True)
-    res: dict[str, dict] = {}
-    runs: dict[str, list[dict]] = {}
+    data = Data(n, images, rec)
+    if "scale" not in args.skip:
+        # 10x the records under new keys: memory must not grow with the dataset, and one epoch
+        # of it spreads a loader's start-up over 10x the images, as a real dataset does
+        data.big = repeat_rec(rec, str(work / f"s112_{n}_x10.rec"), 10)
+    if "224" not in args.skip:
+        # enough images that the batch ring (4 slots of 256 float32 224x224 samples: 616 MB,
+        # zeroed, mapped and freed once per loader) is not a third of the epoch's cost
+        data.n224 = 400 if args.quick else 6_000
+        data.images224, data.rec224 = make_data(
+            work, n=data.n224, size=(336, 400), name=f"s224_{data.n224}"
+        )
+    return data
 
-    memory_runs: dict[str, list[dict]] = {}
 
-    def record(name: str, r: dict) -> None:
-        (memory_runs if MEASURE_MEMORY else runs).setdefault(name, []).append(r)
+class Rounds:
+    """Runs candidates, each with its input warmed just before, and keeps their results: the
+    memory round's (``memory_runs``) apart from the timed rounds' (``runs``)."""
+
+    def __init__(self, workers: int, batch_size: int) -> None:
+        self.W, self.B = workers, batch_size
+        self.runs: dict[str, list[dict]] = {}
+        self.memory_runs: dict[str, list[dict]] = {}
+
+    def record(self, name: str, r: dict) -> None:
+        (self.memory_runs if MEASURE_MEMORY else self.runs).setdefault(name, []).append(r)
         shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}
         print(f"... {name}: {json.dumps(shown)}", flush=True)
 
-    def stoker_run(name: str, path: str, kind: str, normalize: bool, **kw) -> None:
+    def stoker(self, name: str, path: str, kind: str, normalize: bool, **kw) -> None:
         warm_page_cache(path)
-        r = run_stoker(path, kind=kind, normalize=normalize, workers=W, batch_size=B, **kw)
-        record(name, r)
+        r = run_stoker(
+            path, kind=kind, normalize=normalize, workers=self.W, batch_size=self.B, **kw
+        )
+        self.record(name, r)
 
-    def limit_run(name: str, path: str, count: int, kind: str, normalize: bool) -> None:
+    def limit(self, name: str, path: str, count: int, kind: str, normalize: bool) -> None:
         warm_page_cache(path)
-        record(name, run_limit(path, n=count, kind=kind, normalize=normalize, workers=W))
+        r = run_limit(path, n=count, kind=kind, normalize=normalize, workers=self.W)
+        self.record(name, r)
 
-    def torch_run(name: str, root: str, cls: str, rrc: int | None = None) -> None:
+    def torch(self, name: str, root: str, cls: str, rrc: int | None = None) -> None:
         # in a child process: torch stays out of this one (it would add its memory to every
         # stoker run measured after it), and each round starts as cold as the others
         cmd = [sys.executable, os.path.abspath(__file__), "--torch-baseline", cls, root]
-        cmd += ["--workers", str(W), "--batch-size", str(B)]
+        cmd += ["--workers", str(self.W), "--batch-size", str(self.B)]
         if rrc:
             cmd += ["--rrc", str(rrc)]
         if not MEASURE_MEMORY:
             cmd += ["--no-memory"]
         warm_page_cache(root)
         out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        record(name, json.loads(out.stdout.strip().splitlines()[-1]))
+        self.record(name, json.loads(out.stdout.strip().splitlines()[-1]))
 
-    big = ""
-    if "scale" not in args.skip:
-        # 10x the records under new keys: memory must not grow with the dataset, and one epoch
-        # of it spreads a loader's start-up over 10x the images, as a real dataset does
-        big = repeat_rec(rec, str(work / f"s112_{n}_x10.rec"), 10)
-    rec224 = images224 = ""
-    if "224" not in args.skip:
-        images224, rec224 = make_data(work, n=n224, size=(336, 400), name=f"s224_{n224}")
-    # Every round runs every candidate once, in the same order, so a busy spell on the shared
-    # machine hits all of them alike; each candidate's best round counts (best_of).
-    # Round 0 samples the memory of every candidate; the timed rounds after it run with no
-    # sampler (see PeakPSS), so rates and CPU per image come from those rounds only.
-    for rnd in range(args.rounds + 1):
-        MEASURE_MEMORY = rnd == 0
-        if MEASURE_MEMORY:
-            print("# memory round (rates not counted)", flush=True)
-        else:
-            print(f"# round {rnd} of {args.rounds}", flush=True)
-        stoker_run("c stoker .rec float NCHW", rec, "112", True, second_epoch=True)
-        limit_run("d limit float NCHW", rec, n, "112", True)
-        stoker_run("c' stoker .rec uint8 NHWC", rec, "112", False, second_epoch=True)
-        limit_run("d' limit uint8 NHWC", rec, n, "112", False)
-        stoker_run("c stoker folder float NCHW", images, "112", True)
-        if big:
-            stoker_run("c stoker .rec x10 float NCHW", big, "112", True)
-        if "224" not in args.skip:
-            stoker_run("224 c stoker RRC", rec224, "224", True, second_epoch=True)
-            limit_run("224 d limit RRC", rec224, n224, "224", True)
+    def one_round(self, d: Data, skip: set[str]) -> None:
+        """Every candidate once, in the same order each round, so that a busy spell on the
+        shared machine hits all of them alike."""
+        self.stoker("c stoker .rec float NCHW", d.rec, "112", True, second_epoch=True)
+        self.limit("d limit float NCHW", d.rec, d.n, "112", True)
+        self.stoker("c' stoker .rec uint8 NHWC", d.rec, "112", False, second_epoch=True)
+        self.limit("d' limit uint8 NHWC", d.rec, d.n, "112", False)
+        self.stoker("c stoker folder float NCHW", d.images, "112", True)
+        if d.big:
+            self.stoker("c stoker .rec x10 float NCHW", d.big, "112", True)
+        if d.rec224:
+            self.stoker("224 c stoker RRC", d.rec224, "224", True, second_epoch=True)
+            self.limit("224 d limit RRC", d.rec224, d.n224, "224", True)
             # the 112 pipeline on the 336x400 photos: Resize(128) allows a 1/2-scale decode
-            stoker_run("112 from 336x400 c, scale-on-decode", rec224, "112", True)
-            stoker_run(
-                "112 from 336x400 c, full decode", rec224, "112", True, scale_on_decode=False
+            self.stoker("112 from 336x400 c, scale-on-decode", d.rec224, "112", True)
+            self.stoker(
+                "112 from 336x400 c, full decode", d.rec224, "112", True, scale_on_decode=False
             )
-        if "baselines" not in args.skip:
-            torch_run("a PIL + DataLoader", images, "pil")
-            torch_run("b OpenCV + DataLoader", images, "cv")
-            if "224" not in args.skip:
-                torch_run("224 a PIL + DataLoader RRC", images224, "pil", rrc=224)
-    order = [
-        "c stoker .rec float NCHW",
-        "c' stoker .rec uint8 NHWC",
-        "c stoker folder float NCHW",
-        "c stoker .rec x10 float NCHW",
-        "224 c stoker RRC",
-        "112 from 336x400 c, scale-on-decode",
-        "112 from 336x400 c, full decode",
-        "d limit float NCHW",
-        "d' limit uint8 NHWC",
-        "224 d limit RRC",
-        "a PIL + DataLoader",
-        "b OpenCV + DataLoader",
-        "224 a PIL + DataLoader RRC",
-    ]
-    for name in order:
-        if name in runs:
-            res[name] = best_of(runs[name])
-            for m in memory_runs.get(name, []):
-                for k in ("pss", "pss_anon"):
-                    res[name][k] = max(res[name].get(k, 0.0), m[k])
+        if "baselines" not in skip:
+            self.torch("a PIL + DataLoader", d.images, "pil")
+            self.torch("b OpenCV + DataLoader", d.images, "cv")
+            if d.images224:
+                self.torch("224 a PIL + DataLoader RRC", d.images224, "pil", rrc=224)
 
+    def run(self, d: Data, rounds: int, skip: set[str]) -> None:
+        """Round 0 samples the memory of every candidate; the timed rounds after it run with
+        no sampler (see PeakPSS), so rates and CPU per image come from those rounds only."""
+        global MEASURE_MEMORY
+        for rnd in range(rounds + 1):
+            MEASURE_MEMORY = rnd == 0
+            if MEASURE_MEMORY:
+                print("# memory round (rates not counted)", flush=True)
+            else:
+                print(f"# round {rnd} of {rounds}", flush=True)
+            self.one_round(d, skip)
+
+    def best(self) -> dict[str, dict]:
+        """Each candidate's best timed round (best_of), with the peak memory of every round."""
+        res: dict[str, dict] = {}
+        for name in ORDER:
+            if name in self.runs:
+                res[name] = best_of(self.runs[name])
+                for m in self.memory_runs.get(name, []):
+                    for k in ("pss", "pss_anon"):
+                        res[name][k] = max(res[name].get(k, 0.0), m[k])
+        return res
+
+
+ORDER = [
+    "c stoker .rec float NCHW",
+    "c' stoker .rec uint8 NHWC",
+    "c stoker folder float NCHW",
+    "c stoker .rec x10 float NCHW",
+    "224 c stoker RRC",
+    "112 from 336x400 c, scale-on-decode",
+    "112 from 336x400 c, full decode",
+    "d limit float NCHW",
+    "d' limit uint8 NHWC",
+    "224 d limit RRC",
+    "a PIL + DataLoader",
+    "b OpenCV + DataLoader",
+    "224 a PIL + DataLoader RRC",
+]
+C, C8, D8 = "c stoker .rec float NCHW", "c' stoker .rec uint8 NHWC", "d' limit uint8 NHWC"
+X10 = "c stoker .rec x10 float NCHW"
+
+
+def print_table(res: dict[str, dict]) -> None:
     print()
-    print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
+    print(f"command: {command_line()}")
     print(
         "| candidate | images/s | CPU ms/image | first batch (s) | peak PSS (MiB) | peak PSS w/o file cache (MiB) |"
     )
@@ -681,55 +560,78 @@ def main() -> int:
             print(fmt_row(f"{name}, 2nd epoch", r["epoch2"]))
     print()
 
-    def ratio(x: str, y: str, *, epoch2: bool = False) -> str:
-        if x not in res or y not in res or (epoch2 and "epoch2" not in res[x]):
-            return "-"
-        rx = res[x]["epoch2"] if epoch2 else res[x]
-        by_rate = rx["rate"] / res[y]["rate"]
-        by_cpu = res[y]["cpu_ms_per_image"] / rx["cpu_ms_per_image"]
-        out = f"{by_rate:.2f} by images/s, {by_cpu:.2f} by CPU time per image"
-        if len(runs[x]) > 1 and len(runs[x]) == len(runs[y]):
-            # the two candidates of one round ran next to each other: their ratio is the least
-            # touched by the machine's slow drift (each candidate's best may come from two
-            # different rounds)
-            per = [
-                (a["epoch2"] if epoch2 else a)["rate"] / b["rate"] for a, b in zip(runs[x], runs[y])
-            ]
-            out += "; by round: " + " ".join(f"{v:.2f}" for v in per)
-        return out
 
-    C, C8, D8 = "c stoker .rec float NCHW", "c' stoker .rec uint8 NHWC", "d' limit uint8 NHWC"
-    print(f"c/a   = {ratio(C, 'a PIL + DataLoader')}  (target >= 4)")
-    print(f"c'/a  = {ratio(C8, 'a PIL + DataLoader')}")
-    print(f"c/b   = {ratio(C, 'b OpenCV + DataLoader')}")
-    print(f"c/d   = {ratio(C, 'd limit float NCHW')}  (target >= 0.9)")
-    print(f"c'/d' = {ratio(C8, D8)}")
-    X10 = "c stoker .rec x10 float NCHW"
-    print(f"c/d over one epoch of {10 * n} images = {ratio(X10, 'd limit float NCHW')}")
-    print(f"2nd epoch: c/a   = {ratio(C, 'a PIL + DataLoader', epoch2=True)}")
-    print(f"2nd epoch: c/d   = {ratio(C, 'd limit float NCHW', epoch2=True)}")
-    print(f"2nd epoch: c'/d' = {ratio(C8, D8, epoch2=True)}")
-    cold = memory_runs[C][0]["first"] if C in memory_runs else float("nan")
+def ratio(res: dict[str, dict], runs: dict, x: str, y: str, *, epoch2: bool = False) -> str:
+    """x over y by images/s and by CPU time per image; per round when both ran every round."""
+    if x not in res or y not in res or (epoch2 and "epoch2" not in res[x]):
+        return "-"
+    rx = res[x]["epoch2"] if epoch2 else res[x]
+    by_rate = rx["rate"] / res[y]["rate"]
+    by_cpu = res[y]["cpu_ms_per_image"] / rx["cpu_ms_per_image"]
+    out = f"{by_rate:.2f} by images/s, {by_cpu:.2f} by CPU time per image"
+    if len(runs[x]) > 1 and len(runs[x]) == len(runs[y]):
+        # the two candidates of one round ran next to each other: their ratio is the least
+        # touched by the machine's slow drift (each candidate's best may come from two
+        # different rounds)
+        per = [(a["epoch2"] if epoch2 else a)["rate"] / b["rate"] for a, b in zip(runs[x], runs[y])]
+        out += "; by round: " + " ".join(f"{v:.2f}" for v in per)
+    return out
+
+
+def print_ratios(res: dict[str, dict], rounds: Rounds, n: int) -> None:
+    def q(x: str, y: str, *, epoch2: bool = False) -> str:
+        return ratio(res, rounds.runs, x, y, epoch2=epoch2)
+
+    print(f"c/a   = {q(C, 'a PIL + DataLoader')}  (target >= 4)")
+    print(f"c'/a  = {q(C8, 'a PIL + DataLoader')}")
+    print(f"c/b   = {q(C, 'b OpenCV + DataLoader')}")
+    print(f"c/d   = {q(C, 'd limit float NCHW')}  (target >= 0.9)")
+    print(f"c'/d' = {q(C8, D8)}")
+    print(f"c/d over one epoch of {10 * n} images = {q(X10, 'd limit float NCHW')}")
+    print(f"2nd epoch: c/a   = {q(C, 'a PIL + DataLoader', epoch2=True)}")
+    print(f"2nd epoch: c/d   = {q(C, 'd limit float NCHW', epoch2=True)}")
+    print(f"2nd epoch: c'/d' = {q(C8, D8, epoch2=True)}")
+    cold = rounds.memory_runs[C][0]["first"] if C in rounds.memory_runs else float("nan")
     print(
         f"first batch (c) = {res[C]['first']:.2f} s, {cold:.2f} s in the memory round (the first "
         "loader of this process also started the worker server)  (target < 1 s)"
     )
-    if "c stoker .rec x10 float NCHW" in res:
-        big = res["c stoker .rec x10 float NCHW"]
+    if X10 in res:
+        big = res[X10]
         print(
             f"peak PSS {n} vs {10 * n} images: {res[C]['pss']:.0f} vs {big['pss']:.0f} MiB; "
             f"without file-backed pages: {res[C]['pss_anon']:.0f} vs {big['pss_anon']:.0f} MiB"
         )
     if "224 c stoker RRC" in res:
-        print(f"224 RRC: c/a = {ratio('224 c stoker RRC', '224 a PIL + DataLoader RRC')}")
-        print(f"224 RRC: c/d = {ratio('224 c stoker RRC', '224 d limit RRC')}")
-        print(
-            f"224 RRC, 2nd epoch: c/d = {ratio('224 c stoker RRC', '224 d limit RRC', epoch2=True)}"
-        )
+        print(f"224 RRC: c/a = {q('224 c stoker RRC', '224 a PIL + DataLoader RRC')}")
+        print(f"224 RRC: c/d = {q('224 c stoker RRC', '224 d limit RRC')}")
+        print(f"224 RRC, 2nd epoch: c/d = {q('224 c stoker RRC', '224 d limit RRC', epoch2=True)}")
         print(
             "112 from 336x400 photos: scale-on-decode vs full decode = "
-            f"{ratio('112 from 336x400 c, scale-on-decode', '112 from 336x400 c, full decode')}"
+            f"{q('112 from 336x400 c, scale-on-decode', '112 from 336x400 c, full decode')}"
         )
+
+
+def main() -> int:
+    args = parse_args()
+    if args.torch_baseline:
+        return torch_child(args)
+    n = args.images or (2_000 if args.quick else 20_000)
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    work = Path(args.work or os.path.join(tempfile.gettempdir(), "stoker-bench-loader"))
+    work.mkdir(parents=True, exist_ok=True)
+    W, B = args.workers, args.batch_size
+    print(
+        f"# bench_loader: {n} images 112x112, batch {B}, {W} workers, {cpu_count()} CPUs",
+        flush=True,
+    )
+    data = prepare(args, work, n)
+    # Each candidate's best round counts (best_of); round 0 only samples memory (Rounds.run).
+    rounds = Rounds(W, B)
+    rounds.run(data, args.rounds, args.skip)
+    res = rounds.best()
+    print_table(res)
+    print_ratios(res, rounds, n)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
     return 0

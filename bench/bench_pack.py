@@ -16,12 +16,7 @@ import sys
 import tempfile
 import time
 
-
-def _cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+from _common import cpu_count, make_images, warm_page_cache
 
 
 def _tree_bytes(root: str) -> tuple[int, int]:
@@ -34,13 +29,6 @@ def _tree_bytes(root: str) -> tuple[int, int]:
     return n, size
 
 
-def _warm(root: str) -> None:
-    for d, _, files in os.walk(root):
-        for f in files:
-            with open(os.path.join(d, f), "rb") as fh:
-                fh.read()
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="2,000 images instead of 20,000")
@@ -50,25 +38,25 @@ def main() -> int:
     ap.add_argument("--dir", default=None, help="work folder (default: a temporary one)")
     args = ap.parse_args()
 
-    from stoker.pack import make_sample_data, pack
+    from stoker import pack
 
     n_images = args.images or (2_000 if args.quick else 20_000)
     classes = 100 if n_images >= 10_000 else 10
     per_class = max(1, n_images // classes)
-    all_workers = args.workers or _cpu_count()
+    all_workers = args.workers or cpu_count()
     work = args.dir or tempfile.mkdtemp(prefix="stoker-bench-pack-")
     os.makedirs(work, exist_ok=True)
     src = os.path.join(work, f"sample-{classes}x{per_class}-{args.size}")
     t0 = time.perf_counter()
-    make_sample_data(src, classes=classes, per_class=per_class, size=args.size)
+    make_images(src, n=n_images, size=args.size, classes=classes)
     n, nbytes = _tree_bytes(src)
     print(
         f"data: {n} JPEGs {args.size}x{args.size}, {nbytes / 1e6:.1f} MB "
         f"({nbytes / max(n, 1) / 1e3:.1f} KB each), made/reused in {time.perf_counter() - t0:.1f} s; "
-        f"{_cpu_count()} cores, python {sys.version.split()[0]}",
+        f"{cpu_count()} cores, python {sys.version.split()[0]}",
         flush=True,
     )
-    _warm(src)
+    warm_page_cache(src)
     rows: list[tuple[str, float]] = []
 
     def timed(name: str, fn) -> None:

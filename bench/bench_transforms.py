@@ -80,28 +80,44 @@ def compare(
     return ra, rb
 
 
-def cases(size: int) -> list[tuple[str, Callable[[], Any], Callable[[], Any], str]]:
+Case = tuple[str, Callable[[], Any], Callable[[], Any], str]
+
+
+class _Cases(list):
+    """The cases of one group, in the order they print."""
+
+    def add(self, name: str, ours: Callable[[], Any], ref: Callable[[], Any], what: str) -> None:
+        self.append((name, ours, ref, what))
+
+
+def cases(size: int) -> list[Case]:
     """(op, stoker call, reference call, what the reference is)."""
     img = sample_image(size)
     pil = Image.fromarray(img)
     gen = np.random.default_rng(1)
+    out: list[Case] = []
+    for group in (_resize_crop_cases, _affine_cases, _colour_cases, _chain_cases):
+        out += group(size, img, pil, gen)
+    return out
+
+
+def _resize_crop_cases(
+    size: int, img: np.ndarray, pil: Image.Image, gen: np.random.Generator
+) -> list[Case]:
+    """Resize, the crops and the flip."""
+    out = _Cases()
     up = round(size * 128 / 112)  # the seed-000 upscale
     half = size // 2
     crop = size * 7 // 8
-    out: list[tuple[str, Callable[[], Any], Callable[[], Any], str]] = []
-
-    def add(name: str, ours: Callable[[], Any], ref: Callable[[], Any], what: str) -> None:
-        out.append((name, ours, ref, what))
-
     r_up = Resize((up, up))
-    add(
+    out.add(
         f"Resize to {up} (bilinear)",
         lambda: r_up(img, gen),
         lambda: pil.resize((up, up), BILINEAR),
         "Image.resize BILINEAR",
     )
     r_half = Resize(half, shorter_side=True, interpolation="area")
-    add(
+    out.add(
         f"Resize to {half} (area)",
         lambda: r_half(img, gen),
         lambda: pil.resize((half, half), BILINEAR),
@@ -113,10 +129,10 @@ def cases(size: int) -> list[tuple[str, Callable[[], Any], Callable[[], Any], st
         t, left = rc.params((size, size), gen)
         return pil.crop((left, t, left + crop, t + crop))
 
-    add(f"RandomCrop {crop} (view)", lambda: rc(img, gen), pil_crop, "Image.crop")
+    out.add(f"RandomCrop {crop} (view)", lambda: rc(img, gen), pil_crop, "Image.crop")
     cc = CenterCrop(crop)
     c0 = (size - crop) // 2
-    add(
+    out.add(
         f"CenterCrop {crop} (view)",
         lambda: cc(img, gen),
         lambda: pil.crop((c0, c0, c0 + crop, c0 + crop)),
@@ -128,23 +144,31 @@ def cases(size: int) -> list[tuple[str, Callable[[], Any], Callable[[], Any], st
         t, left, h, w = rrc.params((size, size), gen)
         return pil.resize((size, size), BILINEAR, box=(left, t, left + w, t + h))
 
-    add("RandomResizedCrop", lambda: rrc(img, gen), pil_rrc, "Image.resize BILINEAR of the box")
+    out.add("RandomResizedCrop", lambda: rrc(img, gen), pil_rrc, "Image.resize BILINEAR of the box")
     flip = HorizontalFlip(1.0)
-    add(
+    out.add(
         "HorizontalFlip",
         lambda: flip(img, gen),
         lambda: pil.transpose(Image.Transpose.FLIP_LEFT_RIGHT),
         "Image.transpose",
     )
+    return out
+
+
+def _affine_cases(
+    size: int, img: np.ndarray, pil: Image.Image, gen: np.random.Generator
+) -> list[Case]:
+    """Rotate (with its ceiling), Shear, ScaleTranslate, SineWarp."""
+    out = _Cases()
     rot = Rotate(15)
-    add(
+    out.add(
         "Rotate ±15° (nearest)",
         lambda: rot(img, gen),
         lambda: pil.rotate(gen.uniform(-15, 15)),
         "Image.rotate",
     )
     rot_l = Rotate(15, interpolation="bilinear")
-    add(
+    out.add(
         "Rotate ±15° (bilinear)",
         lambda: rot_l(img, gen),
         lambda: pil.rotate(gen.uniform(-15, 15), BILINEAR),
@@ -156,7 +180,7 @@ def cases(size: int) -> list[tuple[str, Callable[[], Any], Callable[[], Any], st
         m = Rotate.matrix((size, size), float(gen.uniform(-15, 15)))
         return cv2.warpAffine(img, m, (size, size), flags=cv2.INTER_NEAREST)
 
-    add(
+    out.add(
         "  raw cv2.warpAffine nearest",
         cv_rotate,
         lambda: pil.rotate(gen.uniform(-15, 15)),
@@ -168,7 +192,7 @@ def cases(size: int) -> list[tuple[str, Callable[[], Any], Callable[[], Any], st
         sx, sy = sh.params((size, size), gen)
         return pil.transform(pil.size, Image.Transform.AFFINE, (1, sx, 0, sy, 1, 0))
 
-    add("Shear ±0.2", lambda: sh(img, gen), pil_shear, "Image.transform AFFINE")
+    out.add("Shear ±0.2", lambda: sh(img, gen), pil_shear, "Image.transform AFFINE")
     st = ScaleTranslate(size * 25 // 64, size * 63 // 64)
 
     def pil_scale() -> Image.Image:  # the seed's code: Image.resize default (BICUBIC) + paste
@@ -177,7 +201,7 @@ def cases(size: int) -> list[tuple[str, Callable[[], Any], Callable[[], Any], st
         bg.paste(pil.resize((w, h)), (left, t))
         return bg
 
-    add(
+    out.add(
         "ScaleTranslate (auto)", lambda: st(img, gen), pil_scale, "seed-002: resize BICUBIC + paste"
     )
     sw = SineWarp()
@@ -189,37 +213,45 @@ def cases(size: int) -> list[tuple[str, Callable[[], Any], Callable[[], Any], st
             t[:, i] = np.roll(t[:, i], int(s[i]), axis=0)
         return t
 
-    add("SineWarp", lambda: sw(img, gen), numpy_sine, "seed-002 np.roll loop")
+    out.add("SineWarp", lambda: sw(img, gen), numpy_sine, "seed-002 np.roll loop")
+    return out
+
+
+def _colour_cases(
+    size: int, img: np.ndarray, pil: Image.Image, gen: np.random.Generator
+) -> list[Case]:
+    """The filters, the colour adjustments and Grayscale (with its ceiling)."""
+    out = _Cases()
     gb = GaussianBlur((0.5, 1.2))
-    add(
+    out.add(
         "GaussianBlur 0.5-1.2",
         lambda: gb(img, gen),
         lambda: pil.filter(ImageFilter.GaussianBlur(gen.uniform(0.5, 1.2))),
         "ImageFilter.GaussianBlur",
     )
     sp, sm = Sharpen(), Smooth()
-    add(
+    out.add(
         "Sharpen",
         lambda: sp(img, gen),
         lambda: pil.filter(ImageFilter.SHARPEN),
         "ImageFilter.SHARPEN",
     )
-    add(
+    out.add(
         "Smooth", lambda: sm(img, gen), lambda: pil.filter(ImageFilter.SMOOTH), "ImageFilter.SMOOTH"
     )
-    add(
+    out.add(
         "brightness",
         lambda: adjust_brightness(img, 1.3),
         lambda: ImageEnhance.Brightness(pil).enhance(1.3),
         "ImageEnhance.Brightness",
     )
-    add(
+    out.add(
         "contrast",
         lambda: adjust_contrast(img, 1.3),
         lambda: ImageEnhance.Contrast(pil).enhance(1.3),
         "ImageEnhance.Contrast",
     )
-    add(
+    out.add(
         "saturation",
         lambda: adjust_saturation(img, 1.3),
         lambda: ImageEnhance.Color(pil).enhance(1.3),
@@ -235,21 +267,29 @@ def cases(size: int) -> list[tuple[str, Callable[[], Any], Callable[[], Any], st
             ).enhance(f)
         return im
 
-    add("ColorJitter 0.4,0.4,0.4", lambda: cj(img, gen), pil_jitter, "ImageEnhance x3")
+    out.add("ColorJitter 0.4,0.4,0.4", lambda: cj(img, gen), pil_jitter, "ImageEnhance x3")
     g1, g3 = Grayscale(1), Grayscale(3)
-    add("Grayscale(1)", lambda: g1(img, gen), lambda: pil.convert("L"), "convert('L')")
-    add(
+    out.add("Grayscale(1)", lambda: g1(img, gen), lambda: pil.convert("L"), "convert('L')")
+    out.add(
         "  raw cv2.cvtColor RGB2GRAY",
         lambda: cv2.cvtColor(img, cv2.COLOR_RGB2GRAY),
         lambda: pil.convert("L"),
         "convert('L') (the op's ceiling)",
     )
-    add(
+    out.add(
         "Grayscale(3)",
         lambda: g3(img, gen),
         lambda: pil.convert("L").convert("RGB"),
         "convert('L').convert('RGB')",
     )
+    return out
+
+
+def _chain_cases(
+    size: int, img: np.ndarray, pil: Image.Image, gen: np.random.Generator
+) -> list[Case]:
+    """Normalize and the seed-000 chain."""
+    out = _Cases()
     nz = Normalize(0.5, 0.5, layout="CHW")
 
     def numpy_norm() -> np.ndarray:  # seed 000's code 2
@@ -258,7 +298,7 @@ def cases(size: int) -> list[tuple[str, Callable[[], Any], Callable[[], Any], st
             x[c] = (x[c] - 0.5) / 0.5
         return x
 
-    add("Normalize CHW float32", lambda: nz(img, gen), numpy_norm, "NumPy, seed-000 code")
+    out.add("Normalize CHW float32", lambda: nz(img, gen), numpy_norm, "NumPy, seed-000 code")
     chain = seed000_train(size)
     big = int(size * 128 / 112)
 
@@ -271,7 +311,7 @@ def cases(size: int) -> list[tuple[str, Callable[[], Any], Callable[[], Any], st
         x = np.asarray(im).transpose(2, 0, 1).astype(np.float32) / 255
         return (x - 0.5) / 0.5
 
-    add(
+    out.add(
         f"seed000 chain ({size}->{big}->{size})",
         lambda: chain(img, gen),
         pil_chain,
