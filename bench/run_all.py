@@ -2,6 +2,8 @@
 
 Pass arguments through BENCH_ARGS, e.g. `make bench BENCH_ARGS="--only loader --quick"`.
 Each benchmark measures its candidates side by side in one run and reports ratios.
+bench_revisions.py (old revision against new) runs only when asked for, with `--old REV`:
+`make bench BENCH_ARGS="--only revisions --old HEAD~3"`.
 """
 
 from __future__ import annotations
@@ -21,8 +23,13 @@ def main() -> int:
         "--only", action="append", default=[], help="run only bench_NAME.py (repeatable)"
     )
     ap.add_argument("--quick", action="store_true", help="smaller data, for a smoke run")
+    ap.add_argument(
+        "--old", metavar="REV", help="also run bench_revisions.py against this revision"
+    )
     args = ap.parse_args()
     benches = sorted(HERE.glob("bench_*.py"))
+    if not args.old:  # it needs a revision to compare against
+        benches = [b for b in benches if b.stem != "bench_revisions"]
     if args.only:
         benches = [b for b in benches if b.stem[len("bench_") :] in args.only]
     failed = []
@@ -30,6 +37,8 @@ def main() -> int:
         print(f"\n######## {b.stem} ########", flush=True)
         t0 = time.perf_counter()
         cmd = [sys.executable, str(b)] + (["--quick"] if args.quick else [])
+        if b.stem == "bench_revisions":
+            cmd += ["--old", args.old]
         rc = subprocess.call(cmd)
         print(f"######## {b.stem}: exit {rc}, {time.perf_counter() - t0:.0f} s", flush=True)
         if rc:
