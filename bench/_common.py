@@ -75,9 +75,9 @@ class PeakPSS:
 
     With ``memory=False`` (rounds that time a candidate) there is no sampling thread: only the
     tree's CPU times at the start and at ``snapshot()``/the end. Reading ``smaps_rollup`` walks
-    every page table of the tree, 12 ms a sample with a loader's batch ring mapped in three
-    processes (3 ms for the limit loop's): 5 % of a core at 4 samples a second, taken from the
-    run it measures and more from some candidates than from others."""
+    every page table of the tree, longer with a loader's batch ring mapped in three processes
+    than for the limit loop: the sampler's CPU comes out of the run it measures, and more from
+    some candidates than from others (docs/loader.md, "Benchmark", has the figures)."""
 
     def __init__(self, every: float = 0.25, *, memory: bool = True) -> None:
         import psutil
@@ -209,8 +209,8 @@ def warm_page_cache(path: str | os.PathLike[str]) -> None:
     """Read the files of a candidate's input (a .rec with its index and caches beside it, or
     every file of an image folder) once, right before the candidate runs, so that it reads
     them from memory like every other candidate. Once before all rounds is not enough: a
-    kernel may drop page-cache pages nobody has mapped for a while (DAMON's proactive
-    reclaim drops them after about a minute on the development machine), and a candidate
+    kernel may drop page-cache pages nobody has mapped for a while (proactive reclaim such
+    as DAMON's; docs/loader.md), and a candidate
     would then read from the disk what another loaded before its clock started. In a child
     process: the read buffer must not stay in the heap of the process whose memory is
     measured."""

@@ -13,12 +13,12 @@
 Prints images/s, c/a, c/d, time to first batch and the peak PSS of the whole process tree;
 then stoker on a 10x larger .rec (records repeated, read from the page cache): its peak memory,
 and c/d over an epoch long enough that a loader's start-up is spread as on a real dataset
-(an epoch of 20k images lasts 2 s here); the 224x224 variant
+(an epoch of 20k images is short enough for start-up to weigh on it); the 224x224 variant
 (RandomResizedCrop 224 from 336x400 JPEGs), and the 112 pipeline on those 336x400 JPEGs with
 and without scale-on-decode (a 1/2-scale JPEG decode is exact there; RandomResizedCrop's exact
 hint is "full size", since its smallest crops need every pixel).
 
-    python bench/bench_loader.py            # 20k images, memory + best of 3 rounds: ~7 min
+    python bench/bench_loader.py            # 20k images, memory + best of 3 rounds
     python bench/bench_loader.py --quick    # 2k images: a smoke run
 
 A first round samples every candidate's memory (PSS of the process tree, 4 times a second);
@@ -87,7 +87,7 @@ def _files(root: str) -> list[tuple[str, int]]:
 
 class PILFolder:
     """torchvision ImageFolder + Resize(128) + RandomCrop(112) + RandomHorizontalFlip +
-    ToTensor + Normalize, written out (torchvision is not installed here)."""
+    ToTensor + Normalize, written out, so that torchvision is not needed."""
 
     def __init__(self, root: str, *, resize: int = 128, crop: int = 112, rrc: int | None = None):
         self.samples = _files(root)
@@ -195,7 +195,7 @@ def run_torch(dataset, *, workers: int, batch_size: int) -> dict:
         elapsed = time.perf_counter() - t0
         del dl
     out = _result(n, elapsed, first, mem)
-    # the DataLoader's workers are this process's children and were joined at the end of the
+    # the DataLoader's workers are this process's children and are joined at the end of the
     # epoch: their CPU is all in RUSAGE_CHILDREN (a sampler would miss their last moments)
     out["cpu_ms_per_image"] = 1000 * (tree_rusage() - r0) / max(n, 1)
     return out
@@ -300,7 +300,7 @@ def run_limit(
     """(d): ``workers`` processes start together, each on its share of the images; the rate is
     the sum of their rates (images / own seconds each). All images over (last end - first
     start) would be lower by the imbalance of the fixed split: the first process to finish
-    leaves a core idle, 40-60 ms of a 1.5 s run here, which is a fault of this loop and not
+    leaves a core idle for a few percent of the run, which is a fault of this loop and not
     a limit of the machine. Under the same memory sampler as every other candidate: on a
     machine with as many cores as workers, its CPU comes out of the run it measures, and (d)
     must not be spared it."""

@@ -1,7 +1,7 @@
 """Paired cost check of two revisions of stoker: CPU time per image of the loader and of
 ``stoker pack``, old revision against new, in alternating pairs.
 
-    python bench/bench_revisions.py --old HEAD~3                    # 5 pairs: a few minutes
+    python bench/bench_revisions.py --old HEAD~3                    # 5 pairs of full-size runs
     python bench/bench_revisions.py --old HEAD~3 --quick --pairs 1  # a smoke run
 
 The old revision (``--old``, required) is checked out into a temporary ``git worktree``; the
