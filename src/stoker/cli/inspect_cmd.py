@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from stoker.formats.recordio import Records
 
 __all__ = ["add_parser", "inspect_records", "run"]
 
@@ -46,9 +49,9 @@ def _stats(a: np.ndarray) -> dict[str, float]:
     }
 
 
-def _record_sizes(r: Any) -> np.ndarray:
+def _record_sizes(r: Records) -> np.ndarray:
     parts = []
-    for s in getattr(r, "shards", None) or [r]:
+    for s in r.shards:
         offs = np.asarray(s.offsets, dtype=np.int64)
         if offs.size == 0:
             continue
@@ -67,7 +70,7 @@ def inspect_records(path: str | os.PathLike[str], *, sample: int = 2000) -> dict
     r = open_records(path)
     try:
         n = len(r)
-        shards = getattr(r, "shards", None) or [r]
+        shards = r.shards
         sizes = _record_sizes(r)
         out: dict[str, Any] = {
             "file": os.fspath(path),
@@ -127,12 +130,10 @@ def inspect_records(path: str | os.PathLike[str], *, sample: int = 2000) -> dict
             "width": _stats(np.asarray(ws)),
             "unreadable_headers": bad,
         }
-        ranges = getattr(r, "identity_ranges", None)
-        if ranges is not None:
-            out["identities"] = int(len(ranges))
-        m = getattr(r, "manifest", None)
-        if m:
-            out["rejects"] = m.get("rejects", {}).get("count")
+        if r.identity_ranges is not None:
+            out["identities"] = int(len(r.identity_ranges))
+        if r.manifest:
+            out["rejects"] = r.manifest.get("rejects", {}).get("count")
         return out
     finally:
         r.close()

@@ -75,9 +75,9 @@ def unpack(
     try:
         names = r.class_names
         if names:
-            src = getattr(r, "manifest_path", None) or path
+            # path is the manifest the names come from, or the .rec it lies beside
             for n in names:
-                safe_name(n, what=f"class name in {src}")
+                safe_name(n, what=f"class name in {path}")
         os.makedirs(out_dir, exist_ok=True)
         root = os.path.realpath(out_dir)
         made: set[str] = set()

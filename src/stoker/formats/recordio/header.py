@@ -1,12 +1,9 @@
-"""Record framing constants and the image-record header (``IRHeader``).
-
-Framing (dmlc-core ``recordio.h``): every part on disk starts with two little-endian uint32
-words, ``MAGIC`` and ``lrec = cflag << 29 | length``, then ``length`` payload bytes, then zero
-padding to a multiple of 4. See ``README.md`` in this folder for the full layout.
+"""The image-record header (``IRHeader``) at the front of every payload: packing and unpacking.
 
 Payload (MXNet ``recordio.pack``): ``<IfQQ`` = flag (uint32), label (float32), id (uint64),
 id2 (uint64), 24 bytes; when ``flag = N > 0`` the label field is 0 and ``N`` float32 labels
-follow the header; the image bytes come last.
+follow the header; the image bytes come last. The framing around a payload is in
+``framing.py``; ``README.md`` in this folder shows both layouts.
 """
 
 from __future__ import annotations
@@ -17,42 +14,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = [
-    "IR_FORMAT",
-    "IR_SIZE",
-    "MAGIC",
-    "MAGIC_BYTES",
-    "MAX_RECORD_BYTES",
-    "IRHeader",
-    "decode_lrec",
-    "encode_lrec",
-    "pack_header",
-    "unpack_header",
-]
-
-MAGIC = 0xCED7230A
-MAGIC_BYTES = struct.pack("<I", MAGIC)
-#: dmlc-core keeps the length in the low 29 bits of ``lrec``.
-MAX_RECORD_BYTES = (1 << 29) - 1
-LENGTH_MASK = MAX_RECORD_BYTES
+__all__ = ["IR_FORMAT", "IR_SIZE", "IRHeader", "pack_header", "unpack_header"]
 
 IR_FORMAT = "<IfQQ"
 IR_SIZE = struct.calcsize(IR_FORMAT)  # 24
 _IR = struct.Struct(IR_FORMAT)
-
-
-def encode_lrec(cflag: int, length: int) -> int:
-    """``cflag << 29 | length``; ``cflag`` in 0..3, ``length`` below 2**29."""
-    if not 0 <= cflag <= 3:
-        raise ValueError(f"cflag must be 0..3, got {cflag}")
-    if not 0 <= length <= MAX_RECORD_BYTES:
-        raise ValueError(f"record exceeds RecordIO limit (2^29-1 bytes): {length} bytes")
-    return (cflag << 29) | length
-
-
-def decode_lrec(lrec: int) -> tuple[int, int]:
-    """``(cflag, length)`` of an ``lrec`` word."""
-    return lrec >> 29, lrec & LENGTH_MASK
 
 
 class IRHeader(NamedTuple):

@@ -3,8 +3,9 @@
 Parsing is vectorised: one ``bytes.translate`` checks that the separators are exactly
 ``\\t`` and ``\\n`` (or ``\\r\\n``) in alternation, then ``np.fromstring`` reads every number
 in one C loop. Anything unusual (blank lines, spaces, signs, junk) falls back to a line-by-line
-parser that names the offending line. A 5.8M-line ``.idx`` parses in about half a second; the
-validated result is cached beside it (``NAME.idx.stkidx``) and later opens take milliseconds.
+parser that names the offending line. The validated result is cached beside it
+(``NAME.idx.stkidx``), so later opens read it instead of parsing (timings in
+``docs/format.md``, "Opening a large ``.idx``").
 
 Cache layout (little-endian)::
 
@@ -43,7 +44,16 @@ import numpy as np
 from stoker._core.atomic import write_cache_file
 from stoker._core.errors import IndexFormatError
 
-__all__ = ["CACHE_SUFFIX", "IndexTable", "cache_path", "load_index", "parse_idx", "sha256_file"]
+__all__ = [
+    "CACHE_SUFFIX",
+    "RACY_NS",
+    "IndexTable",
+    "cache_path",
+    "load_index",
+    "parse_idx",
+    "sha256_file",
+    "stat_sig",
+]
 
 CACHE_SUFFIX = ".stkidx"
 _CACHE_MAGIC = b"STKIDX\x00\x01"
@@ -56,7 +66,7 @@ _INT64_MAX = np.iinfo(np.int64).max
 # File systems stamp mtimes with a coarse clock: an .idx rewritten in place within the same
 # tick keeps size and mtime. Like git's "racily clean" rule, an .idx modified less than this
 # long ago is parsed but not cached; the next open caches it.
-_RACY_NS = 2_000_000_000
+RACY_NS = 2_000_000_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -228,7 +238,8 @@ def validate_table(table: IndexTable, path: str, *, rec_size: int | None) -> Non
 # --------------------------------------------------------------------------- cache
 
 
-def _stat_sig(st: os.stat_result) -> tuple[int, int, int]:
+def stat_sig(st: os.stat_result) -> tuple[int, int, int]:
+    """``(size, mtime_ns, inode)``: what a cache records of the file it was derived from."""
     return st.st_size, st.st_mtime_ns, st.st_ino
 
 
@@ -245,7 +256,7 @@ def _read_cache(cpath: str, idx_st: os.stat_result, rec_size: int) -> IndexTable
         magic, version, flags, n, isz, imt, ino, rsz, sha = _CACHE_HEAD.unpack(head)
         if magic != _CACHE_MAGIC or version != _CACHE_VERSION or flags & ~3:
             return None
-        if (isz, imt, ino) != _stat_sig(idx_st) or rsz != rec_size:
+        if (isz, imt, ino) != stat_sig(idx_st) or rsz != rec_size:
             return None
         cols = 3 if flags & FLAG_LINES else 2
         if n > (1 << 40) or size != _CACHE_HEAD.size + 8 * n * cols:
@@ -270,7 +281,7 @@ def _write_cache(cpath: str, table: IndexTable, idx_st: os.stat_result, rec_size
         _CACHE_VERSION,
         flags,
         len(table),
-        *_stat_sig(idx_st),
+        *stat_sig(idx_st),
         rec_size,
         bytes.fromhex(table.sha256) if table.sha256 else bytes(32),
     )
@@ -310,6 +321,6 @@ def load_index(
     table = parse_idx(data, path, rec_size=rec_size)
     if want_sha256 or cache:
         table = IndexTable(table.keys, table.offsets, table.lines, hashlib.sha256(data).hexdigest())
-    if cache and time.time_ns() - st.st_mtime_ns > _RACY_NS:
+    if cache and time.time_ns() - st.st_mtime_ns > RACY_NS:
         _write_cache(cpath, table, st, rec_size)
     return table

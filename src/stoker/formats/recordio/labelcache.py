@@ -38,7 +38,7 @@ import time
 import numpy as np
 
 from stoker._core.atomic import write_cache_file
-from stoker.formats.recordio.index import _RACY_NS, _stat_sig  # the index cache's rules
+from stoker.formats.recordio.index import RACY_NS, stat_sig  # the index cache's rules
 
 __all__ = ["LABEL_CACHE_SUFFIX", "label_cache_path", "read_label_cache", "write_label_cache"]
 
@@ -56,7 +56,7 @@ def _sig(path: str | None) -> tuple[int, int, int] | None:
     if path is None:
         return (0, 0, 0)
     try:
-        return _stat_sig(os.stat(path))
+        return stat_sig(os.stat(path))
     except OSError:
         return None
 
@@ -98,7 +98,7 @@ def write_label_cache(
     if rec_sig is None or idx_sig is None:
         return
     now = time.time_ns()
-    if now - rec_sig[1] < _RACY_NS or (idx_path is not None and now - idx_sig[1] < _RACY_NS):
+    if now - rec_sig[1] < RACY_NS or (idx_path is not None and now - idx_sig[1] < RACY_NS):
         return  # too fresh to tell an in-place rewrite from this version
     lab = np.ascontiguousarray(labels, dtype="<f4")
     k = 0 if lab.ndim == 1 else int(lab.shape[1])

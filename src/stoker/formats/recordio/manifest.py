@@ -35,9 +35,11 @@ __all__ = [
     "FORMAT_VERSION",
     "MANIFEST_SUFFIX",
     "MAX_MANIFEST_BYTES",
+    "class_names",
     "load_manifest",
     "make_manifest",
     "shard_entry",
+    "shard_paths",
     "validate_manifest",
     "write_manifest",
 ]
@@ -150,6 +152,29 @@ def write_manifest(path: str | os.PathLike[str], manifest: Mapping[str, Any]) ->
     except (TypeError, ValueError) as e:
         raise TypeError(f"manifest for {p} is not JSON-serialisable: {e}") from None
     write_bytes_atomic(p, (text + "\n").encode("ascii"))
+
+
+def class_names(manifest: Mapping[str, Any]) -> list[str]:
+    """The class names of a validated manifest, in id order."""
+    classes = manifest.get("classes") or {}
+    names = [""] * len(classes)
+    for name, cid in classes.items():
+        names[cid] = name
+    return names
+
+
+def shard_paths(
+    manifest_path: str | os.PathLike[str], shard: Mapping[str, Any]
+) -> tuple[str, str, str | None]:
+    """The ``.rec``, ``.idx`` and ``.crc32c`` (or ``None``) paths of a ``shards[]`` entry,
+    resolved against the folder of ``manifest_path``."""
+    base = os.path.dirname(os.path.abspath(os.fspath(manifest_path)))
+    crc = shard.get("crc32c")
+    return (
+        os.path.join(base, shard["rec"]),
+        os.path.join(base, shard["idx"]),
+        os.path.join(base, crc) if crc else None,
+    )
 
 
 def shard_entry(info: Any, manifest_path: str | os.PathLike[str]) -> dict:

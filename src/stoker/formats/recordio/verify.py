@@ -26,10 +26,11 @@ import numpy as np
 
 from stoker._core.errors import IndexFormatError
 from stoker._core.progress import make_progress
-from stoker.formats.recordio.header import MAGIC_BYTES
+from stoker.formats.recordio.framing import FrameError, next_magic, read_record
+from stoker.formats.recordio.header import unpack_header
 from stoker.formats.recordio.index import parse_idx, sha256_file
-from stoker.formats.recordio.manifest import MANIFEST_SUFFIX, load_manifest
-from stoker.formats.recordio.reader import _Problem, _record, default_crc_path, default_idx_path
+from stoker.formats.recordio.manifest import MANIFEST_SUFFIX, load_manifest, shard_paths
+from stoker.formats.recordio.paths import default_crc_path, default_idx_path
 
 __all__ = ["Problem", "VerifyReport", "verify_records"]
 
@@ -96,61 +97,71 @@ class VerifyReport:
         return head + ("OK" if self.ok else f"{self.problem_count} problem(s)")
 
 
-def _next_magic(mm: mmap.mmap, start: int) -> int:
-    j = mm.find(MAGIC_BYTES, start)
-    while j >= 0 and j & 3:
-        j = mm.find(MAGIC_BYTES, (j + 3) & ~3)
-    return j
+#: ``(key, .idx line)`` of the record at a byte offset, ``(None, None)`` when unlisted.
+Who = Callable[[int], tuple[int | None, int | None]]
 
 
-def _verify_shard(
-    report: VerifyReport,
-    rec_path: str,
-    idx_path: str | None,
-    crc_path: str | None,
-    *,
-    checksums: bool,
-    decode: Callable[[bytes], object] | None,
-    progress: bool | None,
-) -> None:
+@dataclass(frozen=True)
+class _Options:
+    """What :func:`verify_records` was asked to check beyond the framing and the ``.idx``."""
+
+    checksums: bool
+    decode: Callable[[bytes], object] | None
+    progress: bool | None
+
+
+def _nobody(off: int) -> tuple[int | None, int | None]:
+    return None, None
+
+
+@dataclass
+class _Idx:
+    """A shard's valid ``.idx``: keys, offsets and 1-based lines in ``.idx`` order."""
+
+    keys: np.ndarray
+    offsets: np.ndarray
+    lines: np.ndarray
+
+    def __post_init__(self) -> None:
+        self._by_off = {o: i for i, o in enumerate(self.offsets.tolist())}
+
+    def who(self, off: int) -> tuple[int | None, int | None]:
+        i = self._by_off.get(off)
+        if i is None:
+            return None, None
+        return int(self.keys[i]), int(self.lines[i])
+
+
+def _read_idx(report: VerifyReport, idx_path: str) -> _Idx | None:
+    """The ``.idx`` at ``idx_path``, or ``None`` (with the problem reported) when it is
+    missing or does not parse."""
+    if not os.path.exists(idx_path):
+        report.add(Problem(idx_path, None, None, "the .idx file does not exist"))
+        return None
+    with open(idx_path, "rb") as f:
+        data = f.read()
+    try:
+        table = parse_idx(data, idx_path, rec_size=None)
+    except IndexFormatError as e:
+        report.add(Problem(idx_path, None, None, e.reason, idx_line=e.line))
+        return None
+    lines = table.lines if table.lines is not None else np.arange(1, len(table) + 1, dtype=np.int64)
+    report.indexed += len(table)
+    return _Idx(table.keys, table.offsets, lines)
+
+
+def _walk(
+    report: VerifyReport, rec_path: str, size: int, who: Who, opts: _Options
+) -> tuple[np.ndarray, np.ndarray]:
+    """Walk the ``.rec`` once, reporting framing and payload problems and resynchronising
+    after each; returns the offsets of the records found and (with ``checksums``) their
+    CRC32Cs."""
     import crc32c
 
-    size = os.path.getsize(rec_path)
-    report.rec_bytes += size
-    # ---- the .idx
-    idx_keys = idx_offs = idx_lines = None
-    if idx_path is not None:
-        if not os.path.exists(idx_path):
-            report.add(Problem(idx_path, None, None, "the .idx file does not exist"))
-        else:
-            with open(idx_path, "rb") as f:
-                data = f.read()
-            try:
-                table = parse_idx(data, idx_path, rec_size=None)
-            except IndexFormatError as e:
-                report.add(Problem(idx_path, None, None, e.reason, idx_line=e.line))
-            else:
-                idx_keys, idx_offs = table.keys, table.offsets
-                idx_lines = (
-                    table.lines
-                    if table.lines is not None
-                    else np.arange(1, len(table) + 1, dtype=np.int64)
-                )
-                report.indexed += len(table)
-    by_off: dict[int, int] = {}
-    if idx_offs is not None:
-        by_off = {o: i for i, o in enumerate(idx_offs.tolist())}
-
-    def who(off: int) -> tuple[int | None, int | None]:
-        i = by_off.get(off)
-        if i is None or idx_keys is None or idx_lines is None:
-            return None, None
-        return int(idx_keys[i]), int(idx_lines[i])
-
-    # ---- walk the .rec
     starts = array("q")
     crcs = array("I")
-    bar = make_progress(size, f"verify {os.path.basename(rec_path)}", unit="B", enabled=progress)
+    name = os.path.basename(rec_path)
+    bar = make_progress(size, f"verify {name}", unit="B", enabled=opts.progress)
     try:
         if size:
             with (
@@ -163,17 +174,17 @@ def _verify_shard(
                     last = 0
                     while pos < size:
                         try:
-                            payload, end = _record(mm, view, size, pos)
-                        except _Problem as e:
+                            payload, end = read_record(mm, view, size, pos)
+                        except FrameError as e:
                             key, line = who(pos)
                             report.add(Problem(rec_path, key, e.offset, e.reason, line))
-                            nxt = _next_magic(mm, pos + 4)
+                            nxt = next_magic(mm, pos + 4)
                             pos = size if nxt < 0 else nxt
                             continue
                         starts.append(pos)
-                        if checksums:
+                        if opts.checksums:
                             crcs.append(crc32c.crc32c(payload))
-                        _check_payload(report, rec_path, payload, pos, who, decode)
+                        _check_payload(report, rec_path, payload, pos, who, opts.decode)
                         del payload
                         pos = end
                         if pos - last >= 1 << 24:
@@ -184,70 +195,20 @@ def _verify_shard(
                     view.release()
     finally:
         bar.close()
-    report.records += len(starts)
     found = np.frombuffer(starts, dtype=np.int64) if starts else np.zeros(0, np.int64)
-    # ---- .idx against the real boundaries
-    if idx_offs is not None and idx_keys is not None and idx_lines is not None:
-        hit = np.isin(idx_offs, found)
-        for i in np.flatnonzero(~hit).tolist():
-            off = int(idx_offs[i])
-            what = "past the end of the file" if off + 8 > size else "not the start of a record"
-            report.add(
-                Problem(
-                    rec_path,
-                    int(idx_keys[i]),
-                    off,
-                    f"the .idx points at byte offset {off}, {what} (mid-record offset or .idx "
-                    "from another .rec)",
-                    int(idx_lines[i]),
-                )
-            )
-        for off in found[~np.isin(found, idx_offs)].tolist():
-            report.add(Problem(rec_path, None, int(off), "record is not listed in the .idx"))
-    # ---- checksums, in .idx order
-    if checksums:
-        cpath = crc_path if crc_path is not None else default_crc_path(rec_path)
-        if not os.path.exists(cpath):
-            report.notes.append(f"{rec_path}: no checksum file ({os.path.basename(cpath)})")
-        elif idx_offs is None or idx_keys is None or idx_lines is None:
-            report.notes.append(f"{cpath}: not compared (needs a valid .idx)")
-        else:
-            stored = np.fromfile(cpath, dtype="<u4")
-            n = idx_offs.shape[0]
-            if stored.shape[0] * 4 != os.path.getsize(cpath) or stored.shape[0] != n:
-                report.add(
-                    Problem(
-                        cpath,
-                        None,
-                        None,
-                        f"checksum file holds {os.path.getsize(cpath)} bytes; {n} records "
-                        f"need {4 * n}",
-                    )
-                )
-            else:
-                have = np.frombuffer(crcs, dtype=np.uint32) if crcs else np.zeros(0, np.uint32)
-                where = np.searchsorted(found, idx_offs)
-                ok = where < found.shape[0]
-                ok[ok] = found[where[ok]] == idx_offs[ok]
-                sel = np.flatnonzero(ok)
-                bad = sel[have[where[sel]] != stored[sel]]
-                report.checksummed += int(sel.shape[0])
-                for i in bad.tolist():
-                    report.add(
-                        Problem(
-                            rec_path,
-                            int(idx_keys[i]),
-                            int(idx_offs[i]),
-                            f"checksum mismatch: stored crc32c 0x{int(stored[i]):08x}, data has "
-                            f"0x{int(have[where[i]]):08x}",
-                            int(idx_lines[i]),
-                        )
-                    )
+    have = np.frombuffer(crcs, dtype=np.uint32) if crcs else np.zeros(0, np.uint32)
+    return found, have
 
 
-def _check_payload(report, rec_path, payload, pos, who, decode) -> None:  # noqa: ANN001
-    from stoker.formats.recordio.header import unpack_header
-
+def _check_payload(
+    report: VerifyReport,
+    rec_path: str,
+    payload: memoryview,
+    pos: int,
+    who: Who,
+    decode: Callable[[bytes], object] | None,
+) -> None:
+    """The IRHeader of the payload at ``pos`` and, with ``decode``, its image."""
     try:
         _, image = unpack_header(payload)
     except ValueError as e:
@@ -265,6 +226,129 @@ def _check_payload(report, rec_path, payload, pos, who, decode) -> None:  # noqa
         else:
             report.decoded += 1
     del image
+
+
+def _check_idx(
+    report: VerifyReport, rec_path: str, size: int, idx: _Idx, found: np.ndarray
+) -> None:
+    """The ``.idx`` against the record boundaries the walk found, both ways."""
+    hit = np.isin(idx.offsets, found)
+    for i in np.flatnonzero(~hit).tolist():
+        off = int(idx.offsets[i])
+        what = "past the end of the file" if off + 8 > size else "not the start of a record"
+        report.add(
+            Problem(
+                rec_path,
+                int(idx.keys[i]),
+                off,
+                f"the .idx points at byte offset {off}, {what} (mid-record offset or .idx "
+                "from another .rec)",
+                int(idx.lines[i]),
+            )
+        )
+    for off in found[~np.isin(found, idx.offsets)].tolist():
+        report.add(Problem(rec_path, None, int(off), "record is not listed in the .idx"))
+
+
+def _check_checksums(
+    report: VerifyReport,
+    rec_path: str,
+    crc_path: str | None,
+    idx: _Idx | None,
+    found: np.ndarray,
+    have: np.ndarray,
+) -> None:
+    """The CRC32Cs the walk computed against the checksum file, in ``.idx`` order."""
+    cpath = crc_path if crc_path is not None else default_crc_path(rec_path)
+    if not os.path.exists(cpath):
+        report.notes.append(f"{rec_path}: no checksum file ({os.path.basename(cpath)})")
+        return
+    if idx is None:
+        report.notes.append(f"{cpath}: not compared (needs a valid .idx)")
+        return
+    stored = np.fromfile(cpath, dtype="<u4")
+    n = idx.offsets.shape[0]
+    if stored.shape[0] * 4 != os.path.getsize(cpath) or stored.shape[0] != n:
+        report.add(
+            Problem(
+                cpath,
+                None,
+                None,
+                f"checksum file holds {os.path.getsize(cpath)} bytes; {n} records need {4 * n}",
+            )
+        )
+        return
+    where = np.searchsorted(found, idx.offsets)
+    ok = where < found.shape[0]
+    ok[ok] = found[where[ok]] == idx.offsets[ok]
+    sel = np.flatnonzero(ok)
+    bad = sel[have[where[sel]] != stored[sel]]
+    report.checksummed += int(sel.shape[0])
+    for i in bad.tolist():
+        report.add(
+            Problem(
+                rec_path,
+                int(idx.keys[i]),
+                int(idx.offsets[i]),
+                f"checksum mismatch: stored crc32c 0x{int(stored[i]):08x}, data has "
+                f"0x{int(have[where[i]]):08x}",
+                int(idx.lines[i]),
+            )
+        )
+
+
+def _verify_shard(
+    report: VerifyReport,
+    rec_path: str,
+    idx_path: str | None,
+    crc_path: str | None,
+    opts: _Options,
+) -> None:
+    """Everything :func:`verify_records` checks of one ``.rec`` (with its ``.idx`` and
+    checksum file when given), into ``report``."""
+    size = os.path.getsize(rec_path)
+    report.rec_bytes += size
+    idx = _read_idx(report, idx_path) if idx_path is not None else None
+    who = idx.who if idx is not None else _nobody
+    found, have = _walk(report, rec_path, size, who, opts)
+    report.records += int(found.shape[0])
+    if idx is not None:
+        _check_idx(report, rec_path, size, idx, found)
+    if opts.checksums:
+        _check_checksums(report, rec_path, crc_path, idx, found, have)
+
+
+def _verify_manifest(report: VerifyReport, path: str, opts: _Options) -> None:
+    """Every shard of the manifest at ``path``, and each against its entry."""
+    manifest = load_manifest(path)
+    for shard in manifest["shards"]:
+        rec, idx_p, crc = shard_paths(path, shard)
+        if not os.path.exists(rec):
+            report.add(Problem(rec, None, None, "shard listed in the manifest is missing"))
+            continue
+        size = os.path.getsize(rec)
+        if size != shard["rec_bytes"]:
+            report.add(
+                Problem(rec, None, None, f"is {size} bytes, the manifest says {shard['rec_bytes']}")
+            )
+        if os.path.exists(idx_p) and sha256_file(idx_p) != shard["idx_sha256"]:
+            report.add(
+                Problem(
+                    idx_p, None, None, "idx does not match rec (sha256 differs from the manifest)"
+                )
+            )
+        before = report.indexed
+        _verify_shard(report, rec, idx_p, crc, opts)
+        if report.indexed - before != shard["records"]:
+            report.add(
+                Problem(
+                    idx_p,
+                    None,
+                    None,
+                    f"lists {report.indexed - before} records, the manifest says "
+                    f"{shard['records']}",
+                )
+            )
 
 
 def verify_records(
@@ -287,46 +371,9 @@ def verify_records(
         raise ValueError(f"max_problems must be >= 0, got {max_problems}")
     p = os.fspath(path)
     report = VerifyReport(p, max_problems=max_problems)
-    opts = {"checksums": checksums, "decode": decode, "progress": progress}
+    opts = _Options(checksums, decode, progress)
     if p.endswith(MANIFEST_SUFFIX):
-        manifest = load_manifest(p)
-        base = os.path.dirname(os.path.abspath(p))
-        for shard in manifest["shards"]:
-            rec = os.path.join(base, shard["rec"])
-            idx_p = os.path.join(base, shard["idx"])
-            crc = os.path.join(base, shard["crc32c"]) if shard.get("crc32c") else None
-            if not os.path.exists(rec):
-                report.add(Problem(rec, None, None, "shard listed in the manifest is missing"))
-                continue
-            size = os.path.getsize(rec)
-            if size != shard["rec_bytes"]:
-                report.add(
-                    Problem(
-                        rec, None, None, f"is {size} bytes, the manifest says {shard['rec_bytes']}"
-                    )
-                )
-            if os.path.exists(idx_p):
-                if sha256_file(idx_p) != shard["idx_sha256"]:
-                    report.add(
-                        Problem(
-                            idx_p,
-                            None,
-                            None,
-                            "idx does not match rec (sha256 differs from the manifest)",
-                        )
-                    )
-            before = report.indexed
-            _verify_shard(report, rec, idx_p, crc, **opts)  # type: ignore[arg-type]
-            if report.indexed - before != shard["records"]:
-                report.add(
-                    Problem(
-                        idx_p,
-                        None,
-                        None,
-                        f"lists {report.indexed - before} records, the manifest says "
-                        f"{shard['records']}",
-                    )
-                )
+        _verify_manifest(report, p, opts)
         return report
     if p.endswith(".idx"):
         idx_path = idx_path if idx_path is not None else p
@@ -340,5 +387,5 @@ def verify_records(
             report.notes.append(f"{p}: no .idx beside it; only the framing was checked")
     else:
         idx = os.fspath(idx_path)
-    _verify_shard(report, p, idx, None, **opts)  # type: ignore[arg-type]
+    _verify_shard(report, p, idx, None, opts)
     return report

@@ -15,7 +15,6 @@ import hashlib
 import mmap
 import operator
 import os
-import struct
 from array import array
 from dataclasses import dataclass
 from types import TracebackType
@@ -25,58 +24,19 @@ import numpy as np
 
 from stoker._core.atomic import fsync_dir, partial_path
 from stoker._core.errors import CorruptRecordError, IndexFormatError, OutputExistsError
-from stoker.formats.recordio.header import MAGIC_BYTES, MAX_RECORD_BYTES, encode_lrec
-from stoker.formats.recordio.reader import _Problem, _record, default_crc_path, default_idx_path
+from stoker.formats.recordio.framing import (
+    MAX_RECORD_BYTES,
+    FrameError,
+    frame_parts,
+    read_record,
+    single_part_heads,
+)
+from stoker.formats.recordio.index import IndexTable, parse_idx
+from stoker.formats.recordio.paths import default_crc_path, default_idx_path
 
-__all__ = ["RecordWriter", "ShardInfo", "frame_record"]
+__all__ = ["RecordWriter", "ShardInfo"]
 
-_ZEROS = b"\x00\x00\x00"
-_LREC = struct.Struct("<I")
 _KEY_LIMIT = 1 << 63
-
-
-def _split_points(data: bytes) -> list[int]:
-    """Offsets of the magic at 4-byte-aligned positions (where dmlc splits a record)."""
-    out = []
-    limit = len(data) & ~3
-    j = data.find(MAGIC_BYTES, 0, limit)
-    while j >= 0:
-        if j & 3 == 0:
-            out.append(j)
-            j = data.find(MAGIC_BYTES, j + 4, limit)
-        else:
-            j = data.find(MAGIC_BYTES, (j + 3) & ~3, limit)
-    return out
-
-
-def _frame_parts(data: bytes) -> list[bytes]:
-    n = len(data)
-    if n > MAX_RECORD_BYTES:
-        raise ValueError(f"record exceeds RecordIO limit (2^29-1 bytes): {n} bytes")
-    splits = _split_points(data)
-    parts: list[bytes] = []
-    start = 0
-    for i in splits:
-        parts.append(MAGIC_BYTES + _LREC.pack(encode_lrec(1 if start == 0 else 2, i - start)))
-        parts.append(data[start:i])
-        start = i + 4
-    parts.append(MAGIC_BYTES + _LREC.pack(encode_lrec(3 if splits else 0, n - start)))
-    parts.append(data[start:] if start else data)
-    if n & 3:
-        parts.append(_ZEROS[: (-n) & 3])
-    return parts
-
-
-def frame_record(payload: bytes | bytearray | memoryview) -> bytes:
-    """The exact bytes dmlc's ``RecordIOWriter::WriteRecord`` writes for ``payload``.
-
-    A payload holding the magic at an aligned offset is split there into parts with
-    cflag 1 (first), 2 (middle), 3 (last); the magic itself is dropped (the reader puts it
-    back). The record is zero-padded to a multiple of 4 bytes.
-    """
-    if len(payload) > MAX_RECORD_BYTES:
-        raise ValueError(f"record exceeds RecordIO limit (2^29-1 bytes): {len(payload)} bytes")
-    return b"".join(_frame_parts(bytes(payload)))
 
 
 @dataclass(frozen=True)
@@ -91,7 +51,7 @@ class ShardInfo:
     idx_sha256: str
 
 
-def _complete_prefix(rec_p: str, table: Any) -> tuple[int, int]:
+def _complete_prefix(rec_p: str, table: IndexTable) -> tuple[int, int]:
     """How many leading ``.idx`` entries of a partial have complete records, and where the
     last of them ends. Entries must follow each other without gaps (as the writer wrote
     them); a torn record ends the prefix; anything else means the partials cannot be trusted.
@@ -105,12 +65,7 @@ def _complete_prefix(rec_p: str, table: Any) -> tuple[int, int]:
         # vectorised fast-forward over whole single-part records that follow each other
         words = np.frombuffer(mm, dtype="<u4", count=size // 4)
         try:
-            w0 = offs // 4
-            inside = offs + 8 <= size
-            w0c = np.where(inside, w0, 0)
-            lrec = words[w0c + 1].astype(np.int64)
-            ends = offs + 8 + (((lrec & 0x1FFFFFFF) + 3) & ~3)
-            simple = inside & (words[w0c] == 0xCED7230A) & ((lrec >> 29) == 0) & (ends <= size)
+            _, simple, _, ends = single_part_heads(words, offs, size)
             prev_end = np.concatenate([[0], ends[:-1]])
             good = simple & (offs == prev_end)
             bad = np.flatnonzero(~good)
@@ -131,8 +86,8 @@ def _complete_prefix(rec_p: str, table: Any) -> tuple[int, int]:
                         key=int(table.keys[i]),
                     )
                 try:
-                    payload, nxt = _record(mm, view, size, off)
-                except _Problem as e:
+                    payload, nxt = read_record(mm, view, size, off)
+                except FrameError as e:
                     if e.truncated:
                         break  # torn tail: this record never finished
                     raise CorruptRecordError(
@@ -213,8 +168,6 @@ class RecordWriter:
             raise
 
     def _resume(self) -> None:
-        from stoker.formats.recordio.index import parse_idx
-
         rec_p = partial_path(self.rec_path)
         idx_p = partial_path(self.idx_path)
         idx_bytes = b""
@@ -270,7 +223,7 @@ class RecordWriter:
             try:
                 out = array("I")
                 for i in which:
-                    payload, _ = _record(mm, view, size, int(offsets[i]))
+                    payload, _ = read_record(mm, view, size, int(offsets[i]))
                     out.append(crc32c.crc32c(payload))
                     del payload
             finally:
@@ -317,7 +270,7 @@ class RecordWriter:
         else:
             mv = memoryview(payload)
             data = mv.cast("B").tobytes() if mv.ndim != 1 or mv.format != "B" else bytes(mv)
-        parts = _frame_parts(data)
+        parts = frame_parts(data)
         offset = self.bytes_written
         self._rec.writelines(parts)
         if self._crcf is not None:

@@ -1,0 +1,224 @@
+"""insightface's MS1M layout: finding the header and identity records of a ``.rec``, and the view of its image records.
+
+insightface's ``face2rec`` writes a header record with key 0: ``flag = 2``, labels ``(a, b)``
+and no image. Keys ``1 .. a-1`` are the images (each labelled with its identity); keys
+``a .. b-1`` are one record per identity whose two labels give that identity's ``[start,
+end)`` image keys (``MXFaceDataset``, ``face_image_iter``). :func:`detect_layout` recognises
+it; ``RecordFile.identity_ranges``/``image_keys``/``image_positions`` expose it and
+:class:`ImageRecords` reads the image records alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from stoker._core.errors import CorruptRecordError
+from stoker.formats.recordio.header import IRHeader
+from stoker.formats.recordio.records import PlainRead, Records
+
+if TYPE_CHECKING:
+    from stoker.formats.recordio.reader import RecordFile
+
+__all__ = ["ImageRecords", "Layout", "detect_layout"]
+
+
+class Layout:
+    """An insightface set's layout: ``ranges`` (int64 ``(n_identities, 2)``, the
+    ``[start_key, end_key)`` of identity ``j`` in row ``j``), ``image_keys`` and
+    ``image_positions`` (the keys and positions of the image records)."""
+
+    __slots__ = ("image_keys", "image_positions", "ranges")
+
+    def __init__(self, ranges: np.ndarray, image_keys: np.ndarray, image_positions: np.ndarray):
+        self.ranges = ranges
+        self.image_keys = image_keys
+        self.image_positions = image_positions
+
+
+def _header_labels(r: RecordFile) -> tuple[int, int, int] | None:
+    """``(position, a, b)`` of a header record 0 with ``flag = 2`` integer labels
+    ``1 <= a <= b`` and no image; ``None`` when record 0 is not one."""
+    if len(r) == 0:
+        return None
+    try:
+        p0 = r.position(0)
+    except KeyError:
+        return None
+    h, img = r.read_header(p0)
+    if h.flag != 2 or len(img) != 0:
+        return None
+    a, b = (float(x) for x in np.asarray(h.label))
+    if not (a.is_integer() and b.is_integer() and 1 <= a <= b):
+        return None
+    return p0, int(a), int(b)
+
+
+def _identity_ranges(
+    r: RecordFile,
+    id_positions: np.ndarray,
+    a: int,
+    b: int,
+    bad: Callable[[str], CorruptRecordError],
+) -> np.ndarray:
+    """The ``[start, end)`` image keys the identity records ``a .. b-1`` carry, checked."""
+    if id_positions.shape[0] == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    try:
+        lab = r.labels(id_positions)
+    except ValueError as e:
+        if isinstance(e, CorruptRecordError):
+            raise
+        raise bad(f"identity records {a}..{b - 1} do not all carry 2 labels") from None
+    if lab.ndim != 2 or lab.shape[1] != 2 or not bool(np.all(lab == np.round(lab))):
+        raise bad(f"identity records {a}..{b - 1} do not all carry 2 integer labels")
+    ranges = lab.astype(np.int64)
+    wrong = np.flatnonzero((ranges[:, 0] < 1) | (ranges[:, 1] > a) | (ranges[:, 0] > ranges[:, 1]))
+    if wrong.size:
+        j = int(wrong[0])
+        raise CorruptRecordError(
+            r.path,
+            int(r.offsets[id_positions[j]]),
+            f"insightface identity record: range {ranges[j].tolist()} lies outside the "
+            f"image keys 1..{a - 1}",
+            key=a + j,
+        )
+    return ranges
+
+
+def detect_layout(r: RecordFile) -> Layout | None:
+    """The insightface layout of ``r``, or ``None`` when its record 0 is no such header.
+
+    Raises :class:`CorruptRecordError` when the header names keys the file lacks or an
+    identity record is malformed.
+    """
+    head = _header_labels(r)
+    if head is None:
+        return None
+    p0, a, b = head
+    off = int(r.offsets[p0])
+
+    def bad(reason: str) -> CorruptRecordError:
+        return CorruptRecordError(r.path, off, f"insightface header record 0: {reason}", key=0)
+
+    if b > len(r):
+        raise bad(f"labels ({a}, {b}) name more records than the file holds ({len(r)})")
+    try:
+        image_positions = r.positions(np.arange(1, a, dtype=np.int64))
+        id_positions = r.positions(np.arange(a, b, dtype=np.int64))
+    except KeyError as e:
+        raise bad(f"labels ({a}, {b}) name keys the .idx lacks ({e.args[0]})") from None
+    ranges = _identity_ranges(r, id_positions, a, b, bad)
+    return Layout(ranges, np.arange(1, a, dtype=np.int64), image_positions)
+
+
+class ImageRecords(Records):
+    """The image records of an insightface-layout ``RecordFile``, as positions ``0..M-1``;
+    same reading API. Pickles as its parent (paths) and re-derives the positions. Other
+    attributes (``path``, ``manifest``, ``class_names``, ...) are the parent's."""
+
+    def __init__(self, parent: RecordFile) -> None:
+        pos = parent.image_positions
+        if pos is None:
+            raise ValueError(f"{parent.path} is not an insightface-layout set")
+        self.parent = parent
+        self._pos = pos
+
+    def __getstate__(self) -> dict:
+        return {"parent": self.parent}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["parent"])  # type: ignore[misc]
+
+    def __len__(self) -> int:
+        return int(self._pos.shape[0])
+
+    def __repr__(self) -> str:
+        return f"ImageRecords({self.parent.path!r}, {len(self)} images)"
+
+    def __getattr__(self, name: str) -> Any:
+        # path, manifest, class_names, idx_path, size, ... come from the parent
+        if name in ("parent", "_pos"):
+            raise AttributeError(name)
+        return getattr(self.parent, name)
+
+    def _p(self, i: int) -> int:
+        return int(self._pos[self._check_index(i)])
+
+    @property
+    def shards(self) -> list[RecordFile]:
+        return self.parent.shards
+
+    @property
+    def identity_ranges(self) -> np.ndarray | None:
+        return self.parent.identity_ranges
+
+    @property
+    def image_keys(self) -> np.ndarray | None:
+        return self.parent.image_keys
+
+    @property
+    def image_positions(self) -> np.ndarray | None:
+        return self.parent.image_positions
+
+    def images(self) -> Records:
+        return self.parent.images()
+
+    @property
+    def keys(self) -> np.ndarray:
+        return self.parent.keys[self._pos]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self.parent.offsets[self._pos]
+
+    def key(self, i: int) -> int:
+        return self.parent.key(self._p(i))
+
+    def offset(self, i: int) -> int:
+        return self.parent.offset(self._p(i))
+
+    def read(self, i: int) -> memoryview:
+        return self.parent.read(self._p(i))
+
+    def read_header(self, i: int) -> tuple[IRHeader, memoryview]:
+        return self.parent.read_header(self._p(i))
+
+    def plain_reader(self, positions: Sequence[int] | np.ndarray | None = None) -> PlainRead | None:
+        """``RecordFile.plain_reader`` over the image positions."""
+        pos, n = self._pos, int(self._pos.shape[0])
+        known: dict[int, int] = {}
+        parent_positions = None
+        if positions is not None:
+            mine = np.asarray(positions, dtype=np.int64).reshape(-1)
+            mine = mine[(mine >= 0) & (mine < n)]
+            parent_positions = pos[mine]
+            known = dict(zip(mine.tolist(), parent_positions.tolist(), strict=True))
+        read = self.parent.plain_reader(parent_positions)
+        if read is None:
+            return None
+
+        def image(i: int) -> tuple[float, memoryview, int] | None:
+            j = known.get(i)
+            if j is None:
+                if not 0 <= i < n:
+                    return None
+                j = int(pos[i])
+            return read(j)
+
+        return image
+
+    def labels(self, positions: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+        if positions is None:
+            pos = self._pos
+            n = pos.shape[0]
+            if n > 1 and bool(np.all(pos[1:] - pos[:-1] == 1)):  # as face2rec writes them
+                return self.parent.labels_span(int(pos[0]), n)  # cached, as for all records
+            return self.parent.labels(pos)
+        sel = np.asarray(positions, dtype=np.int64).reshape(-1)
+        return self.parent.labels(self._pos[sel])
+
+    def close(self) -> None:
+        self.parent.close()

@@ -1,0 +1,66 @@
+"""Opening a record set by any of its names (``.rec``, ``.idx`` or ``NAME.stoker.json``) as the reader object that fits it."""
+
+from __future__ import annotations
+
+import os
+
+from stoker.formats.recordio.manifest import (
+    MANIFEST_SUFFIX,
+    class_names,
+    load_manifest,
+    shard_paths,
+)
+from stoker.formats.recordio.paths import default_crc_path, manifest_path_for
+from stoker.formats.recordio.reader import RecordFile
+from stoker.formats.recordio.recordset import RecordSet, open_shard
+
+__all__ = ["open_records"]
+
+
+def _with_manifest(r: RecordFile, manifest: dict) -> RecordFile:
+    r.manifest, r.class_names = manifest, class_names(manifest)
+    return r
+
+
+def open_records(
+    path: str | os.PathLike[str], *, verify_checksums: bool = False, cache: bool = True
+) -> RecordFile | RecordSet:
+    """Open a ``.rec``, its ``.idx``, or a ``NAME.stoker.json`` manifest.
+
+    A manifest with one shard (or a ``.rec`` with ``NAME.stoker.json`` beside it) gives a
+    :class:`RecordFile` with ``class_names`` and ``manifest`` set; several shards give a
+    :class:`RecordSet`. Both keep the ``Records`` contract (``shards``, ``manifest``,
+    ``class_names``, the insightface attributes; see ``records.py``). The files are checked
+    against the manifest (``.rec`` size, ``.idx`` sha256, record count): a mismatch raises
+    :class:`ManifestError`. ``verify_checksums`` checks each read against the CRC32C side
+    file. ``identity_ranges``/``image_keys`` are set for insightface-layout files.
+    """
+    p = os.fspath(path)
+    kw = {"verify_checksums": verify_checksums, "cache": cache}
+    if p.endswith(MANIFEST_SUFFIX):
+        manifest = load_manifest(p)
+        if len(manifest["shards"]) != 1:
+            return RecordSet(p, verify_checksums=verify_checksums, cache=cache)
+        return _with_manifest(open_shard(p, manifest["shards"][0], **kw), manifest)
+    if p.endswith(".idx"):
+        rec = p[:-4] + ".rec"
+        if not os.path.exists(rec):
+            raise FileNotFoundError(f"{p}: no {os.path.basename(rec)} beside it")
+        idx: str | None = p
+        p = rec
+    else:
+        idx = None
+    mpath = manifest_path_for(p)
+    if os.path.exists(mpath):
+        manifest = load_manifest(mpath)
+        me = os.path.abspath(p)
+        for shard in manifest["shards"]:
+            if os.path.abspath(shard_paths(mpath, shard)[0]) == me:
+                return _with_manifest(open_shard(mpath, shard, **kw), manifest)
+    crc = default_crc_path(p)
+    return RecordFile(
+        p,
+        idx,
+        crc_path=crc if os.path.exists(crc) else None,
+        **kw,  # type: ignore[arg-type]
+    )
