@@ -13,8 +13,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 if __name__ == "__main__":
     import packhelp
 
-    import stoker.pack.packer as packer
+    import stoker.pack.options as options
     from stoker.cli import main
 
-    packer.check_image = packhelp.slow_check
+    options.check_image = packhelp.slow_check  # what PackOptions' check=None stands for
     sys.exit(main(["pack", *sys.argv[1:]]))

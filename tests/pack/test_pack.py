@@ -14,8 +14,9 @@ from stoker import OutputExistsError, PackError, TooManyRejectsError
 from stoker.codecs import decode
 from stoker.formats.recordio import load_manifest, open_records, verify_records
 from stoker.pack import make_sample_data, pack
-from stoker.pack.packer import _Options, _process
+from stoker.pack.options import PackOptions
 from stoker.pack.scan import unescape_name
+from stoker.pack.worker import process
 
 
 def read_text(path) -> str:
@@ -151,18 +152,18 @@ def test_odd_names_survive(tmp_path):  # B1 #15
 
 
 def test_vanished_between_listing_and_reading(tmp_path, monkeypatch):  # B1 #14
-    import stoker.pack.packer as packer
+    import stoker.pack.plan as plan
 
     src = tmp_path / "src"
     make_tree(str(src), {"a": 4})
-    real = packer.scan_folder
+    real = plan.scan_folder
 
     def scan_then_delete(*args, **kw):
         res = real(*args, **kw)
         os.unlink(src / "a" / "img002.jpg")
         return res
 
-    monkeypatch.setattr(packer, "scan_folder", scan_then_delete)
+    monkeypatch.setattr(plan, "scan_folder", scan_then_delete)
     r = pack(src, tmp_path / "out", workers=1)
     assert r.written == 3 and r.reasons == {"vanished": 1}
     assert rejects_rows(r)[0][1:3] == ["a/img002.jpg", "vanished"]
@@ -170,11 +171,11 @@ def test_vanished_between_listing_and_reading(tmp_path, monkeypatch):  # B1 #14
 
 def test_unreadable_file_rejected(tmp_path, monkeypatch):  # B1 #13
     path = write(str(tmp_path / "a" / "x.jpg"), image_bytes())
-    opts = _Options(89_478_485, None, None)
+    opts = PackOptions(tmp_path, tmp_path / "out")
     if os.geteuid() != 0:  # root reads mode-000 files; the patched variant below always runs
         os.chmod(path, 0)
         try:
-            assert _process(path, opts)[:2] == (1, "EACCES")
+            assert process(path, opts)[:2] == (1, "EACCES")
         finally:
             os.chmod(path, 0o644)
     real_open = os.open
@@ -185,8 +186,8 @@ def test_unreadable_file_rejected(tmp_path, monkeypatch):  # B1 #13
         return real_open(p, *a, **kw)
 
     monkeypatch.setattr(os, "open", deny)
-    assert _process(path, opts)[:2] == (1, "EACCES")
-    assert _process(str(tmp_path / "missing.jpg"), opts)[:2] == (1, "vanished")
+    assert process(path, opts)[:2] == (1, "EACCES")
+    assert process(str(tmp_path / "missing.jpg"), opts)[:2] == (1, "vanished")
 
 
 def test_refuses_existing_outputs(sample, tmp_path):  # B2 #23

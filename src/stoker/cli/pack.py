@@ -43,9 +43,10 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument(
         "--max-pixels",
         type=int,
-        default=89_478_485,
+        default=None,
         metavar="N",
-        help="reject images whose header gives more pixels (default 89478485)",
+        help="reject images whose header gives more pixels "
+        "(default: Pillow's decompression-bomb limit, 89478485)",
     )
     p.add_argument("--follow-symlinks", action="store_true", help="follow symlinked folders")
     p.add_argument("--root", default=None, help="folder that .lst paths are relative to")
@@ -60,28 +61,30 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from stoker._core.errors import TooManyRejectsError
-    from stoker.pack import pack
+    from stoker.pack import PackOptions, run_pack
+    from stoker.pack.images import DEFAULT_MAX_PIXELS
 
+    options = PackOptions(
+        args.src,
+        args.out,
+        workers=args.workers,
+        resize=args.resize,
+        quality=args.quality,
+        shuffle=args.shuffle,
+        seed=args.seed,
+        shard_size=args.shard_size,
+        list_file=args.list,
+        overwrite=args.overwrite,
+        resume=not args.no_resume,
+        max_rejects=args.max_rejects,
+        max_pixels=DEFAULT_MAX_PIXELS if args.max_pixels is None else args.max_pixels,
+        follow_symlinks=args.follow_symlinks,
+        root=args.root,
+        progress=False if args.quiet else None,
+    )
     old = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        report = pack(
-            args.src,
-            args.out,
-            workers=args.workers,
-            resize=args.resize,
-            quality=args.quality,
-            shuffle=args.shuffle,
-            seed=args.seed,
-            shard_size=args.shard_size,
-            list_file=args.list,
-            overwrite=args.overwrite,
-            resume=not args.no_resume,
-            max_rejects=args.max_rejects,
-            max_pixels=args.max_pixels,
-            follow_symlinks=args.follow_symlinks,
-            root=args.root,
-            progress=False if args.quiet else None,
-        )
+        report = run_pack(options)
     except TooManyRejectsError as e:
         print(f"stoker pack: error: {e}", file=sys.stderr)
         return 1

@@ -8,10 +8,10 @@ so the package itself is made callable and forwards to :func:`stoker.pack.packer
 import sys
 import types
 
-from stoker.pack.packer import PackReport, pack
+from stoker.pack.packer import PackOptions, PackReport, pack, run_pack
 from stoker.pack.sample_data import make_sample_data
 
-__all__ = ["PackReport", "make_sample_data", "pack"]
+__all__ = ["PackOptions", "PackReport", "make_sample_data", "pack", "run_pack"]
 
 
 class _CallablePackage(types.ModuleType):

@@ -23,8 +23,8 @@ What is stored (the normalisation policy):
   Pillow does for 16-bit RGB); 1-bit → grayscale; EXIF orientation applied (as
   ``ImageOps.exif_transpose`` does), so every decoder sees the upright image.
 - Re-encoding keeps lossy sources lossy and lossless sources lossless: JPEG (and lossy WebP)
-  sources become JPEG at ``quality`` (95 unless given); PNG, BMP, TIFF, GIF and lossless WebP
-  become PNG, so packing never silently adds compression loss to a lossless set.
+  sources become JPEG at ``quality`` (95 unless given); PNG, BMP, TIFF, GIF, PNM (PPM/PGM)
+  and lossless WebP become PNG, so packing never silently adds compression loss to a lossless set.
 - ``resize`` (shorter side, ``cv2.INTER_AREA`` when shrinking, ``INTER_CUBIC`` when growing) or
   an explicit ``quality`` re-encode every image as JPEG at that quality.
 - Grayscale stays single-channel in the stored bytes; stoker's decoders return 3 channels.
@@ -40,6 +40,7 @@ from typing import Literal
 import numpy as np
 
 __all__ = [
+    "DEFAULT_MAX_PIXELS",
     "DEFAULT_QUALITY",
     "MAX_JPEG_SCANS",
     "CheckedImage",
@@ -49,9 +50,11 @@ __all__ = [
 ]
 
 DEFAULT_QUALITY = 95
+DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own decompression-bomb limit
 MAX_JPEG_SCANS = 256  # nvImageCodec's limit; real progressive JPEGs use about 10
 
-_LOSSLESS = {"PNG", "BMP", "TIFF", "GIF", "WEBP-LOSSLESS"}
+_LOSSLESS = {"PNG", "BMP", "TIFF", "GIF", "PNM", "WEBP-LOSSLESS"}
+_PNM_SPACE = b" \t\n\r\x0b\x0c"  # what may follow a netpbm magic number
 
 
 class Reject(Exception):  # noqa: N818 - a verdict, not a failure of the code
@@ -71,7 +74,7 @@ class CheckedImage:
     """The bytes to store and what was learned about the source."""
 
     payload: bytes
-    source_format: str  # JPEG, PNG, BMP, TIFF, GIF, WEBP (the true one, from the magic bytes)
+    source_format: str  # JPEG, PNG, BMP, TIFF, GIF, WEBP, PNM (the true one, by magic bytes)
     height: int  # of the stored image
     width: int
     passthrough: bool  # the original bytes are stored unchanged
@@ -92,6 +95,8 @@ def sniff_format(data: bytes) -> str | None:
         return "WEBP"
     if data[:4] in (b"II*\x00", b"MM\x00*"):
         return "TIFF"
+    if len(data) >= 3 and data[0] == 0x50 and 0x31 <= data[1] <= 0x36 and data[2] in _PNM_SPACE:
+        return "PNM"  # netpbm P1..P6: PBM, PGM, PPM, plain or raw
     return None
 
 
@@ -300,7 +305,7 @@ def _encode(arr: np.ndarray, kind: str, quality: int) -> bytes:
 def check_image(
     data: bytes,
     *,
-    max_pixels: int = 89_478_485,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
     resize: int | None = None,
     quality: int | None = None,
 ) -> CheckedImage:

@@ -24,8 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from stoker._core.atomic import write_bytes_atomic
+from stoker._core.checks import check_int
 from stoker._core.errors import OutputExistsError
 from stoker._core.seeding import stream_rng
+from stoker._core.system import usable_cores
 
 __all__ = ["make_sample_data", "sample_image"]
 
@@ -235,10 +237,9 @@ def make_sample_data(
     identical call is reused as is. A non-empty folder made otherwise is refused unless
     ``overwrite=True``. Returns the folder's path.
     """
-    if not isinstance(classes, int) or classes < 1:
-        raise ValueError(f"classes must be an int >= 1, got {classes!r}")
-    if not isinstance(per_class, int) or per_class < 0:
-        raise ValueError(f"per_class must be an int >= 0, got {per_class!r}")
+    classes = check_int("classes", classes, minimum=1)
+    per_class = check_int("per_class", per_class, minimum=0)
+    n_workers = check_int("workers", workers, minimum=1, none_ok=True) or usable_cores()
     if fmt not in ("jpg", "png"):
         raise ValueError(f"fmt must be 'jpg' or 'png', got {fmt!r}")
     h, w = _size(size)
@@ -279,9 +280,6 @@ def make_sample_data(
         for c in range(classes)
         for s in range(0, per_class, chunk)
     ]
-    n_workers = (os.cpu_count() or 1) if workers is None else int(workers)
-    if n_workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers!r}")
     total = classes * per_class
     if n_workers == 1 or total < 500 or len(jobs) == 1:
         for job in jobs:

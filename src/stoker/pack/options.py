@@ -1,0 +1,123 @@
+"""Every ``stoker pack`` option in one frozen object, checked once when it is made.
+
+The same :class:`PackOptions` is what the command line builds, what :func:`stoker.pack`
+builds from its keyword arguments, what each worker process receives (it is module-level,
+frozen and picklable), and, in JSON form, the settings in the resume journal's fingerprint
+(:meth:`PackOptions.journal_json`) and the option part of the manifest's ``pack`` block
+(:meth:`PackOptions.manifest_json`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from stoker._core.checks import check_int
+from stoker._core.system import usable_cores
+from stoker.pack.images import DEFAULT_MAX_PIXELS, check_image
+
+__all__ = ["JOURNAL_VERSION", "PackOptions", "output_prefix"]
+
+#: Version of the journal's fingerprint settings; a change starts interrupted runs over.
+JOURNAL_VERSION = 1
+
+#: The options that decide the output bytes, in the order the journal and manifest list them.
+_OUTPUT_OPTIONS = ("resize", "quality", "shuffle", "seed", "shard_size", "max_pixels")
+
+
+#: The integer options, checked in this order: (minimum, maximum, None allowed).
+_INT_RANGES: dict[str, tuple[int, int | None, bool]] = {
+    "workers": (1, None, True),
+    "resize": (1, None, True),
+    "shard_size": (1, None, True),
+    "max_rejects": (0, None, True),
+    "max_pixels": (1, None, False),
+    "seed": (0, None, False),
+    "quality": (1, 100, True),
+}
+
+
+def output_prefix(out: str | os.PathLike[str]) -> str:
+    """``OUT`` from ``OUT``, ``OUT.rec`` or ``OUT.stoker.json``."""
+    s = os.fspath(out)
+    for suffix in (".stoker.json", ".rec"):
+        if s.endswith(suffix):
+            return s[: -len(suffix)]
+    return s
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    """The options of one pack run (see :func:`stoker.pack` for each one's meaning).
+
+    Making one checks every value: a wrong type raises ``TypeError``, a value out of range
+    ``ValueError``, each naming the option. Paths are kept as ``str``; ``check`` left at
+    ``None`` becomes :func:`stoker.pack.images.check_image`.
+    """
+
+    src: str | os.PathLike[str]
+    out: str | os.PathLike[str]
+    workers: int | None = None
+    resize: int | None = None
+    quality: int | None = None
+    shuffle: bool = False
+    seed: int = 0
+    shard_size: int | None = None
+    list_file: bool = False
+    overwrite: bool = False
+    resume: bool = True
+    max_rejects: int | None = None
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    follow_symlinks: bool = False
+    root: str | os.PathLike[str] | None = None
+    progress: bool | None = None
+    # None means check_image; a stand-in must be module-level (fault-injection tests)
+    check: Callable[..., Any] | None = None
+
+    def __post_init__(self) -> None:
+        put = object.__setattr__  # a frozen dataclass normalises its own fields here
+        put(self, "src", os.fspath(self.src))
+        for name, (lo, hi, none_ok) in _INT_RANGES.items():
+            value = check_int(name, getattr(self, name), minimum=lo, maximum=hi, none_ok=none_ok)
+            put(self, name, value)
+        for name in ("shuffle", "list_file", "overwrite", "resume", "follow_symlinks"):
+            put(self, name, bool(getattr(self, name)))
+        put(self, "out", os.fspath(self.out))
+        put(self, "root", os.fspath(self.root) if self.root else None)
+        if self.check is None:
+            put(self, "check", check_image)
+        prefix = self.prefix
+        if not prefix or os.path.isdir(prefix):
+            raise ValueError(f"out must name a file prefix (e.g. data/train), got {self.out!r}")
+
+    @property
+    def prefix(self) -> str:
+        """The output path prefix: ``out`` without ``.rec`` or ``.stoker.json``."""
+        return output_prefix(self.out)
+
+    def worker_count(self) -> int:
+        """``workers``, or the cores this process may use when it is None."""
+        return self.workers or usable_cores()
+
+    def _output_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _OUTPUT_OPTIONS}
+
+    def journal_json(self) -> dict[str, Any]:
+        """The settings part of the resume journal's fingerprint (a rerun resumes only when
+        they are equal): the options that decide the output bytes and the check's name."""
+        check = self.check or check_image
+        name = f"{check.__module__}.{check.__qualname__}"
+        return {"journal": JOURNAL_VERSION, **self._output_json(), "check": name}
+
+    def manifest_json(self, *, from_lst: bool) -> dict[str, Any]:
+        """The options at the head of the manifest's ``pack`` block; ``from_lst`` says whether
+        the source was an im2rec list (keys from its index) or a folder (keys by position)."""
+        return {
+            "source": os.path.basename(os.path.normpath(self.src)),
+            "source_kind": "lst" if from_lst else "folder",
+            "keys": "lst-index" if from_lst else "position",
+            **self._output_json(),
+            "follow_symlinks": self.follow_symlinks,
+        }

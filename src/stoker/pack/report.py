@@ -1,0 +1,171 @@
+"""What a pack run did: the counts the main process keeps while records come back, and the
+:class:`PackReport` it returns, with its human summary."""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stoker._core.errors import PackError
+from stoker.pack.scan import ScanResult
+
+__all__ = ["PackReport", "Tally"]
+
+
+@dataclass(frozen=True)
+class PackReport:
+    """What a pack run did. ``written + rejected + ignored == found``."""
+
+    found: int
+    written: int
+    rejected: int
+    ignored: int
+    classes: dict[str, int]
+    reasons: dict[str, int]
+    bytes_in: int
+    bytes_out: int
+    seconds: float
+    passthrough: int
+    reencoded: int
+    resumed: int
+    manifest: str
+    shards: tuple[str, ...]
+    rejects_path: str
+    list_path: str | None = None
+    ignored_links: int = 0
+    unclassified: int = 0
+    formats: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def images_per_s(self) -> float:
+        return (self.written - self.resumed) / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_in / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def summary(self) -> str:
+        """A few human lines: counts, sizes, rates, where the rejects are listed."""
+        lines = [
+            f"packed {self.written} images ({self.bytes_out / 1e6:.1f} MB in "
+            f"{len(self.shards)} shard{'s' if len(self.shards) != 1 else ''}) "
+            f"in {self.seconds:.1f} s: {self.images_per_s:.0f} images/s, "
+            f"{self.mb_per_s:.1f} MB/s read",
+            f"found {self.found}: written {self.written}, rejected {self.rejected}, "
+            f"ignored {self.ignored}; classes {len(self.classes)}; "
+            f"stored as is {self.passthrough}, re-encoded {self.reencoded}",
+        ]
+        if self.resumed:
+            lines.append(f"resumed: {self.resumed} records kept from an interrupted run")
+        if self.ignored_links:
+            lines.append(
+                f"{self.ignored_links} symlinked folder(s) not followed (follow_symlinks=True)"
+            )
+        if self.unclassified:
+            lines.append(f"{self.unclassified} file(s) directly under the source folder ignored")
+        if self.rejected:
+            why = ", ".join(f"{k} {v}" for k, v in sorted(self.reasons.items()))
+            lines.append(f"rejected {self.rejected} ({why}): see {self.rejects_path}")
+        lines.append(f"manifest: {self.manifest}")
+        return "\n".join(lines)
+
+
+class Tally:
+    """The counts of one run over ``n`` planned positions.
+
+    ``written`` marks the positions stored (kept from a resumed run included); the byte,
+    format and pass-through counts cover the records this run wrote itself.
+    """
+
+    def __init__(self, scan: ScanResult, n: int) -> None:
+        self.scan = scan
+        self.written = np.zeros(n, dtype=bool)
+        self.item_rejects: list[tuple[int, str, str]] = []  # (position, reason, detail)
+        self.formats: collections.Counter[str] = collections.Counter()
+        self.bytes_in = 0
+        self.passthrough = 0
+        self.reencoded = 0
+        self.exif_rotated = 0
+        self.resumed = 0
+
+    def wrote(self, pos: int, fmt: str, rotated: bool, passthrough: bool, size_in: int) -> None:
+        self.written[pos] = True
+        self.formats[fmt] += 1
+        self.bytes_in += size_in
+        if passthrough:
+            self.passthrough += 1
+        else:
+            self.reencoded += 1
+        self.exif_rotated += int(rotated)
+
+    @property
+    def n_written(self) -> int:
+        return int(self.written.sum())
+
+    @property
+    def n_rejected(self) -> int:
+        """Rejects so far: while listing and while checking."""
+        return len(self.scan.rejects) + len(self.item_rejects)
+
+    def reasons(self) -> dict[str, int]:
+        """Rejects by reason, sorted by reason."""
+        counts = collections.Counter(r for _, r, _ in self.scan.rejects)
+        counts.update(r for _, r, _ in self.item_rejects)
+        return dict(sorted(counts.items()))
+
+    def check_accounting(self) -> None:
+        """Every file found is written, rejected or ignored, exactly once."""
+        written, rejected, scan = self.n_written, self.n_rejected, self.scan
+        if written + rejected + scan.ignored != scan.found:  # pragma: no cover - a bug
+            raise PackError(
+                f"internal accounting error: written {written} + rejected {rejected} + "
+                f"ignored {scan.ignored} != found {scan.found}"
+            )
+
+    def manifest_counts(self) -> dict[str, Any]:
+        """The counts in the manifest's ``pack`` block, after the options."""
+        return {
+            "found": self.scan.found,
+            "written": self.n_written,
+            "ignored": self.scan.ignored,
+            "passthrough": self.passthrough,
+            "reencoded": self.reencoded,
+            "exif_rotated": self.exif_rotated,
+            "formats": dict(sorted(self.formats.items())),
+        }
+
+    def report(
+        self,
+        *,
+        shard_infos: list,
+        seconds: float,
+        manifest: str,
+        rejects_path: str,
+        list_path: str | None,
+    ) -> PackReport:
+        """The :class:`PackReport` of a finished run that committed ``shard_infos``."""
+        scan = self.scan
+        return PackReport(
+            found=scan.found,
+            written=self.n_written,
+            rejected=self.n_rejected,
+            ignored=scan.ignored,
+            classes=dict(scan.classes),
+            reasons=self.reasons(),
+            bytes_in=self.bytes_in,
+            passthrough=self.passthrough,
+            reencoded=self.reencoded,
+            resumed=self.resumed,
+            ignored_links=scan.ignored_links,
+            unclassified=scan.unclassified,
+            formats=dict(sorted(self.formats.items())),
+            bytes_out=sum(si.rec_bytes for si in shard_infos),
+            seconds=seconds,
+            manifest=manifest,
+            shards=tuple(si.rec for si in shard_infos),
+            rejects_path=rejects_path,
+            list_path=list_path,
+        )
