@@ -9,9 +9,11 @@ import sys
 
 import pytest
 
+from stoker._core.system import cpu_quota, usable_cores
 from stoker.doctor import system as S
 from stoker.doctor import verdict as V
-from stoker.doctor.diagnose import worker_counts
+from stoker.doctor.stages.loader import worker_counts
+from stoker.doctor.stages.verdict import still_rising
 
 # 1 ms read (0.1 ms CPU: the rest waits on storage), 2 ms decode, 3 ms augment (all CPU)
 COST = V.Cost(1e-3, 1e-4, 2e-3, 2e-3, 3e-3, 3e-3)
@@ -135,7 +137,7 @@ def test_ulimit_check_sees_a_low_limit():
 def test_cores_and_threads_checks():
     assert S.check_cores(workers=8, cores=2).status == "warn"
     assert S.check_cores(workers=2, cores=2).status == "ok"
-    assert S.usable_cores() >= 1
+    assert usable_cores() >= 1
     over = S.check_threads(workers=8, cores=2, worker_threads=[9] * 8)
     assert over.status == "warn" and "setNumThreads(1)" in over.message
     assert S.check_threads(workers=2, cores=2, worker_threads=[2, 2]).status == "ok"
@@ -150,14 +152,12 @@ def test_start_method_check_warns_about_fork_with_threads():
 
 
 def test_cpu_quota_is_none_or_positive():
-    q = S.cpu_quota()
+    q = cpu_quota()
     assert q is None or (q > 0 and math.isfinite(q))
 
 
 def test_more_workers_only_while_the_measured_curve_climbs():
-    from stoker.doctor.diagnose import _still_rising
-
-    assert _still_rising({}, 4)  # nothing measured: the model decides
-    assert _still_rising({1: 100.0, 2: 190.0}, 2)
-    assert not _still_rising({1: 100.0, 2: 105.0}, 2)  # flat: measurement beats extrapolation
-    assert not _still_rising({1: 100.0, 2: 90.0}, 1)  # a larger count was already slower
+    assert still_rising({}, 4)  # nothing measured: the model decides
+    assert still_rising({1: 100.0, 2: 190.0}, 2)
+    assert not still_rising({1: 100.0, 2: 105.0}, 2)  # flat: measurement beats extrapolation
+    assert not still_rising({1: 100.0, 2: 90.0}, 1)  # a larger count was already slower

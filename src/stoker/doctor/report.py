@@ -1,14 +1,34 @@
-"""The doctor's report: one JSON-safe dict, rendered as text, JSON or a chart.
+"""The doctor's report: :class:`Findings` as one JSON-safe dict, rendered as text or JSON (the
+chart is :mod:`stoker.doctor.chart`).
 
-JSON schema ``stoker.doctor/1`` (top-level keys): ``schema``, ``stoker_version``, ``source``,
-``settings``, ``system`` (list of checks: name, status ok|warn|fail, message, data),
-``stages`` (list: name, stage, rate, per_sample_ms, cpu_per_sample_ms, mb_per_s, samples,
-seconds, note), ``pipeline`` (per-sample ms by stage, cache assumption, efficiency),
-``loader`` (measured and predicted: lists of {workers, rate}), ``h2d``, ``model`` (each a dict
-or null), ``verdict`` (bound, workers, loader_rate, h2d_rate, model_rate, delivered,
-gpu_busy_share, cpu_capped, shares, text), ``recommendations`` (action, detail, basis,
-loader_before/after, delivered_before/after, gain, loader_gain), ``not_measured`` (stage,
-reason), ``elapsed_s``. Rates are samples per second.
+JSON schema ``stoker.doctor/1``; rates are samples per second, times per sample in ms. The
+top-level keys, in order (:data:`SECTIONS`):
+
+- ``schema``: ``"stoker.doctor/1"``; ``stoker_version``;
+- ``source``: path, kind (folder|records), count, total_bytes (estimated for a folder),
+  sampled (payloads that decoded), image_shape ("HxWxC" or null), output_shape (list or
+  null), output_dtype;
+- ``settings``: batch_size, transforms (label), workers_max, workers (the counts run), cores,
+  seconds, sample_size, cache (auto|warm|cold);
+- ``system``: list of checks: name, status ok|warn|fail, message, data;
+- ``stages``: list: name, stage (storage|decode|augment|loader), rate, per_sample_ms,
+  cpu_per_sample_ms, queue_per_sample_ms, mb_per_s, samples, seconds, note;
+- ``pipeline``: one worker's cost: read_ms, decode_ms, augment_ms, assemble_ms, total_ms,
+  cpu_ms, queue_ms, core_share, main_cpu_ms, blocked_ms, cpu_share; other_threads (``L``),
+  one_worker_rate, cache (cold|warm), cache_note, read_from and decode_with (stage names),
+  augment_ops (list of {op, ms, cpu_ms});
+- ``loader``: measured (list of {workers, rate, startup_s, samples, seconds}), predicted
+  (list of {workers, rate}), efficiency, model (the formula);
+- ``h2d``: null or {rate, gb_per_s, dtype, pinned, device};
+- ``model``: null or {rate, step_ms, batch_size, source[, steps]};
+- ``verdict``: bound, workers, loader_rate, h2d_rate, model_rate, delivered, gpu_busy_share,
+  cpu_capped, shares, text;
+- ``recommendations``: best first: action, detail, basis (measured|estimated),
+  loader_before, loader_after, loader_gain, delivered_before, delivered_after, gain;
+- ``not_measured``: list of {stage, reason};
+- ``elapsed_s``.
+
+Infinities and NaN are written as null.
 """
 
 from __future__ import annotations
@@ -19,17 +39,126 @@ import os
 import textwrap
 from typing import Any
 
-__all__ = ["SCHEMA", "Report"]
+from stoker.doctor.findings import Findings
+
+__all__ = ["SCHEMA", "SECTIONS", "Report", "report_data"]
 
 SCHEMA = "stoker.doctor/1"
 
+SECTIONS = (
+    "schema",
+    "stoker_version",
+    "source",
+    "settings",
+    "system",
+    "stages",
+    "pipeline",
+    "loader",
+    "h2d",
+    "model",
+    "verdict",
+    "recommendations",
+    "not_measured",
+    "elapsed_s",
+)
 
-def _num(x: float | None, digits: int = 0) -> str:
-    if x is None:
-        return "-"
-    if not math.isfinite(x):
-        return "inf"
-    return f"{x:,.{digits}f}"
+#: the throughput model, as the report states it (see stoker.doctor.verdict)
+MODEL = "predicted(k) = min(e * k / (b + c / s_k), s_k / m), s_k = min(1, C / (L + k))"
+
+
+# -- Findings -> data -------------------------------------------------------------------------
+
+
+def report_data(f: Findings, *, elapsed_s: float) -> dict[str, Any]:
+    """The report's dict (schema above) from a finished run's findings."""
+    import stoker
+
+    j = f.judgement
+    return {
+        "schema": SCHEMA,
+        "stoker_version": stoker.__version__,
+        "source": _source(f),
+        "settings": _settings(f),
+        "system": [c.to_dict() for c in f.checks],
+        "stages": [s.to_dict() for s in f.stages],
+        "pipeline": _pipeline(f),
+        "loader": _loader(f),
+        "h2d": f.h2d.result,
+        "model": f.model,
+        "verdict": j.verdict.to_dict(),
+        "recommendations": [r.to_dict() for r in j.recommendations],
+        "not_measured": f.not_measured,
+        "elapsed_s": elapsed_s,
+    }
+
+
+def _source(f: Findings) -> dict[str, Any]:
+    sample, aug = f.sample, f.augment
+    return {
+        "path": f.settings.path,
+        "kind": sample.kind,
+        "count": sample.count,
+        "total_bytes": sample.total_bytes,
+        "sampled": len(f.decode.payloads),
+        "image_shape": "x".join(map(str, aug.in_shape)) if aug.in_shape else None,
+        "output_shape": list(aug.out_shape) if aug.out_shape else None,
+        "output_dtype": aug.out_dtype,
+    }
+
+
+def _settings(f: Findings) -> dict[str, Any]:
+    s = f.settings
+    return {
+        "batch_size": s.batch_size,
+        "transforms": s.transforms_label,
+        "workers_max": s.workers_max,
+        "workers": s.workers,
+        "cores": s.cores,
+        "seconds": s.seconds,
+        "sample_size": s.sample_size,
+        "cache": s.cache,
+    }
+
+
+def _pipeline(f: Findings) -> dict[str, Any]:
+    cost, storage = f.cost, f.storage
+    note = storage.cache_note
+    if f.loader.reads_warm:
+        note += (
+            "; the loader runs read from the page cache, so their rates are above the "
+            "cold-cache predictions"
+        )
+    return {
+        **cost.to_dict(),
+        "other_threads": cost.others(f.settings.cores),
+        "one_worker_rate": cost.one_worker_rate,
+        "cache": "cold" if storage.use_cold else "warm",
+        "cache_note": note,
+        "read_from": storage.read.name,
+        "decode_with": f.decode.main.name if f.decode.main else None,
+        "augment_ops": [
+            {"op": n, "ms": 1e3 * w, "cpu_ms": 1e3 * c} for n, w, c in f.augment.breakdown
+        ],
+    }
+
+
+def _loader(f: Findings) -> dict[str, Any]:
+    sweep = f.loader
+    return {
+        "measured": [
+            {
+                "workers": r.workers,
+                "rate": r.rate,
+                "startup_s": r.startup_s,
+                "samples": r.samples,
+                "seconds": r.seconds,
+            }
+            for r in sweep.runs
+        ],
+        "predicted": [{"workers": k, "rate": v} for k, v in sorted(sweep.predicted.items())],
+        "efficiency": sweep.efficiency,
+        "model": MODEL,
+    }
 
 
 def _clean(x: Any) -> Any:
@@ -49,6 +178,9 @@ def _clean(x: Any) -> Any:
     return f if math.isfinite(f) else None
 
 
+# -- the report -------------------------------------------------------------------------------
+
+
 class Report:
     """What ``diagnose`` found. ``str(report)`` is the terminal report; ``to_dict()`` the JSON."""
 
@@ -57,7 +189,6 @@ class Report:
         data.setdefault("schema", SCHEMA)
         self.data: dict[str, Any] = data
 
-    # -- figures for programs -----------------------------------------------------------------
     @property
     def bound(self) -> str | None:
         """The stage that bounds the run: storage, decode, augment, loader, host-to-device, model."""
@@ -71,15 +202,11 @@ class Report:
 
     @property
     def loader_measured(self) -> dict[int, float]:
-        return {
-            int(p["workers"]): p["rate"] for p in self.data.get("loader", {}).get("measured", [])
-        }
+        return _by_workers(self.data.get("loader", {}).get("measured", []))
 
     @property
     def loader_predicted(self) -> dict[int, float]:
-        return {
-            int(p["workers"]): p["rate"] for p in self.data.get("loader", {}).get("predicted", [])
-        }
+        return _by_workers(self.data.get("loader", {}).get("predicted", []))
 
     @property
     def recommendations(self) -> list[dict[str, Any]]:
@@ -116,223 +243,191 @@ class Report:
     def __str__(self) -> str:
         return self.render()
 
-    # -- text ---------------------------------------------------------------------------------
     def render(self, *, width: int = 100) -> str:
+        """The terminal report: one block per section, each followed by a blank line."""
         d = self.data
-        out: list[str] = []
-        src = d.get("source", {})
-        st = d.get("settings", {})
-
-        def wrap(text: str, indent: str = "  ") -> None:
-            out.extend(
-                textwrap.wrap(
-                    text, width=width, initial_indent=indent, subsequent_indent=indent + "  "
-                )
-            )
-
-        unit = "images" if src.get("kind") == "folder" else "records"
-        out.append(
-            f"stoker doctor: {src.get('path')} ({src.get('kind')}, {_num(src.get('count'))} {unit}, "
-            + ("about " if src.get("kind") == "folder" else "")
-            + f"{_num((src.get('total_bytes') or 0) / 1e6, 1)} MB"
-            + (f", typical image {src['image_shape']}" if src.get("image_shape") else "")
-            + ")"
-        )
-        out.append(
-            f"batch {st.get('batch_size')}, transforms {st.get('transforms')}, workers 1..{st.get('workers_max')}, "
-            f"{st.get('cores')} usable core(s); {st.get('seconds')} s per measurement"
-        )
-        pipe = d.get("pipeline") or {}
-        if pipe.get("cache_note"):
-            wrap(f"cache: {pipe['cache_note']}", indent="")
-        out.append("")
-        out.append("Stages, one process each (samples/s)")
-        out.append(
-            f"  {'stage':<16}{'measurement':<34}{'samples/s':>11}{'ms/sample':>11}{'CPU':>6}{'MB/s':>9}"
-        )
-        order = {"storage": 0, "decode": 1, "augment": 2, "loader": 3}
-        for s in sorted(d.get("stages", []), key=lambda s: order.get(s["stage"], 3)):
-            cpu = ""
-            if s.get("per_sample_ms"):
-                cpu = f"{100 * (s.get('cpu_per_sample_ms') or 0) / s['per_sample_ms']:.0f}%"
-            out.append(
-                f"  {s['stage']:<16}{s['name'][:33]:<34}{_num(s.get('rate')):>11}"
-                f"{_num(s.get('per_sample_ms'), 3):>11}{cpu:>6}{_num(s.get('mb_per_s'), 1) if s.get('mb_per_s') else '':>9}"
-            )
-        if pipe.get("total_ms") is not None:
-            out.append(
-                f"  one worker, per sample: read {_num(pipe.get('read_ms'), 3)} + decode {_num(pipe.get('decode_ms'), 3)}"
-                f" + augment {_num(pipe.get('augment_ms'), 3)} + assemble {_num(pipe.get('assemble_ms'), 3)}"
-                f" = {_num(pipe.get('total_ms'), 3)} ms"
-                f" ({100 * (pipe.get('cpu_share') or 0):.0f} % CPU) -> {_num(pipe.get('one_worker_rate'))} samples/s"
-            )
-        ops = pipe.get("augment_ops") or []
-        if ops:
-            out.append(
-                "  augmentation ops (ms/sample): "
-                + ", ".join(f"{o['op']} {o['ms']:.3f}" for o in ops)
-            )
-        out.append("")
-        ld = d.get("loader") or {}
-        meas = {int(p["workers"]): p for p in ld.get("measured", [])}
-        pred = {int(p["workers"]): p for p in ld.get("predicted", [])}
-        if meas or pred:
-            out.append("Loader (stoker.Loader), samples/s")
-            out.append(f"  {'workers':>7}{'measured':>11}{'predicted':>11}{'start-up s':>12}")
-            for k in sorted(set(meas) | set(pred)):
-                m = meas.get(k, {})
-                out.append(
-                    f"  {k:>7}{_num(m.get('rate')):>11}{_num(pred.get(k, {}).get('rate')):>11}"
-                    f"{_num(m.get('startup_s'), 2) if m else '':>12}"
-                )
-            if ld.get("efficiency") is not None:
-                wrap(
-                    "predicted(k) = min(e k / (b + c / s_k), s_k / m), s_k = min(1, C / (L + k)): "
-                    f"per sample b = {_num(pipe.get('blocked_ms'), 3)} ms blocked, "
-                    f"c = {_num(pipe.get('cpu_ms'), 3)} ms CPU in a worker, "
-                    f"m = {_num(pipe.get('main_cpu_ms'), 3)} ms CPU in the training process; "
-                    f"C = {st.get('cores')} cores, L = {_num(pipe.get('other_threads'), 1)} other "
-                    f"runnable threads, e = {ld['efficiency']:.2f} (see stoker.doctor.verdict)",
-                )
-            out.append("")
-        h2d = d.get("h2d")
-        if h2d:
-            out.append(
-                f"Host-to-device copy: {_num(h2d.get('rate'))} samples/s ({_num(h2d.get('gb_per_s'), 2)} GB/s, "
-                f"{h2d.get('dtype')} batches, {'pinned' if h2d.get('pinned') else 'pageable'})"
-            )
-        model = d.get("model")
-        if model:
-            out.append(
-                f"Model: {_num(model.get('rate'))} samples/s (step {_num(model.get('step_ms'), 1)} ms for a batch of "
-                f"{model.get('batch_size')}, {model.get('source')})"
-            )
-        if h2d or model:
-            out.append("")
-        checks = d.get("system", [])
-        if checks:
-            out.append("System")
-            for c in checks:
-                wrap(f"{c['status'].upper():<5} {c['name']}: {c['message']}")
-            out.append("")
-        v = d.get("verdict")
-        if v:
-            out.append(
-                f"Verdict: {v['bound']} bounds the run"
-                + (
-                    f"; expected GPU busy share {100 * v['gpu_busy_share']:.0f} %"
-                    if v.get("gpu_busy_share") is not None
-                    else ""
-                )
-            )
-            wrap(v["text"])
-            out.append("")
-        recs = d.get("recommendations", [])
-        if recs:
-            out.append("Changes, best first")
-            for i, r in enumerate(recs, 1):
-                head = (
-                    f"{i}. {r['action']}: loader {_num(r['loader_before'])} -> {_num(r['loader_after'])} samples/s "
-                    f"(x{r['loader_gain']:.2f}); run x{r['gain']:.2f} [{r['basis']}]"
-                )
-                wrap(head)
-                wrap(r["detail"], indent="     ")
-            out.append("")
-        nm = d.get("not_measured", [])
-        if nm:
-            out.append("Not measured")
-            for x in nm:
-                wrap(f"{x['stage']}: {x['reason']}")
-            out.append("")
+        out = _Lines(width)
+        _header(out, d)
+        _stage_table(out, d.get("stages", []), d.get("pipeline") or {})
+        _loader_table(out, d.get("loader") or {}, d.get("pipeline") or {}, d.get("settings", {}))
+        _device(out, d.get("h2d"), d.get("model"))
+        _system(out, d.get("system", []))
+        _verdict(out, d.get("verdict"))
+        _changes(out, d.get("recommendations", []))
+        _not_measured(out, d.get("not_measured", []))
         if d.get("elapsed_s") is not None:
             out.append(f"(doctor ran for {d['elapsed_s']:.1f} s)")
         return "\n".join(out)
 
-    # -- chart --------------------------------------------------------------------------------
     def plot(self, path: str | os.PathLike[str]) -> str:
         """Write a PNG: stage rates (left) and the loader's scaling curve (right)."""
-        try:  # a bare Figure renders with Agg and leaves pyplot's backend alone
-            from matplotlib.figure import Figure
-        except ImportError as e:
-            raise ImportError("--plot needs matplotlib: pip install 'stoker[plot]'") from e
-        from stoker._core.atomic import atomic_write
+        from stoker.doctor.chart import plot
 
-        d = self.data
-        fig = Figure(figsize=(12, 4.8))
-        ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.3, 1]})
-        stages = [s for s in d.get("stages", []) if s.get("rate")]
-        colors = {
-            "storage": "#4c72b0",
-            "decode": "#dd8452",
-            "augment": "#55a868",
-            "loader": "#8172b3",
-            "host-to-device": "#c44e52",
-            "model": "#937860",
-        }
-        rows = list(stages)
-        ld = d.get("loader") or {}
-        meas = sorted(
-            (int(p["workers"]), p["rate"]) for p in ld.get("measured", []) if p.get("rate")
-        )
-        if meas:
-            k, r = max(meas, key=lambda x: x[1])
-            rows.append({"name": f"stoker.Loader, {k} worker(s)", "stage": "loader", "rate": r})
-        for key in ("h2d", "model"):
-            x = d.get(key)
-            if x and x.get("rate"):
-                rows.append(
-                    {
-                        "name": "host-to-device copy" if key == "h2d" else "model consumption",
-                        "stage": "host-to-device" if key == "h2d" else "model",
-                        "rate": x["rate"],
-                    }
-                )
-        if rows:
-            names = [r["name"] for r in rows][::-1]
-            rates = [r["rate"] for r in rows][::-1]
-            ax1.barh(names, rates, color=[colors.get(r["stage"], "#999999") for r in rows][::-1])
-            ax1.set_xscale("log")
-            for y, rate in enumerate(rates):
-                ax1.text(rate, y, f" {rate:,.0f}", va="center", fontsize=8)
-            ax1.set_xlim(right=max(rates) * 6)
-        model = d.get("model")
-        if model and model.get("rate"):
-            ax1.axvline(model["rate"], color="#937860", linestyle="--", linewidth=1)
-        ax1.set_xlabel("samples/s (log scale; one process per stage)")
-        ax1.set_title("Stage rates")
-        ax1.tick_params(axis="y", labelsize=8)
-        pred = sorted(
-            (int(p["workers"]), p["rate"]) for p in ld.get("predicted", []) if p.get("rate")
-        )
-        if pred:
-            ax2.plot(
-                [p[0] for p in pred], [p[1] for p in pred], "--", color="#8172b3", label="predicted"
+        return plot(self.data, path)
+
+
+def _by_workers(points: list[dict[str, Any]]) -> dict[int, float]:
+    return {int(p["workers"]): p["rate"] for p in points}
+
+
+# -- text -------------------------------------------------------------------------------------
+
+
+def _num(x: float | None, digits: int = 0) -> str:
+    if x is None:
+        return "-"
+    if not math.isfinite(x):
+        return "inf"
+    return f"{x:,.{digits}f}"
+
+
+class _Lines(list[str]):
+    """The report's lines, with word wrapping at the report's width."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.width = width
+
+    def wrap(self, text: str, indent: str = "  ") -> None:
+        self.extend(
+            textwrap.wrap(
+                text, width=self.width, initial_indent=indent, subsequent_indent=indent + "  "
             )
-        if meas:
-            ax2.plot(
-                [p[0] for p in meas], [p[1] for p in meas], "o-", color="#8172b3", label="measured"
-            )
-        if model and model.get("rate"):
-            ax2.axhline(model["rate"], color="#937860", linestyle=":", label="model consumes")
-        h2d = d.get("h2d")
-        if h2d and h2d.get("rate"):
-            ax2.axhline(h2d["rate"], color="#c44e52", linestyle=":", label="host-to-device")
-        ax2.set_xlabel("workers")
-        ax2.set_ylabel("samples/s")
-        ax2.set_ylim(bottom=0)
-        ax2.set_title("Loader scaling")
-        if pred or meas:
-            ax2.legend(fontsize=8)
-            ax2.set_xticks(sorted({p[0] for p in pred} | {p[0] for p in meas}))
-        v = d.get("verdict")
-        title = f"stoker doctor: {os.path.basename(str(d.get('source', {}).get('path', '')).rstrip('/'))}"
-        if v:
-            title += f" - {v['bound']} bounds the run"
-            if v.get("gpu_busy_share") is not None:
-                title += f", GPU busy {100 * v['gpu_busy_share']:.0f} %"
-        fig.suptitle(title)
-        fig.tight_layout()
-        out = os.fspath(path)
-        with atomic_write(out, "wb") as f:
-            fig.savefig(f, format="png", dpi=110)
-        return out
+        )
+
+
+def _header(out: _Lines, d: dict[str, Any]) -> None:
+    src, st = d.get("source", {}), d.get("settings", {})
+    unit = "images" if src.get("kind") == "folder" else "records"
+    out.append(
+        f"stoker doctor: {src.get('path')} ({src.get('kind')}, {_num(src.get('count'))} {unit}, "
+        + ("about " if src.get("kind") == "folder" else "")
+        + f"{_num((src.get('total_bytes') or 0) / 1e6, 1)} MB"
+        + (f", typical image {src['image_shape']}" if src.get("image_shape") else "")
+        + ")"
+    )
+    out.append(
+        f"batch {st.get('batch_size')}, transforms {st.get('transforms')}, workers 1..{st.get('workers_max')}, "
+        f"{st.get('cores')} usable core(s); {st.get('seconds')} s per measurement"
+    )
+    pipe = d.get("pipeline") or {}
+    if pipe.get("cache_note"):
+        out.wrap(f"cache: {pipe['cache_note']}", indent="")
+    out.append("")
+
+
+def _stage_table(out: _Lines, stages: list[dict[str, Any]], pipe: dict[str, Any]) -> None:
+    out.append("Stages, one process each (samples/s)")
+    out.append(
+        f"  {'stage':<16}{'measurement':<34}{'samples/s':>11}{'ms/sample':>11}{'CPU':>6}{'MB/s':>9}"
+    )
+    order = {"storage": 0, "decode": 1, "augment": 2, "loader": 3}
+    for s in sorted(stages, key=lambda s: order.get(s["stage"], 3)):
+        cpu = ""
+        if s.get("per_sample_ms"):
+            cpu = f"{100 * (s.get('cpu_per_sample_ms') or 0) / s['per_sample_ms']:.0f}%"
+        out.append(
+            f"  {s['stage']:<16}{s['name'][:33]:<34}{_num(s.get('rate')):>11}"
+            f"{_num(s.get('per_sample_ms'), 3):>11}{cpu:>6}{_num(s.get('mb_per_s'), 1) if s.get('mb_per_s') else '':>9}"
+        )
+    if pipe.get("total_ms") is not None:
+        out.append(
+            f"  one worker, per sample: read {_num(pipe.get('read_ms'), 3)} + decode {_num(pipe.get('decode_ms'), 3)}"
+            f" + augment {_num(pipe.get('augment_ms'), 3)} + assemble {_num(pipe.get('assemble_ms'), 3)}"
+            f" = {_num(pipe.get('total_ms'), 3)} ms"
+            f" ({100 * (pipe.get('cpu_share') or 0):.0f} % CPU) -> {_num(pipe.get('one_worker_rate'))} samples/s"
+        )
+    ops = pipe.get("augment_ops") or []
+    if ops:
+        out.append(
+            "  augmentation ops (ms/sample): " + ", ".join(f"{o['op']} {o['ms']:.3f}" for o in ops)
+        )
+    out.append("")
+
+
+def _loader_table(
+    out: _Lines, ld: dict[str, Any], pipe: dict[str, Any], st: dict[str, Any]
+) -> None:
+    meas = {int(p["workers"]): p for p in ld.get("measured", [])}
+    pred = {int(p["workers"]): p for p in ld.get("predicted", [])}
+    if not (meas or pred):
+        return
+    out.append("Loader (stoker.Loader), samples/s")
+    out.append(f"  {'workers':>7}{'measured':>11}{'predicted':>11}{'start-up s':>12}")
+    for k in sorted(set(meas) | set(pred)):
+        m = meas.get(k, {})
+        out.append(
+            f"  {k:>7}{_num(m.get('rate')):>11}{_num(pred.get(k, {}).get('rate')):>11}"
+            f"{_num(m.get('startup_s'), 2) if m else '':>12}"
+        )
+    if ld.get("efficiency") is not None:
+        out.wrap(
+            "predicted(k) = min(e k / (b + c / s_k), s_k / m), s_k = min(1, C / (L + k)): "
+            f"per sample b = {_num(pipe.get('blocked_ms'), 3)} ms blocked, "
+            f"c = {_num(pipe.get('cpu_ms'), 3)} ms CPU in a worker, "
+            f"m = {_num(pipe.get('main_cpu_ms'), 3)} ms CPU in the training process; "
+            f"C = {st.get('cores')} cores, L = {_num(pipe.get('other_threads'), 1)} other "
+            f"runnable threads, e = {ld['efficiency']:.2f} (see stoker.doctor.verdict)",
+        )
+    out.append("")
+
+
+def _device(out: _Lines, h2d: dict[str, Any] | None, model: dict[str, Any] | None) -> None:
+    if h2d:
+        out.append(
+            f"Host-to-device copy: {_num(h2d.get('rate'))} samples/s ({_num(h2d.get('gb_per_s'), 2)} GB/s, "
+            f"{h2d.get('dtype')} batches, {'pinned' if h2d.get('pinned') else 'pageable'})"
+        )
+    if model:
+        out.append(
+            f"Model: {_num(model.get('rate'))} samples/s (step {_num(model.get('step_ms'), 1)} ms for a batch of "
+            f"{model.get('batch_size')}, {model.get('source')})"
+        )
+    if h2d or model:
+        out.append("")
+
+
+def _system(out: _Lines, checks: list[dict[str, Any]]) -> None:
+    if not checks:
+        return
+    out.append("System")
+    for c in checks:
+        out.wrap(f"{c['status'].upper():<5} {c['name']}: {c['message']}")
+    out.append("")
+
+
+def _verdict(out: _Lines, v: dict[str, Any] | None) -> None:
+    if not v:
+        return
+    out.append(
+        f"Verdict: {v['bound']} bounds the run"
+        + (
+            f"; expected GPU busy share {100 * v['gpu_busy_share']:.0f} %"
+            if v.get("gpu_busy_share") is not None
+            else ""
+        )
+    )
+    out.wrap(v["text"])
+    out.append("")
+
+
+def _changes(out: _Lines, recs: list[dict[str, Any]]) -> None:
+    if not recs:
+        return
+    out.append("Changes, best first")
+    for i, r in enumerate(recs, 1):
+        out.wrap(
+            f"{i}. {r['action']}: loader {_num(r['loader_before'])} -> {_num(r['loader_after'])} samples/s "
+            f"(x{r['loader_gain']:.2f}); run x{r['gain']:.2f} [{r['basis']}]"
+        )
+        out.wrap(r["detail"], indent="     ")
+    out.append("")
+
+
+def _not_measured(out: _Lines, nm: list[dict[str, str]]) -> None:
+    if not nm:
+        return
+    out.append("Not measured")
+    for x in nm:
+        out.wrap(f"{x['stage']}: {x['reason']}")
+    out.append("")

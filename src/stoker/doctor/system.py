@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from stoker._core.system import cpu_quota, usable_cores
+
 __all__ = [
     "Check",
     "check_cores",
@@ -21,8 +23,6 @@ __all__ = [
     "check_start_method",
     "check_threads",
     "check_ulimit",
-    "cpu_quota",
-    "usable_cores",
 ]
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -42,36 +42,6 @@ class Check:
             "message": self.message,
             "data": self.data or {},
         }
-
-
-def cpu_quota() -> float | None:
-    """CPUs allowed by a cgroup quota (containers), or ``None`` when unlimited/unknown."""
-    with contextlib.suppress(OSError, ValueError):
-        with open("/sys/fs/cgroup/cpu.max") as f:  # cgroup v2
-            quota, period = f.read().split()[:2]
-        if quota != "max":
-            return int(quota) / int(period)
-        return None
-    with contextlib.suppress(OSError, ValueError):
-        with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") as f:  # cgroup v1
-            q = int(f.read())
-        with open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as f:
-            per = int(f.read())
-        if q > 0:
-            return q / per
-    return None
-
-
-def usable_cores() -> int:
-    """Cores this process may run on: affinity mask, capped by a cgroup CPU quota."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        n = os.cpu_count() or 1
-    q = cpu_quota()
-    if q is not None:
-        n = min(n, max(1, int(q)))
-    return max(1, n)
 
 
 def _mib(n: float) -> str:

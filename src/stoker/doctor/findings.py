@@ -1,0 +1,187 @@
+"""What a doctor run has found, one part per stage: :class:`Findings` and its parts.
+
+:class:`Settings` holds the checked arguments. Each stage in :mod:`stoker.doctor.stages` fills
+one part of :class:`Findings` (and may add to ``stages`` and ``not_measured``); a part is unset
+(reading it raises ``AttributeError``) until its stage has run. :mod:`stoker.doctor.report`
+turns the whole into the report.
+
+| part | filled by | holds |
+|---|---|---|
+| ``storage`` | ``stages.storage`` | cold and warm reads, the packed-file reads, the payloads, the cache figure used |
+| ``decode`` | ``stages.decode`` | the decoders, the loader's decode step, the decoded sample |
+| ``augment`` | ``stages.augment`` | the transforms' stage and op breakdown, output shape and dtype |
+| ``alternatives`` | ``stages.alternatives`` | decode at reduced size, payloads resized at pack time |
+| ``cost`` | ``stages.cost`` | one worker's per-sample :class:`~stoker.doctor.verdict.Cost` |
+| ``loader`` | ``stages.loader`` | the loader runs, efficiency, predictions |
+| ``h2d`` | ``stages.device`` | the host-to-device copy |
+| ``model`` | ``stages.device`` | the model's consumption |
+| ``checks`` | ``stages.system`` | the system checks |
+| ``judgement`` | ``stages.verdict`` | the verdict and the ranked changes |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stoker.doctor.measure.loader import LoaderRun
+from stoker.doctor.measure.source import SourceSample
+from stoker.doctor.measure.timing import Stage
+from stoker.doctor.system import Check
+from stoker.doctor.verdict import Cost, Recommendation, Verdict
+
+__all__ = [
+    "Alternatives",
+    "Augment",
+    "Decode",
+    "Findings",
+    "HostToDevice",
+    "Judgement",
+    "LoaderSweep",
+    "Settings",
+    "Storage",
+]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The checked arguments of one run."""
+
+    path: str
+    transforms: Any  # the resolved transform, or None
+    transforms_label: str
+    batch_size: int
+    step_time_ms: float | None
+    model: Any
+    workers_max: int
+    workers: list[int]  # the worker counts the loader is run at
+    cores: int
+    seconds: float
+    sample_size: int
+    cache: str  # "auto" | "warm" | "cold"
+    run_loader: bool
+
+    @property
+    def half(self) -> float:
+        """Time of a main in-process measurement (loader and model get ``seconds``)."""
+        return self.seconds / 2
+
+    @property
+    def quarter(self) -> float:
+        """Time of a secondary in-process measurement."""
+        return self.seconds / 4
+
+
+@dataclass
+class Storage:
+    cold: Stage
+    warm: Stage
+    packed: tuple[Stage, Stage] | None  # (cold, warm) from one packed file; folders only
+    payloads: list[bytes]  # the sampled payloads, as read
+    use_cold: bool  # plan with the cold figure
+    cache_note: str
+
+    @property
+    def read(self) -> Stage:
+        """The read figure the model uses."""
+        return self.cold if self.use_cold else self.warm
+
+    @property
+    def packed_read(self) -> Stage | None:
+        """The packed-file read at the same cache state as :attr:`read`."""
+        if self.packed is None:
+            return None
+        return self.packed[0] if self.use_cold else self.packed[1]
+
+
+@dataclass
+class Decode:
+    decoders: dict[str, Callable[[bytes, tuple[int, int] | None], np.ndarray]]
+    pipeline_decode: Callable[[bytes, tuple[int, int] | None], np.ndarray]
+    payloads: list[bytes]  # the sampled payloads that decode
+    full: list[np.ndarray]  # full size: the image as stored
+    images: list[np.ndarray]  # as the loader decodes it (maybe at reduced scale)
+    main: Stage | None  # the loader's decode step
+
+
+@dataclass
+class Augment:
+    stage: Stage | None
+    breakdown: list[tuple[str, float, float]]  # (op, wall s/sample, CPU s/sample)
+    outputs: list[np.ndarray]
+    in_shape: tuple[int, ...] | None
+    out_shape: tuple[int, ...] | None
+    out_dtype: str
+    target: tuple[int, int] | None  # the output size, when the transforms shrink the image
+
+    @property
+    def sample_bytes(self) -> int:
+        """Bytes of one output sample (0 without one)."""
+        if not self.out_shape:
+            return 0
+        return int(np.prod(self.out_shape)) * np.dtype(self.out_dtype).itemsize
+
+
+@dataclass
+class Alternatives:
+    scaled: Stage | None  # the fastest decode at the output size
+    resized: tuple[float, float, float, float, str] | None  # decode and augment s/sample, label
+
+
+@dataclass
+class LoaderSweep:
+    runs: list[LoaderRun]
+    efficiency: float
+    predicted: dict[int, float]
+    reads_warm: bool  # the runs read from the page cache although the plan is cold
+
+    @property
+    def measured(self) -> dict[int, float]:
+        return {r.workers: r.rate for r in self.runs}
+
+
+@dataclass
+class HostToDevice:
+    result: dict[str, Any] | None  # time_h2d's figures at the output dtype
+    uint8_rate: float | None  # samples/s with uint8 batches, when the output is not uint8
+
+
+@dataclass
+class Judgement:
+    workers: int  # the worker count the run is judged at
+    loader_rate: float
+    verdict: Verdict
+    recommendations: list[Recommendation]
+
+
+@dataclass(eq=False)
+class Findings:
+    """Everything one run found; the stages fill the parts in order."""
+
+    settings: Settings
+    sample: SourceSample
+    stages: list[Stage] = field(default_factory=list)
+    not_measured: list[dict[str, str]] = field(default_factory=list)
+    storage: Storage = field(init=False, repr=False)
+    decode: Decode = field(init=False, repr=False)
+    augment: Augment = field(init=False, repr=False)
+    alternatives: Alternatives = field(init=False, repr=False)
+    cost: Cost = field(init=False, repr=False)
+    loader: LoaderSweep = field(init=False, repr=False)
+    h2d: HostToDevice = field(init=False, repr=False)
+    model: dict[str, Any] | None = field(init=False, repr=False)
+    checks: list[Check] = field(init=False, repr=False)
+    judgement: Judgement = field(init=False, repr=False)
+
+    def skip(self, stage: str, reason: str) -> None:
+        """Record a stage that could not run here, with the reason."""
+        self.not_measured.append({"stage": stage, "reason": reason})
+
+    def add(self, stage: Stage | None) -> Stage | None:
+        """Keep a measured stage for the report (``None`` is ignored); returns it."""
+        if stage is not None:
+            self.stages.append(stage)
+        return stage

@@ -1,0 +1,46 @@
+"""The decode stage: decode the sample with each installed decoder and with the loader's own
+decode step, leaving out the payloads that do not decode."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stoker.doctor.findings import Decode, Findings
+from stoker.doctor.measure.decode import (
+    decoders,
+    fallback_decode,
+    measure_decode,
+    pipeline_decoder,
+)
+
+__all__ = ["run"]
+
+
+def run(f: Findings) -> None:
+    """Fill ``f.decode``."""
+    s = f.settings
+    decs = decoders()
+    pipeline_decode, pipe_note = pipeline_decoder(s.transforms)
+    if pipe_note:
+        f.skip("decode (loader pipeline)", pipe_note)
+    full: list[np.ndarray] = []
+    images: list[np.ndarray] = []
+    good: list[bytes] = []
+    for b in f.storage.payloads:
+        try:
+            full.append(fallback_decode(b))
+            images.append(pipeline_decode(b, None))
+            good.append(b)
+        except Exception as e:  # noqa: BLE001 - a bad sample must not stop the doctor
+            f.skip("decode", f"a sampled payload did not decode, left out: {e}")
+    for name, fn in decs.items():
+        try:
+            f.add(measure_decode(name, fn, good, seconds=s.quarter))
+        except Exception as e:  # noqa: BLE001
+            f.skip(f"decode {name}", f"{type(e).__name__}: {e}")
+    main = None
+    try:
+        main = f.add(measure_decode("loader pipeline", pipeline_decode, good, seconds=s.half))
+    except Exception as e:  # noqa: BLE001
+        f.skip("decode (loader pipeline)", f"{type(e).__name__}: {e}")
+    f.decode = Decode(decs, pipeline_decode, good, full, images, main)

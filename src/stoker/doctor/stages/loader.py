@@ -1,0 +1,88 @@
+"""The loader stage: run ``stoker.Loader`` at 1..N workers, calibrate the throughput model on
+the one-worker run and predict every worker count."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import replace
+
+from stoker.doctor.findings import Findings, LoaderSweep
+from stoker.doctor.measure.loader import LoaderRun, loader_source, measure_loader
+from stoker.doctor.verdict import calibrate, predict
+
+__all__ = ["run", "worker_counts"]
+
+#: the loader reads through the page cache when its one-worker rate beats the cold figure by this
+_WARM_MARGIN = 1.1
+
+
+def worker_counts(n: int) -> list[int]:
+    """1, 2, ..., n for n <= 4; then powers of two and n (to bound the run time)."""
+    if n <= 4:
+        return list(range(1, n + 1))
+    ks = [1, 2]
+    while ks[-1] * 2 < n:
+        ks.append(ks[-1] * 2)
+    ks.append(n)
+    return ks
+
+
+def run(f: Findings, step: Callable[[str], None]) -> None:
+    """Fill ``f.loader`` and add the consuming process's CPU to ``f.cost``; ``step`` is called
+    after each worker count."""
+    s = f.settings
+    runs = _sweep(f, step) if s.run_loader else []
+    if not s.run_loader:
+        f.skip("loader", "skipped on request; rates are predictions")
+    measured = {r.workers: r.rate for r in runs}
+    cost = f.cost
+    # e comes from the one-worker run; the loader reads through the page cache when the
+    # doctor's own reads have just warmed it, so a loader faster than the cold figure
+    # allows is calibrated against the warm one
+    warm = f.storage.warm
+    cost_warm = replace(cost, read_s=warm.per_sample_s, read_cpu_s=warm.cpu_per_sample_s)
+    m1 = measured.get(1)
+    mains = [r.main_cpu_per_sample_s for r in runs if r.workers == 1]
+    if mains:
+        cost = replace(cost, main_cpu_s=mains[0])
+    reads_warm = f.storage.use_cold and m1 is not None and m1 * cost.total_s > _WARM_MARGIN
+    eff = calibrate(cost_warm if reads_warm else cost, m1)
+    pred_ks = sorted(set(s.workers) | {2 * s.workers_max})
+    predicted = {k: predict(cost, k, cores=s.cores, efficiency=eff) for k in pred_ks}
+    f.cost = cost
+    f.loader = LoaderSweep(runs, eff, predicted, reads_warm)
+
+
+def _sweep(f: Findings, step: Callable[[str], None]) -> list[LoaderRun]:
+    """The loader at each worker count, on one source object; stops at the first failure."""
+    s = f.settings
+    runs: list[LoaderRun] = []
+    src_obj, owned = loader_source(s.path)
+    try:
+        for k in s.workers:
+            try:
+                runs.append(
+                    measure_loader(
+                        src_obj,
+                        workers=k,
+                        batch_size=s.batch_size,
+                        transforms=s.transforms,
+                        seconds=s.seconds,
+                    )
+                )
+            except Exception as e:  # noqa: BLE001 - report, do not crash
+                reason = (
+                    f"stoker.Loader is not available ({e})"
+                    if isinstance(e, ImportError)
+                    else f"{type(e).__name__}: {e}"
+                )
+                f.skip(f"loader ({k} workers)", reason)
+                break
+            finally:
+                step(f"loader {k}")
+    finally:
+        if owned:
+            with contextlib.suppress(Exception):
+                src_obj.close()
+    return runs

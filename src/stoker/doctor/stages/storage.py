@@ -1,0 +1,68 @@
+"""The storage stage: read the sample cold and warm (a folder also from one packed file) and
+decide which figure the model plans with."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from stoker.doctor.findings import Findings, Storage
+from stoker.doctor.measure.storage import (
+    measure_read_files,
+    measure_read_packed,
+    measure_read_records,
+)
+from stoker.doctor.measure.timing import Stage
+
+__all__ = ["run"]
+
+
+def run(f: Findings) -> None:
+    """Fill ``f.storage``."""
+    s, sample = f.settings, f.sample
+    packed: tuple[Stage, Stage] | None = None
+    if sample.kind == "folder":
+        cold, payloads = measure_read_files(sample, seconds=s.seconds, cold=True)
+        warm, _ = measure_read_files(sample, seconds=s.half, cold=False)
+        f.stages += [cold, warm]
+        directory = os.path.dirname(os.path.abspath(s.path.rstrip(os.sep)))
+        packed = measure_read_packed(payloads, seconds=s.half, directory=directory)
+        f.stages += list(packed)
+    else:
+        cold, payloads = measure_read_records(sample, seconds=s.seconds, cold=True)
+        warm, _ = measure_read_records(sample, seconds=s.half, cold=False)
+        f.stages += [cold, warm]
+    use_cold = s.cache == "cold" or (s.cache == "auto" and not _fits(sample.total_bytes))
+    note = _cache_note(s.cache, use_cold, sample.total_bytes, cold, warm)
+    f.storage = Storage(cold, warm, packed, payloads, use_cold, note)
+
+
+def _fits(total_bytes: int) -> bool:
+    """Does the data fit in half of the free memory (so later epochs read the page cache)?"""
+    with contextlib.suppress(Exception):
+        import psutil
+
+        return total_bytes <= 0.5 * psutil.virtual_memory().available
+    return True
+
+
+def _cache_note(cache: str, use_cold: bool, total_bytes: int, cold: Stage, warm: Stage) -> str:
+    """Which read figure the model uses, and why."""
+    if use_cold:
+        note = (
+            "cold (asked for)"
+            if cache == "cold"
+            else f"cold: the data ({total_bytes / 1e9:.1f} GB) does not fit in half the free memory"
+        )
+    else:
+        note = (
+            "warm (asked for)"
+            if cache == "warm"
+            else "warm: the data fits in memory, so after the first epoch it is read from the page cache"
+        )
+    if cold.rate > 0 and warm.rate > 0 and cold.per_sample_s < 1.25 * warm.per_sample_s:
+        note += (
+            "; cold and warm reads came out alike: the storage is memory-backed or the "
+            "kernel kept the pages (cold figures are then optimistic)"
+        )
+    return note

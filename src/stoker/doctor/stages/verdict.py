@@ -1,0 +1,126 @@
+"""The verdict stage: judge the run at the best measured worker count (what a user would
+pick), name the stage that bounds it and rank the changes by their gain."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from stoker.doctor.findings import Findings, Judgement
+from stoker.doctor.measure.augment import transform_ops
+from stoker.doctor.measure.timing import Stage
+from stoker.doctor.verdict import Verdict, predict, recommend, verdict
+
+__all__ = ["run", "still_rising"]
+
+#: an op is worth naming when it takes this share of the augmentation time ...
+_OP_SHARE = 0.25
+#: ... and this share of the whole per-sample time
+_OP_TOTAL_SHARE = 0.1
+#: more workers are offered while each doubling gained at least this factor
+_RISING = 1.1
+
+
+def still_rising(measured: dict[int, float], k: int) -> bool:
+    """Did the measured curve still climb at ``k`` (so more workers may help)? With no
+    measurement, the model alone decides."""
+    if not measured:
+        return True
+    if k != max(measured):
+        return False
+    below = [j for j in measured if j < k]
+    return not below or measured[k] >= _RISING * measured[max(below)]
+
+
+def run(f: Findings) -> None:
+    """Fill ``f.judgement``."""
+    s, cost, sweep = f.settings, f.cost, f.loader
+    measured = sweep.measured
+    k_run = max(measured, key=lambda k: (measured[k], -k)) if measured else s.workers_max
+    loader_rate = sweep.predicted.get(k_run) or predict(
+        cost, k_run, cores=s.cores, efficiency=sweep.efficiency
+    )
+    if k_run in measured and not sweep.reads_warm:
+        loader_rate = measured[k_run]
+    h2d_rate = f.h2d.result["rate"] if f.h2d.result else None
+    model_rate = f.model["rate"] if f.model else None
+    v = verdict(
+        cost,
+        workers=k_run,
+        cores=s.cores,
+        efficiency=sweep.efficiency,
+        loader_rate=loader_rate,
+        h2d_rate=h2d_rate,
+        model_rate=model_rate,
+        predicted_rate=sweep.predicted.get(k_run),
+    )
+    normalize, costly = _augment_changes(f)
+    recs = recommend(
+        cost,
+        workers=k_run,
+        cores=s.cores,
+        efficiency=sweep.efficiency,
+        loader_rate=loader_rate,
+        h2d_rate=h2d_rate,
+        model_rate=model_rate,
+        packed_read=_per_sample(f.storage.packed_read),
+        decode_scaled=_decode_scaled(f),
+        resized=f.alternatives.resized,
+        normalize=normalize,
+        costly_op=costly,
+        more_workers=2 * k_run if still_rising(measured, k_run) else None,
+    )
+    f.judgement = Judgement(k_run, loader_rate, _more_did_not_help(v, measured), recs)
+
+
+def _more_did_not_help(v: Verdict, measured: dict[int, float]) -> Verdict:
+    """Add to the text when the best count is below the largest one measured."""
+    if not measured or v.workers >= max(measured):
+        return v
+    k_top = max(measured)
+    return replace(
+        v,
+        text=v.text
+        + f" More workers did not help here: {k_top} gave {measured[k_top]:,.0f} samples/s"
+        f" (more busy processes than free cores: see the load and cores checks).",
+    )
+
+
+def _per_sample(stage: Stage | None) -> tuple[float, float] | None:
+    return (stage.per_sample_s, stage.cpu_per_sample_s) if stage else None
+
+
+def _decode_scaled(f: Findings) -> tuple[float, float, str] | None:
+    st = f.alternatives.scaled
+    return (st.per_sample_s, st.cpu_per_sample_s, st.name) if st else None
+
+
+def _augment_changes(
+    f: Findings,
+) -> tuple[tuple[float, float, float | None] | None, tuple[str, float, float, float] | None]:
+    """The figures for moving a final ``Normalize`` to the GPU (its wall and CPU s/sample, the
+    uint8 copy rate) and for the costliest op (name, wall, CPU, share of the augmentation)."""
+    aug, cost, t = f.augment, f.cost, f.settings.transforms
+    u8 = f.h2d.uint8_rate
+    if aug.stage is None:
+        return None, None
+    if not aug.breakdown:
+        if aug.out_dtype != "uint8" and type(t).__name__ == "Normalize":
+            return (aug.stage.per_sample_s, aug.stage.cpu_per_sample_s, u8), None
+        if cost.total_s > 0 and aug.stage.per_sample_s / cost.total_s >= _OP_SHARE:
+            # one opaque transform: estimate what halving its cost would give
+            label = f.settings.transforms_label
+            half = (aug.stage.per_sample_s / 2, aug.stage.cpu_per_sample_s / 2)
+            return None, (label, half[0], half[1], 1.0)
+        return None, None
+    normalize = None
+    total_ops = sum(w for _, w, _ in aug.breakdown) or 1.0
+    candidates = list(aug.breakdown)
+    if type(transform_ops(t)[-1]).__name__ == "Normalize" and aug.out_dtype != "uint8":
+        normalize = (aug.breakdown[-1][1], aug.breakdown[-1][2], u8)
+        candidates = candidates[:-1]  # offered as "uint8 + GPU normalisation"
+    costly = None
+    if candidates:
+        name, w, c = max(candidates, key=lambda x: x[1])
+        if w / total_ops >= _OP_SHARE and cost.total_s > 0 and w / cost.total_s >= _OP_TOTAL_SHARE:
+            costly = (name, w, c, w / total_ops)
+    return normalize, costly
