@@ -3,7 +3,7 @@ and the data-wait per training step with and without ``CudaPrefetcher``.
 
 Needs only this repository and torch (with CUDA for the real check)::
 
-    python scripts/gpu_check.py                   # full run, about 1-2 minutes on one GPU
+    python scripts/gpu_check.py                   # full run
     python scripts/gpu_check.py --quick           # smaller
     python scripts/gpu_check.py --device cpu --quick   # the same code paths on the CPU
 
@@ -24,6 +24,9 @@ b. memory: ``torch.cuda.memory_allocated`` after each of several epochs through 
 c. timing: a small ResNet-style model trained on sample data packed on the spot and read by
    ``stoker.Loader``: steps/s, data-wait ms/step and its share of the step, for the plain
    ``.to(device)`` loop and for ``CudaPrefetcher``.
+
+The loader double (``SlotRing``) and the delayed and broken CUDA backends come from
+``stoker.torch.testing``; they reach the prefetcher through its public ``backend=`` seam.
 """
 
 from __future__ import annotations
@@ -52,10 +55,15 @@ from torch import nn  # noqa: E402
 import stoker  # noqa: E402
 from stoker.torch import CudaPrefetcher, convert_images  # noqa: E402
 from stoker.torch.augment import batch_generator  # noqa: E402
-from stoker.torch.prefetcher import _CudaBackend, _Done  # noqa: E402
-
-MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
-STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+from stoker.torch.testing import IMAGENET_MEAN as MEAN  # noqa: E402
+from stoker.torch.testing import IMAGENET_STD as STD  # noqa: E402
+from stoker.torch.testing import (  # noqa: E402
+    BrokenBackend,
+    SlotRing,
+    SlowCopyBackend,
+    delay,
+    random_images,
+)
 
 
 def log(msg: str) -> None:
@@ -67,129 +75,14 @@ def log(msg: str) -> None:
 
 def batch_content(i: int, shape: tuple[int, ...]) -> np.ndarray:
     """The true content of batch ``i`` (regenerated for the reference, never kept)."""
-    return np.random.default_rng(1_000_003 + i).integers(0, 256, size=shape, dtype=np.uint8)
+    return random_images(shape, seed=1_000_003 + i)
 
 
-class HostileRing:
-    """A loader double with stoker's slot protocol whose slots are overwritten with garbage
-    the moment they are free again (released, or the next batch requested without retain).
-
-    ``pinned=True`` makes the slots page-locked torch tensors, so the prefetcher copies from
-    them directly and must hold each slot until its copy event has completed.
-    """
-
-    def __init__(self, n: int, shape: tuple[int, ...], *, slots: int = 4, pinned: bool = False):
-        self.n, self.shape, self.pinned = n, shape, pinned
-        if pinned:
-            self.images = [
-                torch.empty(shape, dtype=torch.uint8, pin_memory=True) for _ in range(slots)
-            ]
-            self.labels = [
-                torch.empty(shape[0], dtype=torch.int64, pin_memory=True) for _ in range(slots)
-            ]
-        else:
-            self.images = [np.empty(shape, np.uint8) for _ in range(slots)]
-            self.labels = [np.empty(shape[0], np.int64) for _ in range(slots)]
-        self.free = list(range(slots))
-        self.epoch = 0
-
-    def give_back(self, slot: int) -> None:
-        img, lab = self.images[slot], self.labels[slot]
-        if self.pinned:
-            img.fill_(0xAB)
-            lab.fill_(-1)
-        else:
-            img.fill(0xAB)
-            lab.fill(-1)
-        self.free.append(slot)
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __iter__(self):
-        prev = None
-        for i in range(self.n):
-            if prev is not None and not prev.retained:
-                prev.release()
-            if not self.free:
-                raise RuntimeError(
-                    "hostile ring: every slot is retained (the prefetcher holds too many)"
-                )
-            slot = self.free.pop(0)
-            content = batch_content(i, self.shape)
-            if self.pinned:
-                self.images[slot].copy_(torch.from_numpy(content))
-                self.labels[slot].fill_(i)
-            else:
-                self.images[slot][...] = content
-                self.labels[slot].fill(i)
-            prev = _RingBatch(self, slot, self.epoch, i)
-            yield prev
-        if prev is not None and not prev.retained:
-            prev.release()
-        self.epoch += 1
-
-
-class _RingBatch:
-    def __init__(self, ring: HostileRing, slot: int, epoch: int, number: int):
-        self.ring, self.slot, self.epoch, self.number = ring, slot, epoch, number
-        self.images, self.labels = ring.images[slot], ring.labels[slot]
-        self.keys = np.arange(ring.shape[0], dtype=np.int64)
-        self.indices = self.keys
-        self.retained = False
-        self._live = True
-
-    def retain(self):
-        self.retained = True
-        return self
-
-    def release(self) -> None:
-        if self._live:
-            self._live = False
-            self.retained = False
-            self.ring.give_back(self.slot)
-
-
-def _delay(cycles: int) -> None:
-    """Keep the current CUDA stream busy for about ``cycles`` GPU clock cycles."""
-    if cycles <= 0:
-        return
-    if hasattr(torch.cuda, "_sleep"):
-        torch.cuda._sleep(cycles)
-    else:  # pragma: no cover - a torch without the private _sleep
-        a = torch.empty(1024, 1024, device="cuda")
-        for _ in range(max(1, cycles // 2_000_000)):
-            a = a @ a
-
-
-class SlowCopyBackend(_CudaBackend):
-    """The real CUDA backend with every side-stream submission delayed by ``cycles``."""
-
-    def __init__(self, device: torch.device, cycles: int):
-        super().__init__(device)
-        self.cycles = cycles
-
-    def submit(self, stream: Any, fn: Any) -> _Done:
-        with torch.cuda.stream(stream):
-            _delay(self.cycles)
-            return _Done(fn())
-
-
-class BrokenBackend(SlowCopyBackend):
-    """A deliberately wrong protocol: events count as complete at once (slots and staging
-    buffers recycled while the copy may still read them) and the consumer does not wait."""
-
-    def event_done(self, event: Any) -> bool:
-        return True
-
-    def event_wait(self, event: Any) -> None:
-        pass
-
-    def wait_event(self, stream: Any, event: Any) -> None:
-        pass
-
-    def record_stream(self, t: torch.Tensor, stream: Any) -> None:
-        pass
+def hostile_ring(n: int, shape: tuple[int, ...], *, slots: int, pinned: bool) -> SlotRing:
+    """A loader double whose slots are scribbled over the moment they are free again;
+    ``pinned`` slots are copied directly, so the prefetcher must hold each until its copy
+    event has completed."""
+    return SlotRing(n, shape, lambda i: batch_content(i, shape), slots=slots, pinned=pinned)
 
 
 def _host_checksums(a: np.ndarray) -> tuple[int, int]:
@@ -205,6 +98,39 @@ def _device_checksums(t: torch.Tensor) -> torch.Tensor:
     return torch.stack([x.sum(), (x * w).sum()])
 
 
+def _channel_stats(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``MEAN`` and ``STD`` shaped (1, 3, 1, 1) on ``device``, as ``convert_images`` takes them."""
+    return (
+        torch.tensor(MEAN, device=device).view(1, 3, 1, 1),
+        torch.tensor(STD, device=device).view(1, 3, 1, 1),
+    )
+
+
+def _device_reference(
+    content: np.ndarray,
+    device: torch.device,
+    stats: tuple[torch.Tensor, torch.Tensor],
+    *,
+    epoch: int,
+    number: int,
+) -> torch.Tensor:
+    """The normalised pass's expected output for one batch, computed synchronously on the
+    device: float16, normalised, with the flip and erase of (seed 11, epoch, number)."""
+    gen = batch_generator(11, epoch, number, device)
+    host = torch.from_numpy(content)
+    if device.type == "cuda":  # pinned + non_blocking: the host keeps running ahead
+        host = host.pin_memory().to(device, non_blocking=True)
+    return convert_images(
+        host,
+        mean=stats[0],
+        std=stats[1],
+        dtype=torch.float16,
+        flip_p=0.5,
+        erase_p=0.25,
+        generator=gen,
+    )
+
+
 def run_bit_exact_pass(
     device: torch.device,
     *,
@@ -218,17 +144,16 @@ def run_bit_exact_pass(
 ) -> int:
     """One pass through a hostile ring; returns the number of wrong batches."""
     cuda = device.type == "cuda"
-    ring = HostileRing(batches, shape, slots=depth + 3, pinned=pinned and cuda)
+    ring = hostile_ring(batches, shape, slots=depth + 3, pinned=pinned and cuda)
     kw: dict[str, Any] = {"depth": depth, "seed": 11}
     if normalise:
         kw.update(mean=MEAN, std=STD, dtype=torch.float16, flip_p=0.5, erase_p=0.25)
     if backend is not None:
-        kw["_backend"] = backend
+        kw["backend"] = backend
     else:
         kw["device"] = device
     pf = CudaPrefetcher(ring, **kw)
-    mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
-    std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
+    stats = _channel_stats(device)
     bad_images = torch.zeros(batches, dtype=torch.bool, device=device)
     bad_labels = torch.zeros(batches, dtype=torch.bool, device=device)
     sums = torch.zeros(batches, 2, dtype=torch.int64, device=device)
@@ -237,22 +162,10 @@ def run_bit_exact_pass(
     for out in pf:
         i = out.number
         if cuda and consumer_cycles and i % 2 == 0:
-            _delay(consumer_cycles)  # a slow step: the host runs ahead of the consumer stream
+            delay(consumer_cycles)  # a slow step: the host runs ahead of the consumer stream
         content = batch_content(i, shape)
         if normalise:
-            gen = batch_generator(11, out.epoch, i, device)
-            host = torch.from_numpy(content)
-            if cuda:  # pinned + non_blocking: the host keeps running ahead of the consumer stream
-                host = host.pin_memory().to(device, non_blocking=True)
-            ref = convert_images(
-                host,
-                mean=mean,
-                std=std,
-                dtype=torch.float16,
-                flip_p=0.5,
-                erase_p=0.25,
-                generator=gen,
-            )
+            ref = _device_reference(content, device, stats, epoch=out.epoch, number=i)
             bad_images[i] = (out.images != ref).any()
         else:
             sums[i] = _device_checksums(out.images.to(torch.int64))
@@ -328,9 +241,11 @@ def check_memory_flat(device: torch.device, *, epochs: int = 6, batches: int = 5
     """Check (b). Returns the number of problems (0 = pass)."""
     cuda = device.type == "cuda"
     shape = (64, 48, 48, 3)
-    ring = HostileRing(batches, shape, slots=4, pinned=False)
-    pf = CudaPrefetcher(ring, device=device, mean=MEAN, std=STD, dtype=torch.bfloat16, depth=2)
-    side = pf._side
+    ring = hostile_ring(batches, shape, slots=4, pinned=False)
+    backend = SlowCopyBackend(device) if cuda else None  # no delay; counts streams and buffers
+    pf = CudaPrefetcher(
+        ring, device=device, backend=backend, mean=MEAN, std=STD, dtype=torch.bfloat16, depth=2
+    )
     marks: list[int] = []
     for _ in range(epochs):
         for out in pf:
@@ -341,10 +256,10 @@ def check_memory_flat(device: torch.device, *, epochs: int = 6, batches: int = 5
         else:
             marks.append(0)
     problems = 0
-    if pf._side is not side:
+    if backend is not None and backend.streams_made != 1:
         problems += 1
-        log("  (b) FAIL: the side stream changed between epochs")
-    pools = {k: len(v) for k, v in pf._pools.items()}
+        log(f"  (b) FAIL: {backend.streams_made} side streams made, not one for all epochs")
+    pools = dict(backend.pinned) if backend is not None else {}
     if any(n > pf.depth + 2 for n in pools.values()):
         problems += 1
         log(f"  (b) FAIL: pinned pools grew past depth + 2: {pools}")
@@ -423,8 +338,7 @@ def _timed_steps(
     cuda = device.type == "cuda"
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
-    std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
+    mean, std = _channel_stats(device)
     fmt = torch.channels_last if cuda else torch.contiguous_format
     prefetching = mode.startswith("CudaPrefetcher")
     # one prefetcher for all epochs (its side stream and pinned pools are reused)
@@ -462,7 +376,7 @@ def _timed_steps(
             opt.step()
             sync()
             done += 1
-        it.close()  # type: ignore[attr-defined]
+        it.close()  # type: ignore[union-attr]
     total = time.perf_counter() - t_start
     return {
         "mode": mode,
@@ -494,7 +408,7 @@ def check_timing(device: torch.device, workdir: Path, *, quick: bool) -> list[di
     torch.manual_seed(0)
     model = SmallResNet(classes).to(device)
     if cuda:
-        model = model.to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         torch.backends.cudnn.benchmark = True
     transforms = Compose([Resize(size), RandomCrop(crop), HorizontalFlip()])
     n_mem = min(classes * per_class, 640)  # small enough for a 64 MiB /dev/shm (containers)
@@ -528,19 +442,23 @@ def check_timing(device: torch.device, workdir: Path, *, quick: bool) -> list[di
         f"  (c) batch {batch}, {crop}x{crop}, {workers} loader workers, {steps} steps per row, "
         f"device {device}; source rec = JPEG decode + crop + flip, arrays = uint8 in memory"
     )
+    _log_timing_table(rows)
+    return rows
+
+
+def _log_timing_table(rows: list[dict]) -> None:
     log(f"      {'source':<7} {'mode':<20} {'steps/s':>8} {'data-wait ms/step':>18} {'share':>6}")
     for r in rows:
         log(
             f"      {r['source']:<7} {r['mode']:<20} {r['steps_per_s']:>8.2f} "
             f"{r['wait_ms_per_step']:>18.2f} {100 * r['wait_share']:>5.1f}%"
         )
-    return rows
 
 
 # --------------------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available)"
@@ -557,20 +475,39 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", default=None, help="write the results here as JSON")
     ap.add_argument("--skip-timing", action="store_true", help="run (a) and (b) only")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            log("CUDA requested but torch.cuda.is_available() is False")
-            return 2
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-        torch.cuda.set_device(device)
-        gpu = torch.cuda.get_device_name(device)
-    else:
-        gpu = "none (CPU path)"
+
+def _open_device(name: str | None) -> tuple[torch.device, str] | None:
+    """The device to check and the GPU's name; ``None`` when CUDA is asked for but absent."""
+    device = torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type != "cuda":
         torch.set_num_threads(1)  # the CPU run walks the code paths; keep it light
+        return device, "none (CPU path)"
+    if not torch.cuda.is_available():
+        log("CUDA requested but torch.cuda.is_available() is False")
+        return None
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.set_device(device)
+    return device, torch.cuda.get_device_name(device)
+
+
+def _run_timing(device: torch.device, args: argparse.Namespace) -> list[dict]:
+    if args.workdir:
+        wd = Path(args.workdir)
+        wd.mkdir(parents=True, exist_ok=True)
+        return check_timing(device, wd, quick=args.quick)
+    with tempfile.TemporaryDirectory(prefix="stoker-gpu-check-") as tmp:
+        return check_timing(device, Path(tmp), quick=args.quick)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    opened = _open_device(args.device)
+    if opened is None:
+        return 2
+    device, gpu = opened
     batches = args.batches or (200 if args.quick else 1000)
     if device.type == "cpu" and args.batches is None:
         batches = 50
@@ -589,13 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     results["memory_problems"] = check_memory_flat(device, epochs=4 if args.quick else 6)
     if not args.skip_timing:
         log("(c) data-wait per step")
-        if args.workdir:
-            wd = Path(args.workdir)
-            wd.mkdir(parents=True, exist_ok=True)
-            results["timing"] = check_timing(device, wd, quick=args.quick)
-        else:
-            with tempfile.TemporaryDirectory(prefix="stoker-gpu-check-") as tmp:
-                results["timing"] = check_timing(device, Path(tmp), quick=args.quick)
+        results["timing"] = _run_timing(device, args)
     results["seconds"] = time.perf_counter() - t_all
     failed = results["bit_exact_problems"] + results["memory_problems"]
     log(f"total {results['seconds']:.1f} s: {'PASS' if failed == 0 else 'FAIL'}")

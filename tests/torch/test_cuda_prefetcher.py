@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import collections
-from typing import Any
 
 import numpy as np
 import pytest
@@ -14,13 +13,10 @@ from hypothesis import strategies as hs
 
 from stoker.torch import CudaPrefetcher, TensorBatch, convert_images
 from stoker.torch._batch import flatten
-
-MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
-STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
-
-
-def _images(shape, seed=0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, size=shape, dtype=np.uint8)
+from stoker.torch.testing import IMAGENET_MEAN as MEAN
+from stoker.torch.testing import IMAGENET_STD as STD
+from stoker.torch.testing import FakeBackend, SlotRing
+from stoker.torch.testing import random_images as _images
 
 
 def _reference(x: np.ndarray, mean, std, dtype, layout: str) -> torch.Tensor:
@@ -261,12 +257,12 @@ def test_erase_fills_one_rectangle_per_image_with_zero():
 
 def test_flip_uses_the_stoker_batch_epoch_and_number():
     x = _images((32, 4, 4, 3), seed=7)
-    a = _slot_batches([x], epoch=5, first_number=9)
-    b = _slot_batches([x], epoch=5, first_number=9)
+    a = SlotRing.over([x], epoch=5, first_number=9)
+    b = SlotRing.over([x], epoch=5, first_number=9)
     (oa,) = list(CudaPrefetcher(a, device="cpu", flip_p=0.5, seed=0))
     (ob,) = list(CudaPrefetcher(b, device="cpu", flip_p=0.5, seed=0))
     (oc,) = list(
-        CudaPrefetcher(_slot_batches([x], epoch=6, first_number=9), device="cpu", flip_p=0.5)
+        CudaPrefetcher(SlotRing.over([x], epoch=6, first_number=9), device="cpu", flip_p=0.5)
     )
     assert torch.equal(oa.images, ob.images)
     assert not torch.equal(oa.images, oc.images)
@@ -275,72 +271,9 @@ def test_flip_uses_the_stoker_batch_epoch_and_number():
 # --- stoker batches: slot protocol ---
 
 
-class Ring:
-    """A loader double with the stoker slot protocol: ``slots`` buffers; a slot returns to
-    the ring when the next batch is requested unless retained, and is scribbled over at once
-    (a worker refills it). ``on_release`` checks each release."""
-
-    def __init__(self, arrays, *, slots=3, epoch=0, first_number=0, on_release=None):
-        self.arrays = arrays
-        self.bufs = [np.zeros_like(arrays[0]) for _ in range(slots)]
-        self.free = list(range(slots))
-        self.epoch, self.first_number = epoch, first_number
-        self.on_release = on_release
-        self.released: list[int] = []
-
-    def give_back(self, batch):
-        if self.on_release is not None:
-            self.on_release(batch)
-        self.bufs[batch.slot].fill(0xEE)
-        self.free.append(batch.slot)
-        self.released.append(batch.number)
-
-    def __len__(self):
-        return len(self.arrays)
-
-    def __iter__(self):
-        prev = None
-        for i, a in enumerate(self.arrays):
-            if prev is not None and not prev.retained:
-                prev.release()
-            if not self.free:
-                raise RuntimeError("no free batch slot: every slot is retained")
-            slot = self.free.pop(0)
-            self.bufs[slot][...] = a
-            prev = SlotBatch(self, slot, self.epoch, self.first_number + i)
-            yield prev
-        if prev is not None and not prev.retained:
-            prev.release()
-
-
-class SlotBatch:
-    def __init__(self, ring, slot, epoch, number):
-        self.ring, self.slot, self.epoch, self.number = ring, slot, epoch, number
-        self.images = ring.bufs[slot]
-        self.labels = np.full(len(self.images), number, dtype=np.int64)
-        self.keys = np.arange(len(self.images), dtype=np.int64) + 1000 * number
-        self.indices = np.arange(len(self.images), dtype=np.int64)
-        self.retained = False
-        self.live = True
-
-    def retain(self):
-        self.retained = True
-        return self
-
-    def release(self):
-        if self.live:
-            self.live = False
-            self.retained = False
-            self.ring.give_back(self)
-
-
-def _slot_batches(arrays, **kw):
-    return Ring(arrays, **kw)
-
-
 def test_stoker_batches_come_out_as_tensor_batches_on_cpu():
     arrays = [_images((4, 6, 6, 3), seed=s) for s in range(5)]
-    ring = Ring(arrays, slots=2)
+    ring = SlotRing.over(arrays, slots=2)
     outs = list(CudaPrefetcher(ring, device="cpu", mean=MEAN, std=STD))
     for i, (out, a) in enumerate(zip(outs, arrays)):
         assert isinstance(out, TensorBatch)
@@ -355,139 +288,21 @@ def test_stoker_batches_come_out_as_tensor_batches_on_cpu():
 # --- the stream protocol, with a fake backend whose copies run late ---
 
 
-class FakeStream:
-    def __init__(self, name):
-        self.name = name
-        self.queue: list[Any] = []
+def _checked_ring(arrays, backend, **kw):
+    """A ring that asserts, when a batch's slot is released, that its copy event has completed
+    (the copy event of a batch is the next one recorded after it is retained); and the list of
+    the batch numbers released."""
+    released = []
 
-    def run_through(self, target):
-        while not getattr(target, "done", False):
-            op = self.queue.pop(0)
-            op.run()
-
-
-class FakeEvent:
-    def __init__(self, stream):
-        self.stream = stream
-        self.done = False
-        self.queries = 0
-
-    def run(self):
-        self.done = True
-
-
-class FakeHandle:
-    def __init__(self, stream, fn):
-        self.stream, self.fn = stream, fn
-        self.done = False
-        self.value = None
-
-    def run(self):
-        self.value = self.fn()
-        self.done = True
-
-    def result(self):
-        self.stream.run_through(self)  # the consumer's kernels wait on the ready event
-        return self.value
-
-
-class FakeBackend:
-    """Streams as queues of deferred work: a "device copy" reads its host buffer only when the
-    stream runs it. An event completes after it has been queried ``lag`` times, or on
-    ``event_wait``. Records the calls the protocol promises."""
-
-    device = torch.device("cpu")
-
-    def __init__(self, lag=2):
-        self.lag = lag
-        self.consumer = FakeStream("consumer")
-        self.streams_made = 0
-        self.events: list[FakeEvent] = []
-        self.log: list[tuple] = []
-        self.pinned = 0
-        self.recorded: list[tuple[int, str]] = []
-
-    def new_stream(self):
-        self.streams_made += 1
-        return FakeStream(f"side{self.streams_made}")
-
-    def current_stream(self):
-        return self.consumer
-
-    def wait_stream(self, waiter, waitee):
-        self.log.append(("wait_stream", waiter.name, waitee.name))
-
-    def record_event(self, stream):
-        ev = FakeEvent(stream)
-        stream.queue.append(ev)
-        self.events.append(ev)
-        self.log.append(("record", stream.name, len(self.events) - 1))
-        return ev
-
-    def wait_event(self, stream, ev):
-        self.log.append(("wait_event", stream.name, self.events.index(ev)))
-
-    def event_done(self, ev):
-        ev.queries += 1
-        if ev.queries > self.lag:
-            ev.stream.run_through(ev)
-        return ev.done
-
-    def event_wait(self, ev):
-        ev.stream.run_through(ev)
-
-    def submit(self, stream, fn):
-        h = FakeHandle(stream, fn)
-        stream.queue.append(h)
-        self.log.append(("submit", stream.name))
-        return h
-
-    def pinned_empty(self, shape, dtype):
-        self.pinned += 1
-        return torch.empty(shape, dtype=dtype)
-
-    def is_pinned(self, t):
-        return False
-
-    def to_device(self, host):
-        return host.clone()  # runs when the stream gets to it: reads the buffer *then*
-
-    def is_on_device(self, t):
-        return False
-
-    def record_stream(self, t, stream):
-        self.recorded.append((id(t), stream.name))
-
-
-def _release_checker(backend):
-    """Assert at release time that the copy event of that batch has completed."""
-    seen = []
+    def retained(batch):
+        batch.copy_event_index = len(backend.events)
 
     def check(batch):
         ev = backend.events[batch.copy_event_index]
         assert ev.done, f"slot of batch {batch.number} released before its copy finished"
-        seen.append(batch.number)
+        released.append(batch.number)
 
-    return check, seen
-
-
-class TrackingRing(Ring):
-    """Notes, when a batch is retained, which event will be its copy event (the next one)."""
-
-    def __init__(self, arrays, backend, **kw):
-        super().__init__(arrays, **kw)
-        self.backend = backend
-
-    def __iter__(self):
-        for b in super().__iter__():
-            orig = b.retain
-
-            def retain(b=b, orig=orig):
-                b.copy_event_index = len(self.backend.events)
-                return orig()
-
-            b.retain = retain
-            yield b
+    return SlotRing.over(arrays, on_retain=retained, on_release=check, **kw), released
 
 
 @pytest.mark.parametrize("lag", [0, 1, 3, 50])
@@ -496,9 +311,8 @@ def test_fake_streams_slot_released_only_after_copy_and_data_intact(lag, depth):
     """Fault B5 #56: a slot or staging buffer is reused only after its copy event completed."""
     arrays = [_images((3, 5, 4, 3), seed=100 + i) for i in range(12)]
     be = FakeBackend(lag=lag)
-    check, released = _release_checker(be)
-    ring = TrackingRing(arrays, be, slots=depth + 2, on_release=check)
-    pf = CudaPrefetcher(ring, mean=MEAN, std=STD, depth=depth, _backend=be)
+    ring, released = _checked_ring(arrays, be, slots=depth + 2)
+    pf = CudaPrefetcher(ring, mean=MEAN, std=STD, depth=depth, backend=be)
     outs = []
     for out in pf:
         # the consumer's step runs now; then the loader may reuse slots and buffers
@@ -519,7 +333,7 @@ def test_fake_streams_pinned_buffer_not_reused_before_its_copy_ran():
     be = FakeBackend(lag=10**9)
     outs = [
         o.clone()
-        for o, _ in CudaPrefetcher([(a, np.zeros(2)) for a in arrays], depth=2, _backend=be)
+        for o, _ in CudaPrefetcher([(a, np.zeros(2)) for a in arrays], depth=2, backend=be)
     ]
     for a, o in zip(arrays, outs):
         assert torch.equal(o, _reference(a, None, None, torch.float32, "NHWC"))
@@ -529,7 +343,7 @@ def test_fake_streams_pinned_buffer_not_reused_before_its_copy_ran():
 def test_fake_streams_protocol_calls():
     arrays = [_images((2, 4, 4, 3), seed=300 + i) for i in range(4)]
     be = FakeBackend(lag=1)
-    pf = CudaPrefetcher([(a, np.arange(2)) for a in arrays], depth=1, _backend=be)
+    pf = CudaPrefetcher([(a, np.arange(2)) for a in arrays], depth=1, backend=be)
     for _epoch in range(3):
         got = list(pf)
         assert len(got) == 4
@@ -549,18 +363,17 @@ def test_fake_streams_protocol_calls():
 
 def test_fake_streams_empty_loader_and_exception_release_held_slots():
     be = FakeBackend(lag=10**9)
-    assert list(CudaPrefetcher([], _backend=be)) == []
+    assert list(CudaPrefetcher([], backend=be)) == []
 
     arrays = [_images((2, 4, 4, 3), seed=i) for i in range(3)]
-    check, released = _release_checker(be)
-    ring = TrackingRing(arrays, be, slots=4, on_release=check)
+    ring, released = _checked_ring(arrays, be, slots=4)
 
     def failing():
         yield from ring
         raise OSError("shard vanished")
 
     with pytest.raises(OSError, match="shard vanished"):
-        for _ in CudaPrefetcher(failing(), depth=2, _backend=be):
+        for _ in CudaPrefetcher(failing(), depth=2, backend=be):
             pass
     assert sorted(released) == [0, 1, 2]
 
@@ -568,9 +381,8 @@ def test_fake_streams_empty_loader_and_exception_release_held_slots():
 def test_fake_streams_break_releases_every_slot():
     arrays = [_images((2, 4, 4, 3), seed=i) for i in range(10)]
     be = FakeBackend(lag=10**9)
-    check, released = _release_checker(be)
-    ring = TrackingRing(arrays, be, slots=3, on_release=check)
-    pf = CudaPrefetcher(ring, depth=1, _backend=be)
+    ring, _released = _checked_ring(arrays, be, slots=3)
+    pf = CudaPrefetcher(ring, depth=1, backend=be)
     it = iter(pf)
     next(it)
     next(it)
@@ -591,7 +403,7 @@ def test_fake_streams_two_leaves_of_one_shape_get_two_buffers():
     arrays = [(_images((2, 4, 4, 3), seed=i), _images((2, 4, 4, 3), seed=50 + i)) for i in range(6)]
     be = FakeBackend(lag=10**9)
     batches = [{"images": a, "mask": b} for a, b in arrays]
-    pf = CudaPrefetcher(batches, depth=1, normalize_keys=("images",), _backend=be)
+    pf = CudaPrefetcher(batches, depth=1, normalize_keys=("images",), backend=be)
     outs = [(o["images"].clone(), o["mask"].clone()) for o in pf]
     for (a, b), (oi, om) in zip(arrays, outs):
         assert torch.equal(oi, _reference(a, None, None, torch.float32, "NHWC"))

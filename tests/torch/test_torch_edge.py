@@ -12,10 +12,9 @@ import torch
 import stoker
 import stoker.torch as st
 from stoker.pack import make_sample_data, pack
+from stoker.torch.testing import IMAGENET_MEAN as MEAN
+from stoker.torch.testing import IMAGENET_STD as STD
 from stoker.transforms import Compose, HorizontalFlip, RandomCrop, Resize
-
-MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
-STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 
 
 def _transforms():
@@ -104,6 +103,13 @@ def test_prefetcher_over_as_tensors_and_break_leaves_nothing(rec):
         # the slots came back: a full epoch still runs
         assert sum(len(b) for b in loader) > 0
         assert sum(len(b) for b in loader) == 36
+
+
+def test_prefetcher_depth_beyond_the_loader_slots_is_refused(rec):
+    with _loader(rec, prefetch=1) as loader:
+        with pytest.raises(ValueError, match=f"prefetch=1: {loader.slots} slots"):
+            st.CudaPrefetcher(loader, device="cpu", depth=loader.slots)
+        st.CudaPrefetcher(loader, device="cpu", depth=loader.slots - 1)
 
 
 def test_record_dataset_in_a_torch_dataloader_with_two_workers(rec):

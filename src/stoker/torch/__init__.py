@@ -5,6 +5,9 @@
   (uint8 over the bus; float, normalisation and layout on the device; CPU fallback);
 - :class:`RecordDataset`: a map-style dataset over ``.rec`` shards for a plain DataLoader;
 - :func:`distributed_info`: ``(rank, world_size)`` from ``torch.distributed``.
+
+:mod:`stoker.torch.backend` is the prefetcher's device seam (streams, events, pinned memory);
+:mod:`stoker.torch.testing` holds the doubles that check its protocol without and with a GPU.
 """
 
 from __future__ import annotations

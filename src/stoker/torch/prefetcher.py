@@ -20,7 +20,7 @@ Buffer ownership:
   batch's ``copy`` event has completed (``event.query()``; before asking the loader for the
   next batch the prefetcher holds at most ``depth`` slots, waiting with
   ``event.synchronize()`` on the oldest if needed, so the loader's ring never runs dry:
-  a ``stoker.Loader`` has ``prefetch + 2`` slots, so keep ``depth <= prefetch + 1``);
+  a ``stoker.Loader`` has ``Loader.slots`` slots, so ``depth <= slots - 1``, checked up front);
 - a pinned staging buffer returns to its pool only once the ``copy`` event of the batch that
   used it has completed; a pool grows to at most ``depth + 2`` buffers per key, after that the
   prefetcher waits for the oldest copy;
@@ -42,6 +42,10 @@ stream and the pools live as long as the prefetcher and are reused across epochs
 Timeouts: none of its own. The only host waits are on events of copies already queued
 (bounded by the device); a stalled loader is bounded by the loader's own ``timeout=``.
 
+Every stream, event and pinned-memory operation goes through a backend
+(:class:`stoker.torch.backend.Backend`; :class:`~stoker.torch.backend.CudaBackend` on a GPU),
+so the protocol above is checked with fakes on a machine without CUDA.
+
 Without CUDA (``device="cpu"``, or no CUDA available) there are no streams, events or pinned
 buffers: each batch is converted synchronously on the CPU by the same code, so a training
 script written for a GPU runs unchanged on a laptop.
@@ -58,8 +62,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from stoker.loader import Loader
 from stoker.torch._batch import flatten, follows_slot_protocol
 from stoker.torch.augment import batch_generator, random_erase, random_flip
+from stoker.torch.backend import Backend, CudaBackend
 
 __all__ = ["CudaPrefetcher", "convert_images"]
 
@@ -154,75 +160,6 @@ def _channel_tensor(
     return torch.tensor(vals, dtype=torch.float32, device=device).view(1, -1, 1, 1)
 
 
-# --- the device side, behind a small interface so the protocol can be tested without a GPU ---
-
-
-class _Done:
-    """A result that is available at once (the real CUDA backend: work is queued async)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def result(self) -> Any:
-        return self.value
-
-
-class _CudaBackend:
-    """Streams, events and pinned memory of one CUDA device."""
-
-    def __init__(self, device: torch.device) -> None:
-        if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-        self.device = device
-
-    def new_stream(self) -> Any:
-        return torch.cuda.Stream(device=self.device)
-
-    def current_stream(self) -> Any:
-        return torch.cuda.current_stream(self.device)
-
-    def wait_stream(self, waiter: Any, waitee: Any) -> None:
-        waiter.wait_stream(waitee)
-
-    def record_event(self, stream: Any) -> Any:
-        ev = torch.cuda.Event()
-        ev.record(stream)
-        return ev
-
-    def wait_event(self, stream: Any, event: Any) -> None:
-        stream.wait_event(event)
-
-    def event_done(self, event: Any) -> bool:
-        return bool(event.query())
-
-    def event_wait(self, event: Any) -> None:
-        event.synchronize()
-
-    def submit(self, stream: Any, fn: Callable[[], Any]) -> _Done:
-        with torch.cuda.stream(stream):
-            return _Done(fn())
-
-    def pinned_empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        return torch.empty(shape, dtype=dtype, pin_memory=True)
-
-    def is_pinned(self, t: torch.Tensor) -> bool:
-        return bool(t.is_pinned())
-
-    def to_device(self, host: torch.Tensor) -> torch.Tensor:
-        return host.to(self.device, non_blocking=True)
-
-    def is_on_device(self, t: torch.Tensor) -> bool:
-        return t.device == self.device
-
-    def record_stream(self, t: torch.Tensor, stream: Any) -> None:
-        t.record_stream(stream)
-
-    def generator_device(self) -> torch.device:
-        return self.device
-
-
 @dataclass
 class _Flight:
     """One launched batch: its events, its output, and what it holds until its copy is done."""
@@ -236,6 +173,29 @@ class _Flight:
         holds, self.holds = self.holds, []
         for fn in holds:
             fn()
+
+
+def _check_depth_fits_ring(loader: Iterable[Any], depth: int) -> None:
+    """Refuse a ``depth`` that would hold every free slot of the loader's batch ring.
+
+    The prefetcher holds up to ``depth`` slots when it asks for the next batch, and the loader
+    needs one more to fill: ``depth <= slots - 1``. A ``stoker.Loader`` says how many slots its
+    ring has; another iterable with an int ``prefetch`` is taken to be a loader like it, with
+    ``prefetch + 2`` slots; any other iterable has no ring to check.
+    """
+    prefetch = getattr(loader, "prefetch", None)
+    if isinstance(loader, Loader):
+        slots = loader.slots
+    elif isinstance(prefetch, int) and not isinstance(prefetch, bool):
+        slots = prefetch + 2
+    else:
+        return
+    if depth > slots - 1:
+        raise ValueError(
+            f"depth {depth} would hold more batch slots than the loader can spare "
+            f"(prefetch={prefetch}: {slots} slots); use depth <= {slots - 1} or a loader with "
+            f"prefetch >= {depth - 1}"
+        )
 
 
 def _as_host_tensor(x: Any) -> torch.Tensor:
@@ -261,6 +221,8 @@ class CudaPrefetcher:
 
     ``device=None`` picks CUDA when available, else the CPU; on the CPU the same conversion
     runs synchronously. See the NOTE at the top of this module for the stream protocol.
+    ``backend`` replaces the CUDA streams and events (its ``device`` is used, ``device`` is
+    ignored): see :mod:`stoker.torch.backend` and :mod:`stoker.torch.testing`.
     """
 
     def __init__(
@@ -278,7 +240,7 @@ class CudaPrefetcher:
         erase_p: float = 0.0,
         seed: int = 0,
         depth: int = 1,
-        _backend: Any = None,
+        backend: Backend | None = None,
     ) -> None:
         if not isinstance(loader, Iterable):
             raise TypeError(f"loader must be iterable, got {type(loader).__name__}")
@@ -293,13 +255,7 @@ class CudaPrefetcher:
                 raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be an int >= 1 (batches copied ahead), got {depth!r}")
-        ring = getattr(loader, "prefetch", None)  # a stoker.Loader: prefetch + 2 slots
-        if isinstance(ring, int) and not isinstance(ring, bool) and depth > ring + 1:
-            raise ValueError(
-                f"depth {depth} would hold more batch slots than the loader can spare "
-                f"(prefetch={ring}: {ring + 2} slots); use depth <= {ring + 1} or a loader with "
-                f"prefetch >= {depth - 1}"
-            )
+        _check_depth_fits_ring(loader, depth)
         if isinstance(normalize_keys, (str, int)):
             normalize_keys = (normalize_keys,)
         self.loader = loader
@@ -313,12 +269,13 @@ class CudaPrefetcher:
         self.depth = depth
         self.epoch = 0
 
-        if _backend is not None:
-            self._backend = _backend
-            self.device = _backend.device
+        self._backend: Backend | None
+        if backend is not None:
+            self._backend = backend
+            self.device = backend.device
         else:
             self.device = self._pick_device(device)
-            self._backend = _CudaBackend(self.device) if self.device.type == "cuda" else None
+            self._backend = CudaBackend(self.device) if self.device.type == "cuda" else None
         self._mean = _channel_tensor(mean, "mean", self.device)
         self._std = _channel_tensor(std, "std", self.device)
         self._side = self._backend.new_stream() if self._backend is not None else None
@@ -407,11 +364,16 @@ class CudaPrefetcher:
 
     # --- CUDA: side stream, events, pinned staging ---
 
+    def _streams(self) -> Backend:
+        """The backend of the stream path (which runs only when there is one)."""
+        assert self._backend is not None
+        return self._backend
+
     def _staging(self, host: torch.Tensor) -> torch.Tensor:
         """A free pinned buffer shaped like ``host`` (waits for the oldest copy if needed)."""
         key = (tuple(host.shape), host.dtype)
         pool = self._pools.setdefault(key, [])
-        be = self._backend
+        be = self._streams()
         while True:
             for buf in pool:
                 busy = self._busy.get(id(buf))
@@ -427,7 +389,7 @@ class CudaPrefetcher:
 
     def _reap(self, max_holding: int | None = None) -> None:
         """Release the host memory of batches whose copy finished (oldest first)."""
-        be = self._backend
+        be = self._streams()
         while self._holding:
             f = self._holding[0]
             if max_holding is not None and len(self._holding) > max_holding:
@@ -438,7 +400,7 @@ class CudaPrefetcher:
             f.release()
 
     def _launch(self, item: Any, epoch: int, number: int) -> _Flight:
-        be = self._backend
+        be = self._streams()
         side = self._side
         tree = flatten(item, self.normalize_keys)
         be.wait_stream(side, be.current_stream())
@@ -486,7 +448,7 @@ class CudaPrefetcher:
         return flight
 
     def _iter_streams(self) -> Iterator[Any]:
-        be = self._backend
+        be = self._streams()
         it = iter(self.loader)
         ahead: deque[_Flight] = deque()
         counter = 0

@@ -1,0 +1,337 @@
+"""Doubles for checking ``CudaPrefetcher``'s stream protocol, in the tests and on a GPU.
+
+- :class:`SlotRing`: a loader double with stoker's slot protocol whose slots are scribbled
+  over the moment they are free again, so any batch read too late comes out wrong;
+- :class:`FakeBackend`: streams as queues of deferred work on the CPU, whose copies really run
+  late, recording the calls the protocol promises (no CUDA needed);
+- :class:`SlowCopyBackend`: the CUDA backend with every side-stream submission delayed, which
+  widens the race windows on a real GPU; :class:`BrokenBackend`: the same with the protocol
+  deliberately broken, to show a check catches it;
+- :func:`random_images`, :data:`IMAGENET_MEAN`, :data:`IMAGENET_STD`: test data.
+
+Pass a backend as ``CudaPrefetcher(loader, backend=...)``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from stoker.torch.backend import CudaBackend, Done
+
+__all__ = [
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "BrokenBackend",
+    "FakeBackend",
+    "FakeEvent",
+    "FakeHandle",
+    "FakeStream",
+    "SlotBatch",
+    "SlotRing",
+    "SlowCopyBackend",
+    "delay",
+    "random_images",
+]
+
+# per-channel ImageNet statistics in the 0-255 scale of uint8 images
+IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+
+SCRIBBLE = 0xEE  # what a free slot's images are overwritten with (its labels: -1)
+
+
+def random_images(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    """uint8 noise of ``shape``, a function of ``seed``."""
+    return np.random.default_rng(seed).integers(0, 256, size=shape, dtype=np.uint8)
+
+
+# --- a loader double ---
+
+
+def _fill(buf: Any, value: int) -> None:
+    if isinstance(buf, torch.Tensor):
+        buf.fill_(value)
+    else:
+        buf.fill(value)
+
+
+class SlotRing:
+    """A loader double with stoker's slot protocol and a ring of ``slots`` batch buffers.
+
+    Batch ``i`` of an epoch is numbered ``first_number + i``; its images are ``content(i)``
+    copied into a free slot, its labels (all equal to its number) sit in the slot too. A slot
+    is free again when the next batch is requested unless the batch was retained, or on
+    ``release()``; it is scribbled over at once, as a worker refilling it would, so a copy that
+    reads it late gets garbage. ``pinned=True`` makes the slots page-locked tensors (needs
+    CUDA): a prefetcher copies from them directly, so it must hold each slot until its copy
+    has completed. ``on_retain``/``on_release`` are called with each batch retained/released.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        shape: tuple[int, ...],
+        content: Callable[[int], np.ndarray],
+        *,
+        slots: int = 3,
+        pinned: bool = False,
+        epoch: int = 0,
+        first_number: int = 0,
+        on_retain: Callable[[SlotBatch], None] | None = None,
+        on_release: Callable[[SlotBatch], None] | None = None,
+    ) -> None:
+        self.n, self.shape, self.content, self.pinned = n, tuple(shape), content, pinned
+        self.images: list[Any]
+        self.labels: list[Any]
+        if pinned:
+            self.images = [
+                torch.empty(shape, dtype=torch.uint8, pin_memory=True) for _ in range(slots)
+            ]
+            self.labels = [
+                torch.empty(shape[0], dtype=torch.int64, pin_memory=True) for _ in range(slots)
+            ]
+        else:
+            self.images = [np.empty(shape, np.uint8) for _ in range(slots)]
+            self.labels = [np.empty(shape[0], np.int64) for _ in range(slots)]
+        self.free = list(range(slots))
+        self.epoch, self.first_number = epoch, first_number
+        self.on_retain, self.on_release = on_retain, on_release
+
+    @classmethod
+    def over(cls, arrays: Sequence[np.ndarray], **kw: Any) -> SlotRing:
+        """A ring whose batch ``i`` holds ``arrays[i]``."""
+        return cls(len(arrays), arrays[0].shape, arrays.__getitem__, **kw)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def give_back(self, batch: SlotBatch) -> None:
+        if self.on_release is not None:
+            self.on_release(batch)
+        _fill(self.images[batch.slot], SCRIBBLE)
+        _fill(self.labels[batch.slot], -1)
+        self.free.append(batch.slot)
+
+    def _fill_slot(self, slot: int, i: int, number: int) -> None:
+        content = self.content(i)
+        if self.pinned:
+            self.images[slot].copy_(torch.from_numpy(content))
+        else:
+            self.images[slot][...] = content
+        _fill(self.labels[slot], number)
+
+    def __iter__(self) -> Any:
+        prev = None
+        for i in range(self.n):
+            if prev is not None and not prev.retained:
+                prev.release()
+            if not self.free:
+                raise RuntimeError("no free batch slot: every slot is retained")
+            slot = self.free.pop(0)
+            number = self.first_number + i
+            self._fill_slot(slot, i, number)
+            prev = SlotBatch(self, slot, self.epoch, number)
+            yield prev
+        if prev is not None and not prev.retained:
+            prev.release()
+        self.epoch += 1
+
+
+class SlotBatch:
+    """One batch of a :class:`SlotRing`: views of its slot, and ``retain``/``release``."""
+
+    def __init__(self, ring: SlotRing, slot: int, epoch: int, number: int) -> None:
+        self.ring, self.slot, self.epoch, self.number = ring, slot, epoch, number
+        self.images, self.labels = ring.images[slot], ring.labels[slot]
+        rows = ring.shape[0]
+        self.keys = np.arange(rows, dtype=np.int64) + 1000 * number
+        self.indices = np.arange(rows, dtype=np.int64)
+        self.retained = False
+        self.live = True
+
+    def retain(self) -> SlotBatch:
+        if self.ring.on_retain is not None:
+            self.ring.on_retain(self)
+        self.retained = True
+        return self
+
+    def release(self) -> None:
+        if self.live:
+            self.live = False
+            self.retained = False
+            self.ring.give_back(self)
+
+
+# --- a CPU backend whose copies run late ---
+
+
+class FakeStream:
+    """A queue of deferred work (events and submitted functions), run in order on demand."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.queue: list[Any] = []
+
+    def run_through(self, target: Any) -> None:
+        while not getattr(target, "done", False):
+            op = self.queue.pop(0)
+            op.run()
+
+
+class FakeEvent:
+    def __init__(self, stream: FakeStream) -> None:
+        self.stream = stream
+        self.done = False
+        self.queries = 0
+
+    def run(self) -> None:
+        self.done = True
+
+
+class FakeHandle:
+    def __init__(self, stream: FakeStream, fn: Callable[[], Any]) -> None:
+        self.stream, self.fn = stream, fn
+        self.done = False
+        self.value: Any = None
+
+    def run(self) -> None:
+        self.value = self.fn()
+        self.done = True
+
+    def result(self) -> Any:
+        self.stream.run_through(self)  # the consumer's kernels wait on the ready event
+        return self.value
+
+
+class FakeBackend:
+    """Streams as queues of deferred work: a "device copy" reads its host buffer only when the
+    stream runs it. An event completes after it has been queried ``lag`` times, or on
+    ``event_wait``. Records the calls the protocol promises: ``log`` (waits, records, submits
+    in order), ``events``, ``recorded`` (record_stream calls), ``streams_made``, ``pinned``
+    (staging buffers made)."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, lag: int = 2) -> None:
+        self.lag = lag
+        self.consumer = FakeStream("consumer")
+        self.streams_made = 0
+        self.events: list[FakeEvent] = []
+        self.log: list[tuple[Any, ...]] = []
+        self.pinned = 0
+        self.recorded: list[tuple[int, str]] = []
+
+    def new_stream(self) -> FakeStream:
+        self.streams_made += 1
+        return FakeStream(f"side{self.streams_made}")
+
+    def current_stream(self) -> FakeStream:
+        return self.consumer
+
+    def wait_stream(self, waiter: FakeStream, waitee: FakeStream) -> None:
+        self.log.append(("wait_stream", waiter.name, waitee.name))
+
+    def record_event(self, stream: FakeStream) -> FakeEvent:
+        ev = FakeEvent(stream)
+        stream.queue.append(ev)
+        self.events.append(ev)
+        self.log.append(("record", stream.name, len(self.events) - 1))
+        return ev
+
+    def wait_event(self, stream: FakeStream, ev: FakeEvent) -> None:
+        self.log.append(("wait_event", stream.name, self.events.index(ev)))
+
+    def event_done(self, ev: FakeEvent) -> bool:
+        ev.queries += 1
+        if ev.queries > self.lag:
+            ev.stream.run_through(ev)
+        return ev.done
+
+    def event_wait(self, ev: FakeEvent) -> None:
+        ev.stream.run_through(ev)
+
+    def submit(self, stream: FakeStream, fn: Callable[[], Any]) -> FakeHandle:
+        h = FakeHandle(stream, fn)
+        stream.queue.append(h)
+        self.log.append(("submit", stream.name))
+        return h
+
+    def pinned_empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        self.pinned += 1
+        return torch.empty(shape, dtype=dtype)
+
+    def is_pinned(self, t: torch.Tensor) -> bool:
+        return False
+
+    def to_device(self, host: torch.Tensor) -> torch.Tensor:
+        return host.clone()  # runs when the stream gets to it: reads the buffer *then*
+
+    def is_on_device(self, t: torch.Tensor) -> bool:
+        return False
+
+    def record_stream(self, t: torch.Tensor, stream: FakeStream) -> None:
+        self.recorded.append((id(t), stream.name))
+
+
+# --- CUDA backends for a GPU machine ---
+
+
+def delay(cycles: int) -> None:
+    """Keep the current CUDA stream busy for about ``cycles`` GPU clock cycles."""
+    if cycles <= 0:
+        return
+    if hasattr(torch.cuda, "_sleep"):
+        torch.cuda._sleep(cycles)
+    else:  # pragma: no cover - a torch without _sleep: matrix products instead
+        a = torch.empty(1024, 1024, device="cuda")
+        for _ in range(max(1, cycles // 2_000_000)):
+            a = a @ a
+
+
+class SlowCopyBackend(CudaBackend):
+    """The CUDA backend with every side-stream submission delayed by ``cycles`` (none for 0).
+
+    Counts the side streams (``streams_made``) and the pinned staging buffers per (shape,
+    dtype) (``pinned``) it makes.
+    """
+
+    def __init__(self, device: torch.device, cycles: int = 0) -> None:
+        super().__init__(device)
+        self.cycles = cycles
+        self.streams_made = 0
+        self.pinned: Counter[tuple[tuple[int, ...], torch.dtype]] = Counter()
+
+    def new_stream(self) -> Any:
+        self.streams_made += 1
+        return super().new_stream()
+
+    def pinned_empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        self.pinned[(tuple(shape), dtype)] += 1
+        return super().pinned_empty(shape, dtype)
+
+    def submit(self, stream: Any, fn: Callable[[], Any]) -> Done:
+        with torch.cuda.stream(stream):
+            delay(self.cycles)
+            return Done(fn())
+
+
+class BrokenBackend(SlowCopyBackend):
+    """A deliberately wrong protocol: events count as complete at once (slots and staging
+    buffers recycled while the copy may still read them) and the consumer does not wait."""
+
+    def event_done(self, event: Any) -> bool:
+        return True
+
+    def event_wait(self, event: Any) -> None:
+        pass
+
+    def wait_event(self, stream: Any, event: Any) -> None:
+        pass
+
+    def record_stream(self, t: torch.Tensor, stream: Any) -> None:
+        pass
