@@ -246,11 +246,12 @@ def test_prefetch_bounds_the_batches_made_ahead_and_the_spare_slot_waits_for_ret
     # reserved, only when a retained batch leaves no other slot free (here: the first batch,
     # kept for the whole epoch)
     from stoker.loader import _shm
+    from stoker.loader._pool import WorkerPool
 
     x, y = arrays
     sent: list[tuple[int, int]] = []  # (batch number, slot) of each task, in order
     reserved: list[int] = []
-    real_spawn, real_reserve = Loader._spawn, _shm.reserve
+    real_spawn, real_reserve = WorkerPool._spawn, _shm.reserve
 
     def spawn(self, wid):
         handle = real_spawn(self, wid)
@@ -268,7 +269,7 @@ def test_prefetch_bounds_the_batches_made_ahead_and_the_spare_slot_waits_for_ret
         reserved.append(offset)
         return real_reserve(seg, offset, length)
 
-    monkeypatch.setattr(Loader, "_spawn", spawn)
+    monkeypatch.setattr(WorkerPool, "_spawn", spawn)
     monkeypatch.setattr(_shm, "reserve", reserve)
     prefetch = 2
     got = []

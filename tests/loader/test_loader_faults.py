@@ -223,6 +223,7 @@ def test_slots_that_cannot_be_reserved_stop_the_loader_cleanly(
     import errno
 
     from stoker.loader import _shm
+    from stoker.loader._pool import WorkerPool
 
     real = _shm.reserve
     calls = []
@@ -239,7 +240,7 @@ def test_slots_that_cannot_be_reserved_stop_the_loader_cleanly(
             return real(seg, offset, length)
 
     sent = []
-    real_spawn = Loader._spawn
+    real_spawn = WorkerPool._spawn
 
     def spawn(self, wid):
         handle = real_spawn(self, wid)
@@ -253,13 +254,13 @@ def test_slots_that_cannot_be_reserved_stop_the_loader_cleanly(
         return handle
 
     monkeypatch.setattr(_shm, "reserve", reserve)
-    monkeypatch.setattr(Loader, "_spawn", spawn)
+    monkeypatch.setattr(WorkerPool, "_spawn", spawn)
     x, y = arrays
     before = shm_names()
     with Loader((x, y), batch_size=4, workers=2) as ld:
         with pytest.raises(SharedMemoryError, match="cannot reserve"):
             next(iter(ld))
-        assert ld._workers == [] and ld._segment is None
+        assert ld._pool.handles == [] and ld._segment is None
     (first, control), (_, slot) = calls[0], calls[1]
     assert first == 0 and control > 0 and slot > 0 and len(calls) == 2 + full_at_slot
     assert [c[0] for c in calls[1:]] == [control + k * slot for k in range(full_at_slot + 1)]
@@ -290,7 +291,7 @@ if __name__ == "__main__":
     ld = Loader((x, y), batch_size=4, workers=2, transforms=Misbehave("sleep", at=40, seconds=60))
     it = iter(ld)
     next(it)
-    pids = [w.proc.pid for w in ld._workers]
+    pids = [w.proc.pid for w in ld._pool.handles]
     print(ld._segment.name, *pids, flush=True)
     for b in it:
         time.sleep(0.01)
@@ -412,7 +413,7 @@ def test_a_forked_copy_never_tears_down_the_parents_loader(arrays, monkeypatch, 
         ld.source.close()
         monkeypatch.undo()
         assert shm_names() == segs and len(segs) == 2  # ring + the arrays
-        assert ld._workers and all(w.proc.is_alive() for w in ld._workers)
+        assert ld._pool.handles and all(w.proc.is_alive() for w in ld._pool.handles)
         assert len(list(ld)) == 7
 
 
@@ -515,7 +516,7 @@ if __name__ == "__main__":
         stoker.on_sigterm(lambda: open(out, "w").write(json.dumps(ld.state_dict())))
         it = iter(ld)
         next(it)
-        print(ld._segment.name, *[w.proc.pid for w in ld._workers], flush=True)
+        print(ld._segment.name, *[w.proc.pid for w in ld._pool.handles], flush=True)
         for b in it:
             time.sleep(0.01)
 """

@@ -10,7 +10,7 @@ from loader_helpers import jpeg_bytes
 from stoker import CorruptRecordError, ImageDecodeError, WorkerError
 from stoker.codecs import decode
 from stoker.formats.recordio import IRHeader, RecordWriter, pack_header
-from stoker.loader import Loader, RecordSource
+from stoker.loader import Loader, RecordSource, Source
 from stoker.transforms import CenterCrop, Compose, HorizontalFlip, Normalize, RandomCrop, Resize
 
 
@@ -79,12 +79,33 @@ class _ToldSource(RecordSource):
         return super().reader(indices)
 
 
-class _UntoldSource(RecordSource):
-    def reader(self):  # a custom source written before readers were told the chunk's indices
-        return super().reader()
+class _ReadOnlySource(Source):
+    """A custom source that implements ``read`` but not ``reader``: the base class's
+    ``reader(indices)`` serves it (the loader always passes a chunk's indices)."""
+
+    def __init__(self, path):
+        self.inner = RecordSource(path)
+
+    def __len__(self):
+        return len(self.inner)
+
+    def key(self, i):
+        return self.inner.key(i)
+
+    def keys(self):
+        return self.inner.keys()
+
+    def labels(self):
+        return self.inner.labels()
+
+    def read(self, i):
+        return self.inner.read(i)
+
+    def fingerprint(self):
+        return self.inner.fingerprint()
 
 
-def test_each_chunks_reader_is_told_its_indices_and_an_older_reader_still_works(rec):
+def test_each_chunks_reader_is_told_its_indices_and_a_source_without_one_works(rec):
     path, _, keys = rec
     told = _ToldSource(path)
     with Loader(
@@ -94,7 +115,7 @@ def test_each_chunks_reader_is_told_its_indices_and_an_older_reader_still_works(
     assert told.told == order  # workers=0: one chunk per batch, told exactly its indices
     with Loader(path, batch_size=10, transforms=CenterCrop(32), workers=2) as ld:
         want = [(b.images.copy(), b.keys.copy()) for b in ld]
-    with Loader(_UntoldSource(path), batch_size=10, transforms=CenterCrop(32), workers=2) as ld:
+    with Loader(_ReadOnlySource(path), batch_size=10, transforms=CenterCrop(32), workers=2) as ld:
         got = [(b.images.copy(), b.keys.copy()) for b in ld]
     assert len(got) == len(want) == 3
     for (gi, gk), (wi, wk) in zip(got, want):

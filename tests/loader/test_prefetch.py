@@ -220,16 +220,15 @@ def test_slot_batches_released_when_consumer_breaks():
     assert sorted(ring.free_slots) == list(range(5))
 
 
-def test_depth_beyond_the_loader_ring_is_refused_up_front():
-    class LoaderLike:
-        prefetch = 2
+def test_depth_beyond_the_loader_ring_is_refused_up_front(arrays):
+    from stoker.loader import Loader
 
-        def __iter__(self):
-            return iter(())
-
-    with pytest.raises(ValueError, match="use depth <= 2 or a loader with prefetch >= 3"):
-        prefetch(LoaderLike(), depth=3)
-    assert list(prefetch(LoaderLike(), depth=2)) == []
+    x, y = arrays
+    with Loader((x[:0], y[:0]), batch_size=4, prefetch=2, workers=0) as ld:
+        assert ld.slots == 4
+        with pytest.raises(ValueError, match="use depth <= 2 or a loader with prefetch >= 3"):
+            prefetch(ld, depth=3)
+        assert list(prefetch(ld, depth=2)) == []
 
 
 def test_bad_depth_is_a_clear_error():

@@ -1,4 +1,4 @@
-"""Byte layout of the batch ring (one shared-memory segment); see the NOTE in ``engine.py``.
+"""Byte layout of the batch ring (one shared-memory segment); see the NOTE in ``_feed.py``.
 
 ::
 

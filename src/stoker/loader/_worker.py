@@ -2,20 +2,17 @@
 
 ``fill_chunk`` is the whole per-sample job (read, decode, transform, check, place); the main
 process runs it directly when ``workers=0`` and ``worker_main`` runs it in each worker process,
-so both paths produce byte-identical batches. The protocol is described in ``engine.py``.
+so both paths produce byte-identical batches. The protocol is the NOTE in ``_feed.py``.
 """
 
 from __future__ import annotations
 
 import faulthandler
-import functools
-import inspect
 import os
 import signal
 import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +21,7 @@ import numpy as np
 from stoker._core.seeding import SampleRngs
 from stoker.loader._ring import RingLayout
 from stoker.loader._shm import Segment, populate, process_start_time
+from stoker.loader._worker_errors import error_info
 from stoker.loader.sources import Source
 from stoker.pipeline import Pipeline
 
@@ -100,42 +98,6 @@ class WorkerConfig:
     main_start: int | None
 
 
-def _error_info(e: BaseException, source: Source, index: int) -> dict:
-    try:
-        key: int | None = int(source.key(index))
-    except Exception:  # noqa: BLE001
-        key = None
-    try:
-        where = source.describe(index)
-    except Exception:  # noqa: BLE001
-        where = f"position {index}"
-    return {
-        "module": type(e).__module__,
-        "qualname": type(e).__qualname__,
-        "message": str(e),
-        "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)),
-        "key": key,
-        "index": int(index),
-        "where": where,
-    }
-
-
-@functools.cache
-def _reader_takes_indices(cls: type[Source]) -> bool:
-    try:
-        return bool(inspect.signature(cls.reader).parameters.keys() - {"self"})
-    except (TypeError, ValueError):  # pragma: no cover - a reader without a signature
-        return False
-
-
-def _reader(source: Source, indices: np.ndarray) -> Any:
-    """``source.reader(indices)``; ``source.reader()`` for a source written before the reader
-    was told the chunk's indices."""
-    if _reader_takes_indices(type(source)):
-        return source.reader(indices)
-    return source.reader()
-
-
 def fill_chunk(
     task: Task,
     *,
@@ -157,7 +119,7 @@ def fill_chunk(
     images, labels, keys, indices = views
     bad: list[tuple[int, int, int | None, str]] = []
     at = SampleRngs(seed, task.epoch).at  # sample_rng(seed, epoch, i), re-keyed in place
-    read, fill_row, width = _reader(source, task.indices), pipeline.fill_row, task.width
+    read, fill_row, width = source.reader(task.indices), pipeline.fill_row, task.width
     decode = pipeline.decode_image if source.encoded else None
     row0, n = task.row0, len(task.indices)
     indices[row0 : row0 + n] = task.indices  # rows of skipped samples are dropped by main
@@ -191,7 +153,7 @@ def fill_chunk(
                 keys[r2] = key
         except Exception as e:  # noqa: BLE001 - every failure is reported with its sample
             if on_error == "raise":
-                return "error", _error_info(e, source, gi)
+                return "error", error_info(e, source, gi)
             k = None
             try:
                 k = int(source.key(gi))
@@ -288,7 +250,7 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
                 progress=progress,
             )
         except BaseException as e:  # noqa: BLE001 - never die silently
-            status, payload = "error", _error_info(e, cfg.source, int(task.indices[0]))
+            status, payload = "error", error_info(e, cfg.source, int(task.indices[0]))
         del views
         progress[0] = -1
         try:

@@ -42,6 +42,8 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
+from stoker.loader.loader import Loader
+
 __all__ = ["Prefetcher", "prefetch"]
 
 T = TypeVar("T")
@@ -157,12 +159,11 @@ class Prefetcher(Generic[T]):
             raise TypeError(f"depth must be an int >= 1, got {depth!r}")
         if depth < 1:
             raise ValueError(f"depth must be >= 1 (items fetched ahead), got {depth}")
-        ring = getattr(source, "prefetch", None)  # a stoker.Loader: prefetch + 2 slots
-        if isinstance(ring, int) and not isinstance(ring, bool) and depth > ring:
+        if isinstance(source, Loader) and depth + 2 > source.slots:
             raise ValueError(
                 f"prefetch depth {depth} needs more batch slots than the loader has (prefetch="
-                f"{ring}: {ring + 2} slots, {depth + 1} held here plus one being filled); use "
-                f"depth <= {ring} or a loader with prefetch >= {depth}"
+                f"{source.prefetch}: {source.slots} slots, {depth + 1} held here plus one being "
+                f"filled); use depth <= {source.slots - 2} or a loader with prefetch >= {depth}"
             )
         if join_timeout <= 0:
             raise ValueError(f"join_timeout must be > 0 seconds, got {join_timeout}")
@@ -232,7 +233,7 @@ def prefetch(iterable: Iterable[T], depth: int = 2) -> Prefetcher[T]:
     collection) and exceptions from ``iterable`` reach the consumer with their traceback.
     Stoker batches (anything with ``retain``/``release``) stay valid until the next item is
     requested, as they are when iterating the loader directly; that holds ``depth + 1`` of the
-    loader's ``prefetch + 2`` slots, so ``depth`` may not exceed the loader's ``prefetch``
-    (checked here).
+    loader's ``slots`` and one more is being filled, so ``depth`` may be at most
+    ``loader.slots - 2`` (checked here).
     """
     return Prefetcher(iterable, depth=depth)

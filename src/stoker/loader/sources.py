@@ -8,7 +8,11 @@ A :class:`Source` gives random access by global position ``i``:
 - ``s.load(i) -> (image, label)``: ``read`` plus decoding;
 - ``s.sample_spec`` (one image as read, before transforms) and ``s.label_spec`` (one label);
 - ``s.fingerprint()``: a JSON-safe identity stored in loader state;
-- ``s.describe(i)``: where sample ``i`` lives, for error messages.
+- ``s.describe(i)``: where sample ``i`` lives, for error messages;
+- ``s.reader(indices) -> f``: made once per chunk of a batch with the chunk's global
+  positions, ``f(i) -> (payload, label, key)`` per sample (the default calls ``read`` and
+  ``key``); the loader always passes ``indices``, so an override must accept them;
+- ``s.share()``: called by the loader before it starts workers (a no-op by default).
 
 Sources pickle as their configuration (a path, a file list, a shared-memory segment name) and
 reopen in the worker; no open handle or large array crosses a process boundary.
@@ -20,25 +24,23 @@ import abc
 import hashlib
 import os
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from stoker._core.files import IMAGE_EXTENSIONS, scan_folder
 from stoker._core.specs import ArraySpec
 from stoker.codecs import DECODED_SPEC, decode
 from stoker.loader._shm import Segment, create_segment, preflight
 
 __all__ = [
-    "IMAGE_EXTENSIONS",
     "ArraySource",
     "FolderSource",
     "RecordSource",
     "Source",
     "as_source",
 ]
-
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm")
 
 
 def _sha(*parts: bytes) -> str:
@@ -95,10 +97,10 @@ class Source(abc.ABC):
         return f"key {self.key(i)} (position {i})"
 
     def reader(self, indices: np.ndarray | None = None) -> Callable[[int], tuple[Any, Any, int]]:
-        """``f(i) -> (payload, label, key)``: what a worker calls per sample. Made once per
-        chunk of a batch, so a source can check its files once per chunk rather than per
-        sample (and look up ``indices``, the chunk's, all at once); the same samples, labels,
-        keys and errors as ``read`` and ``key``, for any ``i``."""
+        """``f(i) -> (payload, label, key)``: what a worker calls per sample. The loader makes
+        one per chunk of a batch and passes the chunk's ``indices``, so a source can check its
+        files once per chunk rather than per sample (and look the indices up all at once); the
+        same samples, labels, keys and errors as ``read`` and ``key``, for any ``i``."""
         read, key = self.read, self.key
 
         def get(i: int) -> tuple[Any, Any, int]:
@@ -107,6 +109,11 @@ class Source(abc.ABC):
             return payload, label, k
 
         return get
+
+    def share(self) -> None:  # noqa: B027 - optional hook
+        """Make the source ready to cross to worker processes; the loader calls it before it
+        starts workers. Nothing to do for a source that pickles as its configuration (the
+        default); :class:`ArraySource` copies its arrays into shared memory here."""
 
     def load(self, i: int) -> tuple[np.ndarray, Any]:
         payload, label = self.read(i)
@@ -252,49 +259,27 @@ class RecordSource(Source):
 class FolderSource(Source):
     """An image folder read directly: one class per top-level subfolder (sorted by name).
 
-    Files are found recursively below each class folder, sorted; the key of a file is its
-    position in that sorted list, and its label the class index. ``class_names`` holds the
-    folder names.
+    The folder is listed by :func:`stoker._core.files.scan_folder` (the walk ``stoker pack``
+    uses: image extensions, hidden names and symlinks are treated the same way); the key of a
+    file is its position in that listing, and its label the class index. ``class_names`` holds
+    the folder names, ``files`` the paths relative to ``root``.
     """
 
     encoded = True
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str],
-        *,
-        extensions: Sequence[str] = IMAGE_EXTENSIONS,
-    ) -> None:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.fspath(root)
         if not os.path.isdir(self.root):
             raise FileNotFoundError(f"image folder {self.root} does not exist")
-        exts = tuple(e.lower() for e in extensions)
-        classes = sorted(
-            e.name for e in os.scandir(self.root) if e.is_dir() and not e.name.startswith(".")
-        )
-        files: list[str] = []
-        labels: list[int] = []
-        for ci, name in enumerate(classes):
-            found: list[str] = []
-            for dirpath, dirnames, filenames in os.walk(os.path.join(self.root, name)):
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-                rel = os.path.relpath(dirpath, self.root)
-                found.extend(
-                    os.path.join(rel, f)
-                    for f in filenames
-                    if f.lower().endswith(exts) and not f.startswith(".")
-                )
-            found.sort()
-            files.extend(found)
-            labels.extend([ci] * len(found))
-        if not files:
+        scan = scan_folder(self.root)
+        if not scan.classes or not scan.items:  # files directly under root are no class
             raise FileNotFoundError(
                 f"no images in {self.root}: expected one subfolder per class holding "
-                f"{', '.join(exts)} files"
+                f"{', '.join(sorted(IMAGE_EXTENSIONS))} files"
             )
-        self.class_names = classes
-        self.files = files
-        self._labels = np.asarray(labels, dtype=np.int64)
+        self.class_names = sorted(scan.classes, key=scan.classes.__getitem__)
+        self.files = [item.rel for item in scan.items]
+        self._labels = np.asarray([item.label for item in scan.items], dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.files)

@@ -1,0 +1,452 @@
+"""The loader's batch ring seen from the main process: slot ownership, chunks handed to the
+workers, finished batches collected, and the ring's life (made, reserved, torn down).
+
+NOTE [ Loader ring and shutdown protocol ]
+
+Buffers. One shared-memory segment per loader, ``/dev/shm/stoker_<pid>_<starttime>_<rand>``,
+reserved with ``posix_fallocate`` (a full ``/dev/shm`` fails there, never as a SIGBUS later),
+after a preflight that compares its size with the free space. The control block is reserved
+before the workers start, slot 0 while they boot, each other slot just before its first task,
+while the workers fill the earlier ones. No task names an unreserved slot. Before its first
+write to a range of rows, a worker maps those pages in one ``MADV_POPULATE_WRITE`` call.
+Layout (see ``_ring.py``): a 64-byte control block (int64 *generation*: the live iteration;
+then, per worker, the global index it is processing, so a death names its sample) and
+``Loader.slots`` (``prefetch + 2``) slots; each slot holds ``batch_size`` rows of images
+(pipeline dtype and layout, sized for the widest batch width), labels, record keys and global
+indices. Batches being built: at most ``prefetch``; the one the consumer holds: 1; a spare for
+a batch kept by ``Batch.retain()`` (the GPU prefetcher holds one while its copy runs): 1,
+reserved only when a retained batch first leaves no other slot free.
+
+Messages. Each worker has its own duplex pipe. Main -> worker: a :class:`Task` (generation,
+batch number, slot, epoch, width, first row, the indices of the chunk), or ``None`` to stop.
+Worker -> main: ``(status, generation, number, row0, payload, seconds)``, status ``done``
+(payload: the skipped samples), ``error`` (type, message, traceback text, key, index) or
+``cancelled``; ``seconds``: the chunk's wall time in the worker. A batch is split into one
+chunk per worker; each chunk goes to the worker that will be free first (samples queued times
+its recent seconds per sample; ties in turn), so two chunks of a batch may go to one worker.
+Within half a chunk of the first to be free, a worker that wrote those rows of that slot
+before is preferred: a process maps a ring page on its first write there. The first batch
+arrives after ``batch_size / workers`` samples per worker, and a worker that falls behind
+(preempted, slower images) gets less of the next batches instead of leaving the others idle
+while they wait for its share to free a slot. Main waits on one ``select.poll`` over the
+workers' pipes and sentinels. Nothing large is pickled: images never leave the segment; a
+task's indices travel as raw int64 bytes.
+
+Ownership of a slot (:class:`SlotState`): FREE -> (main dispatches) WORK: the workers named in
+its chunks write their rows, nobody else touches it; once all chunks have reported, main only
+-> (yielded) USER: the consumer reads it until it asks for the next batch, or, when the batch
+was ``retain()``ed, until ``release()`` -> FREE. Main dispatches while a slot is FREE and fewer
+than ``prefetch`` are WORK. A slot whose chunks belong to an abandoned generation stays WORK
+until every chunk has reported (workers notice the new generation in the control block before
+each sample and stop early), so a worker never writes into a slot main has handed out again.
+
+Order and randomness. Main decides everything: batch ``b`` of epoch ``e`` is
+``sampler.indices(e)[b*n:(b+1)*n]``; sample ``i`` is augmented with
+``sample_rng(seed, e, i)``; batches are yielded by number whatever worker finishes first.
+So the output is the same for any worker count, and a resumed run is exact.
+
+One sample in a worker (``_worker.fill_chunk``; the main process runs the same code when
+``workers=0``): read the record (label from its header), decode, re-key the worker's one
+generator (``SampleRngs.at(i)`` gives ``sample_rng``'s stream), ``Pipeline.fill_row``
+(transforms, shape check, write into the row; a trailing uint8 ``Normalize`` writes its table
+lookups straight into the row in the batch layout), then label, key and index.
+
+Shutdown order (``close()``, also from ``__exit__``, ``__del__``, the atexit hook, and after any
+error while waiting): bump the generation (workers drop their current chunk at the next
+sample); send ``None`` to each worker; join them for up to 2 s (0.2 s after an error, when a
+worker may be hung); ``terminate()`` (SIGTERM) the stragglers, join 2 s; ``kill()`` what is
+left, join; close the pipes; unlink the segment (a batch view kept by the user stays valid:
+the memory is unmapped when the last view dies); close a source the loader opened (an
+in-memory array source unlinks its segment).
+
+- Normal end of an epoch: workers stay up for the next epoch (persistent).
+- ``break`` out of the loop: the generation is bumped; in-flight slots come back as their
+  chunks report; workers stay up. The next ``for`` continues the same epoch where it stopped.
+- Exception in a worker: re-raised in main as a subclass of ``WorkerError`` *and* of the
+  original type when possible, with the worker id, record key, index and traceback text
+  (``_worker_errors.py``); workers are shut down (the next iteration starts new ones).
+- Ctrl-C in main (workers ignore SIGINT): ``KeyboardInterrupt`` propagates; workers and the
+  segment are torn down on the way out (generator cleanup, ``with``, or the atexit hook).
+- SIGKILL/segfault/OOM-kill of a worker: its process sentinel wakes main's wait at once;
+  ``WorkerDiedError`` names the worker, pid, signal, the sample it was processing and its
+  in-flight keys. With ``on_worker_death="respawn"`` a new worker takes the dead one's place
+  and gets its unanswered chunks again (rows are rewritten in place, so nothing is lost or
+  duplicated); a sample that was being processed at two deaths raises instead.
+- SIGKILL of main: workers die with it (PR_SET_PDEATHSIG on their parent, plus a 0.5 s
+  watchdog thread on main's pid and start time; a blocked ``recv`` also sees EOF); the segment
+  stays in ``/dev/shm`` until the next loader start (or ``stoker cleanup``) sweeps segments
+  whose owner is dead.
+
+Timeouts. Main waits on pipes and process sentinels with a 0.25 s poll, so a death is seen at
+once and a stall is checked 4 times a second; ``timeout=T`` raises ``LoaderTimeoutError`` when
+the batch being waited for has not arrived T seconds after main started waiting for it, naming
+the keys still in flight per worker. Joins on shutdown are bounded (about 9 s worst case,
+which needs a worker that ignores SIGTERM).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from stoker._core.errors import LoaderError, LoaderTimeoutError
+from stoker._core.specs import ArraySpec
+from stoker.loader import _shm
+from stoker.loader._pool import JOIN_S, WorkerPool
+from stoker.loader._ring import RingLayout
+from stoker.loader._worker import Task, WorkerConfig
+from stoker.loader._worker_errors import rebuild
+from stoker.loader.batch import Batch
+
+if TYPE_CHECKING:
+    from stoker.loader.sources import Source
+    from stoker.pipeline import Pipeline
+
+__all__ = ["Epoch", "RingFeed", "SlotState", "compact", "dims"]
+
+_POLL_S = 0.25
+
+
+class SlotState(Enum):
+    """Who may touch a batch slot (see the NOTE)."""
+
+    FREE = "free"  # nobody: main may dispatch a batch into it
+    WORK = "work"  # its chunks' workers, then (all reported, not yet yielded) main only
+    USER = "user"  # the consumer, until the next batch, or until release() when retained
+
+
+# module-level names for the main loop, which reads them per batch: a global is read faster
+# than a member looked up on the Enum class
+_FREE, _WORK, _USER = SlotState.FREE, SlotState.WORK, SlotState.USER
+
+
+@dataclass(slots=True)
+class Epoch:
+    """One iteration of the loader: what ``_run`` hands ``_dispatch`` and ``_wait``."""
+
+    generation: int  # the iteration's generation (the live one while it runs)
+    epoch: int
+    order: np.ndarray  # the sampler's indices for the epoch
+    widths: np.ndarray | None  # per-batch widths, or None
+    pending: deque[int]  # batch numbers not yet dispatched
+
+
+@dataclass
+class _Inflight:
+    slot: int
+    epoch: int
+    width: int | None
+    rows: int
+    half: int
+    chunks_left: int
+    bad: list = field(default_factory=list)
+    error: tuple[dict, int] | None = None
+
+
+class RingFeed:
+    """The ring-and-workers half of :class:`~stoker.loader.Loader` (its base class): the state
+    below is the loader's, set in its ``__init__``."""
+
+    pipeline: Pipeline
+    batch_size: int
+    workers: int
+    prefetch: int
+    seed: int
+    on_error: str
+    timeout: float | None
+    _label_spec: ArraySpec
+    _pool: WorkerPool
+    _slot_state: list[SlotState]
+    _unreserved: set[int]  # slots not yet posix_fallocate'd
+    _ring_width: int | None
+    _layout: RingLayout | None
+    _inflight: dict[tuple[int, int], _Inflight]
+    _ring_id: int
+    _generation: int
+    _segment: _shm.Segment | None
+    _mem: np.ndarray | None
+
+    if TYPE_CHECKING:
+
+        @property
+        def source(self) -> Source: ...
+
+        @property
+        def slots(self) -> int: ...
+
+        def _batch_plan(
+            self, ep: Epoch, number: int
+        ) -> tuple[np.ndarray, int | None, int, int]: ...
+
+        def _account(self, epoch: int, bad: list) -> None: ...
+
+    def _ensure_running(self, max_width: int | None) -> None:
+        if self._layout is not None and max_width is not None:
+            if self._ring_width is None or max_width > self._ring_width:
+                self._teardown()  # a wider epoch than the ring was made for: rebuild it
+        if self._layout is None:
+            slots = self.slots
+            layout = RingLayout(
+                pipeline=self.pipeline,
+                rows=self.batch_size,
+                max_width=max_width,
+                label_shape=dims(self._label_spec),
+                label_dtype=self._label_spec.dtype,
+                slots=slots,
+                workers=self.workers,
+            )
+            _shm.preflight(layout.total_bytes, slots=slots, what="batch slots")
+            self.source.share()
+            # Only the control block is reserved before the workers start, and slot 0 while
+            # they boot; every other slot when it is first dispatched (_dispatch), while the
+            # workers make the batches before it, so the first batch does not wait for the
+            # whole ring. Nothing touches an unreserved slot: workers write only the slot a
+            # task names.
+            seg, mapping = _shm.create_segment(layout.total_bytes, reserved=False)
+            self._segment = seg
+            self._mem = mapping.array()
+            self._layout = layout
+            self._ring_width = max_width
+            self._slot_state = [_FREE] * slots
+            self._unreserved = set(range(slots))
+            self._ring_id += 1
+            try:
+                _shm.reserve(seg, 0, layout.control_bytes)
+                control = layout.control(self._mem)
+                control[0] = self._generation
+                control[1:] = -1
+                self._start_workers()  # none run without a ring (_teardown stops them first)
+                self._reserve_slot(0)
+            except BaseException:
+                self._teardown()
+                raise
+        elif not self._pool.handles:
+            self._start_workers()
+
+    def _start_workers(self) -> None:
+        if self._layout is None or self._segment is None or self._mem is None:
+            raise LoaderError("the batch ring is not allocated")
+        me = os.getpid()
+        config = WorkerConfig(
+            worker_id=0,  # each worker's own id is set by the pool
+            source=self.source,
+            pipeline=self.pipeline,
+            seed=self.seed,
+            layout=self._layout,
+            segment=self._segment,
+            on_error=self.on_error,
+            main_pid=me,
+            main_start=_shm.process_start_time(me),
+        )
+        try:
+            self._pool.start(config, self._layout.control(self._mem), self.workers)
+        except BaseException as e:
+            started = len(self._pool.handles)
+            self._teardown_workers(grace=0.2)
+            if isinstance(e, OSError) and e.errno == errno.EMFILE:
+                import resource
+
+                soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+                raise LoaderError(
+                    f"cannot start loader worker {started} of {self.workers}: too many open "
+                    f"files (the limit, ulimit -n, is {soft}); raise it or use fewer workers"
+                ) from e
+            raise
+
+    def _set_generation(self) -> None:
+        if self._mem is not None and self._layout is not None:
+            self._layout.control(self._mem)[0] = self._generation
+
+    def _cancel(self) -> None:
+        """Abandon the live iteration: workers stop their chunks at the next sample."""
+        self._generation += 1
+        self._set_generation()
+        for key, info in list(self._inflight.items()):
+            if info.chunks_left == 0:  # finished but never delivered: free now
+                self._slot_state[info.slot] = _FREE
+                del self._inflight[key]
+
+    def _free_slot(self, slot: tuple[int, int]) -> None:
+        ring, s = slot
+        if ring == self._ring_id and s < len(self._slot_state) and self._slot_state[s] is _USER:
+            self._slot_state[s] = _FREE
+
+    def _dispatch(self, ep: Epoch) -> None:
+        """Send chunks of the next pending batches while free slots last and fewer than
+        ``prefetch`` batches are being made. The spare slot is used, and reserved, only while
+        the consumer has a batch retained."""
+        assert self._layout is not None
+        if not self._can_dispatch(ep.pending):
+            return
+        self._take_reports()  # so the queue lengths are current
+        while self._can_dispatch(ep.pending):
+            slot = self._slot_state.index(_FREE)
+            if slot in self._unreserved:
+                self._reserve_slot(slot)
+            number = ep.pending.popleft()
+            bidx, width, half, rows = self._batch_plan(ep, number)
+            per = -(-len(bidx) // len(self._pool.handles)) if len(bidx) else 1  # one per worker
+            chunks = [(r0, bidx[r0 : r0 + per]) for r0 in range(0, len(bidx), per)]
+            self._slot_state[slot] = _WORK
+            info = _Inflight(slot, ep.epoch, width, rows, half, len(chunks))
+            self._inflight[(ep.generation, number)] = info
+            for r0, cidx in chunks:
+                task = Task(ep.generation, number, slot, ep.epoch, width, rows, r0, cidx, half)
+                lost = self._pool.assign((slot, r0), task, self._generation)
+                if lost:
+                    self._answered(lost)
+
+    def _can_dispatch(self, pending: deque) -> bool:
+        """A batch is waiting, a slot is free and fewer than ``prefetch`` are being made."""
+        return bool(
+            pending
+            and self._pool.handles
+            and _FREE in self._slot_state
+            and self._slot_state.count(_WORK) < self.prefetch
+        )
+
+    def _take_reports(self) -> None:
+        """Handle the reports already waiting, without blocking."""
+        for wid, msg in self._pool.reports():
+            self._handle(wid, msg)
+
+    def _reserve_slot(self, slot: int) -> None:
+        """``posix_fallocate`` slot ``slot`` before its first task; a failure (``/dev/shm``
+        filled up since the preflight) stops the workers and removes the segment."""
+        assert self._layout is not None and self._segment is not None
+        try:
+            _shm.reserve(self._segment, self._layout.slot_offset(slot), self._layout.slot_bytes)
+        except BaseException:
+            self._teardown()
+            raise
+        self._unreserved.discard(slot)
+
+    def _wait(self, ep: Epoch, number: int) -> Batch | None:
+        assert self._layout is not None and self._mem is not None
+        started = time.monotonic()
+        key = (ep.generation, number)
+        while True:
+            self._dispatch(ep)
+            info = self._inflight.get(key)
+            if info is None:
+                if _WORK not in self._slot_state:
+                    raise LoaderError(
+                        f"no free batch slot for batch {number}: all {len(self._slot_state)} "
+                        "slots are held; call release() on retained batches"
+                    )
+                self._pump(_POLL_S)
+                continue
+            if info.error is not None:
+                err, wid = info.error
+                raise rebuild(err, wid)
+            if info.chunks_left == 0:
+                break
+            if self.timeout is not None and time.monotonic() - started > self.timeout:
+                raise LoaderTimeoutError(
+                    f"no batch in {self.timeout:g} s (waiting for batch {number} of epoch "
+                    f"{ep.epoch}); in flight: {self._pool.in_flight()}"
+                )
+            self._pump(_POLL_S)
+        del self._inflight[key]
+        views = compact(
+            self._layout.views(self._mem, info.slot, info.width, info.rows), info.bad, info.half
+        )
+        try:
+            self._account(ep.epoch, info.bad)
+        except BaseException:
+            self._slot_state[info.slot] = _FREE
+            raise
+        if len(views[0]) == 0:
+            self._slot_state[info.slot] = _FREE
+            return None
+        self._slot_state[info.slot] = _USER
+        return Batch(
+            *views, epoch=ep.epoch, number=number, owner=self, slot=(self._ring_id, info.slot)
+        )
+
+    def _pump(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for worker reports or deaths and handle them."""
+        reports, lost = self._pool.wait(timeout, self._generation)
+        for wid, msg in reports:
+            self._handle(wid, msg)
+        if lost:
+            self._answered(lost)
+
+    def _handle(self, wid: int, msg: tuple) -> None:
+        status, gen, number, _row0, payload, _seconds = msg
+        info = self._inflight.get((gen, number))
+        if info is None:
+            return
+        info.chunks_left -= 1
+        if status == "cancelled" and gen == self._generation:
+            raise LoaderError(f"worker {wid} dropped batch {number} of the live iteration")
+        if status == "error" and info.error is None:
+            info.error = (payload, wid)
+        elif status == "done" and payload:
+            info.bad.extend(payload)
+        if gen != self._generation and info.chunks_left == 0:
+            # abandoned iteration: the slot is free once every chunk has reported
+            self._slot_state[info.slot] = _FREE
+            del self._inflight[(gen, number)]
+
+    def _answered(self, tasks: tuple[Task, ...] | list[Task]) -> None:
+        """Count tasks of abandoned iterations that a dead worker left behind as answered."""
+        for t in tasks:
+            info = self._inflight.get((t.generation, t.number))
+            if info is not None:
+                info.chunks_left -= 1
+                if info.chunks_left == 0:
+                    self._slot_state[info.slot] = _FREE
+                    del self._inflight[(t.generation, t.number)]
+
+    def _teardown_workers(self, grace: float = JOIN_S) -> None:
+        """Stop the workers (the NOTE's shutdown order); their slots are free again."""
+        if not self._pool.handles:
+            return
+        self._generation += 1
+        with contextlib.suppress(Exception):
+            self._set_generation()
+        self._pool.stop(grace)
+        self._inflight.clear()
+        # slots owned by workers are free again; the consumer's and retained ones stay out
+        self._slot_state = [_FREE if s is _WORK else s for s in self._slot_state]
+
+    def _teardown(self) -> None:
+        self._teardown_workers()
+        seg, self._segment = self._segment, None
+        if seg is not None:
+            seg.unlink()
+        self._mem = None
+        self._layout = None
+        self._ring_width = None
+        self._slot_state = []
+        self._unreserved = set()
+
+
+def dims(spec: ArraySpec) -> tuple[int, ...]:
+    return tuple(int(d) for d in spec.shape if d is not None)
+
+
+def compact(
+    views: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], bad: list, half: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Drop the rows of skipped samples, keeping order (and the pair_with halves aligned)."""
+    if not bad:
+        return views
+    bad_rows = {row for row, *_ in bad}
+    good = [r for r in range(len(views[0]) - half) if r not in bad_rows]
+    order = good + [r + half for r in good] if half else good
+    k = len(order)
+    out = []
+    for v in views:
+        v[:k] = v[order]
+        out.append(v[:k])
+    return out[0], out[1], out[2], out[3]

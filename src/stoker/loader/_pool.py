@@ -1,0 +1,414 @@
+"""The worker processes of a loader: start them, hand them tasks, watch them, replace and stop
+them.
+
+The pool knows processes, pipes and the tasks each worker has not answered yet. What a task
+means for the batch ring (its slot, the batch's other chunks) is the loader's business: the
+pool gives it the workers' reports, and the tasks a dead worker leaves behind that belong to
+an abandoned iteration. The protocol is the NOTE in ``_feed.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import multiprocessing
+import select
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import numpy as np
+
+from stoker._core.errors import WorkerDiedError
+from stoker.loader._process import worker_process
+from stoker.loader._worker import Task, WorkerConfig, worker_main
+
+__all__ = ["WorkerHandle", "WorkerPool", "mp_context", "signal_name", "warm_up"]
+
+log = logging.getLogger("stoker.loader")
+
+JOIN_S = 2.0
+_PRELOAD = [
+    "numpy",
+    "numpy.random",
+    "simplejpeg",
+    "cv2",
+    "stoker.formats.recordio",
+    "stoker.loader._worker",
+    "stoker.transforms",
+]
+_NOTHING: tuple[Task, ...] = ()
+
+
+def mp_context() -> multiprocessing.context.BaseContext:
+    """forkserver (safe with threads in main, fast to start once warm) where available."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(_PRELOAD)
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+def warm_up() -> None:
+    """Start the worker server now (it lives as long as this process), so that the first
+    ``Loader`` with workers starts without paying for it. Optional."""
+    ctx = mp_context()
+    if ctx.get_start_method() == "forkserver":
+        import multiprocessing.forkserver
+
+        multiprocessing.forkserver.ensure_running()
+
+
+def _start(proc: Any) -> None:
+    """``proc.start()``; if the fork server died (killed, or a failed handshake took it down),
+    start a fresh one and try once more."""
+    try:
+        proc.start()
+    except (ConnectionRefusedError, FileNotFoundError, EOFError):
+        import multiprocessing.forkserver as fs
+
+        stop = getattr(fs._forkserver, "_stop", None)
+        if stop is None:
+            raise
+        stop()
+        proc.start()
+
+
+def signal_name(exitcode: int | None) -> str:
+    """How a worker ended, for a message: 'was killed by SIGKILL (...)', 'exited with code 3'."""
+    if exitcode is None:
+        return "is unresponsive"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        extra = ""
+        if -exitcode == signal.SIGKILL:
+            extra = " (the kernel's OOM killer does this when memory runs out: try fewer workers, a smaller prefetch or batch_size)"
+        return f"was killed by {name}{extra}"
+    return (
+        f"exited with code {exitcode} (its traceback, if any, is on stderr; a script that "
+        'starts loader workers needs an `if __name__ == "__main__":` guard)'
+    )
+
+
+@dataclass
+class WorkerHandle:
+    wid: int
+    proc: Any
+    conn: Any
+    tasks: deque = field(default_factory=deque)  # Tasks sent and not yet answered, in order
+    queued: int = 0  # samples in those tasks
+    per_sample: float = 0.0  # seconds a sample takes this worker, lately (0: not known yet)
+    wrote: set = field(default_factory=set)  # (slot, first row) of the chunks sent to it
+
+    def push(self, task: Task) -> None:
+        self.tasks.append(task)
+        self.queued += len(task.indices)
+
+    def pop(self, seconds: float | None = None) -> None:
+        """The oldest task was answered; ``seconds``: how long the worker spent on it."""
+        if not self.tasks:
+            return
+        n = len(self.tasks.popleft().indices)
+        self.queued -= n
+        if seconds is not None and n:
+            s = seconds / n
+            self.per_sample = s if not self.per_sample else 0.7 * self.per_sample + 0.3 * s
+
+
+class WorkerPool:
+    """The worker processes of one loader (none until :meth:`start`, none after :meth:`stop`).
+
+    ``on_death``: ``"raise"`` (``WorkerDiedError``) or ``"respawn"`` (a new worker takes the
+    dead one's place and gets its unanswered tasks of the live iteration again).
+    """
+
+    def __init__(self, on_death: str) -> None:
+        self.on_death = on_death
+        self.handles: list[WorkerHandle] = []
+        self.respawns = 0
+        self._deaths: dict[int, int] = {}  # global index -> worker deaths while processing it
+        self._config: WorkerConfig | None = None  # worker_id replaced per worker
+        self._control: np.ndarray | None = None  # the ring's control block (RingLayout.control)
+        self._poller: Any = None  # select.poll over the workers' pipes and sentinels
+        self._fds: dict[int, tuple[bool, WorkerHandle]] = {}  # fd -> (is its pipe, worker)
+        self._chunk_counter = 0
+
+    # ------------------------------------------------------------------ life
+    def start(self, config: WorkerConfig, control: np.ndarray, count: int) -> None:
+        """Start ``count`` workers of ``config``. On a failure the workers already started
+        stay in ``handles`` (for :meth:`stop`) and the error propagates."""
+        self._config, self._control = config, control
+        self._poller = None
+        for wid in range(count):
+            self.handles.append(self._spawn(wid))
+        self._poller = None
+
+    def _spawn(self, wid: int) -> WorkerHandle:
+        """Start worker ``wid`` (its config is pickled once; the ring is already allocated)."""
+        assert self._config is not None
+        cfg = dataclasses.replace(self._config, worker_id=wid)
+        ctx = mp_context()
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        proc = worker_process(
+            ctx,
+            target=worker_main,
+            args=(cfg, child_conn),
+            name=f"stoker-worker-{wid}",
+            data=(cfg,),
+        )
+        try:
+            _start(proc)
+        except BaseException:
+            parent_conn.close()
+            raise
+        finally:
+            child_conn.close()
+        return WorkerHandle(wid, proc, parent_conn)
+
+    def pids(self) -> list[int]:
+        return [w.proc.pid for w in self.handles if w.proc.pid is not None]
+
+    def stop(self, grace: float = JOIN_S) -> None:
+        """``None`` to each worker, join up to ``grace`` s, SIGTERM, join, SIGKILL, join; close
+        the pipes. The caller bumps the generation first, so workers drop their chunks."""
+        workers, self.handles = self.handles, []
+        self._poller = None
+        self._control = None
+        for w in workers:
+            with contextlib.suppress(Exception):
+                w.conn.send(None)
+        deadline = time.monotonic() + grace
+        for w in workers:
+            w.proc.join(max(0.0, deadline - time.monotonic()))
+        for w in workers:
+            if w.proc.is_alive():
+                with contextlib.suppress(Exception):
+                    w.proc.terminate()
+        deadline = time.monotonic() + JOIN_S
+        for w in workers:
+            w.proc.join(max(0.0, deadline - time.monotonic()))
+        for w in workers:
+            if w.proc.is_alive():
+                with contextlib.suppress(Exception):
+                    w.proc.kill()
+                w.proc.join(5 * JOIN_S)  # SIGKILL cannot be ignored: only reaping is left
+        for w in workers:
+            with contextlib.suppress(Exception):
+                w.conn.close()
+            if w.proc.exitcode is not None:
+                with contextlib.suppress(Exception):
+                    w.proc.close()  # releases the sentinel fd
+
+    # ------------------------------------------------------------------ tasks
+    def assign(self, rows: tuple[int, int], task: Task, generation: int) -> tuple[Task, ...]:
+        """Send ``task`` (rows ``(slot, first row)``) to the worker that will be free first.
+        Returns the abandoned tasks of a worker found dead on the way (see :meth:`wait`)."""
+        w = self._least_loaded(rows, len(task.indices))
+        w.wrote.add(rows)
+        w.push(task)
+        try:
+            w.conn.send(task)
+        except (BrokenPipeError, OSError):
+            # the worker died since the last wait; the task is already in its queue
+            return self._lost(w, generation)
+        return _NOTHING
+
+    def _least_loaded(self, rows: tuple[int, int], n: int) -> WorkerHandle:
+        """The worker that will be free first: samples queued times its recent seconds per
+        sample (ties, as at the start: in turn). A worker that falls behind (preempted by other
+        processes, slower images) gets fewer new chunks instead of holding back every batch
+        while the others wait for a free slot.
+
+        Within half a chunk of the first to be free, a worker that has written these ``rows``
+        before is preferred: a process maps a page of the ring on its first write there, so
+        chunks that changed hands at every tie would have every worker map the whole ring."""
+        ws = self.handles
+        nw = len(ws)
+        start = self._chunk_counter % nw
+        self._chunk_counter += 1
+        known = [w.per_sample for w in ws if w.per_sample]
+        default = sum(known) / len(known) if known else 1.0  # a new worker: as the others
+
+        def cost(w: WorkerHandle) -> float:
+            return w.queued * (w.per_sample or default)
+
+        # a stable sort of the workers in turn: equal costs keep their turn order
+        ranked = sorted((ws[(start + j) % nw] for j in range(nw)), key=cost)
+        best = ranked[0]
+        if rows not in best.wrote:
+            limit = cost(best) + 0.5 * n * default
+            for w in ranked[1:]:
+                if cost(w) > limit:
+                    break
+                if rows in w.wrote:
+                    return w
+        return best
+
+    # ------------------------------------------------------------------ reports
+    def _poll(self, timeout: float) -> list[tuple[bool, WorkerHandle]]:
+        """``(is the pipe, worker)`` for each worker pipe with a message (or EOF) and each
+        worker sentinel that fired, waiting up to ``timeout`` s. One ``poll`` object for the
+        life of a worker set: a selector built per wait costs more than the rest of a batch's
+        bookkeeping."""
+        if self._poller is None:
+            self._poller = select.poll()
+            self._fds = {}
+            for w in self.handles:
+                for is_conn, fd in ((True, w.conn.fileno()), (False, w.proc.sentinel)):
+                    self._poller.register(fd, select.POLLIN)
+                    self._fds[fd] = (is_conn, w)
+        try:
+            events = self._poller.poll(max(0, int(timeout * 1000)))
+        except InterruptedError:  # pragma: no cover - retried by Python since PEP 475
+            return []
+        return [self._fds[fd] for fd, _ev in events if fd in self._fds]
+
+    @staticmethod
+    def _receive(w: WorkerHandle) -> tuple | None:
+        """One report from ``w``'s ready pipe (its task leaves ``w``'s queue); None when the
+        pipe is closed (the worker is gone)."""
+        try:
+            msg = w.conn.recv()
+        except (EOFError, OSError):
+            return None
+        w.pop(msg[5] if msg[0] == "done" else None)
+        return msg
+
+    def reports(self) -> list[tuple[int, tuple]]:
+        """The reports already waiting, as ``(worker id, report)``, without blocking (a dead
+        worker is left for :meth:`wait`, which also watches the process sentinels)."""
+        out: list[tuple[int, tuple]] = []
+        while True:
+            took = False
+            for is_conn, w in self._poll(0):
+                if is_conn:
+                    msg = self._receive(w)
+                    if msg is not None:
+                        out.append((w.wid, msg))
+                        took = True
+            if not took:
+                return out
+
+    def wait(self, timeout: float, generation: int) -> tuple[list[tuple[int, tuple]], list[Task]]:
+        """Wait up to ``timeout`` s for reports or deaths: the reports (one per ready pipe: a
+        pipe with more is ready again at once), and the tasks that dead workers leave behind
+        from iterations older than ``generation`` (to count as answered). A dead worker is
+        replaced (``respawn``) or reported as ``WorkerDiedError``."""
+        reports: list[tuple[int, tuple]] = []
+        dead: list[WorkerHandle] = []
+        for is_conn, w in self._poll(timeout):
+            msg = self._receive(w) if is_conn else None
+            if msg is not None:
+                reports.append((w.wid, msg))
+            elif w not in dead:
+                dead.append(w)
+        lost: list[Task] = []
+        for w in dead:
+            with contextlib.suppress(EOFError, OSError):
+                while w.conn.poll():
+                    msg = w.conn.recv()
+                    w.pop(msg[5] if msg[0] == "done" else None)
+                    reports.append((w.wid, msg))
+            lost.extend(self._lost(w, generation))
+        return reports, lost
+
+    # ------------------------------------------------------------------ deaths
+    def _lost(self, w: WorkerHandle, generation: int) -> tuple[Task, ...]:
+        if self.on_death == "respawn":
+            return self._respawn(w, generation)
+        self.raise_dead(w)
+
+    def _respawn(self, w: WorkerHandle, generation: int) -> tuple[Task, ...]:
+        """Replace dead worker ``w`` and re-send its unanswered tasks of ``generation``; return
+        the others. A sample that was being processed at two deaths is poison: that is reported
+        as WorkerDiedError instead."""
+        w.proc.join(0.5)
+        code = w.proc.exitcode
+        culprit = self._in_progress(w)
+        if culprit is not None:
+            self._deaths[culprit] = self._deaths.get(culprit, 0) + 1
+            if self._deaths[culprit] >= 2:
+                self.raise_dead(w, prefix="again ")
+        keys = self._keys_of(w)
+        tasks = list(w.tasks)
+        with contextlib.suppress(Exception):
+            w.conn.close()
+        if code is not None:
+            with contextlib.suppress(Exception):
+                w.proc.close()
+        if self._control is not None:
+            self._control[1 + w.wid] = -1
+        new = self._spawn(w.wid)
+        self.handles[self.handles.index(w)] = new
+        self._poller = None
+        self.respawns += 1
+        log.warning(
+            "worker %d %s while processing %s (keys in flight %s); started a new one (%d so far)",
+            w.wid,
+            signal_name(code),
+            "nothing" if culprit is None else f"position {culprit}",
+            keys,
+            self.respawns,
+        )
+        lost = []
+        for t in tasks:
+            if t.generation == generation:
+                new.push(t)
+                new.conn.send(t)
+            else:
+                lost.append(t)
+        return tuple(lost)
+
+    def _in_progress(self, w: WorkerHandle) -> int | None:
+        """The global index worker ``w`` was processing (from the control block), if any."""
+        if self._control is None:
+            return None
+        gi = int(self._control[1 + w.wid])
+        return gi if gi >= 0 and w.tasks else None
+
+    def raise_dead(self, w: WorkerHandle, prefix: str = "") -> NoReturn:
+        """Raise ``WorkerDiedError`` naming ``w``, how it ended, its sample and its keys."""
+        w.proc.join(0.5)
+        code = w.proc.exitcode
+        culprit = self._in_progress(w)
+        what = ""
+        if culprit is not None and self._config is not None:
+            try:
+                what = f"{self._config.source.describe(culprit)}; "
+            except Exception:  # noqa: BLE001
+                what = f"position {culprit}; "
+        raise WorkerDiedError(
+            f"worker {w.wid} (pid {w.proc.pid}) {signal_name(code)} {prefix}while processing "
+            f"{what}its keys in flight: {self._keys_of(w)}"
+        )
+
+    def _keys_of(self, w: WorkerHandle, limit: int = 16) -> list:
+        out: list = []
+        if self._config is None:
+            return out
+        key = self._config.source.key
+        for task in w.tasks:
+            for gi in task.indices.tolist():
+                if len(out) >= limit:
+                    out.append("...")
+                    return out
+                try:
+                    out.append(key(gi))
+                except Exception:  # noqa: BLE001
+                    out.append(f"position {gi}")
+        return out
+
+    def in_flight(self) -> str:
+        """The keys each worker has in flight, for a timeout's message."""
+        parts = [
+            f"worker {w.wid} (pid {w.proc.pid}): keys {self._keys_of(w)}"
+            for w in self.handles
+            if w.tasks
+        ]
+        return "; ".join(parts) or "nothing"

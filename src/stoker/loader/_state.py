@@ -1,0 +1,115 @@
+"""The loader's ``state_dict``: its fields, and the one check of a state read back.
+
+A state is small JSON: ``{version, dataset (the source's fingerprint), sampler (the sampler's
+fingerprint), seed, batch_size, pair, epoch, batch (the next one), bad: {epoch, total}}``.
+:meth:`LoaderState.from_dict` refuses anything else (wrong type: ``TypeError``; out of range,
+unknown or missing fields, over 1 MiB: ``ValueError``; another version:
+``IncompatibleStateError``), naming the field. Whether a state fits a given loader (same
+dataset, seed, batch size, sampler) is the loader's check.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from typing import Any
+
+from stoker._core.checks import check_int, check_seed
+from stoker._core.errors import IncompatibleStateError
+
+__all__ = ["STATE_VERSION", "LoaderState", "check_batch_size"]
+
+STATE_VERSION = 1
+MAX_BATCH_SIZE = 1 << 24
+MAX_COUNTER = 1 << 53  # epochs and skip counters
+_MAX_BATCH = 1 << 40
+_MAX_VERSION = 1 << 31
+_MAX_STATE_BYTES = 1 << 20
+
+
+def check_batch_size(value: object) -> int:
+    """A batch size: an int in ``[1, 2**24]``."""
+    return check_int("batch_size", value, minimum=1, maximum=MAX_BATCH_SIZE)
+
+
+@dataclass(frozen=True)
+class LoaderState:
+    """A loader's position and what it must match to resume."""
+
+    dataset: dict
+    sampler: dict
+    seed: int
+    batch_size: int
+    pair: bool
+    epoch: int
+    batch: int
+    bad_epoch: int
+    bad_total: int
+    version: int = STATE_VERSION
+
+    def to_dict(self) -> dict:
+        return {
+            "version": self.version,
+            "dataset": self.dataset,
+            "sampler": self.sampler,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "pair": self.pair,
+            "epoch": self.epoch,
+            "batch": self.batch,
+            "bad": {"epoch": self.bad_epoch, "total": self.bad_total},
+        }
+
+    @classmethod
+    def from_dict(cls, state: object) -> LoaderState:
+        """The state in ``state``, checked field by field (see the module docstring)."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict, got {type(state).__name__}")
+        try:
+            size = len(json.dumps(state))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"state must be JSON-safe: {e}") from e
+        if size > _MAX_STATE_BYTES:
+            raise ValueError(f"state is {size} bytes of JSON; a loader state is under 1 MiB")
+        extra = sorted(set(state) - _FIELDS)
+        if extra:
+            raise ValueError(f"state has unknown fields {extra}")
+        missing = sorted(_FIELDS - set(state))
+        if missing:
+            raise ValueError(f"state lacks fields {missing}")
+        version = check_int("version", state["version"], minimum=0, maximum=_MAX_VERSION)
+        if version != STATE_VERSION:
+            raise IncompatibleStateError(
+                f"version: state has version {version}, this stoker reads version {STATE_VERSION}"
+            )
+        seed = check_seed(state["seed"])
+        epoch = check_int("epoch", state["epoch"], minimum=0, maximum=MAX_COUNTER)
+        batch = check_int("batch", state["batch"], minimum=0, maximum=_MAX_BATCH)
+        batch_size = check_batch_size(state["batch_size"])
+        bad = state["bad"]
+        if not isinstance(bad, dict) or set(bad) != {"epoch", "total"}:
+            raise ValueError("bad must be a dict with the fields 'epoch' and 'total'")
+        bad_epoch = check_int("bad.epoch", bad["epoch"], minimum=0, maximum=MAX_COUNTER)
+        bad_total = check_int("bad.total", bad["total"], minimum=0, maximum=MAX_COUNTER)
+        if not isinstance(state["pair"], bool):
+            raise TypeError(f"pair must be a bool, got {type(state['pair']).__name__}")
+        for name in ("dataset", "sampler"):
+            if not isinstance(state[name], dict):
+                raise TypeError(f"{name} must be a dict, got {type(state[name]).__name__}")
+        return cls(
+            dataset=state["dataset"],
+            sampler=state["sampler"],
+            seed=seed,
+            batch_size=batch_size,
+            pair=state["pair"],
+            epoch=epoch,
+            batch=batch,
+            bad_epoch=bad_epoch,
+            bad_total=bad_total,
+            version=version,
+        )
+
+
+# the top-level keys of a state: those to_dict writes
+_BLANK: dict[str, Any] = dict.fromkeys(f.name for f in fields(LoaderState))
+_FIELDS = frozenset(LoaderState(**_BLANK).to_dict())

@@ -1,0 +1,471 @@
+"""The loader: batches of a source, decoded and augmented by worker processes into a
+shared-memory batch ring.
+
+This module is the loader's face: its options, its position in the data (epochs, resuming),
+the iteration, and the ``workers=0`` path. The ring and the workers are its base class
+:class:`~stoker.loader._feed.RingFeed`, whose module holds the protocol NOTE.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import weakref
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from stoker._core.checks import check_choice, check_int, check_seed
+from stoker._core.errors import (
+    IncompatibleStateError,
+    LoaderError,
+    SpecError,
+    TooManyBadSamplesError,
+)
+from stoker._core.seeding import fresh_seed
+from stoker._core.specs import ArraySpec
+from stoker._core.system import dist_rank, usable_cores
+from stoker.loader import _shm
+from stoker.loader._feed import Epoch, RingFeed, compact, dims
+from stoker.loader._pool import WorkerPool, mp_context, warm_up
+from stoker.loader._state import MAX_COUNTER, LoaderState, check_batch_size
+from stoker.loader._worker import Task, fill_chunk
+from stoker.loader._worker_errors import rebuild
+from stoker.loader.batch import Batch
+from stoker.loader.sources import Source, as_source
+from stoker.pipeline import DecodeOptions, Pipeline
+from stoker.sampling import EpochOrder, Sampler
+
+__all__ = ["Loader", "warm_up"]
+
+log = logging.getLogger("stoker.loader")
+
+_MAX_REJECTS_KEPT = 10_000
+
+_live: weakref.WeakSet[Loader] = weakref.WeakSet()
+
+
+def _close_all() -> None:
+    for loader in list(_live):
+        with contextlib.suppress(Exception):
+            loader.close()
+    _shm.unlink_owned()
+
+
+atexit.register(_close_all)
+
+
+class Loader(RingFeed):
+    """Batches from ``source``, decoded and augmented by worker processes into shared memory.
+
+    See ``docs/loader.md`` for the knobs and the NOTE in ``_feed.py`` for the protocol.
+
+    ``start_method``: the ``multiprocessing`` start method of the workers (``"forkserver"``
+    where available, else ``"spawn"``); ``None`` when ``workers=0``.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        batch_size: int,
+        transforms: Any = None,
+        pair_with: Any = None,
+        sampler: Sampler | None = None,
+        shuffle: bool = False,
+        seed: int | None = None,
+        drop_last: bool = False,
+        workers: int | None = None,
+        prefetch: int = 2,
+        timeout: float | None = None,
+        on_error: str = "raise",
+        max_bad_fraction: float = 0.001,
+        layout: str = "NHWC",
+        rank: int | None = None,
+        world_size: int | None = None,
+        decode: DecodeOptions | None = None,
+        on_worker_death: str = "raise",
+    ) -> None:
+        self._closed = True  # until construction succeeded
+        self._owner_pid = os.getpid()
+        self._pool = WorkerPool(on_worker_death)
+        self._slot_state = []
+        self._unreserved = set()
+        self._ring_width = None
+        self._layout = None
+        self._inflight = {}
+        self._ring_id = 0
+        self._generation = 0
+        self._segment = None
+        self._mem = None
+        self._source: Source | None = None
+        self._owns_source = False
+        self.batch_size = check_batch_size(batch_size)
+        if pair_with is not None and self.batch_size % 2:
+            raise ValueError(f"with pair_with, batch_size must be even, got {self.batch_size}")
+        self.workers = check_int(
+            "workers",
+            min(8, usable_cores()) if workers is None else workers,
+            minimum=0,
+            maximum=1024,
+        )
+        self.prefetch = check_int("prefetch", prefetch, minimum=1, maximum=1024)
+        self.timeout = _check_timeout(timeout)
+        self.on_worker_death = check_choice(
+            "on_worker_death", on_worker_death, ("raise", "respawn")
+        )
+        self.on_error = check_choice("on_error", on_error, ("raise", "skip"))
+        self.max_bad_fraction = _check_fraction(max_bad_fraction)
+        if sampler is not None and not isinstance(sampler, Sampler):
+            raise TypeError(
+                f"sampler must be a stoker.sampling.Sampler, got {type(sampler).__name__}"
+            )
+        self.drop_last = bool(drop_last)
+        self.start_method: str | None = mp_context().get_start_method() if self.workers else None
+
+        _shm.cleanup_stale()
+        src, owned = as_source(source)
+        self._source, self._owns_source = src, owned
+        try:
+            self.pipeline = Pipeline(
+                src.sample_spec,
+                transforms=transforms,
+                pair_with=pair_with,
+                layout=layout,
+                decode=decode or DecodeOptions(),
+                variable_width=sampler is not None and sampler.variable_width,
+            )
+            self._seed_given = seed is not None
+            self.seed = fresh_seed() if seed is None else check_seed(seed)
+            self._own_sampler = sampler is None
+            self._sampler_args: dict[str, Any] = {}
+            if sampler is None:
+                sampler = self._default_sampler(src, shuffle, rank, world_size)
+            self.sampler: Sampler = sampler
+            self._label_spec = src.label_spec
+        except BaseException:
+            if owned:
+                src.close()
+            raise
+        self._per_batch = self.batch_size // 2 if pair_with is not None else self.batch_size
+        self._epoch = 0
+        self._next = 0
+        self._bad_epoch = 0
+        self._bad_total = 0
+        self.rejects: list[dict] = []
+        self._warned = 0
+        self._closed = False
+        _live.add(self)
+        if self.workers:
+            warm_up()  # the worker server boots while the caller builds its model
+
+    def _default_sampler(
+        self, src: Source, shuffle: bool, rank: int | None, world_size: int | None
+    ) -> Sampler:
+        """``EpochOrder`` over ``src``; rank and world size looked up when not given."""
+        if rank is None or world_size is None:
+            r, w = dist_rank()
+            rank = r if rank is None else rank
+            world_size = w if world_size is None else world_size
+        self._sampler_args = dict(
+            shuffle=bool(shuffle), rank=rank, world_size=world_size, drop_last=self.drop_last
+        )
+        return EpochOrder(len(src), seed=self.seed, **self._sampler_args)
+
+    # ------------------------------------------------------------------ public
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        per = self._per_batch
+        return n // per if self.drop_last else -(-n // per)
+
+    @property
+    def slots(self) -> int:
+        """Batch slots in the ring: ``prefetch`` being made, one the consumer holds, one spare
+        for a retained batch."""
+        return self.prefetch + 2
+
+    @property
+    def output_spec(self) -> ArraySpec:
+        """One batch row, layout applied (``None`` width when the sampler sets it per batch)."""
+        if self.pipeline.sample_spec.shape[1] is None:
+            shape: list[int | None] = list(self.pipeline.row_shape(1))
+            shape[-1 if self.pipeline.layout == "NCHW" else 1] = None
+            return ArraySpec(tuple(shape), self.pipeline.dtype)
+        return self.pipeline.output_spec()
+
+    @property
+    def source(self) -> Source:
+        if self._source is None:
+            raise LoaderError("this loader has no source")
+        return self._source
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration delivers (or is delivering)."""
+        self._normalise_position()
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its first batch at the next iteration."""
+        self._epoch = check_int("epoch", epoch, minimum=0, maximum=MAX_COUNTER)
+        self._next = 0
+        self._bad_epoch = 0
+        self._cancel()
+
+    @property
+    def stats(self) -> dict:
+        return {
+            "bad_samples": self._bad_total,
+            "bad_samples_this_epoch": self._bad_epoch,
+            "rejects": len(self.rejects),
+            "respawns": self._pool.respawns,
+        }
+
+    def __iter__(self):
+        if self._closed:
+            raise LoaderError("this loader is closed")
+        return self._run()
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the running workers (empty before the first batch and after close).
+
+        Each worker prints its Python stack on stderr when sent SIGUSR1 and then carries on:
+        ``stoker.watch``'s stall watchdog uses this to show where a stuck worker is.
+        """
+        return self._pool.pids()
+
+    def close(self) -> None:
+        """Stop the workers, remove the shared memory; idempotent."""
+        if os.getpid() != getattr(self, "_owner_pid", os.getpid()):
+            return  # a forked copy of this object owns nothing
+        self._closed = True
+        if hasattr(self, "_slot_state"):
+            self._teardown()
+        if getattr(self, "_owns_source", False) and self._source is not None:
+            self._owns_source = False
+            with contextlib.suppress(Exception):
+                self._source.close()
+        _live.discard(self)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """JSON-safe position: resume with ``load_state_dict`` (any worker count)."""
+        self._normalise_position()
+        return LoaderState(
+            dataset=self.source.fingerprint(),
+            sampler=self.sampler.fingerprint(),
+            seed=self.seed,
+            batch_size=self.batch_size,
+            pair=self.pipeline.pair_with is not None,
+            epoch=self._epoch,
+            batch=self._next,
+            bad_epoch=self._bad_epoch,
+            bad_total=self._bad_total,
+        ).to_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state``; refuses a state of another dataset, seed or configuration."""
+        st = LoaderState.from_dict(state)
+        mine = self.source.fingerprint()
+        if st.dataset != mine:
+            raise IncompatibleStateError(
+                f"dataset: the state is for {_describe_fp(st.dataset)}; this loader reads "
+                f"{_describe_fp(mine)}"
+            )
+        if st.batch_size != self.batch_size:
+            raise IncompatibleStateError(
+                f"batch_size: the state was saved with batch_size={st.batch_size}, this loader "
+                f"has {self.batch_size}"
+            )
+        if st.pair != (self.pipeline.pair_with is not None):
+            raise IncompatibleStateError("pair: the state and this loader differ in pair_with")
+        if st.seed != self.seed and self._seed_given:
+            raise IncompatibleStateError(
+                f"seed: the state was saved with seed={st.seed}, this loader has seed={self.seed}"
+            )
+        sampler = self.sampler
+        if self._own_sampler and st.seed != self.seed:
+            sampler = EpochOrder(len(self.source), seed=st.seed, **self._sampler_args)
+        if st.sampler != sampler.fingerprint():
+            raise IncompatibleStateError(
+                f"sampler: the state was saved with {st.sampler}, this loader has "
+                f"{sampler.fingerprint()}"
+            )
+        if st.batch > len(self):
+            raise ValueError(f"batch must be in [0, {len(self)}], got {st.batch}")
+        self._cancel()
+        self.seed = st.seed
+        self.sampler = sampler
+        self._epoch, self._next = st.epoch, st.batch
+        self._bad_epoch, self._bad_total = st.bad_epoch, st.bad_total
+
+    # ------------------------------------------------------------------ planning
+    def _normalise_position(self) -> None:
+        if self._next >= len(self) and len(self) > 0:
+            self._epoch += 1
+            self._next = 0
+            self._bad_epoch = 0
+
+    def _plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray | None]:
+        idx = np.asarray(self.sampler.indices(epoch), dtype=np.int64)
+        widths = self.sampler.batch_widths(epoch, self._per_batch)
+        if widths is not None:
+            widths = np.asarray(widths, dtype=np.int64)
+            if len(widths) < len(self) or (len(widths) and widths.min() < 1):
+                raise ValueError(
+                    f"sampler.batch_widths gave {len(widths)} widths (min "
+                    f"{widths.min() if len(widths) else '-'}) for {len(self)} batches"
+                )
+        elif self.pipeline.sample_spec.shape[1] is None:
+            raise SpecError(
+                "the transforms leave the width open but the sampler gives no batch_widths"
+            )
+        return idx, widths
+
+    def _batch_plan(self, ep: Epoch, number: int) -> tuple[np.ndarray, int | None, int, int]:
+        """Batch ``number``'s ``(indices, width, half, rows)``: with ``pair_with`` the paired
+        copies start at row ``half`` (the batch's source samples) and ``rows`` is twice that;
+        otherwise ``half`` is 0 and ``rows`` the source samples."""
+        per = self._per_batch
+        bidx = ep.order[number * per : (number + 1) * per]
+        width = None if ep.widths is None else int(ep.widths[number])
+        half = len(bidx) if self.pipeline.pair_with is not None else 0
+        return bidx, width, half, len(bidx) + half
+
+    # ------------------------------------------------------------------ iteration
+    def _run(self):
+        self._normalise_position()
+        epoch, start = self._epoch, self._next
+        order, widths = self._plan(epoch)
+        if self.workers:
+            self._ensure_running(None if widths is None else int(widths.max(initial=1)))
+        self._cancel()  # a new iteration supersedes any earlier one
+        gen = self._generation
+        nb = len(self)
+        ep = Epoch(gen, epoch, order, widths, deque(range(start, nb)))
+        held: Batch | None = None
+        try:
+            if self.workers == 0:
+                for number in range(start, nb):
+                    batch = self._make_local(ep, number)
+                    if gen != self._generation:
+                        raise LoaderError("this iteration was superseded by a newer one")
+                    self._next = number + 1
+                    if batch is not None:
+                        yield batch
+            else:
+                for number in range(start, nb):
+                    self._dispatch(ep)
+                    batch = self._wait(ep, number)
+                    if gen != self._generation:
+                        raise LoaderError("this iteration was superseded by a newer one")
+                    if held is not None and not held._retained:
+                        held.release()
+                    held = None
+                    self._next = number + 1
+                    if batch is None:
+                        continue
+                    held = batch
+                    yield batch
+                    if gen != self._generation:
+                        raise LoaderError("this iteration was superseded by a newer one")
+            if gen == self._generation:
+                self._epoch, self._next, self._bad_epoch = epoch + 1, 0, 0
+        except GeneratorExit:
+            if gen == self._generation:
+                self._cancel()
+            raise
+        except BaseException:
+            if gen == self._generation and not self._closed:
+                self._teardown_workers(grace=0.2)  # a worker may be hung: do not wait long
+            raise
+        finally:
+            if held is not None and not held._retained:
+                held.release()
+
+    def _account(self, epoch: int, bad: list) -> None:
+        """Count skipped samples of a delivered batch; trip the breaker."""
+        if not bad:
+            return
+        for _row, index, key, reason in bad:
+            self._bad_epoch += 1
+            self._bad_total += 1
+            if len(self.rejects) < _MAX_REJECTS_KEPT:
+                self.rejects.append({"epoch": epoch, "index": index, "key": key, "reason": reason})
+            self._warned += 1
+            w = self._warned
+            if w <= 10 or (w <= 1000 and w % 100 == 0) or w % 10_000 == 0:
+                log.warning(
+                    "skipped sample key %s (position %s): %s [%d skipped so far]",
+                    key,
+                    index,
+                    reason,
+                    w,
+                )
+        ceiling = self.max_bad_fraction * len(self.sampler)
+        if self._bad_epoch > ceiling:
+            last = bad[-1]
+            raise TooManyBadSamplesError(
+                f"{self._bad_epoch} bad samples in epoch {epoch} exceed max_bad_fraction="
+                f"{self.max_bad_fraction} of {len(self.sampler)} samples (last: key {last[2]}: "
+                f"{last[3]}); see loader.rejects"
+            )
+
+    def _make_local(self, ep: Epoch, number: int) -> Batch | None:
+        """workers=0: build batch ``number`` in this process, into fresh arrays."""
+        bidx, width, half, rows = self._batch_plan(ep, number)
+        images = np.empty((rows, *self.pipeline.row_shape(width)), dtype=self.pipeline.dtype)
+        labels = np.empty((rows, *dims(self._label_spec)), dtype=self._label_spec.dtype)
+        keys = np.empty(rows, dtype=np.int64)
+        indices = np.empty(rows, dtype=np.int64)
+        task = Task(ep.generation, number, -1, ep.epoch, width, rows, 0, bidx, half)
+        status, payload = fill_chunk(
+            task,
+            source=self.source,
+            pipeline=self.pipeline,
+            seed=self.seed,
+            views=(images, labels, keys, indices),
+            on_error=self.on_error,
+        )
+        if status == "error":
+            raise rebuild(payload, None)
+        views = compact((images, labels, keys, indices), payload, half)
+        self._account(ep.epoch, payload)
+        if len(views[0]) == 0:
+            return None
+        return Batch(*views, epoch=ep.epoch, number=number)
+
+
+def _check_timeout(timeout: object) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds or None, got {timeout}")
+    return timeout
+
+
+def _check_fraction(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"max_bad_fraction must be a number, got {value!r}")
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"max_bad_fraction must be in [0, 1], got {value}")
+    return float(value)
+
+
+def _describe_fp(fp: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in fp.items())
