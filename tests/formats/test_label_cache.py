@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from _recordio_util import face_set
 
 from stoker.formats.recordio import IRHeader, RecordFile, RecordWriter, pack_header
 from stoker.formats.recordio.labelcache import label_cache_path, read_label_cache
@@ -80,10 +81,8 @@ def test_an_insightface_sets_image_labels_are_cached(tmp_path, monkeypatch, head
     # the image records are a run of positions (1..M, or 0..M-1 when face2rec wrote the header
     # last); their labels are kept too, so a loader over MS1M does not read a page per record
     # on every start. Header and identity records carry other label counts and stay out.
-    from test_recordio_insightface import _face_set
-
     rec = str(tmp_path / "faces.rec")
-    _face_set(rec, per_identity=(3, 1, 4), header_last=header_last)
+    face_set(rec, per_identity=(3, 1, 4), header_last=header_last)
     for p in (rec, rec[:-4] + ".idx"):
         os.utime(p, (OLD, OLD))
     want = [0, 0, 0, 1, 2, 2, 2, 2]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import subprocess
@@ -93,25 +94,39 @@ def test_every_magic_bit_flip_is_detected(three):
 
 
 # --------------------------------------------------------------------------- #28 huge length
+@contextlib.contextmanager
+def _traced_peak():
+    """A list that holds the peak of the Python allocations made in the block, once it ends."""
+    peak: list[int] = []
+    tracemalloc.start()
+    try:
+        yield peak
+        peak.append(tracemalloc.get_traced_memory()[1])
+    finally:
+        tracemalloc.stop()
+
+
 def test_huge_length_is_refused_before_allocating(three):
     rec, ps, offs = three
     _patch(rec, offs[1] + 4, struct.pack("<I", 0x1FFFFFFF))  # cflag 0, length 2^29-1
     with RecordFile(rec) as r:
-        tracemalloc.start()
-        try:
+        with _traced_peak() as peak:
             with pytest.raises(CorruptRecordError, match="truncated") as ei:
                 r.read(1)
             with pytest.raises(CorruptRecordError):
                 r.labels()
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-        assert peak < 10 << 20
+        assert peak[0] < 10 << 20
         assert ei.value.key == 1 and ei.value.offset == offs[1]
         assert bytes(r.read(2)) == ps[2]
 
 
 # --------------------------------------------------------------------------- #29 idx lines
+def _write_idx(rec, text):
+    """Replace the ``.idx`` beside ``rec`` with ``text``, line ends as given."""
+    with open(rec[:-4] + ".idx", "w", newline="") as f:
+        f.write(text)
+
+
 BAD_LINES = [
     ("x1\t{o}\n", "key is not a non-negative integer"),
     ("1\t{o}z\n", "offset is not a non-negative integer"),
@@ -156,16 +171,14 @@ def test_malformed_idx_line_names_its_line(three, line, reason):
 )
 def test_tolerated_idx_variants(three, text):
     rec, ps, offs = three
-    with open(rec[:-4] + ".idx", "w", newline="") as f:
-        f.write(text.format(*offs))
+    _write_idx(rec, text.format(*offs))
     with RecordFile(rec) as r:
         assert len(r) == 3 and [bytes(r.read(i)) for i in range(3)] == ps
 
 
 def test_line_numbers_count_blank_lines(three):
     rec, _, offs = three
-    with open(rec[:-4] + ".idx", "w") as f:
-        f.write(f"\n\n0\t{offs[0]}\n\n1\t{offs[1] + 4}\n2\t{offs[2]}\n")
+    _write_idx(rec, f"\n\n0\t{offs[0]}\n\n1\t{offs[1] + 4}\n2\t{offs[2]}\n")
     with RecordFile(rec) as r:
         with pytest.raises(CorruptRecordError) as ei:
             r.read(1)
@@ -176,8 +189,7 @@ def test_line_numbers_count_blank_lines(three):
 # --------------------------------------------------------------------------- #30 mid-record
 def test_mid_record_offset(three):
     rec, ps, offs = three
-    with open(rec[:-4] + ".idx", "w") as f:
-        f.write(f"0\t{offs[0]}\n1\t{offs[1] + 4}\n2\t{offs[2]}\n")
+    _write_idx(rec, f"0\t{offs[0]}\n1\t{offs[1] + 4}\n2\t{offs[2]}\n")
     with RecordFile(rec) as r:
         with pytest.raises(CorruptRecordError) as ei:
             r.read(1)
@@ -203,8 +215,7 @@ def test_offset_into_the_middle_of_a_split_record(tmp_path):
 # --------------------------------------------------------------------------- #31 duplicates
 def test_duplicate_keys_name_both_lines(three):
     rec, _, offs = three
-    with open(rec[:-4] + ".idx", "w") as f:
-        f.write(f"0\t{offs[0]}\n7\t{offs[1]}\n0\t{offs[2]}\n")
+    _write_idx(rec, f"0\t{offs[0]}\n7\t{offs[1]}\n0\t{offs[2]}\n")
     with pytest.raises(IndexFormatError) as ei:
         RecordFile(rec)
     assert ei.value.line == 3 and "duplicate key 0 (also on line 1)" in str(ei.value)
@@ -261,16 +272,12 @@ def test_corrupted_label_count_is_bounded(three):
     rec, ps, offs = three
     _patch(rec, offs[1] + 8, struct.pack("<I", 2**31))
     with RecordFile(rec) as r:
-        tracemalloc.start()
-        try:
+        with _traced_peak() as peak:
             with pytest.raises(CorruptRecordError) as ei:
                 r.read_header(1)
             with pytest.raises(CorruptRecordError):
                 r.labels()
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-        assert peak < 10 << 20
+        assert peak[0] < 10 << 20
         assert "flag 2147483648" in ei.value.reason and ei.value.key == 1
         assert r.labels([0, 2]).tolist() == [0.0, 2.0]
 

@@ -8,11 +8,10 @@ never another exception, a crash or a hang. ``verify_records`` must never raise 
 from __future__ import annotations
 
 import random
-import struct
 import time
 
 import pytest
-from _recordio_util import MAGIC_LE
+from _recordio_util import MAGIC_LE, mutate
 
 from stoker._core.errors import StokerFormatError
 from stoker.formats.recordio import (
@@ -23,17 +22,6 @@ from stoker.formats.recordio import (
     pack_header,
     verify_records,
 )
-
-SPECIAL_WORDS = [
-    MAGIC_LE,
-    struct.pack("<I", 0x1FFFFFFF),
-    struct.pack("<I", 0x20000000),
-    struct.pack("<I", 0x40000004),
-    struct.pack("<I", 0x60000000),
-    struct.pack("<I", 2**31),
-    b"\xff\xff\xff\xff",
-    b"\x00\x00\x00\x00",
-]
 
 
 def _payloads():
@@ -47,36 +35,11 @@ def _payloads():
     return out
 
 
-def _mutate(data: bytes, rng: random.Random, *, text: bool) -> bytes:
-    b = bytearray(data)
-    kind = rng.randrange(7)
-    if not b:
-        return bytes([rng.getrandbits(8)])
-    pos = rng.randrange(len(b))
-    if kind == 0:
-        b[pos] ^= 1 << rng.randrange(8)
-    elif kind == 1:
-        b[pos] = rng.choice(b"0123456789\t\n\r -x") if text else rng.getrandbits(8)
-    elif kind == 2:
-        del b[pos:]
-    elif kind == 3:
-        b.insert(pos, rng.choice(b"0123456789\t\n") if text else rng.getrandbits(8))
-    elif kind == 4:
-        del b[pos]
-    elif kind == 5 and not text:
-        p = pos & ~3
-        b[p : p + 4] = rng.choice(SPECIAL_WORDS)
-    else:
-        for _ in range(rng.randrange(2, 6)):
-            b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
-    return bytes(b)
-
-
 def _one_case(d, originals, clean, seed):
     rng = random.Random(seed)
     target = rng.choice(["rec", "rec", "idx", "crc"])
     for name, blob in clean.items():
-        data = _mutate(blob, rng, text=name == "idx") if name == target else blob
+        data = mutate(blob, rng, text=name == "idx") if name == target else blob
         with open(d / f"f.{name if name != 'crc' else 'crc32c'}", "wb") as f:
             f.write(data)
     rec = d / "f.rec"

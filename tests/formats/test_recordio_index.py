@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from stoker._core.errors import IndexFormatError
 from stoker.formats.recordio import RecordFile, load_index, parse_idx
-from stoker.formats.recordio.index import _fast_parse, _slow_parse, cache_path
+from stoker.formats.recordio.index import cache_path, fast_parse, slow_parse
 
 
 @settings(max_examples=80, deadline=None)
@@ -25,9 +25,9 @@ from stoker.formats.recordio.index import _fast_parse, _slow_parse, cache_path
 def test_fast_and_slow_parsers_agree(rows, eol, final_newline):
     text = eol.join(f"{k}\t{o}" for k, o in rows) + (eol if final_newline and rows else "")
     data = text.encode()
-    fast = _fast_parse(data)
+    fast = fast_parse(data)
     assert fast is not None
-    keys, offs, _ = _slow_parse(data, "x.idx")
+    keys, offs, _ = slow_parse(data, "x.idx")
     assert fast[0].tolist() == keys.tolist() == [k for k, _ in rows]
     assert fast[1].tolist() == offs.tolist() == [o for _, o in rows]
 
@@ -37,7 +37,7 @@ def test_fast_and_slow_parsers_agree(rows, eol, final_newline):
     [b"1\t\n3\t4\n", b"1\t2\t3\n4\n", b"+1\t4\n", b"1\t4 \n", b"99999999999999999999\t4\n"],
 )
 def test_fast_path_declines_anything_unusual(text):
-    assert _fast_parse(text) is None
+    assert fast_parse(text) is None
 
 
 def test_big_numbers_are_refused_not_wrapped():

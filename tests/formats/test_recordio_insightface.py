@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _recordio_util import face_set
 
 from stoker._core.errors import CorruptRecordError
 from stoker.formats.recordio import (
@@ -16,34 +17,10 @@ from stoker.formats.recordio import (
 )
 
 
-def _face_set(path, per_identity=(3, 1, 4), *, header_last=True, breaker=None):
-    """Write a set the way insightface's face2rec does (header record 0 written last)."""
-    images = []
-    for ident, n in enumerate(per_identity):
-        images += [ident] * n
-    a = 1 + len(images)  # first identity key
-    b = a + len(per_identity)
-    recs = {}
-    for k, ident in enumerate(images, start=1):
-        recs[k] = pack_header(IRHeader(0, float(ident), k, 0), b"\xff\xd8jpeg%d" % k)
-    start = 1
-    for j, n in enumerate(per_identity):
-        recs[a + j] = pack_header(IRHeader(0, [start, start + n], 0, 0), b"")
-        start += n
-    recs[0] = pack_header(IRHeader(0, [a, b], 0, 0), b"")
-    if breaker:
-        breaker(recs, a, b)
-    order = sorted(recs, key=lambda k: (k == 0) if header_last else k)
-    with RecordWriter(path) as w:
-        for k in order:
-            w.write(k, recs[k])
-    return a, b
-
-
 @pytest.mark.parametrize("header_last", [True, False])
 def test_identity_ranges_and_image_keys(tmp_path, header_last):
     rec = tmp_path / "faces.rec"
-    a, b = _face_set(rec, header_last=header_last)
+    a, b = face_set(rec, header_last=header_last)
     with open_records(rec) as r:
         assert (a, b) == (9, 12) and len(r) == 12
         np.testing.assert_array_equal(r.identity_ranges, [[1, 4], [4, 5], [5, 9]])
@@ -61,7 +38,7 @@ def test_images_view_skips_header_and_identity_records(tmp_path):
     import pickle
 
     rec = tmp_path / "faces.rec"
-    _face_set(rec, per_identity=(2, 3))
+    face_set(rec, per_identity=(2, 3))
     with open_records(rec) as r:
         with pytest.raises(ValueError, match="different label counts"):
             r.labels()  # header/identity records carry 2 labels, images 1
@@ -103,7 +80,7 @@ def test_identity_record_out_of_range_is_reported(tmp_path):
         recs[a + 1] = pack_header(IRHeader(0, [2, 99], 0, 0), b"")
 
     rec = tmp_path / "bad.rec"
-    a, _ = _face_set(rec, breaker=breaker)
+    a, _ = face_set(rec, breaker=breaker)
     with RecordFile(rec) as r, pytest.raises(CorruptRecordError) as ei:
         _ = r.identity_ranges
     assert ei.value.key == a + 1 and "outside the image keys" in str(ei.value)
@@ -114,6 +91,6 @@ def test_header_naming_missing_keys_is_reported(tmp_path):
         del recs[a + 2]
 
     rec = tmp_path / "missing.rec"
-    _face_set(rec, breaker=breaker)
+    face_set(rec, breaker=breaker)
     with RecordFile(rec) as r, pytest.raises(CorruptRecordError, match="insightface header"):
         _ = r.identity_ranges

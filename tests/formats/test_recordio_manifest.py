@@ -9,13 +9,12 @@ import pickle
 
 import numpy as np
 import pytest
-from _recordio_util import payload, write_rec
+from _recordio_util import payload, write_rec, write_shards
 
 from stoker._core.errors import ManifestError
 from stoker.formats.recordio import (
     RecordFile,
     RecordSet,
-    RecordWriter,
     load_manifest,
     make_manifest,
     open_records,
@@ -25,30 +24,8 @@ from stoker.formats.recordio import (
 )
 
 
-def _shards(tmp_path, sizes, *, name="train", same_keys=True):
-    infos, allp = [], []
-    start = 0
-    for j, n in enumerate(sizes):
-        ps = [payload(start + i) for i in range(n)]
-        w = RecordWriter(tmp_path / f"{name}-{j:05d}.rec", checksums=True)
-        for i, p in enumerate(ps):
-            w.write(i if same_keys else start + i, p)
-        infos.append(w.commit())
-        allp += ps
-        start += n
-    mpath = tmp_path / f"{name}.stoker.json"
-    m = make_manifest(
-        [shard_entry(info, mpath) for info in infos],
-        classes={"cat": 0, "dog": 1, "emu": 2},
-        pack={"workers": 2, "resize": None},
-        rejects={"count": 1, "by_reason": {"truncated": 1}},
-    )
-    write_manifest(mpath, m)
-    return mpath, allp
-
-
 def test_manifest_round_trip_and_relative_paths(tmp_path):
-    mpath, _ = _shards(tmp_path, [3])
+    mpath, _ = write_shards(tmp_path, [3])
     m = load_manifest(mpath)
     assert m["format"] == "stoker-recordio" and m["version"] == 1 and m["records"] == 3
     s = m["shards"][0]
@@ -59,7 +36,7 @@ def test_manifest_round_trip_and_relative_paths(tmp_path):
 
 
 def test_single_shard_opens_as_record_file_with_classes(tmp_path):
-    mpath, ps = _shards(tmp_path, [4])
+    mpath, ps = write_shards(tmp_path, [4])
     for target in (mpath, tmp_path / "train-00000.rec", tmp_path / "train-00000.idx"):
         with open_records(target) as r:
             assert isinstance(r, RecordFile)
@@ -83,7 +60,7 @@ def test_rec_beside_its_manifest_picks_up_classes(tmp_path):
 
 
 def test_multi_shard_reads_as_one(tmp_path):
-    mpath, ps = _shards(tmp_path, [3, 0, 5, 2])
+    mpath, ps = write_shards(tmp_path, [3, 0, 5, 2])
     with open_records(mpath, verify_checksums=True) as r:
         assert isinstance(r, RecordSet) and len(r) == 10
         assert [bytes(r.read(i)) for i in range(10)] == ps
@@ -104,7 +81,7 @@ def test_multi_shard_reads_as_one(tmp_path):
 
 
 def test_idx_from_another_rec_is_named(tmp_path):
-    mpath, _ = _shards(tmp_path, [3, 3], same_keys=False)
+    mpath, _ = write_shards(tmp_path, [3, 3], same_keys=False)
     # swap in a .idx that belongs to a different .rec (same size, different content)
     other = tmp_path / "other"
     other.mkdir()
@@ -117,7 +94,7 @@ def test_idx_from_another_rec_is_named(tmp_path):
 
 
 def test_rec_replaced_is_named(tmp_path):
-    mpath, _ = _shards(tmp_path, [2])
+    mpath, _ = write_shards(tmp_path, [2])
     with open(tmp_path / "train-00000.rec", "ab") as f:
         f.write(b"\x00" * 4)
     with pytest.raises(ManifestError, match="replaced or truncated"):

@@ -9,8 +9,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from _recordio_util import MAGIC_LE, payload, write_rec
-from test_recordio_fuzz import _mutate
+from _recordio_util import MAGIC_LE, face_set, mutate, payload, write_rec
 
 from stoker._core.errors import StokerFormatError
 from stoker.formats.recordio import IRHeader, RecordFile, pack_header
@@ -84,7 +83,7 @@ def _fuzz(tmp_path, seeds) -> int:
         rng = random.Random(seed)
         target = rng.choice(["rec", "rec", "rec", "idx"])
         for name, blob in clean.items():
-            data = _mutate(blob, rng, text=name == "idx") if name == target else blob
+            data = mutate(blob, rng, text=name == "idx") if name == target else blob
             (d / f"f.{name}").write_bytes(data)
         try:
             r = RecordFile(d / "f.rec", cache=False)
@@ -108,10 +107,8 @@ def test_plain_reader_agrees_with_read_header_on_damaged_files_long(tmp_path):
 
 def test_plain_reader_of_an_insightface_sets_images(tmp_path):
     # MS1M-style sets are read through their image view: positions 0..M-1 of the view
-    from test_recordio_insightface import _face_set
-
     rec = tmp_path / "faces.rec"
-    _face_set(rec, per_identity=(2, 3))
+    face_set(rec, per_identity=(2, 3))
     with RecordFile(rec) as r:
         images = r.images()
         n = len(images)

@@ -93,9 +93,13 @@ def _killed_run(tmp_path, n_done, tail=b""):
     return rec, ps
 
 
-def _finish(rec, ps):
+def _finish(rec, ps, *, kept=None):
+    """Resume, write what is missing, then read it all back; ``kept``: the records the
+    resume must have kept (``0..kept-1``)."""
     with RecordWriter(rec, resume=True, checksums=True) as w:
         done = set(w.keys_written.tolist())
+        if kept is not None:
+            assert w.keys_written.tolist() == list(range(kept))
         assert w.count == len(done)
         for i, p in enumerate(ps):
             if i not in done:
@@ -140,12 +144,7 @@ def test_resume_drops_idx_line_without_its_record_and_record_without_line(tmp_pa
         f.write(f"6\t{size}\n7\t{size + 48}")  # second line torn (no newline)
     with open(crc_p, "r+b") as f:
         f.truncate(4 * 5)
-    with RecordWriter(rec, resume=True, checksums=True) as w:
-        assert w.keys_written.tolist() == [0, 1, 2, 3, 4, 5]
-        for i in range(6, 12):
-            w.write(i, ps[i])
-    with open_records(rec, verify_checksums=True) as r:
-        assert [bytes(r.read(i)) for i in range(12)] == ps
+    _finish(rec, ps, kept=6)
     # record written, idx line lost: the record is dropped and written again
     sub = tmp_path / "second"
     sub.mkdir()
@@ -168,12 +167,7 @@ def test_resume_with_split_records(tmp_path):
     rec_p = str(rec) + ".partial"
     with open(rec_p, "r+b") as f:
         f.truncate(os.path.getsize(rec_p) - 6)  # tear the last (split) record
-    with RecordWriter(rec, resume=True, checksums=True) as w:
-        assert w.keys_written.tolist() == list(range(6))
-        for i in range(6, 9):
-            w.write(i, ps[i])
-    with open_records(rec, verify_checksums=True) as r:
-        assert [bytes(r.read(i)) for i in range(9)] == ps
+    _finish(rec, ps, kept=6)
 
 
 def test_resume_refuses_inconsistent_partials(tmp_path):

@@ -49,9 +49,11 @@ __all__ = [
     "RACY_NS",
     "IndexTable",
     "cache_path",
+    "fast_parse",
     "load_index",
     "parse_idx",
     "sha256_file",
+    "slow_parse",
     "stat_sig",
 ]
 
@@ -106,7 +108,7 @@ def cache_path(idx_path: str | os.PathLike[str]) -> str:
 # --------------------------------------------------------------------------- parsing
 
 
-def _fast_parse(data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
+def fast_parse(data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
     """Both columns, or ``None`` when the text is anything but clean ``digits\\tdigits`` lines."""
     seps = data.translate(None, b"0123456789")
     nl = seps.count(b"\n")
@@ -142,7 +144,9 @@ def _field(path: str, lineno: int, raw: bytes, what: str) -> int:
     return int(text)
 
 
-def _slow_parse(data: bytes, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def slow_parse(data: bytes, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Keys, offsets and 1-based lines, line by line; :class:`IndexFormatError` names the
+    first line that is not ``key<TAB>offset`` (blank lines are skipped)."""
     keys: list[int] = []
     offsets: list[int] = []
     lines: list[int] = []
@@ -177,13 +181,13 @@ def parse_idx(
     missing final newline and blank lines are accepted.
     """
     path = os.fspath(path)
-    fast = _fast_parse(data)
+    fast = fast_parse(data)
     lines: np.ndarray | None
     if fast is not None:
         keys, offsets = fast
         lines = None
     else:
-        keys, offsets, lines = _slow_parse(data, path)
+        keys, offsets, lines = slow_parse(data, path)
         if lines.shape[0] and bool(np.all(lines == np.arange(1, lines.shape[0] + 1))):
             lines = None
     for arr in (keys, offsets):
