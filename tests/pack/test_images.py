@@ -211,3 +211,19 @@ def test_resize_and_quality_reencode():
     assert not small.passthrough and len(small.payload) < len(data)
     png = check_image(image_bytes((30, 30), fmt="PNG"), quality=90)
     assert sniff_format(png.payload) == "JPEG"  # an explicit quality means JPEG for all
+
+
+@pytest.mark.parametrize(("fmt", "mode"), [("PPM", "RGB"), ("PPM", "L"), ("PPM", "1")])
+def test_pnm_is_sniffed_and_reencoded_lossless(fmt, mode):
+    data = image_bytes((20, 16), fmt=fmt, mode=mode)
+    assert sniff_format(data) == "PNM"
+    got = check_image(data)
+    assert got.source_format == "PNM" and not got.passthrough
+    assert sniff_format(got.payload) == "PNG"  # a lossless source stays lossless
+    ref = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    assert np.array_equal(decode(got.payload), ref)
+
+
+def test_pnm_magic_needs_a_digit_1_to_6_and_whitespace():
+    assert [sniff_format(m) for m in (b"P6\n", b"P1 ", b"P5\t", b"P3\r")] == ["PNM"] * 4
+    assert [sniff_format(m) for m in (b"P7\n", b"P0 ", b"P6x", b"P6", b"P", b"")] == [None] * 6

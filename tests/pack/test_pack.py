@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 from packhelp import image_bytes, make_tree, sha, write
+from PIL import Image
 
 from stoker import OutputExistsError, PackError, TooManyRejectsError
 from stoker.codecs import decode
@@ -278,3 +279,29 @@ def test_manifest_pack_section_is_json(sample, tmp_path):
     assert m["pack"]["keys"] == "position" and m["rejects"]["count"] == 0
     assert m["pack"]["exif_rotated"] == 0 and m["pack"]["passthrough"] == 120
     assert np.isfinite(r.images_per_s) and "images/s" in r.summary()
+
+
+def test_pnm_and_upper_case_gif_are_packed(tmp_path):
+    src = tmp_path / "src"
+    write(str(src / "a" / "rgb.ppm"), image_bytes((20, 16), fmt="PPM", seed=1))
+    write(str(src / "a" / "gray.pgm"), image_bytes((20, 16), fmt="PPM", mode="L", seed=2))
+    write(str(src / "b" / "anim.GIF"), image_bytes((20, 16), fmt="GIF", seed=3))
+    r = pack(src, tmp_path / "out", workers=1)
+    assert (r.found, r.written, r.rejected, r.ignored) == (3, 3, 0, 0)
+    assert r.formats == {"GIF": 1, "PNM": 2} and r.reencoded == 3
+    with open_records(r.manifest) as rec:
+        for i, name in enumerate(["a/gray.pgm", "a/rgb.ppm", "b/anim.GIF"]):
+            with Image.open(src / name) as im:
+                ref = np.asarray(im.convert("RGB"))
+            assert np.array_equal(decode(rec.read_header(i)[1]), ref), name
+
+
+def test_hidden_names_are_ignored(tmp_path):
+    src = tmp_path / "src"
+    make_tree(str(src), {"a": 2})
+    write(str(src / "a" / ".hidden.jpg"), image_bytes())
+    write(str(src / "a" / "._img000.jpg"), b"\x00\x05\x16\x07 AppleDouble")
+    write(str(src / ".ipynb_checkpoints" / "x.jpg"), image_bytes())
+    r = pack(src, tmp_path / "out", workers=1)
+    assert r.classes == {"a": 0}
+    assert (r.found, r.written, r.rejected, r.ignored) == (5, 2, 0, 3)

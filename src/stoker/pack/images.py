@@ -127,11 +127,16 @@ def _open_header(data: bytes, fmt: str, max_pixels: int):
             reason = "truncated" if _looks_cut(data, fmt) else "undecodable"
             raise Reject(reason, f"header unreadable: {type(e).__name__}: {e}") from None
     w, h = im.size
+    _check_size(w, h, max_pixels)
+    return im
+
+
+def _check_size(w: int, h: int, max_pixels: int) -> None:
+    """Reject a header size that is empty, or over ``max_pixels`` (a decompression bomb)."""
     if w <= 0 or h <= 0:
         raise Reject("undecodable", f"header gives size {w}x{h}")
     if w * h > max_pixels:
         raise Reject("bomb", f"header gives {w}x{h} = {w * h} pixels > max_pixels {max_pixels}")
-    return im
 
 
 def _orientation(im) -> int:
@@ -329,10 +334,7 @@ def check_image(
         except ValueError as e:
             reason = "truncated" if _looks_cut(data, fmt) else "corrupt"
             raise Reject(reason, f"header unreadable: {e}") from None
-        if w <= 0 or h <= 0:
-            raise Reject("undecodable", f"header gives size {w}x{h}")
-        if w * h > max_pixels:
-            raise Reject("bomb", f"header gives {w}x{h} = {w * h} pixels > max_pixels {max_pixels}")
+        _check_size(w, h, max_pixels)
         orientation = jpeg_orientation(data)
         if not force and orientation == 1 and colorspace in ("YCbCr", "Gray", "RGB"):
             # stored as is: decode every scan in full (entropy data), but only the luma plane

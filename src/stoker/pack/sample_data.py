@@ -5,7 +5,7 @@ striped object, two thin distractor lines and mild sensor noise. The class decid
 shape, the angle of its stripes and its hue; position, scale, rotation, stripe frequency, colour
 jitter and background are random. A small CNN separates the classes within an epoch or two,
 while the pixels are neither flat colour nor pure noise, so JPEG sizes and decode costs look like
-those of real photos (about 4–6 KB at 112×112, quality 90).
+those of real photos (sizes in docs/pack.md).
 
 Everything is a pure function of ``(seed, class, index)``: the same call makes the same files,
 whatever the number of workers.
