@@ -198,29 +198,30 @@ def parse_idx(
 
 
 def validate_table(table: IndexTable, path: str, *, rec_size: int | None) -> None:
+    """:class:`IndexFormatError` naming the first line with an unaligned offset, an offset
+    at or past the end of a ``rec_size``-byte ``.rec``, or a key seen before."""
     keys, offsets = table.keys, table.offsets
     n = keys.shape[0]
     if n == 0:
         return
-    bad = np.flatnonzero(offsets & 3)
-    if bad.size:
-        i = int(bad[0])
-        raise IndexFormatError(
-            path,
-            table.line_of(i),
-            f"offset {int(offsets[i])} of key {int(keys[i])} is not a multiple of 4 "
-            "(RecordIO records start on 4-byte boundaries)",
-        )
-    if rec_size is not None:
-        bad = np.flatnonzero(offsets >= rec_size)
-        if bad.size:
-            i = int(bad[0])
+
+    def refuse_first(bad: np.ndarray, what: str) -> None:
+        hits = np.flatnonzero(bad)
+        if hits.size:
+            i = int(hits[0])
             raise IndexFormatError(
-                path,
-                table.line_of(i),
-                f"offset {int(offsets[i])} of key {int(keys[i])} is past the end of the .rec "
-                f"({rec_size} bytes): the .rec was cut short or this .idx belongs to another file",
+                path, table.line_of(i), f"offset {int(offsets[i])} of key {int(keys[i])} {what}"
             )
+
+    refuse_first(
+        offsets & 3, "is not a multiple of 4 (RecordIO records start on 4-byte boundaries)"
+    )
+    if rec_size is not None:
+        refuse_first(
+            offsets >= rec_size,
+            f"is past the end of the .rec ({rec_size} bytes): the .rec was cut short or this "
+            ".idx belongs to another file",
+        )
     if n > 1 and not bool(np.all(keys[1:] > keys[:-1])):
         order = np.argsort(keys, kind="stable")
         sk = keys[order]

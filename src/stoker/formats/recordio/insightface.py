@@ -1,4 +1,4 @@
-"""insightface's MS1M layout: finding the header and identity records of a ``.rec``, and the view of its image records.
+"""insightface's MS1M layout of a ``.rec``: its header and identity records, and the image records alone.
 
 insightface's ``face2rec`` writes a header record with key 0: ``flag = 2``, labels ``(a, b)``
 and no image. Keys ``1 .. a-1`` are the images (each labelled with its identity); keys

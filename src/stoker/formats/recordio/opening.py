@@ -1,4 +1,8 @@
-"""Opening a record set by any of its names (``.rec``, ``.idx`` or ``NAME.stoker.json``) as the reader object that fits it."""
+"""Opening records by any of their names (``.rec``, ``.idx``, ``NAME.stoker.json``) as the fitting reader.
+
+A manifest of several shards gives a ``RecordSet``; anything else a ``RecordFile``, with the
+manifest that names it (given, or ``NAME.stoker.json`` beside the ``.rec``) attached.
+"""
 
 from __future__ import annotations
 

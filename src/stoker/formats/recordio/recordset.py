@@ -1,4 +1,4 @@
-"""Several shards of a manifest read as one (:class:`RecordSet`), each checked against its manifest entry.
+"""Several shards of a manifest read as one (:class:`RecordSet`), each checked against its entry.
 
 Global positions ``0..N-1`` run through the shards in manifest order; a shard is opened by
 :func:`open_shard`, which refuses a ``.rec`` or ``.idx`` that no longer matches what the

@@ -1,0 +1,49 @@
+"""`stoker inspect` over the reader objects it can meet: a manifest of several shards, and a
+bare insightface ``.rec`` (no manifest)."""
+
+from __future__ import annotations
+
+from stoker.cli import main
+from stoker.cli.inspect_cmd import inspect_records
+from stoker.formats.recordio import (
+    IRHeader,
+    RecordWriter,
+    make_manifest,
+    pack_header,
+    shard_entry,
+    write_manifest,
+)
+
+
+def test_inspect_counts_every_shard_of_a_manifest(tmp_path, capsys):
+    mpath = tmp_path / "s.stoker.json"
+    entries = []
+    for j, n in enumerate((3, 2)):
+        w = RecordWriter(tmp_path / f"s-{j}.rec")
+        for k in range(n):
+            w.write(k, pack_header(IRHeader(0, float(k % 2), k, 0), b"not an image"))
+        entries.append(shard_entry(w.commit(), mpath))
+    write_manifest(mpath, make_manifest(entries, classes={"a": 0, "b": 1}, rejects={"count": 4}))
+    info = inspect_records(mpath)
+    assert info["records"] == 5 and info["shards"] == 2
+    assert info["rec_bytes"] == sum(e["rec_bytes"] for e in entries)
+    assert info["classes"] == 2 and info["per_class"] == {"a": 3, "b": 2}
+    assert info["rejects"] == 4 and "identities" not in info
+    assert info["images"]["unreadable_headers"] == 5
+    assert main(["inspect", str(mpath)]) == 0
+    assert "records:       5 in 2 shard(s)" in capsys.readouterr().out
+
+
+def test_inspect_names_the_identities_of_an_insightface_rec(tmp_path, capsys):
+    rec = tmp_path / "faces.rec"
+    with RecordWriter(rec) as w:
+        w.write(0, pack_header(IRHeader(0, [4, 6], 0, 0), b""))  # images 1..3, identities 4..5
+        for k, ident in ((1, 0), (2, 0), (3, 1)):
+            w.write(k, pack_header(IRHeader(0, float(ident), k, 0), b"face"))
+        w.write(4, pack_header(IRHeader(0, [1, 3], 0, 0), b""))
+        w.write(5, pack_header(IRHeader(0, [3, 4], 0, 0), b""))
+    info = inspect_records(rec)
+    assert info["records"] == 6 and info["shards"] == 1 and info["identities"] == 2
+    assert info["classes"] is None and "rejects" not in info
+    assert main(["inspect", str(rec)]) == 0
+    assert "identities:    2 (insightface layout)" in capsys.readouterr().out
