@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from stoker._core.system import cpu_quota, usable_cores
+from stoker.doctor import changes as C
 from stoker.doctor import system as S
 from stoker.doctor import verdict as V
 from stoker.doctor.stages.loader import worker_counts
@@ -67,7 +68,7 @@ def test_verdict_names_the_smallest_stage():
 
 
 def test_recommendations_are_ranked_with_their_figures():
-    recs = V.recommend(
+    recs = C.recommend(
         COST,
         workers=2,
         cores=1,
@@ -90,7 +91,7 @@ def test_recommendations_are_ranked_with_their_figures():
     # CPU-bound on 1 core: more workers gain nothing, so it is not offered
     assert not any(a.startswith("use more workers") for a in actions)
     # a model-bound run gains nothing end to end from any input change
-    recs = V.recommend(
+    recs = C.recommend(
         COST,
         workers=2,
         cores=8,

@@ -85,22 +85,10 @@ def _scaling(
     meas: list[tuple[int, float]],
     pred: list[tuple[int, float]],
 ) -> None:
-    if pred:
-        ax.plot(
-            [p[0] for p in pred],
-            [p[1] for p in pred],
-            "--",
-            color=COLORS["loader"],
-            label="predicted",
-        )
-    if meas:
-        ax.plot(
-            [p[0] for p in meas],
-            [p[1] for p in meas],
-            "o-",
-            color=COLORS["loader"],
-            label="measured",
-        )
+    for curve, style, label in ((pred, "--", "predicted"), (meas, "o-", "measured")):
+        if curve:
+            xs, ys = [p[0] for p in curve], [p[1] for p in curve]
+            ax.plot(xs, ys, style, color=COLORS["loader"], label=label)
     model = d.get("model")
     if model and model.get("rate"):
         ax.axhline(model["rate"], color=COLORS["model"], linestyle=":", label="model consumes")

@@ -68,42 +68,6 @@ def diagnose(
     - ``loader``: ``False`` skips the loader runs (predictions only).
     """
     t_start = time.perf_counter()
-    settings = _settings(
-        source,
-        transforms=transforms,
-        batch_size=batch_size,
-        step_time_ms=step_time_ms,
-        model=model,
-        workers_max=workers_max,
-        seconds=seconds,
-        sample_size=sample_size,
-        cache=cache,
-        run_loader=loader,
-    )
-    steps = _Steps(_FIXED_STEPS + (len(settings.workers) if loader else 0), progress)
-    f = Findings(settings, sample_source(settings.path, n=sample_size))
-    try:
-        _run_stages(f, steps)
-    finally:
-        f.sample.close()
-        steps.close()
-    return Report(report_data(f, elapsed_s=time.perf_counter() - t_start))
-
-
-def _settings(
-    source: str | os.PathLike[str],
-    *,
-    transforms: Any,
-    batch_size: int,
-    step_time_ms: float | None,
-    model: Any,
-    workers_max: int | None,
-    seconds: float,
-    sample_size: int,
-    cache: str,
-    run_loader: bool,
-) -> Settings:
-    """The arguments checked (in this order) and completed."""
     batch_size = check_int("batch_size", batch_size, minimum=1)
     if step_time_ms is not None and model is not None:
         raise ValueError("give step_time_ms or model, not both")
@@ -120,7 +84,7 @@ def _settings(
         workers_max = max(1, min(cores, DEFAULT_WORKERS_CAP))
     workers_max = check_int("workers_max", workers_max, minimum=1)
     t_obj, t_label = resolve_transforms(transforms)
-    return Settings(
+    settings = Settings(
         path=os.fspath(source),
         transforms=t_obj,
         transforms_label=t_label,
@@ -133,8 +97,16 @@ def _settings(
         seconds=seconds,
         sample_size=sample_size,
         cache=cache,
-        run_loader=run_loader,
+        run_loader=loader,
     )
+    steps = _Steps(_FIXED_STEPS + (len(settings.workers) if loader else 0), progress)
+    f = Findings(settings, sample_source(settings.path, n=sample_size))
+    try:
+        _run_stages(f, steps)
+    finally:
+        f.sample.close()
+        steps.close()
+    return Report(report_data(f, elapsed_s=time.perf_counter() - t_start))
 
 
 def _run_stages(f: Findings, step: _Steps) -> None:

@@ -27,11 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from stoker.doctor.changes import Recommendation
 from stoker.doctor.measure.loader import LoaderRun
 from stoker.doctor.measure.source import SourceSample
 from stoker.doctor.measure.timing import Stage
 from stoker.doctor.system import Check
-from stoker.doctor.verdict import Cost, Recommendation, Verdict
+from stoker.doctor.verdict import Cost, Verdict
 
 __all__ = [
     "Alternatives",

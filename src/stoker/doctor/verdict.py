@@ -29,9 +29,10 @@ loader prefetches). The stage that bounds the run is the smallest of the three; 
 loader, the verdict names the part of ``t`` (or of ``c`` when the cores are the cap) that is
 largest: ``storage``, ``decode``, ``augment``, or ``loader`` (its own overhead).
 
-Each recommendation changes one term (``t_read`` from the packed-file read, ``t_decode``
-from a decode at reduced size, ...), recomputes the prediction at the same worker count and
-reports the gain; ranked by the rate the whole run would then deliver.
+Each change (:mod:`stoker.doctor.changes`) replaces one term (``t_read`` from the
+packed-file read, ``t_decode`` from a decode at reduced size, ...), recomputes the prediction
+at the same worker count and reports the gain; ranked by the rate the whole run would then
+deliver.
 """
 
 from __future__ import annotations
@@ -42,15 +43,13 @@ from typing import Any
 
 __all__ = [
     "Cost",
-    "Recommendation",
     "Verdict",
     "calibrate",
     "core_share",
     "cpu_capped",
     "loader_overhead_s",
+    "delivered",
     "predict",
-    "rank",
-    "recommend",
     "verdict",
 ]
 
@@ -152,39 +151,6 @@ def loader_overhead_s(cost: Cost, efficiency: float) -> float:
 
 
 @dataclass(frozen=True)
-class Recommendation:
-    action: str  # short imperative
-    detail: str  # the figures behind it
-    loader_before: float
-    loader_after: float
-    delivered_before: float
-    delivered_after: float
-    basis: str  # "measured" | "estimated"
-
-    @property
-    def gain(self) -> float:
-        """End-to-end: samples/s the run delivers after / before."""
-        return self.delivered_after / self.delivered_before if self.delivered_before > 0 else 1.0
-
-    @property
-    def loader_gain(self) -> float:
-        return self.loader_after / self.loader_before if self.loader_before > 0 else 1.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "action": self.action,
-            "detail": self.detail,
-            "basis": self.basis,
-            "loader_before": self.loader_before,
-            "loader_after": self.loader_after,
-            "loader_gain": self.loader_gain,
-            "delivered_before": self.delivered_before,
-            "delivered_after": self.delivered_after,
-            "gain": self.gain,
-        }
-
-
-@dataclass(frozen=True)
 class Verdict:
     bound: str  # storage | decode | augment | loader | host-to-device | model
     workers: int
@@ -212,7 +178,7 @@ class Verdict:
         }
 
 
-def _delivered(loader: float, h2d: float | None, model: float | None) -> float:
+def delivered(loader: float, h2d: float | None, model: float | None) -> float:
     return min(x for x in (loader, h2d, model) if x is not None)
 
 
@@ -242,19 +208,7 @@ def verdict(
         else predict(cost, workers, cores=cores, efficiency=efficiency)
     )
     capped = cpu_capped(cost, workers, cores=cores)
-    overhead = loader_overhead_s(cost, efficiency)
-    if capped:  # the cores are the cap: CPU time decides (waits overlap other workers' work)
-        parts = {
-            "storage": cost.read_cpu_s,
-            "decode": cost.decode_cpu_s,
-            "augment": cost.augment_cpu_s,
-        }
-        parts["loader"] = cost.assemble_cpu_s + overhead * (
-            cost.cpu_s / cost.total_s if cost.total_s > 0 else 1.0
-        )
-    else:
-        parts = {"storage": cost.read_s, "decode": cost.decode_s, "augment": cost.augment_s}
-        parts["loader"] = cost.assemble_s + overhead
+    parts = _loader_parts(cost, capped, loader_overhead_s(cost, efficiency))
     whole = sum(parts.values()) or 1.0
     shares = {k: v / whole for k, v in parts.items()}
     inner = max(parts, key=lambda k: parts[k])
@@ -264,21 +218,13 @@ def verdict(
     if model_rate is not None:
         candidates["model"] = model_rate
     outer = min(candidates, key=lambda k: candidates[k])
-    delivered = candidates[outer]
-    bound = inner if outer == "loader" else outer
     busy = None if model_rate is None else min(1.0, _supply(loader, h2d_rate) / model_rate)
-
-    lines = []
-    lines.append(
-        f"With {workers} worker(s), stoker's loader delivers {loader:,.0f} samples/s"
-        + (f"; the copy to the GPU {h2d_rate:,.0f}/s" if h2d_rate is not None else "")
-        + (f"; the model consumes {model_rate:,.0f}/s" if model_rate is not None else "")
-        + "."
-    )
+    lines = [_rates_line(workers, loader, h2d_rate, model_rate)]
     if outer == "model":
         lines.append(
-            f"The model bounds the run: input keeps up with {loader / model_rate:.1f}x headroom "  # type: ignore[operator]
-            f"(expected GPU busy share {100 * (busy or 0):.0f} %). Speeding up the input will not help."
+            f"The model bounds the run: input keeps up with {loader / candidates['model']:.1f}x "
+            f"headroom (expected GPU busy share {100 * (busy or 0):.0f} %). Speeding up the "
+            "input will not help."
         )
     elif outer == "host-to-device":
         lines.append(
@@ -287,39 +233,20 @@ def verdict(
             "overlap copies with a side stream (stoker.torch.CudaPrefetcher)."
         )
     else:
-        what = {
-            "storage": "reading the data from storage",
-            "decode": "decoding images",
-            "augment": "the augmentations",
-            "loader": "the loader's own work (per-sample generators, batch slot writes, "
-            "handing batches between processes)",
-        }[inner]
-        how = "CPU time" if capped else "time"
-        lines.append(
-            f"The input pipeline bounds the run; the largest part of its per-sample {how} is "
-            f"{what} ({100 * shares[inner]:.0f} %)"
-            + (f", and the {cores} core(s) are the cap" if capped else "")
-            + "."
-        )
-        if busy is not None:
-            lines.append(
-                f"Expected GPU busy share: {100 * busy:.0f} % (the GPU waits for data the rest of the time)."
-            )
-        else:
-            lines.append("Give --step-time or --model to compare with what the model consumes.")
-    if predicted_rate and loader_rate is not None and loader < 0.75 * predicted_rate:
+        lines += _input_bound_lines(inner, shares[inner], capped, cores, busy)
+    if predicted_rate and loader_rate is not None and loader < _SHORTFALL * predicted_rate:
         lines.append(
             f"Measured with {workers} workers, the loader is {100 * (1 - loader / predicted_rate):.0f} % "
             "below the model's figure: something outside the model limits it (other processes "
             "taking the cores, memory bandwidth, the training process's own loop)."
         )
     return Verdict(
-        bound,
+        inner if outer == "loader" else outer,
         workers,
         loader,
         h2d_rate,
         model_rate,
-        delivered,
+        candidates[outer],
         busy,
         capped,
         shares,
@@ -327,158 +254,61 @@ def verdict(
     )
 
 
-def rank(recs: list[Recommendation]) -> list[Recommendation]:
-    """Best first: by what the whole run delivers, then by the loader's own gain."""
-    return sorted(recs, key=lambda r: (-r.gain, -r.loader_gain, r.action))
+#: a measured loader this far below the model's figure is pointed out
+_SHORTFALL = 0.75
+
+_WHAT = {
+    "storage": "reading the data from storage",
+    "decode": "decoding images",
+    "augment": "the augmentations",
+    "loader": "the loader's own work (per-sample generators, batch slot writes, "
+    "handing batches between processes)",
+}
 
 
-def recommend(
-    cost: Cost,
-    *,
-    workers: int,
-    cores: int,
-    efficiency: float,
-    loader_rate: float,
-    h2d_rate: float | None,
-    model_rate: float | None,
-    packed_read: tuple[float, float] | None = None,
-    decode_scaled: tuple[float, float, str] | None = None,
-    resized: tuple[float, float, float, float, str] | None = None,
-    normalize: tuple[float, float, float | None] | None = None,
-    costly_op: tuple[str, float, float, float] | None = None,
-    more_workers: int | None = None,
-) -> list[Recommendation]:
-    """Each candidate change as a new :class:`Cost`, predicted and compared (see the NOTE).
+def _loader_parts(cost: Cost, capped: bool, overhead: float) -> dict[str, float]:
+    """Seconds per sample by part of the loader's work: CPU time when the cores are the cap
+    (waits overlap other workers' work), else wall time."""
+    if capped:
+        cpu_share = cost.cpu_s / cost.total_s if cost.total_s > 0 else 1.0
+        return {
+            "storage": cost.read_cpu_s,
+            "decode": cost.decode_cpu_s,
+            "augment": cost.augment_cpu_s,
+            "loader": cost.assemble_cpu_s + overhead * cpu_share,
+        }
+    return {
+        "storage": cost.read_s,
+        "decode": cost.decode_s,
+        "augment": cost.augment_s,
+        "loader": cost.assemble_s + overhead,
+    }
 
-    Inputs (per-sample seconds, wall then CPU, all measured):
-    ``packed_read`` read from one packed file; ``decode_scaled`` decode at reduced size (+ its
-    label); ``resized`` decode and augment of payloads resized at pack time (+ label);
-    ``normalize`` the wall/CPU time of a final ``Normalize`` and the host-to-device rate with
-    uint8 batches; ``costly_op`` the most expensive augmentation op (name, wall, CPU, share).
-    """
-    before = _delivered(loader_rate, h2d_rate, model_rate)
-    # scale predictions to the measured rate at this worker count
-    base_pred = predict(cost, workers, cores=cores, efficiency=efficiency)
-    scale = loader_rate / base_pred if base_pred > 0 else 1.0
 
-    def rec(
-        action: str,
-        detail: str,
-        new: Cost,
-        *,
-        basis: str = "measured",
-        h2d: float | None = h2d_rate,
-        k: int = workers,
-    ) -> Recommendation:
-        after_loader = scale * predict(new, k, cores=cores, efficiency=efficiency)
-        return Recommendation(
-            action,
-            detail,
-            loader_rate,
-            after_loader,
-            before,
-            _delivered(after_loader, h2d, model_rate),
-            basis,
-        )
+def _rates_line(workers: int, loader: float, h2d: float | None, model: float | None) -> str:
+    return (
+        f"With {workers} worker(s), stoker's loader delivers {loader:,.0f} samples/s"
+        + (f"; the copy to the GPU {h2d:,.0f}/s" if h2d is not None else "")
+        + (f"; the model consumes {model:,.0f}/s" if model is not None else "")
+        + "."
+    )
 
-    out: list[Recommendation] = []
-    if packed_read is not None:
-        new = replace(cost, read_s=packed_read[0], read_cpu_s=packed_read[1])
-        out.append(
-            rec(
-                "pack the folder into RecordIO shards (stoker pack)",
-                f"read {1e3 * cost.read_s:.3f} -> {1e3 * packed_read[0]:.3f} ms/sample (one file instead of one per sample)",
-                new,
-            )
+
+def _input_bound_lines(
+    inner: str, share: float, capped: bool, cores: int, busy: float | None
+) -> list[str]:
+    """What the verdict says when the loader bounds the run: its largest part, the GPU share."""
+    how = "CPU time" if capped else "time"
+    lines = [
+        f"The input pipeline bounds the run; the largest part of its per-sample {how} is "
+        f"{_WHAT[inner]} ({100 * share:.0f} %)"
+        + (f", and the {cores} core(s) are the cap" if capped else "")
+        + "."
+    ]
+    if busy is not None:
+        lines.append(
+            f"Expected GPU busy share: {100 * busy:.0f} % (the GPU waits for data the rest of the time)."
         )
-    if decode_scaled is not None and decode_scaled[0] < 0.9 * cost.decode_s:
-        new = replace(cost, decode_s=decode_scaled[0], decode_cpu_s=decode_scaled[1])
-        out.append(
-            rec(
-                "decode at reduced size (JPEG DCT scaling, scale-on-decode)",
-                f"decode {1e3 * cost.decode_s:.3f} -> {1e3 * decode_scaled[0]:.3f} ms/sample ({decode_scaled[2]})",
-                new,
-            )
-        )
-    if resized is not None and resized[0] + resized[2] < 0.9 * (cost.decode_s + cost.augment_s):
-        new = replace(
-            cost,
-            decode_s=resized[0],
-            decode_cpu_s=resized[1],
-            augment_s=resized[2],
-            augment_cpu_s=resized[3],
-        )
-        out.append(
-            rec(
-                "resize at pack time (stoker pack --resize)",
-                f"decode+augment {1e3 * (cost.decode_s + cost.augment_s):.3f} -> "
-                f"{1e3 * (resized[0] + resized[2]):.3f} ms/sample ({resized[4]})",
-                new,
-            )
-        )
-    if normalize is not None:
-        new = replace(
-            cost,
-            augment_s=max(0.0, cost.augment_s - normalize[0]),
-            augment_cpu_s=max(0.0, cost.augment_cpu_s - normalize[1]),
-        )
-        h2d_after = normalize[2] if normalize[2] is not None else h2d_rate
-        out.append(
-            rec(
-                "keep batches uint8 and normalise on the GPU (drop the final Normalize)",
-                f"Normalize costs {1e3 * normalize[0]:.3f} ms/sample on the CPU; uint8 batches are 4x smaller"
-                + (
-                    f" (copy {h2d_rate:,.0f} -> {h2d_after:,.0f} samples/s)"
-                    if h2d_rate and h2d_after
-                    else ""
-                ),
-                new,
-                h2d=h2d_after,
-                basis="measured" if normalize[2] is not None or h2d_rate is None else "estimated",
-            )
-        )
-    if costly_op is not None:
-        name, w, c, share = costly_op
-        new = replace(
-            cost,
-            augment_s=max(0.0, cost.augment_s - w),
-            augment_cpu_s=max(0.0, cost.augment_cpu_s - c),
-        )
-        if share >= 0.999:  # one opaque transform: an estimate for halving its cost
-            out.append(
-                rec(
-                    f"cheapen the augmentation ({name})",
-                    f"it takes {1e3 * cost.augment_s:.3f} ms/sample; the figure is for halving that",
-                    new,
-                    basis="estimated",
-                )
-            )
-        else:
-            out.append(
-                rec(
-                    f"drop or cheapen the costliest augmentation: {name}",
-                    f"it takes {1e3 * w:.3f} ms/sample, {100 * share:.0f} % of the augmentation time",
-                    new,
-                )
-            )
-    if more_workers is not None and more_workers > workers:
-        after = scale * predict(cost, more_workers, cores=cores, efficiency=efficiency)
-        if after > 1.05 * loader_rate:
-            out.append(
-                Recommendation(
-                    f"use more workers (workers={more_workers})",
-                    f"predicted {after:,.0f} samples/s with {more_workers} vs {loader_rate:,.0f} with {workers}"
-                    + (
-                        " (the workers spend most of their time blocked on I/O or asleep, "
-                        "so more of them overlap it)"
-                        if cost.blocked_s > cost.cpu_s
-                        else ""
-                    ),
-                    loader_rate,
-                    after,
-                    before,
-                    _delivered(after, h2d_rate, model_rate),
-                    "estimated",
-                )
-            )
-    return rank(out)
+    else:
+        lines.append("Give --step-time or --model to compare with what the model consumes.")
+    return lines

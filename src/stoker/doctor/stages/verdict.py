@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from stoker.doctor.changes import recommend
 from stoker.doctor.findings import Findings, Judgement
 from stoker.doctor.measure.augment import transform_ops
 from stoker.doctor.measure.timing import Stage
-from stoker.doctor.verdict import Verdict, predict, recommend, verdict
+from stoker.doctor.verdict import Verdict, predict, verdict
 
 __all__ = ["run", "still_rising"]
 
