@@ -179,6 +179,8 @@ def test_rank_split(arrays):
 class Buckets(Sampler):
     """Three widths, one per batch, like a length-bucketing sampler."""
 
+    variable_width = True
+
     def __init__(self, n):
         self.inner = EpochOrder(n)
 

@@ -2,16 +2,16 @@
 
 A process started through ``multiprocessing``'s fork server (or spawn) first imports the
 parent's ``__main__`` module, so that objects defined there can be unpickled. For a training
-script that means every worker runs the script's imports (``import torch`` alone is about a
-second and 140 MiB per worker, measured) before it makes its first sample, although a loader
-worker needs nothing from it unless the transforms or the source were defined there.
+script that means every worker runs the script's imports (``import torch``, say) before it
+makes its first sample, although a loader worker needs nothing from it unless the transforms
+or the source were defined there (docs/loader.md has the cost).
 
 :func:`worker_process` gives a fork-server process that skips that import when the pickled
 arguments name nothing in ``__main__``; otherwise (or where the fork server's launch code is
 not the one this was written against) an ordinary ``ctx.Process``. The launch below is the
-standard library's ``popen_forkserver.Popen._launch`` (the same in Python 3.10 to 3.13) with
-the two ``init_main_*`` keys removed from the preparation data; the child still gets the
-parent's ``sys.path``, working directory and process name.
+standard library's ``popen_forkserver.Popen._launch`` (docs/loader.md names the Python
+versions it matches) with the two ``init_main_*`` keys removed from the preparation data; the
+child still gets the parent's ``sys.path``, working directory and process name.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import logging
 import os
 import weakref
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -224,7 +225,7 @@ class Loader(RingFeed):
             "respawns": self._pool.respawns,
         }
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Batch]:
         if self._closed:
             raise LoaderError("this loader is closed")
         return self._run()
@@ -346,7 +347,7 @@ class Loader(RingFeed):
         return bidx, width, half, len(bidx) + half
 
     # ------------------------------------------------------------------ iteration
-    def _run(self):
+    def _run(self) -> Iterator[Batch]:
         self._normalise_position()
         epoch, start = self._epoch, self._next
         order, widths = self._plan(epoch)
