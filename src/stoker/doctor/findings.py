@@ -21,13 +21,13 @@ turns the whole into the report.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from stoker.doctor.changes import Recommendation
+from stoker.doctor.measure.decode import Decoder
 from stoker.doctor.measure.loader import LoaderRun
 from stoker.doctor.measure.source import SourceSample
 from stoker.doctor.measure.timing import Stage
@@ -100,8 +100,8 @@ class Storage:
 
 @dataclass
 class Decode:
-    decoders: dict[str, Callable[[bytes, tuple[int, int] | None], np.ndarray]]
-    pipeline_decode: Callable[[bytes, tuple[int, int] | None], np.ndarray]
+    decoders: dict[str, Decoder]
+    pipeline_decode: Decoder
     payloads: list[bytes]  # the sampled payloads that decode
     full: list[np.ndarray]  # full size: the image as stored
     images: list[np.ndarray]  # as the loader decodes it (maybe at reduced scale)

@@ -10,7 +10,10 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stoker.loader import Loader
 
 __all__ = ["PREFETCH", "LoaderRun", "estimated_slots", "loader_source", "measure_loader"]
 
@@ -121,7 +124,7 @@ class _Window:
         self.p0 = 0.0
         self.threads: tuple[int, ...] = ()
 
-    def run(self, loader: Any) -> None:
+    def run(self, loader: Loader) -> None:
         """Iterate (epoch after epoch) until the window closes or an epoch gives nothing."""
         while True:
             progressed = False
@@ -132,7 +135,7 @@ class _Window:
             if not progressed:
                 return
 
-    def _take(self, loader: Any, batch: Any) -> bool:
+    def _take(self, loader: Loader, batch: Any) -> bool:
         """Count one batch; True when the window has closed."""
         clock = time.perf_counter
         self.got += 1
