@@ -144,7 +144,6 @@ class WorkerPool:
         """Start ``count`` workers of ``config``. On a failure the workers already started
         stay in ``handles`` (for :meth:`stop`) and the error propagates."""
         self._config, self._control = config, control
-        self._poller = None
         for wid in range(count):
             self.handles.append(self._spawn(wid))
         self._poller = None
