@@ -85,3 +85,11 @@ def test_bad_arguments(tmp_path):
         make_sample_data(tmp_path, fmt="gif")
     with pytest.raises(ValueError, match="at least 8x8"):
         make_sample_data(tmp_path, size=4)
+
+
+def test_counts_are_checked_like_every_int_option(tmp_path):
+    with pytest.raises(ValueError, match="workers"):
+        make_sample_data(tmp_path, workers=0)
+    with pytest.raises(TypeError, match="per_class"):
+        make_sample_data(tmp_path, per_class="3")
+    assert not any(tmp_path.iterdir())  # checked before anything is written

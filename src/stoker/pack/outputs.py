@@ -1,8 +1,8 @@
-"""The files a run writes: where they go, the shard writers, the resume journal and rejects
-journal, the rejects list, the ``.lst``, the manifest, and the clean-up of partials.
+"""Every file a run writes, kept as ``*.partial`` until the run commits: the shards, the
+journals, the rejects list, the ``.lst`` and the manifest.
 
-Every output is written as ``*.partial`` and renamed only when the whole run succeeded: the
-shards (``.rec``/``.idx``/``.crc32c``), ``.stoker.json`` (written last), ``.rejects.tsv`` and
+Every output is renamed into place only when the whole run succeeded: the shards
+(``.rec``/``.idx``/``.crc32c``), ``.stoker.json`` (written last), ``.rejects.tsv`` and
 ``.lst``. The journal ``OUT.pack-journal.partial`` holds the plan's fingerprint and
 ``OUT.rejects.tsv.partial`` the rejects found so far (one flushed line each). A write error
 (ENOSPC, EFBIG) becomes a :class:`WriteFailed` that names the output path.
