@@ -55,6 +55,22 @@ def test_resume_gives_identical_remainder(folder, reference, save_workers, load_
         np.testing.assert_array_equal(a[2], b[2])
 
 
+def test_a_seed_drawn_loader_that_already_ran_resumes_with_the_saved_seed(folder, reference):
+    """A loader made with seed=None whose workers already run takes the saved seed on
+    load_state_dict: its workers restart with it, so augmentation matches the saved run."""
+    with Loader(folder, workers=2, **KW) as ld:
+        run(ld, stop=3)
+        state = json.loads(json.dumps(ld.state_dict()))
+    with Loader(folder, workers=2, **dict(KW, seed=None)) as ld2:
+        next(iter(ld2))  # workers start with the drawn seed
+        ld2.load_state_dict(state)
+        tail = run(ld2, stop=4)
+    for a, b in zip(tail, reference[3:7]):
+        assert a[:2] == b[:2]
+        np.testing.assert_array_equal(a[3], b[3])
+        np.testing.assert_array_equal(a[2], b[2])
+
+
 def test_state_at_epoch_end_starts_next_epoch(arrays):
     x, y = arrays
     with Loader((x, y), batch_size=20, workers=0, seed=1) as ld:
