@@ -221,3 +221,17 @@ class MarkWorker(Transform):
 
     def output_spec(self, in_spec):
         return in_spec
+
+
+# the documented top-level fields of a loader's state_dict, in the order it writes them
+STATE_FIELDS = (
+    "version",
+    "dataset",
+    "sampler",
+    "seed",
+    "batch_size",
+    "pair",
+    "epoch",
+    "batch",
+    "bad",
+)

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 import pytest
-from loader_helpers import make_folder
+from loader_helpers import STATE_FIELDS, make_folder
 
 from stoker import IncompatibleStateError
 from stoker.loader import FolderSource, Loader, Source
@@ -109,17 +109,7 @@ def _good_state() -> dict:
 def test_state_schema_round_trips_through_json():
     state = _good_state()
     assert state["version"] == STATE_VERSION
-    assert list(state) == [
-        "version",
-        "dataset",
-        "sampler",
-        "seed",
-        "batch_size",
-        "pair",
-        "epoch",
-        "batch",
-        "bad",
-    ]
+    assert tuple(state) == STATE_FIELDS
     back = LoaderState.from_dict(json.loads(json.dumps(state)))
     assert back.to_dict() == state
     assert (back.bad_epoch, back.bad_total) == (0, 5)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from loader_helpers import Misbehave, RandCrop
+from loader_helpers import STATE_FIELDS, Misbehave, RandCrop
 
 from stoker import IncompatibleStateError
 from stoker.loader import Loader
@@ -166,20 +166,7 @@ def test_hostile_values_name_the_field(arrays, field, value, exc):
 )
 @given(
     st.dictionaries(
-        st.sampled_from(
-            [
-                "version",
-                "dataset",
-                "sampler",
-                "seed",
-                "batch_size",
-                "pair",
-                "epoch",
-                "batch",
-                "bad",
-                "zz",
-            ]
-        ),
+        st.sampled_from([*STATE_FIELDS, "zz"]),
         st.recursive(
             st.none()
             | st.booleans()

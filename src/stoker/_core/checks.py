@@ -9,48 +9,41 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Collection
-from typing import overload
 
-__all__ = ["check_choice", "check_epoch", "check_int", "check_rank", "check_seed"]
+__all__ = [
+    "check_choice",
+    "check_epoch",
+    "check_int",
+    "check_optional_int",
+    "check_rank",
+    "check_seed",
+]
 
 _SEED_MAX = (1 << 63) - 1
 
 
-@overload
 def check_int(
-    name: str,
-    value: object,
-    *,
-    minimum: int | None = None,
-    maximum: int | None = None,
-) -> int: ...
-@overload
-def check_int(
-    name: str,
-    value: object,
-    *,
-    minimum: int | None = None,
-    maximum: int | None = None,
-    none_ok: bool,
-) -> int | None: ...
-def check_int(
-    name: str,
-    value: object,
-    *,
-    minimum: int | None = None,
-    maximum: int | None = None,
-    none_ok: bool = False,
-) -> int | None:
+    name: str, value: object, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
     """``value`` as an ``int`` in ``[minimum, maximum]``.
 
-    Bools, floats and strings are refused; numpy integers are accepted. ``none_ok`` lets
-    ``None`` through unchanged (an option left at its default).
+    Bools, floats and strings are refused; numpy integers are accepted.
     """
-    if value is None and none_ok:
-        return None
+    return _checked_int(name, value, minimum, maximum, "")
+
+
+def check_optional_int(
+    name: str, value: object, *, minimum: int | None = None, maximum: int | None = None
+) -> int | None:
+    """:func:`check_int` that lets ``None`` through unchanged (an option left at its default)."""
+    return None if value is None else _checked_int(name, value, minimum, maximum, " or None")
+
+
+def _checked_int(
+    name: str, value: object, minimum: int | None, maximum: int | None, alternative: str
+) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        extra = " or None" if none_ok else ""
-        raise TypeError(f"{name} must be an int{extra}, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be an int{alternative}, got {type(value).__name__} {value!r}")
     out = int(value)
     if minimum is not None and out < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {out}")

@@ -182,21 +182,11 @@ class WorkerPool:
         for w in workers:
             with contextlib.suppress(Exception):
                 w.conn.send(None)
-        deadline = time.monotonic() + grace
-        for w in workers:
-            w.proc.join(max(0.0, deadline - time.monotonic()))
-        for w in workers:
-            if w.proc.is_alive():
-                with contextlib.suppress(Exception):
-                    w.proc.terminate()
-        deadline = time.monotonic() + JOIN_S
-        for w in workers:
-            w.proc.join(max(0.0, deadline - time.monotonic()))
-        for w in workers:
-            if w.proc.is_alive():
-                with contextlib.suppress(Exception):
-                    w.proc.kill()
-                w.proc.join(5 * JOIN_S)  # SIGKILL cannot be ignored: only reaping is left
+        _join(workers, grace)
+        _signal_alive(workers, "terminate")
+        _join(workers, JOIN_S)
+        _signal_alive(workers, "kill")
+        _join(workers, 5 * JOIN_S)  # SIGKILL cannot be ignored: only reaping is left
         for w in workers:
             with contextlib.suppress(Exception):
                 w.conn.close()
@@ -411,3 +401,18 @@ class WorkerPool:
             if w.tasks
         ]
         return "; ".join(parts) or "nothing"
+
+
+def _join(workers: list[WorkerHandle], seconds: float) -> None:
+    """Join every worker within one shared deadline of ``seconds``."""
+    deadline = time.monotonic() + seconds
+    for w in workers:
+        w.proc.join(max(0.0, deadline - time.monotonic()))
+
+
+def _signal_alive(workers: list[WorkerHandle], method: str) -> None:
+    """``terminate`` or ``kill`` each worker still alive."""
+    for w in workers:
+        if w.proc.is_alive():
+            with contextlib.suppress(Exception):
+                getattr(w.proc, method)()

@@ -11,7 +11,7 @@ dataset, seed, batch size, sampler) is the loader's check.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from stoker._core.checks import check_int, check_seed
@@ -48,17 +48,9 @@ class LoaderState:
     version: int = STATE_VERSION
 
     def to_dict(self) -> dict:
-        return {
-            "version": self.version,
-            "dataset": self.dataset,
-            "sampler": self.sampler,
-            "seed": self.seed,
-            "batch_size": self.batch_size,
-            "pair": self.pair,
-            "epoch": self.epoch,
-            "batch": self.batch,
-            "bad": {"epoch": self.bad_epoch, "total": self.bad_total},
-        }
+        d = asdict(self)
+        bad = {"epoch": d.pop("bad_epoch"), "total": d.pop("bad_total")}
+        return {"version": d.pop("version"), **d, "bad": bad}
 
     @classmethod
     def from_dict(cls, state: object) -> LoaderState:

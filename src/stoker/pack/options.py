@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from stoker._core.checks import check_int
+from stoker._core.checks import check_int, check_optional_int
 from stoker._core.system import usable_cores
 from stoker.pack.images import DEFAULT_MAX_PIXELS, check_image
 
@@ -80,7 +80,8 @@ class PackOptions:
         put = object.__setattr__  # a frozen dataclass normalises its own fields here
         put(self, "src", os.fspath(self.src))
         for name, (lo, hi, none_ok) in _INT_RANGES.items():
-            value = check_int(name, getattr(self, name), minimum=lo, maximum=hi, none_ok=none_ok)
+            check = check_optional_int if none_ok else check_int
+            value = check(name, getattr(self, name), minimum=lo, maximum=hi)
             put(self, name, value)
         for name in ("shuffle", "list_file", "overwrite", "resume", "follow_symlinks"):
             put(self, name, bool(getattr(self, name)))

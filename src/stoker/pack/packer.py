@@ -40,6 +40,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -192,27 +193,18 @@ def _header_payload(key: int, label: float | tuple[float, ...], data: bytes) -> 
     return pack_header(IRHeader(0, float(label), key, 0), data)
 
 
+@dataclass
 class _Run:
     """The main process's side of one run: store each result in record order, journal each
     reject, then commit every output."""
 
-    def __init__(
-        self,
-        options: PackOptions,
-        plan: Plan,
-        paths: OutputPaths,
-        shards: ShardWriters,
-        tally: Tally,
-        rejects: RejectLog,
-        bar: Progress,
-    ) -> None:
-        self.options = options
-        self.plan = plan
-        self.paths = paths
-        self.shards = shards
-        self.tally = tally
-        self.rejects = rejects
-        self.bar = bar
+    options: PackOptions
+    plan: Plan
+    paths: OutputPaths
+    shards: ShardWriters
+    tally: Tally
+    rejects: RejectLog
+    bar: Progress
 
     def go(self, start: int, n_workers: int, t0: float) -> PackReport:
         """Collect the workers' results from ``start`` on and commit; on failure keep the

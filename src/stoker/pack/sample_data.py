@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from stoker._core.atomic import write_bytes_atomic
-from stoker._core.checks import check_int
+from stoker._core.checks import check_int, check_optional_int
 from stoker._core.errors import OutputExistsError
 from stoker._core.seeding import stream_rng
 from stoker._core.system import usable_cores
@@ -239,7 +239,7 @@ def make_sample_data(
     """
     classes = check_int("classes", classes, minimum=1)
     per_class = check_int("per_class", per_class, minimum=0)
-    n_workers = check_int("workers", workers, minimum=1, none_ok=True) or usable_cores()
+    n_workers = check_optional_int("workers", workers, minimum=1) or usable_cores()
     if fmt not in ("jpg", "png"):
         raise ValueError(f"fmt must be 'jpg' or 'png', got {fmt!r}")
     h, w = _size(size)

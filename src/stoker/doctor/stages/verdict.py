@@ -4,6 +4,7 @@ pick), name the stage that bounds it and rank the changes by their gain."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from stoker.doctor.changes import recommend
 from stoker.doctor.findings import Findings, Judgement
@@ -42,27 +43,19 @@ def run(f: Findings) -> None:
     )
     if k_run in measured and not sweep.reads_warm:
         loader_rate = measured[k_run]
-    h2d_rate = f.h2d.result["rate"] if f.h2d.result else None
-    model_rate = f.model["rate"] if f.model else None
-    v = verdict(
-        cost,
+    rates: dict[str, Any] = dict(
         workers=k_run,
         cores=s.cores,
         efficiency=sweep.efficiency,
         loader_rate=loader_rate,
-        h2d_rate=h2d_rate,
-        model_rate=model_rate,
-        predicted_rate=sweep.predicted.get(k_run),
+        h2d_rate=f.h2d.result["rate"] if f.h2d.result else None,
+        model_rate=f.model["rate"] if f.model else None,
     )
+    v = verdict(cost, **rates, predicted_rate=sweep.predicted.get(k_run))
     normalize, costly = _augment_changes(f)
     recs = recommend(
         cost,
-        workers=k_run,
-        cores=s.cores,
-        efficiency=sweep.efficiency,
-        loader_rate=loader_rate,
-        h2d_rate=h2d_rate,
-        model_rate=model_rate,
+        **rates,
         packed_read=_per_sample(f.storage.packed_read),
         decode_scaled=_decode_scaled(f),
         resized=f.alternatives.resized,
