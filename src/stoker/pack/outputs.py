@@ -278,8 +278,8 @@ def write_manifest(
     path: str, shard_infos: list, classes: dict[str, int], pack_meta: dict, rejects_meta: dict
 ) -> None:
     """The manifest (``OUT.stoker.json``), written atomically."""
-    from stoker.formats.recordio import manifest
+    from stoker.formats import recordio
 
-    shards = [manifest.shard_entry(si, path) for si in shard_infos]
-    made = manifest.make_manifest(shards, classes=classes, pack=pack_meta, rejects=rejects_meta)
-    manifest.write_manifest(path, made)
+    shards = [recordio.shard_entry(si, path) for si in shard_infos]
+    made = recordio.make_manifest(shards, classes=classes, pack=pack_meta, rejects=rejects_meta)
+    recordio.write_manifest(path, made)
