@@ -1,0 +1,113 @@
+"""The source contract: random access to samples by global position.
+
+A :class:`Source` gives random access by global position ``i``:
+
+- ``len(s)``, ``s.key(i)`` (the integer record key errors name), ``s.keys()``, ``s.labels()``;
+- ``s.read(i) -> (payload, label)`` in the worker: encoded bytes when ``s.encoded`` (the
+  loader decodes them with :func:`stoker.codecs.decode`), else the image array itself;
+- ``s.load(i) -> (image, label)``: ``read`` plus decoding;
+- ``s.sample_spec`` (one image as read, before transforms) and ``s.label_spec`` (one label);
+- ``s.fingerprint()``: a JSON-safe identity stored in loader state;
+- ``s.describe(i)``: where sample ``i`` lives, for error messages;
+- ``s.reader(indices) -> f``: made once per chunk of a batch with the chunk's global
+  positions, ``f(i) -> (payload, label, key)`` per sample (the default calls ``read`` and
+  ``key``); the loader always passes ``indices``, so an override must accept them;
+- ``s.share()``: called by the loader before it starts workers (a no-op by default).
+
+Sources pickle as their configuration (a path, a file list, a shared-memory segment name) and
+reopen in the worker; no open handle or large array crosses a process boundary.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from stoker._core.specs import ArraySpec
+from stoker.codecs import DECODED_SPEC, decode
+
+__all__ = ["Source", "integral_labels", "sha"]
+
+
+def sha(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(len(p).to_bytes(8, "little"))
+        h.update(p)
+    return h.hexdigest()[:32]
+
+
+def integral_labels(labels: np.ndarray) -> np.ndarray:
+    """float labels that are all whole numbers become int64 (class ids); others stay float32."""
+    if labels.size and labels.dtype.kind == "f":
+        if labels.ndim == 1 and np.all(np.isfinite(labels)) and np.all(labels == np.round(labels)):
+            return labels.astype(np.int64)
+        return labels.astype(np.float32)
+    return labels
+
+
+class Source(abc.ABC):
+    """Random access to samples by global position; see the module docstring."""
+
+    #: True when ``read`` returns encoded bytes to decode.
+    encoded: bool = True
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    @abc.abstractmethod
+    def key(self, i: int) -> int: ...
+
+    @abc.abstractmethod
+    def keys(self) -> np.ndarray: ...
+
+    @abc.abstractmethod
+    def labels(self) -> np.ndarray: ...
+
+    @abc.abstractmethod
+    def read(self, i: int) -> tuple[Any, Any]: ...
+
+    @abc.abstractmethod
+    def fingerprint(self) -> dict: ...
+
+    @property
+    def sample_spec(self) -> ArraySpec:
+        return DECODED_SPEC
+
+    @property
+    def label_spec(self) -> ArraySpec:
+        lab = self.labels()
+        return ArraySpec(tuple(lab.shape[1:]), lab.dtype.name)
+
+    def describe(self, i: int) -> str:
+        return f"key {self.key(i)} (position {i})"
+
+    def reader(self, indices: np.ndarray | None = None) -> Callable[[int], tuple[Any, Any, int]]:
+        """``f(i) -> (payload, label, key)``: what a worker calls per sample. The loader makes
+        one per chunk of a batch and passes the chunk's ``indices``, so a source can check its
+        files once per chunk rather than per sample (and look the indices up all at once); the
+        same samples, labels, keys and errors as ``read`` and ``key``, for any ``i``."""
+        read, key = self.read, self.key
+
+        def get(i: int) -> tuple[Any, Any, int]:
+            k = key(i)
+            payload, label = read(i)
+            return payload, label, k
+
+        return get
+
+    def share(self) -> None:  # noqa: B027 - optional hook
+        """Make the source ready to cross to worker processes; the loader calls it before it
+        starts workers. Nothing to do for a source that pickles as its configuration (the
+        default); :class:`ArraySource` copies its arrays into shared memory here."""
+
+    def load(self, i: int) -> tuple[np.ndarray, Any]:
+        payload, label = self.read(i)
+        return (decode(payload) if self.encoded else payload), label
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        pass
