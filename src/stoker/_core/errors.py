@@ -12,6 +12,7 @@ Python user expects (``ValueError``/``TypeError``), so ``except ValueError`` kee
     │   ├── IndexFormatError                   a malformed .idx line; names path and line number
     │   └── ManifestError                      a malformed or mismatched .stoker.json side-car
     ├── ImageDecodeError (ValueError)          bytes that do not decode to an image; names the source
+    │   └── ImageTooLargeError                 the header declares more pixels than the limit
     ├── PackError                              `stoker pack` could not finish
     │   └── TooManyRejectsError                rejects exceeded --max-rejects
     ├── OutputExistsError (FileExistsError)    refusing to overwrite without overwrite=True
@@ -32,6 +33,7 @@ import os
 __all__ = [
     "CorruptRecordError",
     "ImageDecodeError",
+    "ImageTooLargeError",
     "IncompatibleStateError",
     "IndexFormatError",
     "LoaderError",
@@ -118,6 +120,11 @@ class ManifestError(StokerFormatError):
 
 class ImageDecodeError(StokerError, ValueError):
     """Bytes that should hold an image do not decode to one."""
+
+
+class ImageTooLargeError(ImageDecodeError):
+    """An image whose header declares more pixels than the limit (a decompression bomb);
+    refused before any pixel is decoded."""
 
 
 class PackError(StokerError):
