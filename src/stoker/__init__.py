@@ -13,6 +13,7 @@ from stoker._core import errors as _errors
 from stoker._core.errors import (
     CorruptRecordError,
     ImageDecodeError,
+    ImageTooLargeError,
     IncompatibleStateError,
     IndexFormatError,
     LoaderError,
