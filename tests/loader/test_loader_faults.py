@@ -183,18 +183,44 @@ def test_break_then_continue_resumes_same_epoch(arrays):
     assert rest[0] == 12 and len(rest) == 12
 
 
-def test_shm_preflight_refuses_with_advice(arrays, monkeypatch):
+def test_ring_preflight_checks_memory_not_dev_shm(arrays, monkeypatch):
+    # the ring is anonymous shared memory: what counts is the memory available (and the
+    # cgroup's room), not /dev/shm's free space
     from stoker.loader import _shm
 
     x, y = arrays
-    monkeypatch.setattr(_shm, "shm_free_bytes", lambda: 3 << 20)
-    big = np.zeros((4, 256, 256, 3), np.uint8)
+    monkeypatch.setattr(_shm, "shm_free_bytes", lambda: 1 << 20)  # too small for the ring
+    monkeypatch.setattr(_shm, "memory_available_bytes", lambda: 3 << 20)
+    big = np.zeros((4, 256, 256, 3), np.uint8)  # 0.75 MiB of arrays: fits /dev/shm's 1 MiB
     with Loader((big, np.zeros(4)), batch_size=4, workers=1) as ld:
         with pytest.raises(
             SharedMemoryError,
-            match=r"need .* MiB for 4 batch slots, /dev/shm has 3.0 MiB free.*--shm-size",
+            match=r"need .* MiB of memory for 4 batch slots, 3.0 MiB is available.*more memory",
         ):
             next(iter(ld))
+        assert ld._ring is None and ld._pool.handles == []
+    monkeypatch.setattr(_shm, "memory_available_bytes", lambda: 1 << 40)
+    with Loader((big, np.zeros(4)), batch_size=4, workers=1) as ld:
+        assert len(next(iter(ld)).images) == 4
+
+
+def test_array_copy_preflight_checks_dev_shm(monkeypatch):
+    from stoker.loader import _shm
+
+    monkeypatch.setattr(_shm, "shm_free_bytes", lambda: 3 << 20)
+    big = np.zeros((64, 256, 256, 3), np.uint8)
+    with Loader((big, np.zeros(64)), batch_size=4, workers=1) as ld:
+        with pytest.raises(
+            SharedMemoryError,
+            match=r"need .* MiB for 1 array copies, /dev/shm has 3.0 MiB free.*--shm-size",
+        ):
+            next(iter(ld))
+
+
+def test_memory_available_is_a_positive_figure():
+    from stoker.loader import _shm
+
+    assert 0 < _shm.memory_available_bytes() < 1 << 50
 
 
 def test_fallocate_failure_is_an_error_not_sigbus(monkeypatch, shm_names):
@@ -260,7 +286,7 @@ def test_slots_that_cannot_be_reserved_stop_the_loader_cleanly(
     with Loader((x, y), batch_size=4, workers=2) as ld:
         with pytest.raises(SharedMemoryError, match="cannot reserve"):
             next(iter(ld))
-        assert ld._pool.handles == [] and ld._segment is None
+        assert ld._pool.handles == [] and ld._ring is None
     (first, control), (_, slot) = calls[0], calls[1]
     assert first == 0 and control > 0 and slot > 0 and len(calls) == 2 + full_at_slot
     assert [c[0] for c in calls[1:]] == [control + k * slot for k in range(full_at_slot + 1)]
@@ -292,7 +318,7 @@ if __name__ == "__main__":
     it = iter(ld)
     next(it)
     pids = [w.proc.pid for w in ld._pool.handles]
-    print(ld._segment.name, *pids, flush=True)
+    print(ld.source.segment.name, *pids, flush=True)  # the arrays: the ring has no name
     for b in it:
         time.sleep(0.01)
 """
@@ -386,7 +412,7 @@ def test_two_loaders_at_once(arrays):
     with Loader((x, y), batch_size=8, workers=1) as a, Loader((x, y), batch_size=8, workers=1) as b:
         for ba, bb in zip(a, b):
             np.testing.assert_array_equal(ba.images, bb.images)
-        assert a._segment.name != b._segment.name
+        assert a._ring.fileno() != b._ring.fileno()
 
 
 def test_workers_limit_threads(arrays):
@@ -412,7 +438,7 @@ def test_a_forked_copy_never_tears_down_the_parents_loader(arrays, monkeypatch, 
         _shm.unlink_owned()
         ld.source.close()
         monkeypatch.undo()
-        assert shm_names() == segs and len(segs) == 2  # ring + the arrays
+        assert shm_names() == segs and len(segs) == 1  # the arrays (the ring has no name)
         assert ld._pool.handles and all(w.proc.is_alive() for w in ld._pool.handles)
         assert len(list(ld)) == 7
 
@@ -516,7 +542,7 @@ if __name__ == "__main__":
         stoker.on_sigterm(lambda: open(out, "w").write(json.dumps(ld.state_dict())))
         it = iter(ld)
         next(it)
-        print(ld._segment.name, *[w.proc.pid for w in ld._pool.handles], flush=True)
+        print(ld.source.segment.name, *[w.proc.pid for w in ld._pool.handles], flush=True)
         for b in it:
             time.sleep(0.01)
 """

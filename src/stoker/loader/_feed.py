@@ -3,12 +3,24 @@ workers, finished batches collected, and the ring's life (made, reserved, torn d
 
 NOTE [ Loader ring and shutdown protocol ]
 
-Buffers. One shared-memory segment per loader, ``/dev/shm/stoker_<pid>_<starttime>_<rand>``,
-reserved with ``posix_fallocate`` (a full ``/dev/shm`` fails there, never as a SIGBUS later),
-after a preflight that compares its size with the free space. The control block is reserved
-before the workers start, slot 0 while they boot, each other slot just before its first task,
-while the workers fill the earlier ones. No task names an unreserved slot. Before its first
+Buffers. One anonymous shared file per loader (``memfd_create("stoker-ring", MFD_CLOEXEC)``,
+``_shm.SharedFd``), never a name in ``/dev/shm``: it counts against memory (and the memory
+cgroup), not the ``/dev/shm`` mount (Docker's default is 64 MB), and the kernel frees it with
+the last process that maps it or holds its descriptor, so no exit, however abrupt, leaves it
+behind. A preflight compares its size with the memory available (``MemAvailable`` capped by
+the cgroup's room), and each range is reserved with ``posix_fallocate`` before use (memory
+that ran out fails there, never as a SIGBUS later). The control block is reserved before the
+workers start, slot 0 while they boot, each other slot just before its first task, while the
+workers fill the earlier ones. No task names an unreserved slot. Before its first
 write to a range of rows, a worker maps those pages in one ``MADV_POPULATE_WRITE`` call.
+Ownership of the descriptor: main holds it from creation to teardown (to reserve slots and
+to start workers, respawned ones included); each worker gets a duplicate with its start (the
+``WorkerConfig`` pickles it through the fork server's fd passing, ``SharedFd.__reduce__``),
+maps the whole ring at once and closes it, so a worker holds only its mapping. ``workers=0``
+makes no ring (batches are fresh arrays). Named ``/dev/shm/stoker_*`` segments remain for an
+array source's copy (``ArraySource.share``): it is made before any worker exists, pickled as
+part of the source and may be mapped by processes stoker does not start, so it needs a name;
+``stoker cleanup`` and every loader start sweep those whose owner is dead.
 Layout (see ``_ring.py``): a 64-byte control block (int64 *generation*: the live iteration;
 then, per worker, the global index it is processing, so a death names its sample) and
 ``Loader.slots`` (``prefetch + 2``) slots; each slot holds ``batch_size`` rows of images
@@ -29,7 +41,7 @@ before is preferred: a process maps a ring page on its first write there. The fi
 arrives after ``batch_size / workers`` samples per worker, and a worker that falls behind
 (preempted, slower images) gets less of the next batches instead of leaving the others idle
 while they wait for its share to free a slot. Main waits on one ``select.poll`` over the
-workers' pipes and sentinels. Nothing large is pickled: images never leave the segment; a
+workers' pipes and sentinels. Nothing large is pickled: images never leave the ring; a
 task's indices travel as raw int64 bytes.
 
 Ownership of a slot (:class:`SlotState`): FREE -> (main dispatches) WORK: the workers named in
@@ -55,9 +67,9 @@ Shutdown order (``close()``, also from ``__exit__``, ``__del__``, the atexit hoo
 error while waiting): bump the generation (workers drop their current chunk at the next
 sample); send ``None`` to each worker; join them for up to 2 s (0.2 s after an error, when a
 worker may be hung); ``terminate()`` (SIGTERM) the stragglers, join 2 s; ``kill()`` what is
-left, join; close the pipes; unlink the segment (a batch view kept by the user stays valid:
-the memory is unmapped when the last view dies); close a source the loader opened (an
-in-memory array source unlinks its segment).
+left, join; close the pipes; close main's ring descriptor (the memory is freed once nothing
+maps it: a batch view kept by the user stays valid until it dies); close a source the loader
+opened (an in-memory array source unlinks its segment).
 
 - Normal end of an epoch: workers stay up for the next epoch (persistent).
 - ``break`` out of the loop: the generation is bumped; in-flight slots come back as their
@@ -66,16 +78,17 @@ in-memory array source unlinks its segment).
   original type when possible, with the worker id, record key, index and traceback text
   (``_worker_errors.py``); workers are shut down (the next iteration starts new ones).
 - Ctrl-C in main (workers ignore SIGINT): ``KeyboardInterrupt`` propagates; workers and the
-  segment are torn down on the way out (generator cleanup, ``with``, or the atexit hook).
+  ring are torn down on the way out (generator cleanup, ``with``, or the atexit hook).
 - SIGKILL/segfault/OOM-kill of a worker: its process sentinel wakes main's wait at once;
   ``WorkerDiedError`` names the worker, pid, signal, the sample it was processing and its
   in-flight keys. With ``on_worker_death="respawn"`` a new worker takes the dead one's place
   and gets its unanswered chunks again (rows are rewritten in place, so nothing is lost or
   duplicated); a sample that was being processed at two deaths raises instead.
 - SIGKILL of main: workers die with it (PR_SET_PDEATHSIG on their parent, plus a 0.5 s
-  watchdog thread on main's pid and start time; a blocked ``recv`` also sees EOF); the segment
-  stays in ``/dev/shm`` until the next loader start (or ``stoker cleanup``) sweeps segments
-  whose owner is dead.
+  watchdog thread on main's pid and start time; a blocked ``recv`` also sees EOF). The ring
+  goes with the last of them: nothing is left to sweep (an array source's named segment is
+  swept at the next loader start or by ``stoker cleanup``). A respawned worker gets main's
+  descriptor of the same ring, duplicated at its start.
 
 Timeouts. Main waits on pipes and process sentinels with a 0.25 s poll, so a death is seen at
 once and a stall is checked 4 times a second; ``timeout=T`` raises ``LoaderTimeoutError`` when
@@ -171,7 +184,7 @@ class RingFeed:
     _inflight: dict[tuple[int, int], _Inflight]
     _ring_id: int
     _generation: int
-    _segment: _shm.Segment | None
+    _ring: _shm.SharedFd | None  # the ring's anonymous file (its descriptor: for new workers)
     _mem: np.ndarray | None
 
     if TYPE_CHECKING:
@@ -203,15 +216,17 @@ class RingFeed:
                 slots=slots,
                 workers=self.workers,
             )
-            _shm.preflight(layout.total_bytes, slots=slots, what="batch slots")
+            _shm.preflight(layout.total_bytes, slots=slots, what="batch slots", where="memory")
             self.source.share()
             # Only the control block is reserved before the workers start, and slot 0 while
             # they boot; every other slot when it is first dispatched (_dispatch), while the
             # workers make the batches before it, so the first batch does not wait for the
             # whole ring. Nothing touches an unreserved slot: workers write only the slot a
             # task names.
-            seg, mapping = _shm.create_segment(layout.total_bytes, reserved=False)
-            self._segment = seg
+            seg, mapping = _shm.SharedFd.create(
+                layout.total_bytes, name="stoker-ring", reserved=False
+            )
+            self._ring = seg
             self._mem = mapping.array()
             self._layout = layout
             self._ring_width = max_width
@@ -232,7 +247,7 @@ class RingFeed:
             self._start_workers()
 
     def _start_workers(self) -> None:
-        if self._layout is None or self._segment is None or self._mem is None:
+        if self._layout is None or self._ring is None or self._mem is None:
             raise LoaderError("the batch ring is not allocated")
         me = os.getpid()
         config = WorkerConfig(
@@ -241,7 +256,7 @@ class RingFeed:
             pipeline=self.pipeline,
             seed=self.seed,
             layout=self._layout,
-            segment=self._segment,
+            ring=self._ring,
             on_error=self.on_error,
             main_pid=me,
             main_start=_shm.process_start_time(me),
@@ -319,11 +334,11 @@ class RingFeed:
             self._handle(wid, msg)
 
     def _reserve_slot(self, slot: int) -> None:
-        """``posix_fallocate`` slot ``slot`` before its first task; a failure (``/dev/shm``
-        filled up since the preflight) stops the workers and removes the segment."""
-        assert self._layout is not None and self._segment is not None
+        """``posix_fallocate`` slot ``slot`` before its first task; a failure (memory ran out
+        since the preflight) stops the workers and frees the ring."""
+        assert self._layout is not None and self._ring is not None
         try:
-            _shm.reserve(self._segment, self._layout.slot_offset(slot), self._layout.slot_bytes)
+            _shm.reserve(self._ring, self._layout.slot_offset(slot), self._layout.slot_bytes)
         except BaseException:
             self._teardown()
             raise
@@ -421,9 +436,9 @@ class RingFeed:
 
     def _teardown(self) -> None:
         self._teardown_workers()
-        seg, self._segment = self._segment, None
-        if seg is not None:
-            seg.unlink()
+        ring, self._ring = self._ring, None
+        if ring is not None:
+            ring.close()  # the memory goes with the last mapping (a batch the user kept)
         self._mem = None
         self._layout = None
         self._ring_width = None

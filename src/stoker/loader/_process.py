@@ -57,8 +57,11 @@ def names_main(*objects: Any) -> bool:
     """Whether pickling ``objects`` refers to anything in ``__main__`` (a transform or source
     class defined in the script). Unpicklable objects count as yes: the ordinary start then
     raises the error that names them."""
+    from stoker.loader._shm import probing
+
     try:
-        blob = pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)
+        with probing():  # shared memory pickles as a placeholder: this pickle is only read
+            blob = pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001
         return True
     return b"__main__" in blob

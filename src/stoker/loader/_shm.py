@@ -1,6 +1,14 @@
-"""Named shared-memory segments in ``/dev/shm``, allocated up front and swept when stale.
+"""Shared memory for the loader, allocated up front: anonymous files (:class:`SharedFd`, a
+``memfd``) for the batch ring and a folder's listing, and named segments in ``/dev/shm``
+(:class:`Segment`, swept when stale) for an array source's copy.
 
-A segment is a file ``/dev/shm/stoker_<pid>_<starttime>_<rand>``: ``pid`` and ``starttime``
+An anonymous file has no name: it is handed to a worker as a file descriptor while the worker
+is started (:meth:`SharedFd.__reduce__`, the fork server's fd passing), mapped there and the
+descriptor closed. The kernel frees it with the last process that maps it or holds it open, so
+a SIGKILL of any process can leave nothing behind, and it is not charged to the ``/dev/shm``
+mount (Docker's default is 64 MB) but to memory (and the memory cgroup) like any other page.
+
+A named segment is a file ``/dev/shm/stoker_<pid>_<starttime>_<rand>``: ``pid`` and ``starttime``
 (the owner's start time in clock ticks since boot, from ``/proc/<pid>/stat``) identify the
 process that created it, so :func:`cleanup_stale` can tell a live owner from a dead one even
 after the pid was reused.
@@ -25,6 +33,7 @@ import os
 import secrets
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +43,9 @@ __all__ = [
     "SHM_DIR",
     "Mapping",
     "Segment",
+    "SharedFd",
+    "memory_available_bytes",
+    "probing",
     "cleanup_stale",
     "create_segment",
     "populate",
@@ -168,13 +180,200 @@ class Segment:
             _owned.discard(self.name)
 
 
+_probe = threading.local()
+
+
+@contextlib.contextmanager
+def probing() -> Any:
+    """While active (in this thread), a :class:`SharedFd` pickles as a placeholder: for
+    pickles that are only inspected (``_process.names_main``), never unpickled."""
+    _probe.on = True
+    try:
+        yield
+    finally:
+        _probe.on = False
+
+
+def handing_to_child() -> bool:
+    """Whether a pickle made now goes to a process being started (its fds go with it)."""
+    from multiprocessing import context
+
+    return context.get_spawning_popen() is not None
+
+
+class SharedFd:
+    """An anonymous shared file (``memfd_create``, close-on-exec) of ``size`` bytes.
+
+    In the process that made it, :attr:`owner` is true and the descriptor stays open (to map
+    it, reserve ranges and hand it to workers started later) until :meth:`close`. It pickles
+    only into a process being started by ``multiprocessing`` (its Popen duplicates the
+    descriptor for the child: the fork server receives it over its socket); unpickled there,
+    :meth:`attach` maps it once and closes the descriptor. Pickled anywhere else it raises
+    ``TypeError``, except under :func:`probing`.
+    """
+
+    def __init__(self, fd: int, size: int, *, owner: bool) -> None:
+        self._fd: int | None = fd
+        self.size = size
+        self.owner = owner
+        self._pid = os.getpid()
+
+    @classmethod
+    def create(cls, size: int, *, name: str, reserved: bool = True) -> tuple[SharedFd, Mapping]:
+        """A new anonymous file of ``size`` bytes, mapped writable here; reserved
+        (``posix_fallocate``) unless ``reserved=False`` (then :func:`reserve` a range before
+        anything touches it)."""
+        if size < 0:
+            raise ValueError(f"size must be >= 0, got {size}")
+        try:
+            fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        except OSError as e:
+            raise SharedMemoryError(
+                e.errno, f"cannot create anonymous shared memory: {e.strerror}"
+            ) from e
+        try:
+            if size:
+                if reserved:
+                    _reserve_fd(fd, 0, size, size, anonymous=True)
+                else:
+                    os.ftruncate(fd, size)  # sparse until reserve()
+            mapping = Mapping(fd, size, writable=True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(fd, size, owner=True), mapping
+
+    def fileno(self) -> int:
+        if self._fd is None:
+            raise SharedMemoryError(errno.EBADF, "the shared memory's descriptor is closed")
+        return self._fd
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def attach(self, *, writable: bool = True) -> Mapping:
+        """Map it; a received (not owned) descriptor is closed once mapped."""
+        mapping = Mapping(self.fileno(), self.size, writable=writable)
+        if not self.owner:
+            self.close()
+        return mapping
+
+    def close(self) -> None:
+        """Close the descriptor (the memory lives on while a mapping of it does); only in the
+        process that holds it, never in a fork that inherited the object."""
+        fd, self._fd = self._fd, None
+        if fd is not None and os.getpid() == self._pid:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __reduce__(self) -> tuple:
+        if getattr(_probe, "on", False):
+            return _placeholder, (self.size,)
+        from multiprocessing import context
+
+        popen = context.get_spawning_popen()
+        if popen is None or not hasattr(popen, "duplicate_for_child"):
+            raise TypeError(
+                "anonymous shared memory crosses only into a process being started "
+                "(its descriptor goes with the start)"
+            )
+        return _received, (popen.DupFd(popen.duplicate_for_child(self.fileno())), self.size)
+
+
+def _received(dupfd: Any, size: int) -> SharedFd:
+    return SharedFd(dupfd.detach(), size, owner=False)
+
+
+def _placeholder(size: int) -> SharedFd:  # pragma: no cover - probing pickles are not loaded
+    raise TypeError("a probing pickle of anonymous shared memory cannot be loaded")
+
+
 def shm_free_bytes() -> int:
     st = os.statvfs(SHM_DIR)
     return st.f_bavail * st.f_frsize
 
 
-def preflight(need: int, *, slots: int, what: str = "slots") -> None:
-    """Refuse (``SharedMemoryError``) when ``/dev/shm`` has less than ``need`` bytes free."""
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # "max": no limit
+
+
+def _cgroup_headroom() -> int | None:
+    """The least ``limit - usage`` of this process's memory cgroup and its ancestors (v2, else
+    v1), or None without a limit."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    best: int | None = None
+    for line in lines:
+        _id, ctrls, path = line.split(":", 2)
+        if ctrls == "":
+            base, limit_f, usage_f = "/sys/fs/cgroup", "memory.max", "memory.current"
+        elif "memory" in ctrls.split(","):
+            base, limit_f, usage_f = (
+                "/sys/fs/cgroup/memory",
+                "memory.limit_in_bytes",
+                ("memory.usage_in_bytes"),
+            )
+        else:
+            continue
+        parts = [p for p in path.split("/") if p]
+        for depth in range(len(parts), -1, -1):
+            d = os.path.join(base, *parts[:depth])
+            limit, usage = _read_int(os.path.join(d, limit_f)), _read_int(os.path.join(d, usage_f))
+            if limit is not None and usage is not None and limit < 1 << 60:
+                room = max(0, limit - usage)
+                best = room if best is None else min(best, room)
+    return best
+
+
+def memory_available_bytes() -> int:
+    """Memory a new anonymous shared mapping can take: ``MemAvailable`` of ``/proc/meminfo``,
+    capped by the memory cgroup's room (limit minus usage, the tightest up the tree)."""
+    avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    room = _cgroup_headroom()
+    if avail is None:
+        if room is None:
+            raise OSError(errno.ENOSYS, "no /proc/meminfo")
+        return room
+    return avail if room is None else min(avail, room)
+
+
+def preflight(need: int, *, slots: int, what: str = "slots", where: str = "shm") -> None:
+    """Refuse (``SharedMemoryError``) when there is less than ``need`` bytes: free in
+    ``/dev/shm`` (``where="shm"``, named segments) or available memory (``where="memory"``,
+    anonymous ones: :func:`memory_available_bytes`)."""
+    if where == "memory":
+        try:
+            free = memory_available_bytes()
+        except OSError:
+            return  # nothing to compare with: posix_fallocate still checks
+        if free < need:
+            raise SharedMemoryError(
+                errno.ENOMEM,
+                f"need {need / MiB:.1f} MiB of memory for {slots} {what}, {free / MiB:.1f} MiB "
+                "is available (MemAvailable, capped by the memory cgroup's limit); lower "
+                "prefetch/batch_size/workers or give the job more memory",
+            )
+        return
     try:
         free = shm_free_bytes()
     except OSError as e:
@@ -189,10 +388,19 @@ def preflight(need: int, *, slots: int, what: str = "slots") -> None:
         )
 
 
-def _reserve_fd(fd: int, offset: int, length: int, total: int) -> None:
+def _reserve_fd(fd: int, offset: int, length: int, total: int, *, anonymous: bool = False) -> None:
     try:
         os.posix_fallocate(fd, offset, length)
     except OSError as e:
+        if anonymous:
+            free = ""
+            with contextlib.suppress(OSError):
+                free = f"; {memory_available_bytes() / MiB:.1f} MiB of memory is available"
+            raise SharedMemoryError(
+                e.errno,
+                f"cannot reserve {total / MiB:.1f} MiB of shared memory ({e.strerror}){free}; "
+                "lower prefetch/batch_size/workers or give the job more memory",
+            ) from e
         free = ""
         with contextlib.suppress(OSError):
             free = f"; {SHM_DIR} has {shm_free_bytes() / MiB:.1f} MiB free"
@@ -218,12 +426,15 @@ def populate(arr: np.ndarray) -> None:
             _can_populate = False
 
 
-def reserve(seg: Segment, offset: int = 0, length: int | None = None) -> None:
+def reserve(seg: Segment | SharedFd, offset: int = 0, length: int | None = None) -> None:
     """``posix_fallocate`` bytes ``[offset, offset + length)`` of ``seg`` (all of it by
     default): afterwards no page there can fault with SIGBUS for lack of space. Pages already
     reserved are left as they are, so reserving a range twice is harmless."""
     length = seg.size - offset if length is None else length
     if length <= 0:
+        return
+    if isinstance(seg, SharedFd):
+        _reserve_fd(seg.fileno(), offset, length, seg.size, anonymous=True)
         return
     try:
         fd = os.open(seg.path, os.O_RDWR)

@@ -20,7 +20,7 @@ import numpy as np
 
 from stoker._core.seeding import SampleRngs
 from stoker.loader._ring import RingLayout
-from stoker.loader._shm import Segment, populate, process_start_time
+from stoker.loader._shm import SharedFd, populate, process_start_time
 from stoker.loader._worker_errors import error_info
 from stoker.loader.sources import Source
 from stoker.pipeline import Pipeline
@@ -92,7 +92,7 @@ class WorkerConfig:
     pipeline: Pipeline
     seed: int
     layout: RingLayout
-    segment: Segment
+    ring: SharedFd  # the batch ring (its descriptor goes with the worker's start)
     on_error: str
     main_pid: int
     main_start: int | None
@@ -211,7 +211,7 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     _limit_threads()
     _die_with_parent(cfg.main_pid, cfg.main_start)
-    mapping = cfg.segment.attach(writable=True)
+    mapping = cfg.ring.attach(writable=True)  # and its descriptor closed
     mem = mapping.array()
     layout = cfg.layout
     # the control block through a memoryview: read before every sample, where a NumPy

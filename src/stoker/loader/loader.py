@@ -100,7 +100,7 @@ class Loader(RingFeed):
         self._inflight = {}
         self._ring_id = 0
         self._generation = 0
-        self._segment = None
+        self._ring = None
         self._mem = None
         self._source: Source | None = None
         self._owns_source = False
