@@ -22,22 +22,37 @@ Buffer ownership:
   ``event.synchronize()`` on the oldest if needed, so the loader's ring never runs dry:
   a ``stoker.Loader`` has ``Loader.slots`` slots, so ``depth <= slots - 1``, checked up front);
 - a pinned staging buffer returns to its pool only once the ``copy`` event of the batch that
-  used it has completed; a pool grows to at most ``depth + 2`` buffers per key, after that the
-  prefetcher waits for the oldest copy;
+  used it has completed; a pool grows to at most ``depth + 2`` buffers per (shape, dtype), after
+  that the prefetcher waits for the oldest copy; at most ``MAX_SHAPES`` (4) keys are kept: a new
+  shape (a partial last batch, per-batch widths) drops the least recently used keys whose
+  buffers are all free (``stoker.torch._staging``);
 - a pinned tensor supplied by the loader is referenced until its ``copy`` event completed;
+- a tensor already on the device is not copied; it is ``record_stream``ed on the side stream,
+  which the conversion reads it on;
 - device tensors are made on the side stream; before a batch is handed over, the consumer
   stream waits on its ``ready`` event (``consumer.wait_event``, no host block) and every
   output tensor gets ``record_stream(consumer)``, so the caching allocator does not give its
   memory to the side stream while the consumer may still read it.
 
+A launch that fails (on CUDA the copy and the conversion are issued inside the launch: an OOM,
+a mean/std channel mismatch, a Ctrl-C) gives back what it took before the error propagates:
+if no copy was queued yet, its slot and staging buffers at once; otherwise the batch is held
+like any other until an event recorded after the failure has completed (if even that event
+cannot be recorded, the slot is released and the buffers are dropped, never reused).
+
 Order: ``depth`` batches are launched ahead of the one the consumer holds. An empty loader
 yields nothing. An exception from the wrapped loader surfaces from ``next()`` at once (batches
 launched ahead of it are dropped) after the shutdown below.
 
+State: each ``iter()`` owns its loader iterator, its batches launched ahead and those still
+holding host memory (``_StreamRun``); only the side stream and the pools (whose buffers each
+carry the event they wait for) are shared between iterations.
+
 Shutdown (end of data, ``break``, an exception or Ctrl-C inside ``next()``, garbage
-collection of the generator): every held copy event is synchronised, then every held slot is
-released and every staging buffer returned, then the loader's iterator is closed. The side
-stream and the pools live as long as the prefetcher and are reused across epochs.
+collection of the generator): every copy event this iteration holds is synchronised and its
+slot released, then the loader's iterator is closed. A wait that fails (a sticky CUDA error)
+does not stop the releases: the first error is raised after all of them. The side stream and
+the pools live as long as the prefetcher and are reused across epochs.
 
 Timeouts: none of its own. The only host waits are on events of copies already queued
 (bounded by the device); a stalled loader is bounded by the loader's own ``timeout=``.
@@ -64,6 +79,7 @@ import torch
 
 from stoker.loader import Loader
 from stoker.torch._batch import flatten, follows_slot_protocol
+from stoker.torch._staging import Pinned, StagingPools
 from stoker.torch.augment import batch_generator, random_erase, random_flip
 from stoker.torch.backend import Backend, CudaBackend
 
@@ -279,11 +295,11 @@ class CudaPrefetcher:
         self._mean = _channel_tensor(mean, "mean", self.device)
         self._std = _channel_tensor(std, "std", self.device)
         self._side = self._backend.new_stream() if self._backend is not None else None
-        self._pools: dict[tuple[tuple[int, ...], torch.dtype], list[torch.Tensor]] = {}
-        # id(pinned buffer) -> (launch number, copy event still reading it; None while staging)
-        self._busy: dict[int, tuple[int, Any]] = {}
+        # pinned staging buffers, shared by every iteration; bounded (see _staging)
+        self._pools: StagingPools | None = None
+        if self._backend is not None:
+            self._pools = StagingPools(self._backend, per_key=depth + 2)
         self._launches = 0
-        self._holding: deque[_Flight] = deque()  # launched batches still holding host memory
 
     @staticmethod
     def _pick_device(device: str | torch.device | None) -> torch.device:
@@ -369,70 +385,51 @@ class CudaPrefetcher:
         assert self._backend is not None
         return self._backend
 
-    def _staging(self, host: torch.Tensor) -> torch.Tensor:
-        """A free pinned buffer shaped like ``host`` (waits for the oldest copy if needed)."""
-        key = (tuple(host.shape), host.dtype)
-        pool = self._pools.setdefault(key, [])
+    def _launch(self, item: Any, epoch: int, number: int, holding: deque[_Flight]) -> _Flight:
+        """Queue the copy and the conversion of one batch; the flight joins ``holding`` as soon
+        as its copy event is recorded. A launch that fails gives back what it took: its slot
+        and buffers at once when nothing was queued, else once an event recorded after the
+        failure has completed (on CUDA ``submit`` runs at once: an OOM or a bad mean/std
+        raises here)."""
         be = self._streams()
-        while True:
-            for buf in pool:
-                busy = self._busy.get(id(buf))
-                if busy is None or (busy[1] is not None and be.event_done(busy[1])):
-                    self._busy.pop(id(buf), None)
-                    return buf
-            waitable = [self._busy[id(b)] for b in pool if self._busy[id(b)][1] is not None]
-            if len(pool) < self.depth + 2 or not waitable:
-                buf = be.pinned_empty(key[0], key[1])
-                pool.append(buf)
-                return buf
-            be.event_wait(min(waitable, key=lambda b: b[0])[1])
-
-    def _reap(self, max_holding: int | None = None) -> None:
-        """Release the host memory of batches whose copy finished (oldest first)."""
-        be = self._streams()
-        while self._holding:
-            f = self._holding[0]
-            if max_holding is not None and len(self._holding) > max_holding:
-                be.event_wait(f.copy_event)
-            elif not be.event_done(f.copy_event):
-                return
-            self._holding.popleft()
-            f.release()
-
-    def _launch(self, item: Any, epoch: int, number: int) -> _Flight:
-        be = self._streams()
-        side = self._side
+        side, pools = self._side, self._pools
+        assert pools is not None
         tree = flatten(item, self.normalize_keys)
         be.wait_stream(side, be.current_stream())
-        holds: list[Callable[[], None]] = []
+        launch = self._launches
+        self._launches += 1
+        flight = _Flight(None, None, None)
+        staged: list[Pinned] = []
+        queued = False
         if follows_slot_protocol(item):
             item.retain()
-            holds.append(item.release)
-        sources: list[torch.Tensor] = []
-        staged_bufs: list[torch.Tensor] = []
-        for leaf in tree.leaves:
-            t = _as_host_tensor(leaf)
-            if be.is_on_device(t):
+            flight.holds.append(item.release)
+        try:
+            sources: list[torch.Tensor] = []
+            for leaf in tree.leaves:
+                t = _as_host_tensor(leaf)
+                if be.is_on_device(t):
+                    be.record_stream(t, side)  # read on the side stream by the conversion
+                elif not be.is_pinned(t):  # a pinned one is referenced until its copy is done
+                    p = pools.take(tuple(t.shape), t.dtype)
+                    staged.append(p)
+                    p.buf.copy_(t)
+                    t = p.buf
                 sources.append(t)
-            elif be.is_pinned(t):
-                sources.append(t)  # referenced by the flight until the copy is done
-            else:
-                buf = self._staging(t)
-                buf.copy_(t)
-                self._busy[id(buf)] = (self._launches, None)  # taken; its event is set below
-                staged_bufs.append(buf)
-                sources.append(buf)
+            tree.leaves = []  # drop the views of the loader's memory as soon as they are staged
+            flight.holds.append(sources.clear)  # drop the references to pinned sources
 
-        def copy_all() -> list[torch.Tensor]:
-            return [s if be.is_on_device(s) else be.to_device(s) for s in sources]
+            def copy_all() -> list[torch.Tensor]:
+                return [s if be.is_on_device(s) else be.to_device(s) for s in sources]
 
-        copied = be.submit(side, copy_all)
-        copy_event = be.record_event(side)
-        for buf in staged_bufs:
-            self._busy[id(buf)] = (self._launches, copy_event)
-        self._launches += 1
-        tree.leaves = []  # drop the views of the loader's memory as soon as they are staged
-        holds.append(sources.clear)  # drop the references to pinned sources
+            queued = True
+            copied = be.submit(side, copy_all)
+            flight.copy_event = be.record_event(side)
+            pools.lend(staged, flight.copy_event, launch)
+            holding.append(flight)  # from now on _reap or the shutdown releases it
+        except BaseException:
+            self._abandon(flight, staged, queued, launch, holding)
+            raise
         targets = tree.targets
 
         def convert_all() -> list[torch.Tensor]:
@@ -441,37 +438,37 @@ class CudaPrefetcher:
                 self._convert(d, epoch, number) if is_t else d for d, is_t in zip(devs, targets)
             ]
 
-        output = be.submit(side, convert_all)
-        ready_event = be.record_event(side)
-        flight = _Flight(copy_event, ready_event, (tree, output), holds)
-        self._holding.append(flight)
+        flight.output = (tree, be.submit(side, convert_all))
+        flight.ready_event = be.record_event(side)
         return flight
 
+    def _abandon(
+        self, flight: _Flight, staged: list[Pinned], queued: bool, launch: int, holding: deque
+    ) -> None:
+        """Undo a launch that failed before its copy event was recorded."""
+        pools = self._pools
+        assert pools is not None
+        if not queued:
+            pools.give_back(staged)
+            flight.release()
+            return
+        try:  # a copy may be queued: what it reads stays held until it has run
+            flight.copy_event = self._streams().record_event(self._side)
+        except BaseException:  # no event to wait for (a failing device): never reuse them
+            pools.drop(staged)
+            flight.release()
+            return
+        pools.lend(staged, flight.copy_event, launch)
+        holding.append(flight)
+
     def _iter_streams(self) -> Iterator[Any]:
-        be = self._streams()
-        it = iter(self.loader)
-        ahead: deque[_Flight] = deque()
-        counter = 0
-        exhausted = False
-
-        def fill() -> None:
-            nonlocal counter, exhausted
-            while not exhausted and len(ahead) < self.depth:
-                self._reap(max_holding=self.depth)
-                try:
-                    item = next(it)
-                except StopIteration:
-                    exhausted = True
-                    return
-                epoch, number = self._positions(item, counter)
-                counter += 1
-                ahead.append(self._launch(item, epoch, number))
-
+        run = _StreamRun(self, iter(self.loader))  # this iteration's own state
+        be = run.be
         try:
-            fill()
-            while ahead:
-                flight = ahead.popleft()
-                fill()  # the next copies are queued before this batch is handed over
+            run.fill()
+            while run.ahead:
+                flight = run.ahead.popleft()
+                run.fill()  # the next copies are queued before this batch is handed over
                 consumer = be.current_stream()
                 be.wait_event(consumer, flight.ready_event)
                 tree, output = flight.output
@@ -479,17 +476,74 @@ class CudaPrefetcher:
                 for t in leaves:
                     be.record_stream(t, consumer)
                 flight.output = None
-                self._reap()
+                run.reap()
                 yield tree.rebuild(leaves)
             self.epoch += 1
         finally:
-            for f in ahead:
-                f.output = None
-            while self._holding:
-                f = self._holding.popleft()
+            run.shutdown()
+
+
+class _StreamRun:
+    """The state of one iteration of the stream path: its loader iterator, the flights
+    launched ahead of the consumer and those still holding host memory. Pools and the side
+    stream belong to the prefetcher; nothing here is seen by another iteration."""
+
+    def __init__(self, pf: CudaPrefetcher, it: Iterator[Any]) -> None:
+        self.pf = pf
+        self.be = pf._streams()
+        self.it = it
+        self.ahead: deque[_Flight] = deque()  # launched, not yet handed over
+        self.holding: deque[_Flight] = deque()  # launched, still holding host memory
+        self.counter = 0
+        self.exhausted = False
+
+    def fill(self) -> None:
+        pf = self.pf
+        while not self.exhausted and len(self.ahead) < pf.depth:
+            self.reap(max_holding=pf.depth)
+            try:
+                item = next(self.it)
+            except StopIteration:
+                self.exhausted = True
+                return
+            epoch, number = pf._positions(item, self.counter)
+            self.counter += 1
+            self.ahead.append(pf._launch(item, epoch, number, self.holding))
+
+    def reap(self, max_holding: int | None = None) -> None:
+        """Release the host memory of batches whose copy finished (oldest first)."""
+        be = self.be
+        while self.holding:
+            f = self.holding[0]
+            if max_holding is not None and len(self.holding) > max_holding:
                 be.event_wait(f.copy_event)
+            elif not be.event_done(f.copy_event):
+                return
+            self.holding.popleft()
+            f.release()
+
+    def shutdown(self) -> None:
+        """Wait for every held copy and release its memory, then close the loader's iterator;
+        every slot is released even when a wait fails (a sticky CUDA error), and the first
+        error is raised after all of it."""
+        errors: list[BaseException] = []
+        for f in self.ahead:
+            f.output = None
+        while self.holding:
+            f = self.holding.popleft()
+            try:
+                self.be.event_wait(f.copy_event)
+            except BaseException as e:
+                errors.append(e)
+            try:
                 f.release()
-            self._busy.clear()
-            close = getattr(it, "close", None)
-            if callable(close):
+            except BaseException as e:
+                errors.append(e)
+        close = getattr(self.it, "close", None)
+        if callable(close):
+            try:
                 close()
+            except BaseException as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]

@@ -3,7 +3,11 @@
 - :class:`SlotRing`: a loader double with stoker's slot protocol whose slots are scribbled
   over the moment they are free again, so any batch read too late comes out wrong;
 - :class:`FakeBackend`: streams as queues of deferred work on the CPU, whose copies really run
-  late, recording the calls the protocol promises (no CUDA needed);
+  late, recording the calls the protocol promises (no CUDA needed); ``hold_events=True``: events
+  complete only when the test says so or after ``lag`` polls, never on handover; ``pin``/
+  ``on_device`` flag tensors for the pinned and on-device paths; ``fail`` injects errors;
+- :class:`EagerBackend`: submissions run at once, as CUDA's do (an OOM raises from the launch),
+  events held, and copies that check their host buffer was not touched before they ran;
 - :class:`SlowCopyBackend`: the CUDA backend with every side-stream submission delayed, which
   widens the race windows on a real GPU; :class:`BrokenBackend`: the same with the protocol
   deliberately broken, to show a check catches it;
@@ -27,6 +31,7 @@ __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "BrokenBackend",
+    "EagerBackend",
     "FakeBackend",
     "FakeEvent",
     "FakeHandle",
@@ -69,7 +74,9 @@ class SlotRing:
     ``release()``; it is scribbled over at once, as a worker refilling it would, so a copy that
     reads it late gets garbage. ``pinned=True`` makes the slots page-locked tensors (needs
     CUDA): a prefetcher copies from them directly, so it must hold each slot until its copy
-    has completed. ``on_retain``/``on_release`` are called with each batch retained/released.
+    has completed; ``pin`` (e.g. ``FakeBackend.pin``) makes them tensors flagged page-locked
+    by that function instead, for a fake backend. ``on_retain``/``on_release`` are called with
+    each batch retained/released.
     """
 
     def __init__(
@@ -84,16 +91,21 @@ class SlotRing:
         first_number: int = 0,
         on_retain: Callable[[SlotBatch], None] | None = None,
         on_release: Callable[[SlotBatch], None] | None = None,
+        pin: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
+        pinned = pinned or pin is not None
         self.n, self.shape, self.content, self.pinned = n, tuple(shape), content, pinned
         self.images: list[Any]
         self.labels: list[Any]
         if pinned:
+            real = pin is None
+            wrap = pin or (lambda t: t)
             self.images = [
-                torch.empty(shape, dtype=torch.uint8, pin_memory=True) for _ in range(slots)
+                wrap(torch.empty(shape, dtype=torch.uint8, pin_memory=real)) for _ in range(slots)
             ]
             self.labels = [
-                torch.empty(shape[0], dtype=torch.int64, pin_memory=True) for _ in range(slots)
+                wrap(torch.empty(shape[0], dtype=torch.int64, pin_memory=real))
+                for _ in range(slots)
             ]
         else:
             self.images = [np.empty(shape, np.uint8) for _ in range(slots)]
@@ -167,64 +179,140 @@ class SlotBatch:
             self.ring.give_back(self)
 
 
-# --- a CPU backend whose copies run late ---
+# --- CPU backends: copies that run late, events that complete late ---
 
 
 class FakeStream:
-    """A queue of deferred work (events and submitted functions), run in order on demand."""
+    """A queue of deferred work (events, submitted functions, copies), run in order on demand."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.queue: list[Any] = []
 
     def run_through(self, target: Any) -> None:
-        while not getattr(target, "done", False):
+        """Run the queued work up to and including ``target`` (nothing if it has run)."""
+        while not target.ran:
             op = self.queue.pop(0)
             op.run()
 
 
 class FakeEvent:
-    def __init__(self, stream: FakeStream) -> None:
-        self.stream = stream
+    """An event: reached when its stream runs it; ``done`` once reached and, for a backend
+    that holds events, once the test or enough polls complete it."""
+
+    def __init__(self, stream: FakeStream, seq: int, held: bool = False) -> None:
+        self.stream, self.seq, self.held = stream, seq, held
+        self.ran = False
         self.done = False
         self.queries = 0
 
     def run(self) -> None:
-        self.done = True
+        self.ran = True
+        if not self.held:
+            self.done = True
 
 
 class FakeHandle:
     def __init__(self, stream: FakeStream, fn: Callable[[], Any]) -> None:
         self.stream, self.fn = stream, fn
-        self.done = False
+        self.done = self.ran = False
         self.value: Any = None
 
     def run(self) -> None:
         self.value = self.fn()
-        self.done = True
+        self.done = self.ran = True
 
     def result(self) -> Any:
         self.stream.run_through(self)  # the consumer's kernels wait on the ready event
         return self.value
 
 
+class _CopyCheck:
+    """A device copy as the stream runs it: it reads ``host`` then, which must still hold what
+    was in it when the copy was queued (else the buffer was refilled or freed too early)."""
+
+    def __init__(self, backend: FakeBackend, host: torch.Tensor) -> None:
+        self.backend, self.host, self.snapshot = backend, host, host.clone()
+        self.ran = False
+
+    def run(self) -> None:
+        self.ran = True
+        if not torch.equal(self.host, self.snapshot):
+            self.backend.violations.append(
+                f"a host buffer {tuple(self.host.shape)} changed before its copy ran"
+            )
+        self.host = self.snapshot = None  # type: ignore[assignment]
+
+
 class FakeBackend:
     """Streams as queues of deferred work: a "device copy" reads its host buffer only when the
     stream runs it. An event completes after it has been queried ``lag`` times, or on
     ``event_wait``. Records the calls the protocol promises: ``log`` (waits, records, submits
-    in order), ``events``, ``recorded`` (record_stream calls), ``streams_made``, ``pinned``
-    (staging buffers made)."""
+    in order), ``events``, ``recorded`` (record_stream calls as (id(tensor), stream name)),
+    ``streams_made``, ``pinned`` (staging buffers made).
+
+    ``hold_events=True``: an event the stream has run is still not done until it has been
+    queried more than ``lag`` times, waited for, or completed by the test (``complete(ev)``,
+    ``complete_all()``); handing a batch over does not complete it, as on a GPU where the
+    consumer waits on the device. Completing an event completes the earlier ones of its stream.
+
+    The pinned and on-device paths: ``pin(t)`` flags a CPU tensor as page-locked (staging
+    buffers are flagged too) and ``on_device(t)`` as on the device (``to_device`` results are
+    flagged too); ``is_pinned``/``is_on_device`` read the flags. ``fail(op, exc, at=1)`` makes
+    the ``at``-th next call of ``op`` (``submit``, ``to_device``, ``record_event``,
+    ``event_wait``) raise ``exc``.
+    """
 
     device = torch.device("cpu")
 
-    def __init__(self, lag: int = 2) -> None:
+    def __init__(self, lag: int = 2, *, hold_events: bool = False) -> None:
         self.lag = lag
+        self.hold_events = hold_events
         self.consumer = FakeStream("consumer")
         self.streams_made = 0
         self.events: list[FakeEvent] = []
         self.log: list[tuple[Any, ...]] = []
         self.pinned = 0
         self.recorded: list[tuple[int, str]] = []
+        self.violations: list[str] = []
+        self._faults: dict[str, list[Any]] = {}
+
+    # --- test controls ---
+
+    def fail(self, op: str, exc: BaseException, at: int = 1) -> None:
+        """Make the ``at``-th next call of ``op`` raise ``exc``."""
+        self._faults[op] = [at, exc]
+
+    def _maybe_fail(self, op: str) -> None:
+        fault = self._faults.get(op)
+        if fault is not None:
+            fault[0] -= 1
+            if fault[0] == 0:
+                del self._faults[op]
+                raise fault[1]
+
+    def complete(self, ev: FakeEvent) -> None:
+        """Run ``ev``'s stream through it and mark it (and the earlier events) done."""
+        ev.stream.run_through(ev)
+        for e in self.events:
+            if e.stream is ev.stream and e.seq <= ev.seq:
+                e.done = True
+
+    def complete_all(self) -> None:
+        for ev in list(self.events):
+            self.complete(ev)
+
+    @staticmethod
+    def pin(t: torch.Tensor) -> torch.Tensor:
+        t._fake_pinned = True  # type: ignore[attr-defined]
+        return t
+
+    @staticmethod
+    def on_device(t: torch.Tensor) -> torch.Tensor:
+        t._fake_on_device = True  # type: ignore[attr-defined]
+        return t
+
+    # --- the Backend protocol ---
 
     def new_stream(self) -> FakeStream:
         self.streams_made += 1
@@ -237,7 +325,8 @@ class FakeBackend:
         self.log.append(("wait_stream", waiter.name, waitee.name))
 
     def record_event(self, stream: FakeStream) -> FakeEvent:
-        ev = FakeEvent(stream)
+        self._maybe_fail("record_event")
+        ev = FakeEvent(stream, len(self.events), held=self.hold_events)
         stream.queue.append(ev)
         self.events.append(ev)
         self.log.append(("record", stream.name, len(self.events) - 1))
@@ -249,13 +338,15 @@ class FakeBackend:
     def event_done(self, ev: FakeEvent) -> bool:
         ev.queries += 1
         if ev.queries > self.lag:
-            ev.stream.run_through(ev)
+            self.complete(ev)
         return ev.done
 
     def event_wait(self, ev: FakeEvent) -> None:
-        ev.stream.run_through(ev)
+        self._maybe_fail("event_wait")
+        self.complete(ev)
 
     def submit(self, stream: FakeStream, fn: Callable[[], Any]) -> FakeHandle:
+        self._maybe_fail("submit")
         h = FakeHandle(stream, fn)
         stream.queue.append(h)
         self.log.append(("submit", stream.name))
@@ -263,19 +354,50 @@ class FakeBackend:
 
     def pinned_empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         self.pinned += 1
-        return torch.empty(shape, dtype=dtype)
+        return self.pin(torch.empty(shape, dtype=dtype))
 
     def is_pinned(self, t: torch.Tensor) -> bool:
-        return False
+        return bool(getattr(t, "_fake_pinned", False))
 
     def to_device(self, host: torch.Tensor) -> torch.Tensor:
-        return host.clone()  # runs when the stream gets to it: reads the buffer *then*
+        self._maybe_fail("to_device")
+        return self.on_device(host.clone())  # runs when the stream gets to it: reads it *then*
 
     def is_on_device(self, t: torch.Tensor) -> bool:
-        return False
+        return bool(getattr(t, "_fake_on_device", False))
 
     def record_stream(self, t: torch.Tensor, stream: FakeStream) -> None:
         self.recorded.append((id(t), stream.name))
+
+
+class EagerBackend(FakeBackend):
+    """CUDA's timing on the CPU: ``submit`` runs its function at once (so an error in a copy or
+    a conversion raises from the prefetcher's launch, as a CUDA OOM does), while the work it
+    queued completes late: events are held (see :class:`FakeBackend`, ``hold_events``), and a
+    device copy takes its data at once but checks, when its stream runs past it (at the next
+    completed event), that its host buffer still holds what it read; a buffer refilled or a
+    pinned slot released too early is listed in ``violations``."""
+
+    def __init__(self, lag: int = 2) -> None:
+        super().__init__(lag, hold_events=True)
+        self._running: FakeStream | None = None
+
+    def submit(self, stream: FakeStream, fn: Callable[[], Any]) -> FakeHandle:
+        self._maybe_fail("submit")
+        self.log.append(("submit", stream.name))
+        h = FakeHandle(stream, fn)
+        self._running = stream
+        try:
+            h.run()
+        finally:
+            self._running = None
+        return h
+
+    def to_device(self, host: torch.Tensor) -> torch.Tensor:
+        self._maybe_fail("to_device")
+        stream = self._running or self.consumer
+        stream.queue.append(_CopyCheck(self, host))
+        return self.on_device(host.clone())
 
 
 # --- CUDA backends for a GPU machine ---
