@@ -24,6 +24,7 @@ import numpy as np
 
 from stoker._core.errors import SpecError
 from stoker._core.specs import ArraySpec
+from stoker.codecs import DEFAULT_MAX_PIXELS, check_max_pixels
 from stoker.codecs import decode as _decode
 from stoker.transforms.base import Transform
 from stoker.transforms.color import Normalize
@@ -37,10 +38,16 @@ LAYOUTS = ("NHWC", "NCHW")
 @dataclass(frozen=True)
 class DecodeOptions:
     """``fast``: fast DCT and upsampling (a little less accurate); ``scale_on_decode``: let the
-    transforms' ``decode_hint`` pick a reduced JPEG decode scale."""
+    transforms' ``decode_hint`` pick a reduced JPEG decode scale; ``max_pixels``: an image whose
+    header declares more pixels (width x height) is refused with ``ImageTooLargeError`` before
+    any pixel is decoded (a decompression bomb), ``None`` for no limit."""
 
     fast: bool = False
     scale_on_decode: bool = True
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_pixels", check_max_pixels(self.max_pixels))
 
 
 def _steps(t: Transform) -> list[Transform]:
@@ -207,7 +214,7 @@ class Pipeline:
             getattr(self.transforms, "decode_hint", None) if self.decode.scale_on_decode else None
         )
         # the hint is asked with the size from the JPEG header that decode parses anyway
-        return _decode(buf, min_size=hint, fast=self.decode.fast)
+        return _decode(buf, min_size=hint, fast=self.decode.fast, max_pixels=self.decode.max_pixels)
 
     def apply(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return img if self.transforms is None else self.transforms(img, rng)

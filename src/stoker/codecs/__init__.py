@@ -10,21 +10,41 @@
 The result always has 3 channels (grey is replicated, alpha dropped) and ignores EXIF
 orientation (pixels come out in stored order, whichever backend decodes them). Every failure is
 an :class:`~stoker._core.errors.ImageDecodeError` that names the cause.
+
+Decompression bombs: before any pixel is decoded, the size the image's own header declares is
+checked against ``max_pixels`` (default :data:`DEFAULT_MAX_PIXELS`, Pillow's limit, the one
+``stoker pack`` applies); over it, :class:`~stoker._core.errors.ImageTooLargeError`. The header
+is the JPEG one simplejpeg reads anyway, the PNG IHDR, or Pillow's ``Image.open`` (header only)
+for the rest; an image whose header Pillow cannot read is checked on its decoded size instead.
 """
 
 from __future__ import annotations
 
 import io
+import re
 import struct
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from stoker._core.errors import ImageDecodeError
+from stoker._core.errors import ImageDecodeError, ImageTooLargeError
 from stoker._core.specs import ArraySpec
 
-__all__ = ["DECODED_SPEC", "MinSize", "decode", "image_size", "sniff"]
+__all__ = [
+    "DECODED_SPEC",
+    "DEFAULT_MAX_PIXELS",
+    "MinSize",
+    "check_max_pixels",
+    "decode",
+    "image_size",
+    "sniff",
+]
+
+#: ``decode``'s default header pixel limit: Pillow's own decompression-bomb limit, the one
+#: ``stoker pack`` applies (about 9459 x 9459).
+DEFAULT_MAX_PIXELS = 89_478_485
 
 #: What ``decode`` returns: any height and width, 3 channels, uint8.
 DECODED_SPEC = ArraySpec((None, None, 3), "uint8")
@@ -61,6 +81,7 @@ def decode(
     out: np.ndarray | None = None,
     min_size: MinSize = None,
     fast: bool = False,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
 ) -> np.ndarray:
     """Decode ``buf`` (bytes, bytearray, memoryview, uint8 array) to a uint8 (H, W, 3) RGB array.
 
@@ -71,10 +92,14 @@ def decode(
     transform chain's ``decode_hint``), called with the size from the header this function
     reads anyway. ``fast=True`` trades a little accuracy for speed (fast DCT and
     upsampling). ``out``: a C-contiguous uint8 array of exactly the decoded shape to write into.
+    ``max_pixels``: an image whose header declares more pixels (width x height) than this is
+    refused with ``ImageTooLargeError`` before any pixel is decoded; ``None``: no limit.
     """
     mv = _as_bytes_view(buf)
     if len(mv) == 0:
         raise ImageDecodeError("empty buffer: 0 bytes is not an image")
+    if max_pixels is not None and (type(max_pixels) is not int or max_pixels < 1):
+        max_pixels = check_max_pixels(max_pixels)
     if min_size is not None and not callable(min_size):
         min_size = _check_min_size(min_size)
     if out is not None and (
@@ -86,22 +111,33 @@ def decode(
     jpeg_error: Exception | None = None
     if kind == "jpeg":
         try:
-            img = _decode_jpeg(mv, out=out, min_size=min_size, fast=fast)
+            img = _decode_jpeg(mv, out=out, min_size=min_size, fast=fast, max_pixels=max_pixels)
             if out is not None and img is out:
                 return out
         except _NotRGBJpeg:
             img = None  # CMYK/YCCK: Pillow converts these
         except _CallerError as e:
             raise e.error from None
+        except ImageTooLargeError:
+            raise
         except ValueError as e:
             jpeg_error = e
+    elif max_pixels is not None:
+        if kind == "png" and len(mv) >= 24 and mv[12:16] == b"IHDR":
+            w, h = struct.unpack(">II", mv[16:24])
+            _check_pixels(h, w, max_pixels, "the PNG header declares")
+        elif kind == "other":
+            _check_other_header(mv, max_pixels)
     if img is None and kind != "jpeg":
         img = _decode_cv2(mv)
+        if img is not None and max_pixels is not None:
+            # only an image whose header neither we nor Pillow read gets here over the limit
+            _check_pixels(img.shape[0], img.shape[1], max_pixels, "the decoded image is")
     if img is None:
         try:
-            img = _decode_pillow(mv)
+            img = _decode_pillow(mv, max_pixels=max_pixels)
         except ImageDecodeError as e:
-            if jpeg_error is not None:
+            if jpeg_error is not None and not isinstance(e, ImageTooLargeError):
                 raise ImageDecodeError(
                     f"corrupt JPEG ({len(mv)} bytes): {jpeg_error}"
                 ) from jpeg_error
@@ -112,6 +148,157 @@ def decode(
         np.copyto(out, img)
         return out
     return img
+
+
+def check_max_pixels(max_pixels: Any) -> int | None:
+    """``max_pixels`` as an int >= 1, or ``None`` (no limit); ``TypeError``/``ValueError``
+    naming the value otherwise."""
+    if max_pixels is None:
+        return None
+    if isinstance(max_pixels, bool) or not isinstance(max_pixels, (int, np.integer)):
+        raise TypeError(
+            f"max_pixels must be an int (pixels, width x height) or None, got {max_pixels!r}"
+        )
+    if max_pixels < 1:
+        raise ValueError(f"max_pixels must be >= 1 or None (no limit), got {max_pixels!r}")
+    return int(max_pixels)
+
+
+def _check_pixels(h: int, w: int, max_pixels: int, what: str) -> None:
+    """``ImageTooLargeError`` when a ``w`` x ``h`` image is over ``max_pixels``; ``what`` says
+    where the size comes from ("the PNG header declares")."""
+    if h * w > max_pixels:
+        raise ImageTooLargeError(
+            f"{what} {w}x{h} (width x height) = {h * w:,} pixels, over the "
+            f"limit of {max_pixels:,} (max_pixels, a guard against decompression bombs); raise "
+            "it with stoker.pipeline.DecodeOptions(max_pixels=...) for the loader or "
+            "decode(..., max_pixels=...), None for no limit"
+        )
+
+
+_BOMB_PIXELS = re.compile(r"\(([0-9]+) pixels\)")
+
+
+def _riff_webp_size(mv: memoryview) -> tuple[int, int] | None:
+    """(h, w) from a WebP header (VP8, VP8L or VP8X chunk), or ``None``."""
+    if len(mv) < 30 or mv[0:4] != b"RIFF" or mv[8:12] != b"WEBP":
+        return None
+    chunk = bytes(mv[12:16])
+    if chunk == b"VP8 " and mv[23:26] == b"\x9d\x01\x2a":
+        w, h = struct.unpack("<HH", mv[26:30])
+        return h & 0x3FFF, w & 0x3FFF
+    if chunk == b"VP8L" and mv[20] == 0x2F:
+        (bits,) = struct.unpack("<I", mv[21:25])
+        return ((bits >> 14) & 0x3FFF) + 1, (bits & 0x3FFF) + 1
+    if chunk == b"VP8X":
+        w = int.from_bytes(mv[24:27], "little") + 1
+        h = int.from_bytes(mv[27:30], "little") + 1
+        return h, w
+    return None
+
+
+def _bmp_size(mv: memoryview) -> tuple[int, int] | None:
+    """(h, w) from a BMP header (BITMAPINFOHEADER or later, or OS/2's), or ``None``."""
+    if len(mv) < 26 or mv[0:2] != b"BM":
+        return None
+    (dib,) = struct.unpack("<I", mv[14:18])
+    if dib == 12:
+        w, h = struct.unpack("<HH", mv[18:22])
+        return h, w
+    if dib >= 40:
+        w, h = struct.unpack("<ii", mv[18:26])
+        return abs(h), abs(w)
+    return None
+
+
+def _tiff_size(mv: memoryview) -> tuple[int, int] | None:
+    """(h, w) of the first page of a classic TIFF (ImageLength/ImageWidth of IFD 0), or
+    ``None`` (BigTIFF, a damaged IFD: Pillow reads those)."""
+    head = bytes(mv[0:4])
+    if head == b"II*\x00":
+        e = "<"
+    elif head == b"MM\x00*":
+        e = ">"
+    else:
+        return None
+    try:
+        (ifd,) = struct.unpack_from(e + "I", mv, 4)
+        (n,) = struct.unpack_from(e + "H", mv, ifd)
+        size: dict[int, int] = {}
+        for pos in range(ifd + 2, ifd + 2 + 12 * n, 12):
+            tag, typ = struct.unpack_from(e + "HH", mv, pos)
+            if tag in (256, 257):
+                fmt = {3: "H", 4: "I"}.get(typ)
+                if fmt is None:
+                    return None
+                size[tag] = struct.unpack_from(e + fmt, mv, pos + 8)[0]
+                if len(size) == 2:
+                    return size[257], size[256]
+    except struct.error:
+        return None
+    return None
+
+
+def _radiance_size(mv: memoryview) -> tuple[int, int] | None:
+    """(h, w) from a Radiance HDR header (``-Y h +X w`` after the blank line), or ``None``."""
+    if mv[0:2] != b"#?":
+        return None
+    head = bytes(mv[:4096])
+    end = head.find(b"\n\n")
+    if end < 0:
+        return None
+    tokens = head[end + 2 :].split(b"\n", 1)[0].split()
+    if len(tokens) != 4 or not (tokens[1].isdigit() and tokens[3].isdigit()):
+        return None
+    a, b = int(tokens[1]), int(tokens[3])
+    return (a, b) if tokens[0].endswith(b"Y") else (b, a)
+
+
+def _check_other_header(mv: memoryview, max_pixels: int) -> None:
+    """Check the size a non-JPEG/PNG header declares, before any pixel is decoded: parsed here
+    for WebP, BMP, TIFF and Radiance HDR (cheap), read by Pillow (header only) for the rest. A
+    header neither reads is left to the decoders (``decode`` checks their result)."""
+    for fmt, size in (
+        ("WebP", _riff_webp_size),
+        ("BMP", _bmp_size),
+        ("TIFF", _tiff_size),
+        ("HDR", _radiance_size),
+    ):
+        hw = size(mv)
+        if hw is not None:
+            _check_pixels(hw[0], hw[1], max_pixels, f"the {fmt} header declares")
+            return
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            # the check below replaces Pillow's warning
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(mv)) as im:
+                w, h = im.size
+                fmt = im.format or "image"
+    except Image.DecompressionBombError as e:
+        too_large = _pillow_refused(e, max_pixels)
+        if too_large is not None:
+            raise too_large from None
+        return
+    except Exception:  # noqa: BLE001 - unreadable header: the decoders say why
+        return
+    _check_pixels(int(h), int(w), max_pixels, f"the {fmt} header declares")
+
+
+def _pillow_refused(e: Exception, max_pixels: int | None) -> ImageTooLargeError | None:
+    """Pillow's own ``DecompressionBombError`` (a header over twice ``Image.MAX_IMAGE_PIXELS``)
+    as an ``ImageTooLargeError`` when the size it names is over ``max_pixels`` too."""
+    m = _BOMB_PIXELS.search(str(e))
+    if max_pixels is None or m is None or int(m.group(1)) <= max_pixels:
+        return None
+    return ImageTooLargeError(
+        f"the image header declares {int(m.group(1)):,} pixels, over the limit of {max_pixels:,} "
+        "(max_pixels, a guard against decompression bombs); raise it with "
+        "stoker.pipeline.DecodeOptions(max_pixels=...) for the loader or "
+        "decode(..., max_pixels=...), None for no limit"
+    )
 
 
 def _check_min_size(min_size: Any) -> tuple[int, int]:
@@ -142,10 +329,13 @@ def _decode_jpeg(
     out: np.ndarray | None,
     min_size: MinSize,
     fast: bool,
+    max_pixels: int | None,
 ) -> np.ndarray:
     import simplejpeg
 
     h, w, colorspace, _ = simplejpeg.decode_jpeg_header(mv)
+    if max_pixels is not None and h * w > max_pixels:
+        _check_pixels(h, w, max_pixels, "the JPEG header declares")
     if colorspace in ("CMYK", "YCCK"):
         raise _NotRGBJpeg(colorspace)
     if callable(min_size):
@@ -190,11 +380,16 @@ def _decode_cv2(mv: memoryview) -> np.ndarray | None:
     return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
 
-def _decode_pillow(mv: memoryview) -> np.ndarray:
+def _decode_pillow(mv: memoryview, *, max_pixels: int | None) -> np.ndarray:
     from PIL import Image
 
     try:
         with Image.open(io.BytesIO(mv)) as im:
+            if max_pixels is not None:
+                w, h = im.size
+                _check_pixels(
+                    int(h), int(w), max_pixels, f"the {im.format or 'image'} header declares"
+                )
             im.load()
             if im.mode not in ("RGB", "L"):
                 if im.mode in ("I;16", "I;16B", "I;16L", "I"):
@@ -207,7 +402,12 @@ def _decode_pillow(mv: memoryview) -> np.ndarray:
                 arr = np.asarray(im.convert("RGB"))
             else:
                 arr = np.asarray(im)
+    except ImageTooLargeError:
+        raise
     except Exception as e:  # noqa: BLE001 - Pillow raises many types for bad input
+        too_large = _pillow_refused(e, max_pixels)
+        if too_large is not None:
+            raise too_large from e
         kind = sniff(mv)
         what = {"jpeg": "JPEG", "png": "PNG"}.get(kind, "image (unrecognised format)")
         head = bytes(mv[:8]).hex(" ")
