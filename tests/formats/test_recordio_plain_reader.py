@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from _recordio_util import MAGIC_LE, face_set, mutate, payload, write_rec
 
-from stoker._core.errors import StokerFormatError
+from stoker._core.errors import CorruptRecordError, StokerFormatError
 from stoker.formats.recordio import IRHeader, RecordFile, pack_header
 
 
@@ -60,33 +60,66 @@ def test_plain_reader_matches_read_header_and_leaves_the_rest(tmp_path):
             assert told(i) is None
 
 
-def test_plain_reader_is_off_with_checksums_and_on_a_shrunk_file(tmp_path):
+def test_plain_reader_checks_crc32c_and_is_off_on_a_shrunk_file(tmp_path):
     ps = [payload(i, size=3000) for i in range(6)]
     rec = write_rec(tmp_path, ps, checksums=True)
-    with RecordFile(rec, verify_checksums=True) as r:
-        assert r.plain_reader() is None  # each read must be checked: read_header does it
+    data = bytearray(Path(rec).read_bytes())
     with RecordFile(rec) as r:
-        assert r.plain_reader() is not None
+        off = r.offset(4)
+    data[off + 8 + 24 + 1000] ^= 0x10  # one bit of record 4's image
+    Path(rec).write_bytes(bytes(data))
+    for told in (None, [4, 2]):
+        with RecordFile(rec, verify_checksums=True) as r:
+            plain = r.plain_reader(told)
+            assert plain is not None  # the fast path stays on with checksums
+            assert all(_agrees(r, plain, i) for i in (0, 1, 2, 3, 5))
+            assert plain(4) is None  # left to read_header, which names the problem
+            with pytest.raises(CorruptRecordError, match="checksum mismatch") as e:
+                r.read_header(4)
+            assert e.value.key == 4 and e.value.offset == off
+    with RecordFile(rec, verify_checksums="auto") as r:  # the side-car exists: checked
+        assert r.plain_reader()(4) is None
+    with RecordFile(rec) as r:  # checksums off
+        assert r.plain_reader()(4) is not None
         with open(rec, "r+b") as f:
             f.truncate(100)
         assert r.plain_reader() is None  # pages past the end would SIGBUS: none is touched
 
 
-def _fuzz(tmp_path, seeds) -> int:
+def test_a_length_that_overlaps_the_next_record_is_caught_without_checksums(tmp_path):
+    ps = [payload(i, size=40) for i in range(5)]
+    rec = write_rec(tmp_path, ps, checksums=False)
+    with RecordFile(rec) as r:
+        off = r.offset(1)
+    data = bytearray(Path(rec).read_bytes())
+    (lrec,) = struct.unpack_from("<I", data, off + 4)
+    struct.pack_into("<I", data, off + 4, lrec + 8)  # record 1 now swallows record 2's head
+    Path(rec).write_bytes(bytes(data))
+    with RecordFile(rec) as r:
+        for told in (None, [1]):
+            plain = r.plain_reader(told)
+            assert plain(1) is None and _agrees(r, plain, 0) and _agrees(r, plain, 2)
+        with pytest.raises(CorruptRecordError, match="past the next record") as e:
+            r.read_header(1)
+        assert e.value.key == 1 and e.value.offset == off and e.value.idx_line == 2
+
+
+def _fuzz(tmp_path, seeds, *, checksums: bool = False) -> int:
     originals = [payload(i, size=(i * 13) % 70) for i in range(16)]
-    clean_rec = write_rec(tmp_path, originals, checksums=False)
-    clean = {name: Path(clean_rec[:-4] + "." + name).read_bytes() for name in ("rec", "idx")}
+    clean_rec = write_rec(tmp_path, originals, checksums=checksums)
+    names = ("rec", "idx", "crc32c") if checksums else ("rec", "idx")
+    clean = {name: Path(clean_rec[:-4] + "." + name).read_bytes() for name in names}
     d = tmp_path / "m"
     d.mkdir()
     served = 0
     for seed in seeds:
         rng = random.Random(seed)
-        target = rng.choice(["rec", "rec", "rec", "idx"])
+        target = rng.choice(["rec", "rec", "rec", "idx"])  # the .crc32c stays intact
         for name, blob in clean.items():
             data = mutate(blob, rng, text=name == "idx") if name == target else blob
             (d / f"f.{name}").write_bytes(data)
         try:
-            r = RecordFile(d / "f.rec", cache=False)
+            r = RecordFile(d / "f.rec", cache=False, verify_checksums=checksums)
         except StokerFormatError:
             continue
         with r:
@@ -98,6 +131,10 @@ def _fuzz(tmp_path, seeds) -> int:
 
 def test_plain_reader_agrees_with_read_header_on_damaged_files(tmp_path):
     assert _fuzz(tmp_path, range(150)) > 1000  # most records of most mutants are still served
+
+
+def test_plain_reader_agrees_with_read_header_on_damaged_files_with_checksums(tmp_path):
+    assert _fuzz(tmp_path, range(150), checksums=True) > 1000
 
 
 @pytest.mark.slow

@@ -68,7 +68,27 @@ def _rel_path(path: str, where: str, v: Any) -> str:
     parts = v.replace("\\", "/").split("/")
     if os.path.isabs(v) or v.startswith(("/", "\\")) or ".." in parts or "\x00" in v:
         raise _fail(path, f"{where} {v!r} must stay inside the manifest's folder")
+    if os.path.normpath(v.replace("\\", "/")) == "." or v.endswith(("/", "\\")):
+        raise _fail(path, f"{where} {v!r} names a folder, not a file")
     return v
+
+
+def _check_distinct(path: str, shards: list) -> None:
+    """Each shard listed once: no ``.rec`` (or ``.idx``, or ``.crc32c``) named twice."""
+    for field in ("rec", "idx", "crc32c"):
+        seen: dict[str, int] = {}
+        for j, s in enumerate(shards):
+            v = s.get(field)
+            if v is None:
+                continue
+            norm = os.path.normpath(v.replace("\\", "/"))
+            if norm in seen:
+                raise _fail(
+                    path,
+                    f"shards[{j}].{field} {v!r} is already shards[{seen[norm]}].{field}: "
+                    "a shard may be listed once (its records would be read twice)",
+                )
+            seen[norm] = j
 
 
 def validate_manifest(m: Any, path: str = "<manifest>") -> dict:
@@ -100,6 +120,7 @@ def validate_manifest(m: Any, path: str = "<manifest>") -> dict:
         crc = s.get("crc32c")
         if crc is not None:
             _rel_path(path, f"{w}.crc32c", crc)
+    _check_distinct(path, shards)
     if _int(path, "records", m.get("records")) != total:
         raise _fail(path, f"records is {m.get('records')} but the shards hold {total}")
     classes = m.get("classes", {})

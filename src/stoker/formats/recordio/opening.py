@@ -15,8 +15,8 @@ from stoker.formats.recordio.manifest import (
     shard_paths,
 )
 from stoker.formats.recordio.paths import default_crc_path, manifest_path_for
-from stoker.formats.recordio.reader import RecordFile
-from stoker.formats.recordio.recordset import RecordSet, open_shard
+from stoker.formats.recordio.reader import Checksums, RecordFile
+from stoker.formats.recordio.recordset import RecordSet, open_shard, precheck_shards
 
 __all__ = ["open_records"]
 
@@ -27,7 +27,7 @@ def _with_manifest(r: RecordFile, manifest: dict) -> RecordFile:
 
 
 def open_records(
-    path: str | os.PathLike[str], *, verify_checksums: bool = False, cache: bool = True
+    path: str | os.PathLike[str], *, verify_checksums: Checksums = False, cache: bool = True
 ) -> RecordFile | RecordSet:
     """Open a ``.rec``, its ``.idx``, or a ``NAME.stoker.json`` manifest.
 
@@ -37,12 +37,15 @@ def open_records(
     ``class_names``, the insightface attributes; see ``records.py``). The files are checked
     against the manifest (``.rec`` size, ``.idx`` sha256, record count): a mismatch raises
     :class:`ManifestError`. ``verify_checksums`` checks each read against the CRC32C side
-    file. ``identity_ranges``/``image_keys`` are set for insightface-layout files.
+    file: ``True`` requires it, ``"auto"`` uses it when it exists (a ``.crc32c`` a manifest
+    names must exist: :class:`ManifestError` otherwise), ``False`` ignores it. A ``.crc32c``
+    whose size is not 4 bytes per record is an error at open. ``identity_ranges``/``image_keys`` are set for insightface-layout files.
     """
     p = os.fspath(path)
     kw = {"verify_checksums": verify_checksums, "cache": cache}
     if p.endswith(MANIFEST_SUFFIX):
         manifest = load_manifest(p)
+        precheck_shards(p, manifest, verify_checksums)
         if len(manifest["shards"]) != 1:
             return RecordSet(p, verify_checksums=verify_checksums, cache=cache)
         return _with_manifest(open_shard(p, manifest["shards"][0], **kw), manifest)
@@ -60,6 +63,7 @@ def open_records(
         me = os.path.abspath(p)
         for shard in manifest["shards"]:
             if os.path.abspath(shard_paths(mpath, shard)[0]) == me:
+                precheck_shards(mpath, {"shards": [shard]}, verify_checksums)
                 return _with_manifest(open_shard(mpath, shard, **kw), manifest)
     crc = default_crc_path(p)
     return RecordFile(

@@ -15,7 +15,7 @@ import mmap
 import os
 import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -35,7 +35,11 @@ from stoker.formats.recordio.labelcache import read_label_cache, write_label_cac
 from stoker.formats.recordio.paths import default_crc_path, default_idx_path
 from stoker.formats.recordio.records import PlainRead, Records
 
-__all__ = ["RecordFile"]
+__all__ = ["Checksums", "RecordFile"]
+
+#: ``verify_checksums``: ``True`` (the ``.crc32c`` must exist), ``False`` (never read it) or
+#: ``"auto"`` (checked when it exists; a file a manifest names must exist).
+Checksums = bool | Literal["auto"]
 
 _HEAD_IR = struct.Struct("<II" + IR_FORMAT[1:])  # record header + IRHeader, one unpack
 
@@ -45,8 +49,12 @@ class RecordFile(Records):
 
     ``idx_path`` defaults to ``NAME.idx`` beside ``NAME.rec``; when that does not exist the
     ``.rec`` is walked once and the keys are the positions ``0..N-1`` (like MXNet's
-    sequential reader). ``verify_checksums=True`` checks every ``read`` against the
-    ``NAME.crc32c`` side file (``crc_path``). ``cache=False`` skips the binary index cache.
+    sequential reader). ``verify_checksums=True`` checks every ``read`` (and every answer
+    of :meth:`plain_reader`) against the ``NAME.crc32c`` side file (``crc_path``), which must
+    exist and hold one uint32 per record; ``"auto"`` does so when ``crc_path`` is given or
+    ``NAME.crc32c`` exists (a given ``crc_path`` that is missing is an error). Every read
+    also checks that the record ends before the next record the ``.idx`` lists.
+    ``cache=False`` skips the binary index cache.
 
     Keeps the :class:`Records` contract: ``shards`` is ``[self]``; ``class_names`` and
     ``manifest`` are set by :func:`open_records` when a manifest names the file, and
@@ -60,7 +68,7 @@ class RecordFile(Records):
         idx_path: str | os.PathLike[str] | None = None,
         *,
         cache: bool = True,
-        verify_checksums: bool = False,
+        verify_checksums: Checksums = False,
         crc_path: str | os.PathLike[str] | None = None,
     ) -> None:
         path = os.fspath(rec_path)
@@ -77,7 +85,7 @@ class RecordFile(Records):
         idx_path: str | None,
         *,
         cache: bool,
-        verify_checksums: bool,
+        verify_checksums: Checksums,
         crc_path: str | os.PathLike[str] | None,
         class_names: list[str] | None = None,
         manifest: dict | None = None,
@@ -86,7 +94,11 @@ class RecordFile(Records):
         self.path = path
         self.idx_path = idx_path
         self._cache = bool(cache)
-        self.verify_checksums = bool(verify_checksums)
+        if verify_checksums not in (True, False, "auto"):
+            raise ValueError(
+                f"verify_checksums must be True, False or 'auto', got {verify_checksums!r}"
+            )
+        self.verify_checksums: Checksums = verify_checksums
         self.crc_path = os.fspath(crc_path) if crc_path is not None else None
         self.class_names = class_names
         self.manifest = manifest
@@ -97,6 +109,8 @@ class RecordFile(Records):
         self._mm: mmap.mmap | None = None
         self._view: memoryview | None = None
         self._crc: np.ndarray | None = None
+        self._next: np.ndarray | None = None  # sorted distinct offsets (unsorted .idx only)
+        self._sorted: bool | None = None  # offsets strictly increasing (not yet looked at)
         self._identity: Any = False  # not yet looked at
         self._key_pos: tuple[np.ndarray, np.ndarray | None] | None = None
         self._closed = False
@@ -121,8 +135,13 @@ class RecordFile(Records):
     def _load_crc(self) -> None:
         cpath = self.crc_path or default_crc_path(self.path)
         if not os.path.exists(cpath):
+            if self.verify_checksums == "auto" and self.crc_path is None:
+                return  # no side-car beside the .rec: nothing to check against
             raise CorruptRecordError(
-                cpath, None, "verify_checksums=True but the checksum file does not exist"
+                cpath,
+                None,
+                f"the checksum file does not exist (the .rec is {self.path}); pass "
+                "verify_checksums=False (RecordSource(path, checksums=False)) to read without",
             )
         self.crc_path = cpath
         n = len(self._table)
@@ -132,7 +151,8 @@ class RecordFile(Records):
                 cpath,
                 None,
                 f"checksum file holds {size} bytes; {n} records need {4 * n} "
-                "(one little-endian uint32 per record)",
+                "(one little-endian uint32 per record); it is truncated or belongs to "
+                "another .rec",
             )
         self._crc = np.fromfile(cpath, dtype="<u4", count=n)
 
@@ -271,15 +291,39 @@ class RecordFile(Records):
         single-part records; split records are reassembled with their magic restored."""
         return self._payload(self._check_index(i))
 
+    def _limits(self, pos: np.ndarray) -> np.ndarray:
+        """Where each record at ``pos`` must end at the latest: the next larger offset the
+        index lists (the file size for the last record). A length field enlarged so that the
+        record overlaps the next one is caught by this, with or without checksums."""
+        offsets, n = self._table.offsets, len(self)
+        if self._sorted is None:
+            self._sorted = n < 2 or bool(np.all(offsets[1:] > offsets[:-1]))
+            if not self._sorted:
+                self._next = np.unique(offsets)
+        if self._next is None:
+            after = pos + 1
+            return np.where(after < n, offsets[np.minimum(after, n - 1)], self.size)
+        nxt = self._next
+        j = np.searchsorted(nxt, offsets[pos], side="right")
+        return np.where(j < nxt.shape[0], nxt[np.minimum(j, nxt.shape[0] - 1)], self.size)
+
     def _payload(self, i: int) -> memoryview:
         """``read`` of a position already checked (and made non-negative)."""
         off = int(self._table.offsets[i])
         mm, view = self._buf()
         self._check_not_shrunk(i, off)
         try:
-            payload, _ = read_record(mm, view, self.size, off)
+            payload, end = read_record(mm, view, self.size, off)
         except FrameError as e:
             raise self._error(i, e.offset, e.reason) from None
+        limit = int(self._limits(np.array([i], dtype=np.int64))[0])
+        if end > limit:
+            raise self._error(
+                i,
+                off,
+                f"record runs to byte {end}, past the next record at byte offset {limit} "
+                "(a damaged length field, or an .idx that does not belong to this .rec)",
+            )
         if self._crc is not None:
             import crc32c
 
@@ -302,49 +346,77 @@ class RecordFile(Records):
 
     def plain_reader(self, positions: Sequence[int] | np.ndarray | None = None) -> PlainRead | None:
         """A reader for hot loops over the common record: ``f(i)`` gives ``(label, image bytes,
-        key)`` of position ``i`` when that record is one part with one float label, else
-        ``None`` (the caller then reads it with :meth:`read_header`, which also raises the
-        error that names what is wrong). ``None`` instead of a reader when checksums are on or
-        the file shrank since it was opened. Make one per batch or so: the truncation check
-        that :meth:`read` does on every call is done once, here.
+        key)`` of position ``i`` when that record is one part with one float label, ends
+        before the next record the index lists and (with checksums on) matches its CRC32C;
+        else ``None`` (the caller then reads it with :meth:`read_header`, which also raises
+        the error that names what is wrong). ``None`` instead of a reader when the file shrank
+        since it was opened. Make one per batch or so: the truncation check that :meth:`read`
+        does on every call is done once, here.
 
-        ``positions``: the positions about to be read (a loader's chunk). Their offsets and
-        keys are then gathered in one vectorised step, instead of one index lookup each
-        between two decodes, where it misses the cache lines and TLB entries the decode
-        evicted; any other position still works."""
+        ``positions``: the positions about to be read (a loader's chunk). Their offsets, keys,
+        bounds and checksums are then gathered in one vectorised step, instead of one index
+        lookup each between two decodes, where it misses the cache lines and TLB entries the
+        decode evicted; any other position still works."""
         mm, view = self._buf()
-        if self._crc is not None or mm is None or mm.size() < self.size:
+        if mm is None or mm.size() < self.size:
             return None
-        offsets, keys, size, n = self._table.offsets, self._table.keys, self.size, len(self)
+        offsets, keys, n, crcs = self._table.offsets, self._table.keys, len(self), self._crc
         unpack, magic_ok, mask = _HEAD_IR.unpack_from, MAGIC, LENGTH_MASK
         first = 8 + IR_SIZE
-        known: dict[int, tuple[int, int]] = {}
+        known: dict[int, tuple[int, int, int, int]] = {}
         if positions is not None:
             pos = np.asarray(positions, dtype=np.int64).reshape(-1)
             pos = pos[(pos >= 0) & (pos < n)]
-            known = dict(
-                zip(pos.tolist(), zip(offsets[pos].tolist(), keys[pos].tolist(), strict=True))
-            )
+            cols = [offsets[pos], keys[pos], self._limits(pos)]
+            cols.append(crcs[pos] if crcs is not None else np.zeros_like(pos))
+            known = dict(zip(pos.tolist(), zip(*(c.tolist() for c in cols), strict=True)))
+        limits = self._limits
+
+        def where(i: int) -> tuple[int, int, int, int] | None:
+            if not 0 <= i < n:
+                return None
+            want = int(crcs[i]) if crcs is not None else 0
+            return int(offsets[i]), int(keys[i]), int(limits(np.array([i]))[0]), want
 
         def read(i: int) -> tuple[float, memoryview, int] | None:
-            got = known.get(i)
-            if got is not None:
-                off, key = got
-            elif 0 <= i < n:
-                off, key = int(offsets[i]), int(keys[i])
-            else:
+            got = known.get(i) or where(i)
+            if got is None:
                 return None
-            if off + first > size:
+            off, key, end, want = got
+            if off + first > end:
                 return None
             magic, lrec, flag, label, _id, _id2 = unpack(mm, off)
             length = lrec & mask
             if magic != magic_ok or lrec > mask or flag or length < IR_SIZE:
                 return None
-            if off + 8 + ((length + 3) & ~3) > size:  # dmlc reads the padding too
+            if off + 8 + ((length + 3) & ~3) > end:  # dmlc reads the padding too
                 return None
             return label, view[off + first : off + 8 + length], key
 
-        return read
+        if crcs is None:
+            return read
+        import crc32c
+
+        crc = crc32c.crc32c
+
+        def checked(i: int) -> tuple[float, memoryview, int] | None:
+            got = known.get(i) or where(i)
+            if got is None:
+                return None
+            off, key, end, want = got
+            if off + first > end:
+                return None
+            magic, lrec, flag, label, _id, _id2 = unpack(mm, off)
+            length = lrec & mask
+            if magic != magic_ok or lrec > mask or flag or length < IR_SIZE:
+                return None
+            if off + 8 + ((length + 3) & ~3) > end:
+                return None
+            if crc(view[off + 8 : off + 8 + length]) != want:
+                return None
+            return label, view[off + first : off + 8 + length], key
+
+        return checked
 
     def read_key(self, key: int) -> memoryview:
         return self.read(self.position(key))
@@ -397,12 +469,9 @@ class RecordFile(Records):
                 h, _ = self.read_header(int(pos[j]))  # raises the precise error
                 flags[j] = h.flag
                 slow_labels[j] = h.label
-            kinds = np.unique(flags)
+            kinds, counts = np.unique(flags, return_counts=True)
             if kinds.shape[0] > 1:
-                raise ValueError(
-                    f"{self.path}: records carry different label counts ({kinds.tolist()}); "
-                    "pass positions= that select records of one layout"
-                )
+                raise self._mixed_labels(pos, flags, kinds, counts)
             k = int(kinds[0])
             fast = np.flatnonzero(simple)
             if k == 0:
@@ -417,6 +486,22 @@ class RecordFile(Records):
             return out
         finally:
             del words
+
+    def _mixed_labels(
+        self, pos: np.ndarray, flags: np.ndarray, kinds: np.ndarray, counts: np.ndarray
+    ) -> CorruptRecordError:
+        """The error for a selection whose records carry different label counts: it names
+        the first record whose count differs from the one most records carry."""
+        usual = int(kinds[int(np.argmax(counts))])
+        j = int(np.flatnonzero(flags != usual)[0])
+        i = int(pos[j])
+        return self._error(
+            i,
+            int(self._table.offsets[i]),
+            f"records carry different label counts ({kinds.tolist()}): this one has "
+            f"{int(flags[j])} (IRHeader flag), {int(counts.max())} of the "
+            f"{int(flags.shape[0])} records read have {usual}",
+        )
 
     # ------------------------------------------------------------------ insightface
     def _layout(self) -> Layout | None:

@@ -16,8 +16,9 @@ too. Beyond the :class:`~stoker.formats.base.Reader` basics (``len``, ``key``, `
   ``insightface.py``), ``None`` for every other set; ``images()``: the image records only
   (``self`` unless the set has that layout);
 - ``plain_reader(positions=None)``: a reader for hot loops over single-part records with one
-  label, or ``None`` where there is none (checksums on, several shards): the caller then
-  reads with ``read_header``.
+  label (it checks each record's bounds and, with checksums on, its CRC32C), or ``None``
+  where there is none (several shards, a shrunk file): the caller then reads with
+  ``read_header``.
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ class Records(Reader):
 
     @property
     @abc.abstractmethod
-    def shards(self) -> list[RecordFile]:
-        """The single-file readers holding the records, in position order."""
+    def shards(self) -> Sequence[RecordFile]:
+        """The single-file readers holding the records, in position order (a
+        ``RecordSet`` opens them as they are asked for)."""
 
     @abc.abstractmethod
     def read_header(self, i: int) -> tuple[IRHeader, memoryview]:

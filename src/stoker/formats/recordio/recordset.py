@@ -3,24 +3,35 @@
 Global positions ``0..N-1`` run through the shards in manifest order; a shard is opened by
 :func:`open_shard`, which refuses a ``.rec`` or ``.idx`` that no longer matches what the
 manifest recorded when the shard was written.
+
+Shards are opened lazily, when a record of theirs is first read, and at most
+:data:`MAX_OPEN_SHARDS` of them stay open per ``RecordSet`` (least recently used closed
+first): an open shard holds one file descriptor and two memory maps (the ``.rec`` and the
+binary index cache), so a set of 100,000 shards read by 8 workers stays within the default
+``ulimit -n`` (1024) and ``vm.max_map_count`` (65530).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from stoker._core.errors import ManifestError
+from stoker._core.errors import CorruptRecordError, ManifestError
 from stoker.formats.recordio.header import IRHeader
 from stoker.formats.recordio.index import sha256_file
 from stoker.formats.recordio.manifest import class_names, load_manifest, shard_paths
-from stoker.formats.recordio.reader import RecordFile
+from stoker.formats.recordio.reader import Checksums, RecordFile
 from stoker.formats.recordio.records import Records
 
-__all__ = ["RecordSet", "open_shard"]
+__all__ = ["MAX_OPEN_SHARDS", "RecordSet", "open_shard", "precheck_shards"]
+
+#: Shards a ``RecordSet`` keeps open at once (per process); the least recently used one is
+#: closed when another must open.
+MAX_OPEN_SHARDS = 64
 
 
 def _check_shard(r: RecordFile, shard: dict, manifest_path: str) -> None:
@@ -46,8 +57,18 @@ def _check_shard(r: RecordFile, shard: dict, manifest_path: str) -> None:
 
 def open_shard(manifest_path: str, shard: dict, **kw: Any) -> RecordFile:
     """The ``RecordFile`` of one ``shards[]`` entry of the manifest at ``manifest_path``
-    (``kw``: its options); :class:`ManifestError` when the files differ from the entry."""
+    (``kw``: its options); :class:`ManifestError` when the files differ from the entry.
+    ``verify_checksums="auto"`` checks the ``.crc32c`` the entry names (which must exist)
+    and no other."""
     rec, idx, crc = shard_paths(manifest_path, shard)
+    for what, p in (("rec", rec), ("idx", idx), ("crc32c", crc)):
+        if p is not None and os.path.isdir(p):
+            raise ManifestError(
+                f"{manifest_path}: shard {shard[what]!r} (field {what}) names a directory, "
+                "not a file"
+            )
+    if kw.get("verify_checksums") == "auto" and crc is None:
+        kw = {**kw, "verify_checksums": False}  # the manifest says there is none
     r = RecordFile(rec, idx, crc_path=crc, **kw)
     try:
         _check_shard(r, shard, manifest_path)
@@ -57,16 +78,76 @@ def open_shard(manifest_path: str, shard: dict, **kw: Any) -> RecordFile:
     return r
 
 
+def precheck_shards(manifest_path: str, manifest: dict, checksums: Checksums) -> None:
+    """What can be checked of every shard without opening it (a ``stat`` or two each): the
+    ``.rec`` has the size the manifest records; a ``.crc32c`` the manifest names exists
+    (unless checksums are off) and holds one uint32 per record of the shard. The ``.idx``
+    is checked against its sha256 when the shard is first opened."""
+    for shard in manifest["shards"]:
+        rec, _, crc = shard_paths(manifest_path, shard)
+        try:
+            size = os.stat(rec).st_size
+        except OSError as e:
+            raise ManifestError(
+                f"{manifest_path}: shard {shard['rec']!r} cannot be read: {e.strerror or e}"
+            ) from None
+        if size != shard["rec_bytes"]:
+            raise ManifestError(
+                f"{manifest_path}: {rec} is {size} bytes but the manifest records "
+                f"{shard['rec_bytes']}; the .rec was replaced or truncated"
+            )
+        if crc is None or not checksums:
+            continue
+        try:
+            size = os.stat(crc).st_size
+        except FileNotFoundError:
+            raise ManifestError(
+                f"{manifest_path}: the checksum file {crc} that the manifest names for shard "
+                f"{shard['rec']!r} does not exist; open with verify_checksums=False "
+                "(RecordSource(path, checksums=False)) to read without checksums"
+            ) from None
+        if size != 4 * shard["records"]:
+            raise ManifestError(
+                f"{manifest_path}: the checksum file {crc} holds {size} bytes; the "
+                f"{shard['records']} records of shard {shard['rec']!r} need "
+                f"{4 * shard['records']} (truncated, or it belongs to another .rec)"
+            )
+
+
+class _Shards(Sequence[RecordFile]):
+    """``RecordSet.shards``: each shard's reader, opened when it is asked for (through the
+    set's bounded cache of open shards)."""
+
+    def __init__(self, owner: RecordSet) -> None:
+        self._owner = owner
+
+    def __len__(self) -> int:
+        return len(self._owner._entries)
+
+    def __getitem__(self, j: Any) -> Any:
+        if isinstance(j, slice):
+            return [self._owner.shard(k) for k in range(len(self))[j]]
+        return self._owner.shard(j)
+
+    def __iter__(self) -> Iterator[RecordFile]:
+        for j in range(len(self)):
+            yield self._owner.shard(j)
+
+
 class RecordSet(Records):
     """Several shards read as one: global positions ``0..N-1`` run through the shards in
     manifest order. ``key(i)`` is the key inside its shard; ``shard_of(i)`` names the shard
-    (keys of different shards may repeat). Same reading API as :class:`RecordFile`."""
+    (keys of different shards may repeat). Same reading API as :class:`RecordFile`.
+
+    A shard is opened (and checked against its manifest entry) when first needed; at most
+    :data:`MAX_OPEN_SHARDS` stay open. ``shards`` is a sequence that opens them as they are
+    asked for; a shard reader taken from it stays usable while it is held."""
 
     def __init__(
         self,
         manifest_path: str | os.PathLike[str],
         *,
-        verify_checksums: bool = False,
+        verify_checksums: Checksums = False,
         cache: bool = True,
     ) -> None:
         self.manifest_path = os.fspath(manifest_path)
@@ -75,29 +156,43 @@ class RecordSet(Records):
         self._open()
 
     def _open(self) -> None:
-        self.manifest = load_manifest(self.manifest_path)
-        self.class_names = class_names(self.manifest)
-        self._shards: list[RecordFile] = []
-        try:
-            for shard in self.manifest["shards"]:
-                self._shards.append(
-                    open_shard(
-                        self.manifest_path,
-                        shard,
-                        verify_checksums=self.verify_checksums,
-                        cache=self._cache,
-                    )
-                )
-        except BaseException:
-            self.close()
-            raise
-        self._starts = np.cumsum([0] + [len(s) for s in self.shards]).astype(np.int64)
+        manifest = load_manifest(self.manifest_path)
+        self.manifest = manifest
+        self.class_names = class_names(manifest)
+        precheck_shards(self.manifest_path, manifest, self.verify_checksums)
+        self._entries: list[dict] = manifest["shards"]
+        counts = [int(s["records"]) for s in self._entries]
+        self._starts = np.cumsum([0, *counts]).astype(np.int64)
+        self._open_shards: OrderedDict[int, RecordFile] = OrderedDict()
         self._keys: np.ndarray | None = None
 
+    def shard(self, j: int) -> RecordFile:
+        """The reader of shard ``j`` (opened and checked on first use; cached)."""
+        got = self._open_shards.get(j)
+        if got is not None:
+            self._open_shards.move_to_end(j)
+            return got
+        entries = self._entries
+        if not -len(entries) <= j < len(entries):
+            raise IndexError(f"shard {j} out of range for {len(entries)} shards")
+        j %= len(entries)
+        r = open_shard(
+            self.manifest_path,
+            entries[j],
+            verify_checksums=self.verify_checksums,
+            cache=self._cache,
+        )
+        self._open_shards[j] = r
+        while len(self._open_shards) > MAX_OPEN_SHARDS:
+            # not closed: a caller may still hold it (or a view of its records); dropping
+            # the reference unmaps it as soon as nobody does
+            self._open_shards.popitem(last=False)
+        return r
+
     @property
-    def shards(self) -> list[RecordFile]:
-        """The shards' readers, in manifest order."""
-        return self._shards
+    def shards(self) -> Sequence[RecordFile]:
+        """The shards' readers, in manifest order (opened as they are asked for)."""
+        return _Shards(self)
 
     def __getstate__(self) -> dict:
         return {
@@ -116,11 +211,14 @@ class RecordSet(Records):
         return int(self._starts[-1])
 
     def __repr__(self) -> str:
-        return f"RecordSet({self.manifest_path!r}, {len(self.shards)} shards, {len(self)} records)"
+        return (
+            f"RecordSet({self.manifest_path!r}, {len(self._entries)} shards, "
+            f"{len(self)} records)"
+        )
 
     def close(self) -> None:
-        for s in self.shards:
-            s.close()
+        while self._open_shards:
+            self._open_shards.popitem()[1].close()
 
     def images(self) -> RecordSet:
         """Every record of a stoker-packed set is an image: ``self``."""
@@ -138,25 +236,25 @@ class RecordSet(Records):
     @property
     def keys(self) -> np.ndarray:
         if self._keys is None:
-            parts = [s.keys for s in self.shards]
+            parts = [np.array(s.keys, dtype=np.int64) for s in self.shards]
             self._keys = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         return self._keys
 
     def key(self, i: int) -> int:
         j, k = self.locate(i)
-        return self.shards[j].key(k)
+        return self.shard(j).key(k)
 
     def offset(self, i: int) -> int:
         j, k = self.locate(i)
-        return self.shards[j].offset(k)
+        return self.shard(j).offset(k)
 
     def read(self, i: int) -> memoryview:
         j, k = self.locate(i)
-        return self.shards[j].read(k)
+        return self.shard(j).read(k)
 
     def read_header(self, i: int) -> tuple[IRHeader, memoryview]:
         j, k = self.locate(i)
-        return self.shards[j].read_header(k)
+        return self.shard(j).read_header(k)
 
     def labels(self, positions: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
         n = len(self)
@@ -174,14 +272,31 @@ class RecordSet(Records):
         pieces: list[tuple[np.ndarray, np.ndarray]] = []
         for j in np.unique(shard).tolist():
             sel = np.flatnonzero(shard == j)
-            pieces.append((sel, self.shards[j].labels(pos[sel] - self._starts[j])))
-        shapes = {p[1].shape[1:] for p in pieces}
-        if len(shapes) > 1:
-            raise ValueError(
-                f"{self.manifest_path}: shards carry different label counts; "
-                "pass positions= that select records of one layout"
-            )
+            lab = self.shard(j).labels(pos[sel] - self._starts[j])
+            if pieces and lab.shape[1:] != pieces[0][1].shape[1:]:
+                raise self._mixed_labels(j, int(pos[sel[0]] - self._starts[j]), pieces, lab)
+            pieces.append((sel, lab))
         out = np.empty((pos.shape[0], *pieces[0][1].shape[1:]), dtype=np.float32)
         for sel, lab in pieces:
             out[sel] = lab
         return out
+
+    def _mixed_labels(
+        self, j: int, k: int, pieces: list[tuple[np.ndarray, np.ndarray]], lab: np.ndarray
+    ) -> CorruptRecordError:
+        """The error for shards whose records carry different label counts: it names the
+        first record of shard ``j`` read (position ``k`` inside it)."""
+        r = self.shard(j)
+
+        def count(a: np.ndarray) -> int:
+            return int(a.shape[1]) if a.ndim == 2 else 0
+
+        return CorruptRecordError(
+            r.path,
+            r.offset(k),
+            f"records carry different label counts: this shard's have {count(lab)} "
+            f"(IRHeader flag), earlier shards' {count(pieces[0][1])} (manifest "
+            f"{self.manifest_path})",
+            key=r.key(k),
+            idx_line=r.idx_line(k),
+        )

@@ -18,12 +18,21 @@ class RecordSource(Source):
 
     The label is the record's IRHeader label (int64 when every label is a whole number, else
     float32); the key is the record key from the index.
+
+    ``checksums=True`` (the default): where the set has its ``.crc32c`` side-car, every
+    record read is checked against it in the worker (a mismatch is a
+    :class:`~stoker.CorruptRecordError`, raised or skipped as ``on_error`` says); a
+    ``.crc32c`` the manifest names but that is missing, or whose size does not fit the
+    record count, is an error here. ``checksums=False`` reads without them.
     """
 
     encoded = True
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, checksums: bool = True) -> None:
         self.path = os.fspath(path)
+        if not isinstance(checksums, bool):
+            raise TypeError(f"checksums must be True or False, got {checksums!r}")
+        self.checksums = checksums
         self._rec: Any = None
         self._labels: np.ndarray | None = None
         self._label_dtype = ""  # set when unpickled in a worker (see __getstate__)
@@ -37,7 +46,9 @@ class RecordSource(Source):
 
             # the image records only: an insightface set's header and identity records
             # (record 0 and those after the images) are not samples
-            self._rec = open_records(self.path).images()
+            self._rec = open_records(
+                self.path, verify_checksums="auto" if self.checksums else False
+            ).images()
         return self._rec
 
     def __getstate__(self) -> dict:
@@ -46,6 +57,7 @@ class RecordSource(Source):
         lab = self.labels()
         return {
             "path": self.path,
+            "checksums": self.checksums,
             "_len": self._len,
             "_label_dtype": lab.dtype.name,
             "_label_shape": tuple(lab.shape[1:]),
@@ -53,6 +65,7 @@ class RecordSource(Source):
 
     def __setstate__(self, state: dict) -> None:
         self.path = state["path"]
+        self.checksums = state["checksums"]
         self._len = state["_len"]
         self._label_dtype = state["_label_dtype"]
         self._label_shape = state["_label_shape"]
