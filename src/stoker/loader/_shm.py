@@ -194,6 +194,10 @@ def probing() -> Any:
         _probe.on = False
 
 
+def is_probing() -> bool:
+    return bool(getattr(_probe, "on", False))
+
+
 def handing_to_child() -> bool:
     """Whether a pickle made now goes to a process being started (its fds go with it)."""
     from multiprocessing import context
@@ -271,7 +275,7 @@ class SharedFd:
         self.close()
 
     def __reduce__(self) -> tuple:
-        if getattr(_probe, "on", False):
+        if is_probing():
             return _placeholder, (self.size,)
         from multiprocessing import context
 

@@ -103,7 +103,8 @@ class Source(abc.ABC):
     def share(self) -> None:  # noqa: B027 - optional hook
         """Make the source ready to cross to worker processes; the loader calls it before it
         starts workers. Nothing to do for a source that pickles as its configuration (the
-        default); :class:`ArraySource` copies its arrays into shared memory here."""
+        default); :class:`ArraySource` copies its arrays into shared memory here, and
+        :class:`FolderSource` its listing."""
 
     def load(self, i: int) -> tuple[np.ndarray, Any]:
         payload, label = self.read(i)
