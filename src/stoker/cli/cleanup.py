@@ -1,4 +1,7 @@
-"""``stoker cleanup``: remove shared-memory segments left by loaders whose process died."""
+"""``stoker cleanup``: remove named shared-memory segments left by loaders whose process died.
+
+A loader's batch ring and a folder's listing are anonymous (memfd) and vanish with their
+processes; what can be left is an array source's copy, or a ring of an older stoker."""
 
 from __future__ import annotations
 
@@ -13,8 +16,10 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         help="remove /dev/shm/stoker_* segments whose owner process is dead",
         description=(
             "Remove /dev/shm/stoker_* segments left behind by a loader whose process was killed "
-            "(SIGKILL, OOM killer, a scheduler's killpg). Segments of running processes are "
-            "kept. Loaders also do this sweep when they start."
+            "(SIGKILL, OOM killer, a scheduler's killpg): an in-memory array source's copy, or "
+            "the batch ring of an older stoker (rings are anonymous now and vanish with their "
+            "processes). Segments of running processes are kept. Loaders also do this sweep "
+            "when they start."
         ),
     )
     p.add_argument("--dry-run", action="store_true", help="list what would be removed")
