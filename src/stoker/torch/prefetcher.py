@@ -79,7 +79,7 @@ import torch
 
 from stoker.loader import Loader
 from stoker.torch._batch import flatten, follows_slot_protocol
-from stoker.torch._staging import Pinned, StagingPools
+from stoker.torch._staging import MAX_SHAPES, Pinned, StagingPools
 from stoker.torch.augment import batch_generator, random_erase, random_flip
 from stoker.torch.backend import Backend, CudaBackend
 
@@ -239,7 +239,12 @@ class CudaPrefetcher:
     runs synchronously. See the NOTE at the top of this module for the stream protocol.
     ``backend`` replaces the CUDA streams and events (its ``device`` is used, ``device`` is
     ignored): see :mod:`stoker.torch.backend` and :mod:`stoker.torch.testing`.
+
+    Pinned staging buffers are kept per (shape, dtype): at most ``depth + 2`` per key and at
+    most ``pool_shapes`` keys (the least recently used idle ones are dropped).
     """
+
+    pool_shapes: int = MAX_SHAPES
 
     def __init__(
         self,
@@ -298,7 +303,7 @@ class CudaPrefetcher:
         # pinned staging buffers, shared by every iteration; bounded (see _staging)
         self._pools: StagingPools | None = None
         if self._backend is not None:
-            self._pools = StagingPools(self._backend, per_key=depth + 2)
+            self._pools = StagingPools(self._backend, per_key=depth + 2, max_keys=self.pool_shapes)
         self._launches = 0
 
     @staticmethod

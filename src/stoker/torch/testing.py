@@ -8,9 +8,10 @@
   ``on_device`` flag tensors for the pinned and on-device paths; ``fail`` injects errors;
 - :class:`EagerBackend`: submissions run at once, as CUDA's do (an OOM raises from the launch),
   events held, and copies that check their host buffer was not touched before they ran;
-- :class:`SlowCopyBackend`: the CUDA backend with every side-stream submission delayed, which
+- :class:`SlowCopyBackend`: the CUDA backend with every side-stream submission delayed (it and
+  the fakes count the staging buffers still alive: ``live_pinned()``), which
   widens the race windows on a real GPU; :class:`BrokenBackend`: the same with the protocol
-  deliberately broken, to show a check catches it;
+  deliberately broken, to show a check catches it (:class:`BrokenFakeBackend` on the CPU);
 - :func:`random_images`, :data:`IMAGENET_MEAN`, :data:`IMAGENET_STD`: test data.
 
 Pass a backend as ``CudaPrefetcher(loader, backend=...)``.
@@ -18,6 +19,7 @@ Pass a backend as ``CudaPrefetcher(loader, backend=...)``.
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,6 +33,7 @@ __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "BrokenBackend",
+    "BrokenFakeBackend",
     "EagerBackend",
     "FakeBackend",
     "FakeEvent",
@@ -53,6 +56,18 @@ SCRIBBLE = 0xEE  # what a free slot's images are overwritten with (its labels: -
 def random_images(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
     """uint8 noise of ``shape``, a function of ``seed``."""
     return np.random.default_rng(seed).integers(0, 256, size=shape, dtype=np.uint8)
+
+
+def _track(backend: Any, t: torch.Tensor) -> torch.Tensor:
+    refs = backend.__dict__.setdefault("_pinned_refs", [])
+    refs.append(weakref.ref(t))
+    return t
+
+
+def _live(backend: Any) -> int:
+    refs = backend.__dict__.get("_pinned_refs", [])
+    refs[:] = [r for r in refs if r() is not None]
+    return len(refs)
 
 
 # --- a loader double ---
@@ -354,7 +369,11 @@ class FakeBackend:
 
     def pinned_empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         self.pinned += 1
-        return self.pin(torch.empty(shape, dtype=dtype))
+        return _track(self, self.pin(torch.empty(shape, dtype=dtype)))
+
+    def live_pinned(self) -> int:
+        """Staging buffers made and not yet freed."""
+        return _live(self)
 
     def is_pinned(self, t: torch.Tensor) -> bool:
         return bool(getattr(t, "_fake_pinned", False))
@@ -368,6 +387,18 @@ class FakeBackend:
 
     def record_stream(self, t: torch.Tensor, stream: FakeStream) -> None:
         self.recorded.append((id(t), stream.name))
+
+
+class BrokenFakeBackend(FakeBackend):
+    """:class:`FakeBackend` with the protocol deliberately broken, like :class:`BrokenBackend`:
+    events count as complete at once, so slots and staging buffers are recycled before the
+    deferred copies read them (for a CPU control pass that must be caught)."""
+
+    def event_done(self, ev: FakeEvent) -> bool:
+        return True
+
+    def event_wait(self, ev: FakeEvent) -> None:
+        pass
 
 
 class EagerBackend(FakeBackend):
@@ -434,7 +465,11 @@ class SlowCopyBackend(CudaBackend):
 
     def pinned_empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         self.pinned[(tuple(shape), dtype)] += 1
-        return super().pinned_empty(shape, dtype)
+        return _track(self, super().pinned_empty(shape, dtype))
+
+    def live_pinned(self) -> int:
+        """Staging buffers made and not yet freed."""
+        return _live(self)
 
     def submit(self, stream: Any, fn: Callable[[], Any]) -> Done:
         with torch.cuda.stream(stream):
