@@ -188,6 +188,25 @@ def test_gpu_check_script_runs_its_cpu_path(capsys):
     assert "(a) depth 2, pinned slots" in out and "total" in out and "PASS" in out
 
 
+def test_gpu_check_script_fails_when_its_control_or_pool_bound_does_not_hold(monkeypatch, capsys):
+    """The control must fail the run when a broken protocol goes unnoticed, and the pool check
+    must fail when the pools are not trimmed."""
+    from stoker.torch._staging import StagingPools
+    from stoker.torch.testing import FakeBackend
+
+    mod = _gpu_check_module()
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(mod, "BrokenFakeBackend", lambda: FakeBackend(lag=3, hold_events=True))
+    try:
+        assert mod.main(["--device", "cpu", "--batches", "12", "--skip-timing"]) == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert "NOT caught" in capsys.readouterr().out
+    assert mod.check_pools_bounded(torch.device("cpu")) == 0
+    monkeypatch.setattr(StagingPools, "_trim", lambda self, keep: None)
+    assert mod.check_pools_bounded(torch.device("cpu")) == 1
+
+
 @pytest.mark.gpu
 def test_gpu_check_quick():
     """On a CUDA machine: the checks of scripts/gpu_check.py, small."""
