@@ -22,6 +22,12 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--decode", action="store_true", help="also decode every image")
     p.add_argument("--no-checksums", action="store_true", help="skip the CRC32C comparison")
     p.add_argument(
+        "--allow-missing-checksums",
+        action="store_true",
+        help="accept a .crc32c that the manifest names but that is missing (by default that "
+        "is a problem: the records could not be checked)",
+    )
+    p.add_argument(
         "--max-problems",
         type=int,
         default=1000,
@@ -50,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         decode=decode,
         max_problems=args.max_problems,
         progress=False if args.quiet else None,
+        allow_missing_checksums=args.allow_missing_checksums,
     )
     for problem in report.problems:
         print(f"problem: {problem}", file=sys.stdout)

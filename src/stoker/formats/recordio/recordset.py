@@ -14,6 +14,7 @@ binary index cache), so a set of 100,000 shards read by 8 workers stays within t
 from __future__ import annotations
 
 import os
+import stat
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -55,18 +56,23 @@ def _check_shard(r: RecordFile, shard: dict, manifest_path: str) -> None:
         )
 
 
-def open_shard(manifest_path: str, shard: dict, **kw: Any) -> RecordFile:
-    """The ``RecordFile`` of one ``shards[]`` entry of the manifest at ``manifest_path``
-    (``kw``: its options); :class:`ManifestError` when the files differ from the entry.
-    ``verify_checksums="auto"`` checks the ``.crc32c`` the entry names (which must exist)
-    and no other."""
-    rec, idx, crc = shard_paths(manifest_path, shard)
-    for what, p in (("rec", rec), ("idx", idx), ("crc32c", crc)):
+def _no_folders(manifest_path: str, shard: dict) -> None:
+    """:class:`ManifestError` naming the field when a path of the entry is a directory."""
+    for what, p in zip(("rec", "idx", "crc32c"), shard_paths(manifest_path, shard), strict=True):
         if p is not None and os.path.isdir(p):
             raise ManifestError(
                 f"{manifest_path}: shard {shard[what]!r} (field {what}) names a directory, "
                 "not a file"
             )
+
+
+def open_shard(manifest_path: str, shard: dict, **kw: Any) -> RecordFile:
+    """The ``RecordFile`` of one ``shards[]`` entry of the manifest at ``manifest_path``
+    (``kw``: its options); :class:`ManifestError` when the files differ from the entry.
+    ``verify_checksums="auto"`` checks the ``.crc32c`` the entry names (which must exist)
+    and no other."""
+    _no_folders(manifest_path, shard)
+    rec, idx, crc = shard_paths(manifest_path, shard)
     if kw.get("verify_checksums") == "auto" and crc is None:
         kw = {**kw, "verify_checksums": False}  # the manifest says there is none
     r = RecordFile(rec, idx, crc_path=crc, **kw)
@@ -86,7 +92,10 @@ def precheck_shards(manifest_path: str, manifest: dict, checksums: Checksums) ->
     for shard in manifest["shards"]:
         rec, _, crc = shard_paths(manifest_path, shard)
         try:
-            size = os.stat(rec).st_size
+            st = os.stat(rec)
+            if stat.S_ISDIR(st.st_mode):
+                _no_folders(manifest_path, shard)
+            size = st.st_size
         except OSError as e:
             raise ManifestError(
                 f"{manifest_path}: shard {shard['rec']!r} cannot be read: {e.strerror or e}"
@@ -99,7 +108,10 @@ def precheck_shards(manifest_path: str, manifest: dict, checksums: Checksums) ->
         if crc is None or not checksums:
             continue
         try:
-            size = os.stat(crc).st_size
+            st = os.stat(crc)
+            if stat.S_ISDIR(st.st_mode):
+                _no_folders(manifest_path, shard)
+            size = st.st_size
         except FileNotFoundError:
             raise ManifestError(
                 f"{manifest_path}: the checksum file {crc} that the manifest names for shard "
@@ -212,8 +224,7 @@ class RecordSet(Records):
 
     def __repr__(self) -> str:
         return (
-            f"RecordSet({self.manifest_path!r}, {len(self._entries)} shards, "
-            f"{len(self)} records)"
+            f"RecordSet({self.manifest_path!r}, {len(self._entries)} shards, {len(self)} records)"
         )
 
     def close(self) -> None:

@@ -108,6 +108,7 @@ class _Options:
     checksums: bool
     decode: Callable[[bytes], object] | None
     progress: bool | None
+    allow_missing_checksums: bool = False
 
 
 def _nobody(off: int) -> tuple[int | None, int | None]:
@@ -257,10 +258,24 @@ def _check_checksums(
     idx: _Idx | None,
     found: np.ndarray,
     have: np.ndarray,
+    allow_missing: bool = False,
 ) -> None:
-    """The CRC32Cs the walk computed against the checksum file, in ``.idx`` order."""
+    """The CRC32Cs the walk computed against the checksum file, in ``.idx`` order. A
+    ``crc_path`` given (named by a manifest) that is missing is a problem unless
+    ``allow_missing``."""
     cpath = crc_path if crc_path is not None else default_crc_path(rec_path)
     if not os.path.exists(cpath):
+        if crc_path is not None and not allow_missing:  # the manifest names it
+            report.add(
+                Problem(
+                    cpath,
+                    None,
+                    None,
+                    f"the checksum file the manifest names for {rec_path} does not exist, so "
+                    "its records cannot be checked (--allow-missing-checksums to accept that)",
+                )
+            )
+            return
         report.notes.append(f"{rec_path}: no checksum file ({os.path.basename(cpath)})")
         return
     if idx is None:
@@ -315,7 +330,7 @@ def _verify_shard(
     if idx is not None:
         _check_idx(report, rec_path, size, idx, found)
     if opts.checksums:
-        _check_checksums(report, rec_path, crc_path, idx, found, have)
+        _check_checksums(report, rec_path, crc_path, idx, found, have, opts.allow_missing_checksums)
 
 
 def _verify_manifest(report: VerifyReport, path: str, opts: _Options) -> None:
@@ -359,19 +374,22 @@ def verify_records(
     decode: Callable[[bytes], object] | None = None,
     max_problems: int = 1000,
     progress: bool | None = None,
+    allow_missing_checksums: bool = False,
 ) -> VerifyReport:
     """Walk a ``.rec`` (or every shard of a ``NAME.stoker.json``) and report all problems.
 
     ``idx_path`` defaults to ``NAME.idx``; ``decode`` is a callable ``f(bytes)`` that raises
     on a bad image (e.g. ``stoker.codecs.decode``). Never raises for problems in the data
     (they go into the report); raises ``ManifestError`` for an unreadable manifest and
-    ``OSError`` for a missing ``.rec``.
+    ``OSError`` for a missing ``.rec``. A ``.crc32c`` that a manifest names but that is
+    missing is a problem (integrity checking would be silently off) unless
+    ``allow_missing_checksums``; a bare ``.rec`` without one only gets a note.
     """
     if max_problems < 0:
         raise ValueError(f"max_problems must be >= 0, got {max_problems}")
     p = os.fspath(path)
     report = VerifyReport(p, max_problems=max_problems)
-    opts = _Options(checksums, decode, progress)
+    opts = _Options(checksums, decode, progress, allow_missing_checksums)
     if p.endswith(MANIFEST_SUFFIX):
         _verify_manifest(report, p, opts)
         return report
