@@ -3,6 +3,11 @@ bare insightface ``.rec`` (no manifest)."""
 
 from __future__ import annotations
 
+import io
+
+import numpy as np
+from PIL import Image
+
 from stoker.cli import main
 from stoker.cli.inspect_cmd import inspect_records
 from stoker.formats.recordio import (
@@ -29,9 +34,18 @@ def test_inspect_counts_every_shard_of_a_manifest(tmp_path, capsys):
     assert info["rec_bytes"] == sum(e["rec_bytes"] for e in entries)
     assert info["classes"] == 2 and info["per_class"] == {"a": 3, "b": 2}
     assert info["rejects"] == 4 and "identities" not in info
-    assert info["images"]["unreadable_headers"] == 5
-    assert main(["inspect", str(mpath)]) == 0
-    assert "records:       5 in 2 shard(s)" in capsys.readouterr().out
+    assert info["images"]["unreadable_headers"] == 5  # "not an image"
+    assert main(["inspect", str(mpath)]) == 1  # corrupt records are not a success
+    out = capsys.readouterr().out
+    assert "records:       5 in 2 shard(s)" in out and "unreadable:  5" in out
+    assert main(["inspect", str(mpath), "--json"]) == 1
+
+
+def _jpeg(seed: int) -> bytes:
+    arr = np.random.default_rng(seed).integers(0, 256, size=(6, 5, 3), dtype=np.uint8)
+    b = io.BytesIO()
+    Image.fromarray(arr).save(b, "JPEG")
+    return b.getvalue()
 
 
 def test_inspect_names_the_identities_of_an_insightface_rec(tmp_path, capsys):
@@ -39,11 +53,18 @@ def test_inspect_names_the_identities_of_an_insightface_rec(tmp_path, capsys):
     with RecordWriter(rec) as w:
         w.write(0, pack_header(IRHeader(0, [4, 6], 0, 0), b""))  # images 1..3, identities 4..5
         for k, ident in ((1, 0), (2, 0), (3, 1)):
-            w.write(k, pack_header(IRHeader(0, float(ident), k, 0), b"face"))
+            w.write(k, pack_header(IRHeader(0, float(ident), k, 0), _jpeg(k)))
         w.write(4, pack_header(IRHeader(0, [1, 3], 0, 0), b""))
         w.write(5, pack_header(IRHeader(0, [3, 4], 0, 0), b""))
     info = inspect_records(rec)
     assert info["records"] == 6 and info["shards"] == 1 and info["identities"] == 2
     assert info["classes"] is None and "rejects" not in info
+    # the header and identity records are metadata, not unreadable images
+    assert info["metadata_records"] == 3 and info["images"]["unreadable_headers"] == 0
+    assert info["images"]["sampled"] == 3 and info["images"]["height"]["max"] == 6
+    assert info["labels"]["kind"] == "scalar" and info["labels"]["distinct"] == 2
     assert main(["inspect", str(rec)]) == 0
-    assert "identities:    2 (insightface layout)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "identities:    2 (insightface layout)" in out
+    assert "metadata records: 3 (insightface header and identity records" in out
+    assert "unreadable" not in out and "positions=" not in out

@@ -1,4 +1,9 @@
-"""``stoker inspect FILE``: what a record file holds (records, classes, labels, image sizes)."""
+"""``stoker inspect FILE``: what a record file holds (records, classes, labels, image sizes).
+
+Exits 1 when an image record of the sample has no readable image header (``stoker verify``
+names each). An insightface set's header and identity records are counted as metadata
+records, not sampled as images.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         description=(
             "Summarise FILE (.rec, .idx or NAME.stoker.json): records, shards, bytes per record, "
             "classes, label counts, and image formats and sizes read from the image headers of a "
-            "sample of records."
+            "sample of records. Exit 1 when an image header of the sample cannot be read."
         ),
     )
     p.add_argument("file", help=".rec, .idx or .stoker.json")
@@ -81,12 +86,15 @@ def inspect_records(path: str | os.PathLike[str], *, sample: int = 2000) -> dict
         }
         names = r.class_names
         out["classes"] = len(names) if names is not None else None
+        images = r.images()  # an insightface set's header and identity records are no images
+        if images is not r:
+            out["metadata_records"] = n - len(images)
         try:
-            labels = r.labels()
+            labels = images.labels()
         except ValueError as e:
             labels = None
             out["labels"] = {"error": str(e)}
-        if labels is not None and labels.ndim == 1 and n:
+        if labels is not None and labels.ndim == 1 and labels.size:
             values, counts = np.unique(labels, return_counts=True)
             out["labels"] = {
                 "kind": "scalar",
@@ -103,10 +111,11 @@ def inspect_records(path: str | os.PathLike[str], *, sample: int = 2000) -> dict
                 out["per_class"] = per_class
         elif labels is not None and labels.ndim == 2:
             out["labels"] = {"kind": "multi", "per_record": int(labels.shape[1])}
+        m = len(images)
         take = (
-            np.arange(n)
-            if sample <= 0 or sample >= n
-            else np.linspace(0, n - 1, sample).astype(np.int64)
+            np.arange(m)
+            if sample <= 0 or sample >= m
+            else np.linspace(0, m - 1, sample).astype(np.int64)
         )
         hs: list[int] = []
         ws: list[int] = []
@@ -114,7 +123,7 @@ def inspect_records(path: str | os.PathLike[str], *, sample: int = 2000) -> dict
         bad = 0
         for i in np.unique(take).tolist():
             try:
-                _, img = r.read_header(i)
+                _, img = images.read_header(i)
                 h, w = image_size(img)
             except Exception:  # noqa: BLE001 - counted; `stoker verify` names the problem
                 bad += 1
@@ -149,14 +158,21 @@ def _fmt_stats(s: dict[str, float], unit: str = "") -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print the summary; exit 1 when an image header in the sample could not be read."""
     info = inspect_records(args.file, sample=args.sample)
+    status = 1 if info["images"]["unreadable_headers"] else 0
     if args.json:
         print(json.dumps(info, indent=1, ensure_ascii=True))
-        return 0
+        return status
     mb = info["rec_bytes"] / 1e6
     print(f"file:          {info['file']}")
     print(f"records:       {info['records']} in {info['shards']} shard(s), {mb:.1f} MB")
     print(f"bytes/record:  {_fmt_stats(info['bytes_per_record'])}")
+    if info.get("metadata_records") is not None:
+        print(
+            f"metadata records: {info['metadata_records']} (insightface header and identity "
+            "records; not images)"
+        )
     lab = info.get("labels") or {}
     if lab.get("kind") == "scalar":
         print(
@@ -180,9 +196,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"  height:      {_fmt_stats(im['height'], ' px')}")
     print(f"  width:       {_fmt_stats(im['width'], ' px')}")
     if im["unreadable_headers"]:
-        print(f"  unreadable:  {im['unreadable_headers']} (run `stoker verify --decode`)")
+        print(
+            f"  unreadable:  {im['unreadable_headers']} of the sampled image records "
+            "(run `stoker verify --decode` to name them)"
+        )
     if "identities" in info:
         print(f"identities:    {info['identities']} (insightface layout)")
     if info.get("rejects"):
         print(f"rejected at pack time: {info['rejects']}")
-    return 0
+    return status

@@ -71,7 +71,9 @@ def unpack(
     from stoker.formats.recordio import open_records
     from stoker.pack.images import sniff_format
 
-    r = open_records(path)
+    # checked against the .crc32c where there is one; an insightface set's header and
+    # identity records are no images
+    r = open_records(path, verify_checksums="auto").images()
     try:
         names = r.class_names
         if names:
