@@ -141,3 +141,13 @@ def corpus_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("fault-corpus")
     load_corpus_module().write_corpus(root)
     return root
+
+
+def pytest_configure(config):  # noqa: ARG001
+    """F-13's children run against a patched copy of ``src/``: make sure it is the one imported."""
+    expect = os.environ.get("STOKER_EXPECT_SRC")
+    if expect:
+        import stoker
+
+        if not os.path.realpath(stoker.__file__).startswith(os.path.realpath(expect)):
+            raise pytest.UsageError(f"stoker imported from {stoker.__file__}, not from {expect}")
