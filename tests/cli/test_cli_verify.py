@@ -62,3 +62,17 @@ def test_verify_names_a_truncated_checksum_file(tmp_path, capsys):
     assert main(["verify", mpath, "--quiet"]) == 1
     out = capsys.readouterr().out
     assert f"problem: {crc}:" in out and "3 records need 12" in out
+
+
+def test_verify_names_a_shard_path_that_is_a_folder(tmp_path, capsys):
+    import json
+
+    mpath = _packed(tmp_path)
+    os.mkdir(tmp_path / "sub")
+    with open(mpath) as f:
+        m = json.load(f)
+    m["shards"][1]["rec"] = "sub"
+    with open(mpath, "w") as f:
+        json.dump(m, f)
+    assert main(["verify", mpath, "--quiet"]) == 1
+    assert "shard 'sub':" in capsys.readouterr().out

@@ -173,3 +173,9 @@ def test_racy_idx_is_not_cached(tmp_path):
     os.utime(idx, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size, same mtime
     with RecordFile(rec) as r:
         assert r.keys.tolist() == [0, 1, 2, 7]
+
+
+def test_a_line_holding_only_a_tab_is_not_a_blank_line():
+    with pytest.raises(IndexFormatError, match="line 2: empty key"):
+        parse_idx(b"0\t0\n\t\n1\t8\n", "x.idx", rec_size=None)
+    assert parse_idx(b"0\t0\n \r\n1\t8\n", "x.idx", rec_size=None).keys.tolist() == [0, 1]

@@ -151,8 +151,8 @@ def slow_parse(data: bytes, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
     offsets: list[int] = []
     lines: list[int] = []
     for lineno, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
-            continue  # blank lines (and a trailing newline) are tolerated
+        if not line.strip() and b"\t" not in line:
+            continue  # blank lines (and a trailing newline) are tolerated; a lone tab is not
         parts = line.split(b"\t")
         if len(parts) != 2:
             shown = line[:60].decode("ascii", "backslashreplace")

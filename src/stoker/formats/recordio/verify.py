@@ -338,6 +338,12 @@ def _verify_manifest(report: VerifyReport, path: str, opts: _Options) -> None:
     manifest = load_manifest(path)
     for shard in manifest["shards"]:
         rec, idx_p, crc = shard_paths(path, shard)
+        folders = [p for p in (rec, idx_p, crc) if p is not None and os.path.isdir(p)]
+        if folders:
+            report.add(
+                Problem(path, None, None, f"shard {shard['rec']!r}: {folders[0]} is a folder")
+            )
+            continue
         if not os.path.exists(rec):
             report.add(Problem(rec, None, None, "shard listed in the manifest is missing"))
             continue
