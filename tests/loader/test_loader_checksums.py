@@ -171,3 +171,14 @@ def test_a_damaged_or_missing_side_car_is_an_error_at_open(tmp_path):
     RecordSource(rec).close()  # a bare .rec without a side-car: nothing to check against
     with pytest.raises(TypeError):
         RecordSource(rec, checksums="yes")  # type: ignore[arg-type]
+
+
+def test_a_set_without_records_is_an_error_naming_it(tmp_path):
+    rec = tmp_path / "e.rec"
+    rec.write_bytes(b"")
+    with pytest.raises(CorruptRecordError, match=r"e\.rec: 0 records"):
+        Loader(str(rec), batch_size=2, workers=0, transforms=CenterCrop(4))
+    mpath = str(tmp_path / "e.stoker.json")
+    write_manifest(mpath, make_manifest([]))
+    with pytest.raises(ManifestError, match=r"e\.stoker\.json: 0 records"):
+        RecordSource(mpath)

@@ -13,6 +13,16 @@ from stoker.loader.sources.base import Source, integral_labels, sha
 __all__ = ["RecordSource"]
 
 
+def _no_records(path: str) -> Exception:
+    """The error for a set without a single (image) record: nothing to load."""
+    from stoker._core.errors import CorruptRecordError, ManifestError
+
+    reason = "0 records: the set is empty, there is nothing to load"
+    if path.endswith(".json"):
+        return ManifestError(f"{path}: {reason}")
+    return CorruptRecordError(path, None, reason)
+
+
 class RecordSource(Source):
     """Records from a ``.rec`` (with its ``.idx``) or a ``NAME.stoker.json`` manifest.
 
@@ -39,6 +49,9 @@ class RecordSource(Source):
         self._label_shape: tuple[int, ...] = ()
         self._keys: np.ndarray | None = None
         self._len = len(self._records())
+        if self._len == 0:
+            self.close()
+            raise _no_records(self.path)
 
     def _records(self) -> Any:
         if self._rec is None:
