@@ -98,6 +98,23 @@ def test_pack_bad_source(tmp_path, capsys):
     assert "no such file or folder" in capsys.readouterr().err
 
 
+def test_pack_lst_outside_root_flag(images, tmp_path):
+    cls, other = sorted(d for d in os.listdir(images) if not d.startswith("."))[:2]
+    name = sorted(os.listdir(os.path.join(images, cls)))[0]
+    name2 = sorted(os.listdir(os.path.join(images, other)))[0]
+    lst = tmp_path / "list.lst"
+    lst.write_text(f"0\t0\t{name}\n1\t0\t../{other}/{name2}\n")
+    root = os.path.join(images, cls)
+    out = str(tmp_path / "o")
+    assert main(["pack", str(lst), out, "--root", root, *ARGS]) == 0
+    with open(out + ".rejects.tsv") as f:
+        assert f.read().splitlines()[1].split("\t")[1:3] == [f"../{other}/{name2}", "outside_root"]
+    args = ["pack", str(lst), out + "2", "--root", root, "--allow-outside-root", *ARGS]
+    assert main(args) == 0
+    with open_records(out + "2.stoker.json") as rec:
+        assert rec.keys.tolist() == [0, 1]
+
+
 def test_inspect_text_and_json(packed, capsys):
     assert main(["inspect", packed + ".stoker.json"]) == 0
     text = capsys.readouterr().out

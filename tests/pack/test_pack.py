@@ -242,6 +242,26 @@ def test_lst_input_keeps_its_keys_and_labels(tmp_path):
         assert rec.read_header(1)[0].label.tolist() == [1.0, 2.5]
 
 
+def test_lst_paths_stay_inside_root_unless_allowed(tmp_path):
+    root = tmp_path / "imgs"
+    write(str(root / "p.jpg"), image_bytes(seed=1))
+    secret = write(str(tmp_path / "secret.jpg"), image_bytes(seed=2))
+    lst = tmp_path / "train.lst"
+    lst.write_text(f"0\t0\tp.jpg\n1\t0\t../secret.jpg\n2\t0\t{secret}\n3\t0\tnone.jpg\n")
+    r = pack(lst, tmp_path / "out", workers=1, root=root)
+    assert r.written == 1 and r.found == 4
+    assert r.reasons == {"missing": 1, "outside_root": 2}
+    rows = [row[1:3] for row in rejects_rows(r)]
+    assert rows == [["../secret.jpg", "outside_root"], [secret, "outside_root"]] + [
+        ["none.jpg", "missing"]
+    ]
+    assert load_manifest(r.manifest)["rejects"]["reasons"] == r.reasons
+    r = pack(lst, tmp_path / "all", workers=1, root=root, allow_outside_root=True)
+    assert r.written == 3 and r.reasons == {"missing": 1}
+    with open_records(r.manifest) as rec:
+        assert rec.keys.tolist() == [0, 1, 2]
+
+
 def test_bad_arguments(tmp_path, sample):
     with pytest.raises(ValueError, match="workers"):
         pack(sample, tmp_path / "o", workers=0)

@@ -123,6 +123,7 @@ def test_odd_names_listed_exactly(tmp_path):  # B1 #15
 
 def test_read_lst(tmp_path):
     write(str(tmp_path / "imgs" / "x.jpg"), image_bytes())
+    write(str(tmp_path / "imgs" / "y.jpg"), image_bytes())
     lst = tmp_path / "list.lst"
     lst.write_bytes(b"7\t3.000000\timgs/x.jpg\n9\t1\t2\timgs/y.jpg\r\n\n")
     res = read_lst(lst)
@@ -145,3 +146,32 @@ def test_read_lst_errors_name_the_line(tmp_path):
     lst.write_bytes(b"0\ta.jpg\n")
     with pytest.raises(PackError, match="line 1"):
         read_lst(lst)
+
+
+def test_read_lst_confined_to_root(tmp_path):
+    root = tmp_path / "root"
+    write(str(root / "ok.jpg"), image_bytes())
+    secret = write(str(tmp_path / "secret.jpg"), image_bytes())
+    os.symlink(secret, root / "link.jpg")
+    os.symlink(tmp_path, root / "up")  # a folder link leading out
+    os.symlink(root / "gone.jpg", root / "dangling.jpg")
+    lst = tmp_path / "list.lst"
+    lines = ["0\t0\tok.jpg", "1\t0\t../secret.jpg", f"2\t0\t{secret}", "3\t0\tlink.jpg"]
+    lines += ["4\t0\tup/secret.jpg", "5\t0\tnever.jpg", "6\t0\tdangling.jpg"]
+    lines += ["7\t0\tsub/../ok.jpg"]
+    lst.write_text("\n".join(lines) + "\n")
+    res = read_lst(lst, root=root)
+    assert [it.key for it in res.items] == [0]  # sub/ does not exist: missing below
+    assert res.found == 8
+    assert [(rel, why) for rel, why, _ in res.rejects] == [
+        ("../secret.jpg", "outside_root"),
+        (secret, "outside_root"),
+        ("link.jpg", "outside_root"),
+        ("up/secret.jpg", "outside_root"),
+        ("never.jpg", "missing"),
+        ("dangling.jpg", "broken_link"),
+        ("sub/../ok.jpg", "missing"),
+    ]
+    res = read_lst(lst, root=root, allow_outside_root=True)
+    assert [it.key for it in res.items] == [0, 1, 2, 3, 4]
+    assert [why for _, why, _ in res.rejects] == ["missing", "broken_link", "missing"]

@@ -50,6 +50,12 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     )
     p.add_argument("--follow-symlinks", action="store_true", help="follow symlinked folders")
     p.add_argument("--root", default=None, help="folder that .lst paths are relative to")
+    p.add_argument(
+        "--allow-outside-root",
+        action="store_true",
+        help="pack .lst entries that are absolute or lead outside --root "
+        "(default: rejected outside_root)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     p.set_defaults(func=run)
     return p
@@ -80,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         max_pixels=DEFAULT_MAX_PIXELS if args.max_pixels is None else args.max_pixels,
         follow_symlinks=args.follow_symlinks,
         root=args.root,
+        allow_outside_root=args.allow_outside_root,
         progress=False if args.quiet else None,
     )
     old = signal.signal(signal.SIGTERM, _on_sigterm)

@@ -5,6 +5,19 @@ process it forked holds its "alive" pipe, and every worker holds it, so a worker
 its parent (the forkserver) dying when the main process is killed. Each worker therefore
 watches the main process itself (a pidfd, or polling where pidfds do not exist) and exits when
 it is gone; then the forkserver sees its pipe close and exits too.
+
+SIGTERM. A terminal, a job scheduler or ``kill -TERM -PGID`` signals the whole process group,
+workers included. A worker that died of it at once could die half-way through sending a
+result: the pool's management thread in the main process then waits forever in ``recv`` for the
+rest of that message, and the main process hangs at exit (joining that thread) beside the dead
+worker. So workers ignore SIGTERM and leave it to the main process, which gets the same signal
+and stops the pool in order (each worker finishes the chunk it holds, sends it whole and exits;
+the shutdown waits for it), or has died, and then the watcher ends the worker. Whatever the
+main process itself stops by force (``ProcessPoolExecutor`` ending a broken pool, the packer's
+last resort) it kills: the pool's processes are :class:`WorkerProcess`, whose ``terminate()``
+is ``kill()``. (Blocking SIGTERM and taking it in a thread with ``sigwaitinfo`` instead would
+not do: threads that native libraries start before the worker's set-up leave it unblocked,
+and the kernel may hand the signal to one of them.)
 """
 
 from __future__ import annotations
@@ -14,14 +27,25 @@ import select
 import signal
 import threading
 import time
+from multiprocessing.context import ForkServerContext, ForkServerProcess
 
-__all__ = ["pool_context", "worker_init"]
+__all__ = ["WorkerProcess", "pool_context", "worker_init"]
 
 
-def pool_context():
-    import multiprocessing
+class WorkerProcess(ForkServerProcess):
+    """A forkserver process whose ``terminate()`` kills: pool workers ignore SIGTERM."""
 
-    return multiprocessing.get_context("forkserver")
+    def terminate(self) -> None:
+        self.kill()
+
+
+class _PoolContext(ForkServerContext):
+    Process = WorkerProcess
+
+
+def pool_context() -> ForkServerContext:
+    """The forkserver context for pools whose workers run :func:`worker_init`."""
+    return _PoolContext()
 
 
 def _watch(pid: int) -> None:
@@ -43,8 +67,9 @@ def _watch(pid: int) -> None:
 
 
 def worker_init(main_pid: int) -> None:
-    """Leave Ctrl-C to the main process and exit when it dies."""
+    """Leave Ctrl-C and SIGTERM to the main process, and exit when it dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(
         target=_watch, args=(main_pid,), name="stoker-parent-watch", daemon=True
     ).start()

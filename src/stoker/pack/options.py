@@ -72,6 +72,7 @@ class PackOptions:
     max_pixels: int = DEFAULT_MAX_PIXELS
     follow_symlinks: bool = False
     root: str | os.PathLike[str] | None = None
+    allow_outside_root: bool = False
     progress: bool | None = None
     # None means check_image; a stand-in must be module-level (fault-injection tests)
     check: Callable[..., Any] | None = None
@@ -83,7 +84,14 @@ class PackOptions:
             check = check_optional_int if none_ok else check_int
             value = check(name, getattr(self, name), minimum=lo, maximum=hi)
             put(self, name, value)
-        for name in ("shuffle", "list_file", "overwrite", "resume", "follow_symlinks"):
+        for name in (
+            "shuffle",
+            "list_file",
+            "overwrite",
+            "resume",
+            "follow_symlinks",
+            "allow_outside_root",
+        ):
             put(self, name, bool(getattr(self, name)))
         put(self, "out", os.fspath(self.out))
         put(self, "root", os.fspath(self.root) if self.root else None)

@@ -3,8 +3,11 @@ journals, the rejects list, the ``.lst`` and the manifest.
 
 Every output is renamed into place only when the whole run succeeded: the shards
 (``.rec``/``.idx``/``.crc32c``), ``.stoker.json`` (written last), ``.rejects.tsv`` and
-``.lst``. The journal ``OUT.pack-journal.partial`` holds the plan's fingerprint and
-``OUT.rejects.tsv.partial`` the rejects found so far (one flushed line each). A write error
+``.lst``. The journal ``OUT.pack-journal.partial`` holds the plan's fingerprint,
+``OUT.rejects.tsv.partial`` the rejects found so far (one flushed line each) and
+``OUT.pack-records.partial`` what each record written so far counts for in the manifest
+(source format, rotated, stored as is, bytes read), so that a resumed run's counts cover every
+record, not only the ones it wrote itself. A write error
 (ENOSPC, EFBIG) becomes a :class:`WriteFailed` that names the output path.
 """
 
@@ -26,10 +29,13 @@ from stoker.pack.scan import ScanResult, escape_name, unescape_name
 
 __all__ = [
     "OutputPaths",
+    "RecordLog",
+    "RecordRow",
     "RejectLog",
     "ShardWriters",
     "WriteFailed",
     "class_counts",
+    "read_record_journal",
     "read_reject_journal",
     "remove_partials",
     "write_error",
@@ -54,6 +60,7 @@ class OutputPaths:
     lst: str | None
     journal: str
     rej_journal: str
+    rec_journal: str
 
     @classmethod
     def for_plan(cls, plan: Plan, *, list_file: bool) -> OutputPaths:
@@ -65,6 +72,7 @@ class OutputPaths:
             lst=p + ".lst" if list_file else None,
             journal=p + ".pack-journal.partial",
             rej_journal=partial_path(p + ".rejects.tsv"),
+            rec_journal=p + ".pack-records.partial",
         )
 
     def finals(self) -> list[str]:
@@ -131,12 +139,12 @@ def write_error(e: OSError, path: str, nbytes: int | None) -> WriteFailed:
 
 
 def remove_partials(paths: OutputPaths) -> None:
-    """Remove the partial shards and both journals."""
+    """Remove the partial shards and the journals."""
     for rec in paths.shard_recs:
         for p in _stem_paths(rec):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(partial_path(p))
-    for p in (paths.rej_journal, paths.journal):
+    for p in (paths.rej_journal, paths.rec_journal, paths.journal):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(p)
 
@@ -230,6 +238,62 @@ class RejectLog:
     def add(self, pos: int, reason: str, detail: str) -> None:
         try:
             self.f.write(_reject_line(pos, reason, detail))
+            self.f.flush()
+        except OSError as e:
+            raise write_error(e, self.path, None) from None
+
+    def close(self) -> None:
+        self.f.close()
+
+
+#: One written record's counts: (position, source format, rotated, stored as is, bytes read).
+RecordRow = tuple[int, str, bool, bool, int]
+
+
+def _record_line(pos: int, fmt: str, rotated: bool, passthrough: bool, size_in: int) -> str:
+    return f"{pos}\t{fmt}\t{int(rotated)}\t{int(passthrough)}\t{size_in}\n"
+
+
+def read_record_journal(path: str) -> dict[int, RecordRow]:
+    """The rows of a records journal by position; a torn or malformed line is skipped."""
+    out: dict[int, RecordRow] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
+            for line in f:
+                parts = line[:-1].split("\t")
+                if not line.endswith("\n") or len(parts) != 5:
+                    continue
+                pos, fmt, rot, thru, size = parts
+                if pos.isdigit() and rot in "01" and thru in "01" and size.isdigit():
+                    out[int(pos)] = (int(pos), fmt, rot == "1", thru == "1", int(size))
+    except FileNotFoundError:
+        pass
+    return out
+
+
+class RecordLog:
+    """The records journal, open for appending: one line per record written, buffered and
+    flushed with the shards (:meth:`flush`). A record whose line a kill lost is checked again
+    on resume (see ``packer._resume``)."""
+
+    def __init__(self, path: str, kept: list[RecordRow] | None = None) -> None:
+        """Open ``path``; with ``kept`` (a resume), first rewrite it to hold exactly those."""
+        self.path = path
+        mode = "a"
+        if kept is not None:
+            mode = "w"
+        self.f = open(path, mode, encoding="utf-8", newline="\n")  # noqa: SIM115
+        if kept:
+            self.f.writelines(_record_line(*row) for row in kept)
+
+    def add(self, pos: int, fmt: str, rotated: bool, passthrough: bool, size_in: int) -> None:
+        try:
+            self.f.write(_record_line(pos, fmt, rotated, passthrough, size_in))
+        except OSError as e:
+            raise write_error(e, self.path, None) from None
+
+    def flush(self) -> None:
+        try:
             self.f.flush()
         except OSError as e:
             raise write_error(e, self.path, None) from None

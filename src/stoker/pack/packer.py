@@ -15,18 +15,26 @@ Resume
     With ``resume=True`` a rerun whose plan (input list, labels, settings) has the same
     fingerprint reopens the partial shards (``RecordWriter(resume=True)`` keeps every complete
     record and cuts the torn tail). Every position up to the last record kept was decided by
-    the earlier run (written, or rejected and journalled); the run continues after it. A
-    different plan starts over, and so does a run killed while committing.
+    the earlier run (written, or rejected and journalled); the run continues after it. The
+    manifest's counts of the kept records (source formats, stored as is, re-encoded, rotated)
+    come from the records journal, whose lines are flushed just before the shards; a kept record
+    whose line a kill lost (the shard writer may push bytes out on its own) is checked again
+    from its source file in the main process, so a resumed run's manifest equals a clean
+    run's byte for byte. A different plan starts over, and so does a run killed while
+    committing.
 
 Shutdown
     Normal end: pool shut down (workers joined), partials committed in order shards → lists →
     manifest, journal removed. Exception or Ctrl-C (``KeyboardInterrupt``) or ``SystemExit``
-    from a SIGTERM handler: pending chunks cancelled, workers terminated and joined, partials
-    flushed and kept for a resume, the exception propagates. Write errors (ENOSPC, EFBIG) name
+    from a SIGTERM handler: pending chunks cancelled, each worker finishes the chunk it holds
+    and exits (one still busy after a grace period is killed), partials flushed and kept for a
+    resume, the exception propagates. Workers ignore SIGINT and SIGTERM: a signal sent to the
+    whole process group is the main process's to act on, and a worker killed by it half-way
+    through sending a result would leave the pool's management thread waiting forever for the
+    rest of the message (``_procs.py``). Write errors (ENOSPC, EFBIG) name
     the output path and remove the partials. SIGKILL of the main process: each worker watches
     the main process (a pidfd) and exits when it is gone, and then the forkserver exits too
-    (``_procs.py``); the partials stay for a resume. Workers ignore SIGINT (the main process
-    decides).
+    (``_procs.py``); the partials stay for a resume.
 
 Timeouts
     None: a worker is only ever waited on while it is alive; a worker stuck forever in a
@@ -52,10 +60,13 @@ from stoker.pack.images import DEFAULT_MAX_PIXELS
 from stoker.pack.options import PackOptions, output_prefix
 from stoker.pack.outputs import (
     OutputPaths,
+    RecordLog,
+    RecordRow,
     RejectLog,
     ShardWriters,
     WriteFailed,
     class_counts,
+    read_record_journal,
     read_reject_journal,
     remove_partials,
     write_error,
@@ -66,7 +77,7 @@ from stoker.pack.outputs import (
 from stoker.pack.plan import Plan, fingerprint, make_plan
 from stoker.pack.pool import results
 from stoker.pack.report import PackReport, Tally
-from stoker.pack.worker import MAX_FILE_BYTES
+from stoker.pack.worker import MAX_FILE_BYTES, process
 
 __all__ = ["PackOptions", "PackReport", "output_prefix", "pack", "run_pack"]
 
@@ -90,6 +101,7 @@ def pack(
     max_pixels: int = DEFAULT_MAX_PIXELS,
     follow_symlinks: bool = False,
     root: str | os.PathLike[str] | None = None,
+    allow_outside_root: bool = False,
     progress: bool | None = None,
     _check: Callable[..., Any] | None = None,
 ) -> PackReport:
@@ -102,7 +114,8 @@ def pack(
     kept). ``shuffle``/``seed``: a seeded order. ``max_rejects``: raise
     :class:`TooManyRejectsError` when more files are rejected (after writing the rejects file).
     ``max_pixels``: header pixel limit (decompression bombs). ``root``: folder that ``.lst``
-    paths are relative to (default: the list's folder). ``progress``: a bar on stderr (default:
+    paths are relative to (default: the list's folder); a listed path that is absolute or leads
+    outside it is rejected ``outside_root`` unless ``allow_outside_root``. ``progress``: a bar on stderr (default:
     when stderr is a terminal). ``_check``: internal, a module-level stand-in for
     ``check_image`` run in the workers (fault-injection tests). See ``docs/pack.md`` for the
     checks, the normalisation policy and resume.
@@ -126,6 +139,7 @@ def pack(
         max_pixels=max_pixels,
         follow_symlinks=follow_symlinks,
         root=root,
+        allow_outside_root=allow_outside_root,
         progress=progress,
         check=_check,
     )
@@ -149,11 +163,15 @@ def run_pack(options: PackOptions) -> PackReport:
         paths.start_journal(fp, settings)
     shards = ShardWriters(paths.shard_recs, resume=resuming)
     tally = Tally(plan.scan, len(plan.items))
-    start = _resume(plan, paths, shards, tally) if resuming else 0
+    kept_rows: list[RecordRow] | None = None
+    start = 0
+    if resuming:
+        start, kept_rows = _resume(options, plan, paths, shards, tally)
     rejects = RejectLog(paths.rej_journal, tally.item_rejects if resuming else None)
+    records = RecordLog(paths.rec_journal, kept_rows)
     bar = make_progress(len(plan.items), "pack", unit="img", enabled=options.progress)
     bar.update(start)
-    run = _Run(options, plan, paths, shards, tally, rejects, bar)
+    run = _Run(options, plan, paths, shards, tally, rejects, records, bar)
     return run.go(start, n_workers, t0)
 
 
@@ -165,9 +183,11 @@ def _check_out_dir(prefix: str) -> None:
         raise PackError(f"{out_dir}: output folder is not writable")
 
 
-def _resume(plan: Plan, paths: OutputPaths, shards: ShardWriters, tally: Tally) -> int:
+def _resume(
+    options: PackOptions, plan: Plan, paths: OutputPaths, shards: ShardWriters, tally: Tally
+) -> tuple[int, list[RecordRow]]:
     """Take over the records and rejects an interrupted run of this plan decided; the first
-    position still to do."""
+    position still to do, and the records journal's rows of the records kept."""
     pos_of_key = {k: i for i, k in enumerate(plan.keys.tolist())} if plan.from_lst else None
     last = -1
     for s, rec in enumerate(paths.shard_recs):
@@ -182,7 +202,22 @@ def _resume(plan: Plan, paths: OutputPaths, shards: ShardWriters, tally: Tally) 
     for pos, reason, detail in read_reject_journal(paths.rej_journal):
         if pos < start:
             tally.item_rejects.append((pos, reason, detail))
-    return start
+    rows = read_record_journal(paths.rec_journal)
+    kept_pos = np.flatnonzero(tally.written).tolist()
+    kept = [rows.get(pos) or _recount(options, plan, pos) for pos in kept_pos]
+    for _, fmt, rotated, passthrough, size_in in kept:
+        tally.count(fmt, rotated, passthrough, size_in)
+        tally.resumed_bytes_in += size_in
+    return start, kept
+
+
+def _recount(options: PackOptions, plan: Plan, pos: int) -> RecordRow:
+    """The records-journal row of a kept record whose line was lost: its file checked again
+    (what a worker did for it; the fingerprint vouches that path and options are the same)."""
+    r = process(plan.items[pos].path, options)
+    if r[0] == 0:
+        return (int(pos), r[2], bool(r[3]), bool(r[4]), int(r[5]))
+    return (int(pos), "unknown", False, False, 0)  # the file changed since: count what we can
 
 
 def _header_payload(key: int, label: float | tuple[float, ...], data: bytes) -> bytes:
@@ -204,6 +239,7 @@ class _Run:
     shards: ShardWriters
     tally: Tally
     rejects: RejectLog
+    records: RecordLog
     bar: Progress
 
     def go(self, start: int, n_workers: int, t0: float) -> PackReport:
@@ -219,13 +255,16 @@ class _Run:
                 now = time.monotonic()
                 if now - last_flush > _FLUSH_EVERY_S:
                     last_flush = now
+                    self.records.flush()  # first: a kept record's line is then there, mostly
                     self.shards.flush()
             self.bar.close()
             self.rejects.close()
+            self.records.close()
             shard_infos = self._commit()
             committed = True
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.paths.journal)
+            for journal in (self.paths.rec_journal, self.paths.journal):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(journal)
             self.tally.check_accounting()
             return self.tally.report(
                 shard_infos=shard_infos,
@@ -240,6 +279,8 @@ class _Run:
             raise e.error from None
         except BaseException:
             if not committed:
+                with contextlib.suppress(Exception):
+                    self.records.flush()  # before the shards' last bytes, as in the loop
                 self.shards.abort(keep_partial=True)
             raise
         finally:
@@ -247,6 +288,8 @@ class _Run:
             self.bar.close()
             with contextlib.suppress(Exception):
                 self.rejects.close()
+            with contextlib.suppress(Exception):
+                self.records.close()
 
     def _take(self, pos: int, r: tuple) -> None:
         """Store one worker result, or journal it as a reject."""
@@ -259,6 +302,7 @@ class _Run:
             else:
                 self.shards.write(self.plan.shard_of(pos), key, payload)
                 self.tally.wrote(pos, fmt, rotated, passthrough, size_in)
+                self.records.add(pos, fmt, rotated, passthrough, size_in)
         if r[0] == 1:
             self._reject(pos, r[1], r[2])
         self.bar.update(1)

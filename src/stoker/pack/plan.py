@@ -59,7 +59,7 @@ def _list_source(options: PackOptions) -> tuple[ScanResult, bool]:
     if os.path.isdir(src):
         return scan_folder(src, follow_symlinks=options.follow_symlinks), False
     if os.path.isfile(src) and src.endswith(".lst"):
-        return read_lst(src, root=options.root), True
+        return read_lst(src, root=options.root, allow_outside_root=options.allow_outside_root), True
     if not os.path.exists(src):
         raise PackError(f"{src}: no such file or folder")
     raise PackError(f"{src}: give an image folder or an im2rec .lst file")

@@ -38,6 +38,7 @@ class PackReport:
     ignored_links: int = 0
     unclassified: int = 0
     formats: dict[str, int] = field(default_factory=dict)
+    resumed_bytes_in: int = 0  # the part of bytes_in that the resumed records were read from
 
     @property
     def images_per_s(self) -> float:
@@ -45,7 +46,8 @@ class PackReport:
 
     @property
     def mb_per_s(self) -> float:
-        return self.bytes_in / 1e6 / self.seconds if self.seconds > 0 else 0.0
+        read = self.bytes_in - self.resumed_bytes_in
+        return read / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
     def summary(self) -> str:
         """A few human lines: counts, sizes, rates, where the rejects are listed."""
@@ -76,8 +78,9 @@ class PackReport:
 class Tally:
     """The counts of one run over ``n`` planned positions.
 
-    ``written`` marks the positions stored (kept from a resumed run included); the byte,
-    format and pass-through counts cover the records this run wrote itself.
+    ``written`` marks the positions stored; it and the byte, format, rotation and
+    pass-through counts cover every record stored, those kept from an interrupted run included
+    (a resume counts them in from the records journal, :meth:`count`).
     """
 
     def __init__(self, scan: ScanResult, n: int) -> None:
@@ -90,9 +93,14 @@ class Tally:
         self.reencoded = 0
         self.exif_rotated = 0
         self.resumed = 0
+        self.resumed_bytes_in = 0
 
     def wrote(self, pos: int, fmt: str, rotated: bool, passthrough: bool, size_in: int) -> None:
         self.written[pos] = True
+        self.count(fmt, rotated, passthrough, size_in)
+
+    def count(self, fmt: str, rotated: bool, passthrough: bool, size_in: int) -> None:
+        """Count one stored record (:meth:`wrote` without marking its position)."""
         self.formats[fmt] += 1
         self.bytes_in += size_in
         if passthrough:
@@ -162,6 +170,7 @@ class Tally:
             ignored_links=scan.ignored_links,
             unclassified=scan.unclassified,
             formats=dict(sorted(self.formats.items())),
+            resumed_bytes_in=self.resumed_bytes_in,
             bytes_out=sum(si.rec_bytes for si in shard_infos),
             seconds=seconds,
             manifest=manifest,

@@ -12,6 +12,7 @@ Folder rules (classes, order, hidden names, extensions, symlinks) are those of
 from __future__ import annotations
 
 import os
+import stat
 
 from stoker._core import files
 from stoker._core.errors import PackError
@@ -93,13 +94,59 @@ def scan_folder(root: str | os.PathLike[str], *, follow_symlinks: bool = False) 
         raise PackError(str(e)) from None
 
 
+class _Confine:
+    """Where list entries may lead: inside ``base`` (after symlinks), unless allowed anywhere."""
+
+    def __init__(self, base: str, allow_outside: bool) -> None:
+        self.base_real = os.path.realpath(base)
+        self.allow_outside = allow_outside
+        self.dirs: dict[str, str] = {}  # folder -> its real path (lists repeat folders a lot)
+
+    def reject(self, rel: str, full: str) -> tuple[str, str] | None:
+        """``(reason, detail)`` when the entry must not be read, else None (read it)."""
+        if not self.allow_outside and os.path.isabs(rel):
+            return "outside_root", "absolute path (allow_outside_root=True to pack it)"
+        try:
+            st = os.lstat(full)
+        except FileNotFoundError:
+            return "missing", "listed, but no such file"
+        except OSError:
+            return None  # the worker's read reports it (EACCES, ENOTDIR, ...)
+        is_link = stat.S_ISLNK(st.st_mode)
+        if is_link and not os.path.exists(full):
+            return "broken_link", f"link to {os.readlink(full)!r} leads nowhere"
+        if self.allow_outside:
+            return None
+        if is_link:
+            real = os.path.realpath(full)
+        else:
+            folder, name = os.path.split(full)
+            real_dir = self.dirs.get(folder)
+            if real_dir is None:
+                real_dir = self.dirs[folder] = os.path.realpath(folder)
+            real = os.path.join(real_dir, name)
+        inside = self.base_real.rstrip(os.sep) + os.sep
+        if real != self.base_real and not real.startswith(inside):
+            return "outside_root", f"leads to {real!r}, outside the root (allow_outside_root=True)"
+        return None
+
+
 def read_lst(
-    path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None
+    path: str | os.PathLike[str],
+    *,
+    root: str | os.PathLike[str] | None = None,
+    allow_outside_root: bool = False,
 ) -> ScanResult:
     """Parse an im2rec list: ``index \\t label [\\t label ...] \\t relative/path`` per line.
 
     Paths are relative to ``root`` (default: the folder holding the list). The index becomes
     the record key, as im2rec does; it must be a unique integer >= 0.
+
+    Each entry is looked at once, here: one that does not exist is rejected ``missing``, a
+    dangling link ``broken_link``, and, unless ``allow_outside_root``, an absolute path or one
+    that leads outside ``root`` (``..``, or a symlink, as a folder source rejects it)
+    ``outside_root``. These are listed in the rejects file with an empty key, as a folder's
+    listing rejects are.
     """
     path = os.fspath(path)
     base = os.fspath(root) if root is not None else os.path.dirname(os.path.abspath(path))
@@ -109,6 +156,7 @@ def read_lst(
     except OSError as e:
         raise PackError(f"{path}: cannot read the list: {e.strerror or e}") from None
     res = ScanResult(items=[], classes={})
+    confine = _Confine(base, allow_outside_root)
     seen: set[int] = set()
     for lineno, line in enumerate(raw.split(b"\n"), 1):
         line = line.rstrip(b"\r")
@@ -134,5 +182,10 @@ def read_lst(
         rel = os.fsdecode(fields[-1])
         res.found += 1
         label: float | tuple[float, ...] = labels[0] if len(labels) == 1 else labels
-        res.items.append(Item(os.path.join(base, rel), rel, label, key))
+        full = os.path.join(base, rel)
+        why = confine.reject(rel, full)
+        if why is not None:
+            res.rejects.append((rel, *why))
+            continue
+        res.items.append(Item(full, rel, label, key))
     return res
