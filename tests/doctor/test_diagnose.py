@@ -115,7 +115,7 @@ def test_json_schema(quick_report):
     assert d["source"]["kind"] == "folder" and d["source"]["count"] == 40
     assert d["source"]["output_shape"] == [128, 128, 3] and d["source"]["output_dtype"] == "float32"
     assert {c["name"] for c in d["system"]} == {
-        "shm",
+        "memory",
         "ulimit",
         "cores",
         "threads",

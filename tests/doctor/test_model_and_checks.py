@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
 
@@ -110,14 +109,15 @@ def test_worker_counts_are_bounded():
     assert worker_counts(12) == [1, 2, 4, 8, 12]
 
 
-def test_shm_check_compares_need_with_free_space():
-    st = os.statvfs("/dev/shm")
-    free = st.f_bavail * st.f_frsize
-    assert S.check_shm(need_bytes=1 << 20, what="test").status == "ok"
-    fail = S.check_shm(need_bytes=2 * free + (1 << 30), what="4 slots")
-    assert fail.status == "fail" and "--shm-size" in fail.message
-    assert fail.data["need_bytes"] > fail.data["free_bytes"]
-    assert S.check_shm(need_bytes=1, what="x", path="/no/such/dir").status == "fail"
+def test_memory_check_compares_the_ring_with_available_memory():
+    from stoker._core.system import memory_available_bytes
+
+    avail = memory_available_bytes()
+    assert S.check_memory(need_bytes=1 << 20, what="test").status == "ok"
+    assert S.check_memory(need_bytes=int(0.75 * avail), what="big").status == "warn"
+    fail = S.check_memory(need_bytes=2 * avail + (1 << 30), what="4 slots")
+    assert fail.status == "fail" and "more memory" in fail.message
+    assert fail.data["need_bytes"] > fail.data["available_bytes"]
 
 
 def test_ulimit_check_sees_a_low_limit():

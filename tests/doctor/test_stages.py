@@ -80,7 +80,7 @@ def test_each_stage_fills_its_part_in_order(folder):
     assert f.cost.total_s > 0
     assert f.loader.runs == [] and set(f.loader.predicted) == {1, 2}
     assert f.model is not None and f.model["source"] == "--step-time"
-    assert [c.name for c in f.checks][0] == "shm"
+    assert [c.name for c in f.checks][0] == "memory"
     assert f.judgement.verdict.bound == "model" and f.judgement.workers == 1
     skipped = [x["stage"] for x in f.not_measured]
     assert "loader" in skipped

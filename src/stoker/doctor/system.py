@@ -13,13 +13,13 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from stoker._core.system import cpu_quota, usable_cores
+from stoker._core.system import cpu_quota, memory_available_bytes, usable_cores
 
 __all__ = [
     "Check",
     "check_cores",
     "check_load",
-    "check_shm",
+    "check_memory",
     "check_start_method",
     "check_threads",
     "check_ulimit",
@@ -48,29 +48,31 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:,.0f} MiB"
 
 
-def check_shm(*, need_bytes: int, what: str, path: str = "/dev/shm") -> Check:
-    """Is there room in /dev/shm for the loader's batch slots?"""
+def check_memory(*, need_bytes: int, what: str) -> Check:
+    """Is there memory for the loader's batch ring (an anonymous shared mapping: it counts
+    against the machine's available memory and the memory cgroup, not against /dev/shm)?"""
     try:
-        st = os.statvfs(path)
+        avail = memory_available_bytes()
     except OSError as e:
-        return Check("shm", "fail", f"{path} is not usable ({e}); the loader needs shared memory")
-    free = st.f_bavail * st.f_frsize
-    size = st.f_blocks * st.f_frsize
-    data = {"path": path, "size_bytes": size, "free_bytes": free, "need_bytes": need_bytes}
-    text = f"{path}: {_mib(free)} free of {_mib(size)}; the loader needs about {_mib(need_bytes)} ({what})"
-    if need_bytes > free:
+        return Check("memory", "warn", f"available memory unknown ({e})")
+    data = {"available_bytes": avail, "need_bytes": need_bytes}
+    text = (
+        f"{_mib(avail)} available (MemAvailable, capped by the memory cgroup); the "
+        f"loader's ring needs about {_mib(need_bytes)} ({what})"
+    )
+    if need_bytes > avail:
         return Check(
-            "shm",
+            "memory",
             "fail",
-            text + ": too small. In Docker pass --shm-size (e.g. --shm-size=8g), or lower "
-            "batch_size, prefetch or workers.",
+            text + ": too little; lower batch_size, prefetch or workers, or give the job more "
+            "memory.",
             data,
         )
-    if need_bytes > 0.5 * free:
+    if need_bytes > 0.5 * avail:
         return Check(
-            "shm", "warn", text + ": tight; two loaders or a larger batch will not fit.", data
+            "memory", "warn", text + ": tight; two loaders or a larger batch will not fit.", data
         )
-    return Check("shm", "ok", text + ".", data)
+    return Check("memory", "ok", text + ".", data)
 
 
 def check_ulimit(*, workers: int) -> Check:

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from stoker._core.errors import SharedMemoryError
+from stoker._core.system import memory_available_bytes
 
 __all__ = [
     "SHM_DIR",
@@ -299,66 +300,6 @@ def _placeholder(size: int) -> SharedFd:  # pragma: no cover - probing pickles a
 def shm_free_bytes() -> int:
     st = os.statvfs(SHM_DIR)
     return st.f_bavail * st.f_frsize
-
-
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path) as f:
-            text = f.read().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None  # "max": no limit
-
-
-def _cgroup_headroom() -> int | None:
-    """The least ``limit - usage`` of this process's memory cgroup and its ancestors (v2, else
-    v1), or None without a limit."""
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    best: int | None = None
-    for line in lines:
-        _id, ctrls, path = line.split(":", 2)
-        if ctrls == "":
-            base, limit_f, usage_f = "/sys/fs/cgroup", "memory.max", "memory.current"
-        elif "memory" in ctrls.split(","):
-            base, limit_f, usage_f = (
-                "/sys/fs/cgroup/memory",
-                "memory.limit_in_bytes",
-                ("memory.usage_in_bytes"),
-            )
-        else:
-            continue
-        parts = [p for p in path.split("/") if p]
-        for depth in range(len(parts), -1, -1):
-            d = os.path.join(base, *parts[:depth])
-            limit, usage = _read_int(os.path.join(d, limit_f)), _read_int(os.path.join(d, usage_f))
-            if limit is not None and usage is not None and limit < 1 << 60:
-                room = max(0, limit - usage)
-                best = room if best is None else min(best, room)
-    return best
-
-
-def memory_available_bytes() -> int:
-    """Memory a new anonymous shared mapping can take: ``MemAvailable`` of ``/proc/meminfo``,
-    capped by the memory cgroup's room (limit minus usage, the tightest up the tree)."""
-    avail = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-                    break
-    except OSError:
-        pass
-    room = _cgroup_headroom()
-    if avail is None:
-        if room is None:
-            raise OSError(errno.ENOSYS, "no /proc/meminfo")
-        return room
-    return avail if room is None else min(avail, room)
 
 
 def preflight(need: int, *, slots: int, what: str = "slots", where: str = "shm") -> None:

@@ -19,7 +19,7 @@ def run(f: Findings) -> None:
     slots = last.slots if last else estimated_slots()
     sample_bytes = f.augment.sample_bytes
     f.checks = [
-        S.check_shm(
+        S.check_memory(
             need_bytes=slots * s.batch_size * sample_bytes,
             what=f"a ring of {slots} batch slots of {s.batch_size} x {sample_bytes / 1e3:.0f} kB",
         ),
