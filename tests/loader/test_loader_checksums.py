@@ -112,6 +112,7 @@ def test_loader_skips_or_raises_records_whose_crc_does_not_match(tmp_path, worke
         with pytest.raises(CorruptRecordError, match=f"key 2, byte offset {offsets[2]}") as e:
             list(ld)
         assert e.value.key == 2 and "checksum mismatch" in str(e.value)
+        assert (e.value.path, e.value.offset) == (rec, offsets[2])  # kept across the process
     # opting out: nothing checked (the flipped bit happens to decode)
     with Loader(RecordSource(rec, checksums=False), on_error="skip", **kw) as ld:
         [b.keys for b in ld]

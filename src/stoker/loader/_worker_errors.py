@@ -39,6 +39,21 @@ def error_info(e: BaseException, source: Source, index: int) -> dict:
         "key": key,
         "index": int(index),
         "where": where,
+        "attrs": _plain_attrs(e),
+    }
+
+
+def _plain_attrs(e: BaseException) -> dict:
+    """The exception's own public attributes that are plain values (a ``CorruptRecordError``'s
+    ``path``, ``offset``, ``idx_line``, ``reason``), so the rebuilt error keeps them."""
+    try:
+        items = vars(e).items()
+    except TypeError:
+        return {}
+    return {
+        k: v
+        for k, v in items
+        if not k.startswith("_") and (v is None or isinstance(v, (str, int, float, bool)))
     }
 
 
@@ -87,9 +102,16 @@ def rebuild(info: dict, worker_id: int | None) -> WorkerError:
     if exc_type is not None and not issubclass(exc_type, WorkerError):
         cls = _hybrid(exc_type, msg, kwargs)
     try:
-        return cls(msg, **kwargs)
+        err = cls(msg, **kwargs)
     except Exception:  # noqa: BLE001
-        return WorkerError(msg, **kwargs)
+        err = WorkerError(msg, **kwargs)
+    for name, value in info.get("attrs", {}).items():
+        if name not in kwargs and not hasattr(WorkerError, name):
+            try:
+                setattr(err, name, value)
+            except AttributeError:  # a read-only property of the original type
+                pass
+    return err
 
 
 def _init_hybrid(self: Any, message: str, **kwargs: Any) -> None:
