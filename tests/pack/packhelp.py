@@ -7,9 +7,12 @@ import ctypes
 import hashlib
 import io
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
+import psutil
 from PIL import Image
 
 from stoker.pack.images import check_image
@@ -72,6 +75,59 @@ def sha(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+# ---- running `stoker pack` in a child process (kill and signal tests) ----
+
+DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pack_driver.py")
+
+
+def noise_tree(root, n: int, bad: tuple[int, ...] = (), *, size: int = 64) -> int:
+    """n noise JPEGs (~10 KB each at 64x64) in 3 classes; positions in ``bad`` are zero bytes."""
+    for i in range(n):
+        path = os.path.join(root, f"c{i % 3}", f"{i:04d}.jpg")
+        write(path, b"" if i in bad else noise_jpeg(size, seed=i))
+    return n
+
+
+def start_driver(args: list[str], **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, DRIVER, *args, "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        **kw,
+    )
+
+
+def wait_for(pred, proc: subprocess.Popen, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.005)
+    return False
+
+
+def family(proc: subprocess.Popen) -> list[psutil.Process]:
+    try:
+        return [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def assert_gone(procs: list[psutil.Process], timeout: float = 10.0) -> None:
+    gone, alive = psutil.wait_procs(procs, timeout=timeout)
+    assert not alive, f"left running: {[p.pid for p in alive]}"
+
+
+def file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
 # ---- worker-side hooks (passed as pack(_check=...)) ----
 
 CRASH_MARKER = b"\xff\xd8\xffCRASH"
@@ -84,7 +140,12 @@ def crash_on_marker(data: bytes, **kw):
     return check_image(data, **kw)
 
 
+#: slow_check's delay; a test may set PACK_DRIVER_DELAY_S in the driver's environment
+DELAY_S = float(os.environ.get("PACK_DRIVER_DELAY_S", "0.004"))
+
+
 def slow_check(data: bytes, **kw):
     """check_image, 4 ms slower: gives signal tests time to land mid-run."""
-    time.sleep(0.004)
+    if DELAY_S:
+        time.sleep(DELAY_S)
     return check_image(data, **kw)

@@ -221,6 +221,52 @@ def test_max_rejects_writes_the_list_then_fails(tmp_path):
     assert r.written == 3 and r.rejected == 3
 
 
+def _mixed_tree(src) -> None:
+    """As-is JPEGs, PNGs with alpha (re-encoded), EXIF-rotated JPEGs, one empty file between."""
+    from PIL import Image as PILImage
+
+    make_tree(str(src), {"a": 5})
+    for i in range(4):
+        write(str(src / "b" / f"p{i}.png"), image_bytes(fmt="PNG", mode="RGBA", seed=i))
+    write(str(src / "b" / "p2zero.png"), b"")  # sorts between p2 and p3
+    exif = PILImage.Exif()
+    exif[0x0112] = 6
+    for i in range(3):
+        write(str(src / "c" / f"r{i}.jpg"), image_bytes(seed=9 + i, exif=exif.tobytes()))
+
+
+@pytest.mark.parametrize("lose_journal", [False, True])
+def test_resumed_manifest_equals_a_clean_runs(tmp_path, lose_journal):
+    """A run stopped part-way (here by max_rejects) and resumed counts the records the first
+    run wrote too: the manifest equals a clean run's byte for byte. With the records journal
+    lost, the kept records are checked again."""
+    src = tmp_path / "src"
+    _mixed_tree(src)
+    (tmp_path / "clean").mkdir()
+    clean = pack(src, tmp_path / "clean" / "out", workers=1)
+    assert (
+        clean.passthrough == 5
+        and clean.reencoded == 7
+        and clean.formats
+        == {
+            "JPEG": 8,
+            "PNG": 4,
+        }
+    )
+    out = tmp_path / "out"
+    with pytest.raises(TooManyRejectsError):
+        pack(src, out, workers=1, max_rejects=0)
+    if lose_journal:
+        os.unlink(str(out) + ".pack-records.partial")
+    r = pack(src, out, workers=1)
+    assert r.resumed == 8  # a/ and b/p0..p2 were kept
+    assert (r.passthrough, r.reencoded, r.formats) == (5, 7, {"JPEG": 8, "PNG": 4})
+    assert r.bytes_in == clean.bytes_in
+    assert outputs(str(out)) == outputs(str(tmp_path / "clean" / "out"))
+    pack_block = load_manifest(r.manifest)["pack"]
+    assert (pack_block["exif_rotated"], pack_block["written"]) == (3, 12)
+
+
 def test_resize_reencodes(sample, tmp_path):
     r = pack(sample, tmp_path / "out", workers=2, resize=16, quality=80)
     assert r.reencoded == 120 and r.passthrough == 0

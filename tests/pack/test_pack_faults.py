@@ -12,15 +12,24 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
-from packhelp import CRASH_MARKER, crash_on_marker, make_tree, noise_jpeg, sha, write
+from packhelp import (
+    CRASH_MARKER,
+    DRIVER,
+    assert_gone,
+    crash_on_marker,
+    family,
+    file_size,
+    make_tree,
+    noise_tree,
+    sha,
+    start_driver,
+    wait_for,
+    write,
+)
 
 from stoker.formats.recordio import open_records, verify_records
 from stoker.pack import pack
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-DRIVER = os.path.join(HERE, "pack_driver.py")
 
 
 def test_worker_segfault_rejects_that_file_only(tmp_path):  # B2 #21
@@ -48,71 +57,23 @@ def test_worker_segfault_rejects_that_file_only(tmp_path):  # B2 #21
             assert header.label == (0.0 if rel.startswith("a/") else 1.0)
 
 
-def _noise_tree(root, n: int, bad: tuple[int, ...] = ()) -> int:
-    """n noise JPEGs (~10 KB each) in 3 classes; positions in ``bad`` are zero bytes."""
-    for i in range(n):
-        path = os.path.join(root, f"c{i % 3}", f"{i:04d}.jpg")
-        write(path, b"" if i in bad else noise_jpeg(64, seed=i))
-    return n
-
-
-def _start(args: list[str], **kw) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, DRIVER, *args, "--quiet"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        **kw,
-    )
-
-
-def _wait_for(pred, proc: subprocess.Popen, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        if proc.poll() is not None:
-            return False
-        time.sleep(0.005)
-    return False
-
-
-def _family(proc: subprocess.Popen) -> list[psutil.Process]:
-    try:
-        return [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _assert_gone(procs: list[psutil.Process], timeout: float = 10.0) -> None:
-    gone, alive = psutil.wait_procs(procs, timeout=timeout)
-    assert not alive, f"left running: {[p.pid for p in alive]}"
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
-
-
 def _kill_resume_run(tmp_path, kill_at: list[float]) -> None:
     src = tmp_path / "src"
-    n = _noise_tree(str(src), 300, bad=(5, 150, 290))
+    n = noise_tree(str(src), 300, bad=(5, 150, 290))
     out = str(tmp_path / "out")
-    clean = pack(src, tmp_path / "clean", workers=2, _check=None)
+    clean = pack(src, _clean_dir(tmp_path) / "out", workers=2, _check=None)
     for k, frac in enumerate(kill_at):
         sems = set(glob.glob("/dev/shm/sem.mp-*"))
-        proc = _start([str(src), out, "--workers", "2"])
+        proc = start_driver([str(src), out, "--workers", "2"])
         target = frac * clean.bytes_out
-        reached = _wait_for(lambda t=target: _size(out + ".rec.partial") >= t, proc)
-        family = _family(proc)
+        reached = wait_for(lambda t=target: file_size(out + ".rec.partial") >= t, proc)
+        procs = family(proc)
         if k % 2 == 0:
             os.killpg(proc.pid, signal.SIGKILL)  # the whole group, as a terminal or OOM would
         else:
             os.kill(proc.pid, signal.SIGKILL)  # the main process alone: workers must follow
         proc.communicate()
-        _assert_gone(family)
+        assert_gone(procs)
         if k % 2 == 0:  # the group's kill took the semaphores' tracker too (docs/pack.md)
             for left in set(glob.glob("/dev/shm/sem.mp-*")) - sems:
                 with contextlib.suppress(FileNotFoundError):
@@ -140,9 +101,22 @@ def _kill_resume_run(tmp_path, kill_at: list[float]) -> None:
     with open(out + ".rejects.tsv") as f:
         rejected = len(f.read().splitlines()) - 1
     assert written + rejected == n and rejected == 3
-    for ext in (".rec", ".idx", ".crc32c", ".rejects.tsv"):
-        assert sha(out + ext) == sha(str(tmp_path / "clean") + ext), ext
+    _assert_same_as_clean(out, str(tmp_path / "clean" / "out"))
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]
+
+
+def _clean_dir(tmp_path):
+    """Where the clean run goes: its own folder, so that its prefix is ``out`` as well (the
+    manifest names its shard files)."""
+    (tmp_path / "clean").mkdir()
+    return tmp_path / "clean"
+
+
+def _assert_same_as_clean(out: str, clean: str) -> None:
+    """Every output equals the clean run's, the manifest included: it holds no field about
+    the run itself (no time, host or path), so a resumed run's must be byte-identical."""
+    for ext in (".rec", ".idx", ".crc32c", ".rejects.tsv", ".stoker.json"):
+        assert sha(out + ext) == sha(clean + ext), ext
 
 
 def test_sigkill_then_resume_equals_a_clean_run(tmp_path):  # B2 #19
@@ -158,23 +132,76 @@ def test_sigkill_more_points(tmp_path, points):  # B2 #19, more kill points
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_stops_workers_and_keeps_partials(tmp_path, sig, code):  # B2 #20
     src = tmp_path / "src"
-    _noise_tree(str(src), 200)
+    noise_tree(str(src), 200)
     out = str(tmp_path / "out")
-    proc = _start([str(src), out, "--workers", "2"])
-    assert _wait_for(lambda: _size(out + ".rec.partial") > 0, proc)
-    family = _family(proc)
+    proc = start_driver([str(src), out, "--workers", "2"])
+    assert wait_for(lambda: file_size(out + ".rec.partial") > 0, proc)
+    procs = family(proc)
     t0 = time.monotonic()
     os.killpg(proc.pid, sig)
     _, err = proc.communicate(timeout=30)
     assert time.monotonic() - t0 < 10
     assert proc.returncode == code, err.decode()
     assert b"rerun to resume" in err
-    _assert_gone(family)
+    assert_gone(procs)
     assert os.path.exists(out + ".rec.partial") and not os.path.exists(out + ".rec")
     if sig == signal.SIGINT:  # the partials resume
-        proc = _start([str(src), out, "--workers", "2"])
+        proc = start_driver([str(src), out, "--workers", "2"])
         proc.communicate(timeout=120)
         assert proc.returncode == 0 and verify_records(out + ".stoker.json").ok
+
+
+def _sigterm_many_times(tmp_path, runs: int) -> None:
+    """SIGTERM to the whole process group at ``runs`` moments of one resumed-again-and-again
+    pack (the first as soon as the run has started, before any record; then spread over the
+    output): each exits 143 within 10 s, leaves no process and keeps its partials; the last
+    rerun equals a clean run, manifest included."""
+    src = tmp_path / "src"
+    # no delay in the checks and ~20 KB files: the workers spend their time sending results
+    # of ~1 MB per chunk, so a kill often lands while one is half sent (what used to hang)
+    noise_tree(str(src), 1500, bad=(5, 750, 1490), size=96)
+    out = str(tmp_path / "out")
+    clean = pack(src, _clean_dir(tmp_path) / "out", workers=2, _check=None)
+    env = {**os.environ, "PACK_DRIVER_DELAY_S": "0"}
+    for k in range(runs):
+        proc = start_driver([str(src), out, "--workers", "2"], env=env)
+        if k == 0:
+            point = lambda: os.path.exists(out + ".pack-journal.partial")  # noqa: E731
+        else:  # past the bytes the last run left: this one is running (its handler is set)
+            target = 0.8 * clean.bytes_out * (k - 1) / max(1, runs - 2)
+            t = max(target, file_size(out + ".rec.partial") + 1)
+            point = lambda t=t: file_size(out + ".rec.partial") >= t  # noqa: E731
+        reached = wait_for(point, proc)
+        procs = family(proc)
+        t0 = time.monotonic()
+        if not reached:
+            _, err = proc.communicate(timeout=60)
+            raise AssertionError(f"run {k} ended before its kill point: {err.decode()}")
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise AssertionError(f"run {k}: still running 10 s after SIGTERM") from None
+        took = time.monotonic() - t0
+        assert proc.returncode == 143, (k, proc.returncode, err.decode())
+        assert took < 10, (k, took)
+        assert_gone(procs)
+        assert not os.path.exists(out + ".stoker.json") and not os.path.exists(out + ".rec")
+    proc = start_driver([str(src), out, "--workers", "2"], env=env)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    _assert_same_as_clean(out, str(tmp_path / "clean" / "out"))
+
+
+def test_sigterm_to_the_group_at_many_moments(tmp_path):  # B2 #20, the hang after SIGTERM
+    _sigterm_many_times(tmp_path, 8)
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_group_40_times(tmp_path):
+    _sigterm_many_times(tmp_path, 40)
 
 
 def _limit_fsize():  # runs in the child before exec
@@ -183,9 +210,9 @@ def _limit_fsize():  # runs in the child before exec
 
 def test_file_size_limit_names_the_output(tmp_path):  # B2 #22 (EFBIG)
     src = tmp_path / "src"
-    _noise_tree(str(src), 200)  # about 2 MB of records
+    noise_tree(str(src), 200)  # about 2 MB of records
     out = str(tmp_path / "out")
-    proc = _start([str(src), out, "--workers", "2"], preexec_fn=_limit_fsize)
+    proc = start_driver([str(src), out, "--workers", "2"], preexec_fn=_limit_fsize)
     _, err = proc.communicate(timeout=120)
     text = err.decode()
     assert proc.returncode == 1, text
