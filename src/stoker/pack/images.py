@@ -39,6 +39,9 @@ from typing import Literal
 
 import numpy as np
 
+# the one default pixel limit (Pillow's decompression-bomb limit), shared with the decoders
+from stoker.codecs import DEFAULT_MAX_PIXELS
+
 __all__ = [
     "DEFAULT_MAX_PIXELS",
     "DEFAULT_QUALITY",
@@ -50,7 +53,6 @@ __all__ = [
 ]
 
 DEFAULT_QUALITY = 95
-DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own decompression-bomb limit
 MAX_JPEG_SCANS = 256  # nvImageCodec's limit; real progressive JPEGs use about 10
 
 _LOSSLESS = {"PNG", "BMP", "TIFF", "GIF", "PNM", "WEBP-LOSSLESS"}

@@ -47,9 +47,10 @@ class Pool:
 
     def close(self, *, grace: float = 30.0) -> None:
         """Stop the pool: queued chunks are cancelled, workers finish the chunk they hold
-        and exit; a worker still busy after ``grace`` seconds is terminated. (Terminating
-        first can leave the executor's queue feeder blocked on a pipe nobody reads, and its
-        shutdown hanging.)"""
+        and exit; a worker still busy after ``grace`` seconds is killed (``terminate()`` of a
+        :class:`~stoker.pack._procs.WorkerProcess`: workers ignore SIGTERM). (Killing first
+        could cut a result half sent, or leave the executor's queue feeder blocked on a pipe
+        nobody reads, and its shutdown hanging.)"""
         pool, self.pool = self.pool, None
         if pool is None:
             return
