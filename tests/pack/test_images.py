@@ -149,6 +149,20 @@ def test_truncated_jpeg_and_png_are_rejected():  # B1 #7
     assert reject_reason(png[: len(png) // 2]) == "truncated"
 
 
+@pytest.mark.parametrize("chunk", [b"IDAT", b"IEND"])  # Pillow itself checks IHDR's
+def test_png_with_a_bad_chunk_crc_is_corrupt(chunk):
+    """Pillow checks no CRC of the image data; a PNG stored as is keeps its CRCs, which libpng
+    checks, so a bad one is rejected (reliability F-01, B1 png-bad-crc)."""
+    data = bytearray(image_bytes((16, 16), fmt="PNG"))
+    assert check_image(bytes(data)).passthrough
+    at = data.index(chunk)
+    length = int.from_bytes(data[at - 4 : at], "big")
+    data[at + 4 + length] ^= 0xFF  # the chunk's CRC
+    with pytest.raises(Reject) as e:
+        check_image(bytes(data))
+    assert e.value.reason == "corrupt" and chunk.decode() in e.value.detail
+
+
 def test_corrupted_entropy_data_never_crashes():  # B1 #8
     data = image_bytes((64, 64), quality=90)
     sos = data.index(b"\xff\xda")

@@ -111,6 +111,29 @@ def _looks_cut(data: bytes, fmt: str) -> bool:
     return False
 
 
+def _check_png_crcs(data: bytes) -> None:
+    """Reject a PNG whose chunk CRCs do not match (Pillow checks none of the image data's).
+
+    A pass-through PNG is stored with its CRCs, which strict readers (libpng) check; a bad one
+    means damaged bytes even when zlib still inflates them."""
+    import zlib
+
+    mv = memoryview(data)
+    pos, n = 8, len(data)
+    while pos + 12 <= n:
+        length = int.from_bytes(mv[pos : pos + 4], "big")
+        end = pos + 8 + length
+        if end + 4 > n:
+            return  # cut short: the decoder has judged it already
+        crc = zlib.crc32(mv[pos + 4 : end])
+        if crc != int.from_bytes(mv[end : end + 4], "big"):
+            kind = bytes(mv[pos + 4 : pos + 8]).decode("latin-1")
+            raise Reject("corrupt", f"PNG {kind} chunk at byte {pos}: CRC mismatch")
+        if mv[pos + 4 : pos + 8] == b"IEND":
+            return
+        pos = end + 4
+
+
 def _open_header(data: bytes, fmt: str, max_pixels: int):
     """Pillow image with only the header read; rejects bombs before any pixel is decoded."""
     from PIL import Image
@@ -351,6 +374,8 @@ def check_image(
         im = _open_header(data, fmt, max_pixels)
         orientation = _orientation(im)
         arr = _pillow_to_array(im)
+        if fmt == "PNG":
+            _check_png_crcs(data)
         if fmt == "WEBP":
             lossless = data[12:16] == b"VP8L" or (data[12:16] == b"VP8X" and b"VP8L" in data[:4096])
             fmt_kind = "WEBP-LOSSLESS" if lossless else "WEBP"
