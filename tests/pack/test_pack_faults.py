@@ -151,26 +151,30 @@ def test_interrupt_stops_workers_and_keeps_partials(tmp_path, sig, code):  # B2 
         assert proc.returncode == 0 and verify_records(out + ".stoker.json").ok
 
 
-def _sigterm_many_times(tmp_path, runs: int) -> None:
-    """SIGTERM to the whole process group at ``runs`` moments of one resumed-again-and-again
-    pack (the first as soon as the run has started, before any record; then spread over the
-    output): each exits 143 within 10 s, leaves no process and keeps its partials; the last
-    rerun equals a clean run, manifest included."""
+def _sigterm_many_times(tmp_path, runs: int, per_pack: int = 8) -> None:
+    """SIGTERM to the whole process group at ``runs`` moments, ``per_pack`` on each of a few
+    resumed-again-and-again packs (the first as soon as the run has started, before any
+    record; then a step further into the output each time): each exits 143 within 10 s,
+    leaves no process and keeps its partials; each pack's last rerun equals a clean run,
+    manifest included."""
     src = tmp_path / "src"
     # no delay in the checks and ~20 KB files: the workers spend their time sending results
     # of ~1 MB per chunk, so a kill often lands while one is half sent (what used to hang)
     noise_tree(str(src), 1500, bad=(5, 750, 1490), size=96)
-    out = str(tmp_path / "out")
     clean = pack(src, _clean_dir(tmp_path) / "out", workers=2, _check=None)
     env = {**os.environ, "PACK_DRIVER_DELAY_S": "0"}
+    # a killed run writes on for a moment (its last flush): about 1 MB more than its step
+    step = max(1, int(0.4 * clean.bytes_out / (per_pack - 1)))
     for k in range(runs):
+        out = str(tmp_path / f"pack{k // per_pack}" / "out")
+        if k % per_pack == 0:
+            os.makedirs(os.path.dirname(out))
         proc = start_driver([str(src), out, "--workers", "2"], env=env)
-        if k == 0:
-            point = lambda: os.path.exists(out + ".pack-journal.partial")  # noqa: E731
+        if k % per_pack == 0:
+            point = lambda out=out: os.path.exists(out + ".pack-journal.partial")  # noqa: E731
         else:  # past the bytes the last run left: this one is running (its handler is set)
-            target = 0.8 * clean.bytes_out * (k - 1) / max(1, runs - 2)
-            t = max(target, file_size(out + ".rec.partial") + 1)
-            point = lambda t=t: file_size(out + ".rec.partial") >= t  # noqa: E731
+            t = file_size(out + ".rec.partial") + step
+            point = lambda t=t, out=out: file_size(out + ".rec.partial") >= t  # noqa: E731
         reached = wait_for(point, proc)
         procs = family(proc)
         t0 = time.monotonic()
@@ -189,10 +193,11 @@ def _sigterm_many_times(tmp_path, runs: int) -> None:
         assert took < 10, (k, took)
         assert_gone(procs)
         assert not os.path.exists(out + ".stoker.json") and not os.path.exists(out + ".rec")
-    proc = start_driver([str(src), out, "--workers", "2"], env=env)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err.decode()
-    _assert_same_as_clean(out, str(tmp_path / "clean" / "out"))
+        if k % per_pack == per_pack - 1 or k == runs - 1:
+            proc = start_driver([str(src), out, "--workers", "2"], env=env)
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err.decode()
+            _assert_same_as_clean(out, str(tmp_path / "clean" / "out"))
 
 
 def test_sigterm_to_the_group_at_many_moments(tmp_path):  # B2 #20, the hang after SIGTERM
