@@ -10,6 +10,8 @@ import time
 import psutil
 import pytest
 
+pytest_plugins = ["figures_plugin"]
+
 SHM_GLOB = "/dev/shm/stoker_*"
 
 

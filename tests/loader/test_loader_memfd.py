@@ -127,7 +127,7 @@ def _kill_cycle(folder: str) -> dict:
     }
 
 
-def _kill_cycles(folder: str, n: int) -> None:
+def _kill_cycles(folder: str, n: int, figures) -> None:
     fds_before = len(os.listdir("/proc/self/fd"))
     left = []
     for i in range(n):
@@ -135,19 +135,26 @@ def _kill_cycles(folder: str, n: int) -> None:
         if any(got.values()):
             left.append((i, got))
     fds_after = len(os.listdir("/proc/self/fd"))
+    figures.add(
+        "F-05",
+        tried=n,
+        ok=n - len(left),
+        note=f"SIGKILL of main x{n}: cycles leaving a segment, worker or mapping "
+        f"{len(left)}; fd growth {fds_after - fds_before}",
+    )
     assert left == [], f"after SIGKILL of main: {left}"
     assert fds_after <= fds_before, f"fds {fds_before} -> {fds_after}"
 
 
 @pytest.mark.timeout(300)
-def test_sigkill_of_main_leaves_nothing(folder):
-    _kill_cycles(folder, 10)
+def test_sigkill_of_main_leaves_nothing(folder, figures):
+    _kill_cycles(folder, 10, figures)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_sigkill_of_main_leaves_nothing_100_times(folder):
-    _kill_cycles(folder, 100)
+def test_sigkill_of_main_leaves_nothing_100_times(folder, figures):
+    _kill_cycles(folder, 100, figures)
 
 
 def test_ring_is_anonymous_and_workers_close_its_descriptor(folder, shm_names):

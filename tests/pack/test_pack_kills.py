@@ -147,22 +147,30 @@ QUICK_POINTS = [
 ]
 
 
-def _run_points(tmp_path, source, points) -> Figure:
+def _run_points(tmp_path, source, points, figures) -> Figure:
     fig = Figure()
     for name, sig in points:
         _kill_and_rerun(tmp_path, source, name, sig, fig)
+    figures.add(
+        "F-09",
+        tried=len(points),
+        ok=min(fig.reruns_ok, len(points) - fig.invalid_looking),
+        note=f"{len(points)} kill points (SIGTERM/SIGKILL to the group; {fig.landed_in_commit} "
+        f"while committing): invalid-looking outputs {fig.invalid_looking}, reruns that verify "
+        f"and equal a clean run {fig.reruns_ok}",
+    )
     assert fig.invalid_looking == 0
     assert fig.reruns_ok == len(points)
     return fig
 
 
-def test_kill_points_sample(tmp_path, source):
-    _run_points(tmp_path, source, QUICK_POINTS)
+def test_kill_points_sample(tmp_path, source, figures):
+    _run_points(tmp_path, source, QUICK_POINTS, figures)
 
 
 @pytest.mark.slow
-def test_kill_points_f09(tmp_path, source):
-    fig = _run_points(tmp_path, source, ALL_POINTS)
+def test_kill_points_f09(tmp_path, source, figures):
+    fig = _run_points(tmp_path, source, ALL_POINTS, figures)
     assert fig.tried >= 20
     print(
         f"\nF-09: kill points tried {fig.tried} (SIGTERM and SIGKILL to the process group; "
