@@ -55,3 +55,22 @@ def test_an_irheader_label_count_larger_than_the_record_is_refused_by_the_flag_b
     with pytest.raises(CorruptRecordError, match=rf"IRHeader flag {flag} asks for {flag}") as e:
         _read_all(path)
     assert (e.value.key, e.value.offset) == (key, off)
+
+
+def test_a_changed_padding_byte_is_found_by_verify(tmp_path):
+    """No checksum covers the zero padding after a payload; verify checks it is still zero."""
+    from stoker.formats.recordio import verify_records
+
+    mfc = load_corpus_module()
+    payloads = mfc.base_payloads()
+    k = next(i for i, p in enumerate(payloads) if (24 + len(p)) % 4)  # a record with padding
+    mfc.write_set(tmp_path, payloads, manifest=False)
+    rec = tmp_path / f"{mfc.NAME}.rec"
+    off = mfc.record_offsets(tmp_path)[k]
+    length = int.from_bytes(rec.read_bytes()[off + 4 : off + 8], "little")
+    raw = bytearray(rec.read_bytes())
+    raw[off + 8 + length] ^= 0x10
+    rec.write_bytes(bytes(raw))
+    report = verify_records(rec, checksums=True, progress=False)
+    assert [(p.key, p.offset) for p in report.problems] == [(k, off)]
+    assert "padding" in report.problems[0].reason
