@@ -235,3 +235,15 @@ STATE_FIELDS = (
     "batch",
     "bad",
 )
+
+
+def sigkill_driver(proc) -> None:
+    """SIGKILL a driver subprocess (a loader's main process) and close its pipes; not
+    ``communicate()``: orphaned workers may still hold them."""
+    try:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+    finally:
+        proc.stdout.close()
+        proc.stderr.close()

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import psutil
 import pytest
-from loader_helpers import CustomError, CvThreads, KillOnce, Misbehave, make_arrays
+from loader_helpers import CustomError, CvThreads, KillOnce, Misbehave, make_arrays, sigkill_driver
 
 from stoker import (
     LoaderTimeoutError,
@@ -370,14 +370,8 @@ def test_sigkill_of_main_workers_exit_and_cleanup_removes_segment():
         assert line, proc.stderr.read()
         seg, pids = line[0], [int(p) for p in line[1:]]
         time.sleep(0.5)  # let a worker get stuck in sample 40
-        proc.kill()
-        proc.wait(10)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        proc.stdout.close()  # not communicate(): orphaned workers may hold the pipes
-        proc.stderr.close()
+        sigkill_driver(proc)
     try:
         assert _wait_gone(pids, 10) == []
     finally:

@@ -15,6 +15,7 @@ import time
 
 import psutil
 import pytest
+from loader_helpers import sigkill_driver
 
 from stoker.loader import Loader
 
@@ -104,14 +105,8 @@ def _kill_cycle(folder: str) -> dict:
         inodes = _ring_inodes(proc.pid)
         assert inodes and all(_ring_inodes(p) == inodes for p in pids)
         named = glob.glob(f"/dev/shm/stoker_{proc.pid}_*")
-        proc.kill()
-        proc.wait(10)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        proc.stdout.close()  # not communicate(): orphaned workers may hold the pipes
-        proc.stderr.close()
+        sigkill_driver(proc)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(map(_running, pids)):
         time.sleep(0.05)

@@ -338,21 +338,24 @@ def _reserve_fd(fd: int, offset: int, length: int, total: int, *, anonymous: boo
         os.posix_fallocate(fd, offset, length)
     except OSError as e:
         if anonymous:
-            free = ""
-            with contextlib.suppress(OSError):
-                free = f"; {memory_available_bytes() / MiB:.1f} MiB of memory is available"
-            raise SharedMemoryError(
-                e.errno,
-                f"cannot reserve {total / MiB:.1f} MiB of shared memory ({e.strerror}){free}; "
-                "lower prefetch/batch_size/workers or give the job more memory",
-            ) from e
+            where, room, fix = (
+                "of shared memory",
+                lambda: f"{memory_available_bytes() / MiB:.1f} MiB of memory is available",
+                "give the job more memory",
+            )
+        else:
+            where, room, fix = (
+                f"in {SHM_DIR}",
+                lambda: f"{SHM_DIR} has {shm_free_bytes() / MiB:.1f} MiB free",
+                "enlarge /dev/shm (docker --shm-size)",
+            )
         free = ""
         with contextlib.suppress(OSError):
-            free = f"; {SHM_DIR} has {shm_free_bytes() / MiB:.1f} MiB free"
+            free = f"; {room()}"
         raise SharedMemoryError(
             e.errno,
-            f"cannot reserve {total / MiB:.1f} MiB in {SHM_DIR} ({e.strerror}){free}; "
-            "lower prefetch/batch_size/workers or enlarge /dev/shm (docker --shm-size)",
+            f"cannot reserve {total / MiB:.1f} MiB {where} ({e.strerror}){free}; "
+            f"lower prefetch/batch_size/workers or {fix}",
         ) from e
 
 

@@ -378,6 +378,12 @@ class RecordFile(Records):
             want = int(crcs[i]) if crcs is not None else 0
             return int(offsets[i]), int(keys[i]), int(limits(np.array([i]))[0]), want
 
+        crc = None
+        if crcs is not None:
+            import crc32c
+
+            crc = crc32c.crc32c
+
         def read(i: int) -> tuple[float, memoryview, int] | None:
             got = known.get(i) or where(i)
             if got is None:
@@ -391,32 +397,11 @@ class RecordFile(Records):
                 return None
             if off + 8 + ((length + 3) & ~3) > end:  # dmlc reads the padding too
                 return None
-            return label, view[off + first : off + 8 + length], key
-
-        if crcs is None:
-            return read
-        import crc32c
-
-        crc = crc32c.crc32c
-
-        def checked(i: int) -> tuple[float, memoryview, int] | None:
-            got = known.get(i) or where(i)
-            if got is None:
-                return None
-            off, key, end, want = got
-            if off + first > end:
-                return None
-            magic, lrec, flag, label, _id, _id2 = unpack(mm, off)
-            length = lrec & mask
-            if magic != magic_ok or lrec > mask or flag or length < IR_SIZE:
-                return None
-            if off + 8 + ((length + 3) & ~3) > end:
-                return None
-            if crc(view[off + 8 : off + 8 + length]) != want:
+            if crc is not None and crc(view[off + 8 : off + 8 + length]) != want:
                 return None
             return label, view[off + first : off + 8 + length], key
 
-        return checked
+        return read
 
     def read_key(self, key: int) -> memoryview:
         return self.read(self.position(key))
