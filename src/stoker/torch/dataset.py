@@ -53,7 +53,7 @@ class RecordDataset(Dataset):
         self.scale_on_decode = bool(scale_on_decode)
         reader = self._open()
         self._n = len(reader)
-        self.class_names = getattr(reader, "class_names", None)
+        self.class_names = reader.class_names
         self._reader: Any = reader
         self._pid = os.getpid()
 

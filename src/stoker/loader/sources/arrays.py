@@ -10,7 +10,7 @@ import numpy as np
 
 from stoker._core.specs import ArraySpec
 from stoker.loader._shm import Segment, create_segment, preflight
-from stoker.loader.sources.base import Source, sha
+from stoker.loader.sources.base import PositionKeyed, sha
 
 __all__ = ["ArraySource"]
 
@@ -23,7 +23,7 @@ def _release(segment: Segment | None, pid: int) -> None:
         segment.unlink()
 
 
-class ArraySource(Source):
+class ArraySource(PositionKeyed):
     """In-memory images ``x`` (N, H, W) or (N, H, W, C) of uint8/float16/float32 and labels
     ``y`` (N, ...): nothing to decode.
 
@@ -31,6 +31,8 @@ class ArraySource(Source):
     starts workers); workers then map it read-only and only the segment's name is pickled.
     The segment is removed by ``close()`` or when the source is garbage-collected.
     """
+
+    _unit = "arrays"
 
     encoded = False
 
@@ -115,14 +117,6 @@ class ArraySource(Source):
 
     def __len__(self) -> int:
         return self._x_shape[0]
-
-    def key(self, i: int) -> int:
-        if not 0 <= i < len(self):
-            raise IndexError(f"position {i} out of range for {len(self)} arrays")
-        return int(i)
-
-    def keys(self) -> np.ndarray:
-        return np.arange(len(self), dtype=np.int64)
 
     def labels(self) -> np.ndarray:
         return self._y

@@ -30,7 +30,7 @@ import numpy as np
 from stoker._core.specs import ArraySpec
 from stoker.codecs import DECODED_SPEC, decode
 
-__all__ = ["Source", "integral_labels", "sha"]
+__all__ = ["PositionKeyed", "Source", "integral_labels", "sha"]
 
 
 def sha(*parts: bytes) -> str:
@@ -112,3 +112,17 @@ class Source(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         pass
+
+
+class PositionKeyed(Source):
+    """A source whose sample keys are their positions (a folder listing, array rows)."""
+
+    _unit = "samples"  # what a position counts, in the out-of-range message
+
+    def key(self, i: int) -> int:
+        if not 0 <= i < len(self):
+            raise IndexError(f"position {i} out of range for {len(self)} {self._unit}")
+        return int(i)
+
+    def keys(self) -> np.ndarray:
+        return np.arange(len(self), dtype=np.int64)

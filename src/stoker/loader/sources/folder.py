@@ -20,7 +20,7 @@ import numpy as np
 
 from stoker._core.files import IMAGE_EXTENSIONS, scan_folder
 from stoker.loader import _shm
-from stoker.loader.sources.base import Source, sha
+from stoker.loader.sources.base import PositionKeyed, sha
 
 __all__ = ["FileList", "FolderSource"]
 
@@ -35,6 +35,12 @@ def _pack(files: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
     np.cumsum(lengths, out=offsets[1:])
     blob = np.frombuffer(b"\n".join(encoded), dtype=np.uint8)
     return blob, offsets
+
+
+def _entry(blob: np.ndarray, offsets: np.ndarray, j: int) -> str:
+    """Relative path ``j`` of a packed listing (``offsets`` count each path with its separator)."""
+    a, b = int(offsets[j]), int(offsets[j + 1]) - 1
+    return blob[a:b].tobytes().decode(*_ENC)
 
 
 class FileList(Sequence[str]):
@@ -60,8 +66,7 @@ class FileList(Sequence[str]):
         j = int(i) + n if i < 0 else int(i)
         if not 0 <= j < n:
             raise IndexError(f"file {i} out of range for {n} files")
-        a, b = int(self._offsets[j]), int(self._offsets[j + 1]) - 1
-        return self._blob[a:b].tobytes().decode(*_ENC)
+        return _entry(self._blob, self._offsets, j)
 
     def __iter__(self) -> Iterator[str]:
         if len(self):
@@ -87,7 +92,7 @@ def _close(shared: _shm.SharedFd) -> None:
     shared.close()
 
 
-class FolderSource(Source):
+class FolderSource(PositionKeyed):
     """An image folder read directly: one class per top-level subfolder (sorted by name).
 
     The folder is listed by :func:`stoker._core.files.scan_folder` (the walk ``stoker pack``
@@ -95,6 +100,8 @@ class FolderSource(Source):
     file is its position in that listing, and its label the class index. ``class_names`` holds
     the folder names, ``files`` the paths relative to ``root`` (a read-only sequence).
     """
+
+    _unit = "files"
 
     encoded = True
 
@@ -147,20 +154,11 @@ class FolderSource(Source):
     def __len__(self) -> int:
         return len(self._offsets) - 1
 
-    def key(self, i: int) -> int:
-        if not 0 <= i < len(self):
-            raise IndexError(f"position {i} out of range for {len(self)} files")
-        return int(i)
-
-    def keys(self) -> np.ndarray:
-        return np.arange(len(self), dtype=np.int64)
-
     def labels(self) -> np.ndarray:
         return self._labels
 
     def path(self, i: int) -> str:
-        a, b = int(self._offsets[i]), int(self._offsets[i + 1]) - 1
-        return os.path.join(self.root, self._blob[a:b].tobytes().decode(*_ENC))
+        return os.path.join(self.root, _entry(self._blob, self._offsets, i))
 
     def read(self, i: int) -> tuple[Any, Any]:
         with open(self.path(i), "rb") as f:

@@ -123,8 +123,7 @@ class RecordSource(Source):
         slow = super().reader()
         if not self._label_dtype or self._label_shape:
             return slow
-        make = getattr(self._records(), "plain_reader", None)  # not on sets of several shards
-        plain = make(indices) if make is not None else None
+        plain = self._records().plain_reader(indices)  # None on sets of several shards
         if plain is None:
             return slow
         as_label = self._scalar_label
@@ -140,7 +139,7 @@ class RecordSource(Source):
 
     @property
     def class_names(self) -> list[str] | None:
-        names = getattr(self._records(), "class_names", None)
+        names = self._records().class_names
         return list(names) if names else None
 
     def describe(self, i: int) -> str:
