@@ -31,11 +31,14 @@ __all__ = ["WorkerHandle", "WorkerPool", "mp_context", "signal_name", "warm_up"]
 log = logging.getLogger("stoker.loader")
 
 JOIN_S = 2.0
+# what every worker needs, imported once in the fork server so that no worker pays for it
+# (crc32c: the loader checks records' checksums by default; its import alone takes tens of ms)
 _PRELOAD = [
     "numpy",
     "numpy.random",
     "simplejpeg",
     "cv2",
+    "crc32c",
     "stoker.formats.recordio",
     "stoker.loader._worker",
     "stoker.transforms",
