@@ -30,6 +30,7 @@ from stoker._core.errors import (
     WorkerDiedError,
     WorkerError,
 )
+from stoker._core.schema import Field, Schema
 from stoker._core.specs import ArraySpec
 
 __version__ = "0.1.0"
@@ -51,7 +52,7 @@ _LAZY: dict[str, str] = {
     "watch": "stoker.doctor:watch",
 }
 
-__all__ = sorted(["ArraySpec", "__version__", *_errors.__all__, *_LAZY])
+__all__ = sorted(["ArraySpec", "Field", "Schema", "__version__", *_errors.__all__, *_LAZY])
 
 
 def __getattr__(name: str) -> Any:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from stoker._core.schema import Schema
     from stoker.loader._feed import RingFeed
 
 __all__ = ["Batch"]
@@ -18,6 +19,16 @@ class Batch:
 
     Unpacks as ``images, labels``. The views are valid until the next batch is requested,
     unless ``retain()`` was called; then until ``release()``.
+
+    A batch of a set with fields (``docs/contracts.md``) also has ``schema`` (the
+    :class:`~stoker._core.schema.Schema` of what it carries), ``fields`` (name -> the raw
+    column: ``(rows, *shape)`` for numeric, ``(rows, max_len, *shape)`` padded rows for ragged,
+    ``(rows, max_len)`` uint8 for text and bytes, ``(rows, H, W)`` for masks, ``(rows, 2)`` int32
+    for ``size``) and ``lengths`` (name -> int32 ``(rows,)`` for ragged, text and bytes).
+    ``batch[name]`` gives a field as a user wants it: numeric, mask and size columns as arrays,
+    ragged fields as a list of ``(n_i, *shape)`` arrays, text as a list of str, bytes as a
+    list of bytes; the schema's image and label names give ``images`` and ``labels``.
+    ``batch.padded(name)`` gives ``(values, lengths)`` of a variable field.
     """
 
     __slots__ = (
@@ -27,6 +38,9 @@ class Batch:
         "keys",
         "labels",
         "number",
+        "fields",
+        "lengths",
+        "schema",
         "_owner",
         "_slot",
         "_retained",
@@ -43,6 +57,10 @@ class Batch:
         number: int,
         owner: RingFeed | None = None,  # the loader whose ring slot the views are
         slot: tuple[int, int] | None = None,
+        *,
+        schema: Schema | None = None,
+        fields: dict[str, np.ndarray] | None = None,
+        lengths: dict[str, np.ndarray] | None = None,
     ) -> None:
         self.images = images
         self.labels = labels
@@ -53,6 +71,42 @@ class Batch:
         self._owner = owner
         self._slot = slot  # (ring id, slot): a slot of a ring since rebuilt is not freed
         self._retained = False
+        self.schema = schema
+        self.fields = fields if fields is not None else {}
+        self.lengths = lengths if lengths is not None else {}
+
+    def __getitem__(self, name: str) -> Any:
+        schema = self.schema
+        if schema is not None and name == schema.image_name:
+            return self.images
+        if schema is not None and name == schema.header_name:
+            return self.labels
+        if name not in self.fields:
+            have = list(schema) if schema is not None else ["images", "labels"]
+            raise KeyError(f"this batch has no field {name!r}; it has {have}")
+        col = self.fields[name]
+        kind = schema[name].kind if schema is not None and name in schema else "numeric"
+        if kind in ("ragged", "text", "bytes"):
+            n = self.lengths[name].tolist()
+            if kind == "ragged":
+                return [col[r, :k] for r, k in enumerate(n)]
+            if kind == "text":
+                return [col[r, :k].tobytes().decode("utf-8") for r, k in enumerate(n)]
+            return [col[r, :k].tobytes() for r, k in enumerate(n)]
+        return col
+
+    def __contains__(self, name: object) -> bool:
+        schema = self.schema
+        if schema is not None and name in (schema.image_name, schema.header_name):
+            return True
+        return name in self.fields
+
+    def padded(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(values, lengths)`` of a ragged, text or bytes field: the padded column (zeros
+        past each row's length) and int32 ``(rows,)`` lengths."""
+        if name not in self.lengths:
+            raise KeyError(f"{name!r} is not a variable-length field of this batch")
+        return self.fields[name], self.lengths[name]
 
     def __iter__(self):
         yield self.images

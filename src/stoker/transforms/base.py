@@ -16,6 +16,15 @@ A transform maps one sample's uint8 HWC (or HW) array to another array:
   result as decoding at full size ``full_hw``; the loader may then ask the JPEG decoder for a
   reduced-scale (DCT-scaled) decode whose height and width are both at least that.
 
+- ``t.apply_targets(img, targets, rng) -> ndarray``: the same op on ``img`` that also moves the
+  sample's boxes, points and masks (a :class:`~stoker.transforms.targets.Targets`, changed in
+  place), with the same draws from ``rng`` and the same image result as ``t(img, rng)``;
+  ``t.moves_geometry`` says what to expect: ``False`` for ops that leave geometry alone (colour,
+  filters; the default ``apply_targets`` then calls ``t(img, rng)``), ``True`` for ops that
+  implement ``apply_targets``, ``None`` when unknown (a plain function): refused, before data
+  flows, for a sample with geometric fields. ``t.check_targets(kinds)`` raises ``SpecError``
+  when the op cannot carry a kind (``"boxes"``, ``"points"``, ``"mask"``).
+
 Transforms never write into their input; they may return a view of it (a crop does).
 They are module-level, frozen, picklable objects: they cross process boundaries.
 """
@@ -23,11 +32,15 @@ They are module-level, frozen, picklable objects: they cross process boundaries.
 from __future__ import annotations
 
 import abc
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from stoker._core.errors import SpecError
 from stoker._core.specs import ArraySpec
+
+if TYPE_CHECKING:
+    from stoker.transforms.targets import Targets
 
 __all__ = ["Transform"]
 
@@ -44,6 +57,32 @@ class Transform(abc.ABC):
 
     @abc.abstractmethod
     def output_spec(self, in_spec: ArraySpec) -> ArraySpec: ...
+
+    #: How the op moves geometry (see the module docstring): False, True or None (unknown).
+    moves_geometry: ClassVar[bool | None] = None
+
+    def apply_targets(
+        self, img: np.ndarray, targets: Targets, rng: np.random.Generator
+    ) -> np.ndarray:
+        """The op on ``img`` and, in place, on ``targets`` (see the module docstring)."""
+        if self.moves_geometry is False:
+            return self(img, rng)
+        raise SpecError(
+            f"{type(self).__name__} does not say how it moves boxes, points or masks; set "
+            "moves_geometry=False on it if it leaves them alone"
+        )
+
+    def check_targets(self, kinds: frozenset[str]) -> None:
+        """Raise ``SpecError`` naming the op when it cannot carry one of ``kinds``."""
+        if (
+            kinds
+            and self.moves_geometry is not False
+            and type(self).apply_targets is Transform.apply_targets
+        ):
+            raise SpecError(
+                f"{type(self).__name__} cannot carry {', '.join(sorted(kinds))}: it does not say "
+                "how it moves them (moves_geometry=False marks an op that leaves them alone)"
+            )
 
     def decode_hint(self, full_hw: tuple[int, int]) -> tuple[int, int] | None:
         """Smallest decoded (h, w) that loses nothing for this transform; ``None``: full size."""

@@ -12,7 +12,14 @@ A :class:`Source` gives random access by global position ``i``:
 - ``s.reader(indices) -> f``: made once per chunk of a batch with the chunk's global
   positions, ``f(i) -> (payload, label, key)`` per sample (the default calls ``read`` and
   ``key``); the loader always passes ``indices``, so an override must accept them;
-- ``s.share()``: called by the loader before it starts workers (a no-op by default).
+- ``s.share()``: called by the loader before it starts workers (a no-op by default);
+- ``s.schema``: the :class:`~stoker._core.schema.Schema` of one sample (default: an image and
+  its label, ``Schema.classification``); ``s.field_reader(names, indices) -> f``, ``f(i) ->
+  (payload, label, key, fields)``: ``reader`` plus a dict of the stored fields ``names`` (each
+  value as ``Field.check`` returns it: bytes for a mask, an ndarray for numeric and ragged
+  fields, a str for text); the loader uses it only when a batch carries fields;
+- ``s.image_sizes()``: int32 ``(N, 2)`` stored (height, width) of every sample, read from the
+  image headers (what aspect-ratio buckets need), cached on the source.
 
 Sources pickle as their configuration (a path, a file list, a shared-memory segment name) and
 reopen in the worker; no open handle or large array crosses a process boundary.
@@ -27,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from stoker._core.errors import ImageDecodeError, SpecError
+from stoker._core.schema import Schema
 from stoker._core.specs import ArraySpec
 from stoker.codecs import DECODED_SPEC, decode
 
@@ -82,6 +91,58 @@ class Source(abc.ABC):
     def label_spec(self) -> ArraySpec:
         lab = self.labels()
         return ArraySpec(tuple(lab.shape[1:]), lab.dtype.name)
+
+    @property
+    def schema(self) -> Schema:
+        """The fields of one sample; a source without declared fields has an image and a label."""
+        lab = self.label_spec
+        return Schema.classification(tuple(lab.shape), lab.dtype)
+
+    def field_reader(
+        self, names: tuple[str, ...], indices: np.ndarray | None = None
+    ) -> Callable[[int], tuple[Any, Any, int, dict[str, Any]]]:
+        """``f(i) -> (payload, label, key, fields)``: :meth:`reader` plus the stored fields
+        ``names`` (see the module docstring). A source with no stored fields has only ``()``."""
+        if names:
+            raise SpecError(
+                f"{type(self).__name__} stores no fields beyond the image and the label; "
+                f"asked for {list(names)}"
+            )
+        get = self.reader(indices)
+
+        def read(i: int) -> tuple[Any, Any, int, dict[str, Any]]:
+            payload, label, key = get(i)
+            return payload, label, key, {}
+
+        return read
+
+    def image_sizes(self) -> np.ndarray:
+        """int32 ``(N, 2)``: the stored (height, width) of every sample, from the image headers
+        (arrays: their shape), computed once and kept on the source."""
+        cached = getattr(self, "_image_sizes", None)
+        if cached is not None:
+            return cached
+        n = len(self)
+        out = np.empty((n, 2), dtype=np.int32)
+        if not self.encoded:
+            for i in range(n):
+                out[i] = np.shape(self.read(i)[0])[:2]
+        else:
+            from stoker._core.progress import make_progress
+            from stoker.codecs import image_size
+
+            bar = make_progress(n, "reading image sizes")
+            try:
+                for i in range(n):
+                    try:
+                        out[i] = image_size(self.read(i)[0])
+                    except ImageDecodeError as e:  # name the sample
+                        raise ImageDecodeError(f"{self.describe(i)}: {e}") from e
+                    bar.update(1)
+            finally:
+                bar.close()
+        self._image_sizes = out
+        return out
 
     def describe(self, i: int) -> str:
         return f"key {self.key(i)} (position {i})"
