@@ -5,6 +5,10 @@ Ops work on uint8 HWC (or HW) NumPy arrays through OpenCV (imported on first use
 are handed (the loader passes ``stoker._core.seeding.sample_rng(seed, epoch, index)``), and
 declare their output with ``output_spec(in_spec)``. All are frozen, picklable dataclasses.
 
+Geometry follows the image: ``t.apply_targets(img, targets, rng)`` gives the image ``t(img,
+rng)`` gives and moves a sample's boxes, points and masks (a :class:`Targets`) with it;
+``t.check_targets(kinds)`` refuses, before data flows, a chain that cannot carry them.
+
 Decode hint (scale-on-decode): ``decode_hint(t, full_hw)`` (or ``t.decode_hint(full_hw)``)
 returns ``(min_h, min_w)`` when the chain begins by shrinking (``Resize``,
 ``RandomResizedCrop``): the JPEG decoder may then decode at a reduced scale as long as both
@@ -37,6 +41,7 @@ from stoker.transforms.geometry import (
     SineWarp,
 )
 from stoker.transforms.presets import PRESETS, get_preset
+from stoker.transforms.targets import MIN_BOX_SIZE, MIN_VISIBILITY, Targets
 
 __all__ = [
     "CenterCrop",
@@ -46,6 +51,8 @@ __all__ = [
     "GaussianBlur",
     "Grayscale",
     "HorizontalFlip",
+    "MIN_BOX_SIZE",
+    "MIN_VISIBILITY",
     "Normalize",
     "OneOf",
     "PRESETS",
@@ -60,6 +67,7 @@ __all__ = [
     "Shear",
     "SineWarp",
     "Smooth",
+    "Targets",
     "Transform",
     "as_transform",
     "decode_hint",

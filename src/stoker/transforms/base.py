@@ -59,29 +59,37 @@ class Transform(abc.ABC):
     def output_spec(self, in_spec: ArraySpec) -> ArraySpec: ...
 
     #: How the op moves geometry (see the module docstring): False, True or None (unknown).
-    moves_geometry: ClassVar[bool | None] = None
+    #: A class attribute on the built-in ops; an instance field where it is the user's word
+    #: (``as_transform(fn, moves_geometry=False)``).
+    moves_geometry: bool | None = None
 
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        """The op on ``img`` and, in place, on ``targets`` (see the module docstring)."""
-        if self.moves_geometry is False:
+        """The op on ``img`` and, in place, on ``targets`` (see the module docstring).
+
+        This default serves ops that leave geometry alone, and any op when there is nothing
+        to move; ops that move geometry override it."""
+        if self.moves_geometry is False or targets.empty:
             return self(img, rng)
         raise SpecError(
-            f"{type(self).__name__} does not say how it moves boxes, points or masks; set "
+            f"{self!r} does not say how it moves boxes, points or masks; set "
             "moves_geometry=False on it if it leaves them alone"
         )
 
     def check_targets(self, kinds: frozenset[str]) -> None:
-        """Raise ``SpecError`` naming the op when it cannot carry one of ``kinds``."""
+        """Raise ``SpecError`` naming the op when it cannot carry one of ``kinds``.
+
+        An op passes when it leaves geometry alone (``moves_geometry=False``) or implements
+        ``apply_targets``; an op that can carry only some kinds overrides this."""
         if (
             kinds
             and self.moves_geometry is not False
             and type(self).apply_targets is Transform.apply_targets
         ):
             raise SpecError(
-                f"{type(self).__name__} cannot carry {', '.join(sorted(kinds))}: it does not say "
-                "how it moves them (moves_geometry=False marks an op that leaves them alone)"
+                f"{self!r} cannot carry {', '.join(sorted(kinds))}: it does not say how it "
+                "moves them (moves_geometry=False marks an op that leaves them alone)"
             )
 
     def decode_hint(self, full_hw: tuple[int, int]) -> tuple[int, int] | None:

@@ -88,6 +88,7 @@ class ColorJitter(Transform):
     saturation: float | tuple[float, float] = 0.0
 
     _builtin = True
+    moves_geometry = False  # a colour op leaves boxes, points and masks where they are
 
     def __post_init__(self) -> None:
         for name in ("brightness", "contrast", "saturation"):
@@ -126,6 +127,7 @@ class Grayscale(Transform):
     channels: int = 3
 
     _builtin = True
+    moves_geometry = False  # a colour op leaves boxes, points and masks where they are
 
     def __post_init__(self) -> None:
         if self.channels not in (1, 3):
@@ -226,6 +228,7 @@ class Normalize(Transform):
     _planes: np.ndarray = field(init=False, repr=False, compare=False, hash=False)
 
     _builtin = True
+    moves_geometry = False  # a colour op leaves boxes, points and masks where they are
 
     def __post_init__(self) -> None:
         mean = _per_channel(self.mean, "mean")

@@ -5,6 +5,10 @@
 wrapped by ``as_transform``, a user's ``Transform`` subclass) has its output checked after
 every call, and a mismatch raises ``SpecError`` naming the step index, the step, what came
 back and what was declared.
+
+``apply_targets`` runs the same steps with the same draws as ``__call__`` and moves the
+sample's boxes, points and masks through each; ``check_targets`` asks every step and branch
+and names the one that cannot carry them.
 """
 
 from __future__ import annotations
@@ -12,13 +16,16 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import KW_ONLY, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from stoker._core.errors import SpecError
 from stoker._core.specs import ArraySpec
 from stoker.transforms.base import Transform
+
+if TYPE_CHECKING:
+    from stoker.transforms.targets import Targets
 
 __all__ = [
     "Compose",
@@ -96,6 +103,7 @@ class FnTransform(Transform):
     _: KW_ONLY
     output: ArraySpec | str | None = None
     takes_rng: bool = True
+    moves_geometry: bool | None = None
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         if self.takes_rng:
@@ -119,6 +127,7 @@ def as_transform(
     *,
     output: ArraySpec | str | None = None,
     takes_rng: bool | None = None,
+    moves_geometry: bool | None = None,
 ) -> Transform:
     """Let a plain callable stand in a chain.
 
@@ -127,6 +136,11 @@ def as_transform(
     input's shape and dtype), or ``None`` (unknown sizes; same rank and dtype assumed; the
     loader then checks each sample against its batch slot). Picklable when ``fn`` is (a
     module-level function or object, not a lambda). A ``Transform`` is returned unchanged.
+
+    ``moves_geometry=False`` says that ``fn`` leaves boxes, points and masks where they are
+    (a colour or noise op); left ``None`` (unknown), a chain carrying any of them is refused
+    before data flows, since a function that moved pixels would silently misplace them. A
+    function that moves geometry cannot say how: write a ``Transform`` with ``apply_targets``.
 
     An albumentations pipeline takes keywords; wrap it in a module-level function::
 
@@ -141,9 +155,15 @@ def as_transform(
         raise TypeError(
             f"as_transform: output must be an ArraySpec, 'same' or None, got {output!r}"
         )
+    if moves_geometry not in (None, False):
+        raise ValueError(
+            f"as_transform: moves_geometry must be None or False, got {moves_geometry!r}; a "
+            "function cannot say how it moves boxes, points and masks (write a Transform with "
+            "apply_targets)"
+        )
     if takes_rng is None:
         takes_rng = _takes_rng(fn)
-    return FnTransform(fn, output=output, takes_rng=bool(takes_rng))
+    return FnTransform(fn, output=output, takes_rng=bool(takes_rng), moves_geometry=moves_geometry)
 
 
 def _steps(transforms: Iterable[Any], owner: str) -> tuple[Transform, ...]:
@@ -182,6 +202,43 @@ def _run_checked(
     return out
 
 
+def _run_targets(
+    t: Transform,
+    img: np.ndarray,
+    targets: Targets,
+    rng: np.random.Generator,
+    where: str,
+    *where_args: Any,
+) -> np.ndarray:
+    """``_run_checked`` for ``apply_targets``: the same draws, the same checks, and an
+    untrusted step must also keep the frame its targets are in."""
+    if _trusted(t):
+        return t.apply_targets(img, targets, rng)
+    expected = t.output_spec(ArraySpec(img.shape, img.dtype.name))
+    out = t.apply_targets(img, targets, rng)
+    if not (isinstance(out, np.ndarray) and expected.accepts(out)):
+        _check_out(out, expected, where.format(*where_args))
+    if not targets.empty and out.shape[:2] != targets.hw:
+        raise SpecError(
+            f"{where.format(*where_args)}: returned a {out.shape[0]}x{out.shape[1]} image but "
+            f"left the boxes, points and masks in a {targets.hw[0]}x{targets.hw[1]} frame"
+        )
+    return out
+
+
+def _check_each(
+    steps: Sequence[Transform], kinds: frozenset[str], where: str, *where_args: Any
+) -> None:
+    """``check_targets`` on every step; the error names the step (``where`` takes its index
+    and the step after ``where_args``)."""
+    for i, t in enumerate(steps):
+        try:
+            t.check_targets(kinds)
+        except SpecError as e:
+            label = repr(t) if len(repr(t)) <= 60 else type(t).__name__
+            raise SpecError(f"{where.format(*where_args, i, label)}: {e}") from e
+
+
 @dataclass(frozen=True)
 class Compose(Transform):
     """Apply ``transforms`` in order. Plain callables are wrapped with :func:`as_transform`.
@@ -197,10 +254,23 @@ class Compose(Transform):
     def _trusted(self) -> bool:
         return all(_trusted(t) for t in self.transforms)
 
+    moves_geometry = True  # it carries targets through its steps (check_targets asks them)
+
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         for i, t in enumerate(self.transforms):
             img = _run_checked(t, img, rng, "Compose step {} ({!r})", i, t)
         return img
+
+    def apply_targets(
+        self, img: np.ndarray, targets: Targets, rng: np.random.Generator
+    ) -> np.ndarray:
+        for i, t in enumerate(self.transforms):
+            img = _run_targets(t, img, targets, rng, "Compose step {} ({!r})", i, t)
+        return img
+
+    def check_targets(self, kinds: frozenset[str]) -> None:
+        if kinds:
+            _check_each(self.transforms, kinds, "Compose step {} ({})")
 
     def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
         spec = in_spec
@@ -262,10 +332,23 @@ class RandomChoice(Transform):
             return int(rng.integers(0, len(self.transforms)))
         return int(rng.choice(len(self.transforms), p=self.weights))
 
+    moves_geometry = True  # it carries targets through its branches (check_targets asks them)
+
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         i = self.choose(rng)
         t = self.transforms[i]
         return _run_checked(t, img, rng, "{} branch {} ({!r})", type(self).__name__, i, t)
+
+    def apply_targets(
+        self, img: np.ndarray, targets: Targets, rng: np.random.Generator
+    ) -> np.ndarray:
+        i = self.choose(rng)
+        t = self.transforms[i]
+        return _run_targets(t, img, targets, rng, "{} branch {} ({!r})", type(self).__name__, i, t)
+
+    def check_targets(self, kinds: frozenset[str]) -> None:
+        if kinds:
+            _check_each(self.transforms, kinds, "{} branch {} ({})", type(self).__name__)
 
     def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
         return merge_specs(
@@ -291,6 +374,13 @@ class OneOf(RandomChoice):
         if rng.random() >= self.p:
             return img
         return super().__call__(img, rng)
+
+    def apply_targets(
+        self, img: np.ndarray, targets: Targets, rng: np.random.Generator
+    ) -> np.ndarray:
+        if rng.random() >= self.p:
+            return img
+        return super().apply_targets(img, targets, rng)
 
     def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
         specs = [t.output_spec(in_spec) for t in self.transforms]
@@ -321,10 +411,27 @@ class RandomApply(Transform):
     def _trusted(self) -> bool:
         return _trusted(self.transform)
 
+    moves_geometry = True  # it carries targets through its transform (check_targets asks it)
+
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         if rng.random() >= self.p:
             return img
         return _run_checked(self.transform, img, rng, "RandomApply ({!r})", self.transform)
+
+    def apply_targets(
+        self, img: np.ndarray, targets: Targets, rng: np.random.Generator
+    ) -> np.ndarray:
+        if rng.random() >= self.p:
+            return img
+        return _run_targets(self.transform, img, targets, rng, "RandomApply ({!r})", self.transform)
+
+    def check_targets(self, kinds: frozenset[str]) -> None:
+        if not kinds:
+            return
+        try:
+            self.transform.check_targets(kinds)
+        except SpecError as e:
+            raise SpecError(f"RandomApply ({type(self.transform).__name__}): {e}") from e
 
     def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
         out = self.transform.output_spec(in_spec)

@@ -32,6 +32,7 @@ class GaussianBlur(Transform):
     radius: float | tuple[float, float] = (0.5, 1.2)
 
     _builtin = True
+    moves_geometry = False  # a filter leaves boxes, points and masks where they are
 
     def __post_init__(self) -> None:
         r = float_range(self.radius, "GaussianBlur", "radius", symmetric=False)
@@ -78,6 +79,7 @@ class Sharpen(Transform):
     """PIL's ``ImageFilter.SHARPEN`` (same kernel, same frame handling, within 1 LSB)."""
 
     _builtin = True
+    moves_geometry = False  # a filter leaves boxes, points and masks where they are
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         check_image(img, "Sharpen")
@@ -93,6 +95,7 @@ class Smooth(Transform):
     """PIL's ``ImageFilter.SMOOTH`` (same kernel, same frame handling, within 1 LSB)."""
 
     _builtin = True
+    moves_geometry = False  # a filter leaves boxes, points and masks where they are
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         check_image(img, "Smooth")
