@@ -11,6 +11,9 @@ The result always has 3 channels (grey is replicated, alpha dropped) and ignores
 orientation (pixels come out in stored order, whichever backend decodes them). Every failure is
 an :class:`~stoker._core.errors.ImageDecodeError` that names the cause.
 
+``decode_mask(buf)`` reads a PNG label map (a segmentation mask) as its stored values: one
+channel, the palette indices of a palette PNG (not its colours), the values of a grey one.
+
 Decompression bombs: before any pixel is decoded, the size the image's own header declares is
 checked against ``max_pixels`` (default :data:`DEFAULT_MAX_PIXELS`, Pillow's limit, the one
 ``stoker pack`` applies); over it, :class:`~stoker._core.errors.ImageTooLargeError`. The header
@@ -38,6 +41,7 @@ __all__ = [
     "MinSize",
     "check_max_pixels",
     "decode",
+    "decode_mask",
     "image_size",
     "sniff",
 ]
@@ -444,3 +448,62 @@ def image_size(buf: Any) -> tuple[int, int]:
             f"cannot read the image size from {len(mv)} bytes: {type(e).__name__}: {e}"
         ) from e
     return int(h), int(w)
+
+
+def decode_mask(buf: Any, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """A PNG label map as a (H, W) array of its stored values: uint8 palette indices for a
+    palette PNG (Pillow reads those; OpenCV would expand them to colours), uint8 or uint16
+    values for a grey PNG of 8 or 16 bits (1, 2 and 4 bits give their values too, as uint8).
+    Anything else (RGB, grey with alpha, not a PNG) is refused with ``ImageDecodeError``:
+    a colour image is not a label map, and guessing a colour-to-class table would be wrong.
+    ``max_pixels`` as in :func:`decode`, checked on the IHDR before any pixel is decoded."""
+    mv = _as_bytes_view(buf)
+    if len(mv) == 0:
+        raise ImageDecodeError("empty buffer: 0 bytes is not a mask")
+    if max_pixels is not None and (type(max_pixels) is not int or max_pixels < 1):
+        max_pixels = check_max_pixels(max_pixels)
+    if sniff(mv) != "png" or len(mv) < 29 or mv[12:16] != b"IHDR":
+        head = bytes(mv[:8]).hex(" ")
+        raise ImageDecodeError(
+            f"a mask must be a PNG (palette or grey), got {len(mv)} bytes starting {head}"
+        )
+    w, h, depth, colour = struct.unpack(">IIBB", mv[16:26])
+    if max_pixels is not None:
+        _check_pixels(h, w, max_pixels, "the mask's PNG header declares")
+    if colour not in (0, 3):
+        what = {2: "RGB", 4: "grey with alpha", 6: "RGBA"}.get(colour, f"colour type {colour}")
+        raise ImageDecodeError(
+            f"a mask must be a palette or grey PNG (one value per pixel), got {what} "
+            f"({w}x{h}, {depth}-bit); save the label map with mode 'P', 'L' or 'I;16'"
+        )
+    if colour == 0 and depth in (8, 16):
+        import cv2
+
+        arr = cv2.imdecode(np.frombuffer(mv, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
+        if arr is not None and arr.ndim == 2 and arr.shape == (h, w):
+            return arr
+        raise ImageDecodeError(f"cannot decode the {depth}-bit grey PNG mask ({len(mv)} bytes)")
+    return _decode_mask_pillow(mv, depth, colour)
+
+
+def _decode_mask_pillow(mv: memoryview, depth: int, colour: int) -> np.ndarray:
+    """Palette indices, or the values of a 1/2/4-bit grey PNG (Pillow scales those to 0..255,
+    which is undone here)."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(mv)) as im:
+            im.load()
+            arr = np.asarray(im)
+    except Exception as e:  # noqa: BLE001 - Pillow raises many types for bad input
+        raise ImageDecodeError(
+            f"cannot decode the PNG mask ({len(mv)} bytes): {type(e).__name__}: {e}"
+        ) from e
+    arr = arr.astype(np.uint8) if arr.dtype == bool else arr
+    if colour == 0 and depth in (2, 4) and im.mode == "L":
+        arr = arr // (255 // ((1 << depth) - 1))
+    if arr.ndim != 2 or arr.dtype != np.uint8:
+        raise ImageDecodeError(
+            f"the PNG mask decoded to {arr.dtype} {arr.shape}, not one uint8 value per pixel"
+        )
+    return np.ascontiguousarray(arr)

@@ -20,6 +20,7 @@ from stoker.formats.recordio.header import IRHeader
 from stoker.formats.recordio.records import PlainRead, Records
 
 if TYPE_CHECKING:
+    from stoker._core.schema import Schema
     from stoker.formats.recordio.reader import RecordFile
 
 __all__ = ["ImageRecords", "Layout", "detect_layout"]
@@ -185,6 +186,15 @@ class ImageRecords(Records):
 
     def read_header(self, i: int) -> tuple[IRHeader, memoryview]:
         return self.parent.read_header(self._p(i))
+
+    def read_fields(
+        self, i: int, names: Sequence[str] | None = None
+    ) -> tuple[IRHeader, memoryview, dict[str, Any]]:
+        return self.parent.read_fields(self._p(i), names)
+
+    @property
+    def schema(self) -> Schema:
+        return self.parent.schema
 
     def plain_reader(self, positions: Sequence[int] | np.ndarray | None = None) -> PlainRead | None:
         """``RecordFile.plain_reader`` over the image positions."""

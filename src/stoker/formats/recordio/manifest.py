@@ -13,8 +13,13 @@ Schema (version 1)::
       ],                                      # paths relative to the manifest's folder
       "classes": {"cat": 0, "dog": 1},        # ids 0..C-1
       "pack": {...},                          # settings of the run that wrote it (free-form)
-      "rejects": {...}                        # reject summary (free-form)
+      "rejects": {...},                       # reject summary (free-form)
+      "schema": {"version": 1, "fields": [...]}  # optional: Schema.to_json of one sample
     }
+
+No ``schema`` key: the set is an image and its IRHeader label(s) (``Schema.classification``),
+as every set packed before fields existed. With one, records of a schema with stored fields
+end in a field trailer (``stoker.formats.fields``); the manifest is the only authority on that.
 
 Other top-level keys are kept and ignored (room for later versions to add fields).
 """
@@ -28,10 +33,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from stoker._core.atomic import write_bytes_atomic
-from stoker._core.errors import ManifestError
+from stoker._core.errors import ManifestError, SpecError
+from stoker._core.schema import Schema
 
 __all__ = [
     "FORMAT_NAME",
+    "manifest_schema",
     "FORMAT_VERSION",
     "MANIFEST_SUFFIX",
     "MAX_MANIFEST_BYTES",
@@ -134,7 +141,20 @@ def validate_manifest(m: Any, path: str = "<manifest>") -> dict:
     for key in ("pack", "rejects"):
         if key in m and not isinstance(m[key], dict):
             raise _fail(path, f"{key} must be an object")
+    if "schema" in m:
+        manifest_schema(m, path)
     return m
+
+
+def manifest_schema(m: Mapping[str, Any], path: str = "<manifest>") -> Schema | None:
+    """The ``schema`` a manifest declares, or ``None`` for a set without one (an image and
+    its label); :class:`ManifestError` naming the entry when it does not parse."""
+    if "schema" not in m:
+        return None
+    try:
+        return Schema.from_json(m["schema"], where="schema")
+    except SpecError as e:
+        raise _fail(path, str(e)) from None
 
 
 def load_manifest(path: str | os.PathLike[str], *, max_bytes: int = MAX_MANIFEST_BYTES) -> dict:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from stoker._core.errors import CorruptRecordError
+from stoker.formats.fields import TrailerError, decode_trailer, split_trailer
 from stoker.formats.recordio.framing import (
     LENGTH_MASK,
     MAGIC,
@@ -336,13 +337,56 @@ class RecordFile(Records):
         return payload
 
     def read_header(self, i: int) -> tuple[IRHeader, memoryview]:
-        """``(IRHeader, image bytes)`` of position ``i``."""
+        """``(IRHeader, image bytes)`` of position ``i`` (without a field trailer)."""
         i = self._check_index(i)
         payload = self._payload(i)
         try:
-            return unpack_header(payload)
+            header, rest = unpack_header(payload)
         except ValueError as e:
             raise self._error(i, int(self._table.offsets[i]), str(e)) from None
+        if self._stored() is None:
+            return header, rest
+        return header, self._split(i, payload, rest)[0]
+
+    def read_fields(
+        self, i: int, names: Sequence[str] | None = None
+    ) -> tuple[IRHeader, memoryview, dict[str, Any]]:
+        """``(IRHeader, image bytes, fields)`` of position ``i``: the stored fields ``names``
+        (all when ``None``) from the record's trailer; a set without stored fields has none."""
+        i = self._check_index(i)
+        stored = self._check_field_names(names)
+        payload = self._payload(i)
+        try:
+            header, rest = unpack_header(payload)
+        except ValueError as e:
+            raise self._error(i, int(self._table.offsets[i]), str(e)) from None
+        if stored is None:
+            return header, rest, {}
+        image, body = self._split(i, payload, rest)
+        try:
+            fields = decode_trailer(stored, body, names, start=len(image))
+        except TrailerError as e:
+            raise self._trailer_error(i, payload, rest, e) from None
+        return header, image, fields
+
+    def _split(
+        self, i: int, payload: memoryview, rest: memoryview
+    ) -> tuple[memoryview, memoryview]:
+        try:
+            return split_trailer(rest)
+        except TrailerError as e:
+            raise self._trailer_error(i, payload, rest, e) from None
+
+    def _trailer_error(
+        self, i: int, payload: memoryview, rest: memoryview, e: TrailerError
+    ) -> CorruptRecordError:
+        """A trailer problem named by the file offset of the byte at fault (for a record of
+        one part; a split record's offset is its start)."""
+        off = int(self._table.offsets[i])
+        mm, _ = self._buf()
+        whole = mm is not None and (_HEAD_IR.unpack_from(mm, off)[1] >> 29) == 0
+        at = off + 8 + (len(payload) - len(rest)) + e.pos if whole else off
+        return self._error(i, at, f"field trailer: {e}")
 
     def plain_reader(self, positions: Sequence[int] | np.ndarray | None = None) -> PlainRead | None:
         """A reader for hot loops over the common record: ``f(i)`` gives ``(label, image bytes,
@@ -358,8 +402,8 @@ class RecordFile(Records):
         lookup each between two decodes, where it misses the cache lines and TLB entries the
         decode evicted; any other position still works."""
         mm, view = self._buf()
-        if mm is None or mm.size() < self.size:
-            return None
+        if mm is None or mm.size() < self.size or self._stored() is not None:
+            return None  # a trailer after the image: read_header cuts it off
         offsets, keys, n, crcs = self._table.offsets, self._table.keys, len(self), self._crc
         unpack, magic_ok, mask = _HEAD_IR.unpack_from, MAGIC, LENGTH_MASK
         first = 8 + IR_SIZE

@@ -5,7 +5,11 @@ one ``.rec``, a ``RecordSet`` for a manifest of several shards), and ``images()`
 too. Beyond the :class:`~stoker.formats.base.Reader` basics (``len``, ``key``, ``read``,
 ``close``) every one has:
 
-- ``keys``: int64 keys in position order; ``read_header(i)``: ``(IRHeader, image bytes)``;
+- ``keys``: int64 keys in position order; ``read_header(i)``: ``(IRHeader, image bytes)``
+  (the image alone: a record's field trailer is cut off); ``read_fields(i, names=None)``:
+  ``(IRHeader, image bytes, {name: value})`` of the stored fields (``stoker.formats.fields``);
+  ``schema``: the manifest's declared :class:`~stoker._core.schema.Schema`, else an image and
+  its float32 label(s);
   ``labels(positions=None)``: float32 ``(N,)`` or ``(N, k)`` without decoding images;
 - ``shards``: the single-file readers (``RecordFile``, each with ``path``, ``size``,
   ``offsets`` and ``offset(i)``) that hold the records, in position order; a single file is
@@ -25,12 +29,15 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from stoker._core.errors import SpecError
+from stoker._core.schema import Schema
 from stoker.formats.base import Reader
 from stoker.formats.recordio.header import IRHeader
+from stoker.formats.recordio.manifest import manifest_schema
 
 if TYPE_CHECKING:
     from stoker.formats.recordio.reader import RecordFile
@@ -62,6 +69,53 @@ class Records(Reader):
     @abc.abstractmethod
     def read_header(self, i: int) -> tuple[IRHeader, memoryview]:
         """``(IRHeader, image bytes)`` of position ``i``."""
+
+    @abc.abstractmethod
+    def read_fields(
+        self, i: int, names: Sequence[str] | None = None
+    ) -> tuple[IRHeader, memoryview, dict[str, Any]]:
+        """``(IRHeader, image bytes, fields)``: the stored fields ``names`` (all when ``None``)
+        of position ``i``, each as ``Field.check`` gives it (a mask as its PNG bytes)."""
+
+    @property
+    def schema(self) -> Schema:
+        """The schema the manifest declares; else an image and its IRHeader label(s), float32
+        of the first record's label count (what every set packed without fields is)."""
+        declared = self._declared()
+        if declared is not None:
+            return declared
+        shape: tuple[int, ...] = ()
+        if len(self):
+            header, _ = self.read_header(0)
+            shape = (header.flag,) if header.flag else ()
+        return Schema.classification(shape, "float32")
+
+    def _declared(self) -> Schema | None:
+        """The manifest's schema (parsed once per manifest object), or ``None``."""
+        m = self.manifest
+        cached = self.__dict__.get("_declared_cache")
+        if cached is not None and cached[0] is m:
+            return cached[1]
+        schema = manifest_schema(m) if m else None
+        self.__dict__["_declared_cache"] = (m, schema)
+        return schema
+
+    def _stored(self) -> Schema | None:
+        """The declared schema when its records end in a field trailer, else ``None``."""
+        schema = self._declared()
+        return schema if schema is not None and schema.stored else None
+
+    def _check_field_names(self, names: Sequence[str] | None) -> Schema | None:
+        """The trailer's schema after checking that ``names`` are stored fields of it."""
+        stored = self._stored()
+        have = list(stored.stored) if stored is not None else []
+        unknown = [n for n in names or () if n not in have]
+        if unknown:
+            raise SpecError(
+                f"{self!r}: no stored fields {unknown}; the set stores "
+                f"{have or 'none'} beyond the image and the label"
+            )
+        return stored
 
     @abc.abstractmethod
     def labels(self, positions: Sequence[int] | np.ndarray | None = None) -> np.ndarray:

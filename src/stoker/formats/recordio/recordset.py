@@ -194,6 +194,8 @@ class RecordSet(Records):
             verify_checksums=self.verify_checksums,
             cache=self._cache,
         )
+        # the shard reads its records as the set's manifest declares them (a field trailer)
+        r.manifest, r.class_names = self.manifest, self.class_names
         self._open_shards[j] = r
         while len(self._open_shards) > MAX_OPEN_SHARDS:
             # not closed: a caller may still hold it (or a view of its records); dropping
@@ -266,6 +268,12 @@ class RecordSet(Records):
     def read_header(self, i: int) -> tuple[IRHeader, memoryview]:
         j, k = self.locate(i)
         return self.shard(j).read_header(k)
+
+    def read_fields(
+        self, i: int, names: Sequence[str] | None = None
+    ) -> tuple[IRHeader, memoryview, dict[str, Any]]:
+        j, k = self.locate(i)
+        return self.shard(j).read_fields(k, names)
 
     def labels(self, positions: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
         n = len(self)

@@ -16,6 +16,7 @@ import mmap
 import operator
 import os
 from array import array
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -23,7 +24,14 @@ from typing import Any
 import numpy as np
 
 from stoker._core.atomic import fsync_dir, partial_path
-from stoker._core.errors import CorruptRecordError, IndexFormatError, OutputExistsError
+from stoker._core.errors import (
+    CorruptRecordError,
+    IndexFormatError,
+    OutputExistsError,
+    SpecError,
+)
+from stoker._core.schema import Schema
+from stoker.formats.fields import encode_trailer
 from stoker.formats.recordio.framing import (
     MAX_RECORD_BYTES,
     FrameError,
@@ -123,8 +131,11 @@ class RecordWriter:
         resume: bool = False,
         checksums: bool = False,
         crc_path: str | os.PathLike[str] | None = None,
+        schema: Schema | None = None,
     ) -> None:
         self.rec_path = os.fspath(rec_path)
+        #: the set's schema: with stored fields, every ``write`` takes their values
+        self.schema = schema
         self.idx_path = os.fspath(idx_path) if idx_path is not None else default_idx_path(rec_path)
         if checksums or crc_path is not None:
             self.crc_path: str | None = (
@@ -246,10 +257,21 @@ class RecordWriter:
             else np.zeros(0, np.int64)
         )
 
-    def write(self, key: int, payload: bytes | bytearray | memoryview) -> int:
-        """Append one record; returns its byte offset in the ``.rec``."""
+    def write(
+        self,
+        key: int,
+        payload: bytes | bytearray | memoryview,
+        fields: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Append one record; returns its byte offset in the ``.rec``. ``fields``: the values
+        of the schema's stored fields (checked with ``Field.check``), written as the record's
+        field trailer after ``payload`` (IRHeader, labels, image); required when the writer's
+        ``schema`` stores fields, refused otherwise."""
         if self._done or self._rec is None:
             raise ValueError(f"{self.rec_path}: the writer is already committed or aborted")
+        stored = self.schema.stored if self.schema is not None else {}
+        if fields is not None or stored:
+            payload = bytes(payload) + self._trailer(key, stored, fields)
         k = operator.index(key)
         if not 0 <= k < _KEY_LIMIT:
             raise ValueError(f"record keys must be integers in [0, 2**63), got {k}")
@@ -283,6 +305,23 @@ class RecordWriter:
         self._keys.append(k)
         self.bytes_written = offset + sum(len(p) for p in parts)
         return offset
+
+    def _trailer(self, key: int, stored: dict, fields: Mapping[str, Any] | None) -> bytes:
+        if not stored:
+            raise ValueError(
+                f"{self.rec_path}: key {key}: fields given but the writer's schema stores none "
+                "(pass schema= to RecordWriter)"
+            )
+        fields = fields or {}
+        unknown = sorted(set(fields) - set(stored))
+        if unknown:
+            raise ValueError(f"{self.rec_path}: key {key}: the schema stores no fields {unknown}")
+        assert self.schema is not None
+        try:
+            checked = {n: f.check(fields[n], name=n) for n, f in stored.items() if n in fields}
+            return encode_trailer(self.schema, checked)
+        except (KeyError, SpecError) as e:
+            raise ValueError(f"{self.rec_path}: key {key}: {e}") from None
 
     # ------------------------------------------------------------------ finishing
     def _close_files(self) -> None:

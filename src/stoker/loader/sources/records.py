@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from stoker._core.errors import SpecError
+from stoker._core.schema import Field, Schema
 from stoker.loader.sources.base import Source, integral_labels, sha
 
 __all__ = ["RecordSource"]
@@ -48,6 +50,7 @@ class RecordSource(Source):
         self._label_dtype = ""  # set when unpickled in a worker (see __getstate__)
         self._label_shape: tuple[int, ...] = ()
         self._keys: np.ndarray | None = None
+        self._schema: Schema | None = None
         self._len = len(self._records())
         if self._len == 0:
             self.close()
@@ -85,6 +88,7 @@ class RecordSource(Source):
         self._labels = None
         self._rec = None
         self._keys = None
+        self._schema = None
 
     def __len__(self) -> int:
         return self._len
@@ -104,12 +108,62 @@ class RecordSource(Source):
 
     def read(self, i: int) -> tuple[Any, Any]:
         header, image = self._records().read_header(i)
+        return image, self._label(i, header)
+
+    def _label(self, i: int, header: Any) -> Any:
+        """The label of position ``i`` as ``labels()`` gives it, from its parsed header."""
         if not self._label_dtype:  # the process that opened the source holds every label
-            return image, self.labels()[i]
+            return self.labels()[i]
         # a worker: as labels() gives it (int64 class ids when the dataset's labels are whole)
         if self._label_shape:
-            return image, np.asarray(header.label, self._label_dtype).reshape(self._label_shape)
-        return image, self._scalar_label(header.label)
+            return np.asarray(header.label, self._label_dtype).reshape(self._label_shape)
+        return self._scalar_label(header.label)
+
+    @property
+    def schema(self) -> Schema:
+        """The schema the set's manifest declares (an image and its label for a set without
+        one), its header field typed as :meth:`labels` gives it (int64 class ids when every
+        label is a whole number, else float32)."""
+        if self._schema is None:
+            if self._label_dtype:  # a worker: from the state it was sent, not every label
+                dtype, shape = self._label_dtype, self._label_shape
+            else:
+                lab = self.labels()
+                dtype, shape = lab.dtype.name, tuple(lab.shape[1:])
+            declared = self._records().schema
+            head = declared.header_name
+            label = Field.numeric(shape, dtype, header=True)
+            if head is None:
+                self._schema = declared
+            else:
+                self._schema = Schema(
+                    tuple((n, label if n == head else f) for n, f in declared.fields)
+                )
+        return self._schema
+
+    def field_reader(
+        self, names: tuple[str, ...], indices: np.ndarray | None = None
+    ) -> Callable[[int], tuple[Any, Any, int, dict[str, Any]]]:
+        """``f(i) -> (payload, label, key, fields)``: the image bytes, the label, the key and
+        the stored fields ``names`` read from the record's trailer (a mask as its PNG bytes);
+        with no names, :meth:`reader` (the fast path) and ``{}``."""
+        if not names:
+            return super().field_reader(names, indices)
+        names = tuple(names)
+        rec = self._records()
+        stored = rec.schema.stored
+        unknown = [n for n in names if n not in stored]
+        if unknown:
+            raise SpecError(
+                f"{self.path}: no stored fields {unknown}; the set stores {list(stored) or 'none'}"
+            )
+        key = rec.key
+
+        def read(i: int) -> tuple[Any, Any, int, dict[str, Any]]:
+            header, image, fields = rec.read_fields(i, names)
+            return image, self._label(i, header), key(i), fields
+
+        return read
 
     @property
     def _scalar_label(self) -> Any:
