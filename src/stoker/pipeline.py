@@ -9,10 +9,14 @@ bytes (or array) of one sample become the rows of a batch:
 3. with ``pair_with``: a second row ``pair_with(transforms(img), rng)``;
 4. placement into the batch: a per-batch width (from a length-bucketing sampler) is met by
    right-padding with zeros when the sample is narrower and by resizing the width alone when
-   it is wider; ``layout="NCHW"`` transposes.
+   it is wider; a per-batch height (from aspect-ratio buckets, with the width) by padding the
+   bottom with zeros; ``layout="NCHW"`` transposes.
 
 Construction walks the transforms' ``output_spec`` chain and refuses, naming the step, a chain
-whose end has no fixed shape (the loader allocates batch slots once, so it must know it).
+whose end has no fixed shape (the loader allocates batch slots once, so it must know it), and,
+when the samples carry geometric fields (``geometry``: boxes, points, masks), a step that
+cannot move them. Such samples go through :meth:`Pipeline.carry_targets`, which runs the
+chain's ``apply_targets``: the same draws and the same image as ``fill_row``.
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ from stoker.codecs import decode as _decode
 from stoker.transforms.base import Transform
 from stoker.transforms.color import Normalize
 from stoker.transforms.compose import Compose
+from stoker.transforms.targets import Targets
 
-__all__ = ["DecodeOptions", "Pipeline", "fit_width"]
+__all__ = ["DecodeOptions", "Pipeline", "fit_height", "fit_width"]
 
 LAYOUTS = ("NHWC", "NCHW")
 
@@ -102,10 +107,26 @@ def fit_width(img: np.ndarray, width: int) -> np.ndarray:
     return res.astype(img.dtype, copy=False)
 
 
+def fit_height(img: np.ndarray, height: int) -> np.ndarray:
+    """(h, W, ...) -> (height, W, ...): zero bottom-pad. A taller sample is a ``SpecError``: the
+    loader sizes a batch's height from the chain's exact ``output_spec`` of its samples."""
+    h = img.shape[0]
+    if h == height:
+        return img
+    if h > height:
+        raise SpecError(f"a sample {h} rows high does not fit the batch's height {height}")
+    out = np.zeros((height, *img.shape[1:]), dtype=img.dtype)
+    out[:h] = img
+    return out
+
+
 @dataclass(frozen=True)
 class Pipeline:
     """See the module docstring. ``sample_spec`` is one transformed sample (HWC or HW);
-    ``variable_width=True`` lets the width stay open (a sampler gives it per batch)."""
+    ``variable_width=True`` lets the width stay open (a sampler gives it per batch);
+    ``variable_height=True`` the height too (each batch is padded to its largest sample);
+    ``geometry``: the kinds of geometric fields the samples carry (``"boxes"``, ``"points"``,
+    ``"mask"``), which every step must be able to move."""
 
     input_spec: ArraySpec
     transforms: Transform | None = None
@@ -113,6 +134,8 @@ class Pipeline:
     layout: str = "NHWC"
     decode: DecodeOptions = field(default_factory=DecodeOptions)
     variable_width: bool = False
+    variable_height: bool = False
+    geometry: frozenset[str] = frozenset()
     sample_spec: ArraySpec = field(init=False)
     # A trailing Normalize is run by fill_row straight into the batch row (see _split_tail).
     _head: Transform | None = field(init=False, default=None, repr=False, compare=False)
@@ -148,7 +171,9 @@ class Pipeline:
                 f"the chain ends in {spec.describe()}; a sample must be (H, W) or (H, W, C)"
             )
         open_dims = [i for i, d in enumerate(spec.shape) if d is None]
-        allowed = {1} if self.variable_width else set()
+        allowed = {1} if self.variable_width or self.variable_height else set()
+        if self.variable_height:
+            allowed.add(0)
         if set(open_dims) - allowed:
             last = (
                 type(_steps(self.transforms)[-1]).__name__ if self.transforms else "no transforms"
@@ -161,7 +186,29 @@ class Pipeline:
                 "needs a fixed shape to allocate batch slots"
             )
         object.__setattr__(self, "sample_spec", spec)
+        object.__setattr__(self, "geometry", frozenset(self.geometry))
+        if self.geometry:
+            self._check_geometry()
         self._split_tail()
+
+    def _check_geometry(self) -> None:
+        """Every step must say how it moves the samples' boxes, points and masks (a plain
+        function cannot), and no ``pair_with`` (its rows would need their own fields)."""
+        if self.pair_with is not None:
+            raise SpecError("pair_with works on image and label only; these samples carry fields")
+        if self.transforms is None:
+            return
+        for step in _steps(self.transforms):
+            check = getattr(step, "check_targets", None)
+            if check is None:
+                raise SpecError(
+                    f"transforms: step {type(step).__name__} cannot carry "
+                    f"{', '.join(sorted(self.geometry))}: it is not a stoker Transform"
+                )
+            try:
+                check(self.geometry)
+            except SpecError as e:
+                raise SpecError(f"transforms: step {type(step).__name__}: {e}") from e
 
     def _split_tail(self) -> None:
         """With a chain ending in ``Normalize`` (HWC, float32) on uint8 and no ``pair_with``,
@@ -189,13 +236,18 @@ class Pipeline:
     def dtype(self) -> str:
         return self.sample_spec.dtype
 
-    def row_shape(self, width: int | None = None) -> tuple[int, ...]:
-        """Shape of one batch row at ``width`` (default: the chain's own width), layout applied."""
+    def row_shape(self, width: int | None = None, height: int | None = None) -> tuple[int, ...]:
+        """Shape of one batch row at ``width`` and ``height`` (default: the chain's own),
+        layout applied."""
         dims = list(self.sample_spec.shape)
         if width is not None:
             dims[1] = int(width)
+        if height is not None:
+            dims[0] = int(height)
         if dims[1] is None:
             raise SpecError("this pipeline's width varies; a width is needed for a batch row")
+        if dims[0] is None:
+            raise SpecError("this pipeline's height varies; a height is needed for a batch row")
         shape = [int(d) for d in dims if d is not None]
         if self.layout == "NCHW":
             if len(shape) == 2:
@@ -206,6 +258,30 @@ class Pipeline:
     def output_spec(self, width: int | None = None) -> ArraySpec:
         """ArraySpec of one batch row (layout applied)."""
         return ArraySpec(self.row_shape(width), self.dtype)
+
+    def frame(self, width: int | None = None, height: int | None = None) -> tuple[int, int]:
+        """(height, width) of one sample in a batch at ``width`` and ``height`` (a mask's)."""
+        h, w = self.sample_spec.shape[:2]
+        h, w = (h if height is None else height), (w if width is None else width)
+        if h is None or w is None:
+            raise SpecError("this pipeline's sample size varies; a batch frame is needed")
+        return int(h), int(w)
+
+    def output_hw(self, hw: tuple[int, int]) -> tuple[int, int]:
+        """(height, width) the chain makes of a stored image of ``hw`` (exact: the steps'
+        ``output_spec``); ``SpecError`` naming the chain when it leaves a size open."""
+        shape = (int(hw[0]), int(hw[1]), *self.input_spec.shape[2:])
+        spec = ArraySpec(shape, self.input_spec.dtype)
+        if self.transforms is not None:
+            spec = _chain_spec(self.transforms, spec, what="transforms")
+        h, w = spec.shape[:2]
+        if h is None or w is None:
+            raise SpecError(
+                f"the transforms make {spec.describe()} of a {hw[0]}x{hw[1]} image: batches "
+                "padded to their largest sample need a chain whose output size follows from "
+                "its input size (no random-size step)"
+            )
+        return int(h), int(w)
 
     # ------------------------------------------------------------------ work
     def decode_image(self, buf: Any) -> np.ndarray:
@@ -249,13 +325,18 @@ class Pipeline:
         *,
         what: str,
         args: tuple = (),
+        height: int | None = None,
     ) -> np.ndarray | None:
         """The per-sample job after decoding: transforms, check, place into batch row ``dest``.
 
         Returns the checked sample (``pair_with`` starts from it), or ``None`` when a trailing
         ``Normalize`` wrote straight into ``dest`` (only without ``pair_with``)."""
         tail = self._tail
-        if tail is not None and (width is None or width == self.sample_spec.shape[1]):
+        if (
+            tail is not None
+            and (width is None or width == self.sample_spec.shape[1])
+            and height is None
+        ):
             head = img if self._head is None else self._head(img, rng)
             spec = self._head_spec
             assert spec is not None
@@ -264,11 +345,39 @@ class Pipeline:
             tail.write(head, dest, chw=self.layout == "NCHW")
             return None
         out = self.check(self.apply(img, rng), what=what, args=args)
-        self.place(out, dest, width)
+        self.place(out, dest, width, height)
         return out
 
-    def place(self, arr: np.ndarray, dest: np.ndarray, width: int | None) -> None:
-        """Write checked sample ``arr`` into batch row ``dest`` (shape ``row_shape(width)``)."""
+    def carry_targets(
+        self,
+        img: np.ndarray,
+        targets: Targets,
+        rng: np.random.Generator,
+        dest: np.ndarray,
+        width: int | None,
+        height: int | None,
+        *,
+        what: str,
+        args: tuple = (),
+    ) -> np.ndarray:
+        """``fill_row`` for a sample with geometric fields: the chain's ``apply_targets`` (the
+        same draws and image as ``fill_row``) moves ``targets`` in place; a width fitted by
+        resizing scales them too. Afterwards ``targets.hw`` is the sample's size before any
+        zero padding (bottom/right, which moves nothing)."""
+        t = self.transforms
+        out = img if t is None else t.apply_targets(img, targets, rng)
+        out = self.check(out, what=what, args=args)
+        if width is not None and out.shape[1] > width:
+            targets.rescale((out.shape[0], int(width)))
+        self.place(out, dest, width, height)
+        return out
+
+    def place(
+        self, arr: np.ndarray, dest: np.ndarray, width: int | None, height: int | None = None
+    ) -> None:
+        """Write checked sample ``arr`` into batch row ``dest`` (``row_shape(width, height)``)."""
+        if height is not None and arr.shape[0] != height:
+            arr = fit_height(arr, height)
         if width is not None and arr.shape[1] != width:
             arr = fit_width(arr, width)
         if self.layout == "NCHW":

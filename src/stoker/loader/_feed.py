@@ -24,8 +24,9 @@ part of the source and may be mapped by processes stoker does not start, so it n
 Layout (see ``_ring.py``): a 64-byte control block (int64 *generation*: the live iteration;
 then, per worker, the global index it is processing, so a death names its sample) and
 ``Loader.slots`` (``prefetch + 2``) slots; each slot holds ``batch_size`` rows of images
-(pipeline dtype and layout, sized for the widest batch width), labels, record keys and global
-indices. Batches being built: at most ``prefetch``; the one the consumer holds: 1; a spare for
+(pipeline dtype and layout, sized for the widest and tallest batch), labels, record keys and
+global indices, and, when the batches carry fields, a column per field (padded to the
+schema's ``max_len``, with an int32 lengths column for variable ones; see ``_fields.py``). Batches being built: at most ``prefetch``; the one the consumer holds: 1; a spare for
 a batch kept by ``Batch.retain()`` (the GPU prefetcher holds one while its copy runs): 1,
 reserved only when a retained batch first leaves no other slot free.
 
@@ -113,6 +114,7 @@ import numpy as np
 from stoker._core.errors import LoaderError, LoaderTimeoutError
 from stoker._core.specs import ArraySpec
 from stoker.loader import _shm
+from stoker.loader._fields import FieldPlan, FieldViews
 from stoker.loader._pool import JOIN_S, WorkerPool
 from stoker.loader._ring import RingLayout
 from stoker.loader._worker import Task, WorkerConfig
@@ -123,7 +125,7 @@ if TYPE_CHECKING:
     from stoker.loader.sources import Source
     from stoker.pipeline import Pipeline
 
-__all__ = ["Epoch", "RingFeed", "SlotState", "compact", "dims"]
+__all__ = ["Epoch", "RingFeed", "SlotState", "compact", "compact_fields", "dims", "make_batch"]
 
 _POLL_S = 0.25
 
@@ -150,6 +152,7 @@ class Epoch:
     order: np.ndarray  # the sampler's indices for the epoch
     widths: np.ndarray | None  # per-batch widths, or None
     pending: deque[int]  # batch numbers not yet dispatched
+    heights: np.ndarray | None = None  # per-batch heights (aspect-ratio buckets), or None
 
 
 @dataclass
@@ -160,6 +163,7 @@ class _Inflight:
     rows: int
     half: int
     chunks_left: int
+    height: int | None = None
     bad: list = field(default_factory=list)
     error: tuple[dict, int] | None = None
 
@@ -176,6 +180,7 @@ class RingFeed:
     on_error: str
     timeout: float | None
     _label_spec: ArraySpec
+    _fields: FieldPlan | None
     _pool: WorkerPool
     _slot_state: list[SlotState]
     _unreserved: set[int]  # slots not yet posix_fallocate'd
@@ -197,14 +202,19 @@ class RingFeed:
 
         def _batch_plan(
             self, ep: Epoch, number: int
-        ) -> tuple[np.ndarray, int | None, int, int]: ...
+        ) -> tuple[np.ndarray, int | None, int | None, int, int]: ...
 
         def _account(self, epoch: int, bad: list) -> None: ...
 
-    def _ensure_running(self, max_width: int | None) -> None:
-        if self._layout is not None and max_width is not None:
-            if self._ring_width is None or max_width > self._ring_width:
-                self._teardown()  # a wider epoch than the ring was made for: rebuild it
+    def _ensure_running(self, max_width: int | None, max_height: int | None = None) -> None:
+        if self._layout is not None and (max_width is not None or max_height is not None):
+            wider = max_width is not None and (
+                self._ring_width is None or max_width > self._ring_width
+            )
+            ring_h = self._layout.max_height
+            taller = max_height is not None and (ring_h is None or max_height > ring_h)
+            if wider or taller:
+                self._teardown()  # a wider or taller epoch than the ring was made for: rebuild
         if self._layout is None:
             slots = self.slots
             layout = RingLayout(
@@ -215,6 +225,8 @@ class RingFeed:
                 label_dtype=self._label_spec.dtype,
                 slots=slots,
                 workers=self.workers,
+                max_height=max_height,
+                fields=self._fields,
             )
             _shm.preflight(layout.total_bytes, slots=slots, what="batch slots", where="memory")
             self.source.share()
@@ -307,14 +319,16 @@ class RingFeed:
             if slot in self._unreserved:
                 self._reserve_slot(slot)
             number = ep.pending.popleft()
-            bidx, width, half, rows = self._batch_plan(ep, number)
+            bidx, width, height, half, rows = self._batch_plan(ep, number)
             per = -(-len(bidx) // len(self._pool.handles)) if len(bidx) else 1  # one per worker
             chunks = [(r0, bidx[r0 : r0 + per]) for r0 in range(0, len(bidx), per)]
             self._slot_state[slot] = _WORK
-            info = _Inflight(slot, ep.epoch, width, rows, half, len(chunks))
+            info = _Inflight(slot, ep.epoch, width, rows, half, len(chunks), height=height)
             self._inflight[(ep.generation, number)] = info
             for r0, cidx in chunks:
-                task = Task(ep.generation, number, slot, ep.epoch, width, rows, r0, cidx, half)
+                task = Task(
+                    ep.generation, number, slot, ep.epoch, width, rows, r0, cidx, half, height
+                )
                 lost = self._pool.assign((slot, r0), task, self._generation)
                 if lost:
                     self._answered(lost)
@@ -371,8 +385,12 @@ class RingFeed:
                 )
             self._pump(_POLL_S)
         del self._inflight[key]
+        layout, mem = self._layout, self._mem
         views = compact(
-            self._layout.views(self._mem, info.slot, info.width, info.rows), info.bad, info.half
+            layout.views(mem, info.slot, info.width, info.rows, info.height), info.bad, info.half
+        )
+        fviews = compact_fields(
+            layout.field_views(mem, info.slot, info.width, info.rows, info.height), info.bad
         )
         try:
             self._account(ep.epoch, info.bad)
@@ -383,8 +401,8 @@ class RingFeed:
             self._slot_state[info.slot] = _FREE
             return None
         self._slot_state[info.slot] = _USER
-        return Batch(
-            *views, epoch=ep.epoch, number=number, owner=self, slot=(self._ring_id, info.slot)
+        return make_batch(
+            views, fviews, ep.epoch, number, owner=self, slot=(self._ring_id, info.slot)
         )
 
     def _pump(self, timeout: float) -> None:
@@ -444,6 +462,48 @@ class RingFeed:
         self._ring_width = None
         self._slot_state = []
         self._unreserved = set()
+
+
+def make_batch(
+    views: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    fields: FieldViews | None,
+    epoch: int,
+    number: int,
+    *,
+    owner: RingFeed | None = None,
+    slot: tuple[int, int] | None = None,
+) -> Batch:
+    """A :class:`Batch` of ``views`` and, when the batch carries them, its field columns."""
+    if fields is None:
+        return Batch(*views, epoch=epoch, number=number, owner=owner, slot=slot)
+    return Batch(
+        *views,
+        epoch=epoch,
+        number=number,
+        owner=owner,
+        slot=slot,
+        schema=fields.plan.schema,
+        fields=fields.columns,
+        lengths=fields.lengths,
+    )
+
+
+def compact_fields(fields: FieldViews | None, bad: list) -> FieldViews | None:
+    """``compact`` for the field columns (no ``pair_with`` with fields: no halves)."""
+    if fields is None or not bad:
+        return fields
+    bad_rows = {row for row, *_ in bad}
+    rows = len(next(iter(fields.columns.values())))
+    order = [r for r in range(rows) if r not in bad_rows]
+    k = len(order)
+
+    def squeeze(v: np.ndarray) -> np.ndarray:
+        v[:k] = v[order]
+        return v[:k]
+
+    cols = {n: squeeze(v) for n, v in fields.columns.items()}
+    lens = {n: squeeze(v) for n, v in fields.lengths.items()}
+    return FieldViews(fields.plan, cols, lens)
 
 
 def dims(spec: ArraySpec) -> tuple[int, ...]:

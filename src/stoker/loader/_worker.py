@@ -3,6 +3,8 @@
 ``fill_chunk`` is the whole per-sample job (read, decode, transform, check, place); the main
 process runs it directly when ``workers=0`` and ``worker_main`` runs it in each worker process,
 so both paths produce byte-identical batches. The protocol is the NOTE in ``_feed.py``.
+A batch that carries fields takes its own loop (``_fill_fields``: ``_fields.fill_sample`` per
+sample); the classification loop is untouched by them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from stoker._core.seeding import SampleRngs
+from stoker.loader._fields import FieldViews, fill_sample
 from stoker.loader._ring import RingLayout
 from stoker.loader._shm import SharedFd, populate, process_start_time
 from stoker.loader._worker_errors import error_info
@@ -50,6 +53,7 @@ class Task:
     row0: int  # first source-sample row of this chunk
     indices: np.ndarray  # global positions for rows row0 .. row0 + len(indices)
     half: int  # with pair_with: the offset of the paired rows (source samples in the batch)
+    height: int | None = None  # the batch's height when it has its own (aspect-ratio buckets)
 
     def __reduce__(self) -> tuple:
         # the indices as raw int64 bytes: pickling an ndarray costs several times more, once
@@ -65,6 +69,7 @@ class Task:
             self.row0,
             idx,
             self.half,
+            self.height,
         )
 
 
@@ -78,9 +83,10 @@ def _task(
     row0: int,
     indices: bytes,
     half: int,
+    height: int | None = None,
 ) -> Task:
     idx = np.frombuffer(indices, dtype=np.int64)
-    return Task(generation, number, slot, epoch, width, rows, row0, idx, half)
+    return Task(generation, number, slot, epoch, width, rows, row0, idx, half, height)
 
 
 @dataclass(frozen=True)
@@ -108,14 +114,20 @@ def fill_chunk(
     on_error: str,
     cancelled: Any = None,
     progress: Any = None,
+    fields: FieldViews | None = None,
 ) -> tuple[str, Any]:
-    """Process ``task`` into ``views`` (images, labels, keys, indices of the whole batch).
+    """Process ``task`` into ``views`` (images, labels, keys, indices of the whole batch) and,
+    when the batch carries fields, their columns ``fields``.
 
     Returns ``("done", bad)`` with ``bad`` a list of ``(row, index, key, reason)`` for samples
     that failed under ``on_error="skip"``, ``("error", info)`` for the first failure under
     ``on_error="raise"``, or ``("cancelled", None)`` when ``cancelled()`` became true.
     ``progress[0]`` (when given) is set to each sample's index before it is processed.
     """
+    if fields is not None:
+        return _fill_fields(
+            task, source, pipeline, seed, views, fields, on_error, cancelled, progress
+        )
     images, labels, keys, indices = views
     bad: list[tuple[int, int, int | None, str]] = []
     at = SampleRngs(seed, task.epoch).at  # sample_rng(seed, epoch, i), re-keyed in place
@@ -160,6 +172,67 @@ def fill_chunk(
             except Exception:  # noqa: BLE001
                 pass
             bad.append((row, int(gi), k, f"{type(e).__name__}: {e}"))
+    return "done", bad
+
+
+def _skipped(source: Source, gi: int, row: int, e: Exception) -> tuple[int, int, int | None, str]:
+    k = None
+    try:
+        k = int(source.key(gi))
+    except Exception:  # noqa: BLE001
+        pass
+    return (row, int(gi), k, f"{type(e).__name__}: {e}")
+
+
+def _fill_fields(
+    task: Task,
+    source: Source,
+    pipeline: Pipeline,
+    seed: int,
+    views: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    fields: FieldViews,
+    on_error: str,
+    cancelled: Any,
+    progress: Any,
+) -> tuple[str, Any]:
+    """``fill_chunk`` for a batch with fields: ``source.field_reader`` and
+    ``_fields.fill_sample`` per sample (there is no ``pair_with`` here: the loader refuses it)."""
+    images, labels, keys, indices = views
+    plan = fields.plan
+    bad: list[tuple[int, int, int | None, str]] = []
+    at = SampleRngs(seed, task.epoch).at
+    read = source.field_reader(plan.stored, task.indices)
+    width, height, encoded = task.width, task.height, source.encoded
+    row0, n = task.row0, len(task.indices)
+    indices[row0 : row0 + n] = task.indices
+    for row, gi in enumerate(task.indices.tolist(), start=row0):
+        if cancelled is not None and cancelled():
+            return "cancelled", None
+        if progress is not None:
+            progress[0] = gi
+        try:
+            payload, label, key, vals = read(gi)
+            fill_sample(
+                plan,
+                pipeline,
+                payload,
+                vals,
+                at(gi),
+                row,
+                images,
+                fields,
+                width,
+                height,
+                encoded=encoded,
+                key=key,
+                gi=gi,
+            )
+            labels[row] = label
+            keys[row] = key
+        except Exception as e:  # noqa: BLE001 - every failure is reported with its sample
+            if on_error == "raise":
+                return "error", error_info(e, source, gi)
+            bad.append(_skipped(source, gi, row, e))
     return "done", bad
 
 
@@ -231,8 +304,17 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
         def cancelled(gen: int = gen) -> bool:
             return control[0] != gen
 
-        views = layout.views(mem, task.slot, task.width, task.rows)
-        where = (task.slot, task.width, task.rows, task.row0, len(task.indices), task.half)
+        views = layout.views(mem, task.slot, task.width, task.rows, task.height)
+        fviews = layout.field_views(mem, task.slot, task.width, task.rows, task.height)
+        where = (
+            task.slot,
+            task.width,
+            task.height,
+            task.rows,
+            task.row0,
+            len(task.indices),
+            task.half,
+        )
         if where not in touched:  # first write there: map its pages in one call
             touched.add(where)
             for r0 in (task.row0, task.row0 + task.half) if task.half else (task.row0,):
@@ -248,10 +330,11 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
                 on_error=cfg.on_error,
                 cancelled=cancelled,
                 progress=progress,
+                fields=fviews,
             )
         except BaseException as e:  # noqa: BLE001 - never die silently
             status, payload = "error", error_info(e, cfg.source, int(task.indices[0]))
-        del views
+        del views, fviews
         progress[0] = -1
         try:
             conn.send((status, gen, task.number, task.row0, payload, time.perf_counter() - began))

@@ -26,11 +26,13 @@ from stoker._core.errors import (
     SpecError,
     TooManyBadSamplesError,
 )
+from stoker._core.schema import Schema
 from stoker._core.seeding import fresh_seed
 from stoker._core.specs import ArraySpec
 from stoker._core.system import dist_rank, usable_cores
 from stoker.loader import _shm
-from stoker.loader._feed import Epoch, RingFeed, compact, dims
+from stoker.loader._feed import Epoch, RingFeed, compact, compact_fields, dims, make_batch
+from stoker.loader._fields import FieldPlan, plan_fields
 from stoker.loader._pool import WorkerPool, mp_context, warm_up
 from stoker.loader._state import MAX_COUNTER, LoaderState, check_batch_size
 from stoker.loader._worker import Task, fill_chunk
@@ -89,6 +91,7 @@ class Loader(RingFeed):
         world_size: int | None = None,
         decode: DecodeOptions | None = None,
         on_worker_death: str = "raise",
+        fields: list[str] | tuple[str, ...] | None = None,
     ) -> None:
         self._closed = True  # until construction succeeded
         self._owner_pid = os.getpid()
@@ -104,6 +107,8 @@ class Loader(RingFeed):
         self._mem = None
         self._source: Source | None = None
         self._owns_source = False
+        self._fields: FieldPlan | None = None
+        self._out_sizes: dict[tuple[int, int], tuple[int, int]] = {}
         self.batch_size = check_batch_size(batch_size)
         if pair_with is not None and self.batch_size % 2:
             raise ValueError(f"with pair_with, batch_size must be even, got {self.batch_size}")
@@ -131,13 +136,22 @@ class Loader(RingFeed):
         src, owned = as_source(source)
         self._source, self._owns_source = src, owned
         try:
+            sized = sampler is not None and sampler.variable_size
+            self._fields = plan_fields(src.schema, fields, size=sized)
+            if self._fields is not None and pair_with is not None:
+                raise SpecError(
+                    "pair_with works on image and label only; this loader carries the fields "
+                    f"{list(self._fields.schema.extra)} (pass fields=[] to leave them out)"
+                )
             self.pipeline = Pipeline(
                 src.sample_spec,
                 transforms=transforms,
                 pair_with=pair_with,
                 layout=layout,
                 decode=decode or DecodeOptions(),
-                variable_width=sampler is not None and sampler.variable_width,
+                variable_width=sampler is not None and (sampler.variable_width or sized),
+                variable_height=sized,
+                geometry=self._fields.geometry if self._fields is not None else frozenset(),
             )
             self._seed_given = seed is not None
             self.seed = fresh_seed() if seed is None else check_seed(seed)
@@ -190,12 +204,24 @@ class Loader(RingFeed):
 
     @property
     def output_spec(self) -> ArraySpec:
-        """One batch row, layout applied (``None`` width when the sampler sets it per batch)."""
-        if self.pipeline.sample_spec.shape[1] is None:
-            shape: list[int | None] = list(self.pipeline.row_shape(1))
-            shape[-1 if self.pipeline.layout == "NCHW" else 1] = None
+        """One batch row, layout applied (``None`` width, or height, when the sampler sets it
+        per batch)."""
+        h_open, w_open = (d is None for d in self.pipeline.sample_spec.shape[:2])
+        if h_open or w_open:
+            shape: list[int | None] = list(self.pipeline.row_shape(1, 1 if h_open else None))
+            nchw = self.pipeline.layout == "NCHW"
+            if w_open:
+                shape[-1 if nchw else 1] = None
+            if h_open:
+                shape[-2 if nchw else 0] = None
             return ArraySpec(tuple(shape), self.pipeline.dtype)
         return self.pipeline.output_spec()
+
+    @property
+    def schema(self) -> Schema | None:
+        """What each batch carries beyond images and labels (``batch.schema``), or ``None``
+        when it carries nothing else (the classification path)."""
+        return None if self._fields is None else self._fields.schema
 
     @property
     def source(self) -> Source:
@@ -322,8 +348,12 @@ class Loader(RingFeed):
             self._next = 0
             self._bad_epoch = 0
 
-    def _plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray | None]:
+    def _plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """The epoch's order and per-batch widths and heights (``None``: the chain's own)."""
         idx = np.asarray(self.sampler.indices(epoch), dtype=np.int64)
+        if self.pipeline.variable_height:
+            frames = self._frames(idx)
+            return idx, frames[:, 1].copy(), frames[:, 0].copy()
         widths = self.sampler.batch_widths(epoch, self._per_batch)
         if widths is not None:
             widths = np.asarray(widths, dtype=np.int64)
@@ -336,29 +366,55 @@ class Loader(RingFeed):
             raise SpecError(
                 "the transforms leave the width open but the sampler gives no batch_widths"
             )
-        return idx, widths
+        return idx, widths, None
 
-    def _batch_plan(self, ep: Epoch, number: int) -> tuple[np.ndarray, int | None, int, int]:
-        """Batch ``number``'s ``(indices, width, half, rows)``: with ``pair_with`` the paired
-        copies start at row ``half`` (the batch's source samples) and ``rows`` is twice that;
-        otherwise ``half`` is 0 and ``rows`` the source samples."""
+    def _frames(self, order: np.ndarray) -> np.ndarray:
+        """int64 ``(batches, 2)``: each batch's (height, width), the largest the chain makes of
+        its samples' stored sizes (``source.image_sizes()``, read once and kept), so that every
+        sample fits and the smaller ones are padded bottom and right."""
+        nb, per = len(self), self._per_batch
+        if nb == 0:
+            return np.zeros((0, 2), dtype=np.int64)
+        sizes = self.source.image_sizes()[order[: nb * per]]
+        uniq, inv = np.unique(sizes, axis=0, return_inverse=True)
+        cache = self._out_sizes
+        out = []
+        for h, w in uniq.tolist():
+            got = cache.get((h, w))
+            if got is None:
+                got = cache[(h, w)] = self.pipeline.output_hw((h, w))
+            out.append(got)
+        per_sample = np.asarray(out, dtype=np.int64)[np.asarray(inv).reshape(-1)]
+        starts = np.arange(0, len(per_sample), per)[:nb]
+        return np.maximum.reduceat(per_sample, starts, axis=0)
+
+    def _batch_plan(
+        self, ep: Epoch, number: int
+    ) -> tuple[np.ndarray, int | None, int | None, int, int]:
+        """Batch ``number``'s ``(indices, width, height, half, rows)``: with ``pair_with`` the
+        paired copies start at row ``half`` (the batch's source samples) and ``rows`` is twice
+        that; otherwise ``half`` is 0 and ``rows`` the source samples."""
         per = self._per_batch
         bidx = ep.order[number * per : (number + 1) * per]
         width = None if ep.widths is None else int(ep.widths[number])
+        height = None if ep.heights is None else int(ep.heights[number])
         half = len(bidx) if self.pipeline.pair_with is not None else 0
-        return bidx, width, half, len(bidx) + half
+        return bidx, width, height, half, len(bidx) + half
 
     # ------------------------------------------------------------------ iteration
     def _run(self) -> Iterator[Batch]:
         self._normalise_position()
         epoch, start = self._epoch, self._next
-        order, widths = self._plan(epoch)
+        order, widths, heights = self._plan(epoch)
         if self.workers:
-            self._ensure_running(None if widths is None else int(widths.max(initial=1)))
+            self._ensure_running(
+                None if widths is None else int(widths.max(initial=1)),
+                None if heights is None else int(heights.max(initial=1)),
+            )
         self._cancel()  # a new iteration supersedes any earlier one
         gen = self._generation
         nb = len(self)
-        ep = Epoch(gen, epoch, order, widths, deque(range(start, nb)))
+        ep = Epoch(gen, epoch, order, widths, deque(range(start, nb)), heights)
         held: Batch | None = None
         try:
             if self.workers == 0:
@@ -429,12 +485,16 @@ class Loader(RingFeed):
 
     def _make_local(self, ep: Epoch, number: int) -> Batch | None:
         """workers=0: build batch ``number`` in this process, into fresh arrays."""
-        bidx, width, half, rows = self._batch_plan(ep, number)
-        images = np.empty((rows, *self.pipeline.row_shape(width)), dtype=self.pipeline.dtype)
+        bidx, width, height, half, rows = self._batch_plan(ep, number)
+        shape = (rows, *self.pipeline.row_shape(width, height))
+        images = np.empty(shape, dtype=self.pipeline.dtype)
         labels = np.empty((rows, *dims(self._label_spec)), dtype=self._label_spec.dtype)
         keys = np.empty(rows, dtype=np.int64)
         indices = np.empty(rows, dtype=np.int64)
-        task = Task(ep.generation, number, -1, ep.epoch, width, rows, 0, bidx, half)
+        fields = None
+        if self._fields is not None:
+            fields = self._fields.arrays(rows, self.pipeline.frame(width, height))
+        task = Task(ep.generation, number, -1, ep.epoch, width, rows, 0, bidx, half, height)
         status, payload = fill_chunk(
             task,
             source=self.source,
@@ -442,14 +502,16 @@ class Loader(RingFeed):
             seed=self.seed,
             views=(images, labels, keys, indices),
             on_error=self.on_error,
+            fields=fields,
         )
         if status == "error":
             raise rebuild(payload, None)
         views = compact((images, labels, keys, indices), payload, half)
+        fields = compact_fields(fields, payload)
         self._account(ep.epoch, payload)
         if len(views[0]) == 0:
             return None
-        return Batch(*views, epoch=ep.epoch, number=number)
+        return make_batch(views, fields, ep.epoch, number)
 
 
 def _check_timeout(timeout: object) -> float | None:

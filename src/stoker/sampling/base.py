@@ -10,6 +10,9 @@ iteration state except ``epoch`` (for ``torch.utils.data.DataLoader`` compatibil
   batches need no per-batch shape; a length-bucketing sampler returns one width per batch;
 - ``s.variable_width``: ``True`` when ``batch_widths`` gives widths (the loader then sizes its
   slots for the widest batch and hands each batch its width); ``False`` by default;
+- ``s.variable_size``: ``True`` when each batch is padded to its largest sample in height and
+  width (aspect-ratio buckets); the loader then reads the stored sizes from the source
+  (``image_sizes()``), sizes its slots for the largest batch, and carries the ``size`` field;
 - ``s.fingerprint()``: a JSON-safe description, stored in loader state and compared on resume.
 """
 
@@ -28,6 +31,7 @@ __all__ = ["Sampler"]
 class Sampler(abc.ABC):
     epoch: int = 0
     variable_width: bool = False
+    variable_size: bool = False
 
     @abc.abstractmethod
     def indices(self, epoch: int) -> np.ndarray: ...
