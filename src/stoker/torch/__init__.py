@@ -4,7 +4,11 @@
 - :class:`CudaPrefetcher`: batches copied ahead on a side CUDA stream and converted on the GPU
   (uint8 over the bus; float, normalisation and layout on the device; CPU fallback);
 - :class:`RecordDataset`: a map-style dataset over ``.rec`` shards for a plain DataLoader;
-- :func:`distributed_info`: ``(rank, world_size)`` from ``torch.distributed``.
+- :func:`distributed_info`: ``(rank, world_size)`` from ``torch.distributed``;
+- :func:`field_tensors` and :func:`detection_targets`: a batch's fields as a dict of tensors
+  (ragged fields as lists or padded with lengths) and as torchvision-style detection targets;
+  :func:`collate_fields`: the ``DataLoader`` collate for :class:`RecordDataset` samples with
+  fields.
 
 :mod:`stoker.torch.backend` is the prefetcher's device seam (streams, events, pinned memory);
 :mod:`stoker.torch.testing` holds the doubles that check its protocol without and with a GPU.
@@ -16,6 +20,7 @@ from stoker.torch._batch import TensorBatch
 from stoker.torch.augment import random_erase, random_flip
 from stoker.torch.dataset import RecordDataset
 from stoker.torch.distributed import distributed_info
+from stoker.torch.fields import detection_targets, field_tensors
 from stoker.torch.prefetcher import CudaPrefetcher, convert_images
 from stoker.torch.tensors import as_tensors
 
@@ -25,7 +30,9 @@ __all__ = [
     "TensorBatch",
     "as_tensors",
     "convert_images",
+    "detection_targets",
     "distributed_info",
+    "field_tensors",
     "random_erase",
     "random_flip",
 ]

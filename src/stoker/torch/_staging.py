@@ -7,7 +7,8 @@ failure (or, when no event can be recorded, the buffers are dropped and never re
 fails before queueing anything gives them back at once.
 
 Bounds: at most ``per_key`` buffers per key (more only while one batch needs more buffers of
-one shape than that), and at most ``max_keys`` keys: when a new shape arrives (a partial last
+one shape than that), and at most ``max_keys`` keys (raised by ``fit`` to two batches' worth
+when a batch has more distinct shapes than half of it): when a new shape arrives (a partial last
 batch, per-batch widths), the least recently used keys whose buffers are all free are dropped.
 """
 
@@ -46,6 +47,12 @@ class StagingPools:
         self.per_key = per_key
         self.max_keys = max_keys
         self._pools: OrderedDict[_Key, list[Pinned]] = OrderedDict()
+
+    def fit(self, keys: int) -> None:
+        """Room for two batches of ``keys`` distinct (shape, dtype) each (a batch with fields
+        has more than an image and a label), so that a steady run never drops a key it is
+        about to use again."""
+        self.max_keys = max(self.max_keys, 2 * keys)
 
     def sizes(self) -> dict[_Key, int]:
         """Buffers held per key (least recently used first)."""

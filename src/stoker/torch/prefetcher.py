@@ -8,7 +8,8 @@ consumer stream is whatever stream is current when the consumer asks for the nex
 Per batch (``_launch``):
 1. the side stream waits on the consumer stream (``side.wait_stream(consumer)``), so nothing
    the side stream does overtakes work the consumer queued earlier;
-2. every host array of the batch is copied into a pinned staging buffer taken from a pool
+2. every host array of the batch (images, labels, and the columns and lengths of its fields;
+   text and bytes stay on the host) is copied into a pinned staging buffer taken from a pool
    keyed by (shape, dtype) (a CPU tensor that is already pinned is used as it is);
 3. on the side stream: one ``non_blocking`` host-to-device copy per leaf, then a ``copy`` event;
    then conversion of the image leaves (uint8 -> float32, NHWC -> NCHW, ``(x - mean) / std``,
@@ -23,7 +24,8 @@ Buffer ownership:
   a ``stoker.Loader`` has ``Loader.slots`` slots, so ``depth <= slots - 1``, checked up front);
 - a pinned staging buffer returns to its pool only once the ``copy`` event of the batch that
   used it has completed; a pool grows to at most ``depth + 2`` buffers per (shape, dtype), after
-  that the prefetcher waits for the oldest copy; at most ``MAX_SHAPES`` (4) keys are kept: a new
+  that the prefetcher waits for the oldest copy; at most ``MAX_SHAPES`` (4) keys are kept (two
+  batches' worth when a batch with fields has more shapes): a new
   shape (a partial last batch, per-batch widths) drops the least recently used keys whose
   buffers are all free (``stoker.torch._staging``);
 - a pinned tensor supplied by the loader is referenced until its ``copy`` event completed;
@@ -78,7 +80,7 @@ import numpy as np
 import torch
 
 from stoker.loader import Loader
-from stoker.torch._batch import flatten, follows_slot_protocol
+from stoker.torch._batch import Tree, flatten, follows_slot_protocol
 from stoker.torch._staging import MAX_SHAPES, Pinned, StagingPools
 from stoker.torch.augment import batch_generator, random_erase, random_flip
 from stoker.torch.backend import Backend, CudaBackend
@@ -241,7 +243,14 @@ class CudaPrefetcher:
     ignored): see :mod:`stoker.torch.backend` and :mod:`stoker.torch.testing`.
 
     Pinned staging buffers are kept per (shape, dtype): at most ``depth + 2`` per key and at
-    most ``pool_shapes`` keys (the least recently used idle ones are dropped).
+    most ``pool_shapes`` keys, or twice the distinct (shape, dtype) of one batch when a batch
+    with fields has more (the least recently used idle ones are dropped).
+
+    A stoker batch with fields (``Loader(..., fields=...)``) comes out as a
+    :class:`~stoker.torch.TensorBatch` whose numeric, mask, size and ragged columns and ragged
+    lengths were copied with the images, on the side stream, the same way; text and bytes stay
+    on the host (see :class:`~stoker.torch.TensorBatch`). ``flip_p`` is refused for a batch
+    with boxes, points or masks: flip them in the loader's transforms, which move them too.
     """
 
     pool_shapes: int = MAX_SHAPES
@@ -345,6 +354,23 @@ class CudaPrefetcher:
             return int(getattr(item, "epoch", self.epoch)), int(item.number)
         return self.epoch, counter
 
+    def _flatten(self, item: Any) -> Tree:
+        if self.flip_p > 0.0:  # a flip on the device would leave boxes, points, masks behind
+            schema = getattr(item, "schema", None)
+            moved = [
+                n
+                for n in getattr(item, "fields", None) or {}
+                if schema is not None
+                and n in schema
+                and (schema[n].geometry is not None or schema[n].kind == "mask")
+            ]
+            if moved:
+                raise ValueError(
+                    f"flip_p flips the images on the device but not the fields {moved}; flip "
+                    "in the loader's transforms instead (HorizontalFlip moves them too)"
+                )
+        return flatten(item, self.normalize_keys)
+
     def _convert(self, x: torch.Tensor, epoch: int, number: int) -> torch.Tensor:
         gen = None
         if self.flip_p > 0.0 or self.erase_p > 0.0:
@@ -366,7 +392,7 @@ class CudaPrefetcher:
     def _iter_sync(self) -> Iterator[Any]:
         counter = 0
         for item in self.loader:
-            tree = flatten(item, self.normalize_keys)
+            tree = self._flatten(item)
             epoch, number = self._positions(item, counter)
             in_slot = follows_slot_protocol(item)
             out = []
@@ -399,7 +425,8 @@ class CudaPrefetcher:
         be = self._streams()
         side, pools = self._side, self._pools
         assert pools is not None
-        tree = flatten(item, self.normalize_keys)
+        tree = self._flatten(item)
+        pools.fit(len({(tuple(leaf.shape), str(leaf.dtype)) for leaf in tree.leaves}))
         be.wait_stream(side, be.current_stream())
         launch = self._launches
         self._launches += 1

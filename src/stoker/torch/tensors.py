@@ -12,7 +12,7 @@ import torch
 
 from stoker.torch._batch import TensorBatch, flatten, follows_slot_protocol
 
-__all__ = ["TensorBatch", "as_tensors"]
+__all__ = ["TensorBatch", "as_tensors", "tensor_batch"]
 
 
 class _AsTensors:
@@ -32,19 +32,34 @@ class _AsTensors:
 
     def __iter__(self) -> Iterator[Any]:
         for item in self.loader:
-            tree = flatten(item, ())
-            leaves = []
-            for leaf in tree.leaves:
-                t = torch.from_numpy(leaf) if isinstance(leaf, np.ndarray) else leaf
-                if self.pin_memory and t.device.type == "cpu" and not t.is_pinned():
-                    # torch's caching host allocator: a pinned block is reused only after the
-                    # non_blocking copies that read it have finished, so the slot can recycle.
-                    t = t.pin_memory()
-                leaves.append(t)
-            out = tree.rebuild(leaves)
-            if isinstance(out, TensorBatch) and follows_slot_protocol(item):
-                out = dataclasses.replace(out, source=item)
-            yield out
+            yield _to_tensors(item, self.pin_memory)
+
+
+def _to_tensors(item: Any, pin_memory: bool) -> Any:
+    tree = flatten(item, ())
+    leaves = []
+    for leaf in tree.leaves:
+        t = torch.from_numpy(leaf) if isinstance(leaf, np.ndarray) else leaf
+        if pin_memory and t.device.type == "cpu" and not t.is_pinned():
+            # torch's caching host allocator: a pinned block is reused only after the
+            # non_blocking copies that read it have finished, so the slot can recycle.
+            t = t.pin_memory()
+        leaves.append(t)
+    out = tree.rebuild(leaves)
+    if isinstance(out, TensorBatch) and follows_slot_protocol(item):
+        out = dataclasses.replace(out, source=item)
+    return out
+
+
+def tensor_batch(batch: Any) -> TensorBatch:
+    """``batch`` as a :class:`TensorBatch`: itself if it is one, else a stoker ``Batch``'s
+    arrays viewed as tensors without a copy (as :func:`as_tensors` does)."""
+    if isinstance(batch, TensorBatch):
+        return batch
+    out = _to_tensors(batch, False)
+    if not isinstance(out, TensorBatch):
+        raise TypeError(f"expected a stoker Batch or a TensorBatch, got {type(batch).__name__}")
+    return out
 
 
 def as_tensors(loader: Iterable[Any], *, pin_memory: bool = False) -> _AsTensors:

@@ -12,6 +12,9 @@
   the fakes count the staging buffers still alive: ``live_pinned()``), which
   widens the race windows on a real GPU; :class:`BrokenBackend`: the same with the protocol
   deliberately broken, to show a check catches it (:class:`BrokenFakeBackend` on the CPU);
+- :class:`FieldRing`: a loader double like :class:`SlotRing` whose batches are stoker
+  ``Batch`` objects with fields (boxes, classes, text, ...), every column scribbled over when
+  its slot is freed; :func:`field_batch`: such a batch, a function of a seed;
 - :func:`random_images`, :data:`IMAGENET_MEAN`, :data:`IMAGENET_STD`: test data.
 
 Pass a backend as ``CudaPrefetcher(loader, backend=...)``.
@@ -27,9 +30,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from stoker.torch._field_ring import FIELD_SCHEMA, FieldRing, field_batch
 from stoker.torch.backend import CudaBackend, Done
 
 __all__ = [
+    "FIELD_SCHEMA",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "BrokenBackend",
@@ -39,10 +44,12 @@ __all__ = [
     "FakeEvent",
     "FakeHandle",
     "FakeStream",
+    "FieldRing",
     "SlotBatch",
     "SlotRing",
     "SlowCopyBackend",
     "delay",
+    "field_batch",
     "random_images",
 ]
 
