@@ -138,10 +138,19 @@ def _bright(img: np.ndarray) -> np.ndarray:
     return img.min(axis=2) > (BRIGHT + 60) // 2
 
 
+GEOMETRY_CASES = [
+    ((48, 64), Compose([Resize((72, 96)), RandomCrop((56, 80)), HorizontalFlip()])),
+    # a JPEG four times the output size is decoded at a reduced DCT scale: the targets, in
+    # stored pixels, are rescaled to the decoded image before the chain runs
+    ((192, 256), Compose([Resize((48, 64)), HorizontalFlip()])),
+]
+
+
 @pytest.mark.parametrize("workers", [0, 2])
-def test_geometry_follows_the_image(workers):
-    src = FieldsSource(16)
-    chain = Compose([Resize((72, 96)), RandomCrop((56, 80)), HorizontalFlip()])
+@pytest.mark.parametrize("case", range(len(GEOMETRY_CASES)))
+def test_geometry_follows_the_image(workers, case):
+    hw, chain = GEOMETRY_CASES[case]
+    src = FieldsSource(16, hw=hw)
     with stoker.Loader(src, batch_size=4, transforms=chain, workers=workers, seed=1) as ld:
         checked = 0
         for b in ld:
@@ -164,6 +173,31 @@ def test_geometry_follows_the_image(workers):
                 # every object left in the mask kept its box (the crop may drop small ones)
                 assert set(np.unique(mask[mask > 0]).tolist()) <= set(b["classes"][r].tolist())
         assert checked > 5
+
+
+def test_images_with_fields_equal_the_classification_path():
+    """The targets path draws from the same rng in the same order: the same pixels."""
+    src = FieldsSource(10)
+    chain = Compose([RandomCrop(40), HorizontalFlip()])
+    runs = []
+    for fields in (None, []):
+        with stoker.Loader(
+            src, batch_size=5, transforms=chain, workers=0, seed=4, fields=fields
+        ) as ld:
+            runs.append([b.images.copy() for b in ld])
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_mask_over_255_is_refused_naming_key_and_field():
+    import cv2
+
+    src = FieldsSource(4)
+    big = np.full((48, 64), 300, np.uint16)
+    src.samples[2] = dict(src.samples[2], mask=cv2.imencode(".png", big)[1].tobytes())
+    with stoker.Loader(src, batch_size=2, workers=0, fields=["mask"]) as ld:
+        with pytest.raises(SpecError, match=r"key 102 .*'mask'.*300"):
+            list(ld)
 
 
 def test_classification_batches_carry_no_fields(folder):
