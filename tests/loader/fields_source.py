@@ -95,7 +95,6 @@ class FieldsSource(Source):
         for i in bad:
             self.samples[i] = dict(self.samples[i], jpeg=b"\xff\xd8\xff\xe0 not a jpeg")
         self._schema = schema_ if schema_ is not None else schema()
-        self.field_reads = 0
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -140,5 +139,30 @@ class FieldsSource(Source):
         return read
 
 
-def truth(src: FieldsSource, i: int) -> dict[str, Any]:
-    return src.samples[i]
+def all_batches(batches) -> list[dict]:
+    """Every batch of one pass, copied out of the ring."""
+    out = []
+    for b in batches:
+        out.append(
+            {
+                "images": b.images.copy(),
+                "labels": b.labels.copy(),
+                "indices": b.indices.copy(),
+                "fields": {k: v.copy() for k, v in b.fields.items()},
+                "lengths": {k: v.copy() for k, v in b.lengths.items()},
+            }
+        )
+    return out
+
+
+def assert_same(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x["indices"], y["indices"])
+        np.testing.assert_array_equal(x["images"], y["images"])
+        np.testing.assert_array_equal(x["labels"], y["labels"])
+        assert x["fields"].keys() == y["fields"].keys()
+        for k in x["fields"]:
+            assert x["fields"][k].tobytes() == y["fields"][k].tobytes(), k
+        for k in x["lengths"]:
+            np.testing.assert_array_equal(x["lengths"][k], y["lengths"][k])

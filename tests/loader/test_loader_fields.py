@@ -6,41 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fields_source import BRIGHT, MAX_BOXES, FieldsSource, schema
+from fields_source import BRIGHT, MAX_BOXES, FieldsSource, all_batches, assert_same, schema
 
 import stoker
 from stoker._core.errors import SpecError
 from stoker.codecs import decode
 from stoker.transforms import Compose, HorizontalFlip, RandomCrop, Resize, as_transform
-
-
-def _all(loader) -> list[dict]:
-    """Every batch of one pass, copied out of the ring."""
-    out = []
-    for b in loader:
-        out.append(
-            {
-                "images": b.images.copy(),
-                "labels": b.labels.copy(),
-                "indices": b.indices.copy(),
-                "fields": {k: v.copy() for k, v in b.fields.items()},
-                "lengths": {k: v.copy() for k, v in b.lengths.items()},
-            }
-        )
-    return out
-
-
-def _same(a: list[dict], b: list[dict]) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        np.testing.assert_array_equal(x["indices"], y["indices"])
-        np.testing.assert_array_equal(x["images"], y["images"])
-        np.testing.assert_array_equal(x["labels"], y["labels"])
-        assert x["fields"].keys() == y["fields"].keys()
-        for k in x["fields"]:
-            assert x["fields"][k].tobytes() == y["fields"][k].tobytes(), k
-        for k in x["lengths"]:
-            np.testing.assert_array_equal(x["lengths"][k], y["lengths"][k])
 
 
 @pytest.fixture(scope="module")
@@ -93,15 +64,15 @@ def test_workers_0_and_2_give_the_same_bytes(src):
         with stoker.Loader(
             src, batch_size=5, transforms=t, workers=workers, seed=9, shuffle=True
         ) as ld:
-            runs.append(_all(ld))
-    _same(runs[0], runs[1])
+            runs.append(all_batches(ld))
+    assert_same(runs[0], runs[1])
 
 
 def test_resume_mid_epoch_gives_the_remaining_batches_with_their_fields(src):
     t = Compose([RandomCrop(40), HorizontalFlip()])
     kw = dict(batch_size=4, transforms=t, seed=5, shuffle=True)
     with stoker.Loader(src, workers=2, **kw) as ld:
-        full = _all(ld)
+        full = all_batches(ld)
     with stoker.Loader(src, workers=2, **kw) as ld:
         it = iter(ld)
         next(it)
@@ -109,8 +80,8 @@ def test_resume_mid_epoch_gives_the_remaining_batches_with_their_fields(src):
         state = ld.state_dict()
     with stoker.Loader(src, workers=0, **kw) as ld:
         ld.load_state_dict(state)
-        rest = _all(ld)
-    _same(full[2:], rest)
+        rest = all_batches(ld)
+    assert_same(full[2:], rest)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -274,17 +245,7 @@ def test_a_retained_batch_keeps_its_fields(src):
 
 def test_thread_prefetch_hands_fields_over(src):
     with stoker.Loader(src, batch_size=4, workers=2, seed=2) as ld:
-        direct = _all(ld)
+        direct = all_batches(ld)
         ld.set_epoch(0)
-        through = []
-        for b in stoker.prefetch(ld, 2):
-            through.append(
-                {
-                    "images": b.images.copy(),
-                    "labels": b.labels.copy(),
-                    "indices": b.indices.copy(),
-                    "fields": {k: v.copy() for k, v in b.fields.items()},
-                    "lengths": {k: v.copy() for k, v in b.lengths.items()},
-                }
-            )
-    _same(direct, through)
+        through = all_batches(stoker.prefetch(ld, 2))
+    assert_same(direct, through)

@@ -352,6 +352,12 @@ class Loader(RingFeed):
         """The epoch's order and per-batch widths and heights (``None``: the chain's own)."""
         idx = np.asarray(self.sampler.indices(epoch), dtype=np.int64)
         if self.pipeline.variable_height:
+            bs = getattr(self.sampler, "batch_size", self._per_batch)
+            if bs != self._per_batch:
+                raise ValueError(
+                    f"the sampler makes batches of {bs} samples, the loader of "
+                    f"{self._per_batch}; build the sampler with the loader's batch size"
+                )
             frames = self._frames(idx)
             return idx, frames[:, 1].copy(), frames[:, 0].copy()
         widths = self.sampler.batch_widths(epoch, self._per_batch)

@@ -1,4 +1,5 @@
-"""Layer 1: pure index arithmetic (epoch orders, rank splits, class balance, length buckets).
+"""Layer 1: pure index arithmetic (epoch orders, rank splits, class balance, length and
+aspect-ratio buckets).
 
 Every sampler is a pure function of its configuration and the epoch: ``indices(epoch)`` gives
 this rank's global positions, ``len()`` their count, ``batch_widths(epoch, batch_size)`` an
@@ -6,6 +7,7 @@ optional width per batch and ``fingerprint()`` a JSON-safe description. They als
 and honour ``set_epoch``, so a plain ``torch.utils.data.DataLoader(sampler=...)`` accepts them.
 """
 
+from stoker.sampling.aspect import AspectBuckets
 from stoker.sampling.balanced import ClassBalanced
 from stoker.sampling.base import Sampler
 from stoker.sampling.buckets import LengthBuckets, ProportionalWidth
@@ -13,6 +15,7 @@ from stoker.sampling.filters import FrequencyReport, filter_by_label_frequency
 from stoker.sampling.order import EpochOrder, Subset, split_for_rank
 
 __all__ = [
+    "AspectBuckets",
     "ClassBalanced",
     "EpochOrder",
     "FrequencyReport",
