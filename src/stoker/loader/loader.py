@@ -136,22 +136,8 @@ class Loader(RingFeed):
         src, owned = as_source(source)
         self._source, self._owns_source = src, owned
         try:
-            sized = sampler is not None and sampler.variable_size
-            self._fields = plan_fields(src.schema, fields, size=sized)
-            if self._fields is not None and pair_with is not None:
-                raise SpecError(
-                    "pair_with works on image and label only; this loader carries the fields "
-                    f"{list(self._fields.schema.extra)} (pass fields=[] to leave them out)"
-                )
-            self.pipeline = Pipeline(
-                src.sample_spec,
-                transforms=transforms,
-                pair_with=pair_with,
-                layout=layout,
-                decode=decode or DecodeOptions(),
-                variable_width=sampler is not None and (sampler.variable_width or sized),
-                variable_height=sized,
-                geometry=self._fields.geometry if self._fields is not None else frozenset(),
+            self.pipeline = self._make_pipeline(
+                src, transforms, pair_with, layout, decode, sampler, fields
             )
             self._seed_given = seed is not None
             self.seed = fresh_seed() if seed is None else check_seed(seed)
@@ -176,6 +162,36 @@ class Loader(RingFeed):
         _live.add(self)
         if self.workers:
             warm_up()  # the worker server boots while the caller builds its model
+
+    def _make_pipeline(
+        self,
+        src: Source,
+        transforms: Any,
+        pair_with: Any,
+        layout: str,
+        decode: DecodeOptions | None,
+        sampler: Sampler | None,
+        fields: list[str] | tuple[str, ...] | None,
+    ) -> Pipeline:
+        """The fields the batches carry (``self._fields``) and the pipeline, checked before any
+        data flows: ``pair_with`` carries no fields, every step must move the geometric ones."""
+        sized = sampler is not None and sampler.variable_size
+        self._fields = plan_fields(src.schema, fields, size=sized)
+        if self._fields is not None and pair_with is not None:
+            raise SpecError(
+                "pair_with works on image and label only; this loader carries the fields "
+                f"{list(self._fields.schema.extra)} (pass fields=[] to leave them out)"
+            )
+        return Pipeline(
+            src.sample_spec,
+            transforms=transforms,
+            pair_with=pair_with,
+            layout=layout,
+            decode=decode or DecodeOptions(),
+            variable_width=sampler is not None and (sampler.variable_width or sized),
+            variable_height=sized,
+            geometry=self._fields.geometry if self._fields is not None else frozenset(),
+        )
 
     def _default_sampler(
         self, src: Source, shuffle: bool, rank: int | None, world_size: int | None

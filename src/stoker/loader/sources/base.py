@@ -96,7 +96,7 @@ class Source(abc.ABC):
     def schema(self) -> Schema:
         """The fields of one sample; a source without declared fields has an image and a label."""
         lab = self.label_spec
-        return Schema.classification(tuple(lab.shape), lab.dtype)
+        return Schema.classification(tuple(int(d or 1) for d in lab.shape), lab.dtype)
 
     def field_reader(
         self, names: tuple[str, ...], indices: np.ndarray | None = None
