@@ -27,7 +27,13 @@ next batch is requested. The torch backend copies every NumPy batch into its own
 (``np.array`` in ``convert_to_tensor``) before the next request, so with it the view is
 handed over as it is; with other backends (jax, tensorflow, numpy) the images are copied
 once here. Converting to a float ``x_dtype`` makes a new array anyway (one pass, no extra
-copy). Labels are always copied (they are small).
+copy). Labels are always copied (they are small). Field columns follow the images' rule;
+their lengths are always copied.
+
+Fields. A batch that carries fields (``Loader(..., fields=...)`` over a set packed with them)
+gives ``x`` as a dict keyed by field name, so a multi-input model takes each entry by its
+``keras.Input(name=...)``: the images under the schema's image name, then each field in its
+padded form with ``"<name>_lengths"`` beside a variable one (``stoker.keras._fields``).
 
 Shutdown. ``close()`` (also ``__exit__``) closes the current pass (the loader's generator
 runs its cleanup, in-flight batches are dropped) and then, unless ``close_loader=False``, the
@@ -44,7 +50,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -64,6 +70,8 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
             "KERAS_BACKEND=torch (or jax) in the environment before importing keras"
         ) from exc
     raise
+
+from stoker.keras._fields import field_arrays, own  # noqa: E402 - after the keras check
 
 __all__ = ["KerasDataset", "dataset"]
 
@@ -85,6 +93,12 @@ class KerasDataset(keras.utils.PyDataset):
             epochs, so ``steps`` may be larger or smaller than one pass. Use this rather than
             ``fit(steps_per_epoch=...)``.
         close_loader: whether ``close()`` also closes the loader (default True).
+        inputs: the entries of ``x`` by field name. Default: the image alone (an array) for
+            batches without fields; for batches with fields a dict of the image (under the
+            schema's image name) and every carried field, each variable one (ragged, text,
+            bytes) padded to the set's ``max_len`` with ``"<name>_lengths"`` (int32) beside it.
+        targets: the entries of ``y`` by field name (a dict, laid out as ``inputs``); default
+            the labels array.
 
     Images with no channel axis (``(B, H, W)``, e.g. grayscale arrays) get one, as Keras
     expects NHWC (NCHW under ``image_data_format() == "channels_first"``).
@@ -101,8 +115,10 @@ class KerasDataset(keras.utils.PyDataset):
     _it: Iterator[Any] | None
     _served: int
     _epochs_ended: int
-    _last: tuple[np.ndarray, np.ndarray] | None
-    _replay: tuple[np.ndarray, np.ndarray] | None
+    _inputs: tuple[str, ...] | None
+    _targets: tuple[str, ...] | None
+    _last: tuple[Any, Any] | None
+    _replay: tuple[Any, Any] | None
     _table: np.ndarray | None
     _closed: bool
 
@@ -114,6 +130,8 @@ class KerasDataset(keras.utils.PyDataset):
         scale: float = 1 / 255,
         steps: int | None = None,
         close_loader: bool = True,
+        inputs: Sequence[str] | None = None,
+        targets: Sequence[str] | None = None,
     ) -> None:
         super().__init__(workers=1, use_multiprocessing=False, max_queue_size=1)
         if not (hasattr(loader, "__iter__") and hasattr(loader, "__len__")):
@@ -140,6 +158,13 @@ class KerasDataset(keras.utils.PyDataset):
             isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps <= 0
         ):
             raise ValueError(f"steps must be a positive int or None, got {steps!r}")
+        for what, names in (("inputs", inputs), ("targets", targets)):
+            if names is not None and (
+                isinstance(names, str) or not names or not all(isinstance(v, str) for v in names)
+            ):
+                raise TypeError(f"{what} must be a non-empty list of field names, got {names!r}")
+        self._inputs = tuple(inputs) if inputs is not None else None
+        self._targets = tuple(targets) if targets is not None else None
         self._loader = loader
         self._per_pass = n
         self._steps = int(steps) if steps is not None else n
@@ -197,7 +222,7 @@ class KerasDataset(keras.utils.PyDataset):
     def __len__(self) -> int:
         return self._steps
 
-    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
         if self._closed:
             raise ValueError("this KerasDataset is closed")
         if isinstance(index, bool) or not isinstance(index, numbers.Integral):
@@ -223,7 +248,7 @@ class KerasDataset(keras.utils.PyDataset):
             # batch again as the first one of the real first epoch. (With one batch per epoch
             # a peek looks like a whole epoch: nothing is replayed then.)
             if self._last is not None:
-                self._replay = (np.array(self._last[0]), np.array(self._last[1]))
+                self._replay = (own(self._last[0]), own(self._last[1]))
         elif self._served:
             self._epochs_ended += 1
         self._served = 0
@@ -288,7 +313,7 @@ class KerasDataset(keras.utils.PyDataset):
             self._table = vals.astype(dtype)
         return self._table
 
-    def _convert(self, batch: Any) -> tuple[np.ndarray, np.ndarray]:
+    def _convert(self, batch: Any) -> tuple[Any, Any]:
         try:
             images, labels = batch
         except (TypeError, ValueError):
@@ -312,7 +337,15 @@ class KerasDataset(keras.utils.PyDataset):
             x = out
         elif self._copy:
             x = np.array(x)
-        return x, np.array(labels)
+        names = self._inputs
+        if names is None and getattr(batch, "fields", None):
+            names = (batch.schema.image_name, *batch.fields)
+        y: Any = np.array(labels)
+        if self._targets is not None:
+            y = field_arrays(batch, self._targets, x, copy=True)
+        if names is None:
+            return x, y
+        return field_arrays(batch, names, x, copy=self._copy), y
 
 
 def dataset(
@@ -322,12 +355,14 @@ def dataset(
     x_dtype: Any = None,
     scale: float = 1 / 255,
     steps: int | None = None,
+    inputs: Sequence[str] | None = None,
+    targets: Sequence[str] | None = None,
     **loader_options: Any,
 ) -> KerasDataset:
     """Build a ``stoker.Loader`` over ``source`` and wrap it in a :class:`KerasDataset`.
 
     ``loader_options`` go to the loader (``transforms=``, ``pair_with=``, ``shuffle=``,
-    ``seed=``, ``workers=``, ...). The dataset owns the loader: ``close()`` closes both.
+    ``seed=``, ``workers=``, ``fields=``, ...). The dataset owns the loader: ``close()`` closes both.
 
     >>> ds = stoker.keras.dataset((x, y), batch_size=256, pair_with=kanji_distort(64),
     ...                           shuffle=True, seed=0, workers=4, x_dtype="float16")
@@ -336,7 +371,15 @@ def dataset(
 
     loader = Loader(source, batch_size=batch_size, **loader_options)
     try:
-        return KerasDataset(loader, x_dtype=x_dtype, scale=scale, steps=steps, close_loader=True)
+        return KerasDataset(
+            loader,
+            x_dtype=x_dtype,
+            scale=scale,
+            steps=steps,
+            close_loader=True,
+            inputs=inputs,
+            targets=targets,
+        )
     except BaseException:
         loader.close()
         raise

@@ -20,7 +20,7 @@ from stoker.torch._batch import TensorBatch
 from stoker.torch.augment import random_erase, random_flip
 from stoker.torch.dataset import RecordDataset
 from stoker.torch.distributed import distributed_info
-from stoker.torch.fields import detection_targets, field_tensors
+from stoker.torch.fields import collate_fields, detection_targets, field_tensors
 from stoker.torch.prefetcher import CudaPrefetcher, convert_images
 from stoker.torch.tensors import as_tensors
 
@@ -29,6 +29,7 @@ __all__ = [
     "RecordDataset",
     "TensorBatch",
     "as_tensors",
+    "collate_fields",
     "convert_images",
     "detection_targets",
     "distributed_info",

@@ -8,13 +8,17 @@ shared between processes).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from stoker._core.errors import SpecError
+from stoker._core.schema import Schema
 from stoker._core.seeding import sample_rng
+from stoker.torch._sample_fields import geometry_kinds, sample_fields
 
 __all__ = ["RecordDataset"]
 
@@ -33,6 +37,16 @@ class RecordDataset(Dataset):
     Call ``set_epoch(e)`` before each epoch for fresh augmentation; with
     ``persistent_workers=True`` the workers keep the epoch they started with, so leave that
     off or pass ``epoch`` through your own sampler.
+
+    A set packed with fields (``docs/contracts.md``) gives a dict instead: the image tensor
+    under the schema's image name, the label (as above) under its label name, and each
+    carried field: numeric as a tensor of its shape, ragged as an ``(n, *shape)`` tensor,
+    a mask as ``(H, W)``, text as ``str``, bytes as ``bytes``, ``size`` as int32 ``(2,)``.
+    Boxes, points and masks move with the image through the transforms' ``apply_targets``,
+    as in the loader. ``fields`` picks them like ``Loader(fields=)``: ``None`` every field of
+    the set, a list the named ones (``"size"`` included), ``[]`` none (then ``(image,
+    label)`` as for a set without fields). ``collate_fn()`` batches such dicts for a
+    ``DataLoader`` (see :func:`stoker.torch.collate_fields`).
     """
 
     def __init__(
@@ -43,9 +57,14 @@ class RecordDataset(Dataset):
         seed: int = 0,
         epoch: int = 0,
         scale_on_decode: bool = True,
+        fields: list[str] | tuple[str, ...] | None = None,
     ) -> None:
         if transforms is not None and not callable(transforms):
             raise TypeError(f"transforms must be callable (img, rng) -> img, got {transforms!r}")
+        if fields is not None and (
+            isinstance(fields, str) or not all(isinstance(n, str) for n in fields)
+        ):
+            raise TypeError(f"fields must be a list of field names or None, got {fields!r}")
         self.path = os.fspath(path)
         self.transforms = transforms
         self.seed = int(seed)
@@ -54,6 +73,18 @@ class RecordDataset(Dataset):
         reader = self._open()
         self._n = len(reader)
         self.class_names = reader.class_names
+        full = reader.schema
+        self.schema: Schema = full.select(list(full.extra) if fields is None else list(fields))
+        self._stored = tuple(self.schema.stored)
+        kinds = geometry_kinds(self.schema)
+        if kinds and transforms is not None:
+            check = getattr(transforms, "check_targets", None)
+            if check is None:
+                raise SpecError(
+                    f"the samples carry {sorted(kinds)}: transforms must be stoker transforms "
+                    "that move them (apply_targets)"
+                )
+            check(kinds)
         self._reader: Any = reader
         self._pid = os.getpid()
 
@@ -74,7 +105,19 @@ class RecordDataset(Dataset):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, Any]:
+    @property
+    def has_fields(self) -> bool:
+        """True when samples are dicts (the set carries fields and ``fields`` kept some)."""
+        return bool(self.schema.extra)
+
+    def collate_fn(self, *, ragged: str = "list") -> Callable[[list[dict[str, Any]]], Any]:
+        """A ``DataLoader`` ``collate_fn`` for this dataset's dict samples (picklable):
+        :func:`stoker.torch.collate_fields` with this schema."""
+        from stoker.torch.fields import collate_fields
+
+        return collate_fields(self.schema, ragged=ragged)
+
+    def __getitem__(self, i: int) -> Any:
         from stoker.codecs import decode, image_size, sniff
 
         if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
@@ -83,15 +126,33 @@ class RecordDataset(Dataset):
         idx = int(i) + n if i < 0 else int(i)
         if not 0 <= idx < n:
             raise IndexError(f"index {i} out of range for {n} records in {self.path}")
-        header, payload = self._get_reader().read_header(idx)
+        reader = self._get_reader()
+        vals: dict[str, Any] = {}
+        if self.has_fields:
+            header, payload, vals = reader.read_fields(idx, self._stored)
+        else:
+            header, payload = reader.read_header(idx)
         min_size = None  # as the loader does: a reduced JPEG scale when a downscale follows
         hint = getattr(self.transforms, "decode_hint", None)
         if hint is not None and self.scale_on_decode and sniff(payload) == "jpeg":
             min_size = hint(image_size(payload))
         img = decode(payload, min_size=min_size)
-        if self.transforms is not None:
-            img = self.transforms(img, sample_rng(self.seed, self.epoch, idx))
-        return torch.from_numpy(np.ascontiguousarray(img)), _label(header.label)
+        rng = sample_rng(self.seed, self.epoch, idx)
+        if not self.has_fields:
+            if self.transforms is not None:
+                img = self.transforms(img, rng)
+            return torch.from_numpy(np.ascontiguousarray(img)), _label(header.label)
+        stored = image_size(payload)
+        where = f"{self.path}: position {idx}"
+        img, out = sample_fields(self.schema, img, stored, vals, self.transforms, rng, where)
+        sample: dict[str, Any] = {
+            self.schema.image_name: torch.from_numpy(np.ascontiguousarray(img))
+        }
+        label_name = self.schema.header_name
+        if label_name is not None:
+            sample[label_name] = _label(header.label)
+        sample.update(out)
+        return sample
 
     def close(self) -> None:
         reader, self._reader = self._reader, None

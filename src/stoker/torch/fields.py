@@ -1,6 +1,7 @@
-"""A batch's fields as a model takes them: a dict of tensors, or detection targets per image.
+"""A batch's fields as a model takes them: a dict of tensors, or detection targets per image;
+and the ``DataLoader`` collate for :class:`~stoker.torch.RecordDataset` samples with fields.
 
-Both accept a :class:`~stoker.torch.TensorBatch` (from ``CudaPrefetcher`` or
+``field_tensors`` and ``detection_targets`` accept a :class:`~stoker.torch.TensorBatch` (from ``CudaPrefetcher`` or
 :func:`~stoker.torch.as_tensors`) or a stoker ``Batch`` straight from the loader (its arrays
 are then viewed as tensors without a copy, valid like the batch until the next one is asked
 for).
@@ -9,13 +10,16 @@ for).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils.data import default_collate
 
+from stoker._core.schema import Schema
 from stoker.torch.tensors import tensor_batch
 
-__all__ = ["detection_targets", "field_tensors"]
+__all__ = ["FieldCollate", "collate_fields", "detection_targets", "field_tensors"]
 
 RAGGED = ("list", "padded")
 
@@ -112,3 +116,61 @@ def detection_targets(
         d.update((key, rows[i]) for key, rows in per_field.items())
         out.append(d)
     return out
+
+
+@dataclass(frozen=True)
+class FieldCollate:
+    """The collate of :func:`collate_fields` (a picklable callable: ``DataLoader`` workers
+    receive it)."""
+
+    schema: Schema
+    ragged: str = "list"
+
+    def __call__(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        if not samples:
+            raise ValueError("collate_fields got no samples")
+        out: dict[str, Any] = {}
+        for name in samples[0]:
+            values = [s[name] for s in samples]
+            kind = self.schema[name].kind if name in self.schema else "numeric"
+            if kind in ("text", "bytes"):
+                out[name] = values
+            elif kind == "ragged":
+                out[name] = values if self.ragged == "list" else _pad(values)
+            elif kind in ("image", "mask", "size", "numeric") and isinstance(
+                values[0], torch.Tensor
+            ):
+                shapes = {tuple(v.shape) for v in values}
+                if len(shapes) > 1:
+                    raise ValueError(
+                        f"field {name!r} ({kind}) has several shapes in one batch {sorted(shapes)}: "
+                        "end the transforms in a fixed size (Resize, RandomCrop, "
+                        "RandomResizedCrop) to stack them"
+                    )
+                out[name] = torch.stack(values)
+            else:  # the label as the classification path collates it
+                out[name] = default_collate(values)
+        return out
+
+
+def _pad(values: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    lengths = torch.tensor([len(v) for v in values], dtype=torch.int32)
+    first = values[0]
+    padded = first.new_zeros((len(values), int(lengths.max()), *first.shape[1:]))
+    for r, v in enumerate(values):
+        padded[r, : len(v)] = v
+    return padded, lengths
+
+
+def collate_fields(schema: Schema, *, ragged: str = "list") -> FieldCollate:
+    """A ``collate_fn`` for dict samples of ``schema`` (what ``RecordDataset`` gives for a set
+    with fields): images, numeric fields, masks and sizes stacked; the label collated as for
+    classification; ragged fields as a list of tensors (``ragged="list"``) or as
+    ``(values, lengths)`` zero-padded to the batch's longest (``ragged="padded"``); text and
+    bytes as lists. The result has the layout of :func:`field_tensors` on a loader batch.
+
+    >>> loader = DataLoader(ds, batch_size=32, num_workers=4, collate_fn=ds.collate_fn())
+    """
+    if ragged not in RAGGED:
+        raise ValueError(f"ragged must be one of {RAGGED}, got {ragged!r}")
+    return FieldCollate(schema, ragged)
