@@ -9,12 +9,14 @@ frozen and picklable), and, in JSON form, the settings in the resume journal's f
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from stoker._core.checks import check_int, check_optional_int
+from stoker._core.schema import Schema
 from stoker._core.system import usable_cores
 from stoker.pack.images import DEFAULT_MAX_PIXELS, check_image
 
@@ -37,6 +39,25 @@ _INT_RANGES: dict[str, tuple[int, int | None, bool]] = {
     "seed": (0, None, False),
     "quality": (1, 100, True),
 }
+
+
+def _load_schema(value: Any) -> Schema | None:
+    """``schema=`` as a :class:`Schema`: given as one, as its JSON dict, or as a JSON file."""
+    if value is None or isinstance(value, Schema):
+        return value
+    where = "schema"
+    if isinstance(value, (str, os.PathLike)):
+        where = os.fspath(value)
+        try:
+            with open(where, "rb") as f:
+                value = json.loads(f.read(1 << 20).decode("utf-8"))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"schema {where}: cannot read it as JSON: {e}") from None
+    elif not isinstance(value, dict):
+        raise TypeError(
+            f"schema must be a Schema, its JSON dict or a JSON file path, got {type(value).__name__}"
+        )
+    return Schema.from_json(value, where=where)
 
 
 def output_prefix(out: str | os.PathLike[str]) -> str:
@@ -74,6 +95,9 @@ class PackOptions:
     root: str | os.PathLike[str] | None = None
     allow_outside_root: bool = False
     progress: bool | None = None
+    #: a listing's schema in place of the inferred one: a Schema, its JSON dict, or the path
+    #: of a JSON file holding it (``Schema.to_json`` layout)
+    schema: Any = None
     # None means check_image; a stand-in must be module-level (fault-injection tests)
     check: Callable[..., Any] | None = None
 
@@ -97,6 +121,7 @@ class PackOptions:
         put(self, "root", os.fspath(self.root) if self.root else None)
         if self.check is None:
             put(self, "check", check_image)
+        put(self, "schema", _load_schema(self.schema))
         prefix = self.prefix
         if not prefix or os.path.isdir(prefix):
             raise ValueError(f"out must name a file prefix (e.g. data/train), got {self.out!r}")
@@ -120,12 +145,13 @@ class PackOptions:
         name = f"{check.__module__}.{check.__qualname__}"
         return {"journal": JOURNAL_VERSION, **self._output_json(), "check": name}
 
-    def manifest_json(self, *, from_lst: bool) -> dict[str, Any]:
+    def manifest_json(self, *, from_lst: bool, listing: bool = False) -> dict[str, Any]:
         """The options at the head of the manifest's ``pack`` block; ``from_lst`` says whether
-        the source was an im2rec list (keys from its index) or a folder (keys by position)."""
+        the source was an im2rec list (keys from its index) or a folder (keys by position),
+        ``listing`` a ``.jsonl``/``.csv`` listing (keys by position)."""
         return {
             "source": os.path.basename(os.path.normpath(self.src)),
-            "source_kind": "lst" if from_lst else "folder",
+            "source_kind": "lst" if from_lst else "listing" if listing else "folder",
             "keys": "lst-index" if from_lst else "position",
             **self._output_json(),
             "follow_symlinks": self.follow_symlinks,

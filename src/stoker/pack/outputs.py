@@ -24,6 +24,7 @@ import numpy as np
 
 from stoker._core.atomic import atomic_write, partial_path
 from stoker._core.errors import OutputExistsError, PackError
+from stoker._core.schema import Schema
 from stoker.pack.plan import Plan
 from stoker.pack.scan import ScanResult, escape_name, unescape_name
 
@@ -339,11 +340,21 @@ def class_counts(plan: Plan, written: np.ndarray) -> dict[str, int]:
 
 
 def write_manifest(
-    path: str, shard_infos: list, classes: dict[str, int], pack_meta: dict, rejects_meta: dict
+    path: str,
+    shard_infos: list,
+    classes: dict[str, int],
+    pack_meta: dict,
+    rejects_meta: dict,
+    *,
+    schema: Schema | None = None,
 ) -> None:
-    """The manifest (``OUT.stoker.json``), written atomically."""
+    """The manifest (``OUT.stoker.json``), written atomically; ``schema``: a listing's (a
+    folder's manifest has none, and stays as it was)."""
     from stoker.formats import recordio
 
     shards = [recordio.shard_entry(si, path) for si in shard_infos]
-    made = recordio.make_manifest(shards, classes=classes, pack=pack_meta, rejects=rejects_meta)
+    extra = {} if schema is None else {"schema": schema.to_json()}
+    made = recordio.make_manifest(
+        shards, classes=classes, pack=pack_meta, rejects=rejects_meta, **extra
+    )
     recordio.write_manifest(path, made)

@@ -56,7 +56,9 @@ import numpy as np
 from stoker._core.atomic import partial_path
 from stoker._core.errors import PackError, TooManyRejectsError
 from stoker._core.progress import Progress, make_progress
+from stoker.formats.fields import encode_trailer
 from stoker.pack.images import DEFAULT_MAX_PIXELS
+from stoker.pack.listing import ListingItem, max_lengths
 from stoker.pack.options import PackOptions, output_prefix
 from stoker.pack.outputs import (
     OutputPaths,
@@ -74,7 +76,7 @@ from stoker.pack.outputs import (
     write_manifest,
     write_rejects,
 )
-from stoker.pack.plan import Plan, fingerprint, make_plan
+from stoker.pack.plan import Plan, fingerprint, geometric, make_plan
 from stoker.pack.pool import results
 from stoker.pack.report import PackReport, Tally
 from stoker.pack.worker import MAX_FILE_BYTES, process
@@ -103,9 +105,11 @@ def pack(
     root: str | os.PathLike[str] | None = None,
     allow_outside_root: bool = False,
     progress: bool | None = None,
+    schema: Any = None,
     _check: Callable[..., Any] | None = None,
 ) -> PackReport:
-    """Pack an image folder (one class per top-level subfolder) or an im2rec ``.lst`` into
+    """Pack an image folder (one class per top-level subfolder), an im2rec ``.lst``, or a
+    ``.jsonl``/``.csv`` listing of images with fields (``docs/pack.md``) into
     ``OUT.rec``/``OUT.idx`` (``OUT-NNNNN.*`` with ``shard_size``), ``OUT.crc32c``,
     ``OUT.stoker.json``, ``OUT.rejects.tsv`` and, with ``list_file``, ``OUT.lst``.
 
@@ -115,8 +119,10 @@ def pack(
     :class:`TooManyRejectsError` when more files are rejected (after writing the rejects file).
     ``max_pixels``: header pixel limit (decompression bombs). ``root``: folder that ``.lst``
     paths are relative to (default: the list's folder); a listed path that is absolute or leads
-    outside it is rejected ``outside_root`` unless ``allow_outside_root``. ``progress``: a bar on stderr (default:
-    when stderr is a terminal). ``_check``: internal, a module-level stand-in for
+    outside it is rejected ``outside_root`` unless ``allow_outside_root``; the same holds for
+    a listing's image and mask paths. ``schema``: a listing's schema in place of the one its
+    rows imply (a ``Schema``, its JSON dict or a JSON file). ``progress``: a bar on stderr
+    (default: when stderr is a terminal). ``_check``: internal, a module-level stand-in for
     ``check_image`` run in the workers (fault-injection tests). See ``docs/pack.md`` for the
     checks, the normalisation policy and resume.
 
@@ -141,6 +147,7 @@ def pack(
         root=root,
         allow_outside_root=allow_outside_root,
         progress=progress,
+        schema=schema,
         check=_check,
     )
     return run_pack(options)
@@ -172,6 +179,7 @@ def run_pack(options: PackOptions) -> PackReport:
     bar = make_progress(len(plan.items), "pack", unit="img", enabled=options.progress)
     bar.update(start)
     run = _Run(options, plan, paths, shards, tally, rejects, records, bar)
+    run.check_listing_rejects()
     return run.go(start, n_workers, t0)
 
 
@@ -248,7 +256,8 @@ class _Run:
         committed = False
         chunk = max(1, min(64, len(self.plan.items) // (n_workers * 8) or 1))
         last_flush = time.monotonic()
-        stream = results(self.plan.items, start, self.options, n_workers, chunk)
+        upright = self.plan.schema is not None and geometric(self.plan.schema)
+        stream = results(self.plan.items, start, self.options, n_workers, chunk, upright=upright)
         try:
             for pos, r in stream:
                 self._take(pos, r)
@@ -294,9 +303,13 @@ class _Run:
     def _take(self, pos: int, r: tuple) -> None:
         """Store one worker result, or journal it as a reject."""
         if r[0] == 0:
-            _, data, fmt, rotated, passthrough, size_in = r
+            _, data, fmt, rotated, passthrough, size_in = r[:6]
             key = int(self.plan.keys[pos])
-            payload = _header_payload(key, self.plan.items[pos].label, data)
+            item = self.plan.items[pos]
+            payload = _header_payload(key, item.label, data)
+            if self.plan.schema is not None and isinstance(item, ListingItem):
+                masks = r[6] if len(r) > 6 else {}
+                payload += encode_trailer(self.plan.schema, {**item.fields, **masks})
             if len(payload) > MAX_FILE_BYTES + 24:
                 r = (1, "too_large", f"{len(payload)} bytes after encoding exceed RecordIO's limit")
             else:
@@ -304,8 +317,22 @@ class _Run:
                 self.tally.wrote(pos, fmt, rotated, passthrough, size_in)
                 self.records.add(pos, fmt, rotated, passthrough, size_in)
         if r[0] == 1:
-            self._reject(pos, r[1], r[2])
+            item = self.plan.items[pos]
+            line = f"line {item.line}: " if isinstance(item, ListingItem) else ""
+            self._reject(pos, r[1], line + r[2])
         self.bar.update(1)
+
+    def check_listing_rejects(self) -> None:
+        """A listing's bad rows count against ``max_rejects`` before any image is read."""
+        max_rejects = self.options.max_rejects
+        n_rej = len(self.plan.scan.rejects)
+        if self.plan.schema is None or max_rejects is None or n_rej <= max_rejects:
+            return
+        write_rejects(self.paths.rejects, self.plan.scan, self.plan, [])
+        raise TooManyRejectsError(
+            f"{n_rej} listing rows rejected, more than max_rejects={max_rejects}; "
+            f"see {self.paths.rejects}"
+        )
 
     def _reject(self, pos: int, reason: str, detail: str) -> None:
         """Journal a reject; past ``max_rejects``, write the rejects list and stop."""
@@ -333,7 +360,7 @@ class _Run:
         except OSError as e:
             raise write_error(e, paths.lst or paths.rejects, None) from None
         pack_meta = {
-            **self.options.manifest_json(from_lst=plan.from_lst),
+            **self.options.manifest_json(from_lst=plan.from_lst, listing=plan.schema is not None),
             **tally.manifest_counts(),
             "class_counts": class_counts(plan, tally.written),
         }
@@ -342,5 +369,10 @@ class _Run:
             "reasons": tally.reasons(),
             "file": os.path.basename(paths.rejects),
         }
-        write_manifest(paths.manifest, shard_infos, plan.scan.classes, pack_meta, rejects_meta)
+        schema = None
+        if plan.schema is not None:
+            schema = plan.schema.with_max_len(max_lengths(plan.schema, plan.items, tally.written))
+        write_manifest(
+            paths.manifest, shard_infos, plan.scan.classes, pack_meta, rejects_meta, schema=schema
+        )
         return shard_infos

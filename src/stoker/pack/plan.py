@@ -18,11 +18,13 @@ from typing import Any
 import numpy as np
 
 from stoker._core.errors import PackError
+from stoker._core.schema import Schema
 from stoker._core.seeding import stream_rng
+from stoker.pack.listing import ListingItem, is_listing, read_listing
 from stoker.pack.options import PackOptions
 from stoker.pack.scan import Item, ScanResult, read_lst, scan_folder
 
-__all__ = ["Plan", "fingerprint", "make_plan"]
+__all__ = ["Plan", "fingerprint", "geometric", "make_plan"]
 
 _DOMAIN_SHUFFLE = 0x50414B53  # "PAKS"
 
@@ -37,6 +39,8 @@ class Plan:
     keys: np.ndarray  # int64, by position
     shard_size: int | None
     prefix: str
+    #: a listing's schema (``None`` for a folder or an im2rec list: an image and its label)
+    schema: Schema | None = None
 
     @property
     def n_shards(self) -> int:
@@ -53,21 +57,38 @@ class Plan:
         return f"{self.prefix}-{s:05d}.rec"
 
 
-def _list_source(options: PackOptions) -> tuple[ScanResult, bool]:
-    """The source's listing, and whether it is an im2rec list."""
+def _list_source(options: PackOptions) -> tuple[ScanResult, bool, Schema | None]:
+    """The source's listing, whether it is an im2rec list, and a listing's schema."""
     src = os.fspath(options.src)
     if os.path.isdir(src):
-        return scan_folder(src, follow_symlinks=options.follow_symlinks), False
+        return scan_folder(src, follow_symlinks=options.follow_symlinks), False, None
     if os.path.isfile(src) and src.endswith(".lst"):
-        return read_lst(src, root=options.root, allow_outside_root=options.allow_outside_root), True
+        lst = read_lst(src, root=options.root, allow_outside_root=options.allow_outside_root)
+        return lst, True, None
+    if os.path.isfile(src) and is_listing(src):
+        scan, schema = read_listing(
+            src,
+            root=options.root,
+            allow_outside_root=options.allow_outside_root,
+            schema=options.schema,
+        )
+        return scan, False, schema
     if not os.path.exists(src):
         raise PackError(f"{src}: no such file or folder")
-    raise PackError(f"{src}: give an image folder or an im2rec .lst file")
+    raise PackError(f"{src}: give an image folder, an im2rec .lst, or a .jsonl/.csv listing")
 
 
 def make_plan(options: PackOptions) -> Plan:
     """List the source once (a snapshot) and fix the order and keys of every record."""
-    scan, from_lst = _list_source(options)
+    scan, from_lst, schema = _list_source(options)
+    if options.schema is not None and schema is None:
+        raise PackError(f"{options.src}: schema is for a .jsonl or .csv listing")
+    if schema is not None and options.resize is not None and geometric(schema):
+        raise PackError(
+            f"{options.src}: resize would move the images under their "
+            f"{[n for n, f in schema.items() if f.geometry or f.kind == 'mask']} fields; "
+            "pack at the stored size and resize in the loader's transforms"
+        )
     items = scan.items
     if options.shuffle:
         perm = stream_rng(options.seed, _DOMAIN_SHUFFLE, len(items)).permutation(len(items))
@@ -76,7 +97,12 @@ def make_plan(options: PackOptions) -> Plan:
         keys = np.asarray([it.key for it in items], dtype=np.int64)
     else:
         keys = np.arange(len(items), dtype=np.int64)
-    return Plan(scan, from_lst, items, keys, options.shard_size, options.prefix)
+    return Plan(scan, from_lst, items, keys, options.shard_size, options.prefix, schema)
+
+
+def geometric(schema: Schema) -> bool:
+    """Whether a schema has fields tied to the image's pixels (boxes, points, masks)."""
+    return any(f.geometry is not None or f.kind == "mask" for f in schema.values())
 
 
 def fingerprint(plan: Plan, settings: dict[str, Any]) -> str:
@@ -84,8 +110,23 @@ def fingerprint(plan: Plan, settings: dict[str, Any]) -> str:
     the partial output only when it is equal."""
     h = hashlib.sha256()
     h.update(json.dumps(settings, sort_keys=True).encode())
+    if plan.schema is not None:  # a listing: its schema and every row's fields too
+        h.update(json.dumps(plan.schema.to_json(), sort_keys=True).encode())
     for key, it in zip(plan.keys.tolist(), plan.items):
         h.update(f"{key}\t{it.label!r}\t".encode())
         h.update(os.fsencode(it.path))
+        if isinstance(it, ListingItem):
+            h.update(_fields_digest(it))
         h.update(b"\n")
     return h.hexdigest()
+
+
+def _fields_digest(it: ListingItem) -> bytes:
+    h = hashlib.sha256()
+    for name, v in it.fields.items():
+        h.update(name.encode() + b"\0")
+        h.update(v.encode() if isinstance(v, str) else v if isinstance(v, bytes) else v.tobytes())
+        h.update(repr(v.shape if isinstance(v, np.ndarray) else None).encode())
+    for name, path in it.masks:
+        h.update(f"{name}\0{path}\0".encode("utf-8", "surrogateescape"))
+    return h.digest()

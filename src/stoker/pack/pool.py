@@ -21,6 +21,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from stoker.pack._procs import pool_context
+from stoker.pack.listing import ListingItem
 from stoker.pack.options import PackOptions
 from stoker.pack.scan import Item
 from stoker.pack.worker import Task, init_worker, process_task
@@ -74,14 +75,24 @@ def _chunks(n: int, size: int, start: int = 0) -> Generator[tuple[int, int], Non
         yield a, min(n, a + size)
 
 
-def _isolate(paths: Sequence[str], options: PackOptions) -> list[tuple]:
-    """Run each path alone in a one-worker pool; a path that kills it is ``decoder_crash``."""
+def _task(items: Sequence[Item], options: PackOptions, upright: bool) -> Task:
+    """The task of a chunk of items: their paths, and a listing's masks."""
+    paths = tuple(it.path for it in items)
+    if not any(isinstance(it, ListingItem) and it.masks for it in items):
+        return Task(paths, options, upright=upright)
+    masks = tuple(it.masks if isinstance(it, ListingItem) else () for it in items)
+    return Task(paths, options, masks, upright)
+
+
+def _isolate(items: Sequence[Item], options: PackOptions, upright: bool) -> list[tuple]:
+    """Run each item alone in a one-worker pool; one that kills it is ``decoder_crash``."""
     out: list[tuple] = []
     single = Pool(1)
     try:
-        for p in paths:
+        for it in items:
             try:
-                out.append(single.get().submit(process_task, Task((p,), options)).result()[0])
+                task = _task([it], options, upright)
+                out.append(single.get().submit(process_task, task).result()[0])
             except BrokenProcessPool:
                 single.close()
                 out.append((1, "decoder_crash", "the worker process died twice on this file"))
@@ -95,9 +106,16 @@ class _NotSubmitted(Exception):
 
 
 def results(
-    items: Sequence[Item], start: int, options: PackOptions, workers: int, chunk: int
+    items: Sequence[Item],
+    start: int,
+    options: PackOptions,
+    workers: int,
+    chunk: int,
+    *,
+    upright: bool = False,
 ) -> Generator[tuple[int, tuple], None, None]:
-    """(position, result) for positions ``start..`` in order, from a pool of workers."""
+    """(position, result) for positions ``start..`` in order, from a pool of workers
+    (``upright``: reject EXIF-turned images, see :class:`~stoker.pack.worker.Task`)."""
     pool = Pool(workers)
     window = 4 * workers
     todo = _chunks(len(items), chunk, start)
@@ -109,9 +127,8 @@ def results(
         if nxt is None:
             return False
         a, b = nxt
-        paths = tuple(it.path for it in items[a:b])
         try:
-            fut = pool.get().submit(process_task, Task(paths, options))
+            fut = pool.get().submit(process_task, _task(items[a:b], options, upright))
         except BrokenProcessPool:
             fut = Future()
             fut.set_exception(_NotSubmitted())
@@ -138,7 +155,7 @@ def results(
                         continue
                     r2 = f2.result() if exc is None else None
                     if r2 is None:
-                        r2 = _isolate([it.path for it in items[a2:b2]], options)
+                        r2 = _isolate(items[a2:b2], options, upright)
                     for i, r in enumerate(r2):
                         yield a2 + i, r
                 while len(pending) < window and submit():

@@ -3,7 +3,8 @@ store or the reason it is rejected.
 
 Only small frozen objects cross the process boundary: a :class:`Task` (paths and the run's
 :class:`~stoker.pack.options.PackOptions`) in, a list of plain tuples out, one per path:
-``(0, payload, source_format, rotated, passthrough, bytes_read)`` for a file to store,
+``(0, payload, source_format, rotated, passthrough, bytes_read)`` for a file to store
+(a listing's row with masks adds a seventh item, ``{field: mask PNG bytes}``),
 ``(1, reason, detail)`` for a reject.
 """
 
@@ -13,6 +14,7 @@ import errno
 import os
 import stat
 from dataclasses import dataclass
+from typing import Any
 
 from stoker.pack._procs import worker_init
 from stoker.pack.images import Reject
@@ -30,6 +32,11 @@ class Task:
 
     paths: tuple[str, ...]
     options: PackOptions
+    #: per path, the ``(field, path)`` of each mask to read with it (a listing's rows)
+    masks: tuple[tuple[tuple[str, str], ...], ...] = ()
+    #: reject an image that an EXIF orientation would turn (its boxes, points or masks were
+    #: drawn on the stored pixels, which a turn would move from under them)
+    upright: bool = False
 
 
 def init_worker(main_pid: int) -> None:
@@ -75,7 +82,13 @@ def _read_file(path: str) -> bytes:
             os.close(fd)
 
 
-def process(path: str, options: PackOptions) -> tuple:
+def process(
+    path: str,
+    options: PackOptions,
+    masks: tuple[tuple[str, str], ...] = (),
+    *,
+    upright: bool = False,
+) -> tuple:
     """One file's result tuple (see the module docstring); never raises for a bad file."""
     check = options.check
     assert check is not None  # PackOptions puts check_image in place of None
@@ -84,15 +97,49 @@ def process(path: str, options: PackOptions) -> tuple:
         got = check(
             data, max_pixels=options.max_pixels, resize=options.resize, quality=options.quality
         )
+        if upright and got.rotated:
+            raise Reject(
+                "exif_rotated",
+                "an EXIF orientation turns this image, and its boxes, points or masks would "
+                "no longer lie on it; store the pixels upright (or drop the tag)",
+            )
+        mask_bytes = {name: _mask(name, p, got, options) for name, p in masks}
     except Reject as r:
         return (1, r.reason, r.detail)
     except MemoryError:
         return (1, "out_of_memory", "decoding ran out of memory")
     except Exception as e:  # noqa: BLE001 - one bad file must not stop the run
         return (1, "undecodable", f"{type(e).__name__}: {e}")
-    return (0, got.payload, got.source_format, got.rotated, got.passthrough, len(data))
+    out = (0, got.payload, got.source_format, got.rotated, got.passthrough, len(data))
+    return (*out, mask_bytes) if masks else out
+
+
+def _mask(name: str, path: str, image: Any, options: PackOptions) -> bytes:
+    """A mask file's bytes, checked: a palette or grey PNG the size of its image."""
+    from stoker._core.errors import ImageDecodeError
+    from stoker.codecs import decode_mask
+
+    try:
+        data = _read_file(path)
+    except Reject as r:
+        raise Reject(f"mask_{r.reason}", f"field {name!r}, {path}: {r.detail}") from None
+    try:
+        shape = decode_mask(data, max_pixels=options.max_pixels).shape
+    except ImageDecodeError as e:
+        raise Reject("bad_mask", f"field {name!r}, {path}: {e}") from None
+    if shape != (image.height, image.width):
+        raise Reject(
+            "mask_size",
+            f"field {name!r}, {path}: the mask is {shape[1]}x{shape[0]}, the image "
+            f"{image.width}x{image.height} (width x height)",
+        )
+    return data
 
 
 def process_task(task: Task) -> list[tuple]:
     """The result tuples of a chunk, in its order (what the pool runs)."""
-    return [process(p, task.options) for p in task.paths]
+    masks = task.masks or ((),) * len(task.paths)
+    return [
+        process(p, task.options, m, upright=task.upright)
+        for p, m in zip(task.paths, masks, strict=True)
+    ]
