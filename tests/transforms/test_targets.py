@@ -316,3 +316,19 @@ def test_rescale_after_a_reduced_jpeg_decode_keeps_boxes_on_the_object(flag, fac
     assert obj[int(cy), int(cx)]
     assert t.masks["m"].shape == small.shape[:2]
     assert np.sum(t.masks["m"].astype(bool) != obj) < 0.1 * obj.sum()
+
+
+@pytest.mark.parametrize("center", [False, True])
+def test_shear_moves_points_by_the_inverse_of_its_sampling_map(center):
+    """Output (x, y) samples input (x + sx·y, sy·x + y) about the pivot: the top-left corner
+    (continuous 0, 0) or the centre; a point goes where that map sends it back."""
+    h, w = 40, 60
+    img = np.zeros((h, w), np.uint8)
+    px, py = (w / 2, h / 2) if center else (0.0, 0.0)
+    pts = np.array([[10.0, 20.0], [px, py], [33.0, 7.0]])
+    t = Targets.make((h, w), points={"p": pts})
+    T.Shear((0.2, 0.2), (-0.1, -0.1), center=center).apply_targets(img, t, sample_rng(0, 0, 0))
+    sample = np.array([[1.0, 0.2], [-0.1, 1.0]])
+    moved = t.points["p"]
+    np.testing.assert_allclose((moved - (px, py)) @ sample.T + (px, py), pts, atol=1e-9)
+    np.testing.assert_allclose(moved[1], [px, py], atol=1e-9)

@@ -29,7 +29,12 @@ def resize(img: np.ndarray, h: int, w: int, interpolation: str) -> np.ndarray:
         # Area averaging costs 4x bilinear at non-integer factors; below 2x bilinear already
         # reads every input pixel (its two taps per output pixel are < 2 pixels apart).
         interpolation = "area" if src_h >= 2 * h or src_w >= 2 * w else "bilinear"
-    out = cv2().resize(cv_input(img), (w, h), interpolation=cv_interp(interpolation))
+    c = cv2()
+    # cv2's INTER_NEAREST resize samples input pixel floor(j * scale), drifting up to half an
+    # input pixel from where the image's content lands (and where boxes and masks go);
+    # INTER_NEAREST_EXACT samples at pixel centres, as PIL's nearest does.
+    flag = c.INTER_NEAREST_EXACT if interpolation == "nearest" else cv_interp(interpolation)
+    out = c.resize(cv_input(img), (w, h), interpolation=flag)
     return restore_channels(out, img)
 
 
