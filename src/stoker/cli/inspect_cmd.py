@@ -1,4 +1,5 @@
-"""``stoker inspect FILE``: what a record file holds (records, classes, labels, image sizes).
+"""``stoker inspect FILE``: what a record file holds (records, classes, labels, image sizes,
+and the fields of a set packed with them).
 
 Exits 1 when an image record of the sample has no readable image header (``stoker verify``
 names each). An insightface set's header and identity records are counted as metadata
@@ -143,6 +144,8 @@ def inspect_records(path: str | os.PathLike[str], *, sample: int = 2000) -> dict
             out["identities"] = int(len(r.identity_ranges))
         if r.manifest:
             out["rejects"] = r.manifest.get("rejects", {}).get("count")
+            if "schema" in r.manifest:
+                out["schema"] = r.schema.to_json()["fields"]
         return out
     finally:
         r.close()
@@ -204,4 +207,28 @@ def run(args: argparse.Namespace) -> int:
         print(f"identities:    {info['identities']} (insightface layout)")
     if info.get("rejects"):
         print(f"rejected at pack time: {info['rejects']}")
+    if info.get("schema"):
+        print("fields:")
+        for f in info["schema"]:
+            print(f"  {_describe_field(f)}")
     return status
+
+
+def _describe_field(f: dict) -> str:
+    """One line of a schema field: ``boxes        ragged float32 (n, 4), boxes, max 12``."""
+    kind = f["kind"]
+    parts = [kind]
+    if kind in ("numeric", "ragged"):
+        dims = [str(d) for d in f.get("shape", [])]
+        shape = ", ".join((["n"] if kind == "ragged" else []) + dims)
+        parts.append(f"{f['dtype']} ({shape}{',' if len(dims) + (kind == 'ragged') == 1 else ''})")
+    if f.get("header"):
+        parts.append("in the IRHeader labels")
+    if f.get("geometry"):
+        parts.append(f"geometry {f['geometry']}")
+    if f.get("follows"):
+        parts.append(f"follows {f['follows']}")
+    if f.get("max_len") is not None:
+        unit = "rows" if kind == "ragged" else "bytes"
+        parts.append(f"at most {f['max_len']} {unit}")
+    return f"{f['name']:<14} " + ", ".join(parts)

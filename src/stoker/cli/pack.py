@@ -1,4 +1,5 @@
-"""``stoker pack SRC OUT``: an image folder or im2rec list → RecordIO shards + manifest."""
+"""``stoker pack SRC OUT``: an image folder, im2rec list or ``.jsonl``/``.csv`` listing →
+RecordIO shards + manifest."""
 
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ __all__ = ["add_parser", "run"]
 def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
     p = sub.add_parser(
         name,
-        help="pack an image folder or an im2rec .lst into RecordIO shards",
+        help="pack an image folder, an im2rec .lst or a .jsonl/.csv listing into RecordIO shards",
         description=(
-            "Pack SRC (an image folder with one class per top-level subfolder, or an im2rec "
-            ".lst file) into OUT.rec/OUT.idx (OUT-NNNNN.* with --shard-size), OUT.crc32c, "
-            "OUT.stoker.json and OUT.rejects.tsv. Original JPEG bytes are kept unless "
-            "--resize or --quality asks for a re-encode. An interrupted run resumes."
+            "Pack SRC (an image folder with one class per top-level subfolder, an im2rec "
+            ".lst file, or a .jsonl/.csv listing of images with fields: label, boxes, text, "
+            "masks...; see docs/pack.md) into OUT.rec/OUT.idx (OUT-NNNNN.* with --shard-size), "
+            "OUT.crc32c, OUT.stoker.json and OUT.rejects.tsv. Original JPEG bytes are kept "
+            "unless --resize or --quality asks for a re-encode. An interrupted run resumes."
         ),
     )
-    p.add_argument("src", help="image folder, or an im2rec .lst file")
+    p.add_argument("src", help="image folder, an im2rec .lst file, or a .jsonl/.csv listing")
     p.add_argument("out", help="output prefix, e.g. data/train (writes data/train.rec, ...)")
     p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     p.add_argument("--resize", type=int, default=None, metavar="S", help="shorter side in pixels")
@@ -49,7 +51,15 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         "(default: Pillow's decompression-bomb limit, 89478485)",
     )
     p.add_argument("--follow-symlinks", action="store_true", help="follow symlinked folders")
-    p.add_argument("--root", default=None, help="folder that .lst paths are relative to")
+    p.add_argument(
+        "--root", default=None, help="folder that .lst and listing paths are relative to"
+    )
+    p.add_argument(
+        "--schema",
+        default=None,
+        metavar="FILE.json",
+        help="a listing's schema (Schema.to_json layout) in place of the one its rows imply",
+    )
     p.add_argument(
         "--allow-outside-root",
         action="store_true",
@@ -88,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         root=args.root,
         allow_outside_root=args.allow_outside_root,
         progress=False if args.quiet else None,
+        schema=args.schema,
     )
     old = signal.signal(signal.SIGTERM, _on_sigterm)
     try:

@@ -20,17 +20,24 @@ import mmap
 import os
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from stoker._core.errors import IndexFormatError
 from stoker._core.progress import make_progress
+from stoker._core.schema import Schema
+from stoker.formats.fields import TrailerError, decode_trailer, split_trailer
 from stoker.formats.recordio.framing import LENGTH_MASK, FrameError, next_magic, read_record
 from stoker.formats.recordio.header import unpack_header
 from stoker.formats.recordio.index import parse_idx, sha256_file
-from stoker.formats.recordio.manifest import MANIFEST_SUFFIX, load_manifest, shard_paths
-from stoker.formats.recordio.paths import default_crc_path, default_idx_path
+from stoker.formats.recordio.manifest import (
+    MANIFEST_SUFFIX,
+    load_manifest,
+    manifest_schema,
+    shard_paths,
+)
+from stoker.formats.recordio.paths import default_crc_path, default_idx_path, manifest_path_for
 
 __all__ = ["Problem", "VerifyReport", "verify_records"]
 
@@ -109,6 +116,8 @@ class _Options:
     decode: Callable[[bytes], object] | None
     progress: bool | None
     allow_missing_checksums: bool = False
+    #: the manifest's schema when its records end in a field trailer (each is parsed)
+    stored: Schema | None = None
 
 
 def _nobody(off: int) -> tuple[int | None, int | None]:
@@ -185,7 +194,7 @@ def _walk(
                         starts.append(pos)
                         if opts.checksums:
                             crcs.append(crc32c.crc32c(payload))
-                        _check_payload(report, rec_path, payload, pos, who, opts.decode)
+                        _check_payload(report, rec_path, payload, pos, who, opts)
                         _check_padding(report, rec_path, mm, pos, end, who)
                         del payload
                         pos = end
@@ -226,15 +235,24 @@ def _check_payload(
     payload: memoryview,
     pos: int,
     who: Who,
-    decode: Callable[[bytes], object] | None,
+    opts: _Options,
 ) -> None:
-    """The IRHeader of the payload at ``pos`` and, with ``decode``, its image."""
+    """The IRHeader of the payload at ``pos``, its field trailer when the manifest declares
+    one and, with ``opts.decode``, its image."""
     try:
         _, image = unpack_header(payload)
+        if opts.stored is not None:
+            image, body = split_trailer(image)
+            decode_trailer(opts.stored, body, start=len(image))
+    except TrailerError as e:
+        key, line = who(pos)
+        report.add(Problem(rec_path, key, pos, f"field trailer: {e}", line))
+        return
     except ValueError as e:
         key, line = who(pos)
         report.add(Problem(rec_path, key, pos, str(e), line))
         return
+    decode = opts.decode
     if decode is not None and len(image):
         try:
             decode(bytes(image))
@@ -352,9 +370,18 @@ def _verify_shard(
         _check_checksums(report, rec_path, crc_path, idx, found, have, opts.allow_missing_checksums)
 
 
+def _with_schema(opts: _Options, manifest: dict, path: str) -> _Options:
+    """``opts`` with the manifest's schema when its records store fields."""
+    schema = manifest_schema(manifest, path)
+    if schema is None or not schema.stored:
+        return opts
+    return replace(opts, stored=schema)
+
+
 def _verify_manifest(report: VerifyReport, path: str, opts: _Options) -> None:
     """Every shard of the manifest at ``path``, and each against its entry."""
     manifest = load_manifest(path)
+    opts = _with_schema(opts, manifest, path)
     for shard in manifest["shards"]:
         rec, idx_p, crc = shard_paths(path, shard)
         folders = [p for p in (rec, idx_p, crc) if p is not None and os.path.isdir(p)]
@@ -430,5 +457,8 @@ def verify_records(
             report.notes.append(f"{p}: no .idx beside it; only the framing was checked")
     else:
         idx = os.fspath(idx_path)
+    beside = manifest_path_for(p)
+    if os.path.exists(beside):  # the manifest says whether the records end in a trailer
+        opts = _with_schema(opts, load_manifest(beside), beside)
     _verify_shard(report, p, idx, None, opts)
     return report
