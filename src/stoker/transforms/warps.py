@@ -319,7 +319,7 @@ class SineWarp(Transform):
     def check_targets(self, kinds: frozenset[str]) -> None:
         if "boxes" in kinds:
             raise SpecError(
-                f"{self!r} cannot carry boxes: a sine-warped box is not a box (points and masks "
+                "SineWarp cannot carry boxes: a sine-warped box is not a box (points and masks "
                 "follow it; put the SineWarp where no boxes are carried)"
             )
 
