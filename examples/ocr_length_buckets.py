@@ -6,10 +6,12 @@ The recipe of seed 001, end to end on CPU in well under a minute:
    the spot with ``cv2.putText``; their labels mix ASCII and full-width punctuation, as scraped
    labels do;
 2. ``label_stats`` finds the marks written two ways; ``normalize_punctuation`` keeps one form;
-3. ``LengthBuckets`` groups lines of similar label length into batches; ``ProportionalWidth``
+3. a JSONL listing names each line image and its (normalised) text; ``stoker.pack`` stores the
+   text inside the records, so it travels with its image: ``batch["text"]``;
+4. ``LengthBuckets`` groups lines of similar label length into batches; ``ProportionalWidth``
    gives each batch a width from its longest label; the loader pads (or squeezes) every line of
    a batch to that width, in worker processes;
-4. a tiny convolutional CTC model trains for a few epochs; the loss falls.
+5. a tiny convolutional CTC model trains for a few epochs; the loss falls.
 
 Run: ``python examples/ocr_length_buckets.py [--epochs 4] [--lines 384] [--workers 2]``
 """
@@ -17,6 +19,7 @@ Run: ``python examples/ocr_length_buckets.py [--epochs 4] [--lines 384] [--worke
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import time
@@ -71,6 +74,15 @@ def make_lines(root: str, n: int, seed: int) -> list[str]:
         raw = "".join(FULLWIDTH[c] if c in FULLWIDTH and rng.random() < 0.5 else c for c in text)
         labels.append(raw)
     return labels
+
+
+def write_listing(root: str, texts: list[str]) -> str:
+    """``root/lines.jsonl``: one row per line image, its text beside it."""
+    path = os.path.join(root, "lines.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for i, text in enumerate(texts):
+            f.write(json.dumps({"image": f"lines/{i:06d}.png", "text": text}) + "\n")
+    return path
 
 
 def _glyph_p() -> np.ndarray:
@@ -135,6 +147,9 @@ def main() -> None:
         print(f"{len(texts)} lines, lengths {before.min_length}..{before.max_length}")
         print(f"punctuation written two ways before: {before.punctuation_variants}")
         print(f"after normalize_punctuation:         {after.punctuation_variants}")
+        report = stoker.pack(
+            write_listing(root, texts), os.path.join(root, "ocr"), workers=1, progress=False
+        )
 
         lengths = [len(t) for t in texts]
         width_rule = ProportionalWidth(14, multiple=8, min_width=32)
@@ -160,10 +175,11 @@ def main() -> None:
         transform = as_transform(to_height, output=ArraySpec((HEIGHT, None, 3), "uint8"))
 
         with stoker.Loader(
-            root,
+            report.manifest,
             batch_size=args.batch_size,
             sampler=sampler,
             transforms=transform,
+            fields=["text"],
             workers=args.workers,
         ) as loader:
             for epoch in range(args.epochs):
@@ -172,7 +188,7 @@ def main() -> None:
                     x = torch.from_numpy(batch.images).float().mean(-1, keepdim=True)
                     x = x.permute(0, 3, 1, 2) / 255.0
                     widths.add(int(x.shape[-1]))
-                    batch_texts = [texts[i] for i in batch.indices.tolist()]
+                    batch_texts = batch["text"]  # list of str, read with the images
                     targets = torch.tensor([VOCAB[c] for t in batch_texts for c in t])
                     target_lengths = torch.tensor([len(t) for t in batch_texts])
                     log_probs = model(x)
