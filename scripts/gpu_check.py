@@ -23,6 +23,11 @@ a. bit-exact: 1,000 batches from a hostile loader double (a ring of slots that i
 b. memory: ``torch.cuda.memory_allocated`` after each of several epochs through one
    prefetcher stays flat (within half a batch); one side stream; the page-locked staging
    buffers still alive after batches of 25 shapes stay within ``pool_shapes * (depth + 2)``.
+d. fields: batches that carry fields (boxes and classes padded with their lengths, a score
+   vector, the stored size, a caption) from a ring whose every column is scribbled over when
+   its slot is freed go through the prefetcher under the same delays as (a); every column and
+   length must arrive on the device bit-exact and the caption on the host; a control with the
+   broken protocol must be caught.
 c. timing: a small ResNet-style model trained on sample data packed on the spot and read by
    ``stoker.Loader``: steps/s, data-wait ms/step and its share of the step, for the plain
    ``.to(device)`` loop and for ``CudaPrefetcher``.
@@ -64,9 +69,11 @@ from stoker.torch.testing import (  # noqa: E402
     BrokenBackend,
     BrokenFakeBackend,
     FakeBackend,
+    FieldRing,
     SlotRing,
     SlowCopyBackend,
     delay,
+    field_batch,
     random_images,
 )
 
@@ -254,6 +261,77 @@ def check_bit_exact(
             "  (a) control: FAIL: a broken protocol gives 0 wrong batches: NOT caught "
             "(the harness is too gentle here; raise --sleep-cycles)"
         )
+    return problems
+
+
+# --------------------------------------------------------------------------- (d) fields
+
+
+def _wrong_fields(out: Any, ref: Any, device: torch.device) -> bool:
+    """True when a prefetched batch's fields differ from the batch ``ref`` the ring held."""
+    wrong = out["caption"] != ref["caption"] or out.fields["caption"].device.type != "cpu"
+    for name, col in ref.fields.items():
+        if name == "caption":
+            continue
+        got = out.fields[name]
+        wrong |= got.device.type != device.type
+        wrong |= bool((got != torch.from_numpy(col).to(device)).any())
+        if name in ref.lengths:
+            n = out.lengths[name]
+            wrong |= bool((n != torch.from_numpy(ref.lengths[name]).to(device)).any())
+    return bool(wrong)
+
+
+def run_fields_pass(
+    device: torch.device, *, batches: int, backend: Any, consumer_cycles: int, depth: int
+) -> int:
+    """One pass of batches with fields through a hostile ring; returns the wrong batches."""
+    cuda = device.type == "cuda"
+    refs = [field_batch(16, seed=i, hw=(24, 24)) for i in range(batches)]
+    ring = FieldRing(refs, slots=depth + 2)
+    wrong = n = 0
+    for out in CudaPrefetcher(ring, backend=backend, depth=depth, mean=MEAN, std=STD):
+        if cuda and consumer_cycles and out.number % 2 == 0:
+            delay(consumer_cycles)  # a slow step: the host runs ahead of the consumer stream
+        wrong += _wrong_fields(out, refs[out.number], device)
+        n += 1
+    return wrong + abs(batches - n) + (ring.freed != batches)
+
+
+def check_fields(device: torch.device, *, batches: int, sleep_cycles: int) -> int:
+    """Check (d). Returns the number of problems (0 = pass)."""
+    cuda = device.type == "cuda"
+    problems = 0
+    for depth in (1, 2):
+        backend = (
+            SlowCopyBackend(device, sleep_cycles) if cuda else FakeBackend(lag=3, hold_events=True)
+        )
+        wrong = run_fields_pass(
+            device,
+            batches=batches,
+            backend=backend,
+            consumer_cycles=sleep_cycles if cuda else 0,
+            depth=depth,
+        )
+        status = "ok" if not wrong else f"FAIL: {wrong} wrong batches"
+        log(f"  (d) depth {depth}, {batches} batches with fields: {status}")
+        problems += wrong
+    try:
+        caught = run_fields_pass(
+            device,
+            batches=min(batches, 100),
+            backend=BrokenBackend(device, sleep_cycles * 5) if cuda else BrokenFakeBackend(),
+            consumer_cycles=sleep_cycles * 5 if cuda else 0,
+            depth=1,
+        )
+    except Exception as e:  # a broken protocol may also crash: caught as well
+        log(f"  (d) control pass raised {type(e).__name__}: {e}")
+        caught = 1
+    if caught:
+        log(f"  (d) control: a broken protocol gives {caught} wrong batches: caught")
+    else:
+        problems += 1
+        log("  (d) control: FAIL: a broken protocol gives 0 wrong batches: NOT caught")
     return problems
 
 
@@ -576,11 +654,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     log("(b) device memory across epochs")
     results["memory_problems"] = check_memory_flat(device, epochs=4 if args.quick else 6)
+    log("(d) fields move with the batch")
+    results["field_problems"] = check_fields(
+        device, batches=batches, sleep_cycles=args.sleep_cycles
+    )
     if not args.skip_timing:
         log("(c) data-wait per step")
         results["timing"] = _run_timing(device, args)
     results["seconds"] = time.perf_counter() - t_all
     failed = results["bit_exact_problems"] + results["memory_problems"]
+    failed += results["field_problems"]
     log(f"total {results['seconds']:.1f} s: {'PASS' if failed == 0 else 'FAIL'}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

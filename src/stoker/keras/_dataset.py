@@ -362,7 +362,8 @@ def dataset(
     """Build a ``stoker.Loader`` over ``source`` and wrap it in a :class:`KerasDataset`.
 
     ``loader_options`` go to the loader (``transforms=``, ``pair_with=``, ``shuffle=``,
-    ``seed=``, ``workers=``, ``fields=``, ...). The dataset owns the loader: ``close()`` closes both.
+    ``seed=``, ``workers=``, ``fields=``, ...). The dataset owns the loader: ``close()`` closes
+    both.
 
     >>> ds = stoker.keras.dataset((x, y), batch_size=256, pair_with=kanji_distort(64),
     ...                           shuffle=True, seed=0, workers=4, x_dtype="float16")

@@ -1,10 +1,10 @@
 """A batch's fields as a model takes them: a dict of tensors, or detection targets per image;
 and the ``DataLoader`` collate for :class:`~stoker.torch.RecordDataset` samples with fields.
 
-``field_tensors`` and ``detection_targets`` accept a :class:`~stoker.torch.TensorBatch` (from ``CudaPrefetcher`` or
-:func:`~stoker.torch.as_tensors`) or a stoker ``Batch`` straight from the loader (its arrays
-are then viewed as tensors without a copy, valid like the batch until the next one is asked
-for).
+``field_tensors`` and ``detection_targets`` accept a :class:`~stoker.torch.TensorBatch` (from
+``CudaPrefetcher`` or :func:`~stoker.torch.as_tensors`) or a stoker ``Batch`` straight from the
+loader (its arrays are then viewed as tensors without a copy, valid like the batch until the
+next one is asked for).
 """
 
 from __future__ import annotations
@@ -143,9 +143,9 @@ class FieldCollate:
                 shapes = {tuple(v.shape) for v in values}
                 if len(shapes) > 1:
                     raise ValueError(
-                        f"field {name!r} ({kind}) has several shapes in one batch {sorted(shapes)}: "
-                        "end the transforms in a fixed size (Resize, RandomCrop, "
-                        "RandomResizedCrop) to stack them"
+                        f"field {name!r} ({kind}) has several shapes in one batch "
+                        f"{sorted(shapes)}: end the transforms in a fixed size (Resize, "
+                        "RandomCrop, RandomResizedCrop) to stack them"
                     )
                 out[name] = torch.stack(values)
             else:  # the label as the classification path collates it
