@@ -197,9 +197,35 @@ def _is_boxes(name: str) -> bool:
     return low in ("boxes", "bbox") or low.endswith("_boxes")
 
 
+def _signature(v: Any) -> tuple:
+    """What kind of value ``v`` is, for choosing the typical value of a key."""
+    if isinstance(v, list):
+        if not v:
+            return ("empty",)
+        return ("flat",) if _depth(v) == 1 else ("nested", _inner_shape(v))
+    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+        return ("other", type(v).__name__)
+    return ("str",) if isinstance(v, str) else ("number",)
+
+
+def _typical(values: list[Any]) -> Any:
+    """The first value of the kind most rows have (empty lists count only when all are);
+    rows of another kind are then rejected by ``Field.check``, naming their line."""
+    sigs = [_signature(v) for v in values]
+    counts: dict[tuple, int] = {}
+    for sig in sigs:
+        if sig != ("empty",):
+            counts[sig] = counts.get(sig, 0) + 1
+    if not counts:
+        return values[0]
+    best = max(counts.values())
+    want = next(sig for sig in sigs if counts.get(sig) == best)
+    return values[sigs.index(want)]
+
+
 def _infer_one(name: str, values: list[Any], boxes_rows: list[int] | None) -> Field:
     """The field of key ``name`` from its values in every row that has it."""
-    first = next((v for v in values if not (isinstance(v, list) and not v)), values[0])
+    first = _typical(values)
     if isinstance(first, str):
         return Field.mask() if name.lower().endswith("mask") else Field.text()
     dtype = "int64" if _all_ints(values) else "float32"

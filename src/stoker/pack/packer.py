@@ -165,6 +165,7 @@ def run_pack(options: PackOptions) -> PackReport:
     same_plan = paths.journal_matches(fp)
     if not options.overwrite and not same_plan:
         paths.refuse_existing()
+    _check_listing_rejects(options, plan, paths)
     resuming = options.resume and same_plan and not paths.committed_some()
     if not resuming:
         paths.start_journal(fp, settings)
@@ -179,8 +180,19 @@ def run_pack(options: PackOptions) -> PackReport:
     bar = make_progress(len(plan.items), "pack", unit="img", enabled=options.progress)
     bar.update(start)
     run = _Run(options, plan, paths, shards, tally, rejects, records, bar)
-    run.check_listing_rejects()
     return run.go(start, n_workers, t0)
+
+
+def _check_listing_rejects(options: PackOptions, plan: Plan, paths: OutputPaths) -> None:
+    """A listing's bad rows count against ``max_rejects`` before any image is read."""
+    max_rejects = options.max_rejects
+    n_rej = len(plan.scan.rejects)
+    if plan.schema is None or max_rejects is None or n_rej <= max_rejects:
+        return
+    write_rejects(paths.rejects, plan.scan, plan, [])
+    raise TooManyRejectsError(
+        f"{n_rej} listing rows rejected, more than max_rejects={max_rejects}; see {paths.rejects}"
+    )
 
 
 def _check_out_dir(prefix: str) -> None:
@@ -321,18 +333,6 @@ class _Run:
             line = f"line {item.line}: " if isinstance(item, ListingItem) else ""
             self._reject(pos, r[1], line + r[2])
         self.bar.update(1)
-
-    def check_listing_rejects(self) -> None:
-        """A listing's bad rows count against ``max_rejects`` before any image is read."""
-        max_rejects = self.options.max_rejects
-        n_rej = len(self.plan.scan.rejects)
-        if self.plan.schema is None or max_rejects is None or n_rej <= max_rejects:
-            return
-        write_rejects(self.paths.rejects, self.plan.scan, self.plan, [])
-        raise TooManyRejectsError(
-            f"{n_rej} listing rows rejected, more than max_rejects={max_rejects}; "
-            f"see {self.paths.rejects}"
-        )
 
     def _reject(self, pos: int, reason: str, detail: str) -> None:
         """Journal a reject; past ``max_rejects``, write the rejects list and stop."""
