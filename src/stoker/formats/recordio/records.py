@@ -35,7 +35,7 @@ import numpy as np
 
 from stoker._core.errors import SpecError
 from stoker._core.schema import Schema
-from stoker.formats.base import Reader
+from stoker.formats.base import RecordReader
 from stoker.formats.recordio.header import IRHeader
 from stoker.formats.recordio.manifest import manifest_schema
 
@@ -48,7 +48,7 @@ __all__ = ["PlainRead", "Records"]
 PlainRead = Callable[[int], tuple[float, memoryview, int] | None]
 
 
-class Records(Reader):
+class Records(RecordReader):
     """A RecordIO reader: one ``.rec``, several shards read as one, or a view of either
     (see the module docstring for what every one has)."""
 

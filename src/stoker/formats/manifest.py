@@ -1,0 +1,178 @@
+"""The ``NAME.stoker.json`` side-car of any format: the parts every format's manifest shares.
+
+Every stoker-written set, whatever its format, has one manifest::
+
+    {
+      "format": "stoker-<name>",            # "stoker-recordio", "stoker-tfrecord", "stoker-wds"
+      "version": 1,
+      "records": 1200,                      # sum over shards
+      "shards": [{...}, ...],               # one entry per shard; its keys are the format's
+      "classes": {"cat": 0, "dog": 1},      # ids 0..C-1 (may be empty)
+      "schema": {...},                      # optional: stoker._core.schema.Schema.to_json()
+      "pack": {...}, "rejects": {...}       # free-form objects
+    }
+
+A manifest is untrusted input: it is size-capped before it is read, must be UTF-8 JSON (never
+unpickled, never evaluated), and every path it names must be relative, inside the manifest's
+folder, without ``..``. This module checks the shared parts; each format checks its own shard
+entries with :func:`check_rel_path` and :func:`check_count` and names the field at fault.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from stoker._core.atomic import write_bytes_atomic
+from stoker._core.errors import ManifestError, SpecError
+from stoker._core.schema import Schema
+
+__all__ = [
+    "MANIFEST_SUFFIX",
+    "MAX_MANIFEST_BYTES",
+    "check_classes",
+    "check_count",
+    "check_distinct",
+    "check_rel_path",
+    "class_names",
+    "fail",
+    "manifest_format",
+    "manifest_schema",
+    "read_json",
+    "write_json",
+]
+
+MANIFEST_SUFFIX = ".stoker.json"
+#: Refused before reading: a manifest for tens of thousands of shards stays far below this.
+MAX_MANIFEST_BYTES = 64 << 20
+
+
+def fail(path: str, reason: str) -> ManifestError:
+    return ManifestError(f"{path}: {reason}")
+
+
+def check_count(path: str, where: str, v: Any) -> int:
+    """A non-negative int (not a bool), or ``ManifestError`` naming ``where``."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise fail(path, f"{where} must be a non-negative integer, got {v!r}")
+    return v
+
+
+def check_rel_path(path: str, where: str, v: Any) -> str:
+    """A relative file path inside the manifest's folder (no ``..``, not absolute, no NUL,
+    not a folder), or ``ManifestError`` naming ``where``."""
+    if not isinstance(v, str) or not v:
+        raise fail(path, f"{where} must be a non-empty relative path, got {v!r}")
+    parts = v.replace("\\", "/").split("/")
+    if (
+        os.path.isabs(v)
+        or v.startswith(("/", "\\"))
+        or ".." in parts
+        or "\x00" in v
+        or ":" in parts[0]
+    ):
+        raise fail(path, f"{where} {v!r} must stay inside the manifest's folder")
+    if os.path.normpath(v.replace("\\", "/")) == "." or v.endswith(("/", "\\")):
+        raise fail(path, f"{where} {v!r} names a folder, not a file")
+    return v
+
+
+def check_distinct(path: str, shards: list, fields: Iterable[str]) -> None:
+    """Each shard listed once: no file (under any of ``fields``) named twice."""
+    for field in fields:
+        seen: dict[str, int] = {}
+        for j, s in enumerate(shards):
+            v = s.get(field)
+            if v is None:
+                continue
+            norm = os.path.normpath(v.replace("\\", "/"))
+            if norm in seen:
+                raise fail(
+                    path,
+                    f"shards[{j}].{field} {v!r} is already shards[{seen[norm]}].{field}: "
+                    "a shard may be listed once (its records would be read twice)",
+                )
+            seen[norm] = j
+
+
+def check_classes(path: str, m: Mapping[str, Any]) -> None:
+    classes = m.get("classes", {})
+    if not isinstance(classes, dict):
+        raise fail(path, "classes must be an object {name: id}")
+    ids = [check_count(path, f"classes[{name!r}]", cid) for name, cid in classes.items()]
+    if sorted(ids) != list(range(len(ids))):
+        raise fail(path, "class ids must be 0..C-1, each used once")
+    for key in ("pack", "rejects"):
+        if key in m and not isinstance(m[key], dict):
+            raise fail(path, f"{key} must be an object")
+    if "schema" in m:
+        manifest_schema(m, path)
+
+
+def manifest_schema(m: Mapping[str, Any], path: str = "<manifest>") -> Schema | None:
+    """The ``schema`` a manifest declares, or ``None`` for a set without one (an image and
+    its label); :class:`ManifestError` naming the entry when it does not parse."""
+    if "schema" not in m:
+        return None
+    try:
+        return Schema.from_json(m["schema"], where="schema")
+    except SpecError as e:
+        raise fail(path, str(e)) from None
+
+
+def class_names(manifest: Mapping[str, Any]) -> list[str]:
+    """The class names of a validated manifest, in id order."""
+    classes = manifest.get("classes") or {}
+    names = [""] * len(classes)
+    for name, cid in classes.items():
+        names[cid] = name
+    return names
+
+
+def read_json(path: str | os.PathLike[str], *, max_bytes: int = MAX_MANIFEST_BYTES) -> Any:
+    """The JSON value of a manifest file, unchecked. The size is checked before reading; the
+    bytes must be UTF-8 JSON (a pickle or any other binary named ``.stoker.json`` is refused,
+    never run)."""
+    p = os.fspath(path)
+    try:
+        with open(p, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > max_bytes:
+                raise fail(p, f"manifest is {size} bytes, over the {max_bytes}-byte cap")
+            raw = f.read(max_bytes + 1)
+    except OSError as e:
+        raise fail(p, f"cannot read the manifest: {e.strerror or e}") from None
+    if len(raw) > max_bytes:
+        raise fail(p, f"manifest grew past the {max_bytes}-byte cap while being read")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise fail(p, f"not a JSON manifest (not UTF-8 text at byte {e.start})") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise fail(p, "not a usable JSON manifest (nested too deeply)") from None
+    except ValueError as e:
+        raise fail(p, f"not a JSON manifest: {e}") from None
+
+
+def manifest_format(path: str | os.PathLike[str]) -> str:
+    """The ``format`` field of a manifest (``"stoker-recordio"``, ...), read with the checks of
+    :func:`read_json`."""
+    m = read_json(path)
+    fmt = m.get("format") if isinstance(m, dict) else None
+    if not isinstance(fmt, str):
+        raise fail(os.fspath(path), "no format field: not a stoker manifest")
+    return fmt
+
+
+def write_json(path: str | os.PathLike[str], m: Mapping[str, Any]) -> None:
+    """Write a (validated) manifest atomically (``.partial`` + fsync + rename)."""
+    p = os.fspath(path)
+    try:
+        text = json.dumps(dict(m), indent=1, ensure_ascii=True, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"manifest for {p} is not JSON-serialisable: {e}") from None
+    write_bytes_atomic(p, (text + "\n").encode("ascii"))

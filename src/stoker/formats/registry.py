@@ -1,0 +1,111 @@
+"""The format registry: ``stoker.formats.open(path)`` returns the :class:`~stoker.formats.Reader`
+of whatever format ``path`` is, and pack and convert find a format's writer here.
+
+A format is one folder under ``stoker/formats`` plus one :class:`Format` line below. Every
+callable is named as ``"module:attribute"`` and imported on first use, so ``import
+stoker.formats`` stays cheap and a format's own dependencies (``lmdb``) load only when used.
+
+How ``open`` decides: ``format=`` when given; a ``*.stoker.json`` manifest by its ``format``
+field; a file by its extension; a folder by asking each format's ``sniff``.
+
+A format's callables:
+
+- ``reader(path, **options) -> Reader``: open a file, folder or manifest of this format;
+- ``writer(prefix, shard, *, schema, resume, checksums) -> ShardWriter``: shard ``shard``
+  (``None``: a single unsharded file) of a set written under output prefix ``prefix``;
+- ``manifest(manifest_path, shards, *, classes, schema, pack, rejects) -> None``: write the
+  set's ``NAME.stoker.json`` from its shards' ``commit()`` entries (atomically, last);
+- ``verify(path, **options) -> report``: the whole-file check ``stoker verify`` runs (the
+  report has ``.ok`` and ``.problems``);
+- ``sniff(path) -> bool``: for folders (and files without a known extension).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from stoker.formats.base import Reader
+from stoker.formats.manifest import MANIFEST_SUFFIX, manifest_format
+
+__all__ = ["FORMATS", "Format", "format_of", "get", "open_reader", "register"]
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    reader: str
+    extensions: tuple[str, ...] = ()
+    manifest_format: str | None = None
+    writer: str | None = None
+    manifest: str | None = None
+    verify: str | None = None
+    sniff: str | None = None
+
+    def load(self, what: str) -> Any:
+        """The callable named by field ``what`` (``"reader"``, ``"writer"``, ...)."""
+        target = getattr(self, what)
+        if target is None:
+            raise NotImplementedError(f"the {self.name} format has no {what}")
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+FORMATS: dict[str, Format] = {}
+
+
+def register(fmt: Format) -> Format:
+    FORMATS[fmt.name] = fmt
+    return fmt
+
+
+_R = "stoker.formats.recordio"
+_T = "stoker.formats.tfrecord"
+_W = "stoker.formats.wds"
+_L = "stoker.formats.lmdb"
+# One line per format.
+register(Format("recordio", f"{_R}.seam:open_reader", (".rec", ".idx"), "stoker-recordio", f"{_R}.seam:open_writer", f"{_R}.seam:write_set_manifest", f"{_R}.seam:verify"))  # fmt: skip
+register(Format("tfrecord", f"{_T}:open_reader", (".tfrecord", ".tfrecords", ".tfrec"), "stoker-tfrecord", f"{_T}:open_writer", f"{_T}:write_set_manifest", f"{_T}:verify"))  # fmt: skip
+register(Format("wds", f"{_W}:open_reader", (".tar",), "stoker-wds", f"{_W}:open_writer", f"{_W}:write_set_manifest", f"{_W}:verify"))  # fmt: skip
+register(Format("lmdb", f"{_L}:open_reader", (".mdb", ".lmdb"), None, None, None, f"{_L}:verify", f"{_L}:sniff"))  # fmt: skip
+
+
+def get(name: str) -> Format:
+    fmt = FORMATS.get(name)
+    if fmt is None:
+        raise ValueError(f"unknown format {name!r}; stoker knows {sorted(FORMATS)}")
+    return fmt
+
+
+def format_of(path: str | os.PathLike[str]) -> Format:
+    """The format of ``path`` (see the module docstring); ``ValueError`` when none fits."""
+    p = os.fspath(path)
+    if p.endswith(MANIFEST_SUFFIX):
+        name = manifest_format(p)
+        for fmt in FORMATS.values():
+            if fmt.manifest_format == name:
+                return fmt
+        raise ValueError(f"{p}: manifest format {name!r} is not one stoker reads")
+    low = p.lower()
+    for fmt in FORMATS.values():
+        if fmt.extensions and low.endswith(fmt.extensions):
+            return fmt
+    if os.path.isdir(p):
+        for fmt in FORMATS.values():
+            if fmt.sniff is not None and fmt.load("sniff")(p):
+                return fmt
+    known = ", ".join(e for f in FORMATS.values() for e in f.extensions)
+    raise ValueError(
+        f"{p}: cannot tell its format (a *{MANIFEST_SUFFIX} manifest, a file ending in {known}, "
+        "or an LMDB folder); pass format= to name it"
+    )
+
+
+def open_reader(
+    path: str | os.PathLike[str], *, format: str | None = None, **options: Any
+) -> Reader:
+    """The :class:`Reader` of ``path`` in its format (``format=`` to name it)."""
+    fmt = get(format) if format is not None else format_of(path)
+    return fmt.load("reader")(os.fspath(path), **options)
