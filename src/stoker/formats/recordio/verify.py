@@ -20,7 +20,7 @@ import mmap
 import os
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -38,70 +38,9 @@ from stoker.formats.recordio.manifest import (
     shard_paths,
 )
 from stoker.formats.recordio.paths import default_crc_path, default_idx_path, manifest_path_for
+from stoker.formats.report import Problem, VerifyReport
 
 __all__ = ["Problem", "VerifyReport", "verify_records"]
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One finding: the file, the record key (when known), the byte offset (when it applies),
-    the ``.idx`` line (when it came from one) and the reason."""
-
-    path: str
-    key: int | None
-    offset: int | None
-    reason: str
-    idx_line: int | None = None
-
-    def __str__(self) -> str:
-        where = [self.path]
-        if self.key is not None:
-            where.append(f"key {self.key}")
-        if self.offset is not None:
-            where.append(f"byte offset {self.offset}")
-        if self.idx_line is not None:
-            where.append(f".idx line {self.idx_line}")
-        return f"{', '.join(where)}: {self.reason}"
-
-
-@dataclass
-class VerifyReport:
-    """What :func:`verify_records` found.
-
-    ``records``: records found walking the ``.rec`` file(s); ``indexed``: ``.idx`` entries;
-    ``rec_bytes``: bytes walked; ``checksummed``: records whose CRC32C was compared;
-    ``decoded``: images passed to ``decode``; ``problems``: the first ``max_problems``
-    findings; ``problem_count``: all of them; ``notes``: things worth saying that are not
-    problems (e.g. no checksum file).
-    """
-
-    path: str
-    records: int = 0
-    indexed: int = 0
-    rec_bytes: int = 0
-    checksummed: int = 0
-    decoded: int = 0
-    problems: list[Problem] = field(default_factory=list)
-    problem_count: int = 0
-    notes: list[str] = field(default_factory=list)
-    max_problems: int = 1000
-
-    @property
-    def ok(self) -> bool:
-        return self.problem_count == 0
-
-    def add(self, problem: Problem) -> None:
-        self.problem_count += 1
-        if len(self.problems) < self.max_problems:
-            self.problems.append(problem)
-
-    def summary(self) -> str:
-        head = (
-            f"{self.path}: {self.records} records, {self.indexed} indexed, "
-            f"{self.rec_bytes} bytes; checksums compared: {self.checksummed}; "
-            f"decoded: {self.decoded}; "
-        )
-        return head + ("OK" if self.ok else f"{self.problem_count} problem(s)")
 
 
 #: ``(key, .idx line)`` of the record at a byte offset, ``(None, None)`` when unlisted.

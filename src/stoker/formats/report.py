@@ -1,0 +1,70 @@
+"""What ``stoker verify`` reports for any format: each problem with the file, the record key,
+the byte offset and the reason, and the counts of what was walked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Problem", "VerifyReport"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding: the file, the record key (when known), the byte offset (when it applies),
+    the ``.idx`` line (when it came from one) and the reason."""
+
+    path: str
+    key: int | None
+    offset: int | None
+    reason: str
+    idx_line: int | None = None
+
+    def __str__(self) -> str:
+        where = [self.path]
+        if self.key is not None:
+            where.append(f"key {self.key}")
+        if self.offset is not None:
+            where.append(f"byte offset {self.offset}")
+        if self.idx_line is not None:
+            where.append(f".idx line {self.idx_line}")
+        return f"{', '.join(where)}: {self.reason}"
+
+
+@dataclass
+class VerifyReport:
+    """What a verify found (``verify_records`` for RecordIO, each format's ``verify``).
+
+    ``records``: records found walking the ``.rec`` file(s); ``indexed``: ``.idx`` entries;
+    ``rec_bytes``: bytes walked; ``checksummed``: records whose CRC32C was compared;
+    ``decoded``: images passed to ``decode``; ``problems``: the first ``max_problems``
+    findings; ``problem_count``: all of them; ``notes``: things worth saying that are not
+    problems (e.g. no checksum file).
+    """
+
+    path: str
+    records: int = 0
+    indexed: int = 0
+    rec_bytes: int = 0
+    checksummed: int = 0
+    decoded: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    problem_count: int = 0
+    notes: list[str] = field(default_factory=list)
+    max_problems: int = 1000
+
+    @property
+    def ok(self) -> bool:
+        return self.problem_count == 0
+
+    def add(self, problem: Problem) -> None:
+        self.problem_count += 1
+        if len(self.problems) < self.max_problems:
+            self.problems.append(problem)
+
+    def summary(self) -> str:
+        head = (
+            f"{self.path}: {self.records} records, {self.indexed} indexed, "
+            f"{self.rec_bytes} bytes; checksums compared: {self.checksummed}; "
+            f"decoded: {self.decoded}; "
+        )
+        return head + ("OK" if self.ok else f"{self.problem_count} problem(s)")
