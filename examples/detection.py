@@ -39,7 +39,7 @@ SIZE = 96  # stored images
 CROP = 64  # what the model sees
 STRIDE = 4  # heatmap cell
 COLOURS = {1: (220, 40, 40), 2: (40, 200, 40), 3: (50, 60, 230)}  # RGB per class
-MEAN, STD = (127.5,) * 3, (64.0,) * 3
+MEAN, STD = (0.5,) * 3, (0.25,) * 3  # 0-1 units, as transforms.Normalize takes them
 
 
 def draw(rng: np.random.Generator) -> tuple[np.ndarray, list[list[float]], list[int]]:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from _data import ensure_data
 
-MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)  # in the 0-255 scale of the uint8 batches
-STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+MEAN = (0.485, 0.456, 0.406)  # 0-1 units: the prefetcher divides uint8 batches by 255 first
+STD = (0.229, 0.224, 0.225)
 STEPS = 8
 BATCH = 32
 WORKERS = 2

@@ -26,9 +26,11 @@ def _reference(x: np.ndarray, mean, std, dtype, layout: str) -> torch.Tensor:
     elif layout == "NHW":
         t = t.unsqueeze(1)
     t = t.to(torch.float32)
-    if mean is not None:
-        m = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
-        s = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+    if mean is not None:  # 0-1 units, scaled to the uint8 images' 0-255 as the prefetcher does
+        mean = [mean] if isinstance(mean, float) else mean
+        std = [std] if isinstance(std, float) else std
+        m = torch.tensor([v * 255 for v in mean], dtype=torch.float32).view(1, -1, 1, 1)
+        s = torch.tensor([v * 255 for v in std], dtype=torch.float32).view(1, -1, 1, 1)
         t = (t - m) / s
     return t.to(dtype)
 
@@ -40,8 +42,8 @@ def _reference(x: np.ndarray, mean, std, dtype, layout: str) -> torch.Tensor:
     "shape,layout,mean,std",
     [
         ((4, 16, 12, 3), "NHWC", MEAN, STD),
-        ((3, 10, 10, 1), "NHWC", (127.5,), (64.0,)),
-        ((5, 9, 7), "NHW", 100.0, 50.0),
+        ((3, 10, 10, 1), "NHWC", (0.5,), (0.25,)),
+        ((5, 9, 7), "NHW", 100 / 255, 50 / 255),
         ((2, 3, 8, 20), "NCHW", MEAN, STD),
         ((4, 16, 12, 3), "NHWC", None, None),
     ],
@@ -162,7 +164,7 @@ def test_cuda_request_without_cuda_falls_back_to_cpu_with_a_warning():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     with pytest.warns(RuntimeWarning, match="CUDA is not available"):
-        pf = CudaPrefetcher([_images((1, 4, 4, 3))], device="cuda", mean=1.0, std=2.0)
+        pf = CudaPrefetcher([_images((1, 4, 4, 3))], device="cuda", mean=0.5, std=0.25)
     assert pf.device == torch.device("cpu")
     (out,) = list(pf)
     assert out.shape == (1, 3, 4, 4)
@@ -392,9 +394,7 @@ def test_fake_streams_break_releases_every_slot():
 
 def test_convert_images_is_the_prefetcher_conversion():
     x = _images((3, 6, 5, 3), seed=9)
-    mean = torch.tensor(MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(STD).view(1, 3, 1, 1)
-    got = convert_images(torch.from_numpy(x), mean=mean, std=std, dtype=torch.float16)
+    got = convert_images(torch.from_numpy(x), mean=MEAN, std=STD, dtype=torch.float16)
     assert torch.equal(got, _reference(x, MEAN, STD, torch.float16, "NHWC"))
 
 

@@ -26,7 +26,8 @@ def _arrays(n, shape=(2, 4, 4, 3), seed=0):
 def _ref(a, mean=None, std=None):
     t = torch.from_numpy(a).permute(0, 3, 1, 2).float()
     if mean is not None:
-        t = (t - torch.tensor(mean).view(1, -1, 1, 1)) / torch.tensor(std).view(1, -1, 1, 1)
+        m = torch.tensor([v * 255 for v in mean]).view(1, -1, 1, 1)
+        t = (t - m) / torch.tensor([v * 255 for v in std]).view(1, -1, 1, 1)
     return t
 
 

@@ -84,8 +84,8 @@ def test_prefetcher_over_the_real_loader_equals_reference(rec):
         assert len(pf) == len(direct)
         got = list(pf)
     assert len(got) == len(direct) == 5
-    m = torch.tensor(MEAN).view(1, 3, 1, 1)
-    s = torch.tensor(STD).view(1, 3, 1, 1)
+    m = torch.tensor([v * 255 for v in MEAN]).view(1, 3, 1, 1)
+    s = torch.tensor([v * 255 for v in STD]).view(1, 3, 1, 1)
     for out, (images, labels, keys) in zip(got, direct):
         ref = ((torch.from_numpy(images).permute(0, 3, 1, 2).float() - m) / s).to(torch.bfloat16)
         assert torch.equal(out.images, ref)

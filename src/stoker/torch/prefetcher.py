@@ -114,11 +114,37 @@ def _resolve_layout(x: torch.Tensor, layout: str) -> str:
     )
 
 
+def resolve_scale(scale: float | None, x_dtype: torch.dtype) -> float:
+    """``scale`` when given, else 255 for integer images and 1 for float ones."""
+    if scale is not None:
+        return float(scale)
+    return 1.0 if x_dtype.is_floating_point else 255.0
+
+
+def check_units(
+    mean: Sequence[float] | float | None, std: Sequence[float] | float | None, scale: float | None
+) -> None:
+    """Refuse statistics in pixel units where 0-1 units are meant: ``mean=127.5`` with the
+    default scale would normalise every image to about -1 without a word."""
+    if mean is None or scale is not None:
+        return
+    vals = [mean] if isinstance(mean, (int, float)) else list(mean)
+    svals = [std] if isinstance(std, (int, float)) else list(std or [])
+    if any(abs(float(v)) > 1.0 for v in [*vals, *svals]):
+        raise ValueError(
+            f"mean={mean!r}, std={std!r} look like pixel units; stoker takes them in 0-1 units, as "
+            "transforms.Normalize and torchvision do: (x / scale - mean) / std with scale=255 "
+            "for uint8 images (ImageNet: mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)). "
+            "Divide them by 255, or pass scale=1 to give them in the images' own units"
+        )
+
+
 def convert_images(
     x: torch.Tensor,
     *,
-    mean: torch.Tensor | None = None,
-    std: torch.Tensor | None = None,
+    mean: float | Sequence[float] | torch.Tensor | None = None,
+    std: float | Sequence[float] | torch.Tensor | None = None,
+    scale: float | None = None,
     dtype: torch.dtype = torch.float32,
     channels_last: bool = False,
     layout: str = "auto",
@@ -129,10 +155,48 @@ def convert_images(
     """The image conversion the prefetcher runs on the device, exposed for reference and tests.
 
     ``x`` is a batch (N, H, W, C), (N, C, H, W) or (N, H, W) of any dtype on any device; the
-    result is a new NCHW tensor of ``dtype``: ``(float32(x) - mean) / std`` (``mean``/``std``
-    shaped (1, C, 1, 1) float32 on ``x``'s device, in the input's scale, e.g. 0-255 for
-    uint8), then the optional flip and erase, then the cast and memory format.
+    result is a new NCHW tensor of ``dtype``: ``(float32(x) / scale - mean) / std``, the
+    convention of :class:`stoker.transforms.Normalize` (``mean``/``std`` in 0-1 units, one
+    value or one per channel; ``scale`` 255 for integer images and 1 for float ones unless
+    given), then the optional flip and erase, then the cast and memory format.
     """
+    px_mean = px_std = None
+    if mean is not None and std is not None:
+        check_units(
+            None if isinstance(mean, torch.Tensor) else mean,
+            None if isinstance(std, torch.Tensor) else std,
+            scale,
+        )
+        k = resolve_scale(scale, x.dtype)
+        px_mean = _channel_tensor(mean, "mean", x.device, k)
+        px_std = _channel_tensor(std, "std", x.device, k)
+    return _convert_px(
+        x,
+        px_mean,
+        px_std,
+        dtype=dtype,
+        channels_last=channels_last,
+        layout=layout,
+        flip_p=flip_p,
+        erase_p=erase_p,
+        generator=generator,
+    )
+
+
+def _convert_px(
+    x: torch.Tensor,
+    mean: torch.Tensor | None,
+    std: torch.Tensor | None,
+    *,
+    dtype: torch.dtype,
+    channels_last: bool,
+    layout: str,
+    flip_p: float,
+    erase_p: float,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """:func:`convert_images` with ``mean``/``std`` already in the input's units, shaped
+    (1, C, 1, 1) float32 on ``x``'s device (the prefetcher scales them once, not per batch)."""
     kind = _resolve_layout(x, layout)
     if kind == "NHWC":
         x = x.permute(0, 3, 1, 2)
@@ -162,7 +226,10 @@ def convert_images(
 
 
 def _channel_tensor(
-    values: float | Sequence[float] | None, name: str, device: torch.device
+    values: float | Sequence[float] | torch.Tensor | None,
+    name: str,
+    device: torch.device,
+    scale: float = 1.0,
 ) -> torch.Tensor | None:
     if values is None:
         return None
@@ -175,7 +242,8 @@ def _channel_tensor(
         raise ValueError(f"{name} must be finite, got {vals}")
     if name == "std" and any(v == 0 for v in vals):
         raise ValueError(f"std must not contain 0, got {vals}")
-    return torch.tensor(vals, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+    px = [v * scale for v in vals]
+    return torch.tensor(px, dtype=torch.float32, device=device).view(1, -1, 1, 1)
 
 
 @dataclass
@@ -231,8 +299,11 @@ class CudaPrefetcher:
     :class:`~stoker.torch.TensorBatch`), tensors or arrays, or tuples, lists or dicts of them
     (from a plain ``torch.utils.data.DataLoader``); the structure is kept. The image entries
     (the bare tensor, ``batch.images``, or the dict keys / tuple positions in
-    ``normalize_keys``) become NCHW ``dtype`` tensors normalised with ``mean``/``std`` (per
-    channel, in the input's scale: ``mean=(0.485 * 255, 0.456 * 255, 0.406 * 255)`` for uint8);
+    ``normalize_keys``) become NCHW ``dtype`` tensors ``(x / scale - mean) / std``, the
+    convention of :class:`stoker.transforms.Normalize`: ``mean``/``std`` per channel in 0-1
+    units (torchvision's ImageNet constants as they are), ``scale`` 255 for integer images and
+    1 for float ones unless given (statistics above 1 with the default scale are refused: they
+    look like pixel units);
     other arrays are copied to the device unchanged. ``flip_p``/``erase_p`` add a random
     horizontal flip / random erasing per image, drawn on the device from (``seed``, epoch,
     batch number). ``depth`` batches are copied ahead of the one in use.
@@ -262,6 +333,7 @@ class CudaPrefetcher:
         device: str | torch.device | None = None,
         mean: float | Sequence[float] | None = None,
         std: float | Sequence[float] | None = None,
+        scale: float | None = None,
         dtype: torch.dtype | str = torch.float32,
         channels_last: bool = False,
         normalize_keys: Sequence[str | int] = ("images", 0),
@@ -280,6 +352,9 @@ class CudaPrefetcher:
             raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
         if (mean is None) != (std is None):
             raise ValueError("give both mean and std, or neither")
+        if scale is not None and not (np.isfinite(float(scale)) and float(scale) > 0):
+            raise ValueError(f"scale must be a positive number, got {scale!r}")
+        check_units(mean, std, scale)
         for name, p in (("flip_p", flip_p), ("erase_p", erase_p)):
             if not 0.0 <= float(p) <= 1.0:
                 raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
@@ -306,8 +381,15 @@ class CudaPrefetcher:
         else:
             self.device = self._pick_device(device)
             self._backend = CudaBackend(self.device) if self.device.type == "cuda" else None
-        self._mean = _channel_tensor(mean, "mean", self.device)
-        self._std = _channel_tensor(std, "std", self.device)
+        # the statistics in the images' own units, per kind of input: scaled once, not per batch
+        self.scale = scale
+        self._stats: dict[bool, tuple[torch.Tensor | None, torch.Tensor | None]] = {}
+        for is_float in (False, True):
+            k = resolve_scale(scale, torch.float32 if is_float else torch.uint8)
+            self._stats[is_float] = (
+                _channel_tensor(mean, "mean", self.device, k),
+                _channel_tensor(std, "std", self.device, k),
+            )
         self._side = self._backend.new_stream() if self._backend is not None else None
         # pinned staging buffers, shared by every iteration; bounded (see _staging)
         self._pools: StagingPools | None = None
@@ -375,10 +457,11 @@ class CudaPrefetcher:
         gen = None
         if self.flip_p > 0.0 or self.erase_p > 0.0:
             gen = batch_generator(self.seed, epoch, number, x.device)
-        return convert_images(
+        px_mean, px_std = self._stats[x.dtype.is_floating_point]
+        return _convert_px(
             x,
-            mean=self._mean,
-            std=self._std,
+            px_mean,
+            px_std,
             dtype=self.dtype,
             channels_last=self.channels_last,
             layout=self.layout,

@@ -36,7 +36,9 @@ from stoker.torch.backend import CudaBackend, Done
 __all__ = [
     "FIELD_SCHEMA",
     "IMAGENET_MEAN",
+    "IMAGENET_MEAN_PX",
     "IMAGENET_STD",
+    "IMAGENET_STD_PX",
     "BrokenBackend",
     "BrokenFakeBackend",
     "EagerBackend",
@@ -53,9 +55,12 @@ __all__ = [
     "random_images",
 ]
 
-# per-channel ImageNet statistics in the 0-255 scale of uint8 images
-IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
-IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+# per-channel ImageNet statistics in 0-1 units, as CudaPrefetcher and Normalize take them,
+# and in the 0-255 units of uint8 images (what the conversion subtracts and divides by)
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+IMAGENET_MEAN_PX = tuple(v * 255 for v in IMAGENET_MEAN)
+IMAGENET_STD_PX = tuple(v * 255 for v in IMAGENET_STD)
 
 SCRIBBLE = 0xEE  # what a free slot's images are overwritten with (its labels: -1)
 

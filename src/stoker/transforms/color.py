@@ -241,6 +241,13 @@ class Normalize(Transform):
             raise ValueError(f"Normalize: layout must be 'HWC' or 'CHW', got {self.layout!r}")
         if float(self.scale) <= 0:
             raise ValueError(f"Normalize: scale must be > 0, got {self.scale!r}")
+        if float(self.scale) == 255.0 and any(abs(v) > 1.0 for v in (*mean, *std)):
+            raise ValueError(
+                f"Normalize: mean={self.mean!r}, std={self.std!r} look like pixel units; they are "
+                "in 0-1 units, (img / scale - mean) / std with scale=255 (ImageNet: "
+                "mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)); divide them by 255, or "
+                "pass scale=1 to give them in pixel units"
+            )
         dt = np.dtype(self.dtype)
         if dt.kind != "f":
             raise ValueError(f"Normalize: dtype must be a float type, got {self.dtype!r}")
