@@ -104,7 +104,8 @@ def heatmaps(targets: list[dict[str, torch.Tensor]], classes: int, grid: int) ->
 
 def colour_agreement(images: torch.Tensor, targets: list[dict[str, torch.Tensor]]) -> list[bool]:
     """Per box: does the middle of the box, in the augmented image, have its class's colour?"""
-    rgb = images * torch.tensor(STD).view(1, 3, 1, 1) + torch.tensor(MEAN).view(1, 3, 1, 1)
+    # undo (x / 255 - MEAN) / STD back to 0-255 pixels
+    rgb = (images * torch.tensor(STD).view(1, 3, 1, 1) + torch.tensor(MEAN).view(1, 3, 1, 1)) * 255
     palette = torch.tensor([COLOURS[c] for c in sorted(COLOURS)], dtype=torch.float32)
     out = []
     for img, t in zip(rgb, targets):
