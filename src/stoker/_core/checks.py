@@ -8,9 +8,11 @@ message that names the argument.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
 
 __all__ = [
+    "refuse_unknown",
     "check_choice",
     "check_epoch",
     "check_int",
@@ -81,3 +83,24 @@ def check_seed(seed: object) -> int:
 def check_epoch(epoch: object) -> int:
     """An epoch number: an int >= 0."""
     return check_int("epoch", epoch, minimum=0)
+
+
+def refuse_unknown(
+    owner: str,
+    given: Mapping[str, Any],
+    known: Iterable[str],
+    hints: Mapping[str, str] | None = None,
+) -> None:
+    """A ``TypeError`` for the first keyword in ``given`` that ``owner`` does not take, naming
+    what to write instead: ``hints[name]`` (another library's habit, e.g. DataLoader's
+    ``num_workers``) or the closest known name."""
+    if not given:
+        return
+    import difflib
+
+    name = next(iter(given))
+    hint = (hints or {}).get(name)
+    if hint is None:
+        close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}=?" if close else "see help(" + owner + ")"
+    raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}: {hint}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import inspect
 import logging
 import os
 import weakref
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker._core.checks import check_choice, check_int, check_seed
+from stoker._core.checks import check_choice, check_int, check_seed, refuse_unknown
 from stoker._core.errors import (
     IncompatibleStateError,
     LoaderError,
@@ -49,6 +50,18 @@ log = logging.getLogger("stoker.loader")
 _MAX_REJECTS_KEPT = 10_000
 
 _live: weakref.WeakSet[Loader] = weakref.WeakSet()
+
+#: torch.utils.data.DataLoader's names, and what a Loader takes instead.
+DATALOADER_NAMES = {
+    "num_workers": "stoker's name is workers= (workers=0 also runs in the main process)",
+    "prefetch_factor": "stoker's name is prefetch= (batches ready ahead, for all workers)",
+    "persistent_workers": "stoker's workers always persist across epochs; drop it",
+    "pin_memory": "pinning and the copy to the GPU are stoker.torch.CudaPrefetcher's job",
+    "batch_sampler": "pass a stoker.sampling sampler as sampler=",
+    "collate_fn": "batches are already arrays in shared memory; stoker.torch converts them",
+    "worker_init_fn": "transforms get their rng from (seed, epoch, index); nothing to seed",
+    "generator": "pass seed= (an int)",
+}
 
 
 def _close_all() -> None:
@@ -92,7 +105,10 @@ class Loader(RingFeed):
         decode: DecodeOptions | None = None,
         on_worker_death: str = "raise",
         fields: list[str] | tuple[str, ...] | None = None,
+        **unknown: Any,
     ) -> None:
+        # DataLoader habits get the stoker spelling by name, not a bare TypeError
+        refuse_unknown("Loader", unknown, _PARAMS, DATALOADER_NAMES)
         self._closed = True  # until construction succeeded
         self._owner_pid = os.getpid()
         self._pool = WorkerPool(on_worker_death)
@@ -556,3 +572,6 @@ def _check_fraction(value: object) -> float:
 
 def _describe_fp(fp: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in fp.items())
+
+
+_PARAMS = [p for p in inspect.signature(Loader.__init__).parameters if p not in ("self", "unknown")]
