@@ -19,6 +19,9 @@ A :class:`Reader` is a data set in one format, with random access by position ``
   ``fields`` (values as ``Field.check`` gives them; an empty dict when none are asked for);
   every failure names the file, the record and the byte offset;
 - ``r.describe(i)``: where sample ``i`` lives, for messages (file, key, byte offset);
+- ``r.locate(i)``: ``(file, byte offset)`` of sample ``i`` where the format can tell, else
+  ``None``; ``r.files()``: the data files the samples are read from (what the doctor sizes and
+  evicts from the page cache); both optional, with defaults;
 - ``r.fingerprint()``: a JSON-safe identity (format, count, a hash of keys and labels) kept in
   loader state and checked on resume;
 - ``r.close()``.
@@ -38,19 +41,46 @@ removes what was written; ``resume=True`` keeps a complete prefix of a killed ru
 from __future__ import annotations
 
 import abc
+import os
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from stoker.formats.manifest import MANIFEST_SUFFIX, read_json
+
 if TYPE_CHECKING:
     from stoker._core.schema import Schema
 
-__all__ = ["ReadSample", "Reader", "RecordReader", "ShardWriter"]
+__all__ = ["ReadSample", "Reader", "RecordReader", "ShardWriter", "data_files"]
 
 #: ``f(i)`` of :meth:`Reader.reader`: ``(image bytes, label, key, fields)``.
 ReadSample = Callable[[int], tuple[Any, Any, int, dict[str, Any]]]
+
+
+def data_files(path: str) -> list[str]:
+    """The data files of a set opened from ``path`` (see :meth:`Reader.files`); names a
+    manifest gives are kept only when relative, inside its folder and existing."""
+    if os.path.isdir(path):
+        names = sorted(os.listdir(path))
+        return [p for p in (os.path.join(path, n) for n in names) if os.path.isfile(p)]
+    if not path.endswith(MANIFEST_SUFFIX):
+        return [path] if os.path.isfile(path) else []
+    folder = os.path.dirname(os.path.abspath(path))
+    out: list[str] = []
+    try:
+        shards = read_json(path).get("shards", [])
+    except Exception:  # noqa: BLE001 - best effort: the reader itself reports a bad manifest
+        return out
+    for entry in shards if isinstance(shards, list) else ():
+        for v in entry.values() if isinstance(entry, dict) else ():
+            if not isinstance(v, str) or not v or os.path.isabs(v) or ".." in v.split("/"):
+                continue
+            p = os.path.join(folder, v)
+            if os.path.isfile(p) and p not in out:
+                out.append(p)
+    return out
 
 
 class _Closing:
@@ -104,6 +134,15 @@ class Reader(_Closing, abc.ABC):
 
     def describe(self, i: int) -> str:
         return f"key {self.key(i)} (position {i}) of {self.path}"
+
+    def locate(self, i: int) -> tuple[str, int] | None:
+        """``(file, byte offset)`` of sample ``i``, or ``None`` when the format cannot tell."""
+        return None
+
+    def files(self) -> list[str]:
+        """The data files behind the reader: ``path`` when it is a file other than a manifest,
+        the regular files of a folder, or the files a manifest's shard entries name."""
+        return data_files(self.path)
 
     @abc.abstractmethod
     def fingerprint(self) -> dict: ...

@@ -1,4 +1,5 @@
-"""``RecordDataset``: a map-style ``torch.utils.data.Dataset`` over stoker's RecordIO shards.
+"""``RecordDataset``: a map-style ``torch.utils.data.Dataset`` over a data set in any format
+stoker reads (``stoker.formats.open``: RecordIO, TFRecord, WebDataset, LMDB, ...).
 
 For users who keep their ``torch.utils.data.DataLoader``: the dataset pickles as its path and
 settings, and each worker process opens the files again on first use (an open file is never
@@ -7,6 +8,7 @@ shared between processes).
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +26,9 @@ __all__ = ["RecordDataset"]
 
 
 class RecordDataset(Dataset):
-    """Sample ``i`` of a ``.rec`` (or its ``.idx``, or a ``.stoker.json`` manifest).
+    """Sample ``i`` of a data set in any format (a ``.rec``, a ``.stoker.json`` manifest, a
+    TFRecord file, a WebDataset shard, an LMDB folder, ...: whatever ``stoker.formats.open``
+    opens; ``format=`` names it, ``options`` go to the format's reader).
 
     ``ds[i]`` is ``(image, label)``: the decoded image as a uint8 HWC RGB tensor after
     ``transforms`` (a stoker ``Transform`` called with ``sample_rng(seed, epoch, i)``, so the
@@ -58,6 +62,8 @@ class RecordDataset(Dataset):
         epoch: int = 0,
         scale_on_decode: bool = True,
         fields: list[str] | tuple[str, ...] | None = None,
+        format: str | None = None,
+        **options: Any,
     ) -> None:
         if transforms is not None and not callable(transforms):
             raise TypeError(f"transforms must be callable (img, rng) -> img, got {transforms!r}")
@@ -70,6 +76,8 @@ class RecordDataset(Dataset):
         self.seed = int(seed)
         self.epoch = int(epoch)
         self.scale_on_decode = bool(scale_on_decode)
+        self.format = format
+        self.options = dict(options)
         reader = self._open()
         self._n = len(reader)
         self.class_names = reader.class_names
@@ -89,14 +97,18 @@ class RecordDataset(Dataset):
         self._pid = os.getpid()
 
     def _open(self) -> Any:
-        from stoker.formats.recordio import open_records
+        from stoker.formats import open_reader
 
-        return open_records(self.path)
+        return open_reader(self.path, format=self.format, **self.options)
 
     def _get_reader(self) -> Any:
-        if self._reader is None or self._pid != os.getpid():
-            self._reader = self._open()  # a forked copy is dropped, never used
-            self._pid = os.getpid()
+        if self._reader is None:
+            self._reader = self._open()
+        elif self._pid != os.getpid():
+            # a forked copy holds the parent's open files: never used, it is replaced by a
+            # reader made from its configuration (what a reader pickles as), which reopens here
+            self._reader = copy.copy(self._reader)
+        self._pid = os.getpid()
         return self._reader
 
     def __len__(self) -> int:
@@ -126,12 +138,8 @@ class RecordDataset(Dataset):
         idx = int(i) + n if i < 0 else int(i)
         if not 0 <= idx < n:
             raise IndexError(f"index {i} out of range for {n} records in {self.path}")
-        reader = self._get_reader()
-        vals: dict[str, Any] = {}
-        if self.has_fields:
-            header, payload, vals = reader.read_fields(idx, self._stored)
-        else:
-            header, payload = reader.read_header(idx)
+        read = self._get_reader().reader(np.array([idx], np.int64), self._stored)
+        payload, label, _key, vals = read(idx)
         min_size = None  # as the loader does: a reduced JPEG scale when a downscale follows
         hint = getattr(self.transforms, "decode_hint", None)
         if hint is not None and self.scale_on_decode and sniff(payload) == "jpeg":
@@ -141,7 +149,7 @@ class RecordDataset(Dataset):
         if not self.has_fields:
             if self.transforms is not None:
                 img = self.transforms(img, rng)
-            return torch.from_numpy(np.ascontiguousarray(img)), _label(header.label)
+            return torch.from_numpy(np.ascontiguousarray(img)), _label(label)
         stored = image_size(payload)
         where = f"{self.path}: position {idx}"
         img, out = sample_fields(self.schema, img, stored, vals, self.transforms, rng, where)
@@ -150,7 +158,7 @@ class RecordDataset(Dataset):
         }
         label_name = self.schema.header_name
         if label_name is not None:
-            sample[label_name] = _label(header.label)
+            sample[label_name] = _label(label)
         sample.update(out)
         return sample
 
@@ -167,7 +175,7 @@ class RecordDataset(Dataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_reader"] = None  # reopened by path in the receiving process
+        state["_pid"] = None  # the reader travels as its configuration and reopens there
         return state
 
 

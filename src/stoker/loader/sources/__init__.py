@@ -1,7 +1,10 @@
-"""Where samples come from: packed records, an image folder, or arrays in shared memory.
+"""Where samples come from: any format behind the seam, an image folder, or arrays in shared
+memory.
 
 The contract is :class:`~stoker.loader.sources.base.Source`; each kind of source lives in a
-module of its own, and :func:`as_source` picks one for what ``Loader`` is given.
+module of its own, and :func:`as_source` picks one for what ``Loader`` is given. Every format
+goes through :class:`FormatSource` over the registry's reader (``stoker.formats.open``);
+:class:`RecordSource` is that for RecordIO.
 """
 
 from __future__ import annotations
@@ -12,15 +15,29 @@ from typing import Any
 from stoker.loader.sources.arrays import ArraySource
 from stoker.loader.sources.base import Source
 from stoker.loader.sources.folder import FolderSource
+from stoker.loader.sources.formats import FormatSource
 from stoker.loader.sources.records import RecordSource
 
-__all__ = ["ArraySource", "FolderSource", "RecordSource", "Source", "as_source"]
+__all__ = ["ArraySource", "FolderSource", "FormatSource", "RecordSource", "Source", "as_source"]
+
+
+def _format_of(path: str) -> Any:
+    """The registry's format of ``path``, or ``None`` when no format claims it (a format whose
+    sniff cannot be loaded here claims no folder)."""
+    from stoker.formats import format_of
+
+    try:
+        return format_of(path)
+    except (ValueError, ImportError, AttributeError):
+        return None
 
 
 def as_source(source: Any) -> tuple[Source, bool]:
     """``(Source, owned)`` for what ``Loader`` accepts: a path, an ``(x, y)`` tuple, a Source.
 
-    ``owned`` is True when the source was made here (the loader then closes it).
+    A path is a set in any registered format (a manifest, a file by its extension, a folder a
+    format recognises, such as an LMDB database), else an image folder. ``owned`` is True
+    when the source was made here (the loader then closes it).
     """
     if isinstance(source, Source):
         return source, False
@@ -30,16 +47,21 @@ def as_source(source: Any) -> tuple[Source, bool]:
         return ArraySource(*source), True
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
-        if os.path.isdir(path):
-            return FolderSource(path), True
-        if path.endswith((".rec", ".idx", ".json")):
-            return RecordSource(path), True
         if not os.path.exists(path):
             raise FileNotFoundError(f"source {path} does not exist")
+        fmt = _format_of(path)
+        if fmt is not None:
+            return FormatSource(path, format=fmt.name), True
+        if os.path.isdir(path):
+            return FolderSource(path), True
+        from stoker.formats import FORMATS
+
+        known = ", ".join(e for f in FORMATS.values() for e in f.extensions)
         raise ValueError(
-            f"source {path}: expected a .rec, a .stoker.json manifest or an image folder"
+            f"source {path}: expected a *.stoker.json manifest, a file ending in {known}, "
+            "a database folder or an image folder"
         )
     raise TypeError(
-        "source must be a path (.rec, .stoker.json, image folder), a tuple (x, y) of arrays "
-        f"or a stoker Source, got {type(source).__name__}"
+        "source must be a path (a data set in any format, a .stoker.json manifest, an image "
+        f"folder), a tuple (x, y) of arrays or a stoker Source, got {type(source).__name__}"
     )

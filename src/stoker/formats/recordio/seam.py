@@ -1,0 +1,293 @@
+"""RecordIO behind the seam: a ``.rec``, its ``.idx`` or a ``NAME.stoker.json`` as a sample-level
+:class:`~stoker.formats.base.Reader` (what the registry's ``open_reader`` returns), and the
+registry's ``verify``.
+
+The samples are the image records (an insightface set's header and identity records are not
+samples); the label is the record's IRHeader label, int64 when every label is a whole number,
+else float32, as :meth:`RecordIOReader.labels` gives it in every process. A worker never holds
+the label array: it reads each label from the header it parses anyway, so its start-up and
+memory do not grow with the set (5.8M labels are 46 MB); the label's dtype and shape travel in
+the pickle instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from stoker._core.errors import SpecError
+from stoker._core.schema import Field, Schema
+from stoker.formats.base import Reader, ReadSample
+from stoker.formats.recordio.opening import open_records
+from stoker.formats.recordio.records import Records
+from stoker.formats.recordio.recordset import RecordSet
+from stoker.formats.recordio.verify import verify_records
+from stoker.formats.report import VerifyReport
+
+__all__ = ["RecordIOReader", "integral_labels", "open_reader", "verify"]
+
+
+def integral_labels(labels: np.ndarray) -> np.ndarray:
+    """Float labels that are all whole numbers become int64 (class ids); others float32."""
+    if labels.size and labels.dtype.kind == "f":
+        if labels.ndim == 1 and np.all(np.isfinite(labels)) and np.all(labels == np.round(labels)):
+            return labels.astype(np.int64)
+        return labels.astype(np.float32)
+    return labels
+
+
+def _sha(*parts: bytes) -> str:
+    """The loader's dataset hash (length-prefixed parts), kept so saved states still resume."""
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(len(p).to_bytes(8, "little"))
+        h.update(p)
+    return h.hexdigest()[:32]
+
+
+class RecordIOReader(Reader):
+    """The image records of a RecordIO set as a :class:`Reader`.
+
+    ``checksums=True``: every record read is checked against the ``.crc32c`` side-car where
+    the set has one (a ``.crc32c`` the manifest names but that is missing, or whose size does
+    not fit the record count, is an error at open); ``False`` reads without it. ``cache``:
+    use the index and label caches (:mod:`stoker._core.cache`).
+    """
+
+    format = "recordio"
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, checksums: bool = True, cache: bool = True
+    ) -> None:
+        if not isinstance(checksums, bool):
+            raise TypeError(f"checksums must be True or False, got {checksums!r}")
+        self.path = os.fspath(path)
+        self.checksums = checksums
+        self.cache = bool(cache)
+        self._rec: Records | None = None
+        self._labels: np.ndarray | None = None
+        self._keys: np.ndarray | None = None
+        self._schema: Schema | None = None
+        self._label_dtype = ""  # set when unpickled (see __getstate__)
+        self._label_shape: tuple[int, ...] = ()
+        self._len = len(self.records)
+
+    @property
+    def records(self) -> Records:
+        """The RecordIO reader of the image records (``open_records(...).images()``), opened
+        on first use in this process."""
+        if self._rec is None:
+            self._rec = open_records(
+                self.path,
+                verify_checksums="auto" if self.checksums else False,
+                cache=self.cache,
+            ).images()
+        return self._rec
+
+    def __getstate__(self) -> dict:
+        lab = self.labels()
+        return {
+            "path": self.path,
+            "checksums": self.checksums,
+            "cache": self.cache,
+            "_len": self._len,
+            "_label_dtype": lab.dtype.name,
+            "_label_shape": tuple(lab.shape[1:]),
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        self.path = state["path"]
+        self.checksums = state["checksums"]
+        self.cache = state.get("cache", True)
+        self._len = state["_len"]
+        self._label_dtype = state["_label_dtype"]
+        self._label_shape = state["_label_shape"]
+        self._rec = None
+        self._labels = None
+        self._keys = None
+        self._schema = None
+
+    def __len__(self) -> int:
+        return self._len
+
+    def key(self, i: int) -> int:
+        return int(self.records.key(i))
+
+    def keys(self) -> np.ndarray:
+        if self._keys is None:
+            self._keys = np.asarray(self.records.keys, dtype=np.int64)
+        return self._keys
+
+    def labels(self) -> np.ndarray:
+        if self._labels is None:
+            self._labels = integral_labels(np.asarray(self.records.labels()))
+        return self._labels
+
+    @property
+    def class_names(self) -> list[str] | None:
+        names = self.records.class_names
+        return list(names) if names else None
+
+    @property
+    def schema(self) -> Schema:
+        """The schema the manifest declares (an image and its label without one), its header
+        field typed as :meth:`labels` gives it."""
+        if self._schema is None:
+            if self._label_dtype:  # unpickled: from the state it was sent, not every label
+                dtype, shape = self._label_dtype, self._label_shape
+            else:
+                lab = self.labels()
+                dtype, shape = lab.dtype.name, tuple(lab.shape[1:])
+            declared = self.records.schema
+            head = declared.header_name
+            label = Field.numeric(shape, dtype, header=True)
+            if head is None:
+                self._schema = declared
+            else:
+                self._schema = Schema(
+                    tuple((n, label if n == head else f) for n, f in declared.fields)
+                )
+        return self._schema
+
+    def _label(self, i: int, header: Any) -> Any:
+        """The label of position ``i`` as :meth:`labels` gives it, from its parsed header."""
+        if not self._label_dtype:  # the process that opened the set holds every label
+            return self.labels()[i]
+        if self._label_shape:
+            return np.asarray(header.label, self._label_dtype).reshape(self._label_shape)
+        return self._scalar_label(header.label)
+
+    @property
+    def _scalar_label(self) -> Callable[[Any], Any]:
+        """An unpickled reader's conversion of a one-float header label to the label dtype."""
+        return int if self._label_dtype == "int64" else np.float32
+
+    def read(self, i: int) -> tuple[memoryview, Any]:
+        """``(image bytes, label)`` of position ``i`` (the slow, always-right path)."""
+        header, image = self.records.read_header(i)
+        return image, self._label(i, header)
+
+    def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()) -> ReadSample:
+        if fields:
+            return self._field_reader(tuple(fields))
+        rec, key, label_of = self.records, self.records.key, self._label
+
+        def slow(i: int) -> tuple[Any, Any, int, dict[str, Any]]:
+            k = key(i)
+            header, image = rec.read_header(i)
+            return image, label_of(i, header), k, {}
+
+        # Unpickled (a worker), single-part records with one label take plain_reader: one
+        # unpack for both headers, no per-sample fstat. Any other record, and every error,
+        # goes the slow way, which names what is wrong.
+        if not self._label_dtype or self._label_shape:
+            return slow
+        plain = rec.plain_reader(indices)  # None on sets of several shards
+        if plain is None:
+            return slow
+        as_label = self._scalar_label
+
+        def get(i: int) -> tuple[Any, Any, int, dict[str, Any]]:
+            got = plain(i)
+            if got is None:
+                return slow(i)
+            label, image, k = got
+            return image, as_label(label), k, {}
+
+        return get
+
+    def _field_reader(self, names: tuple[str, ...]) -> ReadSample:
+        rec = self.records
+        stored = rec.schema.stored
+        unknown = [n for n in names if n not in stored]
+        if unknown:
+            raise SpecError(
+                f"{self.path}: no stored fields {unknown}; the set stores {list(stored) or 'none'}"
+            )
+        key, label_of = rec.key, self._label
+
+        def read(i: int) -> tuple[Any, Any, int, dict[str, Any]]:
+            header, image, vals = rec.read_fields(i, names)
+            return image, label_of(i, header), key(i), vals
+
+        return read
+
+    def locate(self, i: int) -> tuple[str, int] | None:
+        """``(file, byte offset)`` of sample ``i``: the shard ``.rec`` and the record's offset."""
+        rec = self.records
+        if isinstance(rec, RecordSet):
+            j, k = rec.locate(i)
+            shard = rec.shard(j)
+            return shard.path, int(shard.offset(k))
+        return rec.shards[0].path, int(rec.offset(i))
+
+    def files(self) -> list[str]:
+        """The ``.rec`` files that hold the records (every shard of a set)."""
+        rec = self.records
+        if isinstance(rec, RecordSet):
+            from stoker.formats.recordio.manifest import shard_paths
+
+            return [shard_paths(rec.manifest_path, e)[0] for e in rec.manifest["shards"]]  # type: ignore[index]
+        return [s.path for s in rec.shards]
+
+    def describe(self, i: int) -> str:
+        rec = self.records
+        where = f"key {rec.key(i)} (position {i}) of {self.path}"
+        try:
+            where += f", byte offset {rec.offset(i)}"
+        except Exception:  # noqa: BLE001 - best effort for a message
+            pass
+        return where
+
+    def fingerprint(self) -> dict:
+        size = 0
+        try:
+            size = os.path.getsize(self.path)
+        except OSError:
+            pass
+        return {
+            "type": "records",
+            "len": self._len,
+            "bytes": size,
+            "sha": _sha(self.keys().tobytes(), self.labels().tobytes()),
+        }
+
+    def close(self) -> None:
+        if self._rec is not None:
+            self._rec.close()
+            self._rec = None
+
+
+def open_reader(
+    path: str | os.PathLike[str], *, checksums: bool = True, cache: bool = True
+) -> RecordIOReader:
+    """The registry's opener: a ``.rec``, its ``.idx`` or a ``NAME.stoker.json`` as a
+    :class:`RecordIOReader`."""
+    return RecordIOReader(path, checksums=checksums, cache=cache)
+
+
+def verify(
+    path: str | os.PathLike[str],
+    *,
+    checksums: bool = True,
+    decode: Callable[[bytes], object] | None = None,
+    max_problems: int = 1000,
+    progress: bool | None = None,
+    allow_missing_checksums: bool = False,
+    idx_path: str | os.PathLike[str] | None = None,
+) -> VerifyReport:
+    """The registry's ``verify``: :func:`~stoker.formats.recordio.verify_records` on ``path``
+    (an ``.idx`` is verified with the ``.rec`` beside it)."""
+    return verify_records(
+        path,
+        idx_path=idx_path,
+        checksums=checksums,
+        decode=decode,
+        max_problems=max_problems,
+        progress=progress,
+        allow_missing_checksums=allow_missing_checksums,
+    )
