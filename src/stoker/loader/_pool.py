@@ -13,8 +13,10 @@ import contextlib
 import dataclasses
 import logging
 import multiprocessing
+import os
 import select
 import signal
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -44,6 +46,26 @@ _PRELOAD = [
     "stoker.transforms",
 ]
 _NOTHING: tuple[Task, ...] = ()
+
+
+def engine_unsupported() -> str | None:
+    """Why the worker engine cannot run here, or ``None``: it needs Linux's anonymous shared
+    files (``memfd_create``), ``posix_fallocate`` and the fork server."""
+    missing = [
+        name
+        for name, ok in (
+            ("memfd_create", hasattr(os, "memfd_create")),
+            ("posix_fallocate", hasattr(os, "posix_fallocate")),
+            (
+                "the forkserver start method",
+                "forkserver" in multiprocessing.get_all_start_methods(),
+            ),
+        )
+        if not ok
+    ]
+    if sys.platform.startswith("linux") and not missing:
+        return None
+    return f"{sys.platform} lacks {', '.join(missing) or 'Linux'}"
 
 
 def mp_context() -> multiprocessing.context.BaseContext:

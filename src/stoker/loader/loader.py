@@ -13,6 +13,7 @@ import contextlib
 import inspect
 import logging
 import os
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Iterator
@@ -34,7 +35,7 @@ from stoker._core.system import dist_rank, usable_cores
 from stoker.loader import _shm
 from stoker.loader._feed import Epoch, RingFeed, compact, compact_fields, dims, make_batch
 from stoker.loader._fields import FieldPlan, plan_fields
-from stoker.loader._pool import WorkerPool, mp_context, warm_up
+from stoker.loader._pool import WorkerPool, engine_unsupported, mp_context, warm_up
 from stoker.loader._state import MAX_COUNTER, LoaderState, check_batch_size
 from stoker.loader._worker import Task, fill_chunk
 from stoker.loader._worker_errors import rebuild
@@ -134,6 +135,7 @@ class Loader(RingFeed):
             minimum=0,
             maximum=1024,
         )
+        self.workers = _workers_here(self.workers, asked=workers is not None)
         self.prefetch = check_int("prefetch", prefetch, minimum=1, maximum=1024)
         self.timeout = _check_timeout(timeout)
         self.on_worker_death = check_choice(
@@ -572,6 +574,22 @@ def _check_fraction(value: object) -> float:
 
 def _describe_fp(fp: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in fp.items())
+
+
+def _workers_here(workers: int, *, asked: bool) -> int:
+    """``workers`` where the worker engine runs; elsewhere 0 (decoding in the main process)
+    with a warning when the count was the default, a clear error when it was asked for."""
+    why = engine_unsupported() if workers else None
+    if why is None:
+        return workers
+    msg = (
+        f"stoker's worker processes need Linux ({why}); workers=0 runs the same pipeline in "
+        "the main process, with the same batches"
+    )
+    if asked:
+        raise LoaderError(f"workers={workers}: {msg}; pass workers=0")
+    warnings.warn(f"{msg}: using workers=0", RuntimeWarning, stacklevel=3)
+    return 0
 
 
 _PARAMS = [p for p in inspect.signature(Loader.__init__).parameters if p not in ("self", "unknown")]
