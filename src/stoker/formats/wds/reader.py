@@ -1,0 +1,255 @@
+"""The :class:`~stoker.formats.Reader` of WebDataset tar shards: one ``.tar``, or the shards a
+stoker-written ``NAME.stoker.json`` (``"format": "stoker-wds"``) lists, read as one set.
+
+Positions ``0..N-1`` run through the shards in manifest order. WebDataset keys are strings, so
+the reader's int keys are the positions; ``key_name(i)`` gives the member key and
+``describe(i)`` the tar, the key and the byte offset of the sample's first header.
+
+The schema is the manifest's (``Schema.classification()`` when it declares none); a tar
+without a manifest has an image, its ``cls`` label, and text fields ``txt`` and ``json`` when
+any sample holds such a member (``layout``). Labels: the ``.cls`` values, or 0 for every sample
+of a set without any ``.cls``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import os
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from stoker._core.errors import CorruptRecordError, ManifestError, SpecError
+from stoker._core.schema import SIZE_FIELD, Schema
+from stoker.formats.base import Reader, ReadSample
+from stoker.formats.manifest import MANIFEST_SUFFIX, class_names, manifest_schema
+from stoker.formats.wds.layout import RAW_FIELDS, field_suffixes, raw_schema
+from stoker.formats.wds.manifest import load_manifest, shard_tar
+from stoker.formats.wds.shard import Shard, check_uncompressed, decode_field
+
+__all__ = ["MAX_OPEN_SHARDS", "WdsReader", "open_reader"]
+
+#: Shards whose tar stays mapped at once per reader (least recently used unmapped first).
+MAX_OPEN_SHARDS = 64
+
+
+def open_reader(path: str | os.PathLike[str], *, cache: bool = True) -> WdsReader:
+    """The reader of a ``.tar`` or a stoker-wds manifest (``cache=False``: no index cache)."""
+    return WdsReader(path, cache=cache)
+
+
+class WdsReader(Reader):
+    """WebDataset shards with random access; see the module docstring."""
+
+    format = "wds"
+
+    def __init__(self, path: str | os.PathLike[str], *, cache: bool = True) -> None:
+        self._setup(os.fspath(path), bool(cache))
+
+    def _setup(self, path: str, cache: bool) -> None:
+        self.path = path
+        self._cache = cache
+        self.manifest: dict | None = None
+        self._class_names: list[str] | None = None
+        self._declared: Schema | None = None
+        if path.endswith(MANIFEST_SUFFIX):
+            m = load_manifest(path)
+            self.manifest = m
+            self._declared = manifest_schema(m, path)
+            self._class_names = class_names(m) if m.get("classes") else None
+            self._shards = [self._manifest_shard(s) for s in m["shards"]]
+            if not self._shards:
+                raise ManifestError(f"{path}: the manifest lists no shards")
+        else:
+            if os.path.isfile(path):
+                with open(path, "rb") as f:
+                    check_uncompressed(path, f.read(8))
+            self._shards = [Shard(path, cache=cache)]
+        self._cum: list[int] | None = None
+        self._schema: Schema | None = None
+        self._suffixes: dict[str, str] | None = None
+        self._mapped: OrderedDict[int, None] = OrderedDict()
+
+    def _manifest_shard(self, s: dict) -> Shard:
+        tar = shard_tar(self.path, s)
+        if os.path.isdir(tar):
+            raise ManifestError(f"{self.path}: shard {s['tar']!r} names a directory, not a file")
+        if not os.path.exists(tar):
+            raise ManifestError(f"{self.path}: shard {s['tar']!r} does not exist")
+        size = os.path.getsize(tar)
+        if size != s["tar_bytes"]:
+            raise ManifestError(
+                f"{self.path}: {tar} is {size} bytes but the manifest records {s['tar_bytes']}; "
+                "the shard was replaced or truncated"
+            )
+        return Shard(
+            tar,
+            records=s["records"],
+            tar_bytes=s["tar_bytes"],
+            manifest=self.path,
+            cache=self._cache,
+        )
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "cache": self._cache}
+
+    def __setstate__(self, state: dict) -> None:
+        self._setup(state["path"], state["cache"])
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def shards(self) -> list[Shard]:
+        return self._shards
+
+    def _cumulative(self) -> list[int]:
+        if self._cum is None:
+            if self.manifest is not None:
+                counts = [int(s["records"]) for s in self.manifest["shards"]]
+            else:
+                counts = [len(self._shards[0].index())]
+            self._cum = [0, *np.cumsum(counts).tolist()]
+        return self._cum
+
+    def __len__(self) -> int:
+        return self._cumulative()[-1]
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        cum = self._cumulative()
+        if not 0 <= i < cum[-1]:
+            raise IndexError(f"sample position {i} out of range for {cum[-1]} samples")
+        s = bisect.bisect_right(cum, i) - 1
+        return s, i - cum[s]
+
+    def keys(self) -> np.ndarray:
+        return np.arange(len(self), dtype=np.int64)
+
+    def key(self, i: int) -> int:
+        self._locate(i)
+        return int(i)
+
+    def key_name(self, i: int) -> str:
+        """The WebDataset key (member name up to the first dot) of sample ``i``."""
+        s, j = self._locate(i)
+        return self._shards[s].index().key_name(j)
+
+    def describe(self, i: int) -> str:
+        s, j = self._locate(i)
+        index = self._shards[s].index()
+        return (
+            f"{self._shards[s].path}: sample {index.key_name(j)!r} (position {i}), first "
+            f"header at byte offset {int(index.headers[j])}"
+        )
+
+    # ------------------------------------------------------------------ schema and labels
+    @property
+    def schema(self) -> Schema:
+        if self._schema is None:
+            if self._declared is not None:
+                self._schema = self._declared
+            elif self.manifest is not None:
+                self._schema = Schema.classification()
+            else:
+                index = self._shards[0].index()
+                lengths = {}
+                for suffix, name in RAW_FIELDS.items():
+                    m = index.max_size(suffix)
+                    if m is not None:
+                        lengths[name] = m
+                self._schema = raw_schema(lengths)
+        return self._schema
+
+    def _suffix_map(self) -> dict[str, str]:
+        if self._suffixes is None:
+            schema = self.schema
+            if self.manifest is None:
+                self._suffixes = {n: s for s, n in RAW_FIELDS.items() if n in schema}
+            else:
+                self._suffixes = field_suffixes(schema)
+        return self._suffixes
+
+    @property
+    def class_names(self) -> list[str] | None:
+        return self._class_names
+
+    def labels(self) -> np.ndarray:
+        """int64 ``(N,)``: each sample's ``.cls`` (0 throughout a set without any)."""
+        parts, with_cls = [], []
+        for shard in self._shards:
+            index = shard.index()
+            parts.append(index.labels)
+            if len(index):
+                with_cls.append(bool(index.has_cls[0]))
+        if any(with_cls) and not all(with_cls):
+            bad = self._shards[with_cls.index(False)]
+            raise CorruptRecordError(
+                bad.path, None, "this shard has no .cls labels while others of the set have them"
+            )
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def fingerprint(self) -> dict:
+        """Format, count, and a sha256 of every shard's key names and labels."""
+        h = hashlib.sha256()
+        for shard in self._shards:
+            index = shard.index()
+            h.update(len(index).to_bytes(8, "little"))
+            h.update(index.key_offs.astype("<i8").tobytes())
+            h.update(index.keys)
+            h.update(index.labels.astype("<i8").tobytes())
+        return {"format": self.format, "count": len(self), "sha256": h.hexdigest()}
+
+    # ------------------------------------------------------------------ reading
+    def _shard_view(self, s: int) -> memoryview:
+        shard = self._shards[s]
+        if len(self._shards) > 1:
+            self._mapped[s] = None
+            self._mapped.move_to_end(s)
+            while len(self._mapped) > MAX_OPEN_SHARDS:
+                old, _ = self._mapped.popitem(last=False)
+                self._shards[old].close()
+        return shard.view()
+
+    def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()) -> ReadSample:
+        """``f(i) -> (image memoryview, label, position, {field: value})`` (see ``base``)."""
+        schema = self.schema
+        stored = schema.stored
+        names = []
+        for name in fields:
+            if name in stored:
+                names.append(name)
+            elif name not in schema and name != SIZE_FIELD:
+                raise SpecError(f"unknown field {name!r}; this set has {list(schema)}")
+        suffixes = self._suffix_map()
+        path_of = [s.path for s in self._shards]
+
+        def read(i: int) -> tuple[Any, int, int, dict[str, Any]]:
+            s, j = self._locate(i)
+            view = self._shard_view(s)
+            shard = self._shards[s]
+            cols = shard.columns(suffixes)
+            index = shard.index()
+            off, size = cols[""]
+            o, n = int(off[j]), int(size[j])
+            if n <= 0:
+                raise CorruptRecordError(
+                    path_of[s],
+                    o,
+                    f"sample {index.key_name(j)!r}: its image member is empty",
+                    key=i,
+                )
+            out: dict[str, Any] = {}
+            for name in names:
+                fo, fs = cols[name]
+                where = (path_of[s], index.key_name(j), i)
+                out[name] = decode_field(
+                    view, int(fo[j]), int(fs[j]), stored[name], name, suffixes[name], where
+                )
+            return view[o : o + n], int(index.labels[j]), i, out
+
+        return read
+
+    def close(self) -> None:
+        for shard in self._shards:
+            shard.close()
+        self._mapped.clear()

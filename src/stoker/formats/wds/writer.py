@@ -1,0 +1,317 @@
+"""Writing WebDataset tar shards: :func:`open_writer` (one shard) and
+:func:`write_set_manifest` (the set's ``NAME.stoker.json``).
+
+A sample with key ``k`` becomes consecutive members named ``%09d`` of ``k`` (zero-padded so
+names sort in key order) plus a suffix: the image (``.jpg``, ``.png``, ``.webp``... from its
+first bytes; bytes of no image type are refused), ``.cls`` (the header label as a decimal
+integer; a label that is not one whole number is refused), then each stored field
+(``layout.field_suffixes``: text as UTF-8, bytes and masks as they are, numeric and ragged
+values as a JSON array in ``.<name>.json``). Headers are plain ustar with fixed metadata
+(``tarfmt.ustar_header``), so the same samples give the same bytes.
+
+The shard is written to ``NAME.tar.partial`` one whole sample per write, and renamed on
+``commit`` after the end-of-archive marker and the padding to 10240 bytes. ``resume=True``
+reopens the partial of a killed run, keeps its complete samples (every member the schema
+needs, whole) and cuts off the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import mmap
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from stoker._core.atomic import fsync_dir, partial_path
+from stoker._core.errors import OutputExistsError, SpecError
+from stoker._core.schema import Schema
+from stoker.formats.base import ShardWriter
+from stoker.formats.manifest import check_rel_path, fail, write_json
+from stoker.formats.wds.index import build_index
+from stoker.formats.wds.layout import LABEL_SUFFIX, field_suffixes, image_suffix
+from stoker.formats.wds.manifest import FORMAT_NAME, FORMAT_VERSION, validate_manifest
+from stoker.formats.wds.tarfmt import END_OF_ARCHIVE, RECORD, Walk, padding, ustar_header
+
+__all__ = ["WdsShardWriter", "open_writer", "shard_path", "write_set_manifest"]
+
+_KEY_LIMIT = 1 << 63
+
+
+def shard_path(prefix: str | os.PathLike[str], shard: int | None) -> str:
+    """``prefix.tar`` for a single file, ``prefix-00003.tar`` for shard 3."""
+    p = os.fspath(prefix)
+    return f"{p}.tar" if shard is None else f"{p}-{shard:05d}.tar"
+
+
+def open_writer(
+    prefix: str | os.PathLike[str],
+    shard: int | None,
+    *,
+    schema: Schema | None = None,
+    resume: bool = False,
+    checksums: bool = True,
+    overwrite: bool = False,
+) -> WdsShardWriter:
+    """The writer of shard ``shard`` (``None``: one unsharded file) under ``prefix``."""
+    return WdsShardWriter(
+        shard_path(prefix, shard),
+        schema=schema,
+        resume=resume,
+        checksums=checksums,
+        overwrite=overwrite,
+    )
+
+
+class WdsShardWriter(ShardWriter):
+    """One tar shard; see the module docstring. ``checksums=True`` records the sha256 of the
+    whole tar in the manifest entry (``stoker verify`` compares it). ``overwrite=False``
+    refuses an existing final file; with ``True`` it is replaced on ``commit``."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        schema: Schema | None = None,
+        resume: bool = False,
+        checksums: bool = True,
+        overwrite: bool = False,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.schema = schema if schema is not None else Schema.classification()
+        head = self.schema.header_name
+        if head is not None and self.schema[head].shape != ():
+            raise SpecError(
+                f"field {head!r}: WebDataset keeps one integer class per sample in '.cls', "
+                f"not shape {self.schema[head].shape}; write this set as recordio or tfrecord"
+            )
+        self._suffixes = field_suffixes(self.schema)
+        self._stored = self.schema.stored
+        if not overwrite and os.path.exists(self.path):
+            raise OutputExistsError(f"{self.path} exists; pass overwrite=True to replace it")
+        self._partial = partial_path(self.path)
+        self._hash = hashlib.sha256() if checksums else None
+        self._keys: list[int] = []
+        self._seen: set[int] = set()
+        self._max_len: dict[str, int] = {n: 0 for n, f in self._stored.items() if f.variable}
+        self._size = 0
+        self._done = False
+        if resume and os.path.exists(self._partial):
+            self._resume()
+        else:
+            self._f = open(self._partial, "wb")  # noqa: SIM115 - closed by commit/abort
+
+    # ------------------------------------------------------------------ writing
+    @staticmethod
+    def _member(name: bytes, data: bytes) -> list[bytes]:
+        return [ustar_header(name, len(data)), data, bytes(padding(len(data)))]
+
+    def _label_text(self, label: Any) -> bytes:
+        arr = np.asarray(label)
+        if arr.size != 1 or arr.dtype.kind not in "biuf":
+            raise SpecError(f"a WebDataset label is one whole number, got {label!r}")
+        value = arr.reshape(()).item()
+        if isinstance(value, float) and not value.is_integer():
+            raise SpecError(f"a WebDataset label is one whole number, got {value!r}")
+        return str(int(value)).encode("ascii")
+
+    def write(
+        self,
+        key: int,
+        image: bytes | memoryview,
+        label: Any,
+        fields: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Append sample ``key`` (a distinct int in [0, 2**63)) as one run of members."""
+        if self._done:
+            raise ValueError(f"{self.path}: the writer is already committed or aborted")
+        if isinstance(key, bool) or not isinstance(key, (int, np.integer)):
+            raise TypeError(f"a key is an int, got {type(key).__name__}")
+        key = int(key)
+        if not 0 <= key < _KEY_LIMIT:
+            raise ValueError(f"key {key} must be in [0, 2**63)")
+        if key in self._seen:
+            raise ValueError(f"{self.path}: key {key} is written twice")
+        suffix = image_suffix(image)
+        if suffix is None:
+            raise SpecError(
+                f"key {key}: the image bytes are no type a WebDataset reader knows by suffix "
+                "(JPEG, PNG, WebP, GIF, BMP, TIFF, PPM, PGM); re-encode them"
+            )
+        stem = f"{key:09d}".encode("ascii")
+        parts = self._member(stem + b"." + suffix.encode(), bytes(image))
+        if self.schema.header_name is not None:
+            parts += self._member(stem + b"." + LABEL_SUFFIX.encode(), self._label_text(label))
+        values = fields or {}
+        for name, f in self._stored.items():
+            if name not in values:
+                raise SpecError(f"key {key}: field {name!r} is missing")
+            v = f.check(values[name], name=name)
+            if f.kind == "text":
+                data = v.encode("utf-8")
+            elif f.kind in ("bytes", "mask"):
+                data = v
+            else:
+                data = json.dumps(v.tolist(), allow_nan=False).encode("ascii")
+            if name in self._max_len:
+                self._max_len[name] = max(self._max_len[name], f.length(v))
+            parts += self._member(stem + b"." + self._suffixes[name].encode(), data)
+        blob = b"".join(parts)
+        self._f.write(blob)
+        if self._hash is not None:
+            self._hash.update(blob)
+        self._size += len(blob)
+        self._keys.append(key)
+        self._seen.add(key)
+
+    # ------------------------------------------------------------------ resume
+    def _resume(self) -> None:
+        """Keep the leading complete samples of the partial; cut off the torn rest."""
+        want = 1 + (self.schema.header_name is not None) + len(self._stored)
+        need = set(self._suffixes.values())
+        if self.schema.header_name is not None:
+            need.add(LABEL_SUFFIX)
+        size = os.path.getsize(self._partial)
+        keep, keys, end = 0, [], 0
+        with open(self._partial, "rb") as f:
+            mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else None
+            view = memoryview(mm) if mm is not None else memoryview(b"")
+            try:
+                index = build_index(view, size, lambda off, why: None, Walk(self._partial, size))
+                for j in range(len(index)):
+                    a, b = int(index.starts[j]), int(index.starts[j + 1])
+                    name = index.key_name(j)
+                    last = b - 1
+                    got = {index.suffixes[k] for k in index.m_suffix[a:b].tolist()}
+                    digits = name.isascii() and name.isdigit()
+                    if b - a != want or not need <= got or not digits:
+                        break
+                    stop = int(index.m_data[last] + index.m_size[last])
+                    stop += padding(stop)
+                    if stop > size:
+                        break
+                    keys.append(int(name))
+                    end, keep = stop, j + 1
+                self._rescan(view, index, keep)
+            finally:
+                view.release()
+                if mm is not None:
+                    mm.close()
+        self._f = open(self._partial, "r+b")  # noqa: SIM115 - closed by commit/abort
+        self._f.truncate(end)
+        self._f.seek(end)
+        self._size = end
+        self._keys, self._seen = keys, set(keys)
+        if self._hash is not None:
+            self._f.seek(0)
+            while chunk := self._f.read(1 << 20):
+                self._hash.update(chunk)
+            self._f.seek(end)
+
+    def _rescan(self, view: memoryview, index: Any, keep: int) -> None:
+        """``max_len`` of the kept samples' variable fields (sizes; rows for ragged)."""
+        for name in self._max_len:
+            f, suffix = self._stored[name], self._suffixes[name]
+            off, size = index.column({suffix})
+            for j in range(keep):
+                if f.kind == "ragged":
+                    rows = json.loads(bytes(view[int(off[j]) : int(off[j] + size[j])]))
+                    n = len(rows)
+                else:
+                    n = int(size[j])
+                self._max_len[name] = max(self._max_len[name], n)
+
+    # ------------------------------------------------------------------ contract
+    @property
+    def keys_written(self) -> np.ndarray:
+        return np.array(self._keys, dtype=np.int64)
+
+    @property
+    def bytes_written(self) -> int:
+        return self._size
+
+    @property
+    def count(self) -> int:
+        return len(self._keys)
+
+    def commit(self) -> dict:
+        """End the archive, fsync, rename over ``NAME.tar``; the manifest entry."""
+        if self._done:
+            raise ValueError(f"{self.path}: the writer is already committed or aborted")
+        tail = END_OF_ARCHIVE + bytes(-(self._size + len(END_OF_ARCHIVE)) % RECORD)
+        self._f.write(tail)
+        if self._hash is not None:
+            self._hash.update(tail)
+        self._size += len(tail)
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        os.replace(self._partial, self.path)
+        fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+        self._done = True
+        entry: dict[str, Any] = {
+            "tar": self.path,
+            "records": len(self._keys),
+            "tar_bytes": self._size,
+            "max_len": dict(self._max_len),
+        }
+        if self._hash is not None:
+            entry["sha256"] = self._hash.hexdigest()
+        return entry
+
+    def abort(self) -> None:
+        """Remove the partial; the final file (if any) is untouched."""
+        if self._done:
+            return
+        self._done = True
+        with contextlib.suppress(OSError):
+            self._f.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._partial)
+
+
+def write_set_manifest(
+    manifest_path: str | os.PathLike[str],
+    shards: Sequence[Mapping[str, Any]],
+    *,
+    classes: Mapping[str, int] | None = None,
+    schema: Schema | None = None,
+    pack: Mapping[str, Any] | None = None,
+    rejects: Mapping[str, Any] | None = None,
+) -> None:
+    """Write the set's ``NAME.stoker.json`` from its shards' ``commit()`` entries (tar paths
+    made relative to the manifest's folder; a variable field without ``max_len`` gets the
+    largest the shards saw), atomically."""
+    p = os.fspath(manifest_path)
+    base = os.path.dirname(os.path.abspath(p))
+    entries, seen = [], {}
+    for j, s in enumerate(shards):
+        rel = os.path.relpath(os.path.abspath(os.fspath(s["tar"])), base)
+        check_rel_path(p, f"shards[{j}].tar", rel)
+        e = {"tar": rel, "records": int(s["records"]), "tar_bytes": int(s["tar_bytes"])}
+        if s.get("sha256"):
+            e["sha256"] = s["sha256"]
+        for name, n in (s.get("max_len") or {}).items():
+            seen[name] = max(seen.get(name, 0), int(n))
+        entries.append(e)
+    m: dict[str, Any] = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "records": sum(e["records"] for e in entries),
+        "shards": entries,
+        "classes": dict(classes or {}),
+        "pack": dict(pack or {}),
+        "rejects": dict(rejects or {}),
+    }
+    if schema is not None:
+        missing = {n: v for n, v in seen.items() if n in schema and schema[n].max_len is None}
+        m["schema"] = schema.with_max_len(missing).to_json()
+    try:
+        validate_manifest(m, p)
+    except ValueError as e:
+        raise fail(p, f"cannot write the manifest: {e}") from None
+    write_json(p, m)
