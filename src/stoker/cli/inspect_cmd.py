@@ -1,9 +1,11 @@
-"""``stoker inspect FILE``: what a record file holds (records, classes, labels, image sizes,
-and the fields of a set packed with them).
+"""``stoker inspect FILE``: what a data set holds, in any format stoker reads (records,
+classes, labels, image sizes, and the fields of a set with them), through the format registry
+(``stoker.formats.open``); what only one format has (RecordIO's shards, bytes per record and
+insightface layout) comes from its reader's ``summary()``.
 
-Exits 1 when an image record of the sample has no readable image header (``stoker verify``
-names each). An insightface set's header and identity records are counted as metadata
-records, not sampled as images.
+Exits 1 when an image of the sample has no readable image header (``stoker verify`` names
+each). An insightface set's header and identity records are counted as metadata records, not
+sampled as images.
 """
 
 from __future__ import annotations
@@ -11,27 +13,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import TYPE_CHECKING, Any
+import sys
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from stoker.formats.recordio import Records
-
-__all__ = ["add_parser", "inspect_records", "run"]
+__all__ = ["add_parser", "inspect_records", "inspect_set", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
     p = sub.add_parser(
         name,
-        help="show records, classes, label and image-size statistics of a .rec",
+        help="show records, classes, label and image-size statistics of a data set",
         description=(
-            "Summarise FILE (.rec, .idx or NAME.stoker.json): records, shards, bytes per record, "
-            "classes, label counts, and image formats and sizes read from the image headers of a "
-            "sample of records. Exit 1 when an image header of the sample cannot be read."
+            "Summarise FILE (a .stoker.json manifest, a .rec/.idx, a TFRecord file, a "
+            "WebDataset .tar, an LMDB folder: any format stoker reads): records, shards, bytes, "
+            "classes, label counts, and image formats and sizes read from the image headers of "
+            "a sample of records. Exit 1 when an image header of the sample cannot be read."
         ),
     )
-    p.add_argument("file", help=".rec, .idx or .stoker.json")
+    p.add_argument("file", help="a data set: manifest, data file or database folder")
+    p.add_argument("--format", default=None, help="the format, when FILE does not tell it")
     p.add_argument(
         "--sample",
         type=int,
@@ -55,100 +57,99 @@ def _stats(a: np.ndarray) -> dict[str, float]:
     }
 
 
-def _record_sizes(r: Records) -> np.ndarray:
-    parts = []
-    for s in r.shards:
-        offs = np.asarray(s.offsets, dtype=np.int64)
-        if offs.size == 0:
-            continue
-        order = np.sort(offs)
-        ends = np.append(order[1:], s.size)
-        parts.append(ends - order)
-    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+def _labels(reader: Any, out: dict[str, Any]) -> None:
+    """The label statistics (and records per class) of ``reader`` into ``out``."""
+    names = reader.class_names
+    out["classes"] = len(names) if names is not None else None
+    try:
+        labels = np.asarray(reader.labels())
+    except ValueError as e:
+        out["labels"] = {"error": str(e)}
+        return
+    if labels.ndim == 1 and labels.size:
+        values, counts = np.unique(labels, return_counts=True)
+        out["labels"] = {
+            "kind": "scalar",
+            "distinct": int(values.size),
+            "min": float(values.min()),
+            "max": float(values.max()),
+            "per_label": _stats(counts),
+        }
+        if names:
+            per_class = {name: 0 for name in names}
+            for v, c in zip(values.tolist(), counts.tolist()):
+                if float(v).is_integer() and 0 <= int(v) < len(names):
+                    per_class[names[int(v)]] = int(c)
+            out["per_class"] = per_class
+    elif labels.ndim == 2:
+        out["labels"] = {"kind": "multi", "per_record": int(labels.shape[1])}
 
 
-def inspect_records(path: str | os.PathLike[str], *, sample: int = 2000) -> dict:
-    """A JSON-safe summary of a record file (see ``stoker inspect --help``)."""
+def _images(reader: Any, sample: int) -> dict[str, Any]:
+    """Formats and sizes from the image headers of ``sample`` evenly spaced samples."""
     from stoker.codecs import image_size
-    from stoker.formats.recordio import open_records
     from stoker.pack.images import sniff_format
 
-    r = open_records(path)
+    m = len(reader)
+    take = np.unique(
+        np.arange(m)
+        if sample <= 0 or sample >= m
+        else np.linspace(0, m - 1, sample).astype(np.int64)
+    )
+    hs: list[int] = []
+    ws: list[int] = []
+    formats: dict[str, int] = {}
+    bad = 0
+    read = reader.reader(take, ())
+    for i in take.tolist():
+        try:
+            img = read(i)[0]
+            h, w = image_size(img)
+        except Exception:  # noqa: BLE001 - counted; `stoker verify` names the problem
+            bad += 1
+            continue
+        fmt = sniff_format(bytes(img[:12])) or "other"
+        formats[fmt] = formats.get(fmt, 0) + 1
+        hs.append(h)
+        ws.append(w)
+    return {
+        "sampled": int(take.size),
+        "formats": formats,
+        "height": _stats(np.asarray(hs)),
+        "width": _stats(np.asarray(ws)),
+        "unreadable_headers": bad,
+    }
+
+
+def inspect_set(
+    path: str | os.PathLike[str], *, sample: int = 2000, format: str | None = None
+) -> dict:
+    """A JSON-safe summary of a data set in any format (see ``stoker inspect --help``)."""
+    from stoker.formats import open_reader
+
+    reader = open_reader(path, format=format)
     try:
-        n = len(r)
-        shards = r.shards
-        sizes = _record_sizes(r)
+        files = reader.files()
         out: dict[str, Any] = {
             "file": os.fspath(path),
-            "records": n,
-            "shards": len(shards),
-            "rec_bytes": int(sum(s.size for s in shards)),
-            "bytes_per_record": _stats(sizes),
+            "format": reader.format,
+            "records": len(reader),
+            "shards": len(files),
+            "bytes": int(sum(os.path.getsize(f) for f in files if os.path.isfile(f))),
         }
-        names = r.class_names
-        out["classes"] = len(names) if names is not None else None
-        images = r.images()  # an insightface set's header and identity records are no images
-        if images is not r:
-            out["metadata_records"] = n - len(images)
-        try:
-            labels = images.labels()
-        except ValueError as e:
-            labels = None
-            out["labels"] = {"error": str(e)}
-        if labels is not None and labels.ndim == 1 and labels.size:
-            values, counts = np.unique(labels, return_counts=True)
-            out["labels"] = {
-                "kind": "scalar",
-                "distinct": int(values.size),
-                "min": float(values.min()),
-                "max": float(values.max()),
-                "per_label": _stats(counts),
-            }
-            if names:
-                per_class = {name: 0 for name in names}
-                for v, c in zip(values.tolist(), counts.tolist()):
-                    if float(v).is_integer() and 0 <= int(v) < len(names):
-                        per_class[names[int(v)]] = int(c)
-                out["per_class"] = per_class
-        elif labels is not None and labels.ndim == 2:
-            out["labels"] = {"kind": "multi", "per_record": int(labels.shape[1])}
-        m = len(images)
-        take = (
-            np.arange(m)
-            if sample <= 0 or sample >= m
-            else np.linspace(0, m - 1, sample).astype(np.int64)
-        )
-        hs: list[int] = []
-        ws: list[int] = []
-        formats: dict[str, int] = {}
-        bad = 0
-        for i in np.unique(take).tolist():
-            try:
-                _, img = images.read_header(i)
-                h, w = image_size(img)
-            except Exception:  # noqa: BLE001 - counted; `stoker verify` names the problem
-                bad += 1
-                continue
-            fmt = sniff_format(bytes(img[:12])) or "other"
-            formats[fmt] = formats.get(fmt, 0) + 1
-            hs.append(h)
-            ws.append(w)
-        out["images"] = {
-            "sampled": int(np.unique(take).size),
-            "formats": formats,
-            "height": _stats(np.asarray(hs)),
-            "width": _stats(np.asarray(ws)),
-            "unreadable_headers": bad,
-        }
-        if r.identity_ranges is not None:
-            out["identities"] = int(len(r.identity_ranges))
-        if r.manifest:
-            out["rejects"] = r.manifest.get("rejects", {}).get("count")
-            if "schema" in r.manifest:
-                out["schema"] = r.schema.to_json()["fields"]
+        out.update(reader.summary())
+        _labels(reader, out)
+        out["images"] = _images(reader, sample)
+        schema = reader.schema
+        if schema.extra:
+            out["schema"] = schema.to_json()["fields"]
         return out
     finally:
-        r.close()
+        reader.close()
+
+
+#: The name this summary had when RecordIO was the only format.
+inspect_records = inspect_set
 
 
 def _fmt_stats(s: dict[str, float], unit: str = "") -> str:
@@ -160,17 +161,38 @@ def _fmt_stats(s: dict[str, float], unit: str = "") -> str:
     )
 
 
+def _format(args: argparse.Namespace) -> str | None:
+    """The registry name of FILE's format; ``None`` (after one line on stderr) when it has
+    none stoker reads."""
+    from stoker.formats import registry
+
+    try:
+        fmt = registry.get(args.format) if args.format else registry.format_of(args.file)
+    except ValueError as e:
+        from stoker._core.errors import StokerError
+
+        if isinstance(e, StokerError):  # a bad manifest: reported as every format error is
+            raise
+        print(f"stoker inspect: error: {e}", file=sys.stderr)
+        return None
+    return fmt.name
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the summary; exit 1 when an image header in the sample could not be read."""
-    info = inspect_records(args.file, sample=args.sample)
+    name = _format(args)
+    if name is None:
+        return 2
+    info = inspect_set(args.file, sample=args.sample, format=name)
     status = 1 if info["images"]["unreadable_headers"] else 0
     if args.json:
         print(json.dumps(info, indent=1, ensure_ascii=True))
         return status
-    mb = info["rec_bytes"] / 1e6
-    print(f"file:          {info['file']}")
+    mb = info.get("rec_bytes", info["bytes"]) / 1e6
+    print(f"file:          {info['file']} ({info['format']})")
     print(f"records:       {info['records']} in {info['shards']} shard(s), {mb:.1f} MB")
-    print(f"bytes/record:  {_fmt_stats(info['bytes_per_record'])}")
+    if "bytes_per_record" in info:
+        print(f"bytes/record:  {_fmt_stats(info['bytes_per_record'])}")
     if info.get("metadata_records") is not None:
         print(
             f"metadata records: {info['metadata_records']} (insightface header and identity "
@@ -223,7 +245,7 @@ def _describe_field(f: dict) -> str:
         shape = ", ".join((["n"] if kind == "ragged" else []) + dims)
         parts.append(f"{f['dtype']} ({shape}{',' if len(dims) + (kind == 'ragged') == 1 else ''})")
     if f.get("header"):
-        parts.append("in the IRHeader labels")
+        parts.append("the label")
     if f.get("geometry"):
         parts.append(f"geometry {f['geometry']}")
     if f.get("follows"):

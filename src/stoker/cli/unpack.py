@@ -1,4 +1,5 @@
-"""``stoker unpack FILE DIR``: write the images of a record file back to ``DIR/<class>/<key>.<ext>``.
+"""``stoker unpack FILE DIR``: write the images of a data set in any format stoker reads back to
+``DIR/<class>/<key>.<ext>`` (through the format registry, ``stoker.formats.open``).
 
 Class names come from the manifest, which is data from elsewhere: a name that could leave DIR
 (``/``, ``\\``, ``..``, ``.``, NUL, an absolute path, an empty name) is refused before anything
@@ -14,18 +15,22 @@ from typing import Any
 
 __all__ = ["add_parser", "run", "safe_name", "unpack"]
 
+#: samples read through one reader (a chunk, as the loader reads them)
+_CHUNK = 1024
+
 _EXT = {"JPEG": "jpg", "PNG": "png", "GIF": "gif", "BMP": "bmp", "WEBP": "webp", "TIFF": "tif"}
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
     p = sub.add_parser(
         name,
-        help="write the images of a .rec back to a class folder tree",
+        help="write the images of a data set back to a class folder tree",
         description="Write each record's image to DIR/<class>/<key>.<ext> (labels without a "
         "class map become folders named by the label).",
     )
-    p.add_argument("file", help=".rec, .idx or .stoker.json")
+    p.add_argument("file", help="a data set: manifest, data file or database folder")
     p.add_argument("dir", help="output folder (created if missing)")
+    p.add_argument("--format", default=None, help="the format, when FILE does not tell it")
     p.add_argument("--overwrite", action="store_true", help="replace files that exist")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     p.set_defaults(func=run)
@@ -55,7 +60,7 @@ def safe_name(name: str, *, what: str = "name") -> str:
 def _folder(label: Any, names: list[str] | None) -> str:
     import numpy as np
 
-    if isinstance(label, np.ndarray):
+    if np.ndim(label) > 0:
         return "multilabel"
     v = float(label)
     if names and v.is_integer() and 0 <= int(v) < len(names):
@@ -64,20 +69,26 @@ def _folder(label: Any, names: list[str] | None) -> str:
 
 
 def unpack(
-    path: str, out_dir: str, *, overwrite: bool = False, progress: bool | None = None
+    path: str,
+    out_dir: str,
+    *,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    format: str | None = None,
 ) -> int:
     """Write every image to ``out_dir``; returns the number written."""
-    from stoker._core.progress import make_progress
-    from stoker.formats.recordio import open_records
-    from stoker.pack.images import sniff_format
+    import numpy as np
 
-    # checked against the .crc32c where there is one; an insightface set's header and
-    # identity records are no images
-    r = open_records(path, verify_checksums="auto").images()
+    from stoker._core.progress import make_progress
+    from stoker.formats import open_reader
+
+    # RecordIO checks each record against its .crc32c where there is one; an insightface
+    # set's header and identity records are no samples
+    r = open_reader(path, format=format)
     try:
         names = r.class_names
         if names:
-            # path is the manifest the names come from, or the .rec it lies beside
+            # path is the manifest the names come from, or the data file they lie beside
             for n in names:
                 safe_name(n, what=f"class name in {path}")
         os.makedirs(out_dir, exist_ok=True)
@@ -85,35 +96,77 @@ def unpack(
         made: set[str] = set()
         bar = make_progress(len(r), "unpack", enabled=progress)
         count = 0
-        for i in range(len(r)):
-            header, img = r.read_header(i)
-            folder = safe_name(_folder(header.label, names), what=f"folder for key {r.key(i)}")
-            target_dir = os.path.join(root, folder)
-            if folder not in made:
-                os.makedirs(target_dir, exist_ok=True)
-                real = os.path.realpath(target_dir)
-                if os.path.dirname(real) != root:
-                    raise OSError(f"{target_dir} leads outside {root} (a symlink?); refusing")
-                made.add(folder)
-            ext = _EXT.get(sniff_format(bytes(img[:12])) or "", "bin")
-            target = os.path.join(target_dir, f"{r.key(i)}.{ext}")
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-            if overwrite and os.path.lexists(target):
-                os.unlink(target)
-            fd = os.open(target, flags, 0o644)
-            with os.fdopen(fd, "wb") as f:
-                f.write(img)
-            count += 1
-            bar.update(1)
+        for start in range(0, len(r), _CHUNK):
+            chunk = np.arange(start, min(start + _CHUNK, len(r)), dtype=np.int64)
+            read = r.reader(chunk, ())
+            for i in chunk.tolist():
+                img, label, key, _ = read(i)
+                _write(root, made, names, img, label, int(key), overwrite)
+                count += 1
+                bar.update(1)
         bar.close()
         return count
     finally:
         r.close()
 
 
+def _write(
+    root: str,
+    made: set[str],
+    names: list[str] | None,
+    img: Any,
+    label: Any,
+    key: int,
+    overwrite: bool,
+) -> None:
+    """Write one image to ``root/<class>/<key>.<ext>``, never through a symlink."""
+    from stoker.pack.images import sniff_format
+
+    folder = safe_name(_folder(label, names), what=f"folder for key {key}")
+    target_dir = os.path.join(root, folder)
+    if folder not in made:
+        os.makedirs(target_dir, exist_ok=True)
+        real = os.path.realpath(target_dir)
+        if os.path.dirname(real) != root:
+            raise OSError(f"{target_dir} leads outside {root} (a symlink?); refusing")
+        made.add(folder)
+    ext = _EXT.get(sniff_format(bytes(img[:12])) or "", "bin")
+    target = os.path.join(target_dir, f"{key}.{ext}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+    if overwrite and os.path.lexists(target):
+        os.unlink(target)
+    fd = os.open(target, flags, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(img)
+
+
+def _format(args: argparse.Namespace) -> str | None:
+    """The registry name of FILE's format; ``None`` (after one line on stderr) when it has
+    none stoker reads."""
+    from stoker.formats import registry
+
+    try:
+        fmt = registry.get(args.format) if args.format else registry.format_of(args.file)
+    except ValueError as e:
+        from stoker._core.errors import StokerError
+
+        if isinstance(e, StokerError):  # a bad manifest: reported as every format error is
+            raise
+        print(f"stoker unpack: error: {e}", file=sys.stderr)
+        return None
+    return fmt.name
+
+
 def run(args: argparse.Namespace) -> int:
+    name = _format(args)
+    if name is None:
+        return 2
     n = unpack(
-        args.file, args.dir, overwrite=args.overwrite, progress=False if args.quiet else None
+        args.file,
+        args.dir,
+        overwrite=args.overwrite,
+        progress=False if args.quiet else None,
+        format=name,
     )
     if not args.quiet:
         print(f"wrote {n} images under {args.dir}", file=sys.stdout)

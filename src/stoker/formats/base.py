@@ -21,7 +21,8 @@ A :class:`Reader` is a data set in one format, with random access by position ``
 - ``r.describe(i)``: where sample ``i`` lives, for messages (file, key, byte offset);
 - ``r.locate(i)``: ``(file, byte offset)`` of sample ``i`` where the format can tell, else
   ``None``; ``r.files()``: the data files the samples are read from (what the doctor sizes and
-  evicts from the page cache); both optional, with defaults;
+  evicts from the page cache); ``r.summary()``: format-specific facts ``stoker inspect``
+  shows (JSON-safe: shards, bytes per record, a layout); all three optional, with defaults;
 - ``r.fingerprint()``: a JSON-safe identity (format, count, a hash of keys and labels) kept in
   loader state and checked on resume;
 - ``r.close()``.
@@ -143,6 +144,10 @@ class Reader(_Closing, abc.ABC):
         """The data files behind the reader: ``path`` when it is a file other than a manifest,
         the regular files of a folder, or the files a manifest's shard entries name."""
         return data_files(self.path)
+
+    def summary(self) -> dict:
+        """Format-specific facts for ``stoker inspect`` (JSON-safe); none by default."""
+        return {}
 
     @abc.abstractmethod
     def fingerprint(self) -> dict: ...

@@ -162,7 +162,9 @@ def manifest_format(path: str | os.PathLike[str]) -> str:
     """The ``format`` field of a manifest (``"stoker-recordio"``, ...), read with the checks of
     :func:`read_json`."""
     m = read_json(path)
-    fmt = m.get("format") if isinstance(m, dict) else None
+    if not isinstance(m, dict):
+        raise fail(os.fspath(path), f"a manifest is a JSON object, got a {type(m).__name__}")
+    fmt = m.get("format")
     if not isinstance(fmt, str):
         raise fail(os.fspath(path), "no format field: not a stoker manifest")
     return fmt

@@ -1,12 +1,12 @@
-"""Opening SOURCE (an image folder, a ``.rec``/``.idx`` or a ``.stoker.json``) and picking the
-random sample every later measurement works on."""
+"""Opening SOURCE (an image folder, or a data set in any format stoker reads, through the
+format registry) and picking the random sample every later measurement works on."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,9 +14,9 @@ from stoker._core.errors import StokerFormatError
 from stoker._core.files import IMAGE_EXTENSIONS, scan_folder
 
 if TYPE_CHECKING:
-    from stoker.formats.recordio import RecordFile, RecordSet
+    from stoker.formats import Reader
 
-__all__ = ["SourceSample", "record_files", "sample_source"]
+__all__ = ["SourceSample", "sample_source"]
 
 
 @dataclass
@@ -24,12 +24,13 @@ class SourceSample:
     """What the doctor knows about SOURCE: its kind, size, and a random sample of it."""
 
     path: str
-    kind: str  # "folder" | "records"
+    kind: str  # "folder" | "records" (a data set in any format)
     count: int
     total_bytes: int
     files: list[str] = field(default_factory=list)  # folder: sampled paths
     positions: list[int] = field(default_factory=list)  # records: sampled positions
-    records: RecordFile | RecordSet | None = None  # the open_records object of a records source
+    records: Reader | None = None  # the format's reader (stoker.formats.open) of a data set
+    format: str | None = None  # its registry name
 
     def close(self) -> None:
         if self.records is not None:
@@ -38,23 +39,29 @@ class SourceSample:
             self.records = None
 
 
-def record_files(records: RecordFile | RecordSet) -> list[RecordFile]:
-    """The ``.rec`` files behind an open records source: the shards of a set, or itself."""
-    from stoker.formats.recordio import RecordSet
-
-    return list(records.shards) if isinstance(records, RecordSet) else [records]
-
-
 def sample_source(path: str, *, n: int, seed: int = 0) -> SourceSample:
     """Open SOURCE and pick ``n`` random samples. Payloads are not read yet (the read stages
     do that)."""
     rng = np.random.default_rng(seed)
     path = os.fspath(path)
-    if os.path.isdir(path):
-        return _sample_folder(path, n, rng)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file or folder")
-    return _sample_records(path, n, rng)
+    fmt = _format_of(path)
+    if fmt is None:
+        return _sample_folder(path, n, rng)
+    return _sample_records(path, fmt, n, rng)
+
+
+def _format_of(path: str) -> Any:
+    """The registry's format of ``path``; ``None`` for a folder no format claims (images)."""
+    from stoker.formats import format_of
+
+    if not os.path.isdir(path):
+        return format_of(path)
+    try:
+        return format_of(path)
+    except (ValueError, ImportError, AttributeError):
+        return None
 
 
 def _sample_folder(path: str, n: int, rng: np.random.Generator) -> SourceSample:
@@ -72,21 +79,17 @@ def _sample_folder(path: str, n: int, rng: np.random.Generator) -> SourceSample:
     return SourceSample(path, "folder", len(files), total, files=pick)
 
 
-def _sample_records(path: str, n: int, rng: np.random.Generator) -> SourceSample:
-    try:
-        from stoker.formats.recordio import open_records
-    except ImportError as e:  # pragma: no cover - the formats room is part of stoker
-        raise StokerFormatError(
-            f"{path}: reading RecordIO needs stoker.formats.recordio ({e})"
-        ) from e
-    records = open_records(path)
-    count = len(records)
+def _sample_records(path: str, fmt: Any, n: int, rng: np.random.Generator) -> SourceSample:
+    reader = fmt.load("reader")(path)
+    count = len(reader)
     if count == 0:
-        records.close()
+        reader.close()
         raise StokerFormatError(f"{path}: holds no records")
     total = 0
-    for r in record_files(records):
+    for f in reader.files():
         with contextlib.suppress(OSError):
-            total += os.path.getsize(r.path)
+            total += os.path.getsize(f)
     chosen = sorted(int(i) for i in rng.choice(count, size=min(n, count), replace=False))
-    return SourceSample(path, "records", count, total, positions=chosen, records=records)
+    return SourceSample(
+        path, "records", count, total, positions=chosen, records=reader, format=fmt.name
+    )

@@ -1,5 +1,5 @@
 """Storage reads, cold and warm: the sampled files one by one, the same payloads from one
-packed file, or the sampled records through the reader.
+packed file, or the sampled records through the format's reader.
 
 Cold reads: the page cache cannot be dropped without root, but a process may ask the kernel
 to evict the clean pages of a file it can open (``posix_fadvise(POSIX_FADV_DONTNEED)``). The
@@ -16,7 +16,9 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from stoker.doctor.measure.source import SourceSample, record_files
+import numpy as np
+
+from stoker.doctor.measure.source import SourceSample
 from stoker.doctor.measure.timing import Stage, time_loop
 
 __all__ = ["evict", "measure_read_files", "measure_read_packed", "measure_read_records"]
@@ -98,33 +100,34 @@ def measure_read_files(
 def measure_read_records(
     sample: SourceSample, *, seconds: float, cold: bool
 ) -> tuple[Stage, list[bytes]]:
-    """Read the sampled records through ``open_records`` (as the loader does)."""
-    records = sample.records
-    if records is None:
+    """Read the sampled records through the format's reader (as the loader does)."""
+    reader = sample.records
+    if reader is None:
         raise ValueError(f"{sample.path}: not a records source")
     if cold:
         _evict_records(sample)
+    get = reader.reader(np.asarray(sample.positions, np.int64), ())
 
     def read(i: int) -> bytes:
-        _, img = records.read_header(i)
-        return bytes(img)  # touch every byte, as a decoder will
+        return bytes(get(i)[0])  # touch every byte, as a decoder will
 
     return _timed_reads(read, sample.positions, seconds=seconds, cold=cold, what="records")
 
 
 def _evict_records(sample: SourceSample) -> None:
-    """Evict the pages of the sampled records, in the shard file that holds each."""
-    from stoker.formats.recordio import RecordSet
-
-    records = sample.records
-    assert records is not None
-    shards = record_files(records)
-    ranges: dict[int, list[tuple[int, int]]] = {}
+    """Evict the pages of the sampled records, in the file that holds each; where the format
+    cannot say where a record lives, the pages of every data file of the set."""
+    reader = sample.records
+    assert reader is not None
+    ranges: dict[str, list[tuple[int, int]]] = {}
     for i in sample.positions:
-        j, k = records.locate(i) if isinstance(records, RecordSet) else (0, i)
-        ranges.setdefault(j, []).append((int(shards[j].offset(k)), _RECORD_SPAN))
-    for j, rs in ranges.items():
-        _evict_ranges(shards[j].path, rs)
+        where = reader.locate(i)
+        if where is None:
+            ranges = {f: [(0, 0)] for f in reader.files()}
+            break
+        ranges.setdefault(where[0], []).append((int(where[1]), _RECORD_SPAN))
+    for path, rs in ranges.items():
+        _evict_ranges(path, rs)
 
 
 def measure_read_packed(

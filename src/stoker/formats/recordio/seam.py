@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,29 @@ def _sha(*parts: bytes) -> str:
         h.update(len(p).to_bytes(8, "little"))
         h.update(p)
     return h.hexdigest()[:32]
+
+
+def _record_sizes(shards: Sequence[Any]) -> np.ndarray:
+    """Each record's bytes on disk (framing and padding included), from the offsets."""
+    parts = []
+    for s in shards:
+        offs = np.asarray(s.offsets, dtype=np.int64)
+        if offs.size == 0:
+            continue
+        order = np.sort(offs)
+        parts.append(np.append(order[1:], s.size) - order)
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _stats(a: np.ndarray) -> dict[str, float]:
+    if a.size == 0:
+        return {}
+    return {
+        "min": float(a.min()),
+        "median": float(np.median(a)),
+        "mean": round(float(a.mean()), 2),
+        "max": float(a.max()),
+    }
 
 
 class RecordIOReader(Reader):
@@ -233,6 +256,29 @@ class RecordIOReader(Reader):
 
             return [shard_paths(rec.manifest_path, e)[0] for e in rec.manifest["shards"]]  # type: ignore[index]
         return [s.path for s in rec.shards]
+
+    def summary(self) -> dict:
+        """What ``stoker inspect`` shows of a RecordIO set beyond the samples: every record
+        (an insightface set's header and identity records too), shards, ``.rec`` bytes, bytes
+        per record, the insightface layout, the rejects the manifest counts."""
+        full = open_records(self.path, verify_checksums=False, cache=self.cache)
+        try:
+            shards = full.shards
+            out: dict[str, Any] = {
+                "records": len(full),
+                "shards": len(shards),
+                "rec_bytes": int(sum(s.size for s in shards)),
+                "bytes_per_record": _stats(_record_sizes(shards)),
+            }
+            if len(full) != self._len:
+                out["metadata_records"] = len(full) - self._len
+            if full.identity_ranges is not None:
+                out["identities"] = int(len(full.identity_ranges))
+            if full.manifest:
+                out["rejects"] = full.manifest.get("rejects", {}).get("count")
+            return out
+        finally:
+            full.close()
 
     def describe(self, i: int) -> str:
         rec = self.records

@@ -22,10 +22,12 @@ __all__ = ["ArraySource", "FolderSource", "FormatSource", "RecordSource", "Sourc
 
 
 def _format_of(path: str) -> Any:
-    """The registry's format of ``path``, or ``None`` when no format claims it (a format whose
-    sniff cannot be loaded here claims no folder)."""
+    """The registry's format of ``path``; for a folder ``None`` when no format claims it (then
+    it is an image folder; a format whose sniff cannot be loaded here claims no folder)."""
     from stoker.formats import format_of
 
+    if not os.path.isdir(path):
+        return format_of(path)  # a bad manifest or an unknown file type is an error here
     try:
         return format_of(path)
     except (ValueError, ImportError, AttributeError):
@@ -50,17 +52,9 @@ def as_source(source: Any) -> tuple[Source, bool]:
         if not os.path.exists(path):
             raise FileNotFoundError(f"source {path} does not exist")
         fmt = _format_of(path)
-        if fmt is not None:
-            return FormatSource(path, format=fmt.name), True
-        if os.path.isdir(path):
+        if fmt is None:
             return FolderSource(path), True
-        from stoker.formats import FORMATS
-
-        known = ", ".join(e for f in FORMATS.values() for e in f.extensions)
-        raise ValueError(
-            f"source {path}: expected a *.stoker.json manifest, a file ending in {known}, "
-            "a database folder or an image folder"
-        )
+        return FormatSource(path, format=fmt.name), True
     raise TypeError(
         "source must be a path (a data set in any format, a .stoker.json manifest, an image "
         f"folder), a tuple (x, y) of arrays or a stoker Source, got {type(source).__name__}"
