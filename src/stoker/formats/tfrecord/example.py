@@ -1,0 +1,221 @@
+"""``tf.train.Example`` read and written on the protobuf wire format, without TensorFlow::
+
+    message Example   { Features features = 1; }
+    message Features  { map<string, Feature> feature = 1; }    // entry: key = 1, value = 2
+    message Feature   { oneof kind { BytesList bytes_list = 1; FloatList float_list = 2;
+                                     Int64List int64_list = 3; } }
+    message BytesList { repeated bytes value = 1; }
+    message FloatList { repeated float value = 1 [packed = true]; }
+    message Int64List { repeated int64 value = 1 [packed = true]; }
+
+Parsing keeps spans (start, end) into the record's bytes instead of copies, so a reader takes
+the image bytes as a view and skips the features nobody asked for. Packed and unpacked
+repeated numbers are both read (protobuf parsers must accept either); a later map entry for
+the same name wins, as in protobuf. Every :class:`WireError` carries the byte offset inside
+the record's data; the caller adds the record's file offset.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Container, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stoker.formats.protowire import WireError, encode_varint, read_varint
+
+__all__ = [
+    "KINDS",
+    "RawFeature",
+    "bytes_values",
+    "encode_example",
+    "float_values",
+    "int64_values",
+    "parse_features",
+    "value_count",
+]
+
+VARINT, I64, LEN, I32 = 0, 1, 2, 5
+#: Feature kinds by their field number in ``Feature``.
+KINDS = {1: "bytes", 2: "float", 3: "int64"}
+_NUMBER = {v: k for k, v in KINDS.items()}
+
+
+@dataclass(frozen=True)
+class RawFeature:
+    """One feature as found: its kind (``"bytes"``, ``"float"``, ``"int64"``, or ``None`` for
+    a Feature with no list set) and the span ``[start, end)`` of its list message."""
+
+    kind: str | None
+    start: int
+    end: int
+
+
+def _fields(
+    mv: memoryview, start: int, end: int
+) -> Iterator[tuple[int, int, int | tuple[int, int], int]]:
+    """``(number, wire type, value, offset)`` of each field in ``mv[start:end]``; ``value`` is
+    an int, or ``(start, end)`` for a length-delimited field. Lengths are checked first."""
+    pos = start
+    while pos < end:
+        at = pos
+        tag, pos = read_varint(mv, pos, end)
+        number, wire = tag >> 3, tag & 7
+        if number == 0:
+            raise WireError(at, "field number 0")
+        if wire == VARINT:
+            value, pos = read_varint(mv, pos, end)
+            yield number, wire, value, at
+        elif wire == LEN:
+            n, pos = read_varint(mv, pos, end)
+            if n > end - pos:
+                raise WireError(
+                    at, f"field {number} claims {n} bytes, only {end - pos} remain in its message"
+                )
+            yield number, wire, (pos, pos + n), at
+            pos += n
+        elif wire in (I64, I32):
+            size = 8 if wire == I64 else 4
+            if size > end - pos:
+                raise WireError(at, f"field {number} needs {size} bytes, only {end - pos} remain")
+            yield number, wire, int.from_bytes(mv[pos : pos + size], "little"), at
+            pos += size
+        else:
+            raise WireError(at, f"field {number} has wire type {wire} (groups are not supported)")
+
+
+def _span(value: int | tuple[int, int], at: int, what: str) -> tuple[int, int]:
+    if not isinstance(value, tuple):
+        raise WireError(at, f"{what} is not length-delimited")
+    return value
+
+
+def parse_features(mv: memoryview, wanted: Container[str] | None = None) -> dict[str, RawFeature]:
+    """The features of the Example in ``mv`` (all, or only the names in ``wanted``)."""
+    out: dict[str, RawFeature] = {}
+    for number, _wire, value, at in _fields(mv, 0, len(mv)):
+        if number != 1:
+            continue  # an unknown Example field: skipped, as protobuf does
+        fs, fe = _span(value, at, "Example.features")
+        for n2, _w2, entry, at2 in _fields(mv, fs, fe):
+            if n2 != 1:
+                continue
+            es, ee = _span(entry, at2, "a Features map entry")
+            name: str | None = None
+            feat: tuple[int, int] | None = None
+            for n3, _w3, v3, at3 in _fields(mv, es, ee):
+                if n3 == 1:
+                    ks, ke = _span(v3, at3, "a feature name")
+                    try:
+                        name = str(mv[ks:ke], "utf-8")
+                    except UnicodeDecodeError:
+                        raise WireError(at3, "a feature name that is not UTF-8") from None
+                elif n3 == 2:
+                    feat = _span(v3, at3, "a Feature")
+            name = name or ""
+            if wanted is not None and name not in wanted:
+                continue
+            out[name] = _feature(mv, feat)
+    return out
+
+
+def _feature(mv: memoryview, span: tuple[int, int] | None) -> RawFeature:
+    if span is None:
+        return RawFeature(None, 0, 0)
+    kind, start, end = None, span[0], span[0]
+    for number, _wire, value, at in _fields(mv, span[0], span[1]):
+        if number in KINDS:  # a oneof: the last one set wins
+            start, end = _span(value, at, f"Feature.{KINDS[number]}_list")
+            kind = KINDS[number]
+    return RawFeature(kind, start, end)
+
+
+def bytes_values(mv: memoryview, f: RawFeature) -> list[memoryview]:
+    """The values of a bytes feature, as views of ``mv``."""
+    return [
+        mv[s:e]
+        for number, _w, value, at in _fields(mv, f.start, f.end)
+        if number == 1
+        for s, e in [_span(value, at, "a BytesList value")]
+    ]
+
+
+def float_values(mv: memoryview, f: RawFeature) -> list[float]:
+    """The values of a float feature (packed or not)."""
+    out: list[float] = []
+    for number, wire, value, at in _fields(mv, f.start, f.end):
+        if number != 1:
+            continue
+        if wire == LEN:
+            s, e = value  # type: ignore[misc]
+            if (e - s) % 4:
+                raise WireError(at, f"packed floats of {e - s} bytes (not a multiple of 4)")
+            out.extend(struct.unpack_from(f"<{(e - s) // 4}f", mv, s))
+        elif wire == I32:
+            out.append(struct.unpack("<f", int(value).to_bytes(4, "little"))[0])  # type: ignore[arg-type]
+        else:
+            raise WireError(at, f"a float value of wire type {wire}")
+    return out
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def int64_values(mv: memoryview, f: RawFeature) -> list[int]:
+    """The values of an int64 feature (packed or not), as signed ints."""
+    out: list[int] = []
+    for number, wire, value, at in _fields(mv, f.start, f.end):
+        if number != 1:
+            continue
+        if wire == LEN:
+            pos, end = value  # type: ignore[misc]
+            while pos < end:
+                v, pos = read_varint(mv, pos, end)
+                out.append(_signed(v))
+        elif wire == VARINT:
+            out.append(_signed(value))  # type: ignore[arg-type]
+        else:
+            raise WireError(at, f"an int64 value of wire type {wire}")
+    return out
+
+
+def value_count(mv: memoryview, f: RawFeature) -> int:
+    """How many values a feature holds."""
+    if f.kind == "bytes":
+        return len(bytes_values(mv, f))
+    if f.kind == "float":
+        return len(float_values(mv, f))
+    if f.kind == "int64":
+        return len(int64_values(mv, f))
+    return 0
+
+
+def _list_body(kind: str, values: Sequence | np.ndarray | bytes) -> bytes:
+    if kind == "bytes":
+        items: Sequence[Any] = (
+            [values] if isinstance(values, (bytes, bytearray, memoryview)) else list(values)
+        )
+        return b"".join(b"\x0a" + encode_varint(len(v)) + bytes(v) for v in items)
+    if kind == "float":
+        raw = np.ascontiguousarray(values, dtype="<f4").reshape(-1).tobytes()
+    elif kind == "int64":
+        raw = b"".join(encode_varint(int(v)) for v in np.asarray(values).reshape(-1).tolist())
+    else:
+        raise ValueError(f"feature kind must be one of {sorted(_NUMBER)}, got {kind!r}")
+    return (b"\x0a" + encode_varint(len(raw)) + raw) if raw else b""
+
+
+def encode_example(features: Sequence[tuple[str, str, Sequence | np.ndarray | bytes]]) -> bytes:
+    """A serialised Example of ``(name, kind, values)`` features, numbers packed (as
+    TensorFlow writes them); a ``bytes`` value may be one bytes object or a list of them."""
+    body = bytearray()
+    for name, kind, values in features:
+        lst = _list_body(kind, values)
+        feature = bytes([(_NUMBER[kind] << 3) | LEN]) + encode_varint(len(lst)) + lst
+        key = name.encode("utf-8")
+        entry = b"\x0a" + encode_varint(len(key)) + key + b"\x12" + encode_varint(len(feature))
+        body += b"\x0a" + encode_varint(len(entry) + len(feature)) + entry + feature
+    return b"\x0a" + encode_varint(len(body)) + bytes(body)

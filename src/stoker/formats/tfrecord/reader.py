@@ -1,0 +1,422 @@
+"""The :class:`~stoker.formats.Reader` of TFRecord: one ``.tfrecord`` file, or every shard a
+``stoker-tfrecord`` manifest lists, as one data set with random access by position.
+
+Each file is memory-mapped read-only; its record offsets, labels, keys and field lengths come
+from one scan cached in the cache directory (:mod:`stoker.formats.tfrecord.index`). A read
+checks the record's length CRC and (``checksums=True``, the default) its data CRC, parses the
+Example and takes the image bytes as a view of the mapping. At most ``MAX_OPEN_SHARDS`` files
+stay mapped per reader (least recently used closed first), so sets of thousands of shards
+stay within the file-descriptor limit.
+
+The reader pickles as its configuration and reopens in the process that uses it: no mapping
+crosses a fork.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from stoker._core.errors import CorruptRecordError, SpecError, StokerFormatError
+from stoker._core.schema import Field, Schema
+from stoker.formats.base import Reader, ReadSample
+from stoker.formats.manifest import MANIFEST_SUFFIX, class_names
+from stoker.formats.protowire import WireError
+from stoker.formats.tfrecord.example import parse_features
+from stoker.formats.tfrecord.features import (
+    KEY_FEATURE,
+    FeaturePlan,
+    FieldError,
+    Resolved,
+    default_plan,
+    field_value,
+    image_hw,
+    wanted_features,
+)
+from stoker.formats.tfrecord.framing import HEADER, FrameError, looks_gzip, read_frame
+from stoker.formats.tfrecord.index import ShardMeta, load_meta, load_offsets, record_error
+from stoker.formats.tfrecord.manifest import load_manifest, shard_files
+
+__all__ = ["MAX_OPEN_SHARDS", "TFRecordReader", "check_not_gzip", "manifest_plan"]
+
+MAX_OPEN_SHARDS = 64
+GZIP_HELP = (
+    "this is a GZIP-compressed TFRecord file; stoker reads TFRecord by random access (any "
+    "record, in any order, from any worker), which a GZIP stream cannot give without "
+    "decompressing everything before the record. Decompress it once and open the result: "
+    "gunzip -k FILE.tfrecord.gz (or: python -m gzip -d FILE.tfrecord.gz)"
+)
+
+
+def check_not_gzip(path: str, head: bytes) -> None:
+    """Refuse a GZIP-compressed file with the way out (see ``GZIP_HELP``)."""
+    if path.lower().endswith((".gz", ".gzip")) or looks_gzip(head):
+        raise CorruptRecordError(path, 0, GZIP_HELP)
+
+
+class _Shard:
+    """One mapped file with its index and scan results."""
+
+    def __init__(self, path: str, plan: FeaturePlan, *, cache: bool) -> None:
+        self.path = path
+        self.mm: mmap.mmap | None = None
+        self.view = memoryview(b"")
+        self.size = 0
+        self.map()
+        try:
+            self.offsets = load_offsets(path, self.view, self.size, cache=cache)
+            self.meta: ShardMeta = load_meta(
+                path, self.view, self.size, self.offsets, plan, cache=cache
+            )
+        except BaseException:
+            self.unmap()
+            raise
+
+    def map(self) -> None:
+        with open(self.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            check_not_gzip(self.path, f.read(HEADER))
+            if self.mm is not None or (self.size and size != self.size):
+                raise CorruptRecordError(
+                    self.path,
+                    None,
+                    f"the file changed since it was indexed ({size} bytes now, {self.size} "
+                    "then); reopen the data set",
+                )
+            self.size = size
+            if size:
+                self.mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+                self.view = memoryview(self.mm)
+
+    def unmap(self) -> None:
+        view, mm = self.view, self.mm
+        self.view, self.mm = memoryview(b""), None
+        try:
+            view.release()
+        except BufferError:  # a caller still holds an image view; the GC unmaps later
+            return
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:
+                pass
+
+    def check_size(self, i: int, key: int) -> None:
+        # Touching a page past the end of a file truncated in place raises SIGBUS; one
+        # fstat per read turns the usual case into a clean error.
+        if self.mm is not None and self.mm.size() < self.size:
+            raise CorruptRecordError(
+                self.path,
+                int(self.offsets[i]),
+                f"record {i}: the file was truncated in place while open ({self.mm.size()} "
+                f"bytes now, {self.size} at open); replace files (os.replace), do not rewrite them",
+                key=key,
+            )
+
+
+class TFRecordReader(Reader):
+    """TFRecord data set; see the module docstring and the package README.
+
+    ``path``: a ``.tfrecord`` file, or a ``NAME.stoker.json`` of format ``stoker-tfrecord``.
+    For a bare file, ``image_key``, ``label_key``, ``boxes_key`` (the prefix of the four
+    ``/xmin`` ... features) and ``classes_key`` name the features (``None`` turns the label,
+    boxes or classes off) and ``features={field: feature}`` (or ``{field: (feature,
+    Field)}``) adds fields; a manifest names its own. ``checksums=False`` skips the data CRC
+    on reads (the length CRC is always checked). ``cache=False`` neither reads nor writes the
+    index cache.
+    """
+
+    format = "tfrecord"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        image_key: str = "image/encoded",
+        label_key: str | None = "image/class/label",
+        boxes_key: str | None = "image/object/bbox",
+        classes_key: str | None = "image/object/class/label",
+        features: dict[str, Any] | None = None,
+        checksums: bool = True,
+        cache: bool = True,
+    ) -> None:
+        self._config: dict[str, Any] = {
+            "path": os.fspath(path),
+            "image_key": image_key,
+            "label_key": label_key,
+            "boxes_key": boxes_key,
+            "classes_key": classes_key,
+            "features": dict(features or {}),
+            "checksums": bool(checksums),
+            "cache": bool(cache),
+        }
+        self._init_state()
+        self._ensure()
+
+    def _init_state(self) -> None:
+        self.path = self._config["path"]
+        self.checksums = self._config["checksums"]
+        self._ready = False
+        self._shards: list[_Shard] = []
+        self._open: OrderedDict[int, None] = OrderedDict()
+        self._class_names: list[str] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def __getstate__(self) -> dict:
+        return dict(self._config)
+
+    def __setstate__(self, state: dict) -> None:
+        self._config = dict(state)
+        self._init_state()  # reopened on first use, in the process that uses it
+
+    def _ensure(self) -> None:
+        if self._ready:
+            return
+        c = self._config
+        if self.path.endswith(MANIFEST_SUFFIX):
+            m = load_manifest(self.path)
+            plan = manifest_plan(m)
+            files: list[tuple[str, int | None, int | None]] = list(shard_files(self.path, m))
+            self._class_names = class_names(m) or None
+        else:
+            plan = default_plan(
+                image_key=c["image_key"],
+                label_key=c["label_key"],
+                boxes_key=c["boxes_key"],
+                classes_key=c["classes_key"],
+                features=c["features"],
+            )
+            files = [(self.path, None, None)]
+        try:
+            for path, records, nbytes in files:
+                self._shards.append(self._open_shard(path, plan, records, nbytes))
+            self._combine()
+        except BaseException:
+            self.close()
+            raise
+        self._ready = True
+
+    def _open_shard(
+        self, path: str, plan: FeaturePlan, records: int | None, nbytes: int | None
+    ) -> _Shard:
+        sh = _Shard(path, plan, cache=self._config["cache"])
+        where = f"{path} (listed in {self.path})"
+        if nbytes is not None and sh.size != nbytes:
+            sh.unmap()
+            raise StokerFormatError(f"{where}: {sh.size} bytes, the manifest says {nbytes}")
+        if records is not None and sh.offsets.shape[0] != records:
+            sh.unmap()
+            raise StokerFormatError(
+                f"{where}: {sh.offsets.shape[0]} records, the manifest says {records}"
+            )
+        self._touch(len(self._shards), sh)
+        return sh
+
+    def _touch(self, j: int, sh: _Shard) -> None:
+        """Mark shard ``j`` used; unmap the least recently used beyond the limit."""
+        self._open[j] = None
+        self._open.move_to_end(j)
+        while len(self._open) > MAX_OPEN_SHARDS:
+            old, _ = self._open.popitem(last=False)
+            self._shards[old].unmap()  # the newest, ``sh``, is never the oldest
+
+    def _combine(self) -> None:
+        """The set's arrays (starts, keys, labels) and schema from its shards."""
+        metas = [s.meta for s in self._shards]
+        counts = np.array([s.offsets.shape[0] for s in self._shards], dtype=np.int64)
+        total = int(counts.sum())
+        if total == 0:
+            raise StokerFormatError(f"{self.path}: the data set has 0 records")
+        self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        first = next(j for j, m in enumerate(metas) if m.resolved is not None)
+        res = metas[first].resolved
+        assert res is not None
+        for j, m in enumerate(metas):
+            if m.resolved is not None and not _same_fields(m.resolved, res):
+                raise StokerFormatError(
+                    f"{self._shards[j].path}: its records hold other fields than "
+                    f"{self._shards[first].path} ({_describe(m.resolved)} vs {_describe(res)})"
+                )
+        self._resolved = res
+        max_len: dict[str, int] = {}
+        for m in metas:
+            for n, v in m.max_len.items():
+                max_len[n] = max(max_len.get(n, 0), v)
+        self._schema = res.schema(max_len)
+        head = res.header
+        full = [m.labels for m in metas if m.resolved is not None]
+        lab = np.concatenate(full).astype(head.dtype)
+        self._labels = lab.reshape(-1) if head.shape == () else lab.reshape(total, *head.shape)
+        self._labels.setflags(write=False)
+        if res.keyed:
+            self._keys = np.concatenate([m.keys for m in metas if m.keys is not None])
+            if np.unique(self._keys).shape[0] != total:
+                raise StokerFormatError(f"{self.path}: records share keys ({res.key_feature})")
+        else:
+            self._keys = np.arange(total, dtype=np.int64)
+        self._keys.setflags(write=False)
+
+    def close(self) -> None:
+        for sh in self._shards:
+            sh.unmap()
+        self._open.clear()
+
+    def __repr__(self) -> str:
+        n = len(self) if self._ready else "?"
+        return f"TFRecordReader({self.path!r}, {n} records)"
+
+    # ------------------------------------------------------------------ the contract
+    def __len__(self) -> int:
+        self._ensure()
+        return int(self._starts[-1])
+
+    def keys(self) -> np.ndarray:
+        self._ensure()
+        return self._keys
+
+    @property
+    def schema(self) -> Schema:
+        self._ensure()
+        return self._schema
+
+    def labels(self) -> np.ndarray:
+        """Every label: ``(N,)`` (or ``(N, k)``) of the label feature's type (int64 for an
+        int64 list, float32 for a float list; -1 for a set without a label feature)."""
+        self._ensure()
+        return self._labels
+
+    @property
+    def class_names(self) -> list[str] | None:
+        self._ensure()
+        return self._class_names
+
+    def files(self) -> list[str]:
+        """The TFRecord files, in position order."""
+        self._ensure()
+        return [s.path for s in self._shards]
+
+    def where(self, i: int) -> tuple[int, int]:
+        """``(shard number, record number in that file)`` of position ``i``."""
+        self._ensure()
+        n = int(self._starts[-1])
+        if not -n <= i < n:
+            raise IndexError(f"position {i} out of range for {n} records of {self.path}")
+        i = i + n if i < 0 else i
+        j = int(np.searchsorted(self._starts, i, side="right")) - 1
+        return j, i - int(self._starts[j])
+
+    def locate(self, i: int) -> tuple[str, int]:
+        """``(file, byte offset of the record's header)`` of position ``i``."""
+        j, r = self.where(i)
+        return self._shards[j].path, int(self._shards[j].offsets[r])
+
+    def summary(self) -> dict:
+        """What ``stoker inspect`` shows: shards, bytes, the features read, the label."""
+        self._ensure()
+        total = sum(s.size for s in self._shards)
+        res = self._resolved
+        return {
+            "shards": len(self._shards),
+            "bytes": total,
+            "bytes_per_record": round(total / max(len(self), 1), 1),
+            "features": {n: ft for n, ft, _f in res.entries},
+            "label": res.label or "none (every label is -1)",
+            "keys": res.key_feature if res.keyed else "record positions",
+        }
+
+    def describe(self, i: int) -> str:
+        j, r = self.where(i)
+        sh = self._shards[j]
+        return f"record {r} (key {self.key(i)}) at byte offset {int(sh.offsets[r])} of {sh.path}"
+
+    def fingerprint(self) -> dict:
+        self._ensure()
+        h = hashlib.sha256(np.ascontiguousarray(self._keys, dtype="<i8").tobytes())
+        h.update(np.ascontiguousarray(self._labels).tobytes())
+        return {"format": self.format, "records": len(self), "sha256": h.hexdigest()}
+
+    def _mapped(self, j: int) -> _Shard:
+        sh = self._shards[j]
+        if sh.mm is None and sh.size:
+            sh.map()
+        self._touch(j, sh)
+        return sh
+
+    def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()) -> ReadSample:
+        """``f(i) -> (image view, label, key, {field: value})``; see :class:`Reader`. The image
+        is a view of the mapping, valid until the reader is closed."""
+        self._ensure()
+        res, schema = self._resolved, self._schema
+        entries = {n: (ft, f) for n, ft, f in res.entries}
+        names = tuple(n for n in fields if schema[n].kind != "size") if fields else ()
+        for n in names:
+            if n not in entries or schema[n].kind == "image" or schema[n].header:
+                raise SpecError(f"{self.path}: no stored field {n!r}; it has {list(schema.extra)}")
+        image_name = schema.image_name
+        image_feat = entries[image_name][0]
+        asked = [(n, entries[n][0], schema[n]) for n in names]
+        wanted = wanted_features(Resolved(tuple((n, ft, f) for n, ft, f in asked), None, False))
+        wanted = (wanted - {KEY_FEATURE}) | {image_feat}
+        labels, keys, check = self._labels, self._keys, self.checksums
+        image_field = Field.image()
+
+        def read(i: int) -> tuple[Any, Any, int, dict[str, Any]]:
+            j, r = self.where(i)
+            sh = self._mapped(j)
+            key = int(keys[i])
+            off = int(sh.offsets[r])
+            sh.check_size(r, key)
+            try:
+                data, _ = read_frame(sh.view, sh.size, off, check_data=check)
+                feats = parse_features(data, wanted)
+                image = field_value(image_name, image_feat, image_field, data, feats)
+                out = {}
+                hw = _size_of(image)
+                for n, ft, f in asked:
+                    out[n] = f.check(field_value(n, ft, f, data, feats, hw), name=n)
+            except (FrameError, WireError, FieldError, SpecError) as e:
+                raise record_error(sh.path, r, off, e, key) from None
+            return image, labels[i], key, out
+
+        return read
+
+
+def _size_of(image: memoryview) -> Callable[[], tuple[int, int]]:
+    def hw() -> tuple[int, int]:
+        try:
+            return image_hw(image)
+        except Exception as e:  # noqa: BLE001 - Pillow's errors vary by image type
+            raise FieldError(
+                "boxes", f"cannot read the image's size to place its boxes: {type(e).__name__}: {e}"
+            ) from None
+
+    return hw
+
+
+def _same_fields(a: Resolved, b: Resolved) -> bool:
+    def strip(r: Resolved) -> list:
+        return [(n, ft, f.kind, f.dtype, f.shape, f.geometry, f.follows) for n, ft, f in r.entries]
+
+    return strip(a) == strip(b) and a.label == b.label and a.keyed == b.keyed
+
+
+def _describe(r: Resolved) -> str:
+    return ", ".join(f"{n}={ft}" for n, ft, _f in r.entries) + (" keyed" if r.keyed else "")
+
+
+def manifest_plan(m: dict) -> FeaturePlan:
+    from stoker.formats.manifest import manifest_schema
+
+    schema = manifest_schema(m) or Schema.classification()
+    feats = m["features"]
+    entries = tuple(
+        (n, feats[n], replace(f, max_len=None)) for n, f in schema.items() if f.kind != "size"
+    )
+    return FeaturePlan(entries, frozenset(), m.get("key_feature", KEY_FEATURE))

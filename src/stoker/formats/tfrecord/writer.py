@@ -1,0 +1,351 @@
+"""Writing TFRecord shards of ``tf.train.Example`` records, atomically and resumably.
+
+Records go to ``NAME.tfrecord.partial``; ``commit()`` flushes, fsyncs and renames it, so a
+killed run never leaves a complete-looking shard. ``resume=True`` reopens the partial a
+killed run left, keeps every record that is whole (both CRCs right, the Example parses, its
+key readable), cuts the torn tail, and reports the kept keys in ``keys_written``.
+
+Each record holds ``image/encoded``, ``image/format`` (``jpeg``, ``png``, ... when the bytes
+say so), ``image/height`` and ``image/width`` (from the image's header), the label in
+``image/class/label`` (int64, or float for a float label), the record key in ``stoker/key``
+and the schema's other fields where :func:`feature_names` puts them: boxes as the four
+normalised ``image/object/bbox/*`` lists, numbers as int64 or float lists (float32: a float64
+value that float32 cannot hold exactly is refused, not rounded), text as UTF-8 bytes, bytes
+and masks as bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from stoker._core.atomic import fsync_dir, partial_path
+from stoker._core.errors import CorruptRecordError, SpecError
+from stoker._core.schema import Field, Schema
+from stoker.formats.base import ShardWriter
+from stoker.formats.manifest import check_rel_path, fail, write_json
+from stoker.formats.protowire import WireError
+from stoker.formats.tfrecord.example import encode_example, int64_values, parse_features
+from stoker.formats.tfrecord.features import (
+    BOX_SUFFIXES,
+    KEY_FEATURE,
+    FieldError,
+    Resolved,
+    feature_names,
+    field_value,
+    image_hw,
+    lengths_of,
+    wanted_features,
+)
+from stoker.formats.tfrecord.framing import FrameError, frame, read_frame
+from stoker.formats.tfrecord.manifest import FORMAT_NAME, FORMAT_VERSION, validate_manifest
+
+__all__ = ["TFRecordShardWriter", "open_writer", "shard_path", "write_set_manifest"]
+
+_KEY_LIMIT = 1 << 63
+_FORMATS = (
+    (b"\xff\xd8\xff", "jpeg"),
+    (b"\x89PNG\r\n\x1a\n", "png"),
+    (b"GIF8", "gif"),
+    (b"BM", "bmp"),
+)
+
+
+def shard_path(prefix: str | os.PathLike[str], shard: int | None) -> str:
+    """``PREFIX.tfrecord`` (``shard=None``) or ``PREFIX-00007.tfrecord``."""
+    p = os.fspath(prefix)
+    return p + ".tfrecord" if shard is None else f"{p}-{int(shard):05d}.tfrecord"
+
+
+def _image_format(image: bytes) -> str | None:
+    for magic, name in _FORMATS:
+        if image.startswith(magic):
+            return name
+    if image[:4] == b"RIFF" and image[8:12] == b"WEBP":
+        return "webp"
+    return None
+
+
+class TFRecordShardWriter(ShardWriter):
+    """Writes one ``.tfrecord`` shard (see the module docstring)."""
+
+    def __init__(self, path: str, *, schema: Schema, resume: bool = False) -> None:
+        self.path = os.fspath(path)
+        self.schema = schema
+        self.features = feature_names(schema)  # refuses what TFRecord cannot hold
+        self._stored = [(n, self.features[n], f) for n, f in schema.stored.items()]
+        self._header = schema.header_name
+        self._keys: list[int] = []
+        self._key_set: set[int] = set()
+        self._max_len = {n: 0 for n, _ft, f in self._stored if f.variable}
+        self._bytes = 0
+        self._done = False
+        self._file: Any = None  # the partial file, opened for appending
+        part = partial_path(self.path)
+        if resume and os.path.exists(part):
+            self._resume(part)
+            self._file = open(part, "ab", buffering=1 << 20)  # noqa: SIM115
+        else:
+            self._file = open(part, "wb", buffering=1 << 20)  # noqa: SIM115
+
+    # ------------------------------------------------------------------ resume
+    def _resume(self, part: str) -> None:
+        """Keep the whole records of a killed run's partial; cut the rest."""
+        entries = tuple((n, ft, f) for n, ft, f in self._stored)
+        wanted = wanted_features(Resolved(entries, None, True)) | {KEY_FEATURE}
+        with open(part, "rb") as rf:
+            raw = rf.read()
+        view, size, off = memoryview(raw), len(raw), 0
+        try:
+            while off < size:
+                try:
+                    data, end = read_frame(view, size, off)
+                    feats = parse_features(data, wanted)
+                    key = _one_key(data, feats)
+                    for n, ft, fld in entries:
+                        if fld.variable:
+                            value = field_value(n, ft, fld, data, feats)
+                            self._max_len[n] = max(self._max_len[n], lengths_of(fld, value))
+                except (FrameError, WireError, FieldError):
+                    break  # the torn tail (or whatever the kill left): written again
+                if key in self._key_set:
+                    raise CorruptRecordError(
+                        part, off, f"cannot resume: key {key} appears twice; start over"
+                    )
+                self._keys.append(key)
+                self._key_set.add(key)
+                off = end
+        finally:
+            view.release()
+        with open(part, "r+b") as tf:
+            tf.truncate(off)
+        self._bytes = off
+
+    # ------------------------------------------------------------------ writing
+    @property
+    def keys_written(self) -> np.ndarray:
+        return np.asarray(self._keys, dtype=np.int64)
+
+    @property
+    def bytes_written(self) -> int:
+        return self._bytes
+
+    @property
+    def count(self) -> int:
+        return len(self._keys)
+
+    def write(
+        self,
+        key: int,
+        image: bytes | memoryview,
+        label: Any,
+        fields: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Append one record: ``image`` (encoded bytes, kept as they are), ``label`` (the
+        schema's header field; ``None`` when it has none), ``fields`` (the schema's stored
+        fields, each checked with ``Field.check``)."""
+        if self._done or self._file is None:
+            raise ValueError(f"{self.path}: the writer is already committed or aborted")
+        k = operator.index(key)
+        if not 0 <= k < _KEY_LIMIT:
+            raise ValueError(f"{self.path}: record keys must be integers in [0, 2**63), got {k}")
+        if k in self._key_set:
+            raise ValueError(f"{self.path}: key {k} was already written")
+        try:
+            record = self._example(k, bytes(image), label, dict(fields or {}))
+        except SpecError as e:
+            raise ValueError(f"{self.path}: key {k}: {e}") from None
+        data = frame(record)
+        self._file.write(data)
+        self._keys.append(k)
+        self._key_set.add(k)
+        self._bytes += len(data)
+
+    def _example(self, key: int, image: bytes, label: Any, fields: dict[str, Any]) -> bytes:
+        Field.image().check(image, name="image")
+        feats: list[tuple[str, str, Any]] = [("image/encoded", "bytes", image)]
+        fmt = _image_format(image)
+        if fmt is not None:
+            feats.append(("image/format", "bytes", fmt.encode()))
+        try:
+            h, w = image_hw(image)
+        except Exception:  # noqa: BLE001 - no readable header: height and width left out
+            hw = None
+        else:
+            hw = (h, w)
+            feats += [("image/height", "int64", [h]), ("image/width", "int64", [w])]
+        if self._header is not None:
+            f = self.schema[self._header]
+            value = f.check(label, name=self._header)
+            feats.append((self.features[self._header], _kind(f, value, self._header), value))
+        elif label is not None and not (np.ndim(label) == 0 and label == -1):
+            raise SpecError(f"a label {label!r} was given but the schema has no label field")
+        feats.append((KEY_FEATURE, "int64", [key]))
+        unknown = sorted(set(fields) - {n for n, _ft, _f in self._stored})
+        if unknown:
+            raise SpecError(f"the schema stores no fields {unknown}")
+        for n, ft, f in self._stored:
+            if n not in fields:
+                raise SpecError(f"field {n!r} has no value")
+            value = f.check(fields[n], name=n)
+            if f.variable:
+                self._max_len[n] = max(self._max_len[n], lengths_of(f, value))
+            feats += _field_features(n, ft, f, value, hw)
+        return encode_example(feats)
+
+    # ------------------------------------------------------------------ finishing
+    def commit(self) -> dict:
+        """Make the shard final; its manifest entry ``{"path": absolute path, "records",
+        "bytes", "max_len": {field: longest}}`` (:func:`write_set_manifest` makes the path
+        relative)."""
+        if self._done:
+            raise ValueError(f"{self.path}: the writer is already committed or aborted")
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except BaseException:
+            self.abort()
+            raise
+        self._file.close()
+        self._file = None
+        self._done = True
+        os.replace(partial_path(self.path), self.path)
+        fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+        return {
+            "path": os.path.abspath(self.path),
+            "records": len(self._keys),
+            "bytes": self._bytes,
+            "max_len": dict(self._max_len),
+        }
+
+    def flush(self) -> None:
+        """Push buffered records to the partial file (for a later ``resume``)."""
+        if self._file is not None:
+            self._file.flush()
+
+    def abort(self) -> None:
+        """Stop and remove the partial; the final file is never touched."""
+        if self._done:
+            return
+        self._done = True
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial_path(self.path))
+
+    def __del__(self) -> None:  # never leak a descriptor when a caller forgets
+        f = getattr(self, "_file", None)
+        if f is not None:
+            with contextlib.suppress(Exception):
+                f.close()
+
+
+def _one_key(data: memoryview, feats: dict) -> int:
+    raw = feats.get(KEY_FEATURE)
+    vals = int64_values(data, raw) if raw is not None and raw.kind == "int64" else []
+    if len(vals) != 1 or vals[0] < 0:
+        raise FieldError(KEY_FEATURE, "no key")
+    return vals[0]
+
+
+def _kind(f: Field, value: Any, name: str) -> str:
+    """``int64`` or ``float`` for a numeric value; float64 only when float32 holds it."""
+    if np.dtype(f.dtype).kind in "iu":
+        if f.dtype == "uint64":
+            raise SpecError(f"field {name!r}: uint64 does not fit TFRecord's int64 lists")
+        return "int64"
+    arr = np.asarray(value, dtype=np.float64)
+    if f.dtype == "float64" and not np.array_equal(arr.astype(np.float32), arr):
+        raise SpecError(
+            f"field {name!r}: float64 values that float32 cannot hold exactly (TFRecord's float "
+            "lists are float32); declare the field float32 to store them rounded"
+        )
+    return "float"
+
+
+def _field_features(
+    name: str, feat: str, f: Field, value: Any, hw: tuple[int, int] | None
+) -> list[tuple[str, str, Any]]:
+    if f.geometry == "boxes":
+        if hw is None and len(value):
+            raise SpecError(
+                f"field {name!r}: the image's size cannot be read from its header, so its boxes "
+                "cannot be normalised (TFRecord keeps them as fractions of the width and height)"
+            )
+        h, w = hw or (1, 1)
+        norm = np.asarray(value, dtype=np.float64) / np.array([w, h, w, h], dtype=np.float64)
+        return [(feat + s, "float", norm[:, c]) for c, s in enumerate(BOX_SUFFIXES)]
+    if f.kind == "text":
+        return [(feat, "bytes", value.encode("utf-8"))]
+    if f.kind in ("bytes", "mask"):
+        return [(feat, "bytes", value)]
+    return [(feat, _kind(f, value, name), np.asarray(value).reshape(-1))]
+
+
+def open_writer(
+    prefix: str | os.PathLike[str],
+    shard: int | None,
+    *,
+    schema: Schema,
+    resume: bool = False,
+    checksums: bool = True,
+) -> TFRecordShardWriter:
+    """The registry's writer: shard ``shard`` of the set under ``prefix`` (``None``: one
+    unsharded ``PREFIX.tfrecord``). ``checksums`` is accepted for the common signature:
+    every TFRecord carries its own CRCs."""
+    del checksums
+    return TFRecordShardWriter(shard_path(prefix, shard), schema=schema, resume=resume)
+
+
+def write_set_manifest(
+    manifest_path: str | os.PathLike[str],
+    shards: Sequence[Mapping[str, Any]],
+    *,
+    classes: Mapping[str, int] | Sequence[str] | None = None,
+    schema: Schema | None = None,
+    pack: Mapping[str, Any] | None = None,
+    rejects: Mapping[str, Any] | None = None,
+) -> None:
+    """Write the set's ``NAME.stoker.json`` (atomically) from its shards' ``commit()``
+    entries, in order; each shard must lie inside the manifest's folder. ``schema`` gets
+    each variable field's ``max_len`` from the shards."""
+    mp = os.fspath(manifest_path)
+    base = os.path.dirname(os.path.abspath(mp))
+    schema = schema if schema is not None else Schema.classification()
+    entries: list[dict[str, Any]] = []
+    longest: dict[str, int] = {}
+    for j, s in enumerate(shards):
+        rel = os.path.relpath(os.path.abspath(os.fspath(s["path"])), base)
+        check_rel_path(mp, f"shards[{j}].path", rel)
+        entries.append({"path": rel, "records": int(s["records"]), "bytes": int(s["bytes"])})
+        for n, v in (s.get("max_len") or {}).items():
+            longest[n] = max(longest.get(n, 0), int(v))
+    for n, f in schema.items():
+        if f.variable:
+            longest[n] = max(longest.get(n, 0), f.max_len or 0)
+    if classes is not None and not isinstance(classes, Mapping):
+        classes = {str(c): i for i, c in enumerate(classes)}
+    try:
+        features = feature_names(schema)
+    except ValueError as e:
+        raise fail(mp, str(e)) from None
+    m = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "records": sum(int(e["records"]) for e in entries),
+        "shards": entries,
+        "classes": dict(classes or {}),
+        "schema": schema.with_max_len(longest).to_json(),
+        "features": features,
+        "key_feature": KEY_FEATURE,
+        "pack": dict(pack or {}),
+        "rejects": dict(rejects or {}),
+    }
+    write_json(mp, validate_manifest(m, mp))
