@@ -69,6 +69,20 @@ def output_prefix(out: str | os.PathLike[str]) -> str:
     return s
 
 
+def _check_formats(fmt: Any, source_format: Any) -> None:
+    """``format`` must name a format stoker writes, ``source_format`` one it reads."""
+    from stoker.formats.registry import get
+
+    for name, value in (("format", fmt), ("source_format", source_format)):
+        if value is None and name == "source_format":
+            continue
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a format name (str), got {type(value).__name__}")
+        found = get(value)  # ValueError naming the known formats
+        if name == "format" and found.writer is None:
+            raise ValueError(f"format {value!r} is read-only in stoker: pick one it writes")
+
+
 @dataclass(frozen=True)
 class PackOptions:
     """The options of one pack run (see :func:`stoker.pack` for each one's meaning).
@@ -100,6 +114,12 @@ class PackOptions:
     schema: Any = None
     # None means check_image; a stand-in must be module-level (fault-injection tests)
     check: Callable[..., Any] | None = None
+    #: the format written: a registry name whose format has a writer
+    format: str = "recordio"
+    #: ``stoker convert``: ``src`` is a data set read through ``stoker.formats.open``, its
+    #: samples copied as they are (``source_format`` names its format when the path cannot)
+    convert: bool = False
+    source_format: str | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # a frozen dataclass normalises its own fields here
@@ -122,6 +142,8 @@ class PackOptions:
         if self.check is None:
             put(self, "check", check_image)
         put(self, "schema", _load_schema(self.schema))
+        _check_formats(self.format, self.source_format)
+        put(self, "convert", bool(self.convert))
         prefix = self.prefix
         if not prefix or os.path.isdir(prefix):
             raise ValueError(f"out must name a file prefix (e.g. data/train), got {self.out!r}")
@@ -143,12 +165,27 @@ class PackOptions:
         they are equal): the options that decide the output bytes and the check's name."""
         check = self.check or check_image
         name = f"{check.__module__}.{check.__qualname__}"
-        return {"journal": JOURNAL_VERSION, **self._output_json(), "check": name}
+        out = {"journal": JOURNAL_VERSION, **self._output_json(), "check": name}
+        if self.format != "recordio":  # absent for RecordIO: its journals stay as they were
+            out["format"] = self.format
+        if self.convert:
+            out["convert"] = self.source_format or "auto"
+        return out
 
     def manifest_json(self, *, from_lst: bool, listing: bool = False) -> dict[str, Any]:
         """The options at the head of the manifest's ``pack`` block; ``from_lst`` says whether
         the source was an im2rec list (keys from its index) or a folder (keys by position),
-        ``listing`` a ``.jsonl``/``.csv`` listing (keys by position)."""
+        ``listing`` a ``.jsonl``/``.csv`` listing (keys by position); a convert's source keeps
+        its own keys."""
+        if self.convert:
+            return {
+                "source": os.path.basename(os.path.normpath(self.src)),
+                "source_kind": "convert",
+                "keys": "source",
+                "shuffle": self.shuffle,
+                "seed": self.seed,
+                "shard_size": self.shard_size,
+            }
         return {
             "source": os.path.basename(os.path.normpath(self.src)),
             "source_kind": "lst" if from_lst else "listing" if listing else "folder",

@@ -1,8 +1,9 @@
 """Every file a run writes, kept as ``*.partial`` until the run commits: the shards, the
 journals, the rejects list, the ``.lst`` and the manifest.
 
-Every output is renamed into place only when the whole run succeeded: the shards
-(``.rec``/``.idx``/``.crc32c``), ``.stoker.json`` (written last), ``.rejects.tsv`` and
+Every output is renamed into place only when the whole run succeeded: the shards (each
+format's :class:`~stoker.formats.base.ShardWriter` keeps its own ``*.partial`` files until its
+``commit``), ``.stoker.json`` (written last), ``.rejects.tsv`` and
 ``.lst``. The journal ``OUT.pack-journal.partial`` holds the plan's fingerprint,
 ``OUT.rejects.tsv.partial`` the rejects found so far (one flushed line each) and
 ``OUT.pack-records.partial`` what each record written so far counts for in the manifest
@@ -17,6 +18,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +36,7 @@ __all__ = [
     "RecordRow",
     "RejectLog",
     "ShardWriters",
+    "Unstorable",
     "WriteFailed",
     "class_counts",
     "read_record_journal",
@@ -41,21 +44,46 @@ __all__ = [
     "remove_partials",
     "write_error",
     "write_lst",
+    "shard_main_files",
     "write_manifest",
     "write_rejects",
 ]
 
 
-def _stem_paths(rec: str) -> tuple[str, str, str]:
-    stem = rec[:-4]
-    return rec, stem + ".idx", stem + ".crc32c"
+def _shard_stem(prefix: str, shard: int | None) -> str:
+    return prefix if shard is None else f"{prefix}-{shard:05d}"
+
+
+def _recordio_files(prefix: str, shard: int | None) -> tuple[str, ...]:
+    stem = _shard_stem(prefix, shard)
+    return stem + ".rec", stem + ".idx", stem + ".crc32c"
+
+
+def _outputs_like(prefix: str, suffixes: tuple[str, ...]) -> list[str]:
+    """Files in the output folder named ``PREFIX[-N...]`` + one of ``suffixes``: where a
+    format's shards live (``PREFIX.tar``, ``PREFIX-00003.tfrecord``, their side files)."""
+    folder = os.path.dirname(os.path.abspath(prefix))
+    pat = re.compile(re.escape(os.path.basename(prefix)) + r"(-\d+)*\.")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted(
+        os.path.join(folder, n)
+        for n in names
+        if pat.match(n) and n.lower().endswith(suffixes) and not n.endswith(".stoker.json")
+    )
 
 
 @dataclass(frozen=True)
 class OutputPaths:
-    """The paths of every output and journal of one run."""
+    """The paths of every output and journal of one run. Shard files are the format's: exact
+    for RecordIO (``.rec``/``.idx``/``.crc32c``), for another format the files named
+    ``PREFIX[-N].ext`` with one of its extensions."""
 
-    shard_recs: tuple[str, ...]
+    format: str
+    prefix: str
+    shard_ids: tuple[int | None, ...]
     manifest: str
     rejects: str
     lst: str | None
@@ -64,10 +92,12 @@ class OutputPaths:
     rec_journal: str
 
     @classmethod
-    def for_plan(cls, plan: Plan, *, list_file: bool) -> OutputPaths:
+    def for_plan(cls, plan: Plan, *, list_file: bool, format: str = "recordio") -> OutputPaths:
         p = plan.prefix
         return cls(
-            shard_recs=tuple(plan.rec_path(s) for s in range(plan.n_shards)),
+            format=format,
+            prefix=p,
+            shard_ids=tuple(plan.shard_id(s) for s in range(plan.n_shards)),
             manifest=p + ".stoker.json",
             rejects=p + ".rejects.tsv",
             lst=p + ".lst" if list_file else None,
@@ -76,20 +106,30 @@ class OutputPaths:
             rec_journal=p + ".pack-records.partial",
         )
 
+    def shard_files(self) -> list[str]:
+        """The final shard files of this run's format (see the class docstring)."""
+        if self.format == "recordio":
+            return [f for s in self.shard_ids for f in _recordio_files(self.prefix, s)]
+        from stoker.formats.registry import get
+
+        return _outputs_like(self.prefix, get(self.format).extensions)
+
     def finals(self) -> list[str]:
         """The files a finished run leaves."""
-        out = [p for rec in self.shard_recs for p in _stem_paths(rec)]
+        out = self.shard_files()
         return out + [self.manifest, self.rejects] + ([self.lst] if self.lst else [])
 
     def journal_matches(self, fp: str) -> bool:
         """Whether a journal says an unfinished run of this very plan left files here."""
-        if not os.path.exists(self.journal):
-            return False
+        return self._journal().get("fingerprint") == fp
+
+    def _journal(self) -> dict:
         try:
             with open(self.journal) as f:
-                return json.load(f).get("fingerprint") == fp
+                got = json.load(f)
         except (OSError, ValueError):
-            return False
+            return {}
+        return got if isinstance(got, dict) else {}
 
     def refuse_existing(self) -> None:
         """Raise :class:`OutputExistsError` when a finished output is in the way."""
@@ -106,16 +146,28 @@ class OutputPaths:
             )
 
     def committed_some(self) -> bool:
-        """Whether a run killed while committing has renamed some shards already."""
-        return any(
-            os.path.exists(rec) and not os.path.exists(partial_path(rec)) for rec in self.shard_recs
-        )
+        """Whether a run was killed while committing (its shards may be renamed already):
+        the journal says so, or a RecordIO shard is final while others are partial."""
+        if self._journal().get("committing"):
+            return True
+        if self.format != "recordio":
+            return False
+        recs = [_recordio_files(self.prefix, s)[0] for s in self.shard_ids]
+        return any(os.path.exists(r) and not os.path.exists(partial_path(r)) for r in recs)
 
     def start_journal(self, fp: str, settings: dict[str, Any]) -> None:
         """Remove the partials of any earlier run and record this plan's fingerprint."""
         remove_partials(self)
         with atomic_write(self.journal, "w") as jf:
             json.dump({"fingerprint": fp, "settings": settings}, jf)
+
+    def mark_committing(self) -> None:
+        """Say in the journal that renaming has begun: a run killed from here on starts over
+        (some shards may be final already, others not)."""
+        got = self._journal()
+        got["committing"] = True
+        with atomic_write(self.journal, "w") as jf:
+            json.dump(got, jf)
 
 
 class WriteFailed(Exception):
@@ -141,57 +193,90 @@ def write_error(e: OSError, path: str, nbytes: int | None) -> WriteFailed:
 
 def remove_partials(paths: OutputPaths) -> None:
     """Remove the partial shards and the journals."""
-    for rec in paths.shard_recs:
-        for p in _stem_paths(rec):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(partial_path(p))
-    for p in (paths.rej_journal, paths.rec_journal, paths.journal):
+    if paths.format == "recordio":
+        shard_parts = [
+            partial_path(f) for s in paths.shard_ids for f in _recordio_files(paths.prefix, s)
+        ]
+    else:
+        shard_parts = _outputs_like(paths.prefix, (".partial",))
+    for p in (*shard_parts, paths.rej_journal, paths.rec_journal, paths.journal):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(p)
 
 
-class ShardWriters:
-    """One :class:`~stoker.formats.recordio.RecordWriter` per shard, opened on first use."""
+class Unstorable(Exception):
+    """A sample the format cannot hold (a writer's ``ValueError``): a reject, not a failure."""
 
-    def __init__(self, shard_recs: tuple[str, ...], *, resume: bool) -> None:
-        self.shard_recs = shard_recs
+
+def _where(w: Any) -> str:
+    files = getattr(w, "files", None) or ()
+    return str(getattr(w, "rec_path", None) or getattr(w, "path", None) or next(iter(files), "?"))
+
+
+class ShardWriters:
+    """One :class:`~stoker.formats.base.ShardWriter` of the run's format per shard, opened on
+    first use."""
+
+    def __init__(
+        self,
+        paths: OutputPaths,
+        schema: Schema | None,
+        *,
+        resume: bool,
+    ) -> None:
+        from stoker.formats.registry import get
+
+        self.open_writer = get(paths.format).load("writer")
+        self.paths = paths
+        self.schema = schema
         self.resume = resume
         self.writers: dict[int, Any] = {}
 
     def get(self, s: int) -> Any:
         w = self.writers.get(s)
         if w is None:
-            from stoker.formats.recordio import RecordWriter
-
-            w = RecordWriter(self.shard_recs[s], overwrite=True, resume=self.resume, checksums=True)
+            w = self.open_writer(
+                self.paths.prefix,
+                self.paths.shard_ids[s],
+                schema=self.schema,
+                resume=self.resume,
+                checksums=True,
+            )
             self.writers[s] = w
         return w
 
-    def write(self, s: int, key: int, payload: bytes) -> None:
+    def write(self, s: int, key: int, image: bytes, label: Any, fields: Any) -> None:
         w = self.get(s)
         try:
-            w.write(key, payload)
+            w.write(key, image, label, fields)
         except OSError as e:
-            raise write_error(e, w.rec_path, w.bytes_written) from None
+            raise write_error(e, _where(w), w.bytes_written) from None
+        except ValueError as e:
+            raise Unstorable(str(e)) from None
 
     def flush(self) -> None:
         """Flush every open shard (bounds the work a kill can lose)."""
         for w in self.writers.values():
+            flush = getattr(w, "flush", None)
+            if flush is None:
+                continue
             try:
-                w.flush()
+                flush()
             except OSError as e:
-                raise write_error(e, w.rec_path, w.bytes_written) from None
+                raise write_error(e, _where(w), w.bytes_written) from None
 
-    def commit(self) -> list:
-        """Rename every shard into place; their shard infos, in shard order."""
-        infos = []
-        for s in range(len(self.shard_recs)):
+    def commit(self) -> tuple[list[dict], int]:
+        """Rename every shard into place; their manifest entries in shard order, and the
+        bytes they hold."""
+        entries, total = [], 0
+        for s in range(len(self.paths.shard_ids)):
             w = self.get(s)
             try:
-                infos.append(w.commit())
+                total += int(w.bytes_written)
+                entries.append(w.commit())
             except OSError as e:
-                raise write_error(e, w.rec_path, w.bytes_written) from None
-        return infos
+                raise write_error(e, _where(w), w.bytes_written) from None
+        return entries, total
 
     def abort(self, *, keep_partial: bool) -> None:
         """Close every shard: keep the partials for a resume (errors ignored, the first
@@ -199,9 +284,13 @@ class ShardWriters:
         for w in self.writers.values():
             if keep_partial:
                 with contextlib.suppress(Exception):
-                    w.abort(keep_partial=True)
+                    flush = getattr(w, "flush", None)
+                    if flush is not None:
+                        flush()
+                with contextlib.suppress(Exception):
+                    w.abort(keep_partial=True)  # a writer without the keyword keeps its files
             else:
-                w.abort(keep_partial=False)
+                w.abort()
 
 
 def _reject_line(pos: int, reason: str, detail: str) -> str:
@@ -340,21 +429,35 @@ def class_counts(plan: Plan, written: np.ndarray) -> dict[str, int]:
 
 
 def write_manifest(
-    path: str,
-    shard_infos: list,
+    paths: OutputPaths,
+    entries: list[dict],
     classes: dict[str, int],
     pack_meta: dict,
     rejects_meta: dict,
     *,
     schema: Schema | None = None,
 ) -> None:
-    """The manifest (``OUT.stoker.json``), written atomically; ``schema``: a listing's (a
-    folder's manifest has none, and stays as it was)."""
-    from stoker.formats import recordio
+    """The manifest (``OUT.stoker.json``) through the format's ``write_set_manifest``, written
+    atomically and last; ``schema``: a listing's or a converted set's (a folder's manifest has
+    none, and stays as it was)."""
+    from stoker.formats.registry import get
 
-    shards = [recordio.shard_entry(si, path) for si in shard_infos]
-    extra = {} if schema is None else {"schema": schema.to_json()}
-    made = recordio.make_manifest(
-        shards, classes=classes, pack=pack_meta, rejects=rejects_meta, **extra
+    write_set = get(paths.format).load("manifest")
+    write_set(
+        paths.manifest,
+        entries,
+        classes=classes,
+        schema=schema,
+        pack=pack_meta,
+        rejects=rejects_meta,
     )
-    recordio.write_manifest(path, made)
+
+
+def shard_main_files(paths: OutputPaths, entries: list[dict]) -> tuple[str, ...]:
+    """Each committed shard's main file: the first path its manifest entry names."""
+    folder = os.path.dirname(os.path.abspath(paths.manifest))
+    out = []
+    for e in entries:
+        first = next((v for v in e.values() if isinstance(v, str)), "")
+        out.append(os.path.join(folder, first) if first else "")
+    return tuple(out)

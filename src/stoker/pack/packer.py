@@ -48,15 +48,14 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from stoker._core.atomic import partial_path
 from stoker._core.errors import PackError, TooManyRejectsError
 from stoker._core.progress import Progress, make_progress
-from stoker.formats.fields import encode_trailer
+from stoker._core.schema import Schema
 from stoker.pack.images import DEFAULT_MAX_PIXELS
 from stoker.pack.listing import ListingItem, max_lengths
 from stoker.pack.options import PackOptions, output_prefix
@@ -66,11 +65,13 @@ from stoker.pack.outputs import (
     RecordRow,
     RejectLog,
     ShardWriters,
+    Unstorable,
     WriteFailed,
     class_counts,
     read_record_journal,
     read_reject_journal,
     remove_partials,
+    shard_main_files,
     write_error,
     write_lst,
     write_manifest,
@@ -79,7 +80,8 @@ from stoker.pack.outputs import (
 from stoker.pack.plan import Plan, fingerprint, geometric, make_plan
 from stoker.pack.pool import results
 from stoker.pack.report import PackReport, Tally
-from stoker.pack.worker import MAX_FILE_BYTES, process
+from stoker.pack.source import kept_lengths, manifest_schema, variable_lengths
+from stoker.pack.worker import process
 
 __all__ = ["PackOptions", "PackReport", "output_prefix", "pack", "run_pack"]
 
@@ -159,7 +161,7 @@ def run_pack(options: PackOptions) -> PackReport:
     n_workers = options.worker_count()
     _check_out_dir(options.prefix)
     plan = make_plan(options)
-    paths = OutputPaths.for_plan(plan, list_file=options.list_file)
+    paths = OutputPaths.for_plan(plan, list_file=options.list_file, format=options.format)
     settings = options.journal_json()
     fp = fingerprint(plan, settings)
     same_plan = paths.journal_matches(fp)
@@ -169,7 +171,7 @@ def run_pack(options: PackOptions) -> PackReport:
     resuming = options.resume and same_plan and not paths.committed_some()
     if not resuming:
         paths.start_journal(fp, settings)
-    shards = ShardWriters(paths.shard_recs, resume=resuming)
+    shards = ShardWriters(paths, plan.writer_schema, resume=resuming)
     tally = Tally(plan.scan, len(plan.items))
     kept_rows: list[RecordRow] | None = None
     start = 0
@@ -177,9 +179,12 @@ def run_pack(options: PackOptions) -> PackReport:
         start, kept_rows = _resume(options, plan, paths, shards, tally)
     rejects = RejectLog(paths.rej_journal, tally.item_rejects if resuming else None)
     records = RecordLog(paths.rec_journal, kept_rows)
-    bar = make_progress(len(plan.items), "pack", unit="img", enabled=options.progress)
+    what = "convert" if options.convert else "pack"
+    bar = make_progress(len(plan.items), what, unit="img", enabled=options.progress)
     bar.update(start)
     run = _Run(options, plan, paths, shards, tally, rejects, records, bar)
+    if resuming and plan.reader is not None and plan.writer_schema is not None:
+        kept_lengths(plan, tally.written, run.lengths)
     return run.go(start, n_workers, t0)
 
 
@@ -208,15 +213,15 @@ def _resume(
 ) -> tuple[int, list[RecordRow]]:
     """Take over the records and rejects an interrupted run of this plan decided; the first
     position still to do, and the records journal's rows of the records kept."""
-    pos_of_key = {k: i for i, k in enumerate(plan.keys.tolist())} if plan.from_lst else None
+    by_key = plan.from_lst or plan.reader is not None
+    pos_of_key = {k: i for i, k in enumerate(plan.keys.tolist())} if by_key else None
     last = -1
-    for s, rec in enumerate(paths.shard_recs):
-        if os.path.exists(partial_path(rec)):
-            kw = shards.get(s).keys_written
-            pos = kw if pos_of_key is None else np.asarray([pos_of_key[k] for k in kw.tolist()])
-            if len(pos):
-                tally.written[pos] = True
-                last = max(last, int(pos.max()))
+    for s in range(len(paths.shard_ids)):
+        kw = shards.get(s).keys_written
+        pos = kw if pos_of_key is None else np.asarray([pos_of_key[k] for k in kw.tolist()])
+        if len(pos):
+            tally.written[pos.astype(np.int64)] = True
+            last = max(last, int(pos.max()))
     start = last + 1
     tally.resumed = tally.n_written
     for pos, reason, detail in read_reject_journal(paths.rej_journal):
@@ -234,18 +239,27 @@ def _resume(
 def _recount(options: PackOptions, plan: Plan, pos: int) -> RecordRow:
     """The records-journal row of a kept record whose line was lost: its file checked again
     (what a worker did for it; the fingerprint vouches that path and options are the same)."""
-    r = process(plan.items[pos].path, options)
+    if plan.reader is not None:
+        from stoker.pack.source import read_positions, set_source
+
+        set_source(plan.reader)
+        r = read_positions([plan.items[pos].pos])[0]  # type: ignore[attr-defined]
+    else:
+        r = process(plan.items[pos].path, options)
     if r[0] == 0:
         return (int(pos), r[2], bool(r[3]), bool(r[4]), int(r[5]))
     return (int(pos), "unknown", False, False, 0)  # the file changed since: count what we can
 
 
-def _header_payload(key: int, label: float | tuple[float, ...], data: bytes) -> bytes:
-    from stoker.formats.recordio import IRHeader, pack_header
-
+def _writer_label(schema: Schema | None, label: Any) -> Any:
+    """An item's label as the writer takes it: the schema's header dtype (a class id as an
+    int), a vector as an array."""
+    head = schema[schema.header_name] if schema is not None and schema.header_name else None
     if isinstance(label, tuple):
-        return pack_header(IRHeader(len(label), np.asarray(label, np.float32), key, 0), data)
-    return pack_header(IRHeader(0, float(label), key, 0), data)
+        return np.asarray(label, np.float32 if head is None else head.dtype)
+    if head is not None and np.dtype(head.dtype).kind in "iu" and float(label).is_integer():
+        return int(label)
+    return float(label)
 
 
 @dataclass
@@ -261,6 +275,8 @@ class _Run:
     rejects: RejectLog
     records: RecordLog
     bar: Progress
+    #: a convert's largest row count or byte length of each variable field written
+    lengths: dict[str, int] = field(default_factory=dict)
 
     def go(self, start: int, n_workers: int, t0: float) -> PackReport:
         """Collect the workers' results from ``start`` on and commit; on failure keep the
@@ -269,7 +285,15 @@ class _Run:
         chunk = max(1, min(64, len(self.plan.items) // (n_workers * 8) or 1))
         last_flush = time.monotonic()
         upright = self.plan.schema is not None and geometric(self.plan.schema)
-        stream = results(self.plan.items, start, self.options, n_workers, chunk, upright=upright)
+        stream = results(
+            self.plan.items,
+            start,
+            self.options,
+            n_workers,
+            chunk,
+            upright=upright,
+            source=self.plan.reader,
+        )
         try:
             for pos, r in stream:
                 self._take(pos, r)
@@ -281,14 +305,15 @@ class _Run:
             self.bar.close()
             self.rejects.close()
             self.records.close()
-            shard_infos = self._commit()
+            entries, bytes_out = self._commit()
             committed = True
             for journal in (self.paths.rec_journal, self.paths.journal):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(journal)
             self.tally.check_accounting()
             return self.tally.report(
-                shard_infos=shard_infos,
+                shards=shard_main_files(self.paths, entries),
+                bytes_out=bytes_out,
                 seconds=time.perf_counter() - t0,
                 manifest=self.paths.manifest,
                 rejects_path=self.paths.rejects,
@@ -318,14 +343,20 @@ class _Run:
             _, data, fmt, rotated, passthrough, size_in = r[:6]
             key = int(self.plan.keys[pos])
             item = self.plan.items[pos]
-            payload = _header_payload(key, item.label, data)
-            if self.plan.schema is not None and isinstance(item, ListingItem):
-                masks = r[6] if len(r) > 6 else {}
-                payload += encode_trailer(self.plan.schema, {**item.fields, **masks})
-            if len(payload) > MAX_FILE_BYTES + 24:
-                r = (1, "too_large", f"{len(payload)} bytes after encoding exceed RecordIO's limit")
+            schema = self.plan.writer_schema
+            fields = None
+            if isinstance(item, ListingItem):  # a listing: its fields, masks read by a worker
+                fields = {**item.fields, **(r[6] if len(r) > 6 else {})}
+            elif self.plan.reader is not None:  # a convert: the source's stored fields
+                fields = r[6]
+                assert schema is not None
+                variable_lengths(schema, fields, self.lengths)
+            label = _writer_label(schema, item.label)
+            try:
+                self.shards.write(self.plan.shard_of(pos), key, data, label, fields)
+            except Unstorable as e:
+                r = (1, "unstorable", str(e))
             else:
-                self.shards.write(self.plan.shard_of(pos), key, payload)
                 self.tally.wrote(pos, fmt, rotated, passthrough, size_in)
                 self.records.add(pos, fmt, rotated, passthrough, size_in)
         if r[0] == 1:
@@ -349,10 +380,12 @@ class _Run:
                 f"see {self.paths.rejects} (partial output kept; rerun to resume)"
             )
 
-    def _commit(self) -> list:
-        """Commit the shards, then the lists, then the manifest (last); the shard infos."""
+    def _commit(self) -> tuple[list[dict], int]:
+        """Commit the shards, then the lists, then the manifest (last); the shards' manifest
+        entries and the bytes they hold."""
         paths, plan, tally = self.paths, self.plan, self.tally
-        shard_infos = self.shards.commit()
+        paths.mark_committing()
+        entries, bytes_out = self.shards.commit()
         try:
             write_rejects(paths.rejects, plan.scan, plan, tally.item_rejects)
             if paths.lst:
@@ -372,7 +405,9 @@ class _Run:
         schema = None
         if plan.schema is not None:
             schema = plan.schema.with_max_len(max_lengths(plan.schema, plan.items, tally.written))
-        write_manifest(
-            paths.manifest, shard_infos, plan.scan.classes, pack_meta, rejects_meta, schema=schema
-        )
-        return shard_infos
+        elif plan.reader is not None and plan.writer_schema is not None:
+            schema = manifest_schema(plan.writer_schema, self.lengths)
+        if self.options.convert:
+            pack_meta["source_format"] = plan.reader.format
+        write_manifest(paths, entries, plan.scan.classes, pack_meta, rejects_meta, schema=schema)
+        return entries, bytes_out

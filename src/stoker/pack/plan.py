@@ -41,6 +41,11 @@ class Plan:
     prefix: str
     #: a listing's schema (``None`` for a folder or an im2rec list: an image and its label)
     schema: Schema | None = None
+    #: what each sample is to the format's writer: the listing's or the source's schema, else
+    #: an image and its label (a class id, or the im2rec list's numbers)
+    writer_schema: Schema | None = None
+    #: a convert's source (``None`` when packing files)
+    reader: Any = None
 
     @property
     def n_shards(self) -> int:
@@ -51,10 +56,9 @@ class Plan:
     def shard_of(self, pos: int) -> int:
         return 0 if self.shard_size is None else pos // self.shard_size
 
-    def rec_path(self, s: int) -> str:
-        if self.shard_size is None:
-            return self.prefix + ".rec"
-        return f"{self.prefix}-{s:05d}.rec"
+    def shard_id(self, s: int) -> int | None:
+        """What a format's writer is told shard ``s`` is (``None``: the one unsharded file)."""
+        return None if self.shard_size is None else s
 
 
 def _list_source(options: PackOptions) -> tuple[ScanResult, bool, Schema | None]:
@@ -78,9 +82,29 @@ def _list_source(options: PackOptions) -> tuple[ScanResult, bool, Schema | None]
     raise PackError(f"{src}: give an image folder, an im2rec .lst, or a .jsonl/.csv listing")
 
 
+def _label_schema(items: list[Item], from_lst: bool) -> Schema:
+    """An image and its label: a class id for a folder; an im2rec list's numbers (whole
+    numbers as class ids, a vector when every line has the same several)."""
+    if not from_lst:
+        return Schema.classification()
+    sizes = {len(it.label) if isinstance(it.label, tuple) else 0 for it in items}
+    if len(sizes) == 1 and sizes != {0}:
+        return Schema.classification((sizes.pop(),), "float32")
+    if sizes == {0} and all(float(it.label).is_integer() for it in items):  # type: ignore[arg-type]
+        return Schema.classification()
+    return Schema.classification((), "float32")
+
+
 def make_plan(options: PackOptions) -> Plan:
     """List the source once (a snapshot) and fix the order and keys of every record."""
-    scan, from_lst, schema = _list_source(options)
+    reader = None
+    if options.convert:
+        from stoker.pack.source import open_source
+
+        scan, reader = open_source(options)
+        from_lst, schema = False, None
+    else:
+        scan, from_lst, schema = _list_source(options)
     if options.schema is not None and schema is None:
         raise PackError(f"{options.src}: schema is for a .jsonl or .csv listing")
     if schema is not None and options.resize is not None and geometric(schema):
@@ -93,11 +117,27 @@ def make_plan(options: PackOptions) -> Plan:
     if options.shuffle:
         perm = stream_rng(options.seed, _DOMAIN_SHUFFLE, len(items)).permutation(len(items))
         items = [items[i] for i in perm]
-    if from_lst:
+    if reader is not None and not options.shuffle:
+        keys = scan.items.keys  # type: ignore[attr-defined]
+    elif from_lst or reader is not None:
         keys = np.asarray([it.key for it in items], dtype=np.int64)
     else:
         keys = np.arange(len(items), dtype=np.int64)
-    return Plan(scan, from_lst, items, keys, options.shard_size, options.prefix, schema)
+    if reader is not None:
+        writer_schema = reader.schema
+    else:
+        writer_schema = schema if schema is not None else _label_schema(items, from_lst)
+    return Plan(
+        scan,
+        from_lst,
+        items,
+        keys,
+        options.shard_size,
+        options.prefix,
+        schema,
+        writer_schema,
+        reader,
+    )
 
 
 def geometric(schema: Schema) -> bool:
@@ -110,6 +150,14 @@ def fingerprint(plan: Plan, settings: dict[str, Any]) -> str:
     the partial output only when it is equal."""
     h = hashlib.sha256()
     h.update(json.dumps(settings, sort_keys=True).encode())
+    if plan.reader is not None:  # a convert: the source's identity, keys and labels in order
+        from stoker.pack.source import source_digest
+
+        labels = plan.scan.items.labels  # type: ignore[attr-defined]
+        if plan.items is not plan.scan.items:
+            labels = np.asarray([it.label for it in plan.items], dtype=object).astype(str)
+        h.update(source_digest(plan.reader, plan.keys, labels))
+        return h.hexdigest()
     if plan.schema is not None:  # a listing: its schema and every row's fields too
         h.update(json.dumps(plan.schema.to_json(), sort_keys=True).encode())
     for key, it in zip(plan.keys.tolist(), plan.items):

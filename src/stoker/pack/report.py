@@ -148,13 +148,15 @@ class Tally:
     def report(
         self,
         *,
-        shard_infos: list,
+        shards: tuple[str, ...],
+        bytes_out: int,
         seconds: float,
         manifest: str,
         rejects_path: str,
         list_path: str | None,
     ) -> PackReport:
-        """The :class:`PackReport` of a finished run that committed ``shard_infos``."""
+        """The :class:`PackReport` of a finished run that committed ``shards`` (each shard's
+        main file) holding ``bytes_out`` bytes."""
         scan = self.scan
         return PackReport(
             found=scan.found,
@@ -171,10 +173,10 @@ class Tally:
             unclassified=scan.unclassified,
             formats=dict(sorted(self.formats.items())),
             resumed_bytes_in=self.resumed_bytes_in,
-            bytes_out=sum(si.rec_bytes for si in shard_infos),
+            bytes_out=bytes_out,
             seconds=seconds,
             manifest=manifest,
-            shards=tuple(si.rec for si in shard_infos),
+            shards=shards,
             rejects_path=rejects_path,
             list_path=list_path,
         )

@@ -1,0 +1,209 @@
+"""What ``stoker convert`` packs: the samples of a data set in any format the registry reads,
+taken by position and stored as they are.
+
+A convert is a pack whose items are a :class:`~stoker.formats.base.Reader`'s positions: the
+main process opens the source once for its length, keys, labels, classes and schema (the
+plan); each worker process gets the reader (it pickles as its configuration and opens itself
+lazily there) and reads chunks of positions, sending back the image bytes untouched and the
+stored fields (:func:`read_positions`). A record that fails to read is a reject naming its
+key, the file and the byte offset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+import numpy as np
+
+from stoker._core.errors import PackError
+from stoker._core.files import Item, ScanResult
+from stoker._core.schema import Schema
+from stoker.formats.base import Reader
+from stoker.pack.options import PackOptions
+
+__all__ = [
+    "SourceItem",
+    "SourceItems",
+    "manifest_schema",
+    "open_source",
+    "read_positions",
+    "set_source",
+    "source_digest",
+    "variable_lengths",
+]
+
+#: the worker's reader of the source (set by the pool's initializer)
+_SOURCE: Reader | None = None
+
+
+@dataclass(frozen=True)
+class SourceItem(Item):
+    """An :class:`Item` of a convert: sample ``pos`` of the source."""
+
+    pos: int = 0
+
+
+def _label(row: Any) -> float | tuple[float, ...]:
+    """A bulk label as an item holds it: an int or float, or a tuple for a label vector."""
+    arr = np.asarray(row)
+    if arr.ndim:
+        return tuple(float(v) for v in arr.reshape(-1).tolist())
+    v = arr.item()
+    return int(v) if arr.dtype.kind in "iub" else float(v)
+
+
+class SourceItems(Sequence[Item]):
+    """The items of a source, made when asked for (a million positions need no million
+    objects up front)."""
+
+    def __init__(self, path: str, keys: np.ndarray, labels: np.ndarray) -> None:
+        self.path = path
+        self.name = os.path.basename(os.path.normpath(path))
+        self.keys = keys
+        self.labels = labels
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def _one(self, i: int) -> SourceItem:
+        rel = f"{self.name}#{i}"
+        return SourceItem(self.path, rel, _label(self.labels[i]), int(self.keys[i]), i)
+
+    @overload
+    def __getitem__(self, i: int) -> Item: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Item]: ...
+
+    def __getitem__(self, i: int | slice) -> Item | list[Item]:
+        if isinstance(i, slice):
+            return [self._one(j) for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(i)
+        return self._one(i % n)
+
+
+def open_source(options: PackOptions) -> tuple[ScanResult, Reader]:
+    """The source's items (keys, labels and classes from the reader, no sample read) and the
+    reader itself."""
+    from stoker.formats import open_reader
+
+    src = os.fspath(options.src)
+    if not os.path.exists(src):
+        raise PackError(f"{src}: no such file or folder")
+    try:
+        reader = open_reader(src, format=options.source_format)
+    except ValueError as e:
+        raise PackError(str(e)) from None
+    keys = np.asarray(reader.keys(), dtype=np.int64)
+    labels = np.asarray(reader.labels())
+    if len(keys) != len(reader) or len(labels) != len(reader):
+        raise PackError(
+            f"{src}: the reader gives {len(keys)} keys and {len(labels)} labels "
+            f"for {len(reader)} samples"
+        )
+    names = reader.class_names or []
+    scan = ScanResult(
+        items=SourceItems(src, keys, labels), classes={n: i for i, n in enumerate(names)}
+    )  # type: ignore[arg-type]
+    scan.found = len(reader)
+    return scan, reader
+
+
+def source_digest(reader: Reader, keys: np.ndarray, labels: np.ndarray) -> bytes:
+    """What a convert's resume fingerprint holds of the source: its own fingerprint, and the
+    keys and labels in plan order."""
+    h = hashlib.sha256()
+    h.update(json.dumps(reader.fingerprint(), sort_keys=True, default=str).encode())
+    h.update(np.ascontiguousarray(keys, dtype="<i8").tobytes())
+    h.update(np.ascontiguousarray(labels).tobytes())
+    return h.digest()
+
+
+def manifest_schema(schema: Schema, lengths: dict[str, int]) -> Schema | None:
+    """The schema a converted set's manifest declares: ``None`` for a plain classification
+    set (what a packed folder's manifest says by having none), else the source's with each
+    variable field's ``max_len`` over the records written."""
+    if schema == Schema.classification():
+        return None
+    return schema.with_max_len(lengths)
+
+
+def variable_lengths(schema: Schema, fields: dict[str, Any], into: dict[str, int]) -> None:
+    """Raise ``into[name]`` to each variable field's row count or byte length in ``fields``."""
+    for name, f in schema.stored.items():
+        if f.variable and name in fields:
+            into[name] = max(into.get(name, 0), f.length(fields[name]))
+
+
+# ---------------------------------------------------------------- the worker side
+def set_source(reader: Reader | None) -> None:
+    """Pool initializer part: the reader this worker reads positions from."""
+    global _SOURCE
+    _SOURCE = reader
+
+
+def _detail(reader: Reader, i: int, e: BaseException) -> str:
+    """The reject text of position ``i``: the error, with the file and byte offset of the
+    record when the error does not say them."""
+    msg = f"{type(e).__name__}: {e}"
+    offset = getattr(e, "offset", None)
+    if offset is None:
+        try:
+            where = reader.locate(i) if hasattr(reader, "locate") else None
+        except Exception:  # noqa: BLE001 - a message, best effort
+            where = None
+        if where is not None:
+            msg += f" (record at byte {where[1]} of {where[0]})"
+    return f"position {i}: {msg}"
+
+
+def read_positions(positions: Sequence[int]) -> list[tuple]:
+    """The result tuple of each position (``worker.py``'s layout; the seventh item holds the
+    stored fields): ``(0, image, source format, False, True, size, fields)`` or ``(1,
+    reason, detail)``."""
+    from stoker.codecs import sniff
+
+    reader = _SOURCE
+    if reader is None:  # pragma: no cover - a pool without its source is a bug
+        raise RuntimeError("no source reader in this worker")
+    names = tuple(reader.schema.stored)
+    idx = np.asarray(positions, dtype=np.int64)
+    try:
+        f = reader.reader(idx, names)
+    except Exception as e:  # noqa: BLE001 - the whole chunk is unreadable: each a reject
+        return [(1, "unreadable", _detail(reader, int(i), e)) for i in idx.tolist()]
+    out: list[tuple] = []
+    for i in idx.tolist():
+        try:
+            image, _label, _key, fields = f(i)
+            data = bytes(image)
+        except Exception as e:  # noqa: BLE001 - a bad record is a reject, never a crash
+            out.append((1, "unreadable", _detail(reader, i, e)))
+            continue
+        out.append((0, data, sniff(data), False, True, len(data), dict(fields)))
+    return out
+
+
+def kept_lengths(plan: Any, written: np.ndarray, into: dict[str, int]) -> None:
+    """A resumed convert: the variable fields' lengths of the records kept from the
+    interrupted run, read again from the source (only for fields whose source schema gives
+    no ``max_len``)."""
+    schema: Schema = plan.writer_schema
+    names = tuple(n for n, f in schema.stored.items() if f.variable and f.max_len is None)
+    for n, f in schema.stored.items():
+        if f.variable and f.max_len is not None:
+            into[n] = max(into.get(n, 0), f.max_len)
+    kept = np.flatnonzero(written)
+    if not names or not len(kept):
+        return
+    positions = np.asarray([plan.items[p].pos for p in kept.tolist()], dtype=np.int64)
+    f = plan.reader.reader(positions, names)
+    for i in positions.tolist():
+        variable_lengths(schema, f(i)[3], into)
