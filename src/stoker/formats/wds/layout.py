@@ -50,8 +50,8 @@ _INT64 = 1 << 63
 
 def split_name(name: bytes) -> tuple[bytes, str] | None:
     """``(key, lowercased suffix)`` of a member name, or ``None`` for a name WebDataset skips
-    (no dot in the basename, a hidden file, a ``__meta__`` entry)."""
-    if _META.match(name):
+    (no dot in the basename, a hidden file, a ``__name__`` meta entry)."""
+    if _META.match(name) or (b"/" not in name and name.startswith(b"__") and name.endswith(b"__")):
         return None
     m = _SPLIT.match(name)
     if m is None:
