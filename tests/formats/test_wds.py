@@ -14,6 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import webdataset as wds
+from tests.formats._wds_util import (
+    end_of_archive,
+    hand_header,
+    hand_member,
+    image_of,
+    jpeg,
+    png,
+    samples,
+)
 
 import stoker.formats
 from stoker._core.errors import CorruptRecordError, ManifestError
@@ -28,15 +37,6 @@ from stoker.formats.wds import (
     write_set_manifest,
 )
 from stoker.formats.wds import index as wds_index
-from tests.formats._wds_util import (
-    end_of_archive,
-    hand_header,
-    hand_member,
-    image_of,
-    jpeg,
-    png,
-    samples,
-)
 
 
 @pytest.fixture(autouse=True)
@@ -117,7 +117,7 @@ def test_webdataset_tarwriter_read_by_stoker(tmp_path):
         assert list(r.schema) == ["image", "label", "txt"]
         assert r.schema["txt"].max_len == max(len(s["txt"].encode()) for s in data)
         rows = read_all(r, ("txt",))
-        for s, (img, label, key, fl) in zip(data, rows, strict=True):
+        for s, (img, label, _key, fl) in zip(data, rows, strict=True):
             assert img == image_of(s)
             assert label == s["cls"]
             assert fl == {"txt": s["txt"]}
