@@ -141,7 +141,7 @@ def encode_png(
         (
             b"\x89PNG\r\n\x1a\n",
             _chunk(b"IHDR", ihdr),
-            _chunk(b"IDAT", zlib.compress(memoryview(rows), level)),
+            _chunk(b"IDAT", zlib.compress(rows.data, level)),
             _chunk(b"IEND", b""),
         )
     )

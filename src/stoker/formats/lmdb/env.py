@@ -3,7 +3,8 @@ the process that reads it.
 
 An LMDB environment is an ``mmap`` of ``data.mdb`` plus a file handle; LMDB forbids using one
 after ``fork()``. :class:`EnvHandle` therefore pickles as its location only and remembers the
-process that opened it: a forked child that finds its parent's environment opens its own.
+process that opened it: a forked child that finds its parent's environment closes its copy of
+it (never reading through it) and opens its own.
 ``lock=False`` means no ``lock.mdb`` is needed or written, so read-only and shared copies work,
 and any number of workers and ranks can read one database; the price is that nobody may write
 to the database while it is read (stoker never does).
@@ -13,6 +14,7 @@ The ``lmdb`` package is optional: it is imported here, inside functions, with an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from dataclasses import dataclass
@@ -144,9 +146,13 @@ def _acquire(loc: Location) -> Any:
     with _OPEN_LOCK:
         entry = _OPEN.get(where)
         if entry is not None and entry[1] != pid:
-            # A parent's environment inherited through fork is never used, only dropped:
-            # freeing it unmaps this process's copy, and lock=False shares no lock table.
+            # A parent's environment inherited through fork is never read from; it is closed
+            # (py-lmdb refuses a new open of the same files until then). Read-only and
+            # lock-free, closing only unmaps this process's copy: there is no lock table or
+            # writer mutex to release, and the parent's environment is untouched.
             del _OPEN[where]
+            with contextlib.suppress(Exception):
+                entry[0].close()
             entry = None
         if entry is None:
             entry = [open_env(loc), pid, 0]

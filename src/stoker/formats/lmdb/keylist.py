@@ -117,7 +117,7 @@ def _read_cache(path: str, entries: int, txnid: int) -> KeyList | None:
         mm.close()
         return None
     offsets = np.frombuffer(mm, dtype="<u8", count=n + 1, offset=_HEAD.size)
-    ok = offsets[0] == 0 and offsets[-1] == b and bool(np.all(np.diff(offsets) > 0))
+    ok = offsets[0] == 0 and offsets[-1] == b and bool(np.all(offsets[1:] > offsets[:-1]))
     if not ok:
         del offsets
         mm.close()
