@@ -148,7 +148,8 @@ def _write_stoker(prefix, n: int, *, schema: Schema | None = None, shard=None, f
     for i in range(n):
         img = jpeg(i) if i % 2 else png(i)
         w.write(100 + i, img, i % 5, fields(i) if fields else None)
-    return w.commit()
+    entry = w.commit()
+    return {**entry, "path": os.path.join(os.path.dirname(prefix), entry["tar"])}
 
 
 def test_stoker_shards_read_by_webdataset(tmp_path):
@@ -162,7 +163,7 @@ def test_stoker_shards_read_by_webdataset(tmp_path):
     entry = _write_stoker(
         tmp_path / "s", 9, schema=schema, fields=lambda i: {"txt": f"caption {i} \u00fc"}
     )
-    got = read_with_webdataset(entry["tar"])
+    got = read_with_webdataset(entry["path"])
     assert [g["__key__"] for g in got] == [f"{100 + i:09d}" for i in range(9)]
     for i, g in enumerate(got):
         img = jpeg(i) if i % 2 else png(i)
@@ -170,7 +171,7 @@ def test_stoker_shards_read_by_webdataset(tmp_path):
         assert int(g["cls"]) == i % 5
         assert g["txt"].decode() == f"caption {i} \u00fc"
     # and tarfile sees stoker's fixed metadata
-    with tarfile.open(entry["tar"]) as t:
+    with tarfile.open(entry["path"]) as t:
         for m in t.getmembers():
             assert (m.mode, m.mtime, m.uid, m.gid, m.uname, m.gname) == (0o444, 0, 0, 0, "", "")
             assert m.isreg()
@@ -179,7 +180,7 @@ def test_stoker_shards_read_by_webdataset(tmp_path):
 def test_writer_is_deterministic_and_hashes_what_it_wrote(tmp_path):
     a = _write_stoker(tmp_path / "a", 6)
     b = _write_stoker(tmp_path / "b", 6)
-    ba, bb = Path(a["tar"]).read_bytes(), Path(b["tar"]).read_bytes()
+    ba, bb = Path(a["path"]).read_bytes(), Path(b["path"]).read_bytes()
     assert ba == bb
     assert len(ba) % 10240 == 0 and ba.endswith(bytes(1024))
     assert a["sha256"] == hashlib.sha256(ba).hexdigest()
@@ -288,7 +289,7 @@ def test_long_gnu_and_pax_names(tmp_path):
 # ---------------------------------------------------------------------- index cache, pickling
 def test_index_is_cached_and_rebuilt_when_the_file_changes(tmp_path, monkeypatch):
     entry = _write_stoker(tmp_path / "c", 5)
-    tar = entry["tar"]
+    tar = entry["path"]
     with open_reader(tar) as r:
         first = read_all(r)
     cached = list((tmp_path / "cache" / "wds-index").iterdir())
@@ -319,7 +320,7 @@ def test_index_is_cached_and_rebuilt_when_the_file_changes(tmp_path, monkeypatch
 
 def test_reader_pickles_as_its_path_and_reopens(tmp_path):
     entry = _write_stoker(tmp_path / "p", 4)
-    r = open_reader(entry["tar"])
+    r = open_reader(entry["path"])
     before = read_all(r)
     blob = pickle.dumps(r)
     assert len(blob) < 400
@@ -345,11 +346,11 @@ def test_a_set_of_shards_reads_as_one(tmp_path):
         fp = r.fingerprint()
         assert fp["format"] == "wds" and fp["count"] == 8
     # a shard replaced after the manifest was written is refused by name
-    os.unlink(entries[1]["tar"])
+    os.unlink(entries[1]["path"])
     _write_stoker(tmp_path / "m", 2, shard=1)  # same size (padded to 10240), one more sample
     with open_reader(m) as r, pytest.raises(ManifestError, match="m-00001.tar holds 2 samples"):
         r.labels()
-    os.unlink(entries[1]["tar"])
+    os.unlink(entries[1]["path"])
     _write_stoker(tmp_path / "m", 40, shard=1)
     with pytest.raises(ManifestError, match="m-00001.tar is .* bytes but the manifest records"):
         open_reader(m)
@@ -358,7 +359,7 @@ def test_a_set_of_shards_reads_as_one(tmp_path):
 def test_compressed_tar_is_refused_clearly(tmp_path):
     entry = _write_stoker(tmp_path / "z", 2)
     gz = tmp_path / "z.tar.gz"
-    gz.write_bytes(gzip.compress(Path(entry["tar"]).read_bytes()))
+    gz.write_bytes(gzip.compress(Path(entry["path"]).read_bytes()))
     with pytest.raises(CorruptRecordError, match="gzip-compressed.*uncompressed tar"):
         open_reader(gz)
     disguised = tmp_path / "disguised.tar"

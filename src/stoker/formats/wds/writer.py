@@ -55,9 +55,11 @@ def open_writer(
     schema: Schema | None = None,
     resume: bool = False,
     checksums: bool = True,
-    overwrite: bool = False,
+    overwrite: bool = True,
 ) -> WdsShardWriter:
-    """The writer of shard ``shard`` (``None``: one unsharded file) under ``prefix``."""
+    """The writer of shard ``shard`` (``None``: one unsharded file) under ``prefix``. The
+    final file is replaced only on ``commit``; pack and convert decide beforehand whether an
+    existing set may be replaced, hence ``overwrite=True`` here."""
     return WdsShardWriter(
         shard_path(prefix, shard),
         schema=schema,
@@ -239,7 +241,8 @@ class WdsShardWriter(ShardWriter):
         return len(self._keys)
 
     def commit(self) -> dict:
-        """End the archive, fsync, rename over ``NAME.tar``; the manifest entry."""
+        """End the archive, fsync, rename over ``NAME.tar``; the manifest entry (the tar's
+        name relative to its own folder, where the set's manifest goes)."""
         if self._done:
             raise ValueError(f"{self.path}: the writer is already committed or aborted")
         tail = END_OF_ARCHIVE + bytes(-(self._size + len(END_OF_ARCHIVE)) % RECORD)
@@ -254,7 +257,7 @@ class WdsShardWriter(ShardWriter):
         fsync_dir(os.path.dirname(os.path.abspath(self.path)))
         self._done = True
         entry: dict[str, Any] = {
-            "tar": self.path,
+            "tar": os.path.basename(self.path),
             "records": len(self._keys),
             "tar_bytes": self._size,
             "max_len": dict(self._max_len),
@@ -263,15 +266,26 @@ class WdsShardWriter(ShardWriter):
             entry["sha256"] = self._hash.hexdigest()
         return entry
 
-    def abort(self) -> None:
-        """Remove the partial; the final file (if any) is untouched."""
+    def flush(self) -> None:
+        """Push written samples to the partial file (bounds what a kill loses)."""
+        if not self._done:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+
+    def abort(self, *, keep_partial: bool = False) -> None:
+        """Stop: remove the partial, or keep it (flushed) for a later ``resume=True``; the
+        final file (if any) is untouched."""
         if self._done:
             return
         self._done = True
+        if keep_partial:
+            with contextlib.suppress(OSError):
+                self._f.flush()
         with contextlib.suppress(OSError):
             self._f.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._partial)
+        if not keep_partial:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._partial)
 
 
 def write_set_manifest(
@@ -284,14 +298,12 @@ def write_set_manifest(
     rejects: Mapping[str, Any] | None = None,
 ) -> None:
     """Write the set's ``NAME.stoker.json`` from its shards' ``commit()`` entries (tar paths
-    made relative to the manifest's folder; a variable field without ``max_len`` gets the
-    largest the shards saw), atomically."""
+    relative to the manifest's folder, which is the shards' folder; a variable field without
+    ``max_len`` gets the largest the shards saw), atomically."""
     p = os.fspath(manifest_path)
-    base = os.path.dirname(os.path.abspath(p))
     entries, seen = [], {}
     for j, s in enumerate(shards):
-        rel = os.path.relpath(os.path.abspath(os.fspath(s["tar"])), base)
-        check_rel_path(p, f"shards[{j}].tar", rel)
+        rel = check_rel_path(p, f"shards[{j}].tar", s.get("tar"))
         e = {"tar": rel, "records": int(s["records"]), "tar_bytes": int(s["tar_bytes"])}
         if s.get("sha256"):
             e["sha256"] = s["sha256"]
