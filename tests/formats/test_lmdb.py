@@ -318,3 +318,46 @@ def test_lmdb_is_imported_only_when_a_database_opens():
     import subprocess
 
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_inspect_facts_and_files(raw_db):
+    path, _ = raw_db
+    with stoker.formats.open(path) as r:
+        assert r.files() == [os.path.join(path, "data.mdb")]
+        s = r.summary()
+        assert s["layout"] == "datum" and s["labels_from"] == "each Datum"
+        assert s["first_keys"][0] == "'00000000_img0.jpg'" and s["data_bytes"] > 0
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_loader_reads_both_layouts_through_the_seam(tmp_path, workers):
+    """stoker.Loader over LMDB: the batches hold the stored images (decoded) and labels in
+    position order, with and without worker processes."""
+    from stoker import Loader
+    from stoker.loader.sources import FormatSource
+    from stoker.transforms import CenterCrop
+
+    images = [photo(i) for i in range(10)]
+    raw = write_db(
+        tmp_path / "raw", [(b"%02d" % i, raw_datum(im, i % 3)) for i, im in enumerate(images)]
+    )
+    jpegs = {lsun_key(i): encode(im, ".jpg") for i, im in enumerate(images)}
+    lsun = write_db(tmp_path / "lsun", list(jpegs.items()))
+    order = sorted(jpegs)
+    cases = [
+        (raw, [im[:, :, ::-1] for im in images], [i % 3 for i in range(10)], {}),
+        (lsun, [decode(jpegs[k]) for k in order], [4] * 10, {"label": 4}),
+    ]
+    for path, want_images, want_labels, options in cases:
+        source = FormatSource(path, **options)
+        got_images, got_labels = [], []
+        with Loader(
+            source, batch_size=4, workers=workers, transforms=CenterCrop((24, 32))
+        ) as loader:
+            for batch in loader:
+                got_images.extend(np.array(batch.images))
+                got_labels.extend(batch.labels.tolist())
+        source.close()
+        assert got_labels == want_labels
+        for got, want in zip(got_images, want_images, strict=True):
+            np.testing.assert_array_equal(got, want)

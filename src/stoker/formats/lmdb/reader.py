@@ -237,6 +237,36 @@ class LmdbReader(Reader):
             k = "?"
         return f"LMDB key {k} (position {i}) of {self.path}"
 
+    def files(self) -> list[str]:
+        """The data file (``data.mdb``, or the single file); ``lock.mdb`` holds no samples."""
+        return [self._handle.loc.data_file]
+
+    def summary(self) -> dict:
+        """What ``stoker inspect`` shows beyond counts: the layout, the data file's size, the
+        labels' source and a few keys."""
+        keys = self._keylist()
+        opt = self._labels_opt
+        source = (
+            "each Datum"
+            if self.layout == "datum"
+            else f"the list {opt}"
+            if isinstance(opt, str)
+            else "labels= mapping"
+            if opt is not None
+            else f"one class ({self._label or 0})"
+        )
+        try:
+            size = os.path.getsize(self._handle.loc.data_file)
+        except OSError:
+            size = None
+        return {
+            "layout": self.layout,
+            "data_file": self._handle.loc.data_file,
+            "data_bytes": size,
+            "labels_from": source,
+            "first_keys": [show_key(keys.key(i)) for i in range(min(3, len(keys)))],
+        }
+
     def fingerprint(self) -> dict:
         keys = self._keylist()
         h = hashlib.sha256(keys.digest())
