@@ -5,9 +5,9 @@ A Datum database: every value must parse as a Datum whose raw pixels match ``cha
 x width``, or whose encoded data starts like an image file. An image database: every value must
 start like an image file. ``decode`` (a callable that raises on a bad image, e.g.
 ``stoker.codecs.decode``) is applied to every encoded image. LMDB keeps no per-record
-checksums, so ``checksums`` has nothing to compare (a note says so). LMDB trusts its own page
-structure: damage inside ``data.mdb``'s B-tree surfaces as an LMDB error, reported with the
-position the walk had reached.
+checksums, so ``checksums`` has nothing to compare (a note says so). Values are checked, not
+LMDB's own B-tree pages: page damage that liblmdb detects surfaces as an LMDB error, reported
+with the position the walk had reached.
 """
 
 from __future__ import annotations
