@@ -402,3 +402,35 @@ def test_gzip_is_refused_with_how_to_decompress(tmp_path):
         assert ei.value.path == str(gz) and ei.value.offset == 0
         report = stoker.formats.tfrecord.verify(gz)
         assert not report.ok and "GZIP" in report.problems[0].reason
+
+
+# --------------------------------------------------------------------------- the loader
+def test_the_loader_reads_a_detection_set_with_its_boxes(tmp_path):
+    """Through the registry and the loader's generic source: the same batches with 0 and 2
+    workers, boxes moved by the resize with the image."""
+    import stoker
+    from stoker.transforms import Resize
+
+    records, images = _detection_records(6)
+    path = tmp_path / "det.tfrecord"
+    write_with_package(path, records)
+    got = {}
+    for workers in (0, 2):
+        with stoker.Loader(
+            str(path), batch_size=3, transforms=Resize((32, 32)), workers=workers, seed=0
+        ) as loader:
+            got[workers] = [
+                (b.images.copy(), b.labels.copy(), b.keys.copy(), b["boxes"]) for b in loader
+            ]
+    assert len(got[0]) == 2
+    for a, b in zip(got[0], got[2], strict=True):
+        np.testing.assert_array_equal(a[0], b[0])
+        assert a[1].tolist() == b[1].tolist() and a[2].tolist() == b[2].tolist()
+        for x, y in zip(a[3], b[3], strict=True):
+            np.testing.assert_allclose(x, y)
+    _im, h, w = images[2]
+    boxes = got[0][0][3][2]  # sample 2: two objects, the image resized to 32 x 32
+    want = np.array(
+        [[0.125 * j * 32, 0.25 * 32, (0.125 * j + 0.5) * 32, 0.75 * 32] for j in range(2)]
+    )
+    np.testing.assert_allclose(boxes, want, atol=1e-4)

@@ -206,3 +206,48 @@ def test_a_file_truncated_in_place_while_open(three):
             fh.truncate(offs[2])
         with pytest.raises(CorruptRecordError, match="truncated in place"):
             f(2)
+
+
+def test_random_mutations_give_the_right_bytes_or_a_format_error(tmp_path):
+    """faults.md B3 #38 for TFRecord: every mutation of a small detection file either reads
+    back or raises a StokerFormatError (never another exception); verify never raises."""
+    import random
+
+    from stoker._core.errors import StokerFormatError
+    from stoker._core.schema import Field
+
+    schema = Schema(
+        {
+            "image": Field.image(),
+            "label": Field.numeric((), "int64", header=True),
+            "boxes": Field.boxes(),
+            "classes": Field.ragged((), "int64", follows="boxes"),
+            "caption": Field.text(),
+        }
+    )
+    w = open_writer(tmp_path / "fz", None, schema=schema)
+    for i in range(3):
+        fields = {"boxes": [[1.0, 2.0, 5.0, 6.0]] * i, "classes": [i] * i, "caption": f"c{i}"}
+        w.write(i, jpeg(i), i, fields)
+    with open(w.commit()["path"], "rb") as fh:
+        clean = fh.read()
+    names = ("boxes", "classes", "caption")
+    rng = random.Random(1234)
+    path = tmp_path / "m.tfrecord"
+    outcomes = {"read": 0, "error": 0}
+    for _ in range(250):
+        data = bytearray(clean)
+        for _ in range(rng.choice((1, 1, 2, 3))):
+            pos = rng.randrange(len(data))
+            data[pos] = rng.choice((0, 0xFF, 0x80, rng.randrange(256), data[pos] ^ 1))
+        path.write_bytes(bytes(data))
+        try:
+            with TFRecordReader(path, cache=False) as r:
+                f = r.reader(None, tuple(n for n in names if n in r.schema))
+                # with the CRCs checked, whatever reads is what was written
+                assert [bytes(f(i)[0]) for i in range(len(r))] == [jpeg(i) for i in range(3)]
+            outcomes["read"] += 1
+        except StokerFormatError:
+            outcomes["error"] += 1
+        verify(path)  # never raises for damaged data
+    assert outcomes["error"] > 100 and sum(outcomes.values()) == 250

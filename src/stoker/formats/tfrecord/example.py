@@ -161,6 +161,8 @@ def float_values(mv: memoryview, f: RawFeature) -> list[float]:
 
 
 def _signed(v: int) -> int:
+    """A varint as int64: truncated to 64 bits (as protobuf does), then two's complement."""
+    v &= (1 << 64) - 1
     return v - (1 << 64) if v >= 1 << 63 else v
 
 

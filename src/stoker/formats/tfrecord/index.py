@@ -183,7 +183,12 @@ def _scan_meta(
             for nm, ft, f in resolved.entries:
                 values[nm] = field_value(nm, ft, f, data, feats)
             if resolved.label is not None:
-                labels[i] = np.asarray(values[resolved.label]).reshape(-1)
+                name = resolved.label
+                try:  # a label is what samplers see first: NaN or a fraction is refused here
+                    value = resolved.header.check(values[name], name=name)
+                except SpecError as e:
+                    raise FieldError(name, str(e)) from None
+                labels[i] = np.asarray(value).reshape(-1)
             for nm, _ft, f in variable:
                 max_len[nm] = max(max_len[nm], lengths_of(f, values[nm]))
             bad = check_follows(resolved.entries, values)
