@@ -1,0 +1,162 @@
+"""The WebDataset shard writer: atomic output, resume after a kill, what it refuses, the set
+manifest, and a pack through the registry."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stoker._core.errors import ManifestError, SpecError
+from stoker._core.schema import Field, Schema
+from stoker.formats.wds import WdsShardWriter, open_reader, open_writer, verify, write_set_manifest
+from tests.formats._wds_util import jpeg, png
+
+SCHEMA = Schema(
+    {
+        "image": Field.image(),
+        "label": Field.numeric((), "int64", header=True),
+        "txt": Field.text(),
+        "pts": Field.points(),
+    }
+)
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def fields(i: int) -> dict:
+    return {"txt": f"t{i}", "pts": np.full((i % 3, 2), i / 4, np.float32)}
+
+
+def test_nothing_final_until_commit_and_abort_leaves_nothing(tmp_path):
+    w = open_writer(tmp_path / "a", None, schema=SCHEMA)
+    w.write(0, jpeg(0), 1, fields(0))
+    assert not (tmp_path / "a.tar").exists()
+    assert (tmp_path / "a.tar.partial").exists()
+    w.abort()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_keeps_the_complete_samples_of_a_killed_run(tmp_path):
+    w = open_writer(tmp_path / "r", 0, schema=SCHEMA)
+    for i in range(6):
+        w.write(i, jpeg(i), i, fields(i))
+    w.abort(keep_partial=True)
+    partial = tmp_path / "r-00000.tar.partial"
+    data = partial.read_bytes()
+    # a kill in the middle of sample 4: its image and label are there, its fields are not
+    full = WdsShardWriter(tmp_path / "probe.tar", schema=SCHEMA, checksums=False)
+    for i in range(4):
+        full.write(i, jpeg(i), i, fields(i))
+    cut = full.bytes_written + 512 + len(jpeg(4)) + 700
+    full.abort()
+    partial.write_bytes(data[:cut])
+
+    w = open_writer(tmp_path / "r", 0, schema=SCHEMA, resume=True)
+    assert w.keys_written.tolist() == [0, 1, 2, 3]
+    for i in range(4, 7):
+        w.write(i, jpeg(i), i, fields(i))
+    entry = w.commit()
+    assert entry["records"] == 7 and entry["max_len"] == {"txt": 2, "pts": 2}
+
+    fresh = open_writer(tmp_path / "f", 0, schema=SCHEMA)
+    for i in range(7):
+        fresh.write(i, jpeg(i), i, fields(i))
+    want = fresh.commit()
+    assert (tmp_path / "r-00000.tar").read_bytes() == (tmp_path / "f-00000.tar").read_bytes()
+    assert entry["sha256"] == want["sha256"]
+
+
+def test_resume_without_a_partial_starts_fresh(tmp_path):
+    w = open_writer(tmp_path / "n", 2, schema=SCHEMA, resume=True)
+    assert w.keys_written.tolist() == []
+    w.write(5, png(5), 0, fields(5))
+    assert w.commit()["tar"] == "n-00002.tar"
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda w: w.write(0, b"GIF? no: plain text", 0, fields(0)), "no type a WebDataset reader"),
+        (lambda w: w.write(0, jpeg(0), 1.5, fields(0)), "one whole number"),
+        (lambda w: w.write(0, jpeg(0), [1, 2], fields(0)), "one whole number"),
+        (lambda w: w.write(0, jpeg(0), 1, {"txt": "x"}), "'pts' is missing"),
+        (lambda w: w.write(0, jpeg(0), 1, {**fields(0), "txt": 3}), "expects a str"),
+        (lambda w: w.write(-1, jpeg(0), 1, fields(0)), "must be in"),
+    ],
+    ids=["not-an-image", "fraction", "vector", "missing-field", "wrong-kind", "negative-key"],
+)
+def test_write_refuses_clearly(tmp_path, call, match):
+    w = open_writer(tmp_path / "x", None, schema=SCHEMA)
+    try:
+        with pytest.raises(ValueError, match=match):
+            call(w)
+    finally:
+        w.abort()
+
+
+def test_duplicate_keys_and_unstorable_schemas(tmp_path):
+    w = open_writer(tmp_path / "d", None, schema=SCHEMA)
+    w.write(3, jpeg(3), 0, fields(3))
+    with pytest.raises(ValueError, match="key 3 is written twice"):
+        w.write(3, jpeg(3), 0, fields(3))
+    w.abort()
+    multi = Schema({"image": Field.image(), "y": Field.numeric((3,), "float32", header=True)})
+    with pytest.raises(SpecError, match="one integer class per sample"):
+        open_writer(tmp_path / "m", None, schema=multi)
+    clash = Schema({"image": Field.image(), "jpg": Field.text()})
+    with pytest.raises(SpecError, match="'.jpg', which is taken"):
+        open_writer(tmp_path / "c", None, schema=clash)
+    (tmp_path / "e.tar").write_bytes(b"keep me")
+    with pytest.raises(FileExistsError):
+        WdsShardWriter(tmp_path / "e.tar", schema=SCHEMA)
+    assert (tmp_path / "e.tar").read_bytes() == b"keep me"
+
+
+def test_manifest_checks(tmp_path):
+    w = open_writer(tmp_path / "s", 0, schema=SCHEMA)
+    w.write(0, jpeg(0), 0, fields(2))
+    entry = w.commit()
+    m = tmp_path / "s.stoker.json"
+    write_set_manifest(m, [entry], schema=SCHEMA)
+    with open_reader(m) as r:
+        assert r.schema["pts"].max_len == 2 and r.schema["txt"].max_len == 2
+    with pytest.raises(ManifestError, match="must stay inside"):
+        write_set_manifest(m, [{**entry, "tar": "../s-00000.tar"}], schema=SCHEMA)
+    with pytest.raises(ManifestError, match="listed once"):
+        write_set_manifest(m, [entry, entry], schema=SCHEMA)
+    text = m.read_text().replace('"records": 1,\n   "tar_bytes"', '"records": 2,\n   "tar_bytes"')
+    m.write_text(text)
+    with pytest.raises(ManifestError, match="records is 1 but the shards hold 2"):
+        open_reader(m)
+    os.unlink(m)
+    write_set_manifest(m, [entry], schema=SCHEMA)
+    Path(tmp_path / "s-00000.tar").write_bytes(b"x" * entry["tar_bytes"])
+    report = verify(m)
+    assert not report.ok
+    assert any("sha256 differs" in p.reason for p in report.problems)
+
+
+def test_pack_writes_wds_through_the_registry(tmp_path):
+    from stoker import pack
+
+    src = tmp_path / "images"
+    for c in ("cat", "dog"):
+        (src / c).mkdir(parents=True)
+        for i in range(3):
+            (src / c / f"{i}.jpg").write_bytes(jpeg(i + (10 if c == "dog" else 0), size=16))
+    out = tmp_path / "train"
+    pack.pack(src, out, format="wds", workers=1)
+    m = Path(str(out) + ".stoker.json")
+    with open_reader(m) as r:
+        assert len(r) == 6
+        assert sorted(r.labels().tolist()) == [0, 0, 0, 1, 1, 1]
+        assert r.class_names == ["cat", "dog"]
+        images = {bytes(r.reader()(i)[0]) for i in range(6)}
+    assert images == {jpeg(i + k, size=16) for i in range(3) for k in (0, 10)}
+    assert verify(m).ok
