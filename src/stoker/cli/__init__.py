@@ -12,6 +12,7 @@ __all__ = ["main"]
 # subcommand -> module under stoker.cli, in the order `stoker --help` lists them
 COMMANDS: dict[str, str] = {
     "pack": "pack",
+    "convert": "convert",
     "inspect": "inspect_cmd",
     "verify": "verify",
     "unpack": "unpack",

@@ -1,29 +1,39 @@
 """``stoker pack SRC OUT``: an image folder, im2rec list or ``.jsonl``/``.csv`` listing →
-RecordIO shards + manifest."""
+shards of a format (RecordIO by default, TFRecord, WebDataset) + manifest."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
+from typing import Any
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "run", "run_options", "writable_formats"]
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
     p = sub.add_parser(
         name,
-        help="pack an image folder, an im2rec .lst or a .jsonl/.csv listing into RecordIO shards",
+        help="pack an image folder, an im2rec .lst or a .jsonl/.csv listing into RecordIO "
+        "(or TFRecord, WebDataset) shards",
         description=(
             "Pack SRC (an image folder with one class per top-level subfolder, an im2rec "
             ".lst file, or a .jsonl/.csv listing of images with fields: label, boxes, text, "
             "masks...; see docs/pack.md) into OUT.rec/OUT.idx (OUT-NNNNN.* with --shard-size), "
-            "OUT.crc32c, OUT.stoker.json and OUT.rejects.tsv. Original JPEG bytes are kept "
+            "OUT.crc32c, OUT.stoker.json and OUT.rejects.tsv (--format tfrecord: OUT.tfrecord; "
+            "--format wds: OUT.tar, WebDataset). Original JPEG bytes are kept "
             "unless --resize or --quality asks for a re-encode. An interrupted run resumes."
         ),
     )
     p.add_argument("src", help="image folder, an im2rec .lst file, or a .jsonl/.csv listing")
     p.add_argument("out", help="output prefix, e.g. data/train (writes data/train.rec, ...)")
+    p.add_argument(
+        "--format",
+        default="recordio",
+        choices=writable_formats(),
+        help="what to write (default: recordio)",
+    )
     p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     p.add_argument("--resize", type=int, default=None, metavar="S", help="shorter side in pixels")
     p.add_argument(
@@ -67,17 +77,50 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         "(default: rejected outside_root)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (no bar)")
     p.set_defaults(func=run)
     return p
+
+
+def writable_formats() -> list[str]:
+    """The registry's formats that have a writer (the registry imports nothing heavy)."""
+    from stoker.formats.registry import FORMATS
+
+    return [name for name, fmt in FORMATS.items() if fmt.writer is not None]
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def run(args: argparse.Namespace) -> int:
+def run_options(options: Any, args: argparse.Namespace, what: str) -> int:
+    """Run a pack or convert with SIGTERM as a clean stop; print the summary (or JSON)."""
     from stoker._core.errors import TooManyRejectsError
-    from stoker.pack import PackOptions, run_pack
+    from stoker.pack import run_pack
+
+    old = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        report = run_pack(options)
+    except TooManyRejectsError as e:
+        print(f"stoker {what}: error: {e}", file=sys.stderr)
+        return 1
+    except SystemExit:
+        print(f"stoker {what}: terminated; partial output kept, rerun to resume", file=sys.stderr)
+        raise
+    except KeyboardInterrupt:
+        print(f"stoker {what}: interrupted; partial output kept, rerun to resume", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1))
+    elif not args.quiet:
+        print(report.summary())
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from stoker.pack import PackOptions
     from stoker.pack.images import DEFAULT_MAX_PIXELS
 
     options = PackOptions(
@@ -97,23 +140,8 @@ def run(args: argparse.Namespace) -> int:
         follow_symlinks=args.follow_symlinks,
         root=args.root,
         allow_outside_root=args.allow_outside_root,
-        progress=False if args.quiet else None,
+        progress=False if args.quiet or args.json else None,
         schema=args.schema,
+        format=args.format,
     )
-    old = signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        report = run_pack(options)
-    except TooManyRejectsError as e:
-        print(f"stoker pack: error: {e}", file=sys.stderr)
-        return 1
-    except SystemExit:
-        print("stoker pack: terminated; partial output kept, rerun to resume", file=sys.stderr)
-        raise
-    except KeyboardInterrupt:
-        print("stoker pack: interrupted; partial output kept, rerun to resume", file=sys.stderr)
-        return 130
-    finally:
-        signal.signal(signal.SIGTERM, old)
-    if not args.quiet:
-        print(report.summary())
-    return 0
+    return run_options(options, args, "pack")

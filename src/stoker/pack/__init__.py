@@ -1,4 +1,5 @@
-"""Layer 3: pack image folders (or im2rec lists) into RecordIO shards; make sample data.
+"""Layer 3: pack image folders, im2rec lists or listings into shards of any writable format,
+convert a data set between formats; make sample data.
 
 ``stoker.pack`` is both this package and the function users call: once any submodule
 (``stoker.pack.packer`` …) is imported, Python binds the *package* to the name ``stoker.pack``,
@@ -8,10 +9,10 @@ so the package itself is made callable and forwards to :func:`stoker.pack.packer
 import sys
 import types
 
-from stoker.pack.packer import PackOptions, PackReport, pack, run_pack
+from stoker.pack.packer import PackOptions, PackReport, convert, pack, run_pack
 from stoker.pack.sample_data import make_sample_data
 
-__all__ = ["PackOptions", "PackReport", "make_sample_data", "pack", "run_pack"]
+__all__ = ["PackOptions", "PackReport", "convert", "make_sample_data", "pack", "run_pack"]
 
 
 class _CallablePackage(types.ModuleType):

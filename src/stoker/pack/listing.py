@@ -4,7 +4,9 @@ The rules (``docs/pack.md`` has them with an example):
 
 - ``image`` (or ``path``): the image file, relative to the listing's folder (or ``root``);
 - ``label``: the class, stored in the IRHeader where MXNet reads it: an int, a number, or a
-  class name (names get ids 0..C-1 in sorted order, as folder classes do);
+  class name (names get ids 0..C-1 in sorted order, as folder classes do); a list of numbers
+  of the same length in every row is a label vector (float32, the IRHeader's several labels,
+  as an im2rec list with several label columns gives);
 - a str under a key ending in ``mask``: the path of a mask PNG (palette or grey);
 - any other str: text;
 - a number: a numeric scalar; a list of numbers of the same length in every row: a numeric
@@ -261,7 +263,10 @@ def infer_schema(rows: list[Row]) -> tuple[Schema, dict[str, int] | None]:
     fields: list[tuple[str, Field]] = [("image", Field.image())]
     classes = None
     labels = keys.get(_LABEL_KEY)
-    if labels is not None:
+    if labels is not None and isinstance(_typical(labels), list):  # several labels: a vector
+        width = max(1, len(_typical(labels)))
+        fields.append((_LABEL_KEY, Field.numeric((width,), "float32", header=True)))
+    elif labels is not None:
         names = sorted({v for v in labels if isinstance(v, str)})
         if names:
             classes = {n: i for i, n in enumerate(names)}
@@ -308,7 +313,9 @@ def _value(f: Field, name: str, v: Any) -> Any:
     return f.check(v, name=name)
 
 
-def _label(v: Any, classes: dict[str, int] | None, header: Field) -> float:
+def _label(v: Any, classes: dict[str, int] | None, header: Field) -> float | tuple[float, ...]:
+    if header.shape:  # several labels (multi-label targets): stored as the IRHeader's vector
+        return tuple(float(x) for x in header.check(v, name="label").reshape(-1).tolist())
     if classes is not None:  # class names: every label is one
         if not isinstance(v, str) or v not in classes:
             raise SpecError(
@@ -337,7 +344,7 @@ def _item(
     if not isinstance(rel, str) or not rel:
         return where, "bad_field", f"{where}, field {image_name!r}: expects an image path"
     head = schema.header_name
-    label = 0.0
+    label: float | tuple[float, ...] = 0.0
     values: dict[str, Any] = {}
     masks: list[tuple[str, str]] = []
     try:

@@ -83,7 +83,7 @@ from stoker.pack.report import PackReport, Tally
 from stoker.pack.source import kept_lengths, manifest_schema, variable_lengths
 from stoker.pack.worker import process
 
-__all__ = ["PackOptions", "PackReport", "output_prefix", "pack", "run_pack"]
+__all__ = ["PackOptions", "PackReport", "convert", "output_prefix", "pack", "run_pack"]
 
 _FLUSH_EVERY_S = 0.1  # bounds the records a kill can lose
 
@@ -108,6 +108,7 @@ def pack(
     allow_outside_root: bool = False,
     progress: bool | None = None,
     schema: Any = None,
+    format: str = "recordio",
     _check: Callable[..., Any] | None = None,
 ) -> PackReport:
     """Pack an image folder (one class per top-level subfolder), an im2rec ``.lst``, or a
@@ -122,7 +123,9 @@ def pack(
     ``max_pixels``: header pixel limit (decompression bombs). ``root``: folder that ``.lst``
     paths are relative to (default: the list's folder); a listed path that is absolute or leads
     outside it is rejected ``outside_root`` unless ``allow_outside_root``; the same holds for
-    a listing's image and mask paths. ``schema``: a listing's schema in place of the one its
+    a listing's image and mask paths. ``format``: what to write, ``"recordio"`` (the
+    default: ``OUT.rec`` …, as above), ``"tfrecord"`` or ``"wds"`` (WebDataset ``.tar``
+    shards), each with the same manifest, rejects list and resume. ``schema``: a listing's schema in place of the one its
     rows imply (a ``Schema``, its JSON dict or a JSON file). ``progress``: a bar on stderr
     (default: when stderr is a terminal). ``_check``: internal, a module-level stand-in for
     ``check_image`` run in the workers (fault-injection tests). See ``docs/pack.md`` for the
@@ -151,6 +154,7 @@ def pack(
         progress=progress,
         schema=schema,
         check=_check,
+        format=format,
     )
     return run_pack(options)
 
@@ -318,6 +322,8 @@ class _Run:
                 manifest=self.paths.manifest,
                 rejects_path=self.paths.rejects,
                 list_path=self.paths.lst,
+                format=self.options.format,
+                action="converted" if self.options.convert else "packed",
             )
         except WriteFailed as e:
             self.shards.abort(keep_partial=False)
@@ -407,7 +413,55 @@ class _Run:
             schema = plan.schema.with_max_len(max_lengths(plan.schema, plan.items, tally.written))
         elif plan.reader is not None and plan.writer_schema is not None:
             schema = manifest_schema(plan.writer_schema, self.lengths)
+        elif paths.format != "recordio" and plan.writer_schema is not None:  # a label vector
+            schema = manifest_schema(plan.writer_schema, {})
         if self.options.convert:
             pack_meta["source_format"] = plan.reader.format
         write_manifest(paths, entries, plan.scan.classes, pack_meta, rejects_meta, schema=schema)
         return entries, bytes_out
+
+
+def convert(
+    src: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    format: str = "recordio",
+    source_format: str | None = None,
+    workers: int | None = None,
+    shard_size: int | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    overwrite: bool = False,
+    resume: bool = True,
+    max_rejects: int | None = None,
+    progress: bool | None = None,
+) -> PackReport:
+    """Copy every sample of the data set ``src`` (anything ``stoker.formats.open`` reads: a
+    ``.rec`` with or without a manifest, MXNet's and insightface's included, TFRecord files,
+    WebDataset ``.tar`` shards, an LMDB folder, a ``*.stoker.json`` manifest;
+    ``source_format`` names the format when the path cannot) into a set of ``format`` under
+    the prefix ``out``: the image bytes, labels, keys and stored fields exactly as the source
+    holds them, in its order (``shuffle``/``seed``: a seeded order).
+
+    It is a pack whose items are the source's positions: the same workers, shards
+    (``shard_size``), resume of an interrupted run, ``*.partial`` outputs renamed at the end,
+    manifest written last, and rejects: a record that fails to read is listed in
+    ``OUT.rejects.tsv`` with its key, file and byte offset, and counts against
+    ``max_rejects``. Returns the run's :class:`PackReport`.
+    """
+    options = PackOptions(
+        src,
+        out,
+        workers=workers,
+        shuffle=shuffle,
+        seed=seed,
+        shard_size=shard_size,
+        overwrite=overwrite,
+        resume=resume,
+        max_rejects=max_rejects,
+        progress=progress,
+        format=format,
+        convert=True,
+        source_format=source_format,
+    )
+    return run_pack(options)

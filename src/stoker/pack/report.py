@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,16 @@ class PackReport:
     unclassified: int = 0
     formats: dict[str, int] = field(default_factory=dict)
     resumed_bytes_in: int = 0  # the part of bytes_in that the resumed records were read from
+    format: str = "recordio"  # the format written
+    action: str = "packed"  # or "converted"
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as a JSON-safe dict, with the rates (``--json``)."""
+        out = dataclasses.asdict(self)
+        out["shards"] = list(self.shards)
+        out["images_per_s"] = round(self.images_per_s, 3)
+        out["mb_per_s"] = round(self.mb_per_s, 3)
+        return out
 
     @property
     def images_per_s(self) -> float:
@@ -52,8 +63,8 @@ class PackReport:
     def summary(self) -> str:
         """A few human lines: counts, sizes, rates, where the rejects are listed."""
         lines = [
-            f"packed {self.written} images ({self.bytes_out / 1e6:.1f} MB in "
-            f"{len(self.shards)} shard{'s' if len(self.shards) != 1 else ''}) "
+            f"{self.action} {self.written} images ({self.bytes_out / 1e6:.1f} MB in "
+            f"{len(self.shards)} {self.format} shard{'s' if len(self.shards) != 1 else ''}) "
             f"in {self.seconds:.1f} s: {self.images_per_s:.0f} images/s, "
             f"{self.mb_per_s:.1f} MB/s read",
             f"found {self.found}: written {self.written}, rejected {self.rejected}, "
@@ -154,6 +165,8 @@ class Tally:
         manifest: str,
         rejects_path: str,
         list_path: str | None,
+        format: str = "recordio",
+        action: str = "packed",
     ) -> PackReport:
         """The :class:`PackReport` of a finished run that committed ``shards`` (each shard's
         main file) holding ``bytes_out`` bytes."""
@@ -179,4 +192,6 @@ class Tally:
             shards=shards,
             rejects_path=rejects_path,
             list_path=list_path,
+            format=format,
+            action=action,
         )

@@ -109,9 +109,8 @@ def open_source(options: PackOptions) -> tuple[ScanResult, Reader]:
             f"for {len(reader)} samples"
         )
     names = reader.class_names or []
-    scan = ScanResult(
-        items=SourceItems(src, keys, labels), classes={n: i for i, n in enumerate(names)}
-    )  # type: ignore[arg-type]
+    items: Any = SourceItems(src, keys, labels)  # a lazy sequence where a list is typed
+    scan = ScanResult(items=items, classes={n: i for i, n in enumerate(names)})
     scan.found = len(reader)
     return scan, reader
 

@@ -1,0 +1,78 @@
+"""``stoker convert SRC OUT --format FMT``: a data set in any format stoker reads → a set in any
+format it writes, image bytes, labels, keys and fields untouched."""
+
+from __future__ import annotations
+
+import argparse
+
+from stoker.cli.pack import run_options, writable_formats
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
+    from stoker.formats.registry import FORMATS
+
+    p = sub.add_parser(
+        name,
+        help="convert a data set between formats (RecordIO, TFRecord, WebDataset, LMDB)",
+        description=(
+            "Copy every sample of SRC (a .rec with or without its manifest, MXNet and "
+            "insightface sets included; TFRecord files; WebDataset .tar shards; an LMDB folder; "
+            "any *.stoker.json manifest) into OUT in --format: the original image bytes, "
+            "labels, keys and fields, in the source's order. Like pack: workers, progress, "
+            "--shard-size, OUT.rejects.tsv (a record that fails to read, with its key, file and "
+            "byte offset), outputs renamed into place only at the end, and an interrupted run "
+            "resumes."
+        ),
+    )
+    p.add_argument("src", help="the data set to read: a file, a folder or a manifest")
+    p.add_argument("out", help="output prefix, e.g. data/train (writes data/train.tar, ...)")
+    p.add_argument(
+        "--format", required=True, choices=writable_formats(), help="the format to write"
+    )
+    p.add_argument(
+        "--from",
+        dest="source_format",
+        default=None,
+        choices=sorted(FORMATS),
+        help="the source's format, when its path does not tell",
+    )
+    p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    p.add_argument("--shard-size", type=int, default=None, metavar="N", help="samples per shard")
+    p.add_argument("--shuffle", action="store_true", help="seeded random order")
+    p.add_argument("--seed", type=int, default=0, help="seed for --shuffle (default 0)")
+    p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p.add_argument("--no-resume", action="store_true", help="start over, ignoring partial output")
+    p.add_argument(
+        "--max-rejects",
+        type=int,
+        default=None,
+        metavar="N",
+        help="fail (exit 1) when more than N records cannot be read",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (no bar)")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from stoker.pack import PackOptions
+
+    options = PackOptions(
+        args.src,
+        args.out,
+        workers=args.workers,
+        shuffle=args.shuffle,
+        seed=args.seed,
+        shard_size=args.shard_size,
+        overwrite=args.overwrite,
+        resume=not args.no_resume,
+        max_rejects=args.max_rejects,
+        progress=False if args.quiet or args.json else None,
+        format=args.format,
+        convert=True,
+        source_format=args.source_format,
+    )
+    return run_options(options, args, "convert")
