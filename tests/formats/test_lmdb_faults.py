@@ -276,3 +276,17 @@ def test_no_usable_cache_directory_still_reads(tmp_path, monkeypatch):
     path = write_db(tmp_path / "db", [(b"a", GOOD), (b"b", GOOD)])
     with stoker.formats.open(path) as r:
         assert len(r) == 2 and r.labels().tolist() == [1, 1]
+
+
+def test_stoker_verify_and_inspect_on_a_database(tmp_path, capsys):
+    from stoker.cli import main
+
+    good = write_db(tmp_path / "good", [(b"a", GOOD), (b"b", GOOD)])
+    bad = write_db(tmp_path / "bad", [(b"a", GOOD), (b"b", GOOD[:-5])])
+    assert main(["verify", good, "--decode"]) == 0
+    assert main(["verify", bad]) == 1
+    out = capsys.readouterr().out
+    assert "LMDB key 'b', position 1" in out and "not a valid Caffe Datum" in out
+    assert main(["inspect", good]) == 0
+    out = capsys.readouterr().out
+    assert f"{good} (lmdb)" in out and "records:       2" in out
