@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import webdataset as wds
-from tests.formats._wds_util import (
+from _wds_util import (
     end_of_archive,
     hand_header,
     hand_member,

@@ -11,10 +11,10 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from _wds_util import end_of_archive, hand_header, hand_member, jpeg
 
 from stoker._core.errors import CorruptRecordError
 from stoker.formats.wds import open_reader, verify
-from tests.formats._wds_util import end_of_archive, hand_header, hand_member, jpeg
 
 
 @pytest.fixture(autouse=True)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _wds_util import jpeg, png
 
 from stoker._core.errors import ManifestError, SpecError
 from stoker._core.schema import Field, Schema
 from stoker.formats.wds import WdsShardWriter, open_reader, open_writer, verify, write_set_manifest
-from tests.formats._wds_util import jpeg, png
 
 SCHEMA = Schema(
     {
@@ -143,7 +143,7 @@ def test_manifest_checks(tmp_path):
 
 
 def test_pack_writes_wds_through_the_registry(tmp_path):
-    from stoker import pack
+    from stoker.pack import pack
 
     src = tmp_path / "images"
     for c in ("cat", "dog"):
@@ -151,7 +151,7 @@ def test_pack_writes_wds_through_the_registry(tmp_path):
         for i in range(3):
             (src / c / f"{i}.jpg").write_bytes(jpeg(i + (10 if c == "dog" else 0), size=16))
     out = tmp_path / "train"
-    pack.pack(src, out, format="wds", workers=1)
+    pack(src, out, format="wds", workers=1)
     m = Path(str(out) + ".stoker.json")
     with open_reader(m) as r:
         assert len(r) == 6
