@@ -231,9 +231,10 @@ class LmdbReader(Reader):
         return image, label
 
     def describe(self, i: int) -> str:
+        keys = self._keylist()
         try:
-            k = show_key(self._keylist().key(int(i)))
-        except (IndexError, ValueError):
+            k = show_key(keys.key(int(i))) if 0 <= int(i) < len(keys) else "(out of range)"
+        except (TypeError, ValueError):
             k = "?"
         return f"LMDB key {k} (position {i}) of {self.path}"
 
