@@ -367,3 +367,48 @@ def test_compressed_tar_is_refused_clearly(tmp_path):
     with pytest.raises(CorruptRecordError, match="gzip-compressed"):
         len(open_reader(disguised))
     assert not verify(disguised).ok
+
+
+# ---------------------------------------------------------------------- through the loader
+def test_loader_batches_equal_recordio_for_the_same_samples(tmp_path):
+    """The same samples as WebDataset shards and as RecordIO give the same batches (images,
+    labels, captions) for one seed, with and without workers."""
+    import stoker
+    from stoker.formats.registry import get
+    from stoker.transforms import Compose, HorizontalFlip, Resize
+
+    data = samples(10)
+    schema = Schema(
+        {
+            "image": Field.image(),
+            "label": Field.numeric((), "int64", header=True),
+            "txt": Field.text(max_len=max(len(s["txt"].encode()) for s in data)),
+        }
+    )
+    sets = {}
+    for fmt in ("wds", "recordio"):
+        folder = tmp_path / fmt
+        folder.mkdir()
+        writer = get(fmt).load("writer")(str(folder / "s"), 0, schema=schema)
+        for i, s in enumerate(data):
+            writer.write(i, image_of(s), s["cls"], {"txt": s["txt"]})
+        entry = writer.commit()
+        sets[fmt] = str(folder / "s.stoker.json")
+        get(fmt).load("manifest")(sets[fmt], [entry], classes=None, schema=schema)
+    chain = Compose([Resize((12, 12)), HorizontalFlip()])
+    for workers in (0, 2):
+        got = {}
+        for fmt, path in sets.items():
+            with stoker.Loader(
+                path, batch_size=4, transforms=chain, shuffle=True, seed=7, workers=workers
+            ) as loader:
+                got[fmt] = [
+                    (b.images.copy(), b.labels.copy(), b.indices.copy(), b["txt"]) for b in loader
+                ]
+        assert len(got["wds"]) == 3
+        for a, b in zip(got["wds"], got["recordio"], strict=True):
+            np.testing.assert_array_equal(a[0], b[0])
+            np.testing.assert_array_equal(a[1], b[1])
+            np.testing.assert_array_equal(a[2], b[2])
+            assert list(a[3]) == list(b[3])
+        assert sorted(t for batch in got["wds"] for t in batch[3]) == sorted(s["txt"] for s in data)

@@ -101,7 +101,7 @@ def padding(size: int) -> int:
     return -size % BLOCK
 
 
-def checksum(header: bytes | memoryview) -> tuple[int, int]:
+def checksum(header: bytes | bytearray | memoryview) -> tuple[int, int]:
     """(unsigned, signed) sums of a 512-byte header with its checksum field as 8 spaces."""
     h = bytes(header)
     unsigned = sum(h[:148]) + sum(h[156:]) + 8 * 32

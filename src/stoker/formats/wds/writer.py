@@ -23,7 +23,7 @@ import json
 import mmap
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -105,7 +105,7 @@ class WdsShardWriter(ShardWriter):
         if resume and os.path.exists(self._partial):
             self._resume()
         else:
-            self._f = open(self._partial, "wb")  # noqa: SIM115 - closed by commit/abort
+            self._f: IO[bytes] = open(self._partial, "wb")  # noqa: SIM115 - commit/abort close it
 
     # ------------------------------------------------------------------ writing
     @staticmethod
@@ -301,7 +301,8 @@ def write_set_manifest(
     relative to the manifest's folder, which is the shards' folder; a variable field without
     ``max_len`` gets the largest the shards saw), atomically."""
     p = os.fspath(manifest_path)
-    entries, seen = [], {}
+    entries: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
     for j, s in enumerate(shards):
         rel = check_rel_path(p, f"shards[{j}].tar", s.get("tar"))
         e = {"tar": rel, "records": int(s["records"]), "tar_bytes": int(s["tar_bytes"])}
