@@ -120,6 +120,8 @@ class PackOptions:
     #: samples copied as they are (``source_format`` names its format when the path cannot)
     convert: bool = False
     source_format: str | None = None
+    #: options for the source's reader (an LSUN database's ``label=``, say)
+    source_options: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # a frozen dataclass normalises its own fields here
@@ -144,6 +146,10 @@ class PackOptions:
         put(self, "schema", _load_schema(self.schema))
         _check_formats(self.format, self.source_format)
         put(self, "convert", bool(self.convert))
+        if self.source_options is not None and not isinstance(self.source_options, dict):
+            raise TypeError(
+                f"source_options must be a dict, got {type(self.source_options).__name__}"
+            )
         prefix = self.prefix
         if not prefix or os.path.isdir(prefix):
             raise ValueError(f"out must name a file prefix (e.g. data/train), got {self.out!r}")
@@ -170,6 +176,9 @@ class PackOptions:
             out["format"] = self.format
         if self.convert:
             out["convert"] = self.source_format or "auto"
+            out["source_options"] = json.loads(
+                json.dumps(self.source_options or {}, sort_keys=True, default=str)
+            )
         return out
 
     def manifest_json(self, *, from_lst: bool, listing: bool = False) -> dict[str, Any]:

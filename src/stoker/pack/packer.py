@@ -427,6 +427,7 @@ def convert(
     *,
     format: str = "recordio",
     source_format: str | None = None,
+    source_options: dict[str, Any] | None = None,
     workers: int | None = None,
     shard_size: int | None = None,
     shuffle: bool = False,
@@ -439,7 +440,8 @@ def convert(
     """Copy every sample of the data set ``src`` (anything ``stoker.formats.open`` reads: a
     ``.rec`` with or without a manifest, MXNet's and insightface's included, TFRecord files,
     WebDataset ``.tar`` shards, an LMDB folder, a ``*.stoker.json`` manifest;
-    ``source_format`` names the format when the path cannot) into a set of ``format`` under
+    ``source_format`` names the format when the path cannot, ``source_options`` go to its
+    reader: an LSUN-style LMDB's ``label=`` or ``labels=``, say) into a set of ``format`` under
     the prefix ``out``: the image bytes, labels, keys and stored fields exactly as the source
     holds them, in its order (``shuffle``/``seed``: a seeded order).
 
@@ -463,5 +465,6 @@ def convert(
         format=format,
         convert=True,
         source_format=source_format,
+        source_options=source_options,
     )
     return run_pack(options)

@@ -98,8 +98,8 @@ def open_source(options: PackOptions) -> tuple[ScanResult, Reader]:
     if not os.path.exists(src):
         raise PackError(f"{src}: no such file or folder")
     try:
-        reader = open_reader(src, format=options.source_format)
-    except ValueError as e:
+        reader = open_reader(src, format=options.source_format, **(options.source_options or {}))
+    except (ValueError, TypeError) as e:
         raise PackError(str(e)) from None
     keys = np.asarray(reader.keys(), dtype=np.int64)
     labels = np.asarray(reader.labels())
