@@ -86,60 +86,115 @@ def _fields(
             raise WireError(at, f"field {number} has wire type {wire} (groups are not supported)")
 
 
-def _span(value: int | tuple[int, int], at: int, what: str) -> tuple[int, int]:
-    if not isinstance(value, tuple):
-        raise WireError(at, f"{what} is not length-delimited")
-    return value
+def _uv(mv: memoryview, pos: int, end: int) -> tuple[int, int]:
+    """A varint; the one-byte case (tags, short lengths) without a call."""
+    if pos < end:
+        b = mv[pos]
+        if b < 0x80:
+            return b, pos + 1
+    return read_varint(mv, pos, end)
+
+
+def _len(mv: memoryview, pos: int, end: int, at: int, what: str) -> tuple[int, int]:
+    """``(start, end)`` of a length-delimited value whose length varint is at ``pos``."""
+    n, pos = _uv(mv, pos, end)
+    if n > end - pos:
+        raise WireError(at, f"{what} claims {n} bytes, only {end - pos} remain in its message")
+    return pos, pos + n
+
+
+def _skip(mv: memoryview, tag: int, pos: int, end: int, at: int) -> int:
+    """The position after a field nobody asked for."""
+    number, wire = tag >> 3, tag & 7
+    if number == 0:
+        raise WireError(at, "field number 0")
+    if wire == VARINT:
+        return read_varint(mv, pos, end)[1]
+    if wire == LEN:
+        return _len(mv, pos, end, at, f"field {number}")[1]
+    if wire in (I64, I32):
+        size = 8 if wire == I64 else 4
+        if size > end - pos:
+            raise WireError(at, f"field {number} needs {size} bytes, only {end - pos} remain")
+        return pos + size
+    raise WireError(at, f"field {number} has wire type {wire} (groups are not supported)")
 
 
 def parse_features(mv: memoryview, wanted: Container[str] | None = None) -> dict[str, RawFeature]:
-    """The features of the Example in ``mv`` (all, or only the names in ``wanted``)."""
+    """The features of the Example in ``mv`` (all, or only the names in ``wanted``).
+    Written as plain loops: this runs once per sample read."""
     out: dict[str, RawFeature] = {}
-    for number, _wire, value, at in _fields(mv, 0, len(mv)):
-        if number != 1:
-            continue  # an unknown Example field: skipped, as protobuf does
-        fs, fe = _span(value, at, "Example.features")
-        for n2, _w2, entry, at2 in _fields(mv, fs, fe):
-            if n2 != 1:
-                continue
-            es, ee = _span(entry, at2, "a Features map entry")
-            name: str | None = None
-            feat: tuple[int, int] | None = None
-            for n3, _w3, v3, at3 in _fields(mv, es, ee):
-                if n3 == 1:
-                    ks, ke = _span(v3, at3, "a feature name")
-                    try:
-                        name = str(mv[ks:ke], "utf-8")
-                    except UnicodeDecodeError:
-                        raise WireError(at3, "a feature name that is not UTF-8") from None
-                elif n3 == 2:
-                    feat = _span(v3, at3, "a Feature")
-            name = name or ""
-            if wanted is not None and name not in wanted:
-                continue
-            out[name] = _feature(mv, feat)
+    pos, end = 0, len(mv)
+    while pos < end:
+        at = pos
+        tag, pos = _uv(mv, pos, end)
+        if tag != 0x0A:  # not Example.features (field 1, length-delimited): skipped
+            pos = _skip(mv, tag, pos, end, at)
+            continue
+        fs, pos = _len(mv, pos, end, at, "Example.features")
+        _features(mv, fs, pos, wanted, out)
     return out
+
+
+def _features(mv: memoryview, pos: int, end: int, wanted: Container[str] | None, out: dict) -> None:
+    while pos < end:
+        at = pos
+        tag, pos = _uv(mv, pos, end)
+        if tag != 0x0A:  # not a map entry (Features.feature, field 1)
+            pos = _skip(mv, tag, pos, end, at)
+            continue
+        p, pos = _len(mv, pos, end, at, "a Features map entry")
+        name, feat = "", None
+        while p < pos:
+            at3 = p
+            t3, p = _uv(mv, p, pos)
+            if t3 == 0x0A:
+                ks, p = _len(mv, p, pos, at3, "a feature name")
+                try:
+                    name = str(mv[ks:p], "utf-8")
+                except UnicodeDecodeError:
+                    raise WireError(at3, "a feature name that is not UTF-8") from None
+                if wanted is not None and name not in wanted and feat is None:
+                    break  # the name comes first (as every writer puts it): skip the value
+            elif t3 == 0x12:
+                fs, p = _len(mv, p, pos, at3, "a Feature")
+                feat = (fs, p)
+            else:
+                p = _skip(mv, t3, p, pos, at3)
+        if wanted is None or name in wanted:
+            out[name] = _feature(mv, feat)
 
 
 def _feature(mv: memoryview, span: tuple[int, int] | None) -> RawFeature:
     if span is None:
         return RawFeature(None, 0, 0)
     kind, start, end = None, span[0], span[0]
-    for number, _wire, value, at in _fields(mv, span[0], span[1]):
-        if number in KINDS:  # a oneof: the last one set wins
-            start, end = _span(value, at, f"Feature.{KINDS[number]}_list")
-            kind = KINDS[number]
+    pos, stop = span
+    while pos < stop:
+        at = pos
+        tag, pos = _uv(mv, pos, stop)
+        number = tag >> 3
+        if number in KINDS and tag & 7 == LEN:  # a oneof: the last one set wins
+            start, pos = _len(mv, pos, stop, at, f"Feature.{KINDS[number]}_list")
+            end, kind = pos, KINDS[number]
+        else:
+            pos = _skip(mv, tag, pos, stop, at)
     return RawFeature(kind, start, end)
 
 
 def bytes_values(mv: memoryview, f: RawFeature) -> list[memoryview]:
     """The values of a bytes feature, as views of ``mv``."""
-    return [
-        mv[s:e]
-        for number, _w, value, at in _fields(mv, f.start, f.end)
-        if number == 1
-        for s, e in [_span(value, at, "a BytesList value")]
-    ]
+    out = []
+    pos, end = f.start, f.end
+    while pos < end:
+        at = pos
+        tag, pos = _uv(mv, pos, end)
+        if tag == 0x0A:
+            s, pos = _len(mv, pos, end, at, "a BytesList value")
+            out.append(mv[s:pos])
+        else:
+            pos = _skip(mv, tag, pos, end, at)
+    return out
 
 
 def float_values(mv: memoryview, f: RawFeature) -> list[float]:
