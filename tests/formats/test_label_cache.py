@@ -1,5 +1,5 @@
-"""The label cache beside a .rec: used when fresh, rebuilt when the files change, never a
-reason to return labels that are not in the file."""
+"""The label cache of a .rec (in the cache directory): used when fresh, rebuilt when the files
+change, never a reason to return labels that are not in the file."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ from stoker.formats.recordio import IRHeader, RecordFile, RecordWriter, pack_hea
 from stoker.formats.recordio.labelcache import label_cache_path, read_label_cache
 
 OLD = time.time() - 3600  # files "modified an hour ago": past the racy window
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
 
 
 def write(path, labels):

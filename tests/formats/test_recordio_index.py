@@ -1,4 +1,5 @@
-"""The .idx parser (fast path and line-by-line fallback agree) and its binary cache."""
+"""The .idx parser (fast path and line-by-line fallback agree) and its binary cache, kept in
+the cache directory (never beside the data)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ from hypothesis import strategies as st
 from stoker._core.errors import IndexFormatError
 from stoker.formats.recordio import RecordFile, load_index, parse_idx
 from stoker.formats.recordio.index import cache_path, fast_parse, slow_parse
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
 
 
 @settings(max_examples=80, deadline=None)
@@ -65,12 +71,12 @@ def _cache_header(path):
 def test_cache_is_written_used_and_rebuilt_when_stale(tmp_path):
     rec = write_rec(tmp_path, [payload(i) for i in range(30)])
     idx = rec[:-4] + ".idx"
-    cpath = cache_path(idx)
     with RecordFile(rec) as r:
         keys = r.keys.tolist()
         offsets = r.offsets.tolist()
-    assert not os.path.exists(cpath)  # a fresh .idx is not cached yet (racy mtime)
+    assert not os.path.exists(cache_path(idx))  # a fresh .idx is not cached yet (racy mtime)
     _age(idx)
+    cpath = cache_path(idx)
     with RecordFile(rec):
         pass
     assert os.path.exists(cpath) and _cache_header(cpath)[:8] == b"STKIDX\x00\x01"
@@ -179,3 +185,33 @@ def test_a_line_holding_only_a_tab_is_not_a_blank_line():
     with pytest.raises(IndexFormatError, match="line 2: empty key"):
         parse_idx(b"0\t0\n\t\n1\t8\n", "x.idx", rec_size=None)
     assert parse_idx(b"0\t0\n \r\n1\t8\n", "x.idx", rec_size=None).keys.tolist() == [0, 1]
+
+
+def test_a_read_only_data_folder_gets_its_cache_elsewhere(tmp_path, monkeypatch):
+    # nothing is ever written beside the data: the cache entries live in the cache directory
+    data = tmp_path / "data"
+    data.mkdir()
+    rec = write_rec(data, [payload(i) for i in range(12)])
+    _age(rec[:-4] + ".idx")
+    _age(rec)
+    before = sorted(os.listdir(data))
+    os.chmod(data, 0o555)
+    try:
+        with RecordFile(rec) as r:
+            want = (r.keys.tolist(), r.labels().tolist())
+        assert sorted(os.listdir(data)) == before
+        cpath = cache_path(rec[:-4] + ".idx")
+        assert cpath is not None and cpath.startswith(str(tmp_path / "cache"))
+        assert os.path.exists(cpath)
+        assert os.listdir(tmp_path / "cache" / "recordio-labels")
+        with RecordFile(rec) as r:  # served from the cache directory
+            assert (r.keys.tolist(), r.labels().tolist()) == want
+    finally:
+        os.chmod(data, 0o755)
+    # a cache directory that cannot be made: read without a cache, no error
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_bytes(b"")
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(blocker / "cache"))
+    assert cache_path(rec[:-4] + ".idx") is None
+    with RecordFile(rec) as r:
+        assert (r.keys.tolist(), r.labels().tolist()) == want

@@ -3,8 +3,10 @@
 Parsing is vectorised: one ``bytes.translate`` checks that the separators are exactly
 ``\\t`` and ``\\n`` (or ``\\r\\n``) in alternation, then ``np.fromstring`` reads every number
 in one C loop. Anything unusual (blank lines, spaces, signs, junk) falls back to a line-by-line
-parser that names the offending line. The validated result is cached beside it
-(``NAME.idx.stkidx``), so later opens read it instead of parsing (timings in
+parser that names the offending line. The validated result is cached in the cache directory
+(:mod:`stoker._core.cache`: an entry ``recordio-index/<hash>.stkidx`` keyed by the ``.idx``'s
+real path, size, mtime and inode; nothing is written beside the data, so read-only and shared
+sets get their cache too), and later opens read it instead of parsing (timings in
 ``docs/format.md``, "Opening a large ``.idx``").
 
 Cache layout (little-endian)::
@@ -25,8 +27,9 @@ Cache layout (little-endian)::
 
 The cache is rebuilt whenever the ``.idx`` size, mtime or inode, or the ``.rec`` size, differ
 from what it records (an ``.idx`` younger than two seconds is not cached at all, since its
-mtime may not yet tell an in-place rewrite apart); it is written to a unique temporary name and renamed, so concurrent
-openers never see a torn cache. A cache that cannot be written (read-only folder) is skipped.
+mtime may not yet tell an in-place rewrite apart); it is written to a unique temporary name
+and renamed, so concurrent openers never see a torn cache. A cache directory that cannot be
+made or written is skipped: the ``.idx`` is parsed on every open instead.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stoker._core.atomic import write_cache_file
+from stoker._core.cache import cache_file
 from stoker._core.errors import IndexFormatError
 
 __all__ = [
@@ -101,8 +105,13 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-def cache_path(idx_path: str | os.PathLike[str]) -> str:
-    return os.fspath(idx_path) + CACHE_SUFFIX
+def cache_path(idx_path: str | os.PathLike[str]) -> str | None:
+    """The cache entry of ``idx_path`` as it is now (its identity names the entry), or
+    ``None`` when there is no usable cache directory (or the ``.idx`` cannot be read)."""
+    try:
+        return cache_file("recordio-index", idx_path, CACHE_SUFFIX)
+    except OSError:
+        return None
 
 
 # --------------------------------------------------------------------------- parsing
@@ -297,7 +306,7 @@ def _write_cache(cpath: str, table: IndexTable, idx_st: os.stat_result, rec_size
     ]
     if table.lines is not None:
         body.append(np.ascontiguousarray(table.lines, dtype="<i8").tobytes())
-    write_cache_file(cpath, body)  # a read-only folder simply runs without a cache
+    write_cache_file(cpath, body)  # best effort: an unwritable cache runs without one
 
 
 def load_index(
@@ -309,14 +318,14 @@ def load_index(
 ) -> IndexTable:
     """The validated index of ``idx_path`` for a ``rec_size``-byte ``.rec``.
 
-    With ``cache`` the binary cache beside the ``.idx`` is used when fresh and (re)written
-    otherwise. ``want_sha256`` makes sure ``IndexTable.sha256`` is filled in.
+    With ``cache`` the binary cache in the cache directory is used when fresh and
+    (re)written otherwise. ``want_sha256`` makes sure ``IndexTable.sha256`` is filled in.
     """
     path = os.fspath(idx_path)
-    cpath = cache_path(path)
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
-        if cache:
+        cpath = cache_path(path) if cache else None
+        if cpath is not None:
             table = _read_cache(cpath, st, rec_size)
             if table is not None and (table.sha256 or not want_sha256):
                 return table
@@ -326,6 +335,6 @@ def load_index(
     table = parse_idx(data, path, rec_size=rec_size)
     if want_sha256 or cache:
         table = IndexTable(table.keys, table.offsets, table.lines, hashlib.sha256(data).hexdigest())
-    if cache and time.time_ns() - st.st_mtime_ns > RACY_NS:
+    if cpath is not None and time.time_ns() - st.st_mtime_ns > RACY_NS:
         _write_cache(cpath, table, st, rec_size)
     return table

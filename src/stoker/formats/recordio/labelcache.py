@@ -1,4 +1,6 @@
-"""A binary cache of every record's label, beside the ``.rec`` (``NAME.rec.stklab``).
+"""A binary cache of every record's label, in the cache directory (:mod:`stoker._core.cache`:
+an entry ``recordio-labels/<hash>.stklab`` keyed by the ``.rec``'s real path, size, mtime and
+inode; never beside the data, so read-only and shared sets get it too).
 
 Labels live in the record headers, spread over the whole ``.rec``: reading them all touches
 one page per record, which for MS1M (5.8M records, tens of GB) is a pass over the file on
@@ -26,7 +28,8 @@ Layout (little-endian)::
 
 It is used only when every recorded size, mtime and inode matches; a file modified less than
 two seconds ago is not cached (coarse mtimes could hide an in-place rewrite). Written under a
-unique temporary name and renamed; skipped in a read-only folder; never unpickled.
+unique temporary name and renamed; skipped when the cache directory cannot be made or written;
+never unpickled.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import time
 import numpy as np
 
 from stoker._core.atomic import write_cache_file
+from stoker._core.cache import cache_file
 from stoker.formats.recordio.index import RACY_NS, stat_sig  # the index cache's rules
 
 __all__ = ["LABEL_CACHE_SUFFIX", "label_cache_path", "read_label_cache", "write_label_cache"]
@@ -48,8 +52,13 @@ _VERSION = 2
 _HEAD = struct.Struct("<8sIIQQqQQqQQ")  # 80 bytes
 
 
-def label_cache_path(rec_path: str) -> str:
-    return os.fspath(rec_path) + LABEL_CACHE_SUFFIX
+def label_cache_path(rec_path: str) -> str | None:
+    """The cache entry of ``rec_path`` as it is now, or ``None`` when there is no usable
+    cache directory (or the ``.rec`` cannot be read)."""
+    try:
+        return cache_file("recordio-labels", rec_path, LABEL_CACHE_SUFFIX)
+    except OSError:
+        return None
 
 
 def _sig(path: str | None) -> tuple[int, int, int] | None:
@@ -69,8 +78,11 @@ def read_label_cache(
     rec_sig, idx_sig = _sig(rec_path), _sig(idx_path)
     if rec_sig is None or idx_sig is None:
         return None
+    cpath = label_cache_path(rec_path)
+    if cpath is None:
+        return None
     try:
-        with open(label_cache_path(rec_path), "rb") as f:
+        with open(cpath, "rb") as f:
             head = f.read(_HEAD.size)
             if len(head) != _HEAD.size:
                 return None
@@ -92,8 +104,8 @@ def read_label_cache(
 def write_label_cache(
     rec_path: str, idx_path: str | None, labels: np.ndarray, first: int = 0
 ) -> None:
-    """Keep ``labels`` (of positions ``first ..``, .idx order) beside ``rec_path``; best
-    effort. They replace the labels of any other positions kept there."""
+    """Keep ``labels`` (of positions ``first ..``, .idx order) in the cache entry of
+    ``rec_path``; best effort. They replace the labels of any other positions kept there."""
     rec_sig, idx_sig = _sig(rec_path), _sig(idx_path)
     if rec_sig is None or idx_sig is None:
         return
@@ -103,4 +115,6 @@ def write_label_cache(
     lab = np.ascontiguousarray(labels, dtype="<f4")
     k = 0 if lab.ndim == 1 else int(lab.shape[1])
     head = _HEAD.pack(_MAGIC, _VERSION, k, int(lab.shape[0]), *rec_sig, *idx_sig, int(first))
-    write_cache_file(label_cache_path(rec_path), [head, lab.tobytes()])  # best effort
+    cpath = label_cache_path(rec_path)
+    if cpath is not None:
+        write_cache_file(cpath, [head, lab.tobytes()])  # best effort

@@ -1,7 +1,7 @@
 """Where a ``NAME.rec``'s side files live: ``NAME.idx``, ``NAME.crc32c`` and ``NAME.stoker.json``.
 
-The caches derived from them name themselves: ``index.cache_path`` and
-``labelcache.label_cache_path``.
+The caches derived from them live in the cache directory, never beside the data:
+``index.cache_path`` and ``labelcache.label_cache_path`` name their entries.
 """
 
 from __future__ import annotations

@@ -462,8 +462,8 @@ class RecordFile(Records):
         return self._labels_at(np.asarray(positions, dtype=np.int64).reshape(-1))
 
     def labels_span(self, first: int, n: int) -> np.ndarray:
-        """Labels of positions ``first .. first + n - 1``, through the ``NAME.rec.stklab``
-        cache (see labelcache): what :meth:`labels` gives for every record and
+        """Labels of positions ``first .. first + n - 1``, through the label cache (see
+        labelcache): what :meth:`labels` gives for every record and
         ``ImageRecords.labels`` for an insightface set's image records."""
         if self._cache:
             cached = read_label_cache(self.path, self.idx_path, n, first)
