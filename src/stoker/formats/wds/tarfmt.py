@@ -101,10 +101,16 @@ def padding(size: int) -> int:
     return -size % BLOCK
 
 
+def unsigned_sum(header: bytes | bytearray) -> int:
+    """The spec's checksum of a 512-byte header: the unsigned sum of its bytes with the
+    checksum field taken as 8 spaces."""
+    return sum(header) - sum(header[148:156]) + 8 * 32
+
+
 def checksum(header: bytes | bytearray | memoryview) -> tuple[int, int]:
     """(unsigned, signed) sums of a 512-byte header with its checksum field as 8 spaces."""
     h = bytes(header)
-    unsigned = sum(h[:148]) + sum(h[156:]) + 8 * 32
+    unsigned = unsigned_sum(h)
     high = sum(1 for b in h[:148] if b > 127) + sum(1 for b in h[156:] if b > 127)
     return unsigned, unsigned - 256 * high
 
@@ -125,7 +131,7 @@ def _number(field: bytes, what: str, offset: int) -> int:
     text = _nts(field).strip(b" ")
     if not text:
         return 0
-    if not all(48 <= c <= 55 for c in text):
+    if text.translate(None, b"01234567"):
         raise TarError(offset, f"the header's {what} field {field!r} is not an octal number")
     return int(text, 8)
 
@@ -157,8 +163,8 @@ def _header_at(view: memoryview, pos: int, state: Walk) -> bytes | None:
         state.lone_zero = pos + 2 * BLOCK > state.size
         return None
     stored = _number(block[148:156], "checksum", pos)
-    unsigned, signed = checksum(block)
-    if stored not in (unsigned, signed):
+    unsigned = unsigned_sum(block)
+    if stored != unsigned and stored != checksum(block)[1]:
         raise TarError(
             pos,
             f"header checksum mismatch: the header says {stored:o} (octal), its bytes sum to "
@@ -292,6 +298,5 @@ def ustar_header(name: bytes, size: int) -> bytes:
     h[263:265] = b"00"
     h[329:337] = _octal(0, 8)
     h[337:345] = _octal(0, 8)
-    unsigned, _ = checksum(h)
-    h[148:156] = f"{unsigned:06o}".encode("ascii") + b"\x00 "
+    h[148:156] = f"{unsigned_sum(h):06o}".encode("ascii") + b"\x00 "
     return bytes(h)
