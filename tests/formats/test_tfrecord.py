@@ -206,6 +206,28 @@ def test_detection_records_of_the_package_arrive_as_boxes_and_classes(tmp_path):
         assert r.reader(None, ("boxes",))(1)[3].keys() == {"boxes"}
 
 
+def test_boxes_read_and_written_again_keep_their_exact_fractions(tmp_path):
+    records, images = _detection_records(5)
+    for r in records:  # fractions that are not dyadic: float32 rounding shows if any
+        r["image/object/bbox/ymin"] = ([0.1] * len(r["image/object/bbox/xmin"][0]), "float")
+    src = tmp_path / "src.tfrecord"
+    write_with_package(src, records)
+    with TFRecordReader(src) as r:
+        w = open_writer(tmp_path / "again", None, schema=r.schema)
+        f = r.reader(None, ("boxes", "classes"))
+        for i in range(len(r)):
+            img, label, key, fields = f(i)
+            w.write(key, img, label, fields)
+        entry = w.commit()
+    theirs = list(tfr_reader.tfrecord_loader(str(src), None))
+    ours = list(tfr_reader.tfrecord_loader(entry["path"], None))
+    for a, b in zip(theirs, ours, strict=True):
+        for s in ("xmin", "ymin", "xmax", "ymax"):
+            name = "image/object/bbox/" + s
+            assert a[name].tobytes() == b[name].tobytes()
+        assert bytes(a["image/encoded"]) == bytes(b["image/encoded"])
+
+
 def test_fields_round_trip_through_a_stoker_manifest_set(tmp_path):
     schema = Schema(
         {
