@@ -72,6 +72,12 @@ def _stats(a: np.ndarray) -> dict[str, float]:
     }
 
 
+def _offset(rec: Records, i: int) -> int:
+    """The byte offset of position ``i`` in its file: every reader object ``open_records``
+    gives (a ``RecordFile``, a ``RecordSet``, an insightface set's image records) has one."""
+    return int(rec.offset(i))  # type: ignore[attr-defined]
+
+
 class RecordIOReader(Reader):
     """The image records of a RecordIO set as a :class:`Reader`.
 
@@ -246,7 +252,7 @@ class RecordIOReader(Reader):
             j, k = rec.locate(i)
             shard = rec.shard(j)
             return shard.path, int(shard.offset(k))
-        return rec.shards[0].path, int(rec.offset(i))
+        return rec.shards[0].path, _offset(rec, i)
 
     def files(self) -> list[str]:
         """The ``.rec`` files that hold the records (every shard of a set)."""
@@ -284,7 +290,7 @@ class RecordIOReader(Reader):
         rec = self.records
         where = f"key {rec.key(i)} (position {i}) of {self.path}"
         try:
-            where += f", byte offset {rec.offset(i)}"
+            where += f", byte offset {_offset(rec, i)}"
         except Exception:  # noqa: BLE001 - best effort for a message
             pass
         return where
