@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import tarfile
 import tracemalloc
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from _wds_util import end_of_archive, hand_header, hand_member, jpeg
 
-from stoker._core.errors import CorruptRecordError
+from stoker._core.errors import CorruptRecordError, StokerFormatError
 from stoker.formats.wds import open_reader, verify
 
 
@@ -251,3 +252,51 @@ def test_verify_decodes_when_asked(tmp_path):
 
     report = verify(p, decode=decode)
     assert not report.ok and "does not decode: no image here" in report.problems[0].reason
+
+
+def test_mutated_tars_give_the_right_samples_or_a_format_error(tmp_path):
+    """A seeded mutator (byte changes, cuts, insertions) over a hand-built and a pax tar:
+    every outcome is samples read or a ``StokerFormatError``; verify never raises."""
+    base = b"".join(
+        [
+            hand_member(b"a.jpg", jpeg(0)),
+            hand_member(b"a.cls", b"1"),
+            hand_member(b"a.txt", b"hi"),
+            hand_member(b"b.jpg", jpeg(1)),
+            hand_member(b"b.cls", b"2"),
+        ]
+    )
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        for name, data in (("c\u00e9/x.jpg", jpeg(2)), ("c\u00e9/x.cls", b"3")):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+    bases = [base + end_of_archive(), buf.getvalue()]
+    rng = random.Random(1234)
+    p = tmp_path / "m.tar"
+    outcomes = {"read": 0, "refused": 0}
+    for _ in range(300):
+        data = bytearray(rng.choice(bases))
+        for _ in range(rng.randint(1, 3)):
+            pos = rng.randrange(len(data))
+            op = rng.random()
+            if op < 0.6:
+                data[pos] = rng.randrange(256)
+            elif op < 0.8:
+                del data[pos:]
+            else:
+                data[pos:pos] = rng.randbytes(rng.randint(1, 600))
+        p.write_bytes(bytes(data))
+        try:
+            with open_reader(p, cache=False) as r:
+                f = r.reader(None, tuple(r.schema.stored))
+                for i in range(len(r)):
+                    f(i)
+                    r.describe(i)
+                r.labels()
+            outcomes["read"] += 1
+        except StokerFormatError:
+            outcomes["refused"] += 1
+        verify(p)
+    assert outcomes["read"] > 0 and outcomes["refused"] > 0

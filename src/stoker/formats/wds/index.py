@@ -150,7 +150,7 @@ def parse_cache(raw: bytes, tar_size: int) -> TarIndex | None:
     if len(raw) < _HEAD.size:
         return None
     magic, size, n, m, kb, sb, _flags = _HEAD.unpack_from(raw)
-    if magic != MAGIC or size != tar_size or n > size or m > size or kb > size or sb > 1 << 20:
+    if magic != MAGIC or size != tar_size or n > m or m > size // 512 or kb > size or sb > 1 << 20:
         return None
     lens = [
         8 * (n + 1),
@@ -344,7 +344,10 @@ def load_index(
     if entry is not None and os.path.exists(entry):
         try:
             with open(entry, "rb") as f:
-                raw = f.read()
+                # every member costs the tar at least a 512-byte header, and the entry
+                # far less than that: a larger entry is not one of ours and is not read
+                fits = os.fstat(f.fileno()).st_size <= 2 * size + (1 << 16)
+                raw = f.read() if fits else b""
         except OSError:
             raw = b""
         found = parse_cache(raw, size)
