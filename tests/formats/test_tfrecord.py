@@ -135,6 +135,10 @@ def test_files_of_the_tfrecord_package_read_by_stoker(tmp_path):
             img, label, key, _ = f(i)
             assert bytes(img) == images[i] and label == i % 3 and key == i
         assert r.locate(2)[0] == str(path) and r.files() == [str(path)]
+        facts = r.summary()  # what `stoker inspect` shows
+        per = facts["bytes_per_record"]
+        assert per["min"] >= 16 + len(images[0]) and per["max"] <= path.stat().st_size
+        assert facts["label_feature"] == "image/class/label" and facts["keys"] == "record positions"
     finally:
         r.close()
 

@@ -318,16 +318,24 @@ class TFRecordReader(Reader):
         return self._shards[j].path, int(self._shards[j].offsets[r])
 
     def summary(self) -> dict:
-        """What ``stoker inspect`` shows: shards, bytes, the features read, the label."""
+        """What ``stoker inspect`` shows: shards, bytes, bytes per record (min, median, mean,
+        max over every record, framing included), the features read, the label, the keys."""
         self._ensure()
-        total = sum(s.size for s in self._shards)
+        sizes = np.concatenate(
+            [np.diff(np.append(s.offsets, s.size)) for s in self._shards if s.offsets.size]
+        )
         res = self._resolved
         return {
             "shards": len(self._shards),
-            "bytes": total,
-            "bytes_per_record": round(total / max(len(self), 1), 1),
+            "bytes": int(sum(s.size for s in self._shards)),
+            "bytes_per_record": {
+                "min": float(sizes.min()),
+                "median": float(np.median(sizes)),
+                "mean": round(float(sizes.mean()), 2),
+                "max": float(sizes.max()),
+            },
             "features": {n: ft for n, ft, _f in res.entries},
-            "label": res.label or "none (every label is -1)",
+            "label_feature": next((ft for n, ft, _f in res.entries if n == res.label), None),
             "keys": res.key_feature if res.keyed else "record positions",
         }
 

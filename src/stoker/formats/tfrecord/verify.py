@@ -47,12 +47,15 @@ def verify(
     decode: Callable[[bytes], object] | None = None,
     max_problems: int = 1000,
     progress: bool | None = None,
-    **plan_options: Any,
+    image_key: str = "image/encoded",
+    label_key: str | None = "image/class/label",
+    boxes_key: str | None = "image/object/bbox",
+    classes_key: str | None = "image/object/class/label",
+    features: dict[str, Any] | None = None,
 ) -> VerifyReport:
     """Walk a ``.tfrecord`` or a ``stoker-tfrecord`` manifest's shards; see the module
-    docstring. ``plan_options``: the feature names of a bare file, as for the reader
-    (``image_key=``, ``label_key=``, ...). Raises ``ManifestError`` for an unreadable
-    manifest only."""
+    docstring. The feature names of a bare file are the reader's options (a manifest names
+    its own). Raises ``ManifestError`` for an unreadable manifest only."""
     if max_problems < 0:
         raise ValueError(f"max_problems must be >= 0, got {max_problems}")
     p = os.fspath(path)
@@ -72,7 +75,14 @@ def verify(
             if found is not None and found != records:
                 report.add(Problem(f, None, None, f"{found} records, the manifest says {records}"))
         return report
-    _verify_file(report, p, default_plan(**plan_options), checksums, decode, progress)
+    plan = default_plan(
+        image_key=image_key,
+        label_key=label_key,
+        boxes_key=boxes_key,
+        classes_key=classes_key,
+        features=features,
+    )
+    _verify_file(report, p, plan, checksums, decode, progress)
     return report
 
 
