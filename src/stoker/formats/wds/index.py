@@ -274,6 +274,19 @@ class _Builder:
                 f"(one of {sorted(IMAGE_SUFFIXES)})",
             )
 
+    def drop_last(self) -> None:
+        """Forget the sample in progress: the walk broke off inside or after it, so it may
+        lack members (verify and resume count whole samples only)."""
+        if self.key is None or self.skipping or not self.starts:
+            return
+        cut = self.starts.pop()
+        for column in (self.m_data, self.m_size, self.m_suffix):
+            del column[cut:]
+        for seq in (self.headers, self.labels, self.has_cls, self.keys):
+            seq.pop()
+        self.key_offs.pop()
+        self.key = None
+
     def finish(self, tar_size: int) -> TarIndex:
         self.close()
         has = np.array(self.has_cls, dtype=bool)
@@ -324,6 +337,7 @@ def build_index(view: memoryview, size: int, on_problem: OnProblem, state: Walk)
                 b.add(m.header, m.data, m.size, *split)
     except TarError as e:
         on_problem(e.offset, e.reason)
+        b.drop_last()
         return b.finish(size)
     if state.end is None:
         on_problem(
