@@ -460,3 +460,28 @@ def test_the_loader_reads_a_detection_set_with_its_boxes(tmp_path):
         [[0.125 * j * 32, 0.25 * 32, (0.125 * j + 0.5) * 32, 0.75 * 32] for j in range(2)]
     )
     np.testing.assert_allclose(boxes, want, atol=1e-4)
+
+
+def test_many_shards_keep_few_files_mapped(tmp_path, monkeypatch):
+    import stoker.formats.tfrecord.reader as reader_mod
+
+    monkeypatch.setattr(reader_mod, "MAX_OPEN_SHARDS", 2)
+    shards, images = [], []
+    for s in range(5):
+        w = open_writer(tmp_path / "many", s, schema=Schema.classification())
+        for j in range(3):
+            images.append(jpeg(10 * s + j))
+            w.write(10 * s + j, images[-1], s)
+        shards.append(w.commit())
+    man = tmp_path / "many.stoker.json"
+    write_set_manifest(man, shards, schema=Schema.classification())
+    with TFRecordReader(man) as r:
+        assert r.labels().tolist() == [s for s in range(5) for _ in range(3)]
+        f = r.reader()
+        order = np.random.default_rng(0).permutation(15).tolist() * 2
+        for i in order:
+            img = f(i)[0]
+            assert bytes(img) == images[i]
+            del img  # a held view keeps its file mapped (and is still valid)
+            assert sum(s.mm is not None for s in r._shards) <= 2
+        assert r.files() == [sh["path"] for sh in shards]
