@@ -274,24 +274,15 @@ class _Builder:
                 f"(one of {sorted(IMAGE_SUFFIXES)})",
             )
 
-    def drop_last(self) -> None:
-        """Forget the sample in progress: the walk broke off inside or after it, so it may
-        lack members (verify and resume count whole samples only)."""
-        if self.key is None or self.skipping or not self.starts:
-            return
-        cut = self.starts.pop()
-        for column in (self.m_data, self.m_size, self.m_suffix):
-            del column[cut:]
-        for seq in (self.headers, self.labels, self.has_cls, self.keys):
-            seq.pop()
-        self.key_offs.pop()
-        self.key = None
-
-    def finish(self, tar_size: int) -> TarIndex:
-        self.close()
+    def finish(self, tar_size: int, *, torn: bool = False) -> TarIndex:
+        """The index; ``torn``: the walk broke off, so the last sample may lack members and
+        is not judged (the break itself is the finding)."""
+        if not torn:
+            self.close()
         has = np.array(self.has_cls, dtype=bool)
-        if has.any() and not has.all():
-            j = int(np.flatnonzero(~has)[0])
+        judged = has[:-1] if torn else has
+        if judged.any() and not judged.all():
+            j = int(np.flatnonzero(~judged)[0])
             self.problem(
                 self.headers[j],
                 f"sample {shown(self.keys[j])} has no .cls while others have one: a set is "
@@ -337,8 +328,7 @@ def build_index(view: memoryview, size: int, on_problem: OnProblem, state: Walk)
                 b.add(m.header, m.data, m.size, *split)
     except TarError as e:
         on_problem(e.offset, e.reason)
-        b.drop_last()
-        return b.finish(size)
+        return b.finish(size, torn=True)
     if state.end is None:
         on_problem(
             size,
