@@ -160,3 +160,27 @@ def test_pack_writes_wds_through_the_registry(tmp_path):
         images = {bytes(r.reader()(i)[0]) for i in range(6)}
     assert images == {jpeg(i + k, size=16) for i in range(3) for k in (0, 10)}
     assert verify(m).ok
+
+
+def test_captions_survive_convert_to_recordio_and_back(tmp_path):
+    """Shards from the webdataset package, converted to RecordIO and back to WebDataset:
+    image bytes, labels and captions unchanged, in order."""
+    import webdataset as wds
+    from _wds_util import image_of, samples
+
+    from stoker.pack import convert
+
+    data = samples(7)
+    src = tmp_path / "src.tar"
+    with wds.TarWriter(str(src)) as w:
+        for s in data:
+            w.write(s)
+    convert(src, tmp_path / "rec", format="recordio", workers=1)
+    convert(tmp_path / "rec.stoker.json", tmp_path / "back", format="wds", workers=1)
+    with open_reader(tmp_path / "back.stoker.json") as r:
+        f = r.reader(None, ("txt",))
+        got = [f(i) for i in range(len(r))]
+        assert [bytes(g[0]) for g in got] == [image_of(s) for s in data]
+        assert [g[1] for g in got] == [s["cls"] for s in data]
+        assert [g[3]["txt"] for g in got] == [s["txt"] for s in data]
+    assert verify(tmp_path / "back.stoker.json").ok
