@@ -67,7 +67,7 @@ _W = "stoker.formats.wds"
 _L = "stoker.formats.lmdb"
 # One line per format.
 register(Format("recordio", f"{_R}.seam:open_reader", (".rec", ".idx"), "stoker-recordio", f"{_R}.shardwriter:open_writer", f"{_R}.shardwriter:write_set_manifest", f"{_R}.seam:verify"))  # fmt: skip
-register(Format("tfrecord", f"{_T}:open_reader", (".tfrecord", ".tfrecords", ".tfrec"), "stoker-tfrecord", f"{_T}:open_writer", f"{_T}:write_set_manifest", f"{_T}:verify"))  # fmt: skip
+register(Format("tfrecord", f"{_T}:open_reader", (".tfrecord", ".tfrecords", ".tfrec", ".tfrecord.gz", ".tfrecords.gz"), "stoker-tfrecord", f"{_T}:open_writer", f"{_T}:write_set_manifest", f"{_T}:verify"))  # fmt: skip
 register(Format("wds", f"{_W}:open_reader", (".tar",), "stoker-wds", f"{_W}:open_writer", f"{_W}:write_set_manifest", f"{_W}:verify"))  # fmt: skip
 register(Format("lmdb", f"{_L}:open_reader", (".mdb", ".lmdb"), None, None, None, f"{_L}:verify", f"{_L}:sniff"))  # fmt: skip
 
