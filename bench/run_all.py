@@ -1,7 +1,9 @@
 """`make bench`: runs every bench/bench_*.py in order; each prints its own table.
 
 Pass arguments through BENCH_ARGS, e.g. `make bench BENCH_ARGS="--only loader --quick"`.
-Each benchmark measures its candidates side by side in one run and reports ratios.
+Each benchmark measures its candidates side by side in one run and reports ratios
+(bench_formats.py: the loader on each format beside RecordIO, and `stoker convert` beside
+`cp`; `--only formats`).
 bench_revisions.py (old revision against new) runs only when asked for, with `--old REV`:
 `make bench BENCH_ARGS="--only revisions --old HEAD~3"`.
 """
