@@ -412,3 +412,22 @@ def test_loader_batches_equal_recordio_for_the_same_samples(tmp_path):
             np.testing.assert_array_equal(a[2], b[2])
             assert list(a[3]) == list(b[3])
         assert sorted(t for batch in got["wds"] for t in batch[3]) == sorted(s["txt"] for s in data)
+
+
+def test_many_shards_stay_within_the_open_map_limit(tmp_path):
+    from stoker.formats.wds import MAX_OPEN_SHARDS
+
+    n = MAX_OPEN_SHARDS + 6
+    entries = []
+    for k in range(n):
+        w = open_writer(tmp_path / "many", k)
+        w.write(k, jpeg(k % 5), k % 3)
+        entries.append(w.commit())
+    m = tmp_path / "many.stoker.json"
+    write_set_manifest(m, entries)
+    with open_reader(m) as r:
+        assert r.labels().tolist() == [k % 3 for k in range(n)]
+        assert not any(s.is_open for s in r.shards)  # indexing maps and unmaps
+        f = r.reader()
+        assert [bytes(f(i)[0]) for i in range(n)] == [jpeg(k % 5) for k in range(n)]
+        assert sum(s.is_open for s in r.shards) == MAX_OPEN_SHARDS

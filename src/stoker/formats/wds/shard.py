@@ -128,8 +128,14 @@ class Shard:
 
     def index(self) -> TarIndex:
         if self._index is None:
+            was_open = self.is_open and self._pid == os.getpid()
             view = self.view()
-            index = load_index(self.path, view, len(view), _raise(self.path), cache=self.cache)
+            try:
+                index = load_index(self.path, view, len(view), _raise(self.path), cache=self.cache)
+            finally:
+                del view
+                if not was_open:  # mapped only to index it: a set of many shards stays unmapped
+                    self._drop()
             if self.records is not None and len(index) != self.records:
                 raise ManifestError(
                     f"{self.manifest}: {self.path} holds {len(index)} samples, the manifest "
