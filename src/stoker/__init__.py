@@ -41,6 +41,7 @@ _LAZY: dict[str, str] = {
     "Preempted": "stoker.loader:Preempted",
     "on_sigterm": "stoker.loader:on_sigterm",
     "cleanup_stale": "stoker.loader:cleanup_stale",
+    "convert": "stoker.pack:convert",
     "make_sample_data": "stoker.pack:make_sample_data",
     "PackReport": "stoker.pack:PackReport",
     "open_records": "stoker.formats.recordio:open_records",
@@ -75,4 +76,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from stoker.doctor import watch
     from stoker.formats.recordio import open_records
     from stoker.loader import Loader, Preempted, cleanup_stale, on_sigterm, prefetch
-    from stoker.pack import PackReport, make_sample_data, pack
+    from stoker.pack import PackReport, convert, make_sample_data, pack
