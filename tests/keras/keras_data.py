@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +53,20 @@ class FailOnPoison(Transform):
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         if img.min() == POISON and img.max() == POISON:
             raise ValueError("poisoned sample")
+        return img
+
+    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
+        return in_spec
+
+
+@dataclass(frozen=True)
+class Sleep(Transform):
+    """Identity that takes ``seconds`` per image: batches that arrive slowly."""
+
+    seconds: float
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        time.sleep(self.seconds)
         return img
 
     def output_spec(self, in_spec: ArraySpec) -> ArraySpec:

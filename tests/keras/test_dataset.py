@@ -6,9 +6,11 @@ The PyDataset protocol is driven by hand in the order Keras 3 calls it (``on_epo
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
-from keras_data import decode_index, index_images
+from keras_data import Sleep, decode_index, index_images
 
 import stoker
 import stoker.keras
@@ -189,11 +191,16 @@ def test_torch_backend_gets_the_slot_view_and_keras_copies_it():
     assert keras.backend.backend() == "torch"
     x, y = index_images(32)
     with stoker.Loader((x, y), batch_size=8, workers=0) as ld:
-        xb, _ = KerasDataset(ld, close_loader=False)[0]
+        ds = KerasDataset(ld, close_loader=False)
+        ds.on_epoch_begin()
+        xb, _ = ds[0]
         assert not xb.flags.owndata  # the loader's slot, not a copy
         t = keras.ops.convert_to_tensor(xb)
         assert t.data_ptr() != xb.ctypes.data
-        xf, _ = KerasDataset(ld, x_dtype="float16", close_loader=False)[1]
+        ds.close()
+        ds = KerasDataset(ld, x_dtype="float16", close_loader=False)
+        ds.on_epoch_begin()
+        xf, _ = ds[1]
         assert xf.flags.owndata
 
 
@@ -218,3 +225,57 @@ def test_an_interrupted_epoch_goes_on_in_the_next_fit():
         rest, _ = keras_epoch(ds)  # the next fit's first epoch
     stream = reference_stream(64, 16, 2, 3)
     assert [b.tolist() for b in first + rest] == [b.tolist() for b in stream[:6]]
+
+
+def test_requests_outside_an_epoch_look_ahead():
+    """The TensorFlow backend pulls ds[0] and ds[1] to build its tf.data signature before the
+    epoch starts, and expects them again in the epoch: nothing is consumed by the look-ahead,
+    and the epoch is still exactly one loader epoch in order."""
+    with make() as ds:
+        ahead = [decode_index(ds[i][0]) for i in (0, 1)]
+        again = decode_index(ds[1][0])
+        assert np.array_equal(again, ahead[1])
+        assert ds[0][0].flags.owndata  # kept across requests: a copy, not the loader's slot
+        ds.on_epoch_end()  # Keras resets before the first epoch; the look-ahead stays
+        ep0, labels = keras_epoch(ds, order=[3, 1, 0, 2])
+        ep1, _ = keras_epoch(ds)
+    assert [b.tolist() for b in ep0[:2]] == [b.tolist() for b in ahead]
+    assert [b.tolist() for b in ep0 + ep1] == [b.tolist() for b in reference_stream(64, 16, 2, 3)]
+    for s, lab in zip(ep0, labels):
+        assert np.array_equal(s, lab)
+
+
+def test_close_waits_for_a_request_in_flight_in_another_thread():
+    """Under TensorFlow, tf.data threads call __getitem__; when fit stops early, one may still
+    be waiting for a batch while the main thread closes the dataset. close() waits for it;
+    the request gets its batch, and later ones are refused."""
+    entered = threading.Event()
+
+    class Watched(KerasDataset):
+        def _next_batch(self):
+            entered.set()
+            return super()._next_batch()
+
+    x, y = index_images(64)
+    ds = Watched(stoker.Loader((x, y), batch_size=16, transforms=Sleep(0.03), workers=1))
+    ds.on_epoch_begin()
+    first = decode_index(ds[0][0])
+    entered.clear()
+    got: dict = {}
+
+    def request() -> None:
+        try:
+            got["batch"] = decode_index(ds[1][0])
+        except Exception as exc:  # noqa: BLE001 - reported below
+            got["error"] = exc
+
+    t = threading.Thread(target=request)
+    t.start()
+    assert entered.wait(10)
+    ds.close()  # the batch takes 16 x 30 ms on one worker: the request is still waiting
+    t.join(10)
+    assert not t.is_alive()
+    assert "error" not in got, got
+    assert first.tolist() == list(range(16)) and got["batch"].tolist() == list(range(16, 32))
+    with pytest.raises(ValueError, match="closed"):
+        ds[2]

@@ -1,6 +1,7 @@
 """stoker.keras: hand a stoker loader to Keras 3 ``model.fit``.
 
-Set ``KERAS_BACKEND`` (``torch`` or ``jax``; TensorFlow works too) before importing keras.
+Set ``KERAS_BACKEND`` (``torch``, ``tensorflow`` or ``jax``) before importing keras; the
+torch and tensorflow backends are tested.
 Keras sees a single-worker ``PyDataset`` and never forks; the loader's worker processes do
 the decoding and augmentation into shared memory.
 """

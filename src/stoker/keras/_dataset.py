@@ -5,7 +5,8 @@ NOTE [ Keras adapter: who does the work, who owns each buffer, shutdown ]
 Processes. Keras sees a single-worker dataset (``workers=1``, ``use_multiprocessing=False``,
 ``max_queue_size=1``; the properties are read-only), so Keras never starts a thread pool or
 forks: the parallel work happens in the loader's worker processes, which write batches into
-shared-memory slots. Keras calls ``__getitem__`` from the thread that runs ``fit``.
+shared-memory slots. Keras calls ``__getitem__`` from the thread that runs ``fit`` (under
+TensorFlow from ``tf.data`` threads: see Threads).
 
 Order. Keras asks for batch *indices*, shuffled when ``fit(shuffle=True)`` (its default). A
 loader is a stream that already shuffles (by ``seed`` and epoch), so the index is checked for
@@ -21,6 +22,21 @@ unbuilt model by pulling one batch and then ending the "epoch" (``_symbolic_buil
 ``reset``): that batch is kept (an owned copy) and served again as the first batch of the
 real first epoch, so Keras epoch k is exactly loader epoch k. One dataset per loader at a
 time: a loader has one live iteration.
+
+Look-ahead. A request made outside an epoch (before the first ``on_epoch_begin``, after an
+``on_epoch_end``) is a look-ahead: ``ds[i]`` is the i-th batch the next epoch will serve,
+kept (an owned copy) until that epoch serves it; asking again gives the same batch. The
+TensorFlow backend relies on it: to build the ``tf.data`` signature it pulls ``ds[0]`` and
+``ds[1]`` before ``fit``/``evaluate``/``predict`` start their epoch, and then expects those
+batches again in the epoch. Were they consumed, the epoch would start two batches late and
+``predict``'s rows would no longer line up with the samples.
+
+Threads. Under TensorFlow, ``__getitem__`` runs in ``tf.data`` threads (one at a time, a
+batch or two ahead of the model), not in the thread that runs ``fit``; when ``fit`` stops
+early, such a thread may still be waiting for a batch. A lock serialises ``__getitem__``,
+the epoch hooks and ``close()``, so ``close()`` waits for that request to finish before it
+ends the pass (a request after it gets "closed", never a half-closed loader). The batches
+``tf.data`` had pulled ahead when ``fit`` stopped are not replayed.
 
 Buffers. A batch's images are a view of a shared-memory slot that the loader reuses when the
 next batch is requested. The torch backend copies every NumPy batch into its own tensor
@@ -50,6 +66,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -118,7 +136,9 @@ class KerasDataset(keras.utils.PyDataset):
     _inputs: tuple[str, ...] | None
     _targets: tuple[str, ...] | None
     _last: tuple[Any, Any] | None
-    _replay: tuple[Any, Any] | None
+    _ahead: deque[tuple[Any, Any]]
+    _in_epoch: bool
+    _lock: threading.RLock
     _table: np.ndarray | None
     _closed: bool
 
@@ -177,7 +197,9 @@ class KerasDataset(keras.utils.PyDataset):
         self._served = 0  # batches served in the current Keras epoch
         self._epochs_ended = 0  # Keras epochs that ended having served at least one batch
         self._last = None  # the batch served last (for the build-peek replay)
-        self._replay = None
+        self._ahead = deque()  # owned batches the next requests serve first (look-ahead, replay)
+        self._in_epoch = False  # between on_epoch_begin and on_epoch_end
+        self._lock = threading.RLock()  # tf.data calls __getitem__ from its own threads
         self._table = None  # uint8 -> x_dtype lookup table
         self._closed = False
 
@@ -223,49 +245,60 @@ class KerasDataset(keras.utils.PyDataset):
         return self._steps
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
-        if self._closed:
-            raise ValueError("this KerasDataset is closed")
         if isinstance(index, bool) or not isinstance(index, numbers.Integral):
             raise TypeError(f"batch index must be an int, got {type(index).__name__}")
         if not 0 <= index < self._steps:
             raise IndexError(f"batch index {index} out of range for {self._steps} batches")
-        if self._replay is not None:
-            out, self._replay = self._replay, None
-        else:
-            out = self._convert(self._next_batch())
-        self._last = out
-        self._served += 1
-        return out
+        with self._lock:
+            if self._closed:
+                raise ValueError("this KerasDataset is closed")
+            if not self._in_epoch:
+                # A look-ahead (TensorFlow's signature pull): the index-th batch of the next
+                # epoch, kept for it.
+                while len(self._ahead) <= index:
+                    batch = self._convert(self._next_batch())
+                    self._ahead.append((own(batch[0]), own(batch[1])))
+                return self._ahead[index]
+            out = self._ahead.popleft() if self._ahead else self._convert(self._next_batch())
+            self._last = out
+            self._served += 1
+            return out
 
     def on_epoch_begin(self) -> None:
-        self._served = 0
+        with self._lock:
+            self._served = 0
+            self._in_epoch = True
 
     def on_epoch_end(self) -> None:
-        if self._closed:
-            return
-        if self._served == 1 and self._epochs_ended == 0 and self._steps > 1:
-            # Keras pulled one batch to build the model, then ended the "epoch": serve that
-            # batch again as the first one of the real first epoch. (With one batch per epoch
-            # a peek looks like a whole epoch: nothing is replayed then.)
-            if self._last is not None:
-                self._replay = (own(self._last[0]), own(self._last[1]))
-        elif self._served:
-            self._epochs_ended += 1
-        self._served = 0
-        self._last = None
+        with self._lock:
+            self._in_epoch = False
+            if self._closed:
+                return
+            if self._served == 1 and self._epochs_ended == 0 and self._steps > 1:
+                # Keras pulled one batch to build the model, then ended the "epoch": serve
+                # that batch again as the first one of the real first epoch. (With one batch
+                # per epoch a peek looks like a whole epoch: nothing is replayed then.)
+                if self._last is not None:
+                    self._ahead.appendleft((own(self._last[0]), own(self._last[1])))
+            elif self._served:
+                self._epochs_ended += 1
+            self._served = 0
+            self._last = None
 
     # -- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:
         """End the current pass and (unless ``close_loader=False``) close the loader."""
-        if self._closed:
-            return
-        self._closed = True
-        self._last = self._replay = None
-        try:
-            self._drop_pass()
-        finally:
-            if self._close_loader:
-                self._loader.close()
+        with self._lock:  # waits for a request in flight in a tf.data thread
+            if self._closed:
+                return
+            self._closed = True
+            self._last = None
+            self._ahead.clear()
+            try:
+                self._drop_pass()
+            finally:
+                if self._close_loader:
+                    self._loader.close()
 
     def __enter__(self) -> KerasDataset:
         return self
