@@ -24,6 +24,9 @@ from stoker.torch._sample_fields import geometry_kinds, sample_fields
 
 __all__ = ["RecordDataset"]
 
+#: ``layout=`` choices: one sample's axes
+LAYOUTS = ("HWC", "CHW")
+
 
 class RecordDataset(Dataset):
     """Sample ``i`` of a data set in any format (a ``.rec``, a ``.stoker.json`` manifest, a
@@ -31,12 +34,29 @@ class RecordDataset(Dataset):
     opens; ``format=`` names it, ``options`` go to the format's reader).
 
     ``ds[i]`` is ``(image, label)``: the decoded image as a uint8 HWC RGB tensor after
-    ``transforms`` (a stoker ``Transform`` called with ``sample_rng(seed, epoch, i)``, so the
-    augmentation of a sample depends only on (seed, epoch, i)), and the label as an ``int``
-    (a whole-number scalar label), a ``float``, or a float32 tensor (a label vector). Decoding
-    and augmentation are those of ``stoker.Loader`` (with ``scale_on_decode``, a JPEG is
-    decoded at a reduced scale when the transforms' ``decode_hint`` allows it), so sample
-    ``i`` equals the loader's sample ``i`` for the same seed and epoch.
+    ``transforms``, and the label as an ``int`` (a whole-number scalar label), a ``float``, or
+    a float32 tensor (a label vector). ``transforms`` is a stoker ``Transform`` or a plain
+    callable ``f(img)`` or ``f(img, rng)`` on an HWC ndarray (wrapped with
+    :func:`stoker.transforms.as_transform`); it is called with ``sample_rng(seed, epoch, i)``,
+    so the augmentation of a sample depends only on (seed, epoch, i). Decoding and
+    augmentation are those of ``stoker.Loader`` (with ``scale_on_decode``, a JPEG is decoded
+    at a reduced scale when the transforms' ``decode_hint`` allows it), so sample ``i`` equals
+    the loader's sample ``i`` for the same seed and epoch.
+
+    ``layout="CHW"`` gives the image channels first, as torchvision models take it (a 2-D
+    image becomes ``(1, H, W)``), in the dtype the transforms give: uint8 without them (4
+    times fewer bytes through the DataLoader's workers; normalise on the device), float32
+    after a ``Normalize`` (``Normalize(mean, std)`` with torchvision's 0-1 constants gives
+    what ``ToTensor()`` + ``Normalize`` give). A chain that already ends channels first
+    (``Normalize(layout="CHW")``) is refused with ``layout="CHW"``: it would be transposed
+    twice.
+
+    The samples are the image records: an insightface (MS1M) set's header and identity
+    records are not samples. As torchvision's ``ImageFolder``: ``targets`` (the label of
+    every sample, a list of ``int`` class ids), ``classes`` (class ``j``'s name at index
+    ``j``: the set's class names, or, for a set without them such as an insightface set,
+    the ids ``"0" .. str(max label)``) and ``class_to_idx``; ``len(ds.classes)`` is the
+    number of outputs a classifier needs.
 
     Call ``set_epoch(e)`` before each epoch for fresh augmentation; with
     ``persistent_workers=True`` the workers keep the epoch they started with, so leave that
@@ -62,11 +82,12 @@ class RecordDataset(Dataset):
         epoch: int = 0,
         scale_on_decode: bool = True,
         fields: list[str] | tuple[str, ...] | None = None,
+        layout: str = "HWC",
         format: str | None = None,
         **options: Any,
     ) -> None:
-        if transforms is not None and not callable(transforms):
-            raise TypeError(f"transforms must be callable (img, rng) -> img, got {transforms!r}")
+        transforms = _wrap(transforms)
+        _check_layout(layout, transforms)
         if fields is not None and (
             isinstance(fields, str) or not all(isinstance(n, str) for n in fields)
         ):
@@ -76,8 +97,10 @@ class RecordDataset(Dataset):
         self.seed = int(seed)
         self.epoch = int(epoch)
         self.scale_on_decode = bool(scale_on_decode)
+        self.layout = layout
         self.format = format
         self.options = dict(options)
+        self._targets: list[Any] | None = None
         reader = self._open()
         self._n = len(reader)
         self.class_names = reader.class_names
@@ -118,6 +141,26 @@ class RecordDataset(Dataset):
         self.epoch = int(epoch)
 
     @property
+    def targets(self) -> list[Any]:
+        """The label of every sample, in order (``ImageFolder.targets``): ``int`` class ids;
+        a set with other labels gives them as they are (``float``, or a list per sample)."""
+        if self._targets is None:
+            self._targets = self._get_reader().labels().tolist()
+        return self._targets
+
+    @property
+    def classes(self) -> list[str]:
+        """Class ``j``'s name at index ``j`` (``ImageFolder.classes``): the set's class names,
+        or ``"0" .. str(max label)`` for a set without them. A set whose labels are not
+        class ids (fractional or several per sample) raises ``ValueError``."""
+        return _class_table(self.class_names, self._get_reader().labels(), self.path)
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        """``{name: id}`` for :attr:`classes` (``ImageFolder.class_to_idx``)."""
+        return {name: j for j, name in enumerate(self.classes)}
+
+    @property
     def has_fields(self) -> bool:
         """True when samples are dicts (the set carries fields and ``fields`` kept some)."""
         return bool(self.schema.extra)
@@ -149,18 +192,21 @@ class RecordDataset(Dataset):
         if not self.has_fields:
             if self.transforms is not None:
                 img = self.transforms(img, rng)
-            return torch.from_numpy(np.ascontiguousarray(img)), _label(label)
+            return self._tensor(img), _label(label)
         stored = image_size(payload)
         where = f"{self.path}: position {idx}"
         img, out = sample_fields(self.schema, img, stored, vals, self.transforms, rng, where)
-        sample: dict[str, Any] = {
-            self.schema.image_name: torch.from_numpy(np.ascontiguousarray(img))
-        }
+        sample: dict[str, Any] = {self.schema.image_name: self._tensor(img)}
         label_name = self.schema.header_name
         if label_name is not None:
             sample[label_name] = _label(label)
         sample.update(out)
         return sample
+
+    def _tensor(self, img: np.ndarray) -> torch.Tensor:
+        if self.layout == "CHW":
+            img = img[None] if img.ndim == 2 else img.transpose(2, 0, 1)
+        return torch.from_numpy(np.ascontiguousarray(img))
 
     def close(self) -> None:
         reader, self._reader = self._reader, None
@@ -176,7 +222,61 @@ class RecordDataset(Dataset):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_pid"] = None  # the reader travels as its configuration and reopens there
+        state["_targets"] = None  # every label: made again where asked for, never sent
         return state
+
+
+def _class_table(names: list[str] | None, labels: np.ndarray, path: str) -> list[str]:
+    """Class ``j``'s name at index ``j``: ``names``, or the ids ``"0" .. str(max label)`` (so
+    ``classes[target]`` works and ``len(classes)`` covers every label) when there are none."""
+    if labels.ndim != 1 or labels.dtype.kind not in "iu":
+        what = f"{labels.shape[1]} per sample" if labels.ndim == 2 else f"{labels.dtype} values"
+        raise ValueError(
+            f"{path}: the labels are not class ids ({what}); classes and class_to_idx need one "
+            "whole-number label per sample (targets gives the labels as they are)"
+        )
+    if names:
+        return list(names)
+    top = int(labels.max()) if labels.size else -1
+    return [str(j) for j in range(top + 1)]
+
+
+def _wrap(transforms: Any) -> Any:
+    """A stoker ``Transform`` as it is; a plain callable through ``as_transform``."""
+    if transforms is None:
+        return None
+    if not callable(transforms):
+        raise TypeError(
+            "transforms must be a stoker Transform or a callable f(img) or f(img, rng) -> img, "
+            f"got {type(transforms).__name__}"
+        )
+    from stoker.transforms import as_transform
+
+    return as_transform(transforms)
+
+
+def _check_layout(layout: Any, transforms: Any) -> None:
+    """``layout`` is one of :data:`LAYOUTS`; ``"CHW"`` after a chain that ends channels first
+    (its output spec ``(C, H, W)``) is refused: it would be transposed twice."""
+    if layout not in LAYOUTS:
+        hint = (
+            f" (one sample has no batch axis: {layout[1:]!r})" if layout in ("NHWC", "NCHW") else ""
+        )
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}{hint}")
+    if layout != "CHW" or transforms is None:
+        return
+    from stoker.codecs import DECODED_SPEC
+
+    try:
+        shape = transforms.output_spec(DECODED_SPEC).shape
+    except Exception:  # noqa: BLE001 - a chain that cannot tell its output is taken as HWC
+        return
+    if len(shape) == 3 and shape[0] in (1, 3, 4) and shape[2] not in (1, 3, 4):
+        raise ValueError(
+            f"layout='CHW': the transforms already give channels first {tuple(shape)} (a "
+            "Normalize(layout='CHW')?), so the image would be transposed twice; keep "
+            "layout='HWC' or let the transforms end in HWC"
+        )
 
 
 def _label(label: Any) -> Any:
