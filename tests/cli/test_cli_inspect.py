@@ -4,6 +4,7 @@ bare insightface ``.rec`` (no manifest)."""
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 from PIL import Image
@@ -63,8 +64,33 @@ def test_inspect_names_the_identities_of_an_insightface_rec(tmp_path, capsys):
     assert info["metadata_records"] == 3 and info["images"]["unreadable_headers"] == 0
     assert info["images"]["sampled"] == 3 and info["images"]["height"]["max"] == 6
     assert info["labels"]["kind"] == "scalar" and info["labels"]["distinct"] == 2
+    assert info["metadata"] == {"header": 1, "identity": 2}
     assert main(["inspect", str(rec)]) == 0
     out = capsys.readouterr().out
     assert "identities:    2 (insightface layout)" in out
-    assert "metadata records: 3 (insightface header and identity records" in out
-    assert "unreadable" not in out and "positions=" not in out
+    assert (
+        "metadata records: 3 (insightface: 1 header record, 2 identity records; not images)" in out
+    )
+    # no Python argument offered as advice on the command line
+    assert "unreadable" not in out and "positions=" not in out and "pass " not in out
+    assert main(["inspect", str(rec), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["records"] == 6 and shown["metadata_records"] == 3
+    assert shown["metadata"] == {"header": 1, "identity": 2} and shown["identities"] == 2
+    assert shown["images"]["unreadable_headers"] == 0 and shown["images"]["sampled"] == 3
+
+
+def test_inspect_counts_records_outside_the_insightface_ranges(tmp_path, capsys):
+    rec = tmp_path / "faces.rec"
+    with RecordWriter(rec) as w:
+        w.write(0, pack_header(IRHeader(0, [3, 4], 0, 0), b""))  # images 1..2, identity 3
+        for k in (1, 2):
+            w.write(k, pack_header(IRHeader(0, 0.0, k, 0), _jpeg(k)))
+        w.write(3, pack_header(IRHeader(0, [1, 3], 0, 0), b""))
+        w.write(4, pack_header(IRHeader(0, [0, 0], 0, 0), b""))  # beyond b: no image, no identity
+    assert main(["inspect", str(rec), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["metadata_records"] == 3
+    assert shown["metadata"] == {"header": 1, "identity": 1, "other": 1}
+    assert main(["inspect", str(rec)]) == 0
+    assert "1 header record, 1 identity record, 1 other record" in capsys.readouterr().out

@@ -194,10 +194,7 @@ def run(args: argparse.Namespace) -> int:
     if "bytes_per_record" in info:
         print(f"bytes/record:  {_fmt_stats(info['bytes_per_record'])}")
     if info.get("metadata_records") is not None:
-        print(
-            f"metadata records: {info['metadata_records']} (insightface header and identity "
-            "records; not images)"
-        )
+        print(f"metadata records: {info['metadata_records']} ({_metadata(info)}; not images)")
     lab = info.get("labels") or {}
     if lab.get("kind") == "scalar":
         print(
@@ -234,6 +231,21 @@ def run(args: argparse.Namespace) -> int:
         for f in info["schema"]:
             print(f"  {_describe_field(f)}")
     return status
+
+
+def _metadata(info: dict) -> str:
+    """``insightface: 1 header record, 85742 identity records``: what the metadata records are."""
+    kinds = info.get("metadata")
+    if not kinds:
+        return "records that hold no image"
+    parts = [_count(kinds["header"], "header record"), _count(kinds["identity"], "identity record")]
+    if kinds.get("other"):
+        parts.append(_count(kinds["other"], "other record"))
+    return "insightface: " + ", ".join(parts)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
 
 
 def _describe_field(f: dict) -> str:

@@ -1,6 +1,11 @@
 """``stoker unpack FILE DIR``: write the images of a data set in any format stoker reads back to
 ``DIR/<class>/<key>.<ext>`` (through the format registry, ``stoker.formats.open``).
 
+An insightface (MS1M) ``.rec`` gives its images only, one folder per identity (the images'
+label); its header and identity records, which hold no image, go to ``DIR/identities.json``
+(:data:`IDENTITY_TABLE`): the header record's contents and each identity's ``[start_key,
+end_key)`` with the folder its images went to.
+
 Class names come from the manifest, which is data from elsewhere: a name that could leave DIR
 (``/``, ``\\``, ``..``, ``.``, NUL, an absolute path, an empty name) is refused before anything
 is written, and each target is created with ``O_EXCL`` (never through an existing symlink).
@@ -9,11 +14,15 @@ is written, and each target is created with ``O_EXCL`` (never through an existin
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import Any
 
-__all__ = ["add_parser", "run", "safe_name", "unpack"]
+__all__ = ["IDENTITY_TABLE", "add_parser", "run", "safe_name", "unpack", "unpack_set"]
+
+#: the file beside an insightface set's unpacked images that keeps its identity table
+IDENTITY_TABLE = "identities.json"
 
 #: samples read through one reader (a chunk, as the loader reads them)
 _CHUNK = 1024
@@ -26,13 +35,15 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         name,
         help="write the images of a data set back to a class folder tree",
         description="Write each record's image to DIR/<class>/<key>.<ext> (labels without a "
-        "class map become folders named by the label).",
+        "class map become folders named by the label). An insightface .rec gives its images "
+        f"only, one folder per identity, and its identity table in DIR/{IDENTITY_TABLE}.",
     )
     p.add_argument("file", help="a data set: manifest, data file or database folder")
     p.add_argument("dir", help="output folder (created if missing)")
     p.add_argument("--format", default=None, help="the format, when FILE does not tell it")
     p.add_argument("--overwrite", action="store_true", help="replace files that exist")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON (no bar)")
     p.set_defaults(func=run)
     return p
 
@@ -76,7 +87,23 @@ def unpack(
     progress: bool | None = None,
     format: str | None = None,
 ) -> int:
-    """Write every image to ``out_dir``; returns the number written."""
+    """Write every image to ``out_dir``; returns the number written (see :func:`unpack_set`)."""
+    summary = unpack_set(path, out_dir, overwrite=overwrite, progress=progress, format=format)
+    return int(summary["images"])
+
+
+def unpack_set(
+    path: str,
+    out_dir: str,
+    *,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    format: str | None = None,
+) -> dict[str, Any]:
+    """Write every image to ``out_dir`` (an insightface set's identity table too); returns
+    the summary ``stoker unpack --json`` prints: ``file``, ``format``, ``dir``, ``images``,
+    ``folders``, ``metadata_records`` and ``identity_table`` (the JSON file's path, or
+    ``None``)."""
     import numpy as np
 
     from stoker._core.progress import make_progress
@@ -91,6 +118,10 @@ def unpack(
             # path is the manifest the names come from, or the data file they lie beside
             for n in names:
                 safe_name(n, what=f"class name in {path}")
+        table = _identity_table(r)
+        table_path = os.path.join(out_dir, IDENTITY_TABLE)
+        if table is not None and not overwrite and os.path.lexists(table_path):
+            raise FileExistsError(f"{table_path} exists; pass --overwrite to replace it")
         os.makedirs(out_dir, exist_ok=True)
         root = os.path.realpath(out_dir)
         made: set[str] = set()
@@ -105,9 +136,46 @@ def unpack(
                 count += 1
                 bar.update(1)
         bar.close()
-        return count
+        if table is not None:
+            _add_folders(table, r.labels(), names)
+            from stoker._core.atomic import write_bytes_atomic
+
+            text = json.dumps(table, indent=1, ensure_ascii=True) + "\n"
+            write_bytes_atomic(os.path.join(root, IDENTITY_TABLE), text.encode())
+        return {
+            "file": os.fspath(path),
+            "format": r.format,
+            "dir": os.fspath(out_dir),
+            "images": count,
+            "folders": len(made),
+            "metadata_records": table["metadata_records"] if table is not None else 0,
+            "identity_table": table_path if table is not None else None,
+        }
     finally:
         r.close()
+
+
+def _identity_table(reader: Any) -> dict[str, Any] | None:
+    """An insightface set's header and identity records as JSON; ``None`` for other sets."""
+    from stoker.formats.recordio.insightface import layout_table
+    from stoker.formats.recordio.seam import RecordIOReader
+
+    if not isinstance(reader, RecordIOReader):
+        return None
+    return layout_table(reader.records)
+
+
+def _add_folders(table: dict[str, Any], labels: Any, names: list[str] | None) -> None:
+    """Each identity's ``folder``: where its images went (their label's folder), or ``None``
+    when it has none or they carry different labels."""
+    import numpy as np
+
+    labels = np.asarray(labels)
+    first = table["image_keys"][0]  # image key k is sample k - first
+    for ident in table["identities"]:
+        lab = labels[ident["start_key"] - first : ident["end_key"] - first]
+        one = lab.ndim == 1 and lab.size > 0 and bool(np.all(lab == lab[0]))
+        ident["folder"] = _folder(lab[0], names) if one else None
 
 
 def _write(
@@ -161,13 +229,21 @@ def run(args: argparse.Namespace) -> int:
     name = _format(args)
     if name is None:
         return 2
-    n = unpack(
+    summary = unpack_set(
         args.file,
         args.dir,
         overwrite=args.overwrite,
-        progress=False if args.quiet else None,
+        progress=False if args.quiet or args.json else None,
         format=name,
     )
-    if not args.quiet:
-        print(f"wrote {n} images under {args.dir}", file=sys.stdout)
+    if args.json:
+        print(json.dumps(summary, indent=1, ensure_ascii=True))
+    elif not args.quiet:
+        line = f"wrote {summary['images']} images in {summary['folders']} folders under {args.dir}"
+        if summary["identity_table"] is not None:
+            line += (
+                f"; {summary['metadata_records']} metadata records (insightface header and "
+                f"identities) kept in {summary['identity_table']}"
+            )
+        print(line, file=sys.stdout)
     return 0

@@ -4,8 +4,10 @@ insightface's ``face2rec`` writes a header record with key 0: ``flag = 2``, labe
 and no image. Keys ``1 .. a-1`` are the images (each labelled with its identity); keys
 ``a .. b-1`` are one record per identity whose two labels give that identity's ``[start,
 end)`` image keys (``MXFaceDataset``, ``face_image_iter``). :func:`detect_layout` recognises
-it; ``RecordFile.identity_ranges``/``image_keys``/``image_positions`` expose it and
-:class:`ImageRecords` reads the image records alone.
+it; ``RecordFile.identity_ranges``/``image_keys``/``image_positions`` expose it,
+:class:`ImageRecords` reads the image records alone and :func:`layout_table` gives the header
+and identity records as JSON (what ``stoker unpack`` keeps beside the images and ``stoker
+inspect`` counts as metadata records).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     from stoker._core.schema import Schema
     from stoker.formats.recordio.reader import RecordFile
 
-__all__ = ["ImageRecords", "Layout", "detect_layout"]
+__all__ = ["ImageRecords", "Layout", "detect_layout", "layout_table"]
 
 
 class Layout:
@@ -113,6 +115,42 @@ def detect_layout(r: RecordFile) -> Layout | None:
         raise bad(f"labels ({a}, {b}) name keys the .idx lacks ({e.args[0]})") from None
     ranges = _identity_ranges(r, id_positions, a, b, bad)
     return Layout(ranges, np.arange(1, a, dtype=np.int64), image_positions)
+
+
+def layout_table(r: Records) -> dict[str, Any] | None:
+    """The header and identity records of an insightface set as a JSON-safe dict, or ``None``
+    for a set without that layout (``r``: the set or its :class:`ImageRecords` view).
+
+    ``{"layout": "insightface", "records": all records, "header": {"key": 0, "flag",
+    "label": [a, b], "id", "id2"}, "image_keys": [1, a], "identities": [{"key": a + j,
+    "start_key", "end_key"}, ...]}``: key ranges are ``[start, end)``, row ``j`` is identity
+    ``j`` (face2rec labels its images ``j``); ``metadata_records`` counts the header, the
+    identity records and any other record that is no image.
+    """
+    ranges = r.identity_ranges
+    if ranges is None:
+        return None
+    f = r.shards[0]  # the layout is one .rec's (a set of several shards has none)
+    header, _ = f.read_header(f.position(0))
+    a, b = (int(x) for x in np.asarray(header.label))
+    n_images = a - 1
+    return {
+        "layout": "insightface",
+        "records": len(f),
+        "metadata_records": len(f) - n_images,
+        "header": {
+            "key": 0,
+            "flag": int(header.flag),
+            "label": [a, b],
+            "id": int(header.id),
+            "id2": int(header.id2),
+        },
+        "image_keys": [1, a],
+        "identities": [
+            {"key": a + j, "start_key": int(s), "end_key": int(e)}
+            for j, (s, e) in enumerate(ranges.tolist())
+        ],
+    }
 
 
 class ImageRecords(Records):

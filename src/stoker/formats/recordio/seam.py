@@ -266,7 +266,9 @@ class RecordIOReader(Reader):
     def summary(self) -> dict:
         """What ``stoker inspect`` shows of a RecordIO set beyond the samples: every record
         (an insightface set's header and identity records too), shards, ``.rec`` bytes, bytes
-        per record, the insightface layout, the rejects the manifest counts."""
+        per record, the insightface layout (``identities``; ``metadata_records`` and, by kind,
+        ``metadata``: ``header``, ``identity`` and ``other`` records that hold no image), the
+        rejects the manifest counts."""
         full = open_records(self.path, verify_checksums=False, cache=self.cache)
         try:
             shards = full.shards
@@ -279,7 +281,10 @@ class RecordIOReader(Reader):
             if len(full) != self._len:
                 out["metadata_records"] = len(full) - self._len
             if full.identity_ranges is not None:
-                out["identities"] = int(len(full.identity_ranges))
+                n = int(len(full.identity_ranges))
+                out["identities"] = n
+                kinds = {"header": 1, "identity": n, "other": len(full) - self._len - 1 - n}
+                out["metadata"] = {k: v for k, v in kinds.items() if v or k != "other"}
             if full.manifest:
                 out["rejects"] = full.manifest.get("rejects", {}).get("count")
             return out
