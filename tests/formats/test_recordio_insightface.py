@@ -94,3 +94,26 @@ def test_header_naming_missing_keys_is_reported(tmp_path):
     face_set(rec, breaker=breaker)
     with RecordFile(rec) as r, pytest.raises(CorruptRecordError, match="insightface header"):
         _ = r.identity_ranges
+
+
+@pytest.mark.parametrize("header_last", [True, False])
+def test_the_identity_table_is_the_header_and_identity_records(tmp_path, header_last):
+    from stoker.formats import open_reader
+
+    rec = tmp_path / "faces.rec"
+    a, b = face_set(rec, header_last=header_last)
+    with open_reader(rec) as r:
+        table = r.identity_table()
+    assert table["layout"] == "insightface" and table["records"] == 12
+    assert table["metadata_records"] == 4 and table["image_keys"] == [1, a]
+    assert table["header"] == {"key": 0, "flag": 2, "label": [a, b], "id": 0, "id2": 0}
+    assert [(t["key"], t["start_key"], t["end_key"]) for t in table["identities"]] == [
+        (9, 1, 4),
+        (10, 4, 5),
+        (11, 5, 9),
+    ]
+    plain = tmp_path / "plain.rec"
+    with RecordWriter(plain) as w:
+        w.write(0, pack_header(IRHeader(0, 1.0, 0, 0), b"x"))
+    with open_reader(plain) as r:
+        assert r.identity_table() is None

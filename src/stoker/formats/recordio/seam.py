@@ -22,6 +22,7 @@ import numpy as np
 from stoker._core.errors import SpecError
 from stoker._core.schema import Field, Schema
 from stoker.formats.base import Reader, ReadSample
+from stoker.formats.recordio.insightface import layout_table
 from stoker.formats.recordio.opening import open_records
 from stoker.formats.recordio.records import Records
 from stoker.formats.recordio.recordset import RecordSet
@@ -290,6 +291,11 @@ class RecordIOReader(Reader):
             return out
         finally:
             full.close()
+
+    def identity_table(self) -> dict[str, Any] | None:
+        """An insightface set's header and identity records as JSON (``layout_table``: what
+        ``stoker unpack`` keeps beside the images); ``None`` for any other set."""
+        return layout_table(self.records)
 
     def describe(self, i: int) -> str:
         rec = self.records
