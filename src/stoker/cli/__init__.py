@@ -1,11 +1,17 @@
 """The ``stoker`` command. Each subcommand lives in its own module with ``add_parser(sub)``
-and ``run(args) -> int``; nothing heavy is imported until a subcommand runs."""
+and ``run(args) -> int``; nothing heavy is imported until a subcommand runs.
+
+A mistyped option is refused by the subcommand's own parser (its usage, and the closest
+options it has), and a mistyped command names the closest commands."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 __all__ = ["main"]
 
@@ -22,6 +28,57 @@ COMMANDS: dict[str, str] = {
 }
 
 
+def _did_you_mean(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {' or '.join(close)}?)"
+
+
+class SubcommandParser(argparse.ArgumentParser):
+    """A subcommand's parser. argparse hands a subcommand's unknown options up to the top-level
+    parser, which prints the top-level usage; here they are refused where they were given:
+    this subcommand's usage, the unknown option and the closest ones it has."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        strings = list(sys.argv[1:] if args is None else args)
+        unknown = self._unknown_options(strings)
+        if unknown:
+            known = [s for a in self._actions for s in a.option_strings if s.startswith("--")]
+            hint = _did_you_mean(unknown[0], known) or f" (see {self.prog} --help)"
+            many = "s" if len(unknown) > 1 else ""
+            self.error(f"unknown option{many} {' '.join(unknown)}{hint}")
+        ns, extras = super().parse_known_args(strings, namespace)
+        if extras:
+            self.error(f"unexpected arguments: {' '.join(extras)}")
+        return ns, extras
+
+    def _unknown_options(self, strings: list[str]) -> list[str]:
+        """The option-like strings that name none of this parser's options (argparse's own
+        rules: ``--opt=value``, unique prefixes of long options, negative numbers as values)."""
+        known = {s for a in self._actions for s in a.option_strings}
+        out = []
+        for s in strings:
+            if s == "--":
+                break
+            if not s.startswith("-") or s == "-":
+                continue
+            if self._negative_number_matcher.match(s) and not self._has_negative_number_optionals:
+                continue
+            flag = s.split("=", 1)[0]
+            if flag in known:
+                continue
+            if flag.startswith("--") and self.allow_abbrev:
+                if any(k.startswith(flag) for k in known if k.startswith("--")):
+                    continue  # a prefix: argparse takes it, or names the ambiguity itself
+            elif not flag.startswith("--") and flag[:2] in known:
+                continue  # -x with its value attached
+            out.append(flag)
+        return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     from stoker import __version__
 
@@ -29,15 +86,32 @@ def build_parser() -> argparse.ArgumentParser:
         prog="stoker", description="Keep the GPU fed: pack, inspect and load image datasets."
     )
     parser.add_argument("--version", action="version", version=f"stoker {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=SubcommandParser)
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(f"stoker.cli.{module_name}")
         module.add_parser(sub, name)
     return parser
 
 
+def _refuse_unknown_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """A first word that is no command is refused naming the closest commands (argparse would
+    only list them all)."""
+    words = [a for a in argv if not a.startswith("-")]
+    if not words or words[0] in COMMANDS or argv.index(words[0]) != 0:
+        return
+    name = words[0]
+    hint = _did_you_mean(name, list(COMMANDS))
+    _error(parser, f"unknown command {name!r}{hint}; commands: {', '.join(COMMANDS)}")
+
+
+def _error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    parser.error(message)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _refuse_unknown_command(parser, argv)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()

@@ -6,6 +6,7 @@ processes; what can be left is an array source's copy, or a ring of an older sto
 from __future__ import annotations
 
 import argparse
+import json
 
 __all__ = ["add_parser", "run"]
 
@@ -23,6 +24,11 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         ),
     )
     p.add_argument("--dry-run", action="store_true", help="list what would be removed")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"dry_run", "removed": [paths], "count"} as JSON on stdout',
+    )
     p.set_defaults(func=run)
     return p
 
@@ -31,6 +37,11 @@ def run(args: argparse.Namespace) -> int:
     from stoker.loader import cleanup_stale
 
     removed = cleanup_stale(dry_run=args.dry_run)
+    if args.json:
+        paths = [f"/dev/shm/{name}" for name in removed]
+        out = {"dry_run": bool(args.dry_run), "removed": paths, "count": len(paths)}
+        print(json.dumps(out, indent=1))
+        return 0
     verb = "would remove" if args.dry_run else "removed"
     for name in removed:
         print(f"{verb} /dev/shm/{name}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from stoker.cli.pack import run_options, writable_formats
+from stoker.cli.pack import make_options, run_options, writable_formats
 
 __all__ = ["add_parser", "run"]
 
@@ -22,8 +22,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
             "any *.stoker.json manifest) into OUT in --format: the original image bytes, "
             "labels, keys and fields, in the source's order. Like pack: workers, progress, "
             "--shard-size, OUT.rejects.tsv (a record that fails to read, with its key, file and "
-            "byte offset), outputs renamed into place only at the end, and an interrupted run "
-            "resumes."
+            "byte offset), OUT's folder created when missing, outputs renamed into place only "
+            "at the end, and an interrupted run resumes."
         ),
     )
     p.add_argument("src", help="the data set to read: a file, a folder or a manifest")
@@ -52,17 +52,18 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         help="fail (exit 1) when more than N records cannot be read",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
-    p.add_argument("--json", action="store_true", help="print the report as JSON (no bar)")
+    p.add_argument(
+        "--json", action="store_true", help="print the report as JSON on stdout (no bar)"
+    )
     p.set_defaults(func=run)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from stoker.pack import PackOptions
-
-    options = PackOptions(
-        args.src,
-        args.out,
+    options = make_options(
+        "convert",
+        src=args.src,
+        out=args.out,
         workers=args.workers,
         shuffle=args.shuffle,
         seed=args.seed,
@@ -75,4 +76,6 @@ def run(args: argparse.Namespace) -> int:
         convert=True,
         source_format=args.source_format,
     )
+    if options is None:
+        return 2
     return run_options(options, args, "convert")

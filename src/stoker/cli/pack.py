@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Any
 
-__all__ = ["add_parser", "run", "run_options", "writable_formats"]
+__all__ = ["add_parser", "make_options", "run", "run_options", "writable_formats"]
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
@@ -23,7 +23,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
             "masks...; see docs/pack.md) into OUT.rec/OUT.idx (OUT-NNNNN.* with --shard-size), "
             "OUT.crc32c, OUT.stoker.json and OUT.rejects.tsv (--format tfrecord: OUT.tfrecord; "
             "--format wds: OUT.tar, WebDataset). Original JPEG bytes are kept "
-            "unless --resize or --quality asks for a re-encode. An interrupted run resumes."
+            "unless --resize or --quality asks for a re-encode. OUT's folder is created when "
+            "missing. An interrupted run resumes."
         ),
     )
     p.add_argument("src", help="image folder, an im2rec .lst file, or a .jsonl/.csv listing")
@@ -33,6 +34,13 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         default="recordio",
         choices=writable_formats(),
         help="what to write (default: recordio)",
+    )
+    p.add_argument(
+        "--labels",
+        default="folders",
+        choices=("folders", "none"),
+        help="a folder's labels: one class per top-level subfolder (default; a folder of "
+        "images without subfolders is refused), or none (every record 0, no class names)",
     )
     p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     p.add_argument("--resize", type=int, default=None, metavar="S", help="shorter side in pixels")
@@ -77,9 +85,23 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         "(default: rejected outside_root)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
-    p.add_argument("--json", action="store_true", help="print the report as JSON (no bar)")
+    p.add_argument(
+        "--json", action="store_true", help="print the report as JSON on stdout (no bar)"
+    )
     p.set_defaults(func=run)
     return p
+
+
+def make_options(what: str, **options: Any) -> Any:
+    """``PackOptions(**options)``, or ``None`` after one line on stderr naming the bad option
+    (a value no flag's type caught, such as ``--seed -1``)."""
+    from stoker.pack import PackOptions
+
+    try:
+        return PackOptions(**options)
+    except (TypeError, ValueError) as e:
+        print(f"stoker {what}: error: {e}", file=sys.stderr)
+        return None
 
 
 def writable_formats() -> list[str]:
@@ -120,12 +142,12 @@ def run_options(options: Any, args: argparse.Namespace, what: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stoker.pack import PackOptions
     from stoker.pack.images import DEFAULT_MAX_PIXELS
 
-    options = PackOptions(
-        args.src,
-        args.out,
+    options = make_options(
+        "pack",
+        src=args.src,
+        out=args.out,
         workers=args.workers,
         resize=args.resize,
         quality=args.quality,
@@ -143,5 +165,8 @@ def run(args: argparse.Namespace) -> int:
         progress=False if args.quiet or args.json else None,
         schema=args.schema,
         format=args.format,
+        labels=args.labels,
     )
+    if options is None:
+        return 2
     return run_options(options, args, "pack")

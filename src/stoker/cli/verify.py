@@ -4,9 +4,11 @@ if any), through the format's ``verify`` in the registry."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from typing import Any
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "report_json", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
@@ -38,6 +40,11 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         help="list at most N problems (all are counted; default 1000)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar; print problems only")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the report as JSON on stdout (no bar; the exit status is the same)",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -59,6 +66,34 @@ def _format(args: argparse.Namespace) -> str | None:
     return fmt.name
 
 
+def report_json(report: Any, format: str) -> dict[str, Any]:
+    """A verify report as JSON: the counts, every problem listed (file, key, byte offset,
+    ``.idx`` line, reason) and the notes."""
+    return {
+        "path": report.path,
+        "format": format,
+        "ok": report.ok,
+        "records": report.records,
+        "indexed": report.indexed,
+        "bytes": report.rec_bytes,
+        "checksummed": report.checksummed,
+        "decoded": report.decoded,
+        "problem_count": report.problem_count,
+        "problems": [
+            {
+                "path": p.path,
+                "key": p.key,
+                "offset": p.offset,
+                "idx_line": p.idx_line,
+                "reason": p.reason,
+                "text": str(p),
+            }
+            for p in report.problems
+        ],
+        "notes": list(report.notes),
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     from stoker.formats import registry
 
@@ -78,9 +113,12 @@ def run(args: argparse.Namespace) -> int:
         checksums=not args.no_checksums,
         decode=decode,
         max_problems=args.max_problems,
-        progress=False if args.quiet else None,
+        progress=False if args.quiet or args.json else None,
         **extra,
     )
+    if args.json:
+        print(json.dumps(report_json(report, name), indent=1))
+        return 0 if report.ok else 1
     for problem in report.problems:
         print(f"problem: {problem}", file=sys.stdout)
     if report.problem_count > len(report.problems):

@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from stoker._core.checks import check_int, check_optional_int
+from stoker._core.checks import check_choice, check_int, check_optional_int
 from stoker._core.schema import Schema
 from stoker._core.system import usable_cores
 from stoker.pack.images import DEFAULT_MAX_PIXELS, check_image
 
-__all__ = ["JOURNAL_VERSION", "PackOptions", "output_prefix"]
+__all__ = ["JOURNAL_VERSION", "LABELS", "PackOptions", "output_prefix"]
 
 #: Version of the journal's fingerprint settings; a change starts interrupted runs over.
 JOURNAL_VERSION = 1
@@ -28,6 +28,11 @@ JOURNAL_VERSION = 1
 #: The options that decide the output bytes, in the order the journal and manifest list them.
 _OUTPUT_OPTIONS = ("resize", "quality", "shuffle", "seed", "shard_size", "max_pixels")
 
+
+#: Where a folder's labels come from: ``"folders"``, one class per top-level subfolder (a
+#: folder of images without subfolders is refused); ``"none"``, no labels (every record 0, no
+#: class names).
+LABELS = ("folders", "none")
 
 #: The integer options, checked in this order: (minimum, maximum, None allowed).
 _INT_RANGES: dict[str, tuple[int, int | None, bool]] = {
@@ -122,6 +127,8 @@ class PackOptions:
     source_format: str | None = None
     #: options for the source's reader (an LSUN database's ``label=``, say)
     source_options: dict[str, Any] | None = None
+    #: where a folder's labels come from (:data:`LABELS`)
+    labels: str = "folders"
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # a frozen dataclass normalises its own fields here
@@ -146,6 +153,9 @@ class PackOptions:
         put(self, "schema", _load_schema(self.schema))
         _check_formats(self.format, self.source_format)
         put(self, "convert", bool(self.convert))
+        check_choice("labels", self.labels, LABELS)
+        if self.convert and self.labels != "folders":
+            raise ValueError("labels applies to packing a folder; a convert keeps the source's")
         if self.source_options is not None and not isinstance(self.source_options, dict):
             raise TypeError(
                 f"source_options must be a dict, got {type(self.source_options).__name__}"
@@ -195,10 +205,13 @@ class PackOptions:
                 "seed": self.seed,
                 "shard_size": self.shard_size,
             }
-        return {
+        out = {
             "source": os.path.basename(os.path.normpath(self.src)),
             "source_kind": "lst" if from_lst else "listing" if listing else "folder",
             "keys": "lst-index" if from_lst else "position",
             **self._output_json(),
             "follow_symlinks": self.follow_symlinks,
         }
+        if self.labels != "folders":  # absent by default: manifests stay as they were
+            out["labels"] = self.labels
+        return out

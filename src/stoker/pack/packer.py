@@ -109,6 +109,7 @@ def pack(
     progress: bool | None = None,
     schema: Any = None,
     format: str = "recordio",
+    labels: str = "folders",
     _check: Callable[..., Any] | None = None,
 ) -> PackReport:
     """Pack an image folder (one class per top-level subfolder), an im2rec ``.lst``, or a
@@ -126,7 +127,10 @@ def pack(
     a listing's image and mask paths. ``format``: what to write, ``"recordio"`` (the
     default: ``OUT.rec`` …, as above), ``"tfrecord"`` or ``"wds"`` (WebDataset ``.tar``
     shards), each with the same manifest, rejects list and resume. ``schema``: a listing's schema in place of the one its
-    rows imply (a ``Schema``, its JSON dict or a JSON file). ``progress``: a bar on stderr
+    rows imply (a ``Schema``, its JSON dict or a JSON file). ``labels``: a folder's labels,
+    ``"folders"`` (one class per top-level subfolder; images with no subfolder to class them
+    are refused) or ``"none"`` (every record labelled 0, no class names). ``OUT``'s folder is
+    created when missing, after the source was found. ``progress``: a bar on stderr
     (default: when stderr is a terminal). ``_check``: internal, a module-level stand-in for
     ``check_image`` run in the workers (fault-injection tests). See ``docs/pack.md`` for the
     checks, the normalisation policy and resume.
@@ -155,6 +159,7 @@ def pack(
         schema=schema,
         check=_check,
         format=format,
+        labels=labels,
     )
     return run_pack(options)
 
@@ -163,8 +168,8 @@ def run_pack(options: PackOptions) -> PackReport:
     """Pack as ``options`` say (see :func:`pack`)."""
     t0 = time.perf_counter()
     n_workers = options.worker_count()
-    _check_out_dir(options.prefix)
-    plan = make_plan(options)
+    plan = make_plan(options)  # a missing or unusable source is named before the output
+    _make_out_dir(options.prefix)
     paths = OutputPaths.for_plan(plan, list_file=options.list_file, format=options.format)
     settings = options.journal_json()
     fp = fingerprint(plan, settings)
@@ -204,10 +209,17 @@ def _check_listing_rejects(options: PackOptions, plan: Plan, paths: OutputPaths)
     )
 
 
-def _check_out_dir(prefix: str) -> None:
+def _make_out_dir(prefix: str) -> None:
+    """The output's folder, created (with its parents) when missing, and writable."""
     out_dir = os.path.dirname(os.path.abspath(prefix))
-    if not os.path.isdir(out_dir):
-        raise PackError(f"{out_dir}: output folder does not exist")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except FileExistsError:
+        raise PackError(
+            f"{out_dir}: cannot create the output folder: a file is in the way"
+        ) from None
+    except OSError as e:
+        raise PackError(f"{out_dir}: cannot create the output folder: {e.strerror or e}") from None
     if not os.access(out_dir, os.W_OK):
         raise PackError(f"{out_dir}: output folder is not writable")
 

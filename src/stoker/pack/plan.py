@@ -9,6 +9,7 @@ is the list's index column, as im2rec does. Shard ``s`` (``shard_size=N``) holds
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -65,7 +66,13 @@ def _list_source(options: PackOptions) -> tuple[ScanResult, bool, Schema | None]
     """The source's listing, whether it is an im2rec list, and a listing's schema."""
     src = os.fspath(options.src)
     if os.path.isdir(src):
-        return scan_folder(src, follow_symlinks=options.follow_symlinks), False, None
+        scan = scan_folder(src, follow_symlinks=options.follow_symlinks)
+        return _folder_labels(src, scan, options.labels), False, None
+    if options.labels != "folders" and os.path.exists(src):
+        raise PackError(
+            f"{src}: labels={options.labels!r} (--labels {options.labels}) is for an image "
+            "folder; an im2rec .lst or a listing carries its own labels"
+        )
     if os.path.isfile(src) and src.endswith(".lst"):
         lst = read_lst(src, root=options.root, allow_outside_root=options.allow_outside_root)
         return lst, True, None
@@ -80,6 +87,24 @@ def _list_source(options: PackOptions) -> tuple[ScanResult, bool, Schema | None]
     if not os.path.exists(src):
         raise PackError(f"{src}: no such file or folder")
     raise PackError(f"{src}: give an image folder, an im2rec .lst, or a .jsonl/.csv listing")
+
+
+def _folder_labels(src: str, scan: ScanResult, labels: str) -> ScanResult:
+    """A folder's listing with the labels ``labels`` asks for. ``"folders"``: one class per
+    top-level subfolder, and a folder of images with no subfolder is refused (packing it would
+    give every image class 0 without a word); ``"none"``: every image labelled 0, no class
+    names."""
+    if labels == "none":
+        scan.items = [dataclasses.replace(it, label=0.0) for it in scan.items]
+        scan.classes = {}
+    elif not scan.classes and scan.items:
+        raise PackError(
+            f"{src}: {len(scan.items)} images but no class subfolders; stoker pack takes one "
+            "class per top-level subfolder (SRC/<class>/<image>). Move the images into class "
+            "folders, or pack them without labels with --labels none (labels='none'): every "
+            "record labelled 0, no class names"
+        )
+    return scan
 
 
 def _label_schema(items: list[Item], from_lst: bool) -> Schema:

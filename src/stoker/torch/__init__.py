@@ -16,7 +16,19 @@
 
 from __future__ import annotations
 
-from stoker.torch._batch import TensorBatch
+try:
+    import torch  # noqa: F401 - only to name what is missing before the rest imports it
+except ModuleNotFoundError as exc:
+    if exc.name != "torch":
+        raise
+    raise ModuleNotFoundError(
+        "stoker.torch needs PyTorch: pip install 'stoker[torch]' (or first install the torch "
+        "build that matches your CUDA, https://pytorch.org/get-started/locally/); the rest of "
+        "stoker (pack, Loader, doctor) works without it",
+        name="torch",
+    ) from exc
+
+from stoker.torch._batch import TensorBatch  # noqa: E402 - after the torch check
 from stoker.torch.augment import random_erase, random_flip
 from stoker.torch.dataset import RecordDataset
 from stoker.torch.distributed import distributed_info
