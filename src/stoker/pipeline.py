@@ -35,7 +35,7 @@ from stoker.transforms.color import Normalize
 from stoker.transforms.compose import Compose
 from stoker.transforms.targets import Targets
 
-__all__ = ["DecodeOptions", "Pipeline", "fit_height", "fit_width"]
+__all__ = ["DecodeOptions", "Pipeline", "fit_height", "fit_width", "leaves_size_open"]
 
 LAYOUTS = ("NHWC", "NCHW")
 
@@ -89,6 +89,37 @@ def _chain_spec(t: Transform, spec: ArraySpec, *, what: str) -> ArraySpec:
     return spec
 
 
+def _open_dims(spec: ArraySpec, variable_width: bool, variable_height: bool) -> set[int]:
+    """The dimensions of a chain's end left open that a batch cannot take open."""
+    allowed = {1} if variable_width or variable_height else set()
+    if variable_height:
+        allowed.add(0)
+    return {i for i, d in enumerate(spec.shape) if d is None} - allowed
+
+
+def leaves_size_open(
+    input_spec: ArraySpec,
+    transforms: Transform | None,
+    *,
+    variable_width: bool = False,
+    variable_height: bool = False,
+) -> bool:
+    """Whether ``transforms`` fed ``input_spec`` end in a height or width a batch cannot take
+    open: then a :class:`Pipeline` refuses them, unless the input's size is fixed (the loader
+    fixes it when every image of a set has one size). A chain refused for another reason
+    (a step that does not accept its input, a sample neither HW nor HWC) gives ``False``: the
+    pipeline names that reason itself."""
+    spec = input_spec
+    if transforms is not None:
+        try:
+            spec = _chain_spec(transforms, spec, what="transforms")
+        except SpecError:
+            return False
+    if len(spec.shape) not in (2, 3):
+        return False
+    return bool(_open_dims(spec, variable_width, variable_height) & {0, 1})
+
+
 def fit_width(img: np.ndarray, width: int) -> np.ndarray:
     """(H, w, ...) -> (H, width, ...): zero right-pad when narrower, resize the width when wider."""
     w = img.shape[1]
@@ -126,7 +157,10 @@ class Pipeline:
     ``variable_width=True`` lets the width stay open (a sampler gives it per batch);
     ``variable_height=True`` the height too (each batch is padded to its largest sample);
     ``geometry``: the kinds of geometric fields the samples carry (``"boxes"``, ``"points"``,
-    ``"mask"``), which every step must be able to move."""
+    ``"mask"``), which every step must be able to move. ``input_from``: where a fixed
+    ``input_spec`` of stored images came from (``"key 0 (position 0), the set's first
+    image"``), set when the loader fixed it; every image is then checked against it before
+    the transforms, and one of another size is a ``SpecError`` naming both sizes."""
 
     input_spec: ArraySpec
     transforms: Transform | None = None
@@ -136,6 +170,7 @@ class Pipeline:
     variable_width: bool = False
     variable_height: bool = False
     geometry: frozenset[str] = frozenset()
+    input_from: str = ""
     sample_spec: ArraySpec = field(init=False)
     # A trailing Normalize is run by fill_row straight into the batch row (see _split_tail).
     _head: Transform | None = field(init=False, default=None, repr=False, compare=False)
@@ -170,11 +205,7 @@ class Pipeline:
             raise SpecError(
                 f"the chain ends in {spec.describe()}; a sample must be (H, W) or (H, W, C)"
             )
-        open_dims = [i for i, d in enumerate(spec.shape) if d is None]
-        allowed = {1} if self.variable_width or self.variable_height else set()
-        if self.variable_height:
-            allowed.add(0)
-        if set(open_dims) - allowed:
+        if _open_dims(spec, self.variable_width, self.variable_height):
             last = (
                 type(_steps(self.transforms)[-1]).__name__ if self.transforms else "no transforms"
             )
@@ -300,6 +331,20 @@ class Pipeline:
             raise ValueError("this pipeline has no pair_with")
         return self.pair_with(img, rng)
 
+    def check_input(self, img: np.ndarray, *, what: str, args: tuple = ()) -> None:
+        """With ``input_from`` set, ``SpecError`` naming the sample when the stored image
+        ``img`` is not of the set's one size."""
+        if self.input_spec.accepts(img):
+            return
+        h, w = self.input_spec.shape[:2]
+        raise SpecError(
+            f"{what.format(*args)}: the image is {img.shape[0]}x{img.shape[1]} "
+            f"({tuple(img.shape)} {img.dtype}), but this loader takes every image to be "
+            f"{h}x{w}, the size of {self.input_from}, because no transforms fix the size; "
+            "add a Resize or RandomCrop for a set of mixed sizes (or on_error='skip' to drop "
+            "the odd ones)"
+        )
+
     def check(self, arr: Any, *, what: str, args: tuple = ()) -> np.ndarray:
         """``arr`` as an ndarray matching ``sample_spec``, or ``SpecError`` naming
         ``what.format(*args)`` (formatted only then: this runs for every sample)."""
@@ -331,6 +376,8 @@ class Pipeline:
 
         Returns the checked sample (``pair_with`` starts from it), or ``None`` when a trailing
         ``Normalize`` wrote straight into ``dest`` (only without ``pair_with``)."""
+        if self.input_from:
+            self.check_input(img, what=what, args=args)
         tail = self._tail
         if (
             tail is not None
@@ -364,6 +411,8 @@ class Pipeline:
         same draws and image as ``fill_row``) moves ``targets`` in place; a width fitted by
         resizing scales them too. Afterwards ``targets.hw`` is the sample's size before any
         zero padding (bottom/right, which moves nothing)."""
+        if self.input_from:
+            self.check_input(img, what=what, args=args)
         t = self.transforms
         out = img if t is None else t.apply_targets(img, targets, rng)
         out = self.check(out, what=what, args=args)

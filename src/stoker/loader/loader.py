@@ -41,6 +41,7 @@ from stoker.loader._worker import Task, fill_chunk
 from stoker.loader._worker_errors import rebuild
 from stoker.loader.batch import Batch
 from stoker.loader.sources import Source, as_source
+from stoker.loader.sources.shape import input_spec
 from stoker.pipeline import DecodeOptions, Pipeline
 from stoker.sampling import EpochOrder, Sampler
 
@@ -192,7 +193,8 @@ class Loader(RingFeed):
         fields: list[str] | tuple[str, ...] | None,
     ) -> Pipeline:
         """The fields the batches carry (``self._fields``) and the pipeline, checked before any
-        data flows: ``pair_with`` carries no fields, every step must move the geometric ones."""
+        data flows: ``pair_with`` carries no fields, every step must move the geometric ones;
+        with no transforms that fix the size, the one size every image shares (``shape``)."""
         sized = sampler is not None and sampler.variable_size
         self._fields = plan_fields(src.schema, fields, size=sized)
         if self._fields is not None and pair_with is not None:
@@ -200,15 +202,18 @@ class Loader(RingFeed):
                 "pair_with works on image and label only; this loader carries the fields "
                 f"{list(self._fields.schema.extra)} (pass fields=[] to leave them out)"
             )
+        wide = sampler is not None and (sampler.variable_width or sized)
+        spec, where = input_spec(src, transforms, wide, sized, self.on_error)
         return Pipeline(
-            src.sample_spec,
+            spec,
             transforms=transforms,
             pair_with=pair_with,
             layout=layout,
             decode=decode or DecodeOptions(),
-            variable_width=sampler is not None and (sampler.variable_width or sized),
+            variable_width=wide,
             variable_height=sized,
             geometry=self._fields.geometry if self._fields is not None else frozenset(),
+            input_from=where,
         )
 
     def _default_sampler(

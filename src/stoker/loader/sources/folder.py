@@ -111,9 +111,10 @@ class FolderSource(PositionKeyed):
             raise FileNotFoundError(f"image folder {root} does not exist")
         scan = scan_folder(root)
         if not scan.classes or not scan.items:  # files directly under root are no class
+            flat = "" if scan.classes else f" ({len(scan.items)} images directly in it)"
             raise FileNotFoundError(
-                f"no images in {root}: expected one subfolder per class holding "
-                f"{', '.join(sorted(IMAGE_EXTENSIONS))} files"
+                f"no images in class subfolders of {root}{flat}: expected one subfolder per "
+                f"class holding {', '.join(sorted(IMAGE_EXTENSIONS))} files"
             )
         class_names = sorted(scan.classes, key=scan.classes.__getitem__)
         labels = np.fromiter((it.label for it in scan.items), np.int64, count=len(scan.items))

@@ -1,0 +1,104 @@
+"""The one size every image of a set shares, for a loader given no transforms that fix one.
+
+A set such as MS1M (every face 112x112) needs no resize: the loader takes the size of the
+set's first image as every image's, after a look at a few more spread over the set, so a set
+of mixed sizes is refused at once, naming two of its sizes. Every image is still checked in
+the worker (``Pipeline.input_from``): one of another size is a ``SpecError`` naming its key
+and both sizes, raised or skipped as ``on_error`` says.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from stoker._core.errors import SpecError
+from stoker._core.specs import ArraySpec
+from stoker.loader.sources.base import Source
+from stoker.pipeline import leaves_size_open
+
+__all__ = ["PROBES", "input_spec", "shared_image_spec"]
+
+#: images whose size is read at construction: the first and others spread over the set
+PROBES = 8
+
+
+def _size(source: Source, i: int) -> tuple[int, int]:
+    """(height, width) of sample ``i`` from its image header (the size decoding gives: the
+    decoders ignore EXIF orientation)."""
+    from stoker.codecs import image_size
+
+    payload, _label = source.read(i)
+    return image_size(payload)
+
+
+def shared_image_spec(
+    source: Source, *, probes: int = PROBES, skip: bool = False
+) -> tuple[ArraySpec, str]:
+    """``((h, w, C) dtype, where)``: the decoded shape of the set's first readable image and
+    a description of that image, for ``Pipeline(input_from=where)``.
+
+    The sizes of up to ``probes`` images spread over the set are read from their headers; two
+    that differ are a :class:`SpecError` naming both (the set needs a Resize or RandomCrop),
+    unless ``skip`` (the loader's ``on_error="skip"``): then the commonest size is taken (the
+    first seen on a tie) and the worker drops the images of other sizes, as many as
+    ``max_bad_fraction`` allows. An image whose header cannot be read is passed over here
+    (the worker reports it as ``on_error`` says); when none can be read, :class:`SpecError`
+    with the first reason."""
+    n = len(source)
+    positions = np.unique(np.linspace(0, n - 1, num=min(n, probes)).astype(np.int64)).tolist()
+    seen: dict[tuple[int, int], list[int]] = {}  # size -> positions, in the order first seen
+    failure = ""
+    for i in positions:
+        try:
+            hw = _size(source, i)
+        except Exception as e:  # noqa: BLE001 - a bad image is the worker's to report
+            failure = failure or f"{source.describe(i)}: {type(e).__name__}: {e}"
+            continue
+        seen.setdefault(hw, []).append(i)
+        if len(seen) > 1 and not skip:
+            (a, (h0, w0)), (b, (h1, w1)) = [(at[0], size) for size, at in seen.items()]
+            raise SpecError(
+                f"the images differ in size ({source.describe(a)} is {h0}x{w0}, "
+                f"{source.describe(b)} is {h1}x{w1}) and no transforms fix one: add a Resize "
+                "or RandomCrop so that every sample has one shape"
+            )
+    if not seen:
+        raise SpecError(
+            "no transforms fix the samples' size and the size of the set's images could not "
+            f"be read ({failure}); add a Resize or RandomCrop"
+        )
+    (h, w), at = max(seen.items(), key=lambda kv: len(kv[1]))  # the first on a tie
+    i = at[0]
+    open_spec = source.sample_spec
+    spec = ArraySpec((h, w, *open_spec.shape[2:]), open_spec.dtype)
+    if i == 0:
+        what = "the set's first image"
+    elif len(seen) > 1:
+        what = f"the commonest of the sizes of {len(positions)} images spread over the set"
+    else:
+        what = "the first image whose size could be read"
+    return spec, f"{source.describe(i)}, {what}"
+
+
+def input_spec(
+    source: Source,
+    transforms: Any,
+    variable_width: bool,
+    variable_height: bool,
+    on_error: str = "raise",
+) -> tuple[ArraySpec, str]:
+    """``(spec, where)`` for the loader's pipeline: the source's ``sample_spec`` (``where``
+    empty), or, when that leaves the chain's size open and the source stores encoded images
+    of open size, the one size its images share (:func:`shared_image_spec`, which under
+    ``on_error="skip"`` takes the commonest size it sees)."""
+    spec = source.sample_spec
+    if not source.encoded or spec.fixed or len(spec.shape) != 3 or spec.shape[2] is None:
+        return spec, ""
+    open_size = leaves_size_open(
+        spec, transforms, variable_width=variable_width, variable_height=variable_height
+    )
+    if not open_size:
+        return spec, ""
+    return shared_image_spec(source, skip=on_error == "skip")
