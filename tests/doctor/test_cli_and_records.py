@@ -35,7 +35,7 @@ def test_cli_json_and_plot(tmp_path, capsys):
     )
     assert rc == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["schema"] == "stoker.doctor/1"
+    assert d["schema"] == "stoker.doctor/2"
     assert d["model"]["source"] == "--step-time" and d["model"]["rate"] == 8 / 0.005
     assert d["settings"]["transforms"] == "doctor_bottlenecks:FIXED16"
     assert png.read_bytes()[:4] == b"\x89PNG"

@@ -8,6 +8,7 @@ import pytest
 from doctor_bottlenecks import FIXED8, FIXED16, SleepyCrop, make_folder
 
 from stoker.doctor import Report, diagnose
+from stoker.doctor.report import SECTIONS
 
 
 def test_sleeping_transform_is_named_and_the_prediction_holds(tmp_path):
@@ -95,10 +96,12 @@ def quick_report(tmp_path_factory):
 
 def test_json_schema(quick_report):
     d = json.loads(quick_report.to_json())  # strict JSON: no NaN or Infinity
-    assert d["schema"] == "stoker.doctor/1"
+    assert d["schema"] == "stoker.doctor/2"
+    assert list(d) == list(SECTIONS)
     for key in (
         "source",
         "settings",
+        "corrupt",
         "system",
         "stages",
         "pipeline",

@@ -78,13 +78,14 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     )
     p.add_argument("--no-loader", action="store_true", help="skip the loader runs (predict only)")
     p.add_argument(
-        "--json", action="store_true", help="print the report as JSON (schema stoker.doctor/1)"
+        "--json", action="store_true", help="print the report as JSON (schema stoker.doctor/2)"
     )
     p.add_argument(
         "--plot",
         default=None,
         metavar="FILE.png",
-        help="also write a chart of stage rates and worker scaling",
+        help="also write a chart of stage rates and worker scaling (needs matplotlib: "
+        'pip install "stoker[plot]")',
     )
     p.set_defaults(func=run)
     return p
@@ -98,6 +99,14 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None and not args.plot.lower().endswith(".png"):
         print("stoker doctor: error: --plot needs a FILE.png path", file=sys.stderr)
         return 2
+    if args.plot is not None:  # before measuring: a long run must not end in this error
+        from stoker.doctor import require_matplotlib
+
+        try:
+            require_matplotlib()
+        except ImportError as e:
+            print(f"stoker doctor: error: {e}", file=sys.stderr)
+            return 2
     try:
         report = diagnose(
             args.source,

@@ -6,12 +6,16 @@
   machine (storage, decode, augmentation, the loader at 1..N workers, the copy to the GPU, the
   model) and returns a :class:`Report` naming the stage that bounds the run, the expected GPU
   busy share and the changes ranked by their gain.
+- :func:`require_matplotlib` raises ``ImportError`` naming the install when the chart
+  (``Report.plot``, ``Report.figure``) cannot be drawn; ``stoker doctor --plot`` calls it before
+  measuring anything.
 """
 
 from __future__ import annotations
 
+from stoker.doctor.chart import require_matplotlib
 from stoker.doctor.diagnose import diagnose
 from stoker.doctor.report import Report
 from stoker.doctor.watch import Watched, WatchStats, watch
 
-__all__ = ["Report", "WatchStats", "Watched", "diagnose", "watch"]
+__all__ = ["Report", "WatchStats", "Watched", "diagnose", "require_matplotlib", "watch"]

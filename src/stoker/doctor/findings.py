@@ -12,11 +12,14 @@ turns the whole into the report.
 | ``augment`` | ``stages.augment`` | the transforms' stage and op breakdown, output shape and dtype |
 | ``alternatives`` | ``stages.alternatives`` | decode at reduced size, payloads resized at pack time |
 | ``cost`` | ``stages.cost`` | one worker's per-sample :class:`~stoker.doctor.verdict.Cost` |
-| ``loader`` | ``stages.loader`` | the loader runs, efficiency, predictions |
+| ``loader`` | ``stages.loader`` | the loader runs, efficiency, predictions (the model's, and for the cores each run found free) |
 | ``h2d`` | ``stages.device`` | the host-to-device copy |
 | ``model`` | ``stages.device`` | the model's consumption |
 | ``checks`` | ``stages.system`` | the system checks |
 | ``judgement`` | ``stages.verdict`` | the verdict and the ranked changes |
+
+``corrupt`` collects the samples that did not read or decode, from the decode stage's sample
+and from the loader runs (which skip them), one entry per key.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from stoker.doctor.verdict import Cost, Verdict
 __all__ = [
     "Alternatives",
     "Augment",
+    "Corrupt",
     "Decode",
     "Findings",
     "HostToDevice",
@@ -138,10 +142,31 @@ class LoaderSweep:
     efficiency: float
     predicted: dict[int, float]
     reads_warm: bool  # the runs read from the page cache although the plan is cold
+    # the model again for each measured run, with the cores other processes left free during
+    # that run in place of the load seen while the stages were timed
+    given_load: dict[int, float] = field(default_factory=dict)
 
     @property
     def measured(self) -> dict[int, float]:
         return {r.workers: r.rate for r in self.runs}
+
+
+@dataclass(frozen=True)
+class Corrupt:
+    """A sample that did not read or decode."""
+
+    key: int | None
+    where: str  # as the loader names it: "key 53 (class_01/00003.jpg)"
+    reason: str
+    found_by: str  # "decode" (the doctor's sample) | "loader" (skipped in a loader run)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "where": self.where,
+            "reason": self.reason,
+            "found_by": self.found_by,
+        }
 
 
 @dataclass
@@ -166,6 +191,7 @@ class Findings:
     sample: SourceSample
     stages: list[Stage] = field(default_factory=list)
     not_measured: list[dict[str, str]] = field(default_factory=list)
+    corrupt: list[Corrupt] = field(default_factory=list)
     storage: Storage = field(init=False, repr=False)
     decode: Decode = field(init=False, repr=False)
     augment: Augment = field(init=False, repr=False)
@@ -178,8 +204,16 @@ class Findings:
     judgement: Judgement = field(init=False, repr=False)
 
     def skip(self, stage: str, reason: str) -> None:
-        """Record a stage that could not run here, with the reason."""
-        self.not_measured.append({"stage": stage, "reason": reason})
+        """Record a stage that could not run here, with the reason (its first line: a worker's
+        traceback stays out of the report)."""
+        first = reason.strip().splitlines()[0] if reason.strip() else reason
+        self.not_measured.append({"stage": stage, "reason": first})
+
+    def found_corrupt(self, key: int | None, where: str, reason: str, found_by: str) -> None:
+        """Record a sample that did not read or decode (once per key)."""
+        if any(c.key == key and (key is not None or c.where == where) for c in self.corrupt):
+            return
+        self.corrupt.append(Corrupt(key, where, reason.strip().splitlines()[0], found_by))
 
     def add(self, stage: Stage | None) -> Stage | None:
         """Keep a measured stage for the report (``None`` is ignored); returns it."""

@@ -1,15 +1,22 @@
 """The doctor's report: :class:`Findings` as one JSON-safe dict, rendered as text or JSON (the
 chart is :mod:`stoker.doctor.chart`).
 
-JSON schema ``stoker.doctor/1``; rates are samples per second, times per sample in ms. The
+JSON schema ``stoker.doctor/2``; rates are samples per second, times per sample in ms. A figure
+the model gives rather than a measurement says so: ``loader.predicted`` and
+``loader.measured[].given_load`` are predictions, the verdict's ``loader_basis`` says which
+its ``loader_rate`` is, and a recommendation's ``basis`` which figures its change uses. The
 top-level keys, in order (:data:`SECTIONS`):
 
-- ``schema``: ``"stoker.doctor/1"``; ``stoker_version``;
+- ``schema``: ``"stoker.doctor/2"``; ``stoker_version``;
 - ``source``: path, kind (folder|records), count, total_bytes (estimated for a folder),
   sampled (payloads that decoded), image_shape ("HxWxC" or null), output_shape (list or
   null), output_dtype;
 - ``settings``: batch_size, transforms (label), workers_max, workers (the counts run), cores,
   seconds, sample_size, cache (auto|warm|cold);
+- ``corrupt``: the samples that did not read or decode: count, unit (file|record), items
+  (list of {key, where, reason, found_by decode|loader}), checked ({decode, loader, of}:
+  samples the doctor's sample and the longest loader run went through, of the set), exhaustive,
+  max_bad_fraction (the Loader's default), allowed_per_epoch, text ("" when none);
 - ``system``: list of checks: name, status ok|warn|fail, message, data;
 - ``stages``: list: name, stage (storage|decode|augment|loader), rate, per_sample_ms,
   cpu_per_sample_ms, queue_per_sample_ms, mb_per_s, samples, seconds, note;
@@ -17,18 +24,23 @@ top-level keys, in order (:data:`SECTIONS`):
   cpu_ms, queue_ms, core_share, main_cpu_ms, blocked_ms, cpu_share; other_threads (``L``),
   one_worker_rate, cache (cold|warm), cache_note, read_from and decode_with (stage names),
   augment_ops (list of {op, ms, cpu_ms});
-- ``loader``: measured (list of {workers, rate, startup_s, samples, seconds}), predicted
-  (list of {workers, rate}), efficiency, model (the formula);
+- ``loader``: measured (list of {workers, rate, startup_s, samples, seconds, skipped, load,
+  given_load}: ``load`` null or {cores, others_cores, steal_cores, free_cores, load1}, what
+  other processes took of the usable cores over that run's window; ``given_load`` null or
+  the model's prediction with the cores they left free), predicted (list of {workers, rate}:
+  the model's predictions), efficiency, model (the formula), assumption (what the prediction
+  assumes of the machine's load, in words);
 - ``h2d``: null or {rate, gb_per_s, dtype, pinned, device};
 - ``model``: null or {rate, step_ms, batch_size, source[, steps]};
-- ``verdict``: bound, workers, loader_rate, h2d_rate, model_rate, delivered, gpu_busy_share,
-  cpu_capped, shares, text;
+- ``verdict``: bound, workers, loader_rate, loader_basis (measured|predicted), h2d_rate,
+  model_rate, delivered, gpu_busy_share, cpu_capped, shares, text;
 - ``recommendations``: best first: action, detail, basis (measured|estimated),
   loader_before, loader_after, loader_gain, delivered_before, delivered_after, gain;
 - ``not_measured``: list of {stage, reason};
 - ``elapsed_s``.
 
-Infinities and NaN are written as null.
+Infinities and NaN are written as null. :meth:`Report.from_json` also reads version 1
+reports (no ``corrupt`` section, no load figures).
 """
 
 from __future__ import annotations
@@ -39,17 +51,22 @@ import os
 import textwrap
 from typing import Any
 
+from stoker.doctor.corrupt import corrupt_data
 from stoker.doctor.findings import Findings
+from stoker.doctor.verdict import assumption
 
-__all__ = ["SCHEMA", "SECTIONS", "Report", "report_data"]
+__all__ = ["SCHEMA", "SCHEMAS_READ", "SECTIONS", "Report", "report_data"]
 
-SCHEMA = "stoker.doctor/1"
+SCHEMA = "stoker.doctor/2"
+#: the versions :meth:`Report.from_json` reads
+SCHEMAS_READ = ("stoker.doctor/1", SCHEMA)
 
 SECTIONS = (
     "schema",
     "stoker_version",
     "source",
     "settings",
+    "corrupt",
     "system",
     "stages",
     "pipeline",
@@ -79,6 +96,7 @@ def report_data(f: Findings, *, elapsed_s: float) -> dict[str, Any]:
         "stoker_version": stoker.__version__,
         "source": _source(f),
         "settings": _settings(f),
+        "corrupt": corrupt_data(f),
         "system": [c.to_dict() for c in f.checks],
         "stages": [s.to_dict() for s in f.stages],
         "pipeline": _pipeline(f),
@@ -152,12 +170,16 @@ def _loader(f: Findings) -> dict[str, Any]:
                 "startup_s": r.startup_s,
                 "samples": r.samples,
                 "seconds": r.seconds,
+                "skipped": len(r.skipped),
+                "load": r.load.to_dict() if r.load else None,
+                "given_load": sweep.given_load.get(r.workers),
             }
             for r in sweep.runs
         ],
         "predicted": [{"workers": k, "rate": v} for k, v in sorted(sweep.predicted.items())],
         "efficiency": sweep.efficiency,
         "model": MODEL,
+        "assumption": assumption(f.cost, f.settings.cores),
     }
 
 
@@ -209,6 +231,17 @@ class Report:
         return _by_workers(self.data.get("loader", {}).get("predicted", []))
 
     @property
+    def loader_basis(self) -> str | None:
+        """``"measured"`` or ``"predicted"``: where the verdict's loader rate comes from."""
+        v = self.data.get("verdict")
+        return v.get("loader_basis", "measured") if v else None
+
+    @property
+    def corrupt(self) -> list[dict[str, Any]]:
+        """The samples that did not read or decode: key, where, reason, found_by."""
+        return list((self.data.get("corrupt") or {}).get("items", []))
+
+    @property
     def recommendations(self) -> list[dict[str, Any]]:
         return list(self.data.get("recommendations", []))
 
@@ -233,8 +266,12 @@ class Report:
     @classmethod
     def from_json(cls, text: str) -> Report:
         data = json.loads(text)
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-            raise ValueError(f"not a stoker doctor report (schema {SCHEMA!r} expected)")
+        if not isinstance(data, dict) or data.get("schema") not in SCHEMAS_READ:
+            found = data.get("schema") if isinstance(data, dict) else None
+            raise ValueError(
+                f"not a stoker doctor report this version reads (schema {found!r}; "
+                f"expected one of {', '.join(SCHEMAS_READ)})"
+            )
         return cls(data)
 
     def __repr__(self) -> str:
@@ -248,6 +285,7 @@ class Report:
         d = self.data
         out = _Lines(width)
         _header(out, d)
+        _corrupt(out, d.get("corrupt"))
         _stage_table(out, d.get("stages", []), d.get("pipeline") or {})
         _loader_table(out, d.get("loader") or {}, d.get("pipeline") or {}, d.get("settings", {}))
         _device(out, d.get("h2d"), d.get("model"))
@@ -264,6 +302,13 @@ class Report:
         from stoker.doctor.chart import plot
 
         return plot(self.data, path)
+
+    def figure(self) -> Any:
+        """The same chart as a matplotlib ``Figure`` (stage rates in ``fig.axes[0]``, the
+        loader's scaling in ``fig.axes[1]``), to show or adjust before saving."""
+        from stoker.doctor.chart import figure
+
+        return figure(self.data)
 
 
 def _by_workers(points: list[dict[str, Any]]) -> dict[int, float]:
@@ -352,14 +397,26 @@ def _loader_table(
     pred = {int(p["workers"]): p for p in ld.get("predicted", [])}
     if not (meas or pred):
         return
-    out.append("Loader (stoker.Loader), samples/s")
-    out.append(f"  {'workers':>7}{'measured':>11}{'predicted':>11}{'start-up s':>12}")
+    loads = any(p.get("load") for p in meas.values())
+    out.append(
+        "Loader (stoker.Loader), samples/s: measured runs, and the model's predictions"
+        + ("" if meas else " (no run was measured)")
+    )
+    head = f"  {'workers':>7}{'measured':>11}{'predicted':>11}{'start-up s':>12}"
+    if loads:
+        head += f"{'cores taken by others':>23}{'predicted given load':>22}"
+    out.append(head)
     for k in sorted(set(meas) | set(pred)):
         m = meas.get(k, {})
-        out.append(
+        row = (
             f"  {k:>7}{_num(m.get('rate')):>11}{_num(pred.get(k, {}).get('rate')):>11}"
             f"{_num(m.get('startup_s'), 2) if m else '':>12}"
         )
+        load = m.get("load")
+        if loads and load:
+            taken = f"{load['others_cores']:.1f} of {load['cores']}"
+            row += f"{taken:>23}{_num(m.get('given_load')):>22}"
+        out.append(row)
     if ld.get("efficiency") is not None:
         out.wrap(
             "predicted(k) = min(e k / (b + c / s_k), s_k / m), s_k = min(1, C / (L + k)): "
@@ -369,6 +426,22 @@ def _loader_table(
             f"C = {st.get('cores')} cores, L = {_num(pipe.get('other_threads'), 1)} other "
             f"runnable threads, e = {ld['efficiency']:.2f} (see stoker.doctor.verdict)",
         )
+    if ld.get("assumption"):
+        out.wrap(f"The predictions assume {ld['assumption']}.")
+    if loads:
+        out.wrap(
+            "Cores taken by others: CPU time other processes (and steal) used on the usable "
+            "cores during each measured run; predicted given load: the model with the cores "
+            "they left free."
+        )
+    out.append("")
+
+
+def _corrupt(out: _Lines, c: dict[str, Any] | None) -> None:
+    if not c or not c.get("count"):
+        return
+    out.append("Corrupt data")
+    out.wrap(c["text"])
     out.append("")
 
 
@@ -406,6 +479,7 @@ def _verdict(out: _Lines, v: dict[str, Any] | None) -> None:
             if v.get("gpu_busy_share") is not None
             else ""
         )
+        + (" (predicted)" if v.get("loader_basis") == "predicted" else "")
     )
     out.wrap(v["text"])
     out.append("")

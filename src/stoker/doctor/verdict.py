@@ -20,8 +20,16 @@ else 0). With ``k`` workers, each gets a share ``s_k = min(1, C / (L + k))`` of 
 
     predicted(k) = min(e * k / (b + c / s_k), s_k / m)
 
-On a busy machine the other processes' demand changes while stoker runs; predictions for
-CPU-bound pipelines are then rough (the report warns when the load average exceeds the cores).
+The prediction assumes the machine stays as busy as it was while the stages were timed (``L``
+holds). On a busy machine the other processes' demand changes while stoker runs, so each loader
+run also measures how many of the ``C`` cores other processes (and a hypervisor's steal) took
+over its window; with the ``F`` cores they left free, the same model for that run is
+
+    given_load(k) = min(e_F * k / (b + c / f_k), f_k / m), f_k = min(1, F / k)
+
+(``e_F`` calibrated on the one-worker run the same way, :func:`predict_free`). When the
+measured rate is far from ``predicted(k)`` but close to ``given_load(k)``, the load explains
+the gap; when it is far from both, something else does.
 
 The run then delivers ``min(loader, host-to-device, model)`` samples/s; the expected GPU busy
 share is ``min(1, min(loader, host-to-device) / model)`` (loading overlaps compute when the
@@ -43,13 +51,16 @@ from typing import Any
 
 __all__ = [
     "Cost",
+    "assumption",
     "Verdict",
     "calibrate",
     "core_share",
     "cpu_capped",
     "loader_overhead_s",
     "delivered",
+    "load_gap",
     "predict",
+    "predict_free",
     "verdict",
 ]
 
@@ -92,7 +103,7 @@ class Cost:
     def one_worker_rate(self) -> float:
         return 1.0 / self.total_s if self.total_s > 0 else math.inf
 
-    def others(self, cores: int) -> float:
+    def others(self, cores: float) -> float:
         """``L``: other runnable threads the run-queue wait implies (0 on an idle machine)."""
         if not 0.0 < self.share < 1.0:
             return 0.0
@@ -114,12 +125,26 @@ class Cost:
         }
 
 
-def core_share(cost: Cost, workers: int, *, cores: int) -> float:
+def assumption(cost: Cost, cores: int) -> str:
+    """What the prediction assumes about the rest of the machine (``L``), in words."""
+    others = cost.others(cores)
+    if others <= 0.05:
+        return (
+            f"an idle machine: all {cores} usable core(s) free for stoker (no wait for a core "
+            "was seen while the stages were timed)"
+        )
+    return (
+        f"the load seen while the stages were timed holds: {others:.1f} other runnable "
+        f"thread(s) competing for the {cores} usable core(s) (from the measured wait for a core)"
+    )
+
+
+def core_share(cost: Cost, workers: int, *, cores: float) -> float:
     """``s_k``: the share of a core each of ``workers`` runnable workers gets."""
     return min(1.0, cores / (cost.others(cores) + workers))
 
 
-def predict(cost: Cost, workers: int, *, cores: int, efficiency: float = 1.0) -> float:
+def predict(cost: Cost, workers: int, *, cores: float, efficiency: float = 1.0) -> float:
     """Predicted loader samples/s with ``workers`` workers (see the module NOTE)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
@@ -127,6 +152,20 @@ def predict(cost: Cost, workers: int, *, cores: int, efficiency: float = 1.0) ->
     per_sample = cost.blocked_s + cost.cpu_s / share
     rate = efficiency * workers / per_sample if per_sample > 0 else math.inf
     if cost.main_cpu_s > 0:  # one process receives every batch: a serial cap
+        rate = min(rate, share / cost.main_cpu_s)
+    return rate
+
+
+def predict_free(cost: Cost, workers: int, *, free_cores: float, efficiency: float = 1.0) -> float:
+    """Predicted loader samples/s with ``workers`` workers when ``free_cores`` cores were left
+    free by other processes (measured during the run), in place of the load ``L`` seen while
+    the stages were timed (see the module NOTE)."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    share = min(1.0, max(free_cores, 1e-3) / workers)
+    per_sample = cost.blocked_s + cost.cpu_s / share
+    rate = efficiency * workers / per_sample if per_sample > 0 else math.inf
+    if cost.main_cpu_s > 0:
         rate = min(rate, share / cost.main_cpu_s)
     return rate
 
@@ -162,12 +201,14 @@ class Verdict:
     cpu_capped: bool
     shares: dict[str, float]  # part of the per-sample time (or CPU time) by loader stage
     text: str
+    loader_basis: str = "measured"  # "measured" | "predicted": where loader_rate comes from
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "bound": self.bound,
             "workers": self.workers,
             "loader_rate": self.loader_rate,
+            "loader_basis": self.loader_basis,
             "h2d_rate": self.h2d_rate,
             "model_rate": self.model_rate,
             "delivered": self.delivered,
@@ -195,13 +236,19 @@ def verdict(
     loader_rate: float | None = None,
     h2d_rate: float | None = None,
     model_rate: float | None = None,
-    predicted_rate: float | None = None,
+    loader_basis: str | None = None,
+    why_predicted: str = "not measured",
 ) -> Verdict:
     """Which stage bounds the run at ``workers`` workers, and the GPU busy share.
 
-    ``loader_rate`` is the measured rate at ``workers`` (the prediction when ``None``);
-    ``predicted_rate`` the model's figure for it (a large gap is pointed out).
+    ``loader_rate`` is the loader's rate at ``workers`` (the model's prediction when
+    ``None``); ``loader_basis`` says whether it was measured (the default when a rate is
+    given) or predicted; the text says so, with ``why_predicted``.
     """
+    if loader_basis is None:
+        loader_basis = "measured" if loader_rate is not None else "predicted"
+    if loader_basis not in ("measured", "predicted"):
+        raise ValueError(f"loader_basis must be 'measured' or 'predicted', got {loader_basis!r}")
     loader = (
         loader_rate
         if loader_rate is not None
@@ -219,7 +266,7 @@ def verdict(
         candidates["model"] = model_rate
     outer = min(candidates, key=lambda k: candidates[k])
     busy = None if model_rate is None else min(1.0, _supply(loader, h2d_rate) / model_rate)
-    lines = [_rates_line(workers, loader, h2d_rate, model_rate)]
+    lines = [_rates_line(workers, loader, h2d_rate, model_rate, loader_basis, why_predicted)]
     if outer == "model":
         lines.append(
             f"The model bounds the run: input keeps up with {loader / candidates['model']:.1f}x "
@@ -234,12 +281,6 @@ def verdict(
         )
     else:
         lines += _input_bound_lines(inner, shares[inner], capped, cores, busy)
-    if predicted_rate and loader_rate is not None and loader < _SHORTFALL * predicted_rate:
-        lines.append(
-            f"Measured with {workers} workers, the loader is {100 * (1 - loader / predicted_rate):.0f} % "
-            "below the model's figure: something outside the model limits it (other processes "
-            "taking the cores, memory bandwidth, the training process's own loop)."
-        )
     return Verdict(
         inner if outer == "loader" else outer,
         workers,
@@ -251,11 +292,68 @@ def verdict(
         capped,
         shares,
         " ".join(lines),
+        loader_basis,
     )
 
 
-#: a measured loader this far below the model's figure is pointed out
-_SHORTFALL = 0.75
+#: a measured rate outside [_CLOSE, 1 / _CLOSE] of the model's figure is pointed out
+_CLOSE = 0.75
+
+
+def _off(measured: float, model: float) -> str | None:
+    """ "41 % below" / "30 % above" when ``measured`` is far from ``model``, else None."""
+    if model <= 0 or not math.isfinite(model):
+        return None
+    r = measured / model
+    if _CLOSE <= r <= 1 / _CLOSE:
+        return None
+    return f"{100 * (1 - r):.0f} % below" if r < 1 else f"{100 * (r - 1):.0f} % above"
+
+
+def load_gap(
+    workers: int,
+    measured: float,
+    predicted: float,
+    *,
+    assumption: str,
+    others_cores: float | None = None,
+    cores: int | None = None,
+    steal_cores: float = 0.0,
+    load1: float | None = None,
+    given_load: float | None = None,
+) -> str | None:
+    """What the verdict says when the measured rate at ``workers`` is far from the model's
+    prediction: the prediction's assumption, what other processes took of the cores during
+    that run, and whether the model with the cores they left (``given_load``) explains it.
+    ``None`` when the two agree."""
+    off = _off(measured, predicted)
+    if off is None:
+        return None
+    text = (
+        f"Measured with {workers} worker(s), the loader is {off} the prediction "
+        f"({predicted:,.0f}/s), which assumes {assumption}."
+    )
+    if others_cores is None or cores is None or given_load is None:
+        return text + (
+            " The load during the run could not be measured: other processes taking the "
+            "cores, memory bandwidth or the training process's own loop can each limit it."
+        )
+    free = max(0.0, cores - others_cores)
+    text += (
+        f" During that run other processes took {others_cores:.1f} of the {cores} usable "
+        "core(s)"
+        + (f" ({steal_cores:.1f} of it steal by the hypervisor)" if steal_cores >= 0.05 else "")
+        + (f", load average {load1:.1f}" if load1 is not None else "")
+        + f", leaving {free:.1f}; with those the model gives {given_load:,.0f}/s"
+    )
+    rest = _off(measured, given_load)
+    if rest is None:
+        return text + ": the machine's load explains the gap."
+    return text + (
+        f", and the measured rate is still {rest} that: the load does not explain it all; "
+        "something else limits the loader (memory bandwidth, the training process's own loop)."
+    )
+
 
 _WHAT = {
     "storage": "reading the data from storage",
@@ -285,9 +383,21 @@ def _loader_parts(cost: Cost, capped: bool, overhead: float) -> dict[str, float]
     }
 
 
-def _rates_line(workers: int, loader: float, h2d: float | None, model: float | None) -> str:
+def _rates_line(
+    workers: int,
+    loader: float,
+    h2d: float | None,
+    model: float | None,
+    basis: str,
+    why_predicted: str,
+) -> str:
+    rate = (
+        f"delivered {loader:,.0f} samples/s (measured)"
+        if basis == "measured"
+        else f"is predicted to deliver {loader:,.0f} samples/s (a prediction: {why_predicted})"
+    )
     return (
-        f"With {workers} worker(s), stoker's loader delivers {loader:,.0f} samples/s"
+        f"With {workers} worker(s), stoker's loader {rate}"
         + (f"; the copy to the GPU {h2d:,.0f}/s" if h2d is not None else "")
         + (f"; the model consumes {model:,.0f}/s" if model is not None else "")
         + "."

@@ -1,5 +1,10 @@
 """``stoker.Loader`` run on SOURCE at one worker count: samples/s once the ring has drained,
-start-up time, the CPU time of the consuming process, and what its workers look like.
+start-up time, the CPU time of the consuming process, what its workers look like, how much of
+the cores other processes took meanwhile, and the samples it had to skip.
+
+The loader runs with ``on_error="skip"`` and no ceiling on bad samples: a corrupt file must not
+stop the measurement. The samples skipped are kept (key, where, reason) for the report, which
+names them as a finding of their own; the loader's per-sample warnings are held back meanwhile.
 
 What the doctor needs of a :class:`stoker.Loader`: ``slots`` (its ring's batch slots),
 ``start_method`` (how its workers were started) and ``worker_pids()`` (their process ids).
@@ -8,9 +13,12 @@ What the doctor needs of a :class:`stoker.Loader`: ``slots`` (its ring's batch s
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from stoker.doctor.measure.load import Load, LoadMeter
 
 if TYPE_CHECKING:
     from stoker.loader import Loader
@@ -39,6 +47,9 @@ class LoaderRun:
     start_method: str | None = None
     main_cpu_s: float = 0.0  # CPU time of this (the consuming) process over the window
     slots: int = estimated_slots()
+    load: Load | None = None  # what other processes took of the cores over the window
+    skipped: tuple[dict[str, Any], ...] = ()  # {index, key, where, reason} per skipped sample
+    seen: int = 0  # samples the run went through, warm-up and skipped ones included
 
     @property
     def main_cpu_per_sample_s(self) -> float:
@@ -68,32 +79,40 @@ def measure_loader(
     batch_size: int,
     transforms: Any,
     seconds: float,
+    cores: int = 1,
     warmup_batches: int | None = None,
 ) -> LoaderRun:
     """Run ``stoker.Loader`` with ``workers`` workers; samples/s after the ring drained.
 
     The first ``2 * workers + 2`` batches are not counted: they include process start-up and
-    the batches prefetched while it ran.
+    the batches prefetched while it ran. ``cores``: the usable cores, for the load figures.
     """
     from stoker.loader import Loader
 
     warm = warmup_batches if warmup_batches is not None else 2 * workers + 2
     t_start = time.perf_counter()
-    with Loader(
-        source,
-        batch_size=batch_size,
-        transforms=transforms,
-        workers=workers,
-        prefetch=PREFETCH,
-        shuffle=True,
-        seed=0,
-    ) as loader:
-        window = _Window(warm, seconds, batch_size)
+    with (
+        _quiet_skips(),
+        Loader(
+            source,
+            batch_size=batch_size,
+            transforms=transforms,
+            workers=workers,
+            prefetch=PREFETCH,
+            shuffle=True,
+            seed=0,
+            on_error="skip",
+            max_bad_fraction=1.0,
+        ) as loader,
+    ):
+        window = _Window(warm, seconds, batch_size, LoadMeter(loader.worker_pids, cores))
         window.run(loader)
         t_end = time.perf_counter()
         main_cpu = time.process_time() - window.p0 if window.t0 is not None else 0.0
+        load = window.meter.stop() if window.t0 is not None else None
         slots = loader.slots
         method = loader.start_method
+        skipped = tuple(_skipped(loader))
     if window.t0 is None:
         raise RuntimeError(
             f"the loader gave only {window.got} batches; need more than {warm} to measure"
@@ -108,16 +127,44 @@ def measure_loader(
         method,
         main_cpu,
         slots,
+        load,
+        skipped,
+        window.seen + len(skipped),
     )
+
+
+@contextlib.contextmanager
+def _quiet_skips() -> Any:
+    """Hold back the loader's per-sample "skipped" warnings: the report lists them."""
+    log = logging.getLogger("stoker.loader")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _skipped(loader: Loader) -> list[dict[str, Any]]:
+    """The samples the run skipped, each named as the loader's source names it."""
+    out = []
+    for r in loader.rejects:
+        where = f"position {r['index']}"
+        with contextlib.suppress(Exception):
+            where = loader.source.describe(int(r["index"]))
+        out.append({"index": r["index"], "key": r["key"], "where": where, "reason": r["reason"]})
+    return out
 
 
 class _Window:
     """The measured window of one loader run: it opens after ``warm`` batches and closes
     ``seconds`` later (after at least three batches)."""
 
-    def __init__(self, warm: int, seconds: float, batch_size: int) -> None:
+    def __init__(self, warm: int, seconds: float, batch_size: int, meter: LoadMeter) -> None:
         self.warm, self.seconds, self.batch_size = warm, seconds, batch_size
+        self.meter = meter
         self.got = 0
+        self.seen = 0  # samples delivered, warm-up included
         self.samples = 0
         self.t0: float | None = None
         self.t_first: float | None = None
@@ -139,10 +186,12 @@ class _Window:
         """Count one batch; True when the window has closed."""
         clock = time.perf_counter
         self.got += 1
+        self.seen += len(batch.images)
         if self.t_first is None:
             self.t_first = clock()
         if self.got == self.warm:
             self.threads = _worker_threads(loader.worker_pids())
+            self.meter.start()
             self.p0 = time.process_time()
             self.t0 = clock()
             return False

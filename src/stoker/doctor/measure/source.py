@@ -28,9 +28,29 @@ class SourceSample:
     count: int
     total_bytes: int
     files: list[str] = field(default_factory=list)  # folder: sampled paths
-    positions: list[int] = field(default_factory=list)  # records: sampled positions
+    positions: list[int] = field(default_factory=list)  # sampled positions (a folder's: listing)
     records: Reader | None = None  # the format's reader (stoker.formats.open) of a data set
     format: str | None = None  # its registry name
+
+    @property
+    def sampled(self) -> int:
+        return len(self.files) if self.kind == "folder" else len(self.positions)
+
+    def describe(self, j: int) -> tuple[int | None, str]:
+        """``(key, where)`` of the ``j``-th sampled item, ``where`` as the loader names it in an
+        error: a folder's key is the file's position in the listing (``key 53 (path)``), a data
+        set's its record key (the format's own description)."""
+        if self.kind == "folder":
+            return self.positions[j], f"key {self.positions[j]} ({self.files[j]})"
+        pos = self.positions[j]
+        key: int | None = None
+        where = f"position {pos} of {self.path}"
+        if self.records is not None:
+            with contextlib.suppress(Exception):
+                key = int(self.records.key(pos))
+            with contextlib.suppress(Exception):
+                where = self.records.describe(pos)
+        return key, where
 
     def close(self) -> None:
         if self.records is not None:
@@ -70,13 +90,14 @@ def _sample_folder(path: str, n: int, rng: np.random.Generator) -> SourceSample:
         raise StokerFormatError(
             f"{path}: no image files found (looked for {', '.join(sorted(IMAGE_EXTENSIONS))})"
         )
-    pick = [files[i] for i in rng.choice(len(files), size=min(n, len(files)), replace=False)]
+    chosen = [int(i) for i in rng.choice(len(files), size=min(n, len(files)), replace=False)]
+    pick = [files[i] for i in chosen]
     sizes = []
     for p in pick:
         with contextlib.suppress(OSError):
             sizes.append(os.path.getsize(p))
     total = int(np.mean(sizes) * len(files)) if sizes else 0  # estimated from the sample
-    return SourceSample(path, "folder", len(files), total, files=pick)
+    return SourceSample(path, "folder", len(files), total, files=pick, positions=chosen)
 
 
 def _sample_records(path: str, fmt: Any, n: int, rng: np.random.Generator) -> SourceSample:

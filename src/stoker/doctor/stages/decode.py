@@ -1,5 +1,6 @@
 """The decode stage: decode the sample with each installed decoder and with the loader's own
-decode step, leaving out the payloads that do not decode."""
+decode step, leaving out the payloads that do not decode (each is recorded as corrupt, named
+as the loader would name it)."""
 
 from __future__ import annotations
 
@@ -26,13 +27,15 @@ def run(f: Findings) -> None:
     full: list[np.ndarray] = []
     images: list[np.ndarray] = []
     good: list[bytes] = []
-    for b in f.storage.payloads:
+    for j, b in enumerate(f.storage.payloads):  # in the order of the sample
         try:
+            img = pipeline_decode(b, None)  # first: its error is the one the loader would give
             full.append(fallback_decode(b))
-            images.append(pipeline_decode(b, None))
+            images.append(img)
             good.append(b)
         except Exception as e:  # noqa: BLE001 - a bad sample must not stop the doctor
-            f.skip("decode", f"a sampled payload did not decode, left out: {e}")
+            key, where = f.sample.describe(j)
+            f.found_corrupt(key, where, f"{type(e).__name__}: {e}", "decode")
     for name, fn in decs.items():
         try:
             f.add(measure_decode(name, fn, good, seconds=s.quarter))

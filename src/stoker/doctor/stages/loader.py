@@ -1,5 +1,6 @@
 """The loader stage: run ``stoker.Loader`` at 1..N workers, calibrate the throughput model on
-the one-worker run and predict every worker count."""
+the one-worker run and predict every worker count; for each run, also the model with the
+cores other processes left free during it. Samples a run skipped are recorded as corrupt."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import replace
 
 from stoker.doctor.findings import Findings, LoaderSweep
 from stoker.doctor.measure.loader import LoaderRun, loader_source, measure_loader
-from stoker.doctor.verdict import calibrate, predict
+from stoker.doctor.verdict import Cost, calibrate, predict, predict_free
 
 __all__ = ["run", "worker_counts"]
 
@@ -50,8 +51,29 @@ def run(f: Findings, step: Callable[[str], None]) -> None:
     eff = calibrate(cost_warm if reads_warm else cost, m1)
     pred_ks = sorted(set(s.workers) | {2 * s.workers_max})
     predicted = {k: predict(cost, k, cores=s.cores, efficiency=eff) for k in pred_ks}
+    ran = replace(cost_warm, main_cpu_s=cost.main_cpu_s) if reads_warm else cost
     f.cost = cost
-    f.loader = LoaderSweep(runs, eff, predicted, reads_warm)
+    f.loader = LoaderSweep(runs, eff, predicted, reads_warm, _given_load(ran, runs))
+    for r in runs:
+        for x in r.skipped:
+            f.found_corrupt(x["key"], x["where"], x["reason"], "loader")
+
+
+def _given_load(cost: Cost, runs: list[LoaderRun]) -> dict[int, float]:
+    """For each run whose load was measured: the model with the cores left free during that
+    run, calibrated the same way on the one-worker run (the one-worker figure is then the
+    measured one by construction)."""
+    one = next((r for r in runs if r.workers == 1 and r.load is not None and r.rate > 0), None)
+    if one is None or one.load is None:
+        return {}
+    bare = replace(cost, main_cpu_s=0.0)
+    base = predict_free(bare, 1, free_cores=one.load.free_cores)
+    eff = min(1.5, max(0.05, one.rate / base)) if base > 0 else 1.0
+    return {
+        r.workers: predict_free(cost, r.workers, free_cores=r.load.free_cores, efficiency=eff)
+        for r in runs
+        if r.load is not None
+    }
 
 
 def _sweep(f: Findings, step: Callable[[str], None]) -> list[LoaderRun]:
@@ -69,6 +91,7 @@ def _sweep(f: Findings, step: Callable[[str], None]) -> list[LoaderRun]:
                         batch_size=s.batch_size,
                         transforms=s.transforms,
                         seconds=s.seconds,
+                        cores=s.cores,
                     )
                 )
             except Exception as e:  # noqa: BLE001 - report, do not crash

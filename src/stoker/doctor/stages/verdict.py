@@ -3,6 +3,7 @@ pick), name the stage that bounds it and rank the changes by their gain."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -10,7 +11,7 @@ from stoker.doctor.changes import recommend
 from stoker.doctor.findings import Findings, Judgement
 from stoker.doctor.measure.augment import transform_ops
 from stoker.doctor.measure.timing import Stage
-from stoker.doctor.verdict import Verdict, predict, verdict
+from stoker.doctor.verdict import Verdict, assumption, load_gap, predict, verdict
 
 __all__ = ["run", "still_rising"]
 
@@ -41,8 +42,9 @@ def run(f: Findings) -> None:
     loader_rate = sweep.predicted.get(k_run) or predict(
         cost, k_run, cores=s.cores, efficiency=sweep.efficiency
     )
+    basis, why = "predicted", _why_predicted(f)
     if k_run in measured and not sweep.reads_warm:
-        loader_rate = measured[k_run]
+        loader_rate, basis = measured[k_run], "measured"
     rates: dict[str, Any] = dict(
         workers=k_run,
         cores=s.cores,
@@ -51,7 +53,7 @@ def run(f: Findings) -> None:
         h2d_rate=f.h2d.result["rate"] if f.h2d.result else None,
         model_rate=f.model["rate"] if f.model else None,
     )
-    v = verdict(cost, **rates, predicted_rate=sweep.predicted.get(k_run))
+    v = _with_gap(f, verdict(cost, **rates, loader_basis=basis, why_predicted=why))
     normalize, costly = _augment_changes(f)
     recs = recommend(
         cost,
@@ -64,6 +66,46 @@ def run(f: Findings) -> None:
         more_workers=2 * k_run if still_rising(measured, k_run) else None,
     )
     f.judgement = Judgement(k_run, loader_rate, _more_did_not_help(v, measured), recs)
+
+
+def _why_predicted(f: Findings) -> str:
+    """Why the verdict's loader figure is the model's rather than a measurement."""
+    s, sweep = f.settings, f.loader
+    if not s.run_loader:
+        return "the loader runs were skipped (--no-loader, loader=False)"
+    if sweep.reads_warm:
+        return (
+            "the loader runs read from the page cache; the plan is cold reads, so the model "
+            "gives the figure"
+        )
+    failed = [x for x in f.not_measured if x["stage"].startswith("loader")]
+    if failed:
+        return f"the loader could not be measured here ({failed[0]['reason']})"
+    return "the loader was not measured"
+
+
+def _with_gap(f: Findings, v: Verdict) -> Verdict:
+    """Add to the text when a measured rate is far from the prediction (the run farthest from
+    it): the prediction's assumption, the load during that run and whether it explains the
+    gap."""
+    sweep = f.loader
+    runs = [r for r in sweep.runs if r.rate > 0 and sweep.predicted.get(r.workers)]
+    if not runs:
+        return v
+    run = max(runs, key=lambda r: abs(math.log(r.rate / sweep.predicted[r.workers])))
+    load = run.load
+    text = load_gap(
+        run.workers,
+        run.rate,
+        sweep.predicted[run.workers],
+        assumption=assumption(f.cost, f.settings.cores),
+        others_cores=load.others_cores if load else None,
+        cores=load.cores if load else None,
+        steal_cores=load.steal_cores if load else 0.0,
+        load1=load.load1 if load else None,
+        given_load=sweep.given_load.get(run.workers),
+    )
+    return v if text is None else replace(v, text=f"{v.text} {text}")
 
 
 def _more_did_not_help(v: Verdict, measured: dict[int, float]) -> Verdict:

@@ -1,0 +1,97 @@
+"""The corrupt-data finding: the samples that did not read or decode, named as the loader names
+them, what training would do with them, and how much of the set was checked.
+
+The doctor finds them in two places: its own sample (the decode stage decodes every sampled
+payload) and the loader runs (run with ``on_error="skip"``, they skip what does not decode and
+say which key). Neither reads every sample of a large set, so the finding says how many were
+checked and which command checks the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from stoker.doctor.findings import Findings
+
+__all__ = ["corrupt_data", "loader_max_bad_fraction"]
+
+#: corrupt samples named in the text (all of them are in the JSON)
+_NAMED = 5
+
+
+def loader_max_bad_fraction() -> float:
+    """The Loader's default ``max_bad_fraction``: with ``on_error="skip"``, an epoch with more
+    bad samples than this share of it stops."""
+    try:
+        import inspect
+
+        from stoker.loader import Loader
+
+        return float(inspect.signature(Loader).parameters["max_bad_fraction"].default)
+    except Exception:  # noqa: BLE001 - the loader's room is not installed
+        return 0.001
+
+
+def corrupt_data(f: Findings) -> dict[str, Any]:
+    """The report's ``corrupt`` section (schema in :mod:`stoker.doctor.report`)."""
+    count = f.sample.count
+    by_decode = f.sample.sampled
+    by_loader = min(count, max((r.seen for r in f.loader.runs), default=0))
+    exhaustive = max(by_decode, by_loader) >= count
+    fraction = loader_max_bad_fraction()
+    items = [c.to_dict() for c in f.corrupt]
+    unit = "file" if f.sample.kind == "folder" else "record"
+    data: dict[str, Any] = {
+        "count": len(items),
+        "unit": unit,
+        "items": items,
+        "checked": {"decode": by_decode, "loader": by_loader, "of": count},
+        "exhaustive": exhaustive,
+        "max_bad_fraction": fraction,
+        "allowed_per_epoch": math.floor(fraction * count),
+        "text": "",
+    }
+    if items:
+        data["text"] = _text(data, f.sample.kind)
+    return data
+
+
+def _text(d: dict[str, Any], kind: str) -> str:
+    n, unit, items = d["count"], d["unit"], d["items"]
+    named = "; ".join(f"{c['where']}: {c['reason']}" for c in items[:_NAMED])
+    if n > _NAMED:
+        named += f"; and {n - _NAMED} more (all in the JSON report)"
+    if n == 1:
+        head = (
+            f"1 corrupt {unit}: training with on_error='raise' (the Loader's default) would stop "
+            f"at {named}."
+        )
+    else:
+        head = (
+            f"{n} corrupt {unit}s: training with on_error='raise' (the Loader's default) would "
+            f"stop at the first of them it reaches: {named}."
+        )
+    c = d["checked"]
+    if d["exhaustive"]:
+        seen = f" Every one of the {c['of']:,} samples was checked."
+    else:
+        where = (
+            "`stoker pack` checks every file and lists the bad ones in NAME.rejects.tsv"
+            if kind == "folder"
+            else "`stoker verify --decode` checks every record"
+        )
+        seen = (
+            f" Only part of the set was checked (the doctor's sample of {c['decode']:,} and "
+            f"{c['loader']:,} samples read by the loader runs, of {c['of']:,}), so there may "
+            f"be more: {where}."
+        )
+    allowed = d["allowed_per_epoch"]
+    found = f"{n} {'was' if n == 1 else 'were'} found"
+    skip = (
+        " The loader was measured with on_error='skip', which leaves them out; it still stops "
+        f"an epoch once more than max_bad_fraction={d['max_bad_fraction']:g} of its samples are "
+        f"bad (here {allowed:,} of {c['of']:,} are allowed, and {found})"
+        + (": replace or remove them, or pass a larger max_bad_fraction." if n > allowed else ".")
+    )
+    return head + seen + skip
