@@ -11,7 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import simplejpeg
+from doctor_bottlenecks import FIXED16, make_folder
 
 import stoker
 from stoker.cli import main
@@ -32,8 +35,6 @@ def _folder_with_a_truncated_jpeg(root: Path, per_class: int = 20) -> tuple[str,
 
 def _key_where_training_stops(src: str) -> int:
     """Train as a user would (on_error='raise', the default) and return the key it stops at."""
-    from doctor_bottlenecks import FIXED16
-
     from stoker.loader import Loader
 
     with Loader(src, batch_size=8, transforms=FIXED16, workers=0) as ld:
@@ -249,3 +250,16 @@ def test_version_1_reports_still_read():
     assert r.bound == "model" and r.corrupt == [] and r.loader_basis == "measured"
     with pytest.raises(ValueError, match="stoker.doctor/2"):
         Report.from_json(json.dumps({"schema": "stoker.doctor/9"}))
+
+
+def test_a_sample_the_pipeline_rejects_is_not_called_corrupt(tmp_path, capsys):
+    src = make_folder(tmp_path / "imgs", n=24, size=16)
+    odd = Path(src) / "class1" / "00007.jpg"
+    odd.write_bytes(simplejpeg.encode_jpeg(np.zeros((24, 24, 3), np.uint8)))  # not 16x16
+    assert main(["doctor", src, *QUICK, "--workers-max", "1", "--json"]) == 0
+    c = json.loads(capsys.readouterr().out)["corrupt"]
+    assert c["count"] == 0 and c["failed"] == 1
+    (item,) = c["items"]
+    assert item["kind"] == "pipeline" and item["found_by"] == "loader"
+    assert str(odd) in item["where"] and item["reason"].startswith("SpecError")
+    assert "corrupt" not in c["text"] and "failed in the pipeline" in c["text"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from stoker.doctor.findings import Findings
 
-__all__ = ["corrupt_data", "loader_max_bad_fraction"]
+__all__ = ["DATA_ERRORS", "corrupt_data", "kind_of", "loader_max_bad_fraction"]
 
 #: corrupt samples named in the text (all of them are in the JSON)
 _NAMED = 5
@@ -33,6 +33,29 @@ def loader_max_bad_fraction() -> float:
         return 0.001
 
 
+#: errors that mean the sample's bytes are bad (or cannot be read), not the pipeline
+DATA_ERRORS = frozenset(
+    {
+        "ImageDecodeError",
+        "ImageTooLargeError",
+        "StokerFormatError",
+        "CorruptRecordError",
+        "IndexFormatError",
+        "OSError",
+        "FileNotFoundError",
+        "PermissionError",
+        "IsADirectoryError",
+        "EOFError",
+    }
+)
+
+
+def kind_of(reason: str) -> str:
+    """``"corrupt"`` when ``reason`` ("Type: message") is a data error, else ``"pipeline"``
+    (the sample's bytes decoded, a transform or a shape check failed on it)."""
+    return "corrupt" if reason.split(":", 1)[0].strip() in DATA_ERRORS else "pipeline"
+
+
 def corrupt_data(f: Findings) -> dict[str, Any]:
     """The report's ``corrupt`` section (schema in :mod:`stoker.doctor.report`)."""
     count = f.sample.count
@@ -40,10 +63,11 @@ def corrupt_data(f: Findings) -> dict[str, Any]:
     by_loader = min(count, max((r.seen for r in f.loader.runs), default=0))
     exhaustive = max(by_decode, by_loader) >= count
     fraction = loader_max_bad_fraction()
-    items = [c.to_dict() for c in f.corrupt]
+    items = [{**c.to_dict(), "kind": kind_of(c.reason)} for c in f.corrupt]
     unit = "file" if f.sample.kind == "folder" else "record"
     data: dict[str, Any] = {
-        "count": len(items),
+        "count": sum(1 for c in items if c["kind"] == "corrupt"),
+        "failed": sum(1 for c in items if c["kind"] == "pipeline"),
         "unit": unit,
         "items": items,
         "checked": {"decode": by_decode, "loader": by_loader, "of": count},
@@ -57,41 +81,58 @@ def corrupt_data(f: Findings) -> dict[str, Any]:
     return data
 
 
-def _text(d: dict[str, Any], kind: str) -> str:
-    n, unit, items = d["count"], d["unit"], d["items"]
+def _named(items: list[dict[str, Any]]) -> str:
     named = "; ".join(f"{c['where']}: {c['reason']}" for c in items[:_NAMED])
-    if n > _NAMED:
-        named += f"; and {n - _NAMED} more (all in the JSON report)"
-    if n == 1:
-        head = (
-            f"1 corrupt {unit}: training with on_error='raise' (the Loader's default) would stop "
-            f"at {named}."
+    if len(items) > _NAMED:
+        named += f"; and {len(items) - _NAMED} more (all in the JSON report)"
+    return named
+
+
+def _text(d: dict[str, Any], kind: str) -> str:
+    unit, items = d["unit"], d["items"]
+    bad = [c for c in items if c["kind"] == "corrupt"]
+    failed = [c for c in items if c["kind"] == "pipeline"]
+    stop = "training with on_error='raise' (the Loader's default) would stop at"
+    parts = []
+    if len(bad) == 1:
+        parts.append(f"1 corrupt {unit}: {stop} {_named(bad)}.")
+    elif bad:
+        parts.append(
+            f"{len(bad)} corrupt {unit}s: {stop} the first of them it reaches: {_named(bad)}."
         )
-    else:
-        head = (
-            f"{n} corrupt {unit}s: training with on_error='raise' (the Loader's default) would "
-            f"stop at the first of them it reaches: {named}."
+    if failed:
+        parts.append(
+            f"{len(failed)} sample(s) decoded but failed in the pipeline (a transform or a shape "
+            f"check, not their bytes): {stop} them{' too' if bad else ''}: {_named(failed)}."
         )
     c = d["checked"]
     if d["exhaustive"]:
-        seen = f" Every one of the {c['of']:,} samples was checked."
+        parts.append(f"Every one of the {c['of']:,} samples was checked.")
     else:
         where = (
             "`stoker pack` checks every file and lists the bad ones in NAME.rejects.tsv"
             if kind == "folder"
             else "`stoker verify --decode` checks every record"
         )
-        seen = (
-            f" Only part of the set was checked (the doctor's sample of {c['decode']:,} and "
+        parts.append(
+            f"Only part of the set was checked (the doctor's sample of {c['decode']:,} and "
             f"{c['loader']:,} samples read by the loader runs, of {c['of']:,}), so there may "
             f"be more: {where}."
         )
-    allowed = d["allowed_per_epoch"]
+    n, allowed = len(items), d["allowed_per_epoch"]
     found = f"{n} {'was' if n == 1 else 'were'} found"
-    skip = (
-        " The loader was measured with on_error='skip', which leaves them out; it still stops "
+    parts.append(
+        "The loader was measured with on_error='skip', which leaves them out; it still stops "
         f"an epoch once more than max_bad_fraction={d['max_bad_fraction']:g} of its samples are "
         f"bad (here {allowed:,} of {c['of']:,} are allowed, and {found})"
-        + (": replace or remove them, or pass a larger max_bad_fraction." if n > allowed else ".")
+        + (
+            (
+                ": replace or remove them, or pass a larger max_bad_fraction."
+                if bad
+                else ": fix the pipeline for them, or pass a larger max_bad_fraction."
+            )
+            if n > allowed
+            else "."
+        )
     )
-    return head + seen + skip
+    return " ".join(parts)

@@ -18,8 +18,9 @@ turns the whole into the report.
 | ``checks`` | ``stages.system`` | the system checks |
 | ``judgement`` | ``stages.verdict`` | the verdict and the ranked changes |
 
-``corrupt`` collects the samples that did not read or decode, from the decode stage's sample
-and from the loader runs (which skip them), one entry per key.
+``corrupt`` collects the samples training would stop at, one entry per key: those that did
+not decode in the decode stage's sample, and those the loader runs skipped (which did not read
+or decode, or failed in a transform or shape check).
 """
 
 from __future__ import annotations

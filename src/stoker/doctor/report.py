@@ -13,8 +13,10 @@ top-level keys, in order (:data:`SECTIONS`):
   null), output_dtype;
 - ``settings``: batch_size, transforms (label), workers_max, workers (the counts run), cores,
   seconds, sample_size, cache (auto|warm|cold);
-- ``corrupt``: the samples that did not read or decode: count, unit (file|record), items
-  (list of {key, where, reason, found_by decode|loader}), checked ({decode, loader, of}:
+- ``corrupt``: the samples training would stop at: count (corrupt: they did not read or
+  decode), failed (they decoded but a transform or shape check failed), unit (file|record),
+  items (list of {key, where, reason, found_by decode|loader, kind corrupt|pipeline}),
+  checked ({decode, loader, of}:
   samples the doctor's sample and the longest loader run went through, of the set), exhaustive,
   max_bad_fraction (the Loader's default), allowed_per_epoch, text ("" when none);
 - ``system``: list of checks: name, status ok|warn|fail, message, data;
@@ -438,9 +440,9 @@ def _loader_table(
 
 
 def _corrupt(out: _Lines, c: dict[str, Any] | None) -> None:
-    if not c or not c.get("count"):
+    if not c or not c.get("text"):
         return
-    out.append("Corrupt data")
+    out.append("Corrupt data" if not c.get("failed") else "Samples training would stop at")
     out.wrap(c["text"])
     out.append("")
 
