@@ -3,12 +3,20 @@ on the same images in one run.
 
 Makes sample JPEGs, packs them into RecordIO, converts that set to TFRecord and WebDataset with
 ``stoker convert`` and writes the same bytes and labels into an LMDB database of Caffe
-``Datum`` records (encoded) with the ``lmdb`` package. Then, in rounds whose candidate order
-alternates (a busy spell on a shared machine then hurts each format alike), each format's set
-is read into the page cache and one epoch of ``stoker.Loader`` (decode and a centre crop,
-shuffled, ``--workers``) is timed; each format's rate is divided by RecordIO's of the same round. The
-table gives the median ratio with its spread (min..max over the rounds) and the median CPU
-time of the process tree per image.
+``Datum`` records (encoded) with the ``lmdb`` package; each set is opened once, so its index,
+key list and label caches exist before the clocks start (as RecordIO's ``.idx`` does). Then,
+in rounds whose candidate order alternates (a busy spell on a shared machine then hurts each
+format alike), each format's set is read into the page cache and one ``stoker.Loader``
+(decode and a centre crop, shuffled, ``--workers``) runs ``--epochs`` epochs. Two figures per
+format and round, each divided by RecordIO's of the same round:
+
+- first epoch: from constructing the loader to its last batch (worker start-up and each
+  format's first open of its caches included: what a short job sees);
+- steady state: the later epochs of the same loader, workers warm (what every epoch of a
+  training run after its first sees).
+
+The tables give the median ratio with its spread (min..max over the rounds), and the median
+CPU time of the process tree per image (microseconds) for each.
 
 Convert: ``stoker convert`` of the RecordIO set into each format, against ``cp`` of the
 source's files (the ``.rec``, ``.idx`` and ``.crc32c``), alternated the same way: median
@@ -53,24 +61,40 @@ def write_lmdb(rec_manifest: str, db: str) -> None:
             env.close()
 
 
-def one_epoch(path: str, *, size: int, workers: int, batch_size: int) -> tuple[float, float]:
-    """(images/s, CPU ms per image of the process tree) of one shuffled epoch (decode and a
-    centre crop to the images' own size: the batch needs a fixed shape), start-up included."""
+def run_loader(path: str, args: argparse.Namespace) -> dict[str, float]:
+    """One loader, ``args.epochs`` shuffled epochs (decode and a centre crop to the images'
+    own size: the batch needs a fixed shape): images/s and CPU us per image of the process
+    tree for the first epoch (start-up included) and for the later ones (``steady``)."""
     from stoker import Loader
     from stoker.transforms import CenterCrop
 
     before = tree_cpu()
     t0 = time.perf_counter()
-    n = 0
-    crop = CenterCrop(size)
+    counts: list[int] = []
+    t1, mid = t0, before  # set again after the first epoch
     with Loader(
-        path, batch_size=batch_size, transforms=crop, shuffle=True, seed=0, workers=workers
+        path,
+        batch_size=args.batch_size,
+        transforms=CenterCrop(args.size),
+        shuffle=True,
+        seed=0,
+        workers=args.workers,
     ) as loader:
-        for b in loader:
-            n += len(b.images)
-    took = time.perf_counter() - t0
-    cpu = cpu_between(before, tree_cpu())
-    return n / took, 1000 * cpu / max(n, 1)
+        for _epoch in range(args.epochs):
+            n = 0
+            for b in loader:
+                n += len(b.images)
+            counts.append(n)
+            if len(counts) == 1:
+                t1, mid = time.perf_counter(), tree_cpu()
+        t2, after = time.perf_counter(), tree_cpu()
+    later = sum(counts[1:])
+    return {
+        "first": counts[0] / (t1 - t0),
+        "first_cpu": 1e6 * cpu_between(before, mid) / max(counts[0], 1),
+        "steady": later / (t2 - t1) if later else float("nan"),
+        "steady_cpu": 1e6 * cpu_between(mid, after) / max(later, 1),
+    }
 
 
 def _warm(path: str) -> None:
@@ -81,21 +105,22 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} ({min(values):.3f}..{max(values):.3f})"
 
 
-def time_loaders(paths: dict[str, str], args: argparse.Namespace, rounds: int) -> tuple:
-    """Each format's loader rates and CPU per image, over alternating rounds."""
-    rates: dict[str, list[float]] = {f: [] for f in FORMATS}
-    cpus: dict[str, list[float]] = {f: [] for f in FORMATS}
+def time_loaders(paths: dict[str, str], args: argparse.Namespace, rounds: int) -> list[dict]:
+    """Each format's :func:`run_loader` figures, by round, over alternating rounds."""
+    out: list[dict] = []
     for r in range(rounds):
         order = FORMATS if r % 2 == 0 else FORMATS[::-1]
+        got: dict[str, dict[str, float]] = {}
         for fmt in order:
             _warm(paths[fmt])
-            rate, cpu = one_epoch(
-                paths[fmt], size=args.size, workers=args.workers, batch_size=args.batch_size
+            got[fmt] = x = run_loader(paths[fmt], args)
+            print(
+                f"... round {r}, {fmt}: first epoch {x['first']:.0f} images/s, steady "
+                f"{x['steady']:.0f} images/s, {x['steady_cpu']:.0f} CPU us/image",
+                flush=True,
             )
-            rates[fmt].append(rate)
-            cpus[fmt].append(cpu)
-            print(f"... round {r}, {fmt}: {rate:.0f} images/s, {cpu:.3f} CPU ms/image", flush=True)
-    return rates, cpus
+        out.append(got)
+    return out
 
 
 def time_converts(
@@ -128,16 +153,28 @@ def time_converts(
     return conv
 
 
-def print_tables(rates: dict, cpus: dict, conv: dict, nbytes: int, rounds: int) -> None:
+def print_loader_table(runs: list[dict], args: argparse.Namespace) -> None:
+    med = statistics.median
     print()
-    print("loader, one epoch; ratio = format's rate / RecordIO's in the same round")
-    print(f"{'format':<10} {'images/s':>9} {'ratio: median (min..max)':>26} {'CPU ms/img':>11}")
+    print(
+        f"loader, {args.epochs} epochs of one loader; ratio = the format's rate / RecordIO's "
+        "in the same round: median (min..max)"
+    )
+    print(
+        f"{'format':<10} {'steady img/s':>12} {'steady ratio':>22} {'CPU us/img':>10}"
+        f" {'1st epoch img/s':>15} {'1st epoch ratio':>22} {'CPU us/img':>10}"
+    )
     for fmt in FORMATS:
-        ratios = [a / b for a, b in zip(rates[fmt], rates["recordio"], strict=True)]
-        print(
-            f"{fmt:<10} {statistics.median(rates[fmt]):>9.0f} {_spread(ratios):>26} "
-            f"{statistics.median(cpus[fmt]):>11.3f}"
-        )
+        row = f"{fmt:<10}"
+        for what, width in (("steady", 12), ("first", 15)):
+            rates = [r[fmt][what] for r in runs]
+            ratios = [r[fmt][what] / r["recordio"][what] for r in runs]
+            cpu = med(r[fmt][what + "_cpu"] for r in runs)
+            row += f" {med(rates):>{width}.0f} {_spread(ratios):>22} {cpu:>10.0f}"
+        print(row)
+
+
+def print_convert_table(conv: dict, nbytes: int, rounds: int) -> None:
     print()
     print(f"convert of the RecordIO set ({nbytes / 1e6:.1f} MB), median of {rounds}")
     print(f"{'method':<22} {'seconds':>8} {'MB/s':>8} {'/ cp':>7}")
@@ -149,59 +186,75 @@ def print_tables(rates: dict, cpus: dict, conv: dict, nbytes: int, rounds: int) 
     print("(/ cp: the method's time divided by cp's; 1.0 = as fast as copying the bytes)")
 
 
+def prepare(work: str, n_images: int, args: argparse.Namespace) -> tuple[dict, str]:
+    """The four sets of the same images: ``({format: path the loader opens}, RecordIO
+    manifest)``; each opened once, so its caches are built before any clock starts."""
+    import stoker.formats
+    from stoker import pack
+    from stoker.pack import convert
+
+    src = os.path.join(work, "images")
+    make_images(src, n=n_images, size=args.size, classes=10)
+    sets = {"recordio": os.path.join(work, "set")}
+    pack(src, sets["recordio"], workers=args.workers, overwrite=True, progress=False)
+    rec_manifest = sets["recordio"] + ".stoker.json"
+    for fmt in ("tfrecord", "wds"):
+        sets[fmt] = os.path.join(work, f"set_{fmt}")
+        convert(
+            rec_manifest,
+            sets[fmt],
+            format=fmt,
+            workers=args.workers,
+            overwrite=True,
+            progress=False,
+        )
+    sets["lmdb"] = os.path.join(work, "set_lmdb")
+    write_lmdb(rec_manifest, sets["lmdb"])
+    paths = {f: (p + _MAIN[f] if f in _MAIN else p) for f, p in sets.items()}
+    for p in paths.values():
+        with stoker.formats.open(p) as r:
+            r.labels()
+    return paths, rec_manifest
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="600 images and 2 rounds (a smoke run)")
-    ap.add_argument("--images", type=int, default=None, help="number of images (default 4000)")
+    ap.add_argument(
+        "--quick", action="store_true", help="600 images, 2 epochs, 2 rounds (a smoke run)"
+    )
+    ap.add_argument("--images", type=int, default=None, help="number of images (default 20000)")
     ap.add_argument("--size", type=int, default=64, help="image side (default 64)")
+    ap.add_argument("--epochs", type=int, default=None, help="epochs per loader (default 4)")
     ap.add_argument("--rounds", type=int, default=None, help="alternations (default 5)")
     ap.add_argument("--workers", type=int, default=2, help="loader and convert workers")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--dir", default=None, help="work folder (default: a temporary one)")
     args = ap.parse_args()
-
-    from stoker import pack
-    from stoker.pack import convert
-
-    n_images = args.images or (600 if args.quick else 4000)
+    n_images = args.images or (600 if args.quick else 20000)
     rounds = args.rounds or (2 if args.quick else 5)
+    args.epochs = max(2, args.epochs or (2 if args.quick else 4))
     work = args.dir or tempfile.mkdtemp(prefix="stoker-bench-formats-")
     os.makedirs(work, exist_ok=True)
     print(f"command: {command_line()}")
     try:
-        src = os.path.join(work, "images")
-        make_images(src, n=n_images, size=args.size, classes=10)
-        sets = {"recordio": os.path.join(work, "set")}
-        pack(src, sets["recordio"], workers=args.workers, overwrite=True, progress=False)
-        rec_manifest = sets["recordio"] + ".stoker.json"
-        for fmt in ("tfrecord", "wds"):
-            sets[fmt] = os.path.join(work, f"set_{fmt}")
-            convert(
-                rec_manifest,
-                sets[fmt],
-                format=fmt,
-                workers=args.workers,
-                overwrite=True,
-                progress=False,
-            )
-        sets["lmdb"] = os.path.join(work, "set_lmdb")
-        write_lmdb(rec_manifest, sets["lmdb"])
-        paths = {f: (p + _MAIN[f] if f in _MAIN else p) for f, p in sets.items()}
-        src_files = [sets["recordio"] + e for e in (".rec", ".idx", ".crc32c")]
+        paths, rec_manifest = prepare(work, n_images, args)
+        src_files = [
+            rec_manifest.removesuffix(".stoker.json") + e for e in (".rec", ".idx", ".crc32c")
+        ]
         nbytes = sum(os.path.getsize(p) for p in src_files)
         print(
             f"data: {n_images} JPEGs {args.size}x{args.size}, RecordIO {nbytes / 1e6:.1f} MB; "
-            f"{args.workers} workers, batch {args.batch_size}, {rounds} rounds; "
-            f"{cpu_count()} cores, python {sys.version.split()[0]}",
+            f"{args.workers} workers, batch {args.batch_size}, {args.epochs} epochs, "
+            f"{rounds} rounds; {cpu_count()} cores, python {sys.version.split()[0]}",
             flush=True,
         )
-        rates, cpus = time_loaders(paths, args, rounds)
+        runs = time_loaders(paths, args, rounds)
         conv = time_converts(rec_manifest, src_files, work, args, rounds)
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
-
-    print_tables(rates, cpus, conv, nbytes, rounds)
+    print_loader_table(runs, args)
+    print_convert_table(conv, nbytes, rounds)
     return 0
 
 

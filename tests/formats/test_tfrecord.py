@@ -309,7 +309,7 @@ def test_index_cache_is_used_and_rebuilt_when_the_file_changes(tmp_path, monkeyp
     assert len(entries) == 1
     raw = entries[0].read_bytes()
     magic, version, _reserved, count, size = struct.unpack_from("<8sIIQQ", raw)
-    assert (magic, version, count, size) == (b"STKTFI\x00\x01", 1, 3, path.stat().st_size)
+    assert (magic, version, count, size) == (b"STKTFI\x00\x01", 2, 3, path.stat().st_size)
     assert np.frombuffer(raw, "<u8", offset=32)[0] == 0
     import stoker.formats.tfrecord.index as index
 

@@ -32,9 +32,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stoker.formats.protowire import I32, LEN, VARINT, WireError, iter_fields
+from stoker.formats.protowire import I32, I64, LEN, VARINT, WireError, read_varint
 
-__all__ = ["Datum", "check_datum", "datum_image", "encode_png", "image_kind", "parse_datum"]
+__all__ = [
+    "Datum",
+    "check_datum",
+    "datum_fields",
+    "datum_image",
+    "encode_png",
+    "image_kind",
+    "parse_datum",
+]
 
 _NAMES = {1: "channels", 2: "height", 3: "width", 4: "data", 5: "label", 7: "encoded"}
 _INT32 = (1, 2, 3, 5)
@@ -61,38 +69,92 @@ def _int32(number: int, v: int, at: int) -> int:
     return v
 
 
-def parse_datum(value: bytes | memoryview) -> Datum:
-    """The fields of one Datum; :class:`WireError` (with the byte offset) when the bytes are not
-    one. Unknown field numbers are skipped, as protobuf does; a known field with the wrong wire
-    type is an error."""
-    ints = {1: 0, 2: 0, 3: 0, 5: 0}
+def _uv(mv: memoryview, pos: int, end: int) -> tuple[int, int]:
+    """A varint; the one-byte case (tags, small ints) without a call."""
+    if pos < end:
+        b = mv[pos]
+        if b < 0x80:
+            return b, pos + 1
+    return read_varint(mv, pos, end)
+
+
+def datum_fields(
+    value: bytes | memoryview,
+) -> tuple[int, int, int, memoryview | None, int, bool, int, int]:
+    """:func:`parse_datum` as a plain tuple ``(channels, height, width, data, label, encoded,
+    float_count, data_offset)``: one loop over the fields, no generator and no object built
+    (this runs once per sample read). The same checks and errors as :func:`parse_datum`."""
+    mv = value if isinstance(value, memoryview) else memoryview(value).cast("B")
+    ints = [0, 0, 0, 0, 0, 0]  # by field number: 1 channels, 2 height, 3 width, 5 label
     data: memoryview | None = None
     data_at = 0
     encoded = False
     floats = 0
-    for number, wire, v, at in iter_fields(value):
-        if number in _INT32:
-            if wire != VARINT:
-                raise WireError(at, f"field {number} ({_NAMES[number]}) has wire type {wire}")
-            ints[number] = _int32(number, v, at)  # type: ignore[arg-type]
-        elif number == 4:
-            if wire != LEN:
-                raise WireError(at, f"field 4 (data) has wire type {wire}, not bytes")
-            data, data_at = v, at  # type: ignore[assignment]
-        elif number == 7:
-            if wire != VARINT:
-                raise WireError(at, f"field 7 (encoded) has wire type {wire}, not a bool")
-            encoded = bool(v)
-        elif number == 6:
-            if wire == LEN:
-                if len(v) % 4:  # type: ignore[arg-type]
-                    raise WireError(at, "field 6 (float_data) is not a whole number of floats")
-                floats += len(v) // 4  # type: ignore[arg-type]
-            elif wire == I32:
-                floats += 1
+    pos, end = 0, len(mv)
+    while pos < end:
+        at = pos
+        tag = mv[pos]  # the one-byte case of each varint inline
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = read_varint(mv, pos, end)
+        number, wire = tag >> 3, tag & 7
+        if number == 0:
+            raise WireError(at, "field number 0")
+        if wire == VARINT:
+            v = mv[pos] if pos < end else 0x80
+            if v < 0x80:
+                pos += 1
             else:
-                raise WireError(at, f"field 6 (float_data) has wire type {wire}")
-    return Datum(ints[1], ints[2], ints[3], data, ints[5], encoded, floats, data_at)
+                v, pos = read_varint(mv, pos, end)
+            if number in _INT32:
+                ints[number] = _int32(number, v, at)
+            elif number == 7:
+                encoded = bool(v)
+            elif number in (4, 6):
+                raise WireError(at, _wrong_wire(number, wire))
+        elif wire == LEN:
+            n, pos = _uv(mv, pos, end)
+            if n > end - pos:
+                raise WireError(at, f"field {number} claims {n} bytes, only {end - pos} remain")
+            if number == 4:
+                data, data_at = mv[pos : pos + n], at
+            elif number == 6:
+                if n % 4:
+                    raise WireError(at, "field 6 (float_data) is not a whole number of floats")
+                floats += n // 4
+            elif number in _INT32 or number == 7:
+                raise WireError(at, _wrong_wire(number, wire))
+            pos += n
+        elif wire in (I64, I32):
+            size = 8 if wire == I64 else 4
+            if size > end - pos:
+                raise WireError(at, f"field {number} needs {size} bytes, only {end - pos} remain")
+            if number == 6 and wire == I32:
+                floats += 1
+            elif number in _NAMES or number == 6:
+                raise WireError(at, _wrong_wire(number, wire))
+            pos += size
+        else:
+            raise WireError(at, f"field {number} has wire type {wire} (groups are not supported)")
+    return ints[1], ints[2], ints[3], data, ints[5], encoded, floats, data_at
+
+
+def _wrong_wire(number: int, wire: int) -> str:
+    if number == 4:
+        return f"field 4 (data) has wire type {wire}, not bytes"
+    if number == 7:
+        return f"field 7 (encoded) has wire type {wire}, not a bool"
+    if number == 6:
+        return f"field 6 (float_data) has wire type {wire}"
+    return f"field {number} ({_NAMES[number]}) has wire type {wire}"
+
+
+def parse_datum(value: bytes | memoryview) -> Datum:
+    """The fields of one Datum; :class:`WireError` (with the byte offset) when the bytes are not
+    one. Unknown field numbers are skipped, as protobuf does; a known field with the wrong wire
+    type is an error."""
+    return Datum(*datum_fields(value))
 
 
 def image_kind(buf: bytes | memoryview) -> str | None:

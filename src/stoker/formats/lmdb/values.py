@@ -12,7 +12,14 @@ starts with a field 1..7 tag, 0x08..0x3a; JPEG, PNG, WebP, GIF, BMP and TIFF sta
 
 from __future__ import annotations
 
-from stoker.formats.lmdb.datum import Datum, check_datum, datum_image, image_kind, parse_datum
+from stoker.formats.lmdb.datum import (
+    Datum,
+    check_datum,
+    datum_fields,
+    datum_image,
+    image_kind,
+    parse_datum,
+)
 from stoker.formats.lmdb.env import LmdbFormatError
 from stoker.formats.protowire import WireError
 
@@ -63,7 +70,11 @@ def read_datum(
     """(image bytes, label) of a Datum value; :class:`LmdbFormatError` naming the key when the
     value is not a usable Datum."""
     try:
-        d = parse_datum(value)
+        fields = datum_fields(value)
+        data, label, encoded = fields[3], fields[4], fields[5]
+        if encoded and data is not None and len(data) and image_kind(data) is not None:
+            return data, label  # the usual case: encoded bytes, taken as they are
+        d = Datum(*fields)
         image = datum_image(d, png_level)
     except WireError as e:
         raise LmdbFormatError(
@@ -105,7 +116,7 @@ def check_value(
 
 def read_datum_label(value: bytes | memoryview, path: str, key: bytes, position: int) -> int:
     try:
-        return parse_datum(value).label
+        return datum_fields(value)[4]
     except WireError as e:
         raise LmdbFormatError(
             path,

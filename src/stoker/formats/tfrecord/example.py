@@ -31,6 +31,7 @@ __all__ = [
     "RawFeature",
     "bytes_values",
     "encode_example",
+    "one_bytes_span",
     "float_values",
     "int64_values",
     "parse_features",
@@ -195,6 +196,23 @@ def bytes_values(mv: memoryview, f: RawFeature) -> list[memoryview]:
         else:
             pos = _skip(mv, tag, pos, end, at)
     return out
+
+
+def one_bytes_span(mv: memoryview, f: RawFeature) -> tuple[int, int] | None:
+    """``(start, end)`` in ``mv`` of the one value of a bytes feature (what
+    :func:`bytes_values` gives as its only item), or ``None`` when it holds another count."""
+    span = None
+    count = 0
+    pos, end = f.start, f.end
+    while pos < end:
+        at = pos
+        tag, pos = _uv(mv, pos, end)
+        if tag == 0x0A:
+            s, pos = _len(mv, pos, end, at, "a BytesList value")
+            span, count = (s, pos), count + 1
+        else:
+            pos = _skip(mv, tag, pos, end, at)
+    return span if count == 1 and f.kind == "bytes" else None
 
 
 def float_values(mv: memoryview, f: RawFeature) -> list[float]:

@@ -2,14 +2,16 @@
 
 TFRecord has no index: random access needs every record's offset, and the loader needs every
 label (samplers) and the longest variable field (batch columns) before the first batch. The
-first open walks the file once; the results go to the cache directory
+first open walks the file once; the same walk notes where each record's image bytes lie inside
+its data, so a read that wants only the image and the label checks the record's CRCs and
+slices, without parsing the Example again. The results go to the cache directory
 (:mod:`stoker._core.cache`, keyed by the file's real path, size, modification time and inode,
 so a changed file gets a new entry), never beside the data.
 
 ``NAME.stktfi`` (``cache_file("tfrecord-index", path, ".stktfi")``), little-endian::
 
     0   8s   magic b"STKTFI\\0\\1"
-    8   u32  version (1)
+    8   u32  version (2)
     12  u32  reserved (0)
     16  u64  count: records in the file
     24  u64  the file's size in bytes when indexed (checked again on load)
@@ -19,7 +21,7 @@ so a changed file gets a new entry), never beside the data.
 per set of feature names read, so readers with other options do not evict each other)::
 
     0   8s   magic b"STKTFM\\0\\1"
-    8   u32  version (1)
+    8   u32  version (2)
     12  u32  J: bytes of the JSON that follows
     16  u64  count
     24  u64  the file's size
@@ -28,6 +30,9 @@ per set of feature names read, so readers with other options do not evict each o
     ..  pad to a multiple of 8
         count x k x 8: the labels (k values each; int64, or float64 for a float label)
         count x 8: int64 keys (when "keyed": records carry ``stoker/key``)
+        count x 2 x u32: each record's image span in its data (the bytes after the 12-byte
+            header): start, length; start 0xFFFFFFFF when the span does not fit in u32 (such
+            a record is read by a full parse)
 
 A cache entry that does not match (magic, version, sizes, count) is rebuilt, never trusted.
 """
@@ -48,7 +53,7 @@ from stoker._core.cache import cache_file
 from stoker._core.errors import CorruptRecordError, SpecError
 from stoker._core.schema import Field, Schema
 from stoker.formats.protowire import WireError
-from stoker.formats.tfrecord.example import int64_values, parse_features
+from stoker.formats.tfrecord.example import int64_values, one_bytes_span, parse_features
 from stoker.formats.tfrecord.features import (
     FeaturePlan,
     FieldError,
@@ -61,11 +66,13 @@ from stoker.formats.tfrecord.features import (
 )
 from stoker.formats.tfrecord.framing import HEADER, FrameError, read_frame, scan_offsets
 
-__all__ = ["ShardMeta", "load_meta", "load_offsets", "plan_digest", "record_error"]
+__all__ = ["NO_SPAN", "ShardMeta", "load_meta", "load_offsets", "plan_digest", "record_error"]
 
 _IDX_MAGIC = b"STKTFI\x00\x01"
 _META_MAGIC = b"STKTFM\x00\x01"
-_VERSION = 1
+_VERSION = 2  # 2: the meta holds each record's image span
+#: The image-span start of a record whose span is not cached (read by a full parse).
+NO_SPAN = 0xFFFFFFFF
 _HEAD = struct.Struct("<8sIIQQ")  # 32 bytes
 
 
@@ -137,6 +144,9 @@ class ShardMeta:
     labels: np.ndarray  # (N, k) int64 or float64
     keys: np.ndarray | None  # int64 (N,) when records carry stoker/key
     max_len: dict[str, int]
+    #: uint32 ``(N, 2)``: where each record's image bytes lie in its data (start, length);
+    #: start ``NO_SPAN`` when the span is not known (read by a full parse)
+    spans: np.ndarray
 
     def schema(self) -> Schema | None:
         return None if self.resolved is None else self.resolved.schema(self.max_len)
@@ -162,6 +172,9 @@ def _scan_meta(
     keys: np.ndarray | None = None
     max_len: dict[str, int] = {}
     variable: list[tuple[str, str, Field]] = []
+    spans = np.zeros((n, 2), dtype=np.uint32)
+    spans[:, 0] = NO_SPAN
+    image_feat = ""
     for i, off in enumerate(offsets.tolist()):
         try:
             data, _ = read_frame(buf, size, off, check_data=False)
@@ -179,6 +192,7 @@ def _scan_meta(
                 keys = np.empty(n, dtype=np.int64) if resolved.keyed else None
                 variable = [(nm, ft, f) for nm, ft, f in resolved.entries if f.variable]
                 max_len = {nm: 0 for nm, _ft, _f in variable}
+                image_feat = next(ft for _nm, ft, f in resolved.entries if f.kind == "image")
             values: dict[str, Any] = {}
             for nm, ft, f in resolved.entries:
                 values[nm] = field_value(nm, ft, f, data, feats)
@@ -197,9 +211,12 @@ def _scan_meta(
                     bad[0], f"{len(values[bad[0]])} rows, but {bad[1]!r} has {len(values[bad[1]])}"
                 )
             _key(resolved, data, feats, keys, i)
+            span = one_bytes_span(data, feats[image_feat])  # the value field_value checked
+            if span is not None and span[1] < NO_SPAN:
+                spans[i] = (span[0], span[1] - span[0])
         except (FrameError, WireError, FieldError) as e:
             raise record_error(path, i, off, e) from None
-    return ShardMeta(resolved, labels, keys, max_len)
+    return ShardMeta(resolved, labels, keys, max_len, spans)
 
 
 def _key(
@@ -247,16 +264,18 @@ def _meta_from(raw: bytes, n: int) -> ShardMeta | None:
     head = resolved.header
     width = math.prod(head.shape)
     pos = _HEAD.size + j + (-(_HEAD.size + j)) % 8
-    need = pos + 8 * n * width + (8 * n if resolved.keyed else 0)
-    if len(raw) != need:
+    at_spans = pos + 8 * n * width + (8 * n if resolved.keyed else 0)
+    if len(raw) != at_spans + 8 * n:
         return None
     kind = "<i8" if np.dtype(head.dtype).kind in "iu" else "<f8"
     labels = np.frombuffer(raw, dtype=kind, count=n * width, offset=pos).reshape(n, width)
     keys = None
     if resolved.keyed:
         keys = np.frombuffer(raw, dtype="<i8", count=n, offset=pos + 8 * n * width)
+    spans = np.frombuffer(raw, dtype="<u4", count=2 * n, offset=at_spans).reshape(n, 2)
     max_len = {nm: f.max_len or 0 for nm, f in schema.items() if f.variable}
-    return ShardMeta(resolved, labels.copy(), None if keys is None else keys.copy(), max_len)
+    keys = None if keys is None else keys.copy()
+    return ShardMeta(resolved, labels.copy(), keys, max_len, spans.astype(np.uint32))
 
 
 def load_meta(
@@ -272,7 +291,7 @@ def load_meta(
     scan (then cached). ``CorruptRecordError`` names the first record that does not fit."""
     n = offsets.shape[0]
     if n == 0:
-        return ShardMeta(None, np.zeros((0, 0), np.int64), None, {})
+        return ShardMeta(None, np.zeros((0, 0), np.int64), None, {}, np.zeros((0, 2), np.uint32))
     digest = plan_digest(plan)
     entry = cache_file("tfrecord-meta", path, f"-{digest}.stktfm") if cache else None
     got = _read_entry(entry, _META_MAGIC)
@@ -289,5 +308,6 @@ def load_meta(
         chunks.append(np.ascontiguousarray(meta.labels, dtype=kind).tobytes())
         if meta.keys is not None:
             chunks.append(meta.keys.astype("<i8").tobytes())
+        chunks.append(meta.spans.astype("<u4").tobytes())
         write_cache_file(entry, chunks)
     return meta

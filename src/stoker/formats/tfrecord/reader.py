@@ -1,10 +1,13 @@
 """The :class:`~stoker.formats.Reader` of TFRecord: one ``.tfrecord`` file, or every shard a
 ``stoker-tfrecord`` manifest lists, as one data set with random access by position.
 
-Each file is memory-mapped read-only; its record offsets, labels, keys and field lengths come
-from one scan cached in the cache directory (:mod:`stoker.formats.tfrecord.index`). A read
-checks the record's length CRC and (``checksums=True``, the default) its data CRC, parses the
-Example and takes the image bytes as a view of the mapping. At most ``MAX_OPEN_SHARDS`` files
+Each file is memory-mapped read-only; its record offsets, labels, keys, field lengths and
+image spans come from one scan cached in the cache directory
+(:mod:`stoker.formats.tfrecord.index`). A read checks the record's length CRC and
+(``checksums=True``, the default) its data CRC, and takes the image bytes as a view of the
+mapping: a read of the image and the label alone slices the span the scan found (after
+checking that the bytes before it still frame a bytes value of that length), a read of fields
+parses the Example, as does a record whose span is unknown or does not check. At most ``MAX_OPEN_SHARDS`` files
 stay mapped per reader (least recently used closed first), so sets of thousands of shards
 stay within the file-descriptor limit.
 
@@ -17,18 +20,20 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import struct
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import crc32c
 import numpy as np
 
 from stoker._core.errors import CorruptRecordError, SpecError, StokerFormatError
 from stoker._core.schema import Field, Schema
 from stoker.formats.base import Reader, ReadSample
 from stoker.formats.manifest import MANIFEST_SUFFIX, class_names
-from stoker.formats.protowire import WireError
+from stoker.formats.protowire import WireError, read_varint
 from stoker.formats.tfrecord.example import parse_features
 from stoker.formats.tfrecord.features import (
     KEY_FEATURE,
@@ -40,13 +45,27 @@ from stoker.formats.tfrecord.features import (
     image_hw,
     wanted_features,
 )
-from stoker.formats.tfrecord.framing import HEADER, FrameError, looks_gzip, read_frame
-from stoker.formats.tfrecord.index import ShardMeta, load_meta, load_offsets, record_error
+from stoker.formats.tfrecord.framing import (
+    HEADER,
+    MASK_DELTA,
+    FrameError,
+    looks_gzip,
+    read_frame,
+)
+from stoker.formats.tfrecord.index import (
+    NO_SPAN,
+    ShardMeta,
+    load_meta,
+    load_offsets,
+    record_error,
+)
 from stoker.formats.tfrecord.manifest import load_manifest, shard_files
 
 __all__ = ["MAX_OPEN_SHARDS", "TFRecordReader", "check_not_gzip", "manifest_plan"]
 
 MAX_OPEN_SHARDS = 64
+_FRAME = struct.Struct("<QI")  # a record's length and the masked CRC of its 8 bytes
+_U32 = struct.Struct("<I")
 GZIP_HELP = (
     "this is a GZIP-compressed TFRecord file; stoker reads TFRecord by random access (any "
     "record, in any order, from any worker), which a GZIP stream cannot give without "
@@ -167,6 +186,7 @@ class TFRecordReader(Reader):
         self._shards: list[_Shard] = []
         self._open: OrderedDict[int, None] = OrderedDict()
         self._class_names: list[str] | None = None
+        self._spans: tuple[np.ndarray, ...] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def __getstate__(self) -> dict:
@@ -393,7 +413,102 @@ class TFRecordReader(Reader):
                 raise record_error(sh.path, r, off, e, key) from None
             return image, labels[i], key, out
 
+        return read if names else self._image_reader(read, indices)
+
+    def _image_reader(self, parse: ReadSample, indices: np.ndarray | None) -> ReadSample:
+        """``f(i)`` for the image and the label alone: the record's CRCs checked, the image
+        sliced at the span the scan found. Any record that does not pass (a CRC, a span
+        unknown or no longer framed as a bytes value of its length) goes to ``parse``, the
+        full read, which raises the error that names what is wrong. As RecordIO's plain
+        reader: make one per chunk; the in-place truncation check is done once per shard
+        per reader, and ``indices`` (the chunk) are looked up in one vectorised step."""
+        labels, check = self._labels, self.checksums
+        shards, table = self._shards, self._span_table()
+        n = int(self._starts[-1])
+        known: dict[int, tuple[int, int, int, int, int]] = {}
+        if indices is not None:
+            pos = np.asarray(indices, dtype=np.int64).reshape(-1)
+            pos = pos[(pos >= 0) & (pos < n)]
+            cols = [c[pos].tolist() for c in table]
+            known = dict(zip(pos.tolist(), zip(*cols, strict=True)))
+        checked: set[int] = set()
+        unpack, u32, crc, delta = _FRAME.unpack_from, _U32.unpack_from, crc32c.crc32c, MASK_DELTA
+
+        def read(i: int) -> tuple[Any, Any, int, dict[str, Any]]:
+            got = known.get(i)
+            if got is None:
+                if not 0 <= i < n:
+                    return parse(i)
+                got = tuple(int(c[i]) for c in table)  # type: ignore[assignment]
+            j, off, key, start, length = got  # type: ignore[misc]
+            sh = shards[j]
+            if j not in checked or sh.mm is None:
+                sh = self._mapped(j)
+                sh.check_size(int(i - self._starts[j]), key)
+                checked.add(j)
+            if start == NO_SPAN:
+                return parse(i)
+            view = sh.view
+            size, stored = unpack(view, off)
+            end = off + HEADER + size
+            if end + 4 > sh.size or start + length > size:
+                return parse(i)
+            c = crc(view[off : off + 8])
+            if (((c >> 15) | (c << 17)) + delta) & 0xFFFFFFFF != stored:
+                return parse(i)
+            data = view[off + HEADER : end]
+            if check:
+                c = crc(data)
+                if (((c >> 15) | (c << 17)) + delta) & 0xFFFFFFFF != u32(view, end)[0]:
+                    return parse(i)
+            if not _frames(data, start, length):
+                return parse(i)
+            return data[start : start + length], labels[i], key, {}
+
         return read
+
+    def _span_table(self) -> tuple[np.ndarray, ...]:
+        """Per position: shard, record offset, key, image span start and length (computed
+        once per reader object, in the process that reads)."""
+        got = self._spans
+        if got is None:
+            shards = self._shards
+            counts = [s.offsets.shape[0] for s in shards]
+            got = (
+                np.repeat(np.arange(len(shards), dtype=np.int64), counts),
+                np.concatenate([s.offsets for s in shards]).astype(np.int64),
+                np.asarray(self._keys, dtype=np.int64),
+                np.concatenate([s.meta.spans[:, 0] for s in shards]).astype(np.int64),
+                np.concatenate([s.meta.spans[:, 1] for s in shards]).astype(np.int64),
+            )
+            self._spans = got
+        return got
+
+
+def _frames(data: memoryview, start: int, length: int) -> bool:
+    """True when ``data[start:start + length]`` lies inside ``data`` and is preceded by a
+    BytesList value's tag (0x0A) and the minimal varint of ``length``: the span the scan
+    found still frames a bytes value of that length."""
+    if start + length > len(data):
+        return False
+    if length < 0x80:
+        return start >= 2 and data[start - 1] == length and data[start - 2] == 0x0A
+    if length < 0x4000:
+        return (
+            start >= 3
+            and data[start - 1] == length >> 7
+            and data[start - 2] == (length & 0x7F) | 0x80
+            and data[start - 3] == 0x0A
+        )
+    k = (length.bit_length() + 6) // 7
+    at = start - k - 1
+    if at < 0 or data[at] != 0x0A:
+        return False
+    try:
+        value, end = read_varint(data, at + 1, start)
+    except WireError:
+        return False
+    return value == length and end == start
 
 
 def _size_of(image: memoryview) -> Callable[[], tuple[int, int]]:
