@@ -263,3 +263,19 @@ def test_a_sample_the_pipeline_rejects_is_not_called_corrupt(tmp_path, capsys):
     assert item["kind"] == "pipeline" and item["found_by"] == "loader"
     assert str(odd) in item["where"] and item["reason"].startswith("SpecError")
     assert "corrupt" not in c["text"] and "failed in the pipeline" in c["text"]
+
+
+def test_a_set_that_cannot_be_read_is_one_clear_error(tmp_path, capsys):
+    from stoker.pack import pack
+
+    src = make_folder(tmp_path / "imgs", n=40, size=16)
+    pack(src, tmp_path / "train", workers=1, progress=False)
+    rec = tmp_path / "train.rec"
+    data = bytearray(rec.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 200] = bytes(200)  # two records' framing and bytes zeroed
+    rec.write_bytes(bytes(data))
+    assert main(["doctor", str(tmp_path / "train.stoker.json"), *QUICK, "--no-loader"]) == 1
+    err = capsys.readouterr().err
+    assert "none of the 40 sampled samples could be read" in err
+    assert "CorruptRecordError" in err and str(rec) in err and "Traceback" not in err

@@ -19,7 +19,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
             "cold and warm), decode per decoder, the transforms, stoker's loader at 1..N "
             "workers, the copy to the GPU (CUDA only) and the model's consumption. Then name "
             "the stage that bounds the run, the expected GPU busy share and the changes ranked "
-            "by their gain."
+            "by their gain. Files that do not decode are named (key and path) as a finding of "
+            "their own; the loader is measured with on_error='skip' so they do not stop it. "
+            "Figures from the model rather than a measurement are marked as predictions."
         ),
     )
     p.add_argument(

@@ -1,8 +1,8 @@
 """The corrupt-data finding: the samples that did not read or decode, named as the loader names
 them, what training would do with them, and how much of the set was checked.
 
-The doctor finds them in two places: its own sample (the decode stage decodes every sampled
-payload) and the loader runs (run with ``on_error="skip"``, they skip what does not decode and
+The doctor finds them in two places: its own sample (the storage stage reads and the decode
+stage decodes every sampled item) and the loader runs (run with ``on_error="skip"``, they skip what does not decode and
 say which key). Neither reads every sample of a large set, so the finding says how many were
 checked and which command checks the rest.
 """

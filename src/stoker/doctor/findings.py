@@ -18,8 +18,8 @@ turns the whole into the report.
 | ``checks`` | ``stages.system`` | the system checks |
 | ``judgement`` | ``stages.verdict`` | the verdict and the ranked changes |
 
-``corrupt`` collects the samples training would stop at, one entry per key: those that did
-not decode in the decode stage's sample, and those the loader runs skipped (which did not read
+``corrupt`` collects the samples training would stop at, one entry per key: those of the
+doctor's sample that did not read (storage stage) or decode (decode stage), and those the loader runs skipped (which did not read
 or decode, or failed in a transform or shape check).
 """
 
@@ -159,7 +159,7 @@ class Corrupt:
     key: int | None
     where: str  # as the loader names it: "key 53 (class_01/00003.jpg)"
     reason: str
-    found_by: str  # "decode" (the doctor's sample) | "loader" (skipped in a loader run)
+    found_by: str  # "read" | "decode" (the doctor's sample) | "loader" (skipped in a run)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -15,7 +15,7 @@ top-level keys, in order (:data:`SECTIONS`):
   seconds, sample_size, cache (auto|warm|cold);
 - ``corrupt``: the samples training would stop at: count (corrupt: they did not read or
   decode), failed (they decoded but a transform or shape check failed), unit (file|record),
-  items (list of {key, where, reason, found_by decode|loader, kind corrupt|pipeline}),
+  items (list of {key, where, reason, found_by read|decode|loader, kind corrupt|pipeline}),
   checked ({decode, loader, of}:
   samples the doctor's sample and the longest loader run went through, of the set), exhaustive,
   max_bad_fraction (the Loader's default), allowed_per_epoch, text ("" when none);
@@ -27,7 +27,8 @@ top-level keys, in order (:data:`SECTIONS`):
   one_worker_rate, cache (cold|warm), cache_note, read_from and decode_with (stage names),
   augment_ops (list of {op, ms, cpu_ms});
 - ``loader``: measured (list of {workers, rate, startup_s, samples, seconds, skipped, load,
-  given_load}: ``load`` null or {cores, others_cores, steal_cores, free_cores, load1}, what
+  given_load}: ``skipped`` the samples the run left out (a bad file counts once per epoch it
+  was met in); ``load`` null or {cores, others_cores, steal_cores, free_cores, load1}, what
   other processes took of the usable cores over that run's window; ``given_load`` null or
   the model's prediction with the cores they left free), predicted (list of {workers, rate}:
   the model's predictions), efficiency, model (the formula), assumption (what the prediction
@@ -240,7 +241,8 @@ class Report:
 
     @property
     def corrupt(self) -> list[dict[str, Any]]:
-        """The samples that did not read or decode: key, where, reason, found_by."""
+        """The samples training would stop at: key, where, reason, found_by, kind (corrupt, or
+        pipeline when the sample decoded but a transform or shape check failed)."""
         return list((self.data.get("corrupt") or {}).get("items", []))
 
     @property

@@ -78,6 +78,7 @@ class LoadMeter:
         self.pids, self.cores = pids, cores
         self.cpus = _cpus()
         self._start: tuple[float, float, float, dict[int, float]] | None = None
+        self._own0 = 0.0
 
     def start(self) -> None:
         try:

@@ -14,14 +14,20 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from stoker.doctor.measure.source import SourceSample
 from stoker.doctor.measure.timing import Stage, time_loop
 
-__all__ = ["evict", "measure_read_files", "measure_read_packed", "measure_read_records"]
+__all__ = [
+    "evict",
+    "measure_read_files",
+    "measure_read_packed",
+    "measure_read_records",
+    "unreadable",
+]
 
 T = TypeVar("T")
 
@@ -95,6 +101,30 @@ def measure_read_files(
         for p in sample.files:
             _evict_ranges(p, [(0, 0)])
     return _timed_reads(_read_file, sample.files, seconds=seconds, cold=cold, what="files")
+
+
+def unreadable(sample: SourceSample) -> list[tuple[int, str]]:
+    """``(j, "Type: message")`` for each sampled item that cannot be read (a file that cannot
+    be opened, a record whose framing or checksum is broken), in the order of the sample."""
+    if sample.kind == "folder":
+        items: list[Any] = list(sample.files)
+        read: Callable[[Any], object] = _read_file
+    else:
+        if sample.records is None:
+            raise ValueError(f"{sample.path}: not a records source")
+        records = sample.records
+        items = list(sample.positions)
+
+        def read(i: int) -> object:  # a reader per record: a chunk's reader may check them all
+            return records.reader(np.asarray([i], np.int64), ())(i)
+
+    bad = []
+    for j, item in enumerate(items):
+        try:
+            read(item)
+        except Exception as e:  # noqa: BLE001 - each failure is reported with its sample
+            bad.append((j, f"{type(e).__name__}: {e}"))
+    return bad
 
 
 def measure_read_records(

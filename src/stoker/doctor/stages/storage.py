@@ -1,16 +1,19 @@
-"""The storage stage: read the sample cold and warm (a folder also from one packed file) and
-decide which figure the model plans with."""
+"""The storage stage: leave out (as corrupt) the sampled items that cannot be read, read the
+rest cold and warm (a folder also from one packed file) and decide which figure the model
+plans with."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 
+from stoker._core.errors import StokerFormatError
 from stoker.doctor.findings import Findings, Storage
 from stoker.doctor.measure.storage import (
     measure_read_files,
     measure_read_packed,
     measure_read_records,
+    unreadable,
 )
 from stoker.doctor.measure.timing import Stage
 
@@ -20,6 +23,7 @@ __all__ = ["run"]
 def run(f: Findings) -> None:
     """Fill ``f.storage``."""
     s, sample = f.settings, f.sample
+    _drop_unreadable(f)
     packed: tuple[Stage, Stage] | None = None
     if sample.kind == "folder":
         cold, payloads = measure_read_files(sample, seconds=s.seconds, cold=True)
@@ -35,6 +39,30 @@ def run(f: Findings) -> None:
     use_cold = s.cache == "cold" or (s.cache == "auto" and not _fits(sample.total_bytes))
     note = _cache_note(s.cache, use_cold, sample.total_bytes, cold, warm)
     f.storage = Storage(cold, warm, packed, payloads, use_cold, note)
+
+
+def _drop_unreadable(f: Findings) -> None:
+    """Record the sampled items that cannot be read as corrupt and take them out of the
+    sample, so that every later stage works on what reads (the cold pass evicts the pages
+    this check brought in before it reads)."""
+    sample = f.sample
+    bad = unreadable(sample)
+    if not bad:
+        return
+    if len(bad) == sample.sampled:  # nothing reads: an error of the set, not of its samples
+        reasons = sorted({r for _, r in bad})
+        raise StokerFormatError(
+            f"{sample.path}: none of the {len(bad)} sampled samples could be read: "
+            + "; ".join(reasons[:3])
+            + (f"; and {len(reasons) - 3} other errors" if len(reasons) > 3 else "")
+        )
+    for j, reason in bad:
+        key, where = sample.describe(j)
+        f.found_corrupt(key, where, reason, "read")
+    drop = {j for j, _ in bad}
+    if sample.kind == "folder":
+        sample.files = [p for j, p in enumerate(sample.files) if j not in drop]
+    sample.positions = [p for j, p in enumerate(sample.positions) if j not in drop]
 
 
 def _fits(total_bytes: int) -> bool:
