@@ -279,3 +279,23 @@ def test_a_set_that_cannot_be_read_is_one_clear_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "none of the 40 sampled samples could be read" in err
     assert "CorruptRecordError" in err and str(rec) in err and "Traceback" not in err
+
+
+def test_when_every_sample_fails_the_verdict_is_a_prediction_and_says_why(tmp_path):
+    src = make_folder(tmp_path / "imgs", n=12, size=24)  # 24x24: FIXED16 declares 16x16
+    r = diagnose(
+        src,
+        transforms="doctor_bottlenecks:FIXED16",
+        batch_size=4,
+        workers_max=1,
+        seconds=0.2,
+        progress=False,
+    )
+    c = r.data["corrupt"]
+    assert c["failed"] == 12 and c["count"] == 0
+    assert [x["key"] for x in c["items"]] == list(range(12))  # by key
+    assert r.loader_measured == {} and r.loader_basis == "predicted"
+    (failed,) = [x for x in r.not_measured if x["stage"] == "loader (1 workers)"]
+    assert "skipped 12 sample(s)" in failed["reason"] and "\n" not in failed["reason"]
+    text = " ".join(r.data["verdict"]["text"].split())
+    assert "is predicted to deliver" in text and "see loader (1 workers) under Not measured" in text

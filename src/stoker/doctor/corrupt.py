@@ -63,7 +63,8 @@ def corrupt_data(f: Findings) -> dict[str, Any]:
     by_loader = min(count, max((r.seen for r in f.loader.runs), default=0))
     exhaustive = max(by_decode, by_loader) >= count
     fraction = loader_max_bad_fraction()
-    items = [{**c.to_dict(), "kind": kind_of(c.reason)} for c in f.corrupt]
+    found = sorted(f.corrupt, key=lambda c: (c.key is None, c.key or 0, c.where))
+    items = [{**c.to_dict(), "kind": kind_of(c.reason)} for c in found]
     unit = "file" if f.sample.kind == "folder" else "record"
     data: dict[str, Any] = {
         "count": sum(1 for c in items if c["kind"] == "corrupt"),

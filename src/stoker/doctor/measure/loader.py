@@ -7,7 +7,8 @@ stop the measurement. The samples skipped are kept (key, where, reason) for the 
 names them as a finding of their own; the loader's per-sample warnings are held back meanwhile.
 
 What the doctor needs of a :class:`stoker.Loader`: ``slots`` (its ring's batch slots),
-``start_method`` (how its workers were started) and ``worker_pids()`` (their process ids).
+``start_method`` (how its workers were started), ``worker_pids()`` (their process ids),
+``rejects`` (the samples skipped) and ``source.describe(position)`` (a sample's name).
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from stoker.doctor.measure.load import Load, LoadMeter
 if TYPE_CHECKING:
     from stoker.loader import Loader
 
-__all__ = ["PREFETCH", "LoaderRun", "estimated_slots", "loader_source", "measure_loader"]
+__all__ = [
+    "PREFETCH",
+    "LoaderRun",
+    "TooFewBatches",
+    "estimated_slots",
+    "loader_source",
+    "measure_loader",
+]
 
 #: the ``prefetch`` the doctor runs the loader with (the loader's default)
 PREFETCH = 2
@@ -33,6 +41,15 @@ def estimated_slots(prefetch: int = PREFETCH) -> int:
     """The loader's ring size without building one: ``prefetch`` batches being made, one held
     by the consumer and one spare for a retained batch (what ``Loader.slots`` gives)."""
     return prefetch + 2
+
+
+class TooFewBatches(RuntimeError):
+    """The loader gave too few batches to measure; ``skipped`` holds the samples it skipped
+    (often the reason: every sample failed)."""
+
+    def __init__(self, message: str, skipped: tuple[dict[str, Any], ...]) -> None:
+        super().__init__(message)
+        self.skipped = skipped
 
 
 @dataclass(frozen=True)
@@ -114,8 +131,16 @@ def measure_loader(
         method = loader.start_method
         skipped = tuple(_skipped(loader))
     if window.t0 is None:
-        raise RuntimeError(
-            f"the loader gave only {window.got} batches; need more than {warm} to measure"
+        why = ""
+        if skipped:
+            first = skipped[0]
+            why = (
+                f" (it skipped {len(skipped)} sample(s) that failed; first "
+                f"{first['where']}: {first['reason']})"
+            )
+        raise TooFewBatches(
+            f"the loader gave only {window.got} batches; need more than {warm} to measure{why}",
+            skipped,
         )
     startup = (window.t_first or t_end) - t_start
     return LoaderRun(

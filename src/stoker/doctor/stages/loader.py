@@ -95,6 +95,8 @@ def _sweep(f: Findings, step: Callable[[str], None]) -> list[LoaderRun]:
                     )
                 )
             except Exception as e:  # noqa: BLE001 - report, do not crash
+                for x in getattr(e, "skipped", ()):  # a run that failed may still name them
+                    f.found_corrupt(x["key"], x["where"], x["reason"], "loader")
                 reason = (
                     f"stoker.Loader is not available ({e})"
                     if isinstance(e, ImportError)

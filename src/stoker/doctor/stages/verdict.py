@@ -80,7 +80,7 @@ def _why_predicted(f: Findings) -> str:
         )
     failed = [x for x in f.not_measured if x["stage"].startswith("loader")]
     if failed:
-        return f"the loader could not be measured here ({failed[0]['reason']})"
+        return f"the loader could not be measured here; see {failed[0]['stage']} under Not measured"
     return "the loader was not measured"
 
 
