@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any
 
 import numpy as np
+
+from stoker.cli._formats import format_name
 
 __all__ = ["add_parser", "inspect_records", "inspect_set", "run"]
 
@@ -162,20 +163,7 @@ def _fmt_stats(s: dict[str, float], unit: str = "") -> str:
 
 
 def _format(args: argparse.Namespace) -> str | None:
-    """The registry name of FILE's format; ``None`` (after one line on stderr) when it has
-    none stoker reads."""
-    from stoker.formats import registry
-
-    try:
-        fmt = registry.get(args.format) if args.format else registry.format_of(args.file)
-    except ValueError as e:
-        from stoker._core.errors import StokerError
-
-        if isinstance(e, StokerError):  # a bad manifest: reported as every format error is
-            raise
-        print(f"stoker inspect: error: {e}", file=sys.stderr)
-        return None
-    return fmt.name
+    return format_name(args, "inspect")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,6 +19,8 @@ import os
 import sys
 from typing import Any
 
+from stoker.cli._formats import format_name
+
 __all__ = ["IDENTITY_TABLE", "add_parser", "run", "safe_name", "unpack", "unpack_set"]
 
 #: the file beside an insightface set's unpacked images that keeps its identity table
@@ -213,20 +215,7 @@ def _write(
 
 
 def _format(args: argparse.Namespace) -> str | None:
-    """The registry name of FILE's format; ``None`` (after one line on stderr) when it has
-    none stoker reads."""
-    from stoker.formats import registry
-
-    try:
-        fmt = registry.get(args.format) if args.format else registry.format_of(args.file)
-    except ValueError as e:
-        from stoker._core.errors import StokerError
-
-        if isinstance(e, StokerError):  # a bad manifest: reported as every format error is
-            raise
-        print(f"stoker unpack: error: {e}", file=sys.stderr)
-        return None
-    return fmt.name
+    return format_name(args, "unpack")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,8 @@ import json
 import sys
 from typing import Any
 
+from stoker.cli._formats import format_name
+
 __all__ = ["add_parser", "report_json", "run"]
 
 
@@ -50,20 +52,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
 
 
 def _format(args: argparse.Namespace) -> str | None:
-    """The registry name of FILE's format; ``None`` (after one line on stderr) when it has
-    none stoker reads."""
-    from stoker.formats import registry
-
-    try:
-        fmt = registry.get(args.format) if args.format else registry.format_of(args.file)
-    except ValueError as e:
-        from stoker._core.errors import StokerError
-
-        if isinstance(e, StokerError):  # a bad manifest: reported as every format error is
-            raise
-        print(f"stoker verify: error: {e}", file=sys.stderr)
-        return None
-    return fmt.name
+    return format_name(args, "verify")
 
 
 def report_json(report: Any, format: str) -> dict[str, Any]:

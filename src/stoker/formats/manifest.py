@@ -35,6 +35,8 @@ __all__ = [
     "check_classes",
     "check_count",
     "check_distinct",
+    "check_head",
+    "check_total",
     "check_rel_path",
     "class_names",
     "fail",
@@ -95,6 +97,31 @@ def check_distinct(path: str, shards: list, fields: Iterable[str]) -> None:
                     "a shard may be listed once (its records would be read twice)",
                 )
             seen[norm] = j
+
+
+def check_head(path: str, m: Any, format_name: str, version: int) -> list[dict]:
+    """The checks every format's manifest starts with: a JSON object of ``format_name`` and
+    ``version`` whose ``shards`` is a list of objects; returns the shards."""
+    if not isinstance(m, dict):
+        raise fail(path, f"expected a JSON object, got {type(m).__name__}")
+    if m.get("format") != format_name:
+        raise fail(path, f"format is {m.get('format')!r}, expected {format_name!r}")
+    got = m.get("version")
+    if got != version or isinstance(got, bool):
+        raise fail(path, f"version {got!r} is not supported (this stoker reads {version})")
+    shards = m.get("shards")
+    if not isinstance(shards, list):
+        raise fail(path, "shards must be a list")
+    for j, s in enumerate(shards):
+        if not isinstance(s, dict):
+            raise fail(path, f"shards[{j}] must be an object")
+    return shards
+
+
+def check_total(path: str, m: Mapping[str, Any], total: int) -> None:
+    """``records`` equals the shards' sum."""
+    if check_count(path, "records", m.get("records")) != total:
+        raise fail(path, f"records is {m.get('records')} but the shards hold {total}")
 
 
 def check_classes(path: str, m: Mapping[str, Any]) -> None:

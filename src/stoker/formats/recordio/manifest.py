@@ -37,7 +37,9 @@ from stoker.formats.manifest import (
     check_classes,
     check_count,
     check_distinct,
+    check_head,
     check_rel_path,
+    check_total,
     class_names,
     fail,
     manifest_schema,
@@ -72,23 +74,10 @@ def _check_distinct(path: str, shards: list) -> None:
 
 def validate_manifest(m: Any, path: str = "<manifest>") -> dict:
     """Check the schema; returns ``m``. Raises :class:`ManifestError` naming the field."""
-    if not isinstance(m, dict):
-        raise fail(path, f"expected a JSON object, got {type(m).__name__}")
-    if m.get("format") != FORMAT_NAME:
-        raise fail(path, f"format is {m.get('format')!r}, expected {FORMAT_NAME!r}")
-    version = m.get("version")
-    if version != FORMAT_VERSION or isinstance(version, bool):
-        raise fail(
-            path, f"version {version!r} is not supported (this stoker reads {FORMAT_VERSION})"
-        )
-    shards = m.get("shards")
-    if not isinstance(shards, list):
-        raise fail(path, "shards must be a list")
+    shards = check_head(path, m, FORMAT_NAME, FORMAT_VERSION)
     total = 0
     for j, s in enumerate(shards):
         w = f"shards[{j}]"
-        if not isinstance(s, dict):
-            raise fail(path, f"{w} must be an object")
         check_rel_path(path, f"{w}.rec", s.get("rec"))
         check_rel_path(path, f"{w}.idx", s.get("idx"))
         total += check_count(path, f"{w}.records", s.get("records"))
@@ -100,8 +89,7 @@ def validate_manifest(m: Any, path: str = "<manifest>") -> dict:
         if crc is not None:
             check_rel_path(path, f"{w}.crc32c", crc)
     _check_distinct(path, shards)
-    if check_count(path, "records", m.get("records")) != total:
-        raise fail(path, f"records is {m.get('records')} but the shards hold {total}")
+    check_total(path, m, total)
     check_classes(path, m)
     return m
 

@@ -29,7 +29,9 @@ from stoker.formats.manifest import (
     check_classes,
     check_count,
     check_distinct,
+    check_head,
     check_rel_path,
+    check_total,
     fail,
     manifest_schema,
     read_json,
@@ -43,29 +45,15 @@ FORMAT_VERSION = 1
 
 def validate_manifest(m: Any, path: str = "<manifest>") -> dict:
     """Check a TFRecord set's manifest; returns it. ``ManifestError`` names the entry."""
-    if not isinstance(m, dict):
-        raise fail(path, f"expected a JSON object, got {type(m).__name__}")
-    if m.get("format") != FORMAT_NAME:
-        raise fail(path, f"format is {m.get('format')!r}, expected {FORMAT_NAME!r}")
-    version = m.get("version")
-    if version != FORMAT_VERSION or isinstance(version, bool):
-        raise fail(
-            path, f"version {version!r} is not supported (this stoker reads {FORMAT_VERSION})"
-        )
-    shards = m.get("shards")
-    if not isinstance(shards, list):
-        raise fail(path, "shards must be a list")
+    shards = check_head(path, m, FORMAT_NAME, FORMAT_VERSION)
     total = 0
     for j, s in enumerate(shards):
         w = f"shards[{j}]"
-        if not isinstance(s, dict):
-            raise fail(path, f"{w} must be an object")
         check_rel_path(path, f"{w}.path", s.get("path"))
         total += check_count(path, f"{w}.records", s.get("records"))
         check_count(path, f"{w}.bytes", s.get("bytes"))
     check_distinct(path, shards, ("path",))
-    if check_count(path, "records", m.get("records")) != total:
-        raise fail(path, f"records is {m.get('records')} but the shards hold {total}")
+    check_total(path, m, total)
     check_classes(path, m)
     schema = manifest_schema(m, path) or Schema.classification()
     features = m.get("features")
