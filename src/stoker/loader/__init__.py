@@ -1,5 +1,6 @@
 """Layer 3: the loader engine (worker processes, shared-memory batch ring) and its sources."""
 
+from stoker.loader._keep import release_workers
 from stoker.loader._pool import warm_up
 from stoker.loader._shm import cleanup_stale
 from stoker.loader.batch import Batch
@@ -18,6 +19,7 @@ __all__ = [
     "Source",
     "as_source",
     "cleanup_stale",
+    "release_workers",
     "on_sigterm",
     "prefetch",
     "warm_up",

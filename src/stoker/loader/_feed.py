@@ -113,7 +113,7 @@ import numpy as np
 
 from stoker._core.errors import LoaderError, LoaderTimeoutError
 from stoker._core.specs import ArraySpec
-from stoker.loader import _shm
+from stoker.loader import _keep, _shm
 from stoker.loader._fields import FieldPlan, FieldViews
 from stoker.loader._pool import JOIN_S, WorkerPool
 from stoker.loader._ring import RingLayout
@@ -178,6 +178,8 @@ class RingFeed:
     prefetch: int
     seed: int
     on_error: str
+    on_worker_death: str
+    keep_workers: float
     timeout: float | None
     _label_spec: ArraySpec
     _fields: FieldPlan | None
@@ -273,8 +275,21 @@ class RingFeed:
             main_pid=me,
             main_start=_shm.process_start_time(me),
         )
+        control = self._layout.control(self._mem)
+        key = None
+        if self.keep_workers or _keep.kept_count():
+            key = _keep.pool_key(self.source, self.pipeline, self.seed, self.on_error, self.workers)
+        kept = _keep.take(key) if key is not None else None
+        if kept is not None:  # a kept pool of the same configuration: no process starts
+            try:
+                kept.adopt(config, control, self.on_worker_death)
+            except BaseException:
+                kept.stop(0.2)
+                raise
+            self._pool = kept
+            return
         try:
-            self._pool.start(config, self._layout.control(self._mem), self.workers)
+            self._pool.start(config, control, self.workers)
         except BaseException as e:
             started = len(self._pool.handles)
             self._teardown_workers(grace=0.2)
@@ -287,6 +302,32 @@ class RingFeed:
                     f"files (the limit, ulimit -n, is {soft}); raise it or use fewer workers"
                 ) from e
             raise
+
+    def _park_workers(self) -> None:
+        """``close()`` with ``keep_workers``: once every chunk in flight has reported, the
+        idle workers drop the ring and their source and are kept for the next loader of the
+        same configuration (``_keep``). Otherwise (a worker busy past the grace, dead, or a
+        configuration that cannot be keyed) they are left to the teardown that follows."""
+        pool = self._pool
+        if not pool.handles or self._layout is None:
+            return
+        key = _keep.pool_key(self.source, self.pipeline, self.seed, self.on_error, self.workers)
+        if key is None:
+            return
+        self._cancel()  # workers drop their chunks at the next sample
+        deadline = time.monotonic() + JOIN_S
+        try:
+            while any(w.tasks for w in pool.handles) and time.monotonic() < deadline:
+                self._pump(0.05)
+        except Exception:  # noqa: BLE001 - a dead worker: the teardown stops the rest
+            return
+        if any(w.tasks for w in pool.handles) or not all(w.proc.is_alive() for w in pool.handles):
+            return
+        pool.park()
+        self._pool = WorkerPool(self.on_worker_death)
+        self._inflight.clear()
+        self._slot_state = [_FREE if s is _WORK else s for s in self._slot_state]
+        _keep.park(key, pool, self.keep_workers)
 
     def _set_generation(self) -> None:
         if self._mem is not None and self._layout is not None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from stoker._core.errors import WorkerDiedError
 from stoker.loader._process import worker_process
-from stoker.loader._worker import Task, WorkerConfig, worker_main
+from stoker.loader._worker import PARK, RING, Task, WorkerConfig, worker_main
 
 __all__ = ["WorkerHandle", "WorkerPool", "mp_context", "signal_name", "warm_up"]
 
@@ -194,6 +194,30 @@ class WorkerPool:
         finally:
             child_conn.close()
         return WorkerHandle(wid, proc, parent_conn)
+
+    def park(self) -> None:
+        """Make the idle workers drop the ring and close their source (see ``_keep``): none
+        has a task in flight. A worker whose pipe is gone is found dead at the next use."""
+        for w in self.handles:
+            w.wrote.clear()
+            with contextlib.suppress(Exception):
+                w.conn.send(PARK)
+        self._control = None
+        self._poller = None
+
+    def adopt(self, config: WorkerConfig, control: np.ndarray, on_death: str) -> None:
+        """Serve another loader: its configuration (the same key: ``_keep.pool_key``) with its
+        own ring, whose descriptor goes to each worker over its pipe (``SCM_RIGHTS``)."""
+        from multiprocessing.reduction import send_handle
+
+        self._config, self._control, self.on_death = config, control, on_death
+        self.respawns = 0
+        self._deaths.clear()
+        self._poller = None
+        fd = config.ring.fileno()
+        for w in self.handles:
+            w.conn.send((RING, config.layout, config.ring.size))
+            send_handle(w.conn, fd, w.proc.pid)
 
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self.handles if w.proc.pid is not None]

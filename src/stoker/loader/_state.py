@@ -17,7 +17,7 @@ from typing import Any
 from stoker._core.checks import check_int, check_seed
 from stoker._core.errors import IncompatibleStateError
 
-__all__ = ["STATE_VERSION", "LoaderState", "check_batch_size"]
+__all__ = ["STATE_VERSION", "LoaderState", "check_batch_size", "check_fraction", "check_timeout"]
 
 STATE_VERSION = 1
 MAX_BATCH_SIZE = 1 << 24
@@ -30,6 +30,24 @@ _MAX_STATE_BYTES = 1 << 20
 def check_batch_size(value: object) -> int:
     """A batch size: an int in ``[1, 2**24]``."""
     return check_int("batch_size", value, minimum=1, maximum=MAX_BATCH_SIZE)
+
+
+def check_timeout(timeout: object) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds or None, got {timeout}")
+    return timeout
+
+
+def check_fraction(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"max_bad_fraction must be a number, got {value!r}")
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"max_bad_fraction must be in [0, 1], got {value}")
+    return float(value)
 
 
 @dataclass(frozen=True)

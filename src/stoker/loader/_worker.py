@@ -9,6 +9,7 @@ sample); the classification loop is untouched by them.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -23,12 +24,12 @@ import numpy as np
 from stoker._core.seeding import SampleRngs
 from stoker.loader._fields import FieldViews, fill_sample
 from stoker.loader._ring import RingLayout
-from stoker.loader._shm import SharedFd, populate, process_start_time
+from stoker.loader._shm import Mapping, SharedFd, populate, process_start_time
 from stoker.loader._worker_errors import error_info
 from stoker.loader.sources import Source
 from stoker.pipeline import Pipeline
 
-__all__ = ["Task", "WorkerConfig", "fill_chunk", "worker_main"]
+__all__ = ["PARK", "RING", "Task", "WorkerConfig", "fill_chunk", "worker_main"]
 
 _THREAD_ENV = (
     "OMP_NUM_THREADS",
@@ -38,6 +39,9 @@ _THREAD_ENV = (
     "VECLIB_MAXIMUM_THREADS",
 )
 _WATCHDOG_S = 0.5
+# main -> a worker, besides tasks and None (see worker_main)
+PARK = "park"
+RING = "ring"
 
 
 @dataclass(frozen=True)
@@ -276,22 +280,47 @@ def _die_with_parent(main_pid: int, main_start: int | None) -> None:
     threading.Thread(target=watch, name="stoker-parent-watchdog", daemon=True).start()
 
 
+class _Ring:
+    """The batch ring as one worker sees it: its mapping, layout and control block, and the
+    row ranges it has written (mapped) before. Replaced when a kept worker serves a new
+    loader; dropped when it is parked."""
+
+    def __init__(self, mapping: Any, layout: RingLayout, worker_id: int) -> None:
+        self.mapping = mapping
+        self.mem = mapping.array()
+        self.layout = layout
+        # the control block through a memoryview: read before every sample, where a NumPy
+        # scalar read costs several times more
+        self.control = memoryview(layout.control(self.mem).data)
+        self.progress = self.control[1 + worker_id : 2 + worker_id]
+        self.touched: set[tuple] = set()
+
+
+def _received_ring(conn: Any, msg: tuple, worker_id: int) -> _Ring:
+    """The ring a new loader hands a kept worker: ``(RING, layout, size)`` on the pipe, then
+    its descriptor (``SCM_RIGHTS``), mapped here and closed."""
+    from multiprocessing.reduction import recv_handle
+
+    fd = recv_handle(conn)
+    try:
+        mapping = Mapping(fd, msg[2], writable=True)
+    finally:
+        os.close(fd)
+    return _Ring(mapping, msg[1], worker_id)
+
+
 def worker_main(cfg: WorkerConfig, conn: Any) -> None:
-    """Serve tasks from ``conn`` until ``None``, EOF (the main process is gone) or a signal."""
+    """Serve tasks from ``conn`` until ``None``, EOF (the main process is gone) or a signal.
+    ``PARK`` drops the ring and closes the source (a kept, idle worker); ``(RING, layout,
+    size)`` and a descriptor hand it a new loader's ring."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's business
     # SIGUSR1 prints this worker's Python stack on stderr (the stall watchdog of stoker.watch
     # asks for it through Loader.worker_pids()); the worker carries on afterwards.
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     _limit_threads()
     _die_with_parent(cfg.main_pid, cfg.main_start)
-    mapping = cfg.ring.attach(writable=True)  # and its descriptor closed
-    mem = mapping.array()
-    layout = cfg.layout
-    # the control block through a memoryview: read before every sample, where a NumPy
-    # scalar read costs several times more
-    control = memoryview(layout.control(mem).data)
-    progress = control[1 + cfg.worker_id : 2 + cfg.worker_id]
-    touched: set[tuple] = set()  # the row ranges of slots this worker has written before
+    wid = cfg.worker_id
+    ring: _Ring | None = _Ring(cfg.ring.attach(writable=True), cfg.layout, wid)  # fd closed
     while True:
         try:
             task = conn.recv()
@@ -299,48 +328,70 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
             break
         if task is None:
             break
-        gen = task.generation
-
-        def cancelled(gen: int = gen) -> bool:
-            return control[0] != gen
-
-        views = layout.views(mem, task.slot, task.width, task.rows, task.height)
-        fviews = layout.field_views(mem, task.slot, task.width, task.rows, task.height)
-        where = (
-            task.slot,
-            task.width,
-            task.height,
-            task.rows,
-            task.row0,
-            len(task.indices),
-            task.half,
-        )
-        if where not in touched:  # first write there: map its pages in one call
-            touched.add(where)
-            for r0 in (task.row0, task.row0 + task.half) if task.half else (task.row0,):
-                populate(views[0][r0 : r0 + len(task.indices)])
-        began = time.perf_counter()
-        try:
-            status, payload = fill_chunk(
-                task,
-                source=cfg.source,
-                pipeline=cfg.pipeline,
-                seed=cfg.seed,
-                views=views,
-                on_error=cfg.on_error,
-                cancelled=cancelled,
-                progress=progress,
-                fields=fviews,
-            )
-        except BaseException as e:  # noqa: BLE001 - never die silently
-            status, payload = "error", error_info(e, cfg.source, int(task.indices[0]))
-        del views, fviews
-        progress[0] = -1
-        try:
-            conn.send((status, gen, task.number, task.row0, payload, time.perf_counter() - began))
-        except (BrokenPipeError, OSError):
+        if not isinstance(task, Task):
+            ring = None  # unmapped with its last view
+            if task == PARK:
+                with contextlib.suppress(Exception):
+                    cfg.source.close()  # reopens on the next read
+            else:
+                ring = _received_ring(conn, task, wid)
+            continue
+        assert ring is not None, "a task before any ring"
+        if not _serve(cfg, conn, task, ring):
             break
     try:
         cfg.source.close()
     except Exception:  # noqa: BLE001
         pass
+
+
+def _serve(cfg: WorkerConfig, conn: Any, task: Task, ring: _Ring) -> bool:
+    """One task into ``ring`` and its report to main; False when main is gone."""
+    gen, control, progress, layout, mem = (
+        task.generation,
+        ring.control,
+        ring.progress,
+        ring.layout,
+        ring.mem,
+    )
+
+    def cancelled(gen: int = gen) -> bool:
+        return control[0] != gen
+
+    views = layout.views(mem, task.slot, task.width, task.rows, task.height)
+    fviews = layout.field_views(mem, task.slot, task.width, task.rows, task.height)
+    where = (
+        task.slot,
+        task.width,
+        task.height,
+        task.rows,
+        task.row0,
+        len(task.indices),
+        task.half,
+    )
+    if where not in ring.touched:  # first write there: map its pages in one call
+        ring.touched.add(where)
+        for r0 in (task.row0, task.row0 + task.half) if task.half else (task.row0,):
+            populate(views[0][r0 : r0 + len(task.indices)])
+    began = time.perf_counter()
+    try:
+        status, payload = fill_chunk(
+            task,
+            source=cfg.source,
+            pipeline=cfg.pipeline,
+            seed=cfg.seed,
+            views=views,
+            on_error=cfg.on_error,
+            cancelled=cancelled,
+            progress=progress,
+            fields=fviews,
+        )
+    except BaseException as e:  # noqa: BLE001 - never die silently
+        status, payload = "error", error_info(e, cfg.source, int(task.indices[0]))
+    del views, fviews
+    progress[0] = -1
+    try:
+        conn.send((status, gen, task.number, task.row0, payload, time.perf_counter() - began))
+    except (BrokenPipeError, OSError):
+        return False
+    return True

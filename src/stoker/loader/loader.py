@@ -32,15 +32,21 @@ from stoker._core.schema import Schema
 from stoker._core.seeding import fresh_seed
 from stoker._core.specs import ArraySpec
 from stoker._core.system import dist_rank, usable_cores
-from stoker.loader import _shm
+from stoker.loader import _keep, _shm
 from stoker.loader._feed import Epoch, RingFeed, compact, compact_fields, dims, make_batch
 from stoker.loader._fields import FieldPlan, plan_fields
 from stoker.loader._pool import WorkerPool, engine_unsupported, mp_context, warm_up
-from stoker.loader._state import MAX_COUNTER, LoaderState, check_batch_size
+from stoker.loader._state import (
+    MAX_COUNTER,
+    LoaderState,
+    check_batch_size,
+    check_fraction,
+    check_timeout,
+)
 from stoker.loader._worker import Task, fill_chunk
 from stoker.loader._worker_errors import rebuild
 from stoker.loader.batch import Batch
-from stoker.loader.sources import Source, as_source
+from stoker.loader.sources import ArraySource, Source, as_source
 from stoker.loader.sources.shape import input_spec
 from stoker.pipeline import DecodeOptions, Pipeline
 from stoker.sampling import EpochOrder, Sampler
@@ -67,10 +73,16 @@ DATALOADER_NAMES = {
 
 
 def _close_all() -> None:
+    global _exiting
+    _exiting = True  # no pool is kept from here on
     for loader in list(_live):
         with contextlib.suppress(Exception):
             loader.close()
+    _keep.release_workers()
     _shm.unlink_owned()
+
+
+_exiting = False
 
 
 atexit.register(_close_all)
@@ -107,6 +119,7 @@ class Loader(RingFeed):
         decode: DecodeOptions | None = None,
         on_worker_death: str = "raise",
         fields: list[str] | tuple[str, ...] | None = None,
+        keep_workers: float = 0.0,
         **unknown: Any,
     ) -> None:
         # DataLoader habits get the stoker spelling by name, not a bare TypeError
@@ -138,12 +151,13 @@ class Loader(RingFeed):
         )
         self.workers = _workers_here(self.workers, asked=workers is not None)
         self.prefetch = check_int("prefetch", prefetch, minimum=1, maximum=1024)
-        self.timeout = _check_timeout(timeout)
+        self.timeout = check_timeout(timeout)
         self.on_worker_death = check_choice(
             "on_worker_death", on_worker_death, ("raise", "respawn")
         )
         self.on_error = check_choice("on_error", on_error, ("raise", "skip"))
-        self.max_bad_fraction = _check_fraction(max_bad_fraction)
+        self.keep_workers = _keep.check_keep(keep_workers)
+        self.max_bad_fraction = check_fraction(max_bad_fraction)
         if sampler is not None and not isinstance(sampler, Sampler):
             raise TypeError(
                 f"sampler must be a stoker.sampling.Sampler, got {type(sampler).__name__}"
@@ -314,11 +328,16 @@ class Loader(RingFeed):
         return self._pool.pids()
 
     def close(self) -> None:
-        """Stop the workers, remove the shared memory; idempotent."""
+        """Stop the workers (or keep them, idle, ``keep_workers`` s for the next loader of this
+        configuration), remove the shared memory; idempotent."""
         if os.getpid() != getattr(self, "_owner_pid", os.getpid()):
             return  # a forked copy of this object owns nothing
         self._closed = True
         if hasattr(self, "_slot_state"):
+            # kept workers: not at exit, nor for a copy of arrays that close() removes
+            arrays = self._owns_source and isinstance(self._source, ArraySource)
+            if getattr(self, "keep_workers", 0) and not _exiting and not arrays:
+                self._park_workers()
             self._teardown()
         if getattr(self, "_owns_source", False) and self._source is not None:
             self._owns_source = False
@@ -557,24 +576,6 @@ class Loader(RingFeed):
         if len(views[0]) == 0:
             return None
         return make_batch(views, fields, ep.epoch, number)
-
-
-def _check_timeout(timeout: object) -> float | None:
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
-    if not timeout > 0:
-        raise ValueError(f"timeout must be > 0 seconds or None, got {timeout}")
-    return timeout
-
-
-def _check_fraction(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"max_bad_fraction must be a number, got {value!r}")
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"max_bad_fraction must be in [0, 1], got {value}")
-    return float(value)
 
 
 def _describe_fp(fp: dict) -> str:
