@@ -274,3 +274,19 @@ def stoker_transforms(kind: str, *, normalize: bool):
     if normalize:
         ops.append(Normalize(MEAN, STD))
     return Compose(ops)
+
+
+# ---------------------------------------------------------------------------- paired rounds
+def median_range(values) -> tuple[float, float, float]:
+    """The median of ``values`` and their spread: (median, min, max)."""
+    import statistics
+
+    v = list(values)
+    return statistics.median(v), min(v), max(v)
+
+
+def alternated(names: list[str], index: int) -> list[str]:
+    """The order of a group of candidates in its ``index``-th timed run: as given when
+    ``index`` is even, reversed when odd, so that over the rounds each of two neighbours runs
+    first as often as the other and a slow drift of the machine falls on both alike."""
+    return list(names) if index % 2 == 0 else list(reversed(names))
