@@ -353,8 +353,8 @@ def _chain_worker(args, barrier, results) -> None:
     rec.close()
     size = 112 if kind == "112" else 224
     out = np.empty((batch, 3, size, size), np.float32 if normalize else np.uint8)
-    mean = (np.float32(MEAN) * 255).reshape(3, 1, 1)
-    inv_std = (1 / (np.float32(STD) * 255)).reshape(3, 1, 1)
+    mean = (np.array(MEAN, np.float32) * 255).reshape(3, 1, 1)
+    inv_std = (1 / (np.array(STD, np.float32) * 255)).reshape(3, 1, 1)
     augment = _chain_112 if kind == "112" else _chain_rrc
     rnd = random.Random(start)
     barrier.wait()
