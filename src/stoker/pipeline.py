@@ -33,6 +33,7 @@ from stoker.codecs import decode as _decode
 from stoker.transforms.base import Transform
 from stoker.transforms.color import Normalize
 from stoker.transforms.compose import Compose
+from stoker.transforms.fused import FusedCrop, fuse, mirror
 from stoker.transforms.targets import Targets
 
 __all__ = ["DecodeOptions", "Pipeline", "fit_height", "fit_width", "leaves_size_open"]
@@ -160,7 +161,9 @@ class Pipeline:
     ``"mask"``), which every step must be able to move. ``input_from``: where a fixed
     ``input_spec`` of stored images came from (``"key 0 (position 0), the set's first
     image"``), set when the loader fixed it; every image is then checked against it before
-    the transforms, and one of another size is a ``SpecError`` naming both sizes."""
+    the transforms, and one of another size is a ``SpecError`` naming both sizes. ``fuse``:
+    let a recognised chain head run as one op (``stoker.transforms.fused``); ``False`` runs
+    every step on its own, the reference the fused op is tested and measured against."""
 
     input_spec: ArraySpec
     transforms: Transform | None = None
@@ -171,11 +174,14 @@ class Pipeline:
     variable_height: bool = False
     geometry: frozenset[str] = frozenset()
     input_from: str = ""
+    fuse: bool = True
     sample_spec: ArraySpec = field(init=False)
-    # A trailing Normalize is run by fill_row straight into the batch row (see _split_tail).
+    # fill_row's fast paths (see _split_tail): a trailing Normalize writes straight into the
+    # batch row; a recognised head (resize, crop, flip) runs as one op.
     _head: Transform | None = field(init=False, default=None, repr=False, compare=False)
     _head_spec: ArraySpec | None = field(init=False, default=None, repr=False, compare=False)
     _tail: Normalize | None = field(init=False, default=None, repr=False, compare=False)
+    _fused: FusedCrop | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.input_spec, ArraySpec):
@@ -242,21 +248,35 @@ class Pipeline:
                 raise SpecError(f"transforms: step {type(step).__name__}: {e}") from e
 
     def _split_tail(self) -> None:
-        """With a chain ending in ``Normalize`` (HWC, float32) on uint8 and no ``pair_with``,
-        ``fill_row`` runs the rest of the chain and lets the Normalize write its table lookups
-        straight into the batch row, in the batch's layout: no float intermediate, no
-        transposing copy. The bits are those of running the chain and placing the result."""
+        """Without ``pair_with``, on uint8 input, pick the rows' fast paths:
+
+        - a chain ending in ``Normalize`` (HWC, float32): ``fill_row`` runs the rest of the
+          chain and lets the Normalize write its table lookups straight into the batch row,
+          in the batch's layout: no float intermediate, no transposing copy;
+        - a head that :func:`stoker.transforms.fused.fuse` recognises (``Resize`` then a crop,
+          ``RandomResizedCrop``, each with an optional ``HorizontalFlip``) with nothing after
+          it but that ``Normalize``: it runs as one op that resizes only the kept window and
+          mirrors straight into the row (or into the Normalize's input).
+
+        The draws are those of the plain chain; the bits are those of running the chain and
+        placing the result (the fused resize within the tolerance in docs/transforms.md)."""
         if self.transforms is None or self.pair_with is not None:
             return
         steps = _steps(self.transforms)
         tail = steps[-1]
         if type(tail) is not Normalize or tail.layout != "HWC" or tail.dtype != "float32":
-            return
-        head = Compose(steps[:-1]) if len(steps) > 1 else None
+            tail = None
+        head_steps = steps[:-1] if tail is not None else steps
+        head = Compose(head_steps) if head_steps else None
         head_spec = self.input_spec
         if head is not None:
             head_spec = _chain_spec(head, head_spec, what="transforms")
         if head_spec.dtype != "uint8" or not head_spec.fixed:
+            return
+        fused = fuse(head_steps) if self.fuse else None
+        if fused is not None and fused[1] == len(head_steps):
+            object.__setattr__(self, "_fused", fused[0])
+        elif tail is None:
             return
         object.__setattr__(self, "_head", head)
         object.__setattr__(self, "_head_spec", head_spec)
@@ -374,26 +394,49 @@ class Pipeline:
     ) -> np.ndarray | None:
         """The per-sample job after decoding: transforms, check, place into batch row ``dest``.
 
-        Returns the checked sample (``pair_with`` starts from it), or ``None`` when a trailing
-        ``Normalize`` wrote straight into ``dest`` (only without ``pair_with``)."""
+        Returns the checked sample (``pair_with`` starts from it), or ``None`` when a fast path
+        (a trailing ``Normalize``, a fused head) wrote straight into ``dest`` (never with
+        ``pair_with``)."""
         if self.input_from:
             self.check_input(img, what=what, args=args)
-        tail = self._tail
+        spec = self._head_spec
         if (
-            tail is not None
+            spec is not None
             and (width is None or width == self.sample_spec.shape[1])
             and height is None
         ):
-            head = img if self._head is None else self._head(img, rng)
-            spec = self._head_spec
-            assert spec is not None
-            if not (isinstance(head, np.ndarray) and spec.accepts(head)):
-                self._fail(head, spec, what, args)
-            tail.write(head, dest, chw=self.layout == "NCHW")
+            self._fill_fast(img, rng, dest, spec, what, args)
             return None
         out = self.check(self.apply(img, rng), what=what, args=args)
         self.place(out, dest, width, height)
         return out
+
+    def _fill_fast(
+        self,
+        img: np.ndarray,
+        rng: np.random.Generator,
+        dest: np.ndarray,
+        spec: ArraySpec,
+        what: str,
+        args: tuple,
+    ) -> None:
+        """``fill_row``'s fast paths (see ``_split_tail``)."""
+        tail, fused, flip = self._tail, self._fused, False
+        if fused is not None:
+            head, flip = fused.crop_and_flip(img, rng)
+        else:
+            head = img if self._head is None else self._head(img, rng)
+        if not (isinstance(head, np.ndarray) and spec.accepts(head)):
+            self._fail(head, spec, what, args)
+        if tail is not None:
+            tail.write(mirror(head) if flip else head, dest, chw=self.layout == "NCHW")
+        elif self.layout == "NHWC":
+            if flip:
+                mirror(head, dest)
+            else:
+                np.copyto(dest, head, casting="no")
+        else:
+            self.place(mirror(head) if flip else head, dest, None)
 
     def carry_targets(
         self,

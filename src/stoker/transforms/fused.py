@@ -1,0 +1,197 @@
+"""Chains run as one op: less work per image than running their steps one after another.
+
+:func:`fuse` recognises the head of a classification chain a :class:`~stoker.pipeline.Pipeline`
+can run in fewer passes, and returns a :class:`FusedCrop` that gives the same pixels after
+the same draws from ``rng``:
+
+- ``Resize`` (bilinear) then ``RandomCrop`` (no padding) or ``CenterCrop``: only the window
+  of the image the crop keeps is resized (:func:`window_resize`), on the very sampling grid of
+  the whole resize, so the crop's pixels come out the same;
+- ``RandomResizedCrop``, which already resizes only its box;
+- a crop alone;
+- each optionally followed by ``HorizontalFlip``, which is then folded into the write into
+  the batch row (``cv2.flip`` straight into it) instead of making a mirrored copy that is
+  copied again.
+
+The user writes the plain chain; the pipeline chooses the fused op. Boxes, points and masks
+never take this path: a sample carrying them runs the chain's ``apply_targets``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stoker.transforms._geom import resize
+from stoker.transforms._util import check_image, cv2, cv_input, restore_channels
+from stoker.transforms.base import Transform
+from stoker.transforms.geometry import (
+    CenterCrop,
+    HorizontalFlip,
+    RandomCrop,
+    RandomResizedCrop,
+    Resize,
+)
+
+__all__ = ["FusedCrop", "fuse", "window_resize"]
+
+# A window is resized only when it saves at least this share of the whole resize's pixels
+# (below that the extra slicing costs about what the smaller resize saves).
+MIN_SAVING = 0.05
+
+
+@functools.lru_cache(maxsize=4096)  # a set of one image size asks the same few questions
+def _axis_window(n: int, m: int, off: int, k: int) -> tuple[int, int, int, int] | None:
+    """On one axis, a resize of ``n`` source pixels to ``m`` whose output ``[off, off + k)`` is
+    kept: ``(src_start, src_len, out_len, skip)`` such that resizing source
+    ``[src_start, src_start + src_len)`` to ``out_len`` pixels and skipping ``skip`` of them
+    gives output ``[off, off + k)`` on the same sampling grid, or ``None`` when no such window
+    is smaller than the whole axis.
+
+    cv2's bilinear resize samples output ``j`` at source ``(j + 0.5) * n / m - 0.5``. The grid
+    repeats every ``q = m / gcd(n, m)`` output pixels (``p = n / gcd`` source pixels), so a
+    window starting at a multiple of ``p`` and ``c * p`` pixels long, resized to ``c * q``,
+    has the same ratio and the same sample positions, shifted by a whole number of pixels.
+    Its own clamping at its edges must not touch a kept pixel: both taps of every kept sample
+    lie inside it, unless the window's edge is the image's."""
+    g = math.gcd(n, m)
+    p, q = n // g, m // g
+    first = (off + 0.5) * n / m - 0.5  # source position of the first kept sample
+    last = (off + k - 0.5) * n / m - 0.5
+    a = off // q  # periods before the window
+    if a > 0 and math.floor(first) < a * p:  # its left tap would be clamped: one period more
+        a -= 1
+    need = math.floor(last) + 2  # source pixels the window must reach (right tap included)
+    periods = max(-(-(off + k - a * q) // q), -(-(need - a * p) // p))
+    periods = min(periods, g - a)  # at most to the image's edge (clamped there as the whole)
+    if periods * q > m * (1.0 - MIN_SAVING):
+        return None
+    return a * p, periods * p, periods * q, off - a * q
+
+
+def window_resize(
+    img: np.ndarray,
+    out_hw: tuple[int, int],
+    top: int,
+    left: int,
+    crop_hw: tuple[int, int],
+) -> np.ndarray:
+    """``cv2.resize(img, out_hw, INTER_LINEAR)[top : top + h, left : left + w]``, resizing only
+    a window of ``img`` that covers the crop when one is smaller than the whole image (see
+    :func:`_axis_window`). Returns a view of a new array."""
+    (rh, rw), (ch, cw) = out_hw, crop_hw
+    sh, sw = img.shape[:2]
+    ya = _axis_window(sh, rh, top, ch)
+    xa = _axis_window(sw, rw, left, cw)
+    if ya is None and xa is None:
+        out = resize(img, rh, rw, "bilinear")
+        return out[top : top + ch, left : left + cw]
+    y0, ny, oy, ky = ya if ya is not None else (0, sh, rh, top)
+    x0, nx, ox, kx = xa if xa is not None else (0, sw, rw, left)
+    sub = img[y0 : y0 + ny, x0 : x0 + nx]
+    out = resize(sub, oy, ox, "bilinear")
+    return out[ky : ky + ch, kx : kx + cw]
+
+
+_SCRATCH = threading.local()
+
+
+def _flip_buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A reused array of ``shape`` to mirror into (one per thread, shape and dtype)."""
+    cache: dict[tuple[tuple[int, ...], str], np.ndarray] | None = getattr(_SCRATCH, "bufs", None)
+    if cache is None:
+        cache = _SCRATCH.bufs = {}
+    key = (shape, dtype.str)
+    buf = cache.get(key)
+    if buf is None:
+        if len(cache) >= 8:
+            cache.clear()
+        buf = cache[key] = np.empty(shape, dtype)
+    return buf
+
+
+def mirror(img: np.ndarray, dest: np.ndarray | None = None) -> np.ndarray:
+    """``img`` mirrored left-right into ``dest`` (contiguous, ``img``'s shape), or into a
+    reused scratch array when ``dest`` is ``None``: the caller must be done with it before the
+    next call on this thread."""
+    if dest is None:
+        dest = _flip_buffer(img.shape, img.dtype)
+    out = cv2().flip(cv_input(img), 1, dst=dest)
+    if out is not dest:  # cv2 made its own array (an HxWx1 image comes back HxW)
+        np.copyto(dest, restore_channels(out, img), casting="no")
+    return dest
+
+
+@dataclass(frozen=True)
+class FusedCrop:
+    """``resize`` (or none) then ``crop``, then ``flip`` (or none), run as one op:
+    :meth:`crop_and_flip` gives the unmirrored crop and whether to mirror it, after exactly the
+    draws of the plain chain (the crop's, then the flip's)."""
+
+    crop: RandomCrop | CenterCrop | RandomResizedCrop
+    resize: Resize | None = None
+    flip: HorizontalFlip | None = None
+
+    def crop_and_flip(self, img: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, bool]:
+        """(the chain's output before the flip, whether the flip mirrors it)."""
+        check_image(img, "FusedCrop")
+        crop = self.crop
+        if isinstance(crop, RandomResizedCrop):
+            out = crop(img, rng)
+        else:
+            hw = img.shape[:2]
+            rs = self.resize
+            if rs is not None:
+                hw = rs.target(hw)
+            if isinstance(crop, CenterCrop):
+                top, left = crop.params(hw)
+            else:
+                top, left = crop.params(hw, rng)
+            size: tuple[int, int] = crop.size  # type: ignore[assignment]
+            if rs is None or hw == img.shape[:2]:
+                out = img[top : top + size[0], left : left + size[1]]
+            else:
+                out = window_resize(img, hw, top, left, size)
+        return out, (self.flip is not None and self.flip.params(rng))
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The chain's output (a contiguous array when mirrored, else possibly a view)."""
+        out, flip = self.crop_and_flip(img, rng)
+        return mirror(out, np.empty(out.shape, out.dtype)) if flip else out
+
+    def steps(self) -> list[Transform]:
+        return [t for t in (self.resize, self.crop, self.flip) if t is not None]
+
+
+def fuse(steps: Sequence[Any]) -> tuple[FusedCrop, int] | None:
+    """``(fused op, number of leading steps it replaces)`` when ``steps`` start with a chain
+    :class:`FusedCrop` runs, else ``None``. Only the built-in ops with the settings it
+    reproduces exactly are taken: a bilinear ``Resize``, a ``RandomCrop`` without padding."""
+    i = 0
+    resize_op = None
+    if i < len(steps) and type(steps[i]) is Resize:
+        if steps[i].interpolation != "bilinear":
+            return None
+        resize_op, i = steps[i], i + 1
+    if i >= len(steps):
+        return None
+    crop = steps[i]
+    if type(crop) is RandomCrop:
+        if crop.padding:
+            return None
+    elif type(crop) is RandomResizedCrop:
+        if resize_op is not None:
+            return None
+    elif type(crop) is not CenterCrop:
+        return None
+    i += 1
+    flip = None
+    if i < len(steps) and type(steps[i]) is HorizontalFlip:
+        flip, i = steps[i], i + 1
+    return FusedCrop(crop, resize_op, flip), i
