@@ -263,9 +263,10 @@ class Pipeline:
         if self.transforms is None or self.pair_with is not None:
             return
         steps = _steps(self.transforms)
-        tail = steps[-1]
-        if type(tail) is not Normalize or tail.layout != "HWC" or tail.dtype != "float32":
-            tail = None
+        last = steps[-1] if steps else None
+        tail: Normalize | None = None
+        if type(last) is Normalize and last.layout == "HWC" and last.dtype == "float32":
+            tail = last
         head_steps = steps[:-1] if tail is not None else steps
         head = Compose(head_steps) if head_steps else None
         head_spec = self.input_spec

@@ -1,0 +1,144 @@
+"""The pipeline runs a recognised chain as one fused op: the rows are those of the plain chain
+(the same draws, the same bits on these sizes), in every layout, with or without a trailing
+Normalize, after a reduced-scale decode, for any worker count and after a resume."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+import stoker
+from stoker._core.seeding import sample_rng
+from stoker._core.specs import ArraySpec
+from stoker.pipeline import Pipeline
+from stoker.transforms import (
+    CenterCrop,
+    ColorJitter,
+    Compose,
+    HorizontalFlip,
+    Normalize,
+    RandomCrop,
+    RandomResizedCrop,
+    Resize,
+    Rotate,
+)
+
+ANY = ArraySpec((None, None, 3), "uint8")
+
+HEADS = [
+    [Resize(128), RandomCrop(112), HorizontalFlip()],
+    [Resize(256, shorter_side=True), CenterCrop(224)],
+    [RandomResizedCrop(96), HorizontalFlip()],
+    [RandomCrop(100), HorizontalFlip(p=1.0)],
+]
+TAILS = [[], [Normalize(0.5, 0.5)], [Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]]
+
+
+def photo(h: int, w: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    img = np.stack([x * 255 / w, y * 255 / h, 128 + 90 * np.sin(x / 5) * np.cos(y / 7)], -1)
+    return np.clip(img + rng.normal(0, 15, (h, w, 3)), 0, 255).astype(np.uint8)
+
+
+def rows(p: Pipeline, imgs: list[np.ndarray], seed: int = 0) -> np.ndarray:
+    out = np.full((len(imgs), *p.row_shape()), 7, p.dtype)
+    for i, img in enumerate(imgs):
+        p.fill_row(img, sample_rng(seed, 0, i), out[i], None, what="sample {}", args=(i,))
+    return out
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("tail", TAILS, ids=["uint8", "norm", "imagenet"])
+@pytest.mark.parametrize("head", HEADS, ids=["resize-crop", "centre", "rrc", "crop"])
+def test_fused_rows_are_the_plain_chains(head, tail, layout):
+    chain = Compose(head + tail)
+    fused = Pipeline(ANY, transforms=chain, layout=layout)
+    plain = Pipeline(ANY, transforms=chain, layout=layout, fuse=False)
+    assert fused._fused is not None and plain._fused is None
+    imgs = [photo(*hw, seed=i) for i, hw in enumerate([(112, 112), (375, 500), (300, 260)] * 4)]
+    np.testing.assert_array_equal(rows(fused, imgs), rows(plain, imgs))
+
+
+def test_rows_are_the_chain_called_on_the_image():
+    """What a user reproduces outside the loader: ``chain(img, sample_rng(seed, epoch, i))``."""
+    chain = Compose([Resize(128), RandomCrop(112), HorizontalFlip(), Normalize(0.5, 0.5)])
+    p = Pipeline(ANY, transforms=chain, layout="NCHW")
+    imgs = [photo(112, 112, i) for i in range(30)]
+    got = rows(p, imgs, seed=4)
+    for i, img in enumerate(imgs):
+        want = chain(img, sample_rng(4, 0, i)).transpose(2, 0, 1)
+        np.testing.assert_array_equal(got[i], want)
+
+
+def test_other_chains_keep_the_step_by_step_path():
+    assert (
+        Pipeline(ANY, transforms=Compose([Resize(128), RandomCrop(112), Rotate(5)]))._fused is None
+    )
+    with_jitter = Compose([Resize(128), RandomCrop(112), ColorJitter(0.2), Normalize()])
+    assert Pipeline(ANY, transforms=with_jitter)._fused is None
+    paired = Pipeline(ANY, transforms=Compose(HEADS[0]), pair_with=HorizontalFlip(p=1.0))
+    assert paired._fused is None  # pair_with starts from the sample: no row-only path
+    floats = ArraySpec((None, None, 3), "float32")
+    assert Pipeline(floats, transforms=Compose([Resize(64), CenterCrop(48)]))._fused is None
+
+
+def test_a_per_batch_width_goes_the_plain_way():
+    chain = Compose([Resize(64), RandomCrop(48), HorizontalFlip()])
+    p = Pipeline(ANY, transforms=chain, variable_width=True)
+    img = photo(80, 90, 0)
+    out = np.zeros((48, 40, 3), np.uint8)
+    p.fill_row(img, sample_rng(0, 0, 0), out, 40, what="x")
+    want = Pipeline(ANY, transforms=chain, variable_width=True, fuse=False)
+    ref = np.zeros_like(out)
+    want.fill_row(img, sample_rng(0, 0, 0), ref, 40, what="x")
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_a_reduced_scale_decode_feeds_the_fused_chain():
+    """Resize 128 of a 448x448 JPEG: decoded at 1/2 (224x224) for the fused chain too."""
+    ok, buf = cv2.imencode(".jpg", photo(448, 448, 1), [cv2.IMWRITE_JPEG_QUALITY, 92])
+    assert ok
+    chain = Compose([Resize(128), RandomCrop(112), HorizontalFlip(), Normalize(0.5, 0.5)])
+    fused = Pipeline(ANY, transforms=chain, layout="NCHW")
+    plain = Pipeline(ANY, transforms=chain, layout="NCHW", fuse=False)
+    img = fused.decode_image(buf.tobytes())
+    assert img.shape == (224, 224, 3)
+    np.testing.assert_array_equal(rows(fused, [img] * 8), rows(plain, [img] * 8))
+
+
+def _batches(ld) -> list[tuple[np.ndarray, np.ndarray]]:
+    return [(b.images.copy(), b.keys.copy()) for b in ld]
+
+
+def test_any_worker_count_and_a_resume_give_the_same_batches():
+    rng = np.random.default_rng(3)
+    x = np.stack([photo(72, 80, i) for i in range(24)])
+    x[:, :4] = rng.integers(0, 256, (24, 4, 80, 3), np.uint8)
+    y = np.arange(24) % 3
+    chain = Compose([Resize(64), RandomCrop(56), HorizontalFlip(), Normalize(0.5, 0.5)])
+    kw = dict(batch_size=5, transforms=chain, layout="NCHW", shuffle=True, seed=8)
+    runs = []
+    for workers in (0, 2):
+        with stoker.Loader((x, y), workers=workers, **kw) as ld:
+            runs.append(_batches(ld))
+    for (a, ka), (b, kb) in zip(*runs):
+        np.testing.assert_array_equal(ka, kb)
+        np.testing.assert_array_equal(a, b)
+    for images, keys in runs[0]:  # each row is the plain chain of its sample
+        for row, k in zip(images, keys):
+            want = chain(x[k], sample_rng(8, 0, int(k))).transpose(2, 0, 1)
+            np.testing.assert_array_equal(row, want)
+    with stoker.Loader((x, y), workers=2, **kw) as ld:
+        it = iter(ld)
+        next(it)
+        next(it)
+        state = ld.state_dict()
+    with stoker.Loader((x, y), workers=0, **kw) as ld:
+        ld.load_state_dict(state)
+        rest = _batches(ld)
+    assert len(rest) == len(runs[0]) - 2
+    for (a, ka), (b, kb) in zip(runs[0][2:], rest):
+        np.testing.assert_array_equal(ka, kb)
+        np.testing.assert_array_equal(a, b)
