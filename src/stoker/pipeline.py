@@ -5,7 +5,10 @@ bytes (or array) of one sample become the rows of a batch:
 
 1. decode (when the source is encoded) with :func:`stoker.codecs.decode`; when the transforms
    offer ``decode_hint(full_hw)``, a JPEG is decoded at a reduced DCT scale that still covers it;
-2. ``transforms(img, rng)``;
+2. ``transforms(img, rng)``; a chain that starts with a resize, a crop and a flip runs them as
+   one op that resizes only the kept window and mirrors straight into the batch row
+   (:mod:`stoker.transforms.fused`: the same draws, the same pixels within its documented
+   tolerance; ``fuse=False`` runs the steps one by one);
 3. with ``pair_with``: a second row ``pair_with(transforms(img), rng)``;
 4. placement into the batch: a per-batch width (from a length-bucketing sampler) is met by
    right-padding with zeros when the sample is narrower and by resizing the width alone when
