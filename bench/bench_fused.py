@@ -126,7 +126,9 @@ def pass_time(fn: Callable[[int], None], n: int) -> float:
 def run_case(case: Case, n_images: int, rounds: int, reps: int) -> list[str]:
     bufs = jpegs(case.hw, n_images)
     spec = ArraySpec((None, None, 3), "uint8")
-    pipes = {f: Pipeline(spec, transforms=case.chain, layout=case.layout, fuse=f) for f in (True, False)}
+    pipes = {
+        f: Pipeline(spec, transforms=case.chain, layout=case.layout, fuse=f) for f in (True, False)
+    }
     assert pipes[True]._fused is not None and pipes[False]._fused is None
     rows = {f: np.empty(p.row_shape(), p.dtype) for f, p in pipes.items()}
     imgs = {f: [p.decode_image(b) for b in bufs] for f, p in pipes.items()}
