@@ -1,5 +1,6 @@
 """What the bench scripts share: the memory sampler, CPU time of a process tree, the best of
-several rounds, page-cache warming, the usable core count, sample data and the command line.
+several rounds, paired rounds (median and spread, alternating order), page-cache warming, the
+usable core count, sample data and the command line.
 
 Nothing here imports stoker at module level: ``bench_revisions.py`` imports this module in
 child processes that import an older stoker, which may lack the names the current one has.
