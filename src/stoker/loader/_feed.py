@@ -107,7 +107,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -230,37 +230,59 @@ class RingFeed:
                 max_height=max_height,
                 fields=self._fields,
             )
-            _shm.preflight(layout.total_bytes, slots=slots, what="batch slots", where="memory")
             self.source.share()
-            # Only the control block is reserved before the workers start, and slot 0 while
-            # they boot; every other slot when it is first dispatched (_dispatch), while the
-            # workers make the batches before it, so the first batch does not wait for the
-            # whole ring. Nothing touches an unreserved slot: workers write only the slot a
-            # task names.
-            seg, mapping = _shm.SharedFd.create(
-                layout.total_bytes, name="stoker-ring", reserved=False
-            )
+            kept = self._take_kept()  # a kept pool of this configuration: no process starts
+            reuse = kept is not None and kept.ring_fits(layout)
+            if kept is not None:
+                self._pool = kept.pool  # stopped by the teardown if anything below fails
+            if reuse:  # its ring, mapped by its workers already
+                assert kept is not None and kept.ring is not None and kept.mapping is not None
+                seg, mapping, unreserved = kept.ring, kept.mapping, set(kept.unreserved)
+            else:
+                if kept is not None:
+                    kept.drop_ring()
+                _shm.preflight(layout.total_bytes, slots=slots, what="batch slots", where="memory")
+                # Only the control block is reserved before the workers start, and slot 0
+                # while they boot; every other slot when it is first dispatched (_dispatch),
+                # while the workers make the batches before it, so the first batch does not
+                # wait for the whole ring. Nothing touches an unreserved slot: workers write
+                # only the slot a task names.
+                seg, mapping = _shm.SharedFd.create(
+                    layout.total_bytes, name="stoker-ring", reserved=False
+                )
+                unreserved = set(range(slots))
             self._ring = seg
             self._mem = mapping.array()
             self._layout = layout
             self._ring_width = max_width
             self._slot_state = [_FREE] * slots
-            self._unreserved = set(range(slots))
+            self._unreserved = unreserved
             self._ring_id += 1
             try:
-                _shm.reserve(seg, 0, layout.control_bytes)
+                if not reuse:
+                    _shm.reserve(seg, 0, layout.control_bytes)
                 control = layout.control(self._mem)
                 control[0] = self._generation
                 control[1:] = -1
-                self._start_workers()  # none run without a ring (_teardown stops them first)
-                self._reserve_slot(0)
+                # none run without a ring (_teardown stops them first)
+                self._start_workers(adopt=kept is not None, new_ring=not reuse)
+                if 0 in self._unreserved:
+                    self._reserve_slot(0)
             except BaseException:
                 self._teardown()
                 raise
         elif not self._pool.handles:
             self._start_workers()
 
-    def _start_workers(self) -> None:
+    def _take_kept(self) -> _keep.Kept | None:
+        if not (self.keep_workers or _keep.kept_count()):
+            return None
+        key = _keep.pool_key(self.source, self.pipeline, self.seed, self.on_error, self.workers)
+        return None if key is None else _keep.take(key)
+
+    def _start_workers(self, *, adopt: bool = False, new_ring: bool = True) -> None:
+        """Start the workers, or (``adopt``) hand the kept pool in ``_pool`` this loader's
+        configuration and, with ``new_ring``, its ring."""
         if self._layout is None or self._ring is None or self._mem is None:
             raise LoaderError("the batch ring is not allocated")
         me = os.getpid()
@@ -276,18 +298,13 @@ class RingFeed:
             main_start=_shm.process_start_time(me),
         )
         control = self._layout.control(self._mem)
-        key = None
-        if self.keep_workers or _keep.kept_count():
-            key = _keep.pool_key(self.source, self.pipeline, self.seed, self.on_error, self.workers)
-        kept = _keep.take(key) if key is not None else None
-        if kept is not None:  # a kept pool of the same configuration: no process starts
+        if adopt:
             try:
-                kept.adopt(config, control, self.on_worker_death)
-            except BaseException:
-                kept.stop(0.2)
-                raise
-            self._pool = kept
-            return
+                self._pool.adopt(config, control, self.on_worker_death, new_ring=new_ring)
+                return
+            except OSError:  # a kept worker died since: new ones below
+                self._pool.stop(0.2)
+                self._pool = WorkerPool(self.on_worker_death)
         try:
             self._pool.start(config, control, self.workers)
         except BaseException as e:
@@ -305,8 +322,8 @@ class RingFeed:
 
     def _park_workers(self) -> None:
         """``close()`` with ``keep_workers``: once every chunk in flight has reported, the
-        idle workers drop the ring and their source and are kept for the next loader of the
-        same configuration (``_keep``). Otherwise (a worker busy past the grace, dead, or a
+        idle workers close their source and are kept, with the ring, for the next loader of
+        the same configuration (``_keep``). Otherwise (a worker busy past the grace, dead, or a
         configuration that cannot be keyed) they are left to the teardown that follows."""
         pool = self._pool
         if not pool.handles or self._layout is None:
@@ -327,7 +344,12 @@ class RingFeed:
         self._pool = WorkerPool(self.on_worker_death)
         self._inflight.clear()
         self._slot_state = [_FREE if s is _WORK else s for s in self._slot_state]
-        _keep.park(key, pool, self.keep_workers)
+        ring = None
+        if self._ring is not None and self._mem is not None:  # kept with them, not closed
+            mapping: Any = self._mem.base  # the Mapping under main's view of the ring
+            ring = (self._ring, mapping, self._layout, frozenset(self._unreserved))
+            self._ring, self._mem = None, None
+        _keep.park(key, pool, self.keep_workers, ring)
 
     def _set_generation(self) -> None:
         if self._mem is not None and self._layout is not None:

@@ -196,26 +196,31 @@ class WorkerPool:
         return WorkerHandle(wid, proc, parent_conn)
 
     def park(self) -> None:
-        """Make the idle workers drop the ring and close their source (see ``_keep``): none
-        has a task in flight. A worker whose pipe is gone is found dead at the next use."""
+        """Make the idle workers close their source (see ``_keep``): none has a task in
+        flight. A worker whose pipe is gone is found dead at the next use."""
         for w in self.handles:
-            w.wrote.clear()
             with contextlib.suppress(Exception):
                 w.conn.send(PARK)
         self._control = None
         self._poller = None
 
-    def adopt(self, config: WorkerConfig, control: np.ndarray, on_death: str) -> None:
-        """Serve another loader: its configuration (the same key: ``_keep.pool_key``) with its
-        own ring, whose descriptor goes to each worker over its pipe (``SCM_RIGHTS``)."""
+    def adopt(
+        self, config: WorkerConfig, control: np.ndarray, on_death: str, *, new_ring: bool
+    ) -> None:
+        """Serve another loader: its configuration (the same key: ``_keep.pool_key``) and the
+        ring its workers map already, or (``new_ring``) a new one, whose descriptor goes to
+        each worker over its pipe (``SCM_RIGHTS``)."""
         from multiprocessing.reduction import send_handle
 
         self._config, self._control, self.on_death = config, control, on_death
         self.respawns = 0
         self._deaths.clear()
         self._poller = None
+        if not new_ring:
+            return
         fd = config.ring.fileno()
         for w in self.handles:
+            w.wrote.clear()
             w.conn.send((RING, config.layout, config.ring.size))
             send_handle(w.conn, fd, w.proc.pid)
 

@@ -282,8 +282,8 @@ def _die_with_parent(main_pid: int, main_start: int | None) -> None:
 
 class _Ring:
     """The batch ring as one worker sees it: its mapping, layout and control block, and the
-    row ranges it has written (mapped) before. Replaced when a kept worker serves a new
-    loader; dropped when it is parked."""
+    row ranges it has written (mapped) before. Replaced when a kept worker is handed another
+    loader's ring."""
 
     def __init__(self, mapping: Any, layout: RingLayout, worker_id: int) -> None:
         self.mapping = mapping
@@ -311,8 +311,8 @@ def _received_ring(conn: Any, msg: tuple, worker_id: int) -> _Ring:
 
 def worker_main(cfg: WorkerConfig, conn: Any) -> None:
     """Serve tasks from ``conn`` until ``None``, EOF (the main process is gone) or a signal.
-    ``PARK`` drops the ring and closes the source (a kept, idle worker); ``(RING, layout,
-    size)`` and a descriptor hand it a new loader's ring."""
+    ``PARK`` closes the source (a kept, idle worker); ``(RING, layout, size)`` and a
+    descriptor hand it another ring, which replaces the one it maps."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's business
     # SIGUSR1 prints this worker's Python stack on stderr (the stall watchdog of stoker.watch
     # asks for it through Loader.worker_pids()); the worker carries on afterwards.
@@ -329,11 +329,11 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
         if task is None:
             break
         if not isinstance(task, Task):
-            ring = None  # unmapped with its last view
             if task == PARK:
                 with contextlib.suppress(Exception):
                     cfg.source.close()  # reopens on the next read
             else:
+                ring = None  # the old one is unmapped with its last view
                 ring = _received_ring(conn, task, wid)
             continue
         assert ring is not None, "a task before any ring"
