@@ -73,6 +73,7 @@ def test_ctrl_c_during_fit_leaves_no_process_and_no_segment(tmp_path, backend):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, like a job in a terminal
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # even if ignored here
         env=env,
     )
     try:

@@ -294,6 +294,13 @@ def test_slots_that_cannot_be_reserved_stop_the_loader_cleanly(
     assert shm_names() == before
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default, so Python installs its
+    KeyboardInterrupt handler even when the test run itself was started with SIGINT ignored
+    (a background job of a non-interactive shell is), as a user's terminal job never is."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _driver(code: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]))
     return subprocess.Popen(
@@ -302,6 +309,7 @@ def _driver(code: str) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=_default_sigint,
     )
 
 

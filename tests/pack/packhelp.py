@@ -7,6 +7,7 @@ import ctypes
 import hashlib
 import io
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -88,12 +89,20 @@ def noise_tree(root, n: int, bad: tuple[int, ...] = (), *, size: int = 64) -> in
     return n
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default, so Python installs its
+    KeyboardInterrupt handler even when the test run itself was started with SIGINT ignored
+    (a background job of a non-interactive shell is), as a user's terminal job never is."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_driver(args: list[str], **kw) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, DRIVER, *args, "--quiet"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        preexec_fn=_default_sigint,
         **kw,
     )
 
