@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -139,6 +140,10 @@ def test_a_kept_pool_goes_after_its_idle_time(folder):
     assert kept_count() == 1 and not _gone(pids, 0.1)
     assert _gone(pids)
     assert kept_count() == 0
+    # the timer's thread closes the pipes and the ring after the workers exit
+    assert _eventually(
+        lambda: not any(t.name == "stoker-kept-workers" for t in threading.enumerate())
+    )
 
 
 def test_a_kept_worker_that_died_is_not_reused(folder):

@@ -91,6 +91,15 @@ opened (an in-memory array source unlinks its segment).
   swept at the next loader start or by ``stoker cleanup``). A respawned worker gets main's
   descriptor of the same ring, duplicated at its start.
 
+Kept workers (``keep_workers``, ``_keep.py``): ``close()`` waits for the chunks in flight,
+sends each worker ``PARK`` (it closes its source) and hands the pool, with the ring and main's
+mapping of it, to the process's keep instead of the shutdown above. A later loader of the
+same key takes both: the ring as it is when its layout is the same and no view of it is
+alive (``Kept.ring_fits``), else it closes the kept ring and sends each worker ``(RING,
+layout, size)`` and the new ring's descriptor (``SCM_RIGHTS`` on its pipe); the worker maps
+it and drops the old mapping. Timer, ``release_workers()`` and the atexit hook stop kept pools
+by the shutdown order.
+
 Timeouts. Main waits on pipes and process sentinels with a 0.25 s poll, so a death is seen at
 once and a stall is checked 4 times a second; ``timeout=T`` raises ``LoaderTimeoutError`` when
 the batch being waited for has not arrived T seconds after main started waiting for it, naming

@@ -83,8 +83,6 @@ def _close_all() -> None:
 
 
 _exiting = False
-
-
 atexit.register(_close_all)
 
 
