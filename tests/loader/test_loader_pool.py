@@ -118,7 +118,6 @@ def test_another_configuration_gets_its_own_workers(folder):
         first = ld.worker_pids()
     for kw in (
         dict(transforms=b, seed=1),  # another pipeline
-        dict(transforms=a, seed=2),  # another seed
         dict(transforms=a, seed=1, on_error="skip"),
     ):
         with Loader(folder, batch_size=8, workers=2, **kw) as ld:
@@ -130,6 +129,25 @@ def test_another_configuration_gets_its_own_workers(folder):
         assert next(iter(ld)).images.shape == (4, 32, 32, 3)
         assert ld.worker_pids() == first
     assert kept_count() == 0 and _gone(first)  # closed without keep_workers: stopped
+
+
+def test_a_loader_of_another_seed_takes_the_pool_with_its_own_batches(folder):
+    tf = Compose([RandomCrop(32), HorizontalFlip()])
+    kw = dict(batch_size=8, transforms=tf, shuffle=True, workers=2)
+    want, state = {}, {}
+    for seed in (1, 2):
+        with Loader(folder, seed=seed, **kw) as ld:
+            state[seed] = ld.state_dict()
+            want[seed] = _epoch(ld)
+    with Loader(folder, seed=1, keep_workers=30, **kw) as ld:
+        np.testing.assert_array_equal(_epoch(ld)[0], want[1][0])
+        pids = ld.worker_pids()
+    with Loader(folder, keep_workers=30, **kw) as ld:  # a drawn seed
+        ld.load_state_dict(state[2])  # resumed at seed 2: the same workers, its batches
+        got = _epoch(ld)
+        assert ld.worker_pids() == pids
+    for a, b in zip(got, want[2]):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_a_kept_pool_goes_after_its_idle_time(folder):

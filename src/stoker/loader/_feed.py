@@ -31,7 +31,7 @@ a batch kept by ``Batch.retain()`` (the GPU prefetcher holds one while its copy 
 reserved only when a retained batch first leaves no other slot free.
 
 Messages. Each worker has its own duplex pipe. Main -> worker: a :class:`Task` (generation,
-batch number, slot, epoch, width, first row, the indices of the chunk), or ``None`` to stop.
+batch number, slot, epoch, width, first row, chunk indices, seed), or ``None`` to stop.
 Worker -> main: ``(status, generation, number, row0, payload, seconds)``, status ``done``
 (payload: the skipped samples), ``error`` (type, message, traceback text, key, index) or
 ``cancelled``; ``seconds``: the chunk's wall time in the worker. A batch is split into one
@@ -286,7 +286,7 @@ class RingFeed:
     def _take_kept(self) -> _keep.Kept | None:
         if not (self.keep_workers or _keep.kept_count()):
             return None
-        key = _keep.pool_key(self.source, self.pipeline, self.seed, self.on_error, self.workers)
+        key = _keep.pool_key(self.source, self.pipeline, self.on_error, self.workers)
         return None if key is None else _keep.take(key)
 
     def _start_workers(self, *, adopt: bool = False, new_ring: bool = True) -> None:
@@ -337,7 +337,7 @@ class RingFeed:
         pool = self._pool
         if not pool.handles or self._layout is None:
             return
-        key = _keep.pool_key(self.source, self.pipeline, self.seed, self.on_error, self.workers)
+        key = _keep.pool_key(self.source, self.pipeline, self.on_error, self.workers)
         if key is None:
             return
         self._cancel()  # workers drop their chunks at the next sample
@@ -399,8 +399,9 @@ class RingFeed:
             self._inflight[(ep.generation, number)] = info
             for r0, cidx in chunks:
                 task = Task(
-                    ep.generation, number, slot, ep.epoch, width, rows, r0, cidx, half, height
-                )
+                    ep.generation, number, slot, ep.epoch, width, rows, r0, cidx, half, height,
+                    self.seed,
+                )  # fmt: skip
                 lost = self._pool.assign((slot, r0), task, self._generation)
                 if lost:
                     self._answered(lost)

@@ -92,17 +92,15 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def pool_key(
-    source: Source, pipeline: Pipeline, seed: int, on_error: str, workers: int
-) -> bytes | None:
+def pool_key(source: Source, pipeline: Pipeline, on_error: str, workers: int) -> bytes | None:
     """What fixes what a worker holds, as a digest: the source's pickled configuration (what
-    a worker unpickles) and its fingerprint (the data it names), the pipeline, the seed,
-    ``on_error`` and the worker count. ``None`` when that cannot be pickled here (the pool is
-    then neither kept nor taken)."""
+    a worker unpickles) and its fingerprint (the data it names), the pipeline, ``on_error``
+    and the worker count (the seed travels with each task). ``None`` when that cannot be
+    pickled here (the pool is then neither kept nor taken)."""
     try:
         with probing():  # shared memory pickles as its size: this pickle is only compared
             blob = pickle.dumps(
-                (type(source), source, source.fingerprint(), pipeline, seed, on_error, workers),
+                (type(source), source, source.fingerprint(), pipeline, on_error, workers),
                 protocol=pickle.HIGHEST_PROTOCOL,
             )
     except Exception:  # noqa: BLE001

@@ -58,6 +58,8 @@ class Task:
     indices: np.ndarray  # global positions for rows row0 .. row0 + len(indices)
     half: int  # with pair_with: the offset of the paired rows (source samples in the batch)
     height: int | None = None  # the batch's height when it has its own (aspect-ratio buckets)
+    # the loader's seed (a kept worker serves loaders of other seeds); None: the worker's own
+    seed: int | None = None
 
     def __reduce__(self) -> tuple:
         # the indices as raw int64 bytes: pickling an ndarray costs several times more, once
@@ -74,6 +76,7 @@ class Task:
             idx,
             self.half,
             self.height,
+            self.seed,
         )
 
 
@@ -88,9 +91,10 @@ def _task(
     indices: bytes,
     half: int,
     height: int | None = None,
+    seed: int | None = None,
 ) -> Task:
     idx = np.frombuffer(indices, dtype=np.int64)
-    return Task(generation, number, slot, epoch, width, rows, row0, idx, half, height)
+    return Task(generation, number, slot, epoch, width, rows, row0, idx, half, height, seed)
 
 
 @dataclass(frozen=True)
@@ -379,7 +383,7 @@ def _serve(cfg: WorkerConfig, conn: Any, task: Task, ring: _Ring) -> bool:
             task,
             source=cfg.source,
             pipeline=cfg.pipeline,
-            seed=cfg.seed,
+            seed=cfg.seed if task.seed is None else task.seed,
             views=views,
             on_error=cfg.on_error,
             cancelled=cancelled,

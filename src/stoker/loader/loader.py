@@ -389,9 +389,7 @@ class Loader(RingFeed):
             )
         if st.batch > len(self):
             raise ValueError(f"batch must be in [0, {len(self)}], got {st.batch}")
-        self._cancel()
-        if st.seed != self.seed:
-            self._teardown_workers()  # they hold the seed they started with
+        self._cancel()  # workers get the seed with each task: they stay up
         self.seed = st.seed
         self.sampler = sampler
         self._epoch, self._next = st.epoch, st.batch
