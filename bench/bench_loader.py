@@ -275,7 +275,7 @@ def run_stoker(
     return out
 
 
-def _limit_worker(args, barrier, results) -> None:
+def _limit_worker(args, conn) -> None:
     """One process of (d): read its share of the records into memory, wait for the others,
     then time decode + augment + placement into a batch array, through the same per-sample
     code as a loader worker (``Pipeline.fill_row``) minus reading, IPC and bookkeeping."""
@@ -299,7 +299,7 @@ def _limit_worker(args, barrier, results) -> None:
     )
     out = np.empty((batch, *pipe.row_shape()), dtype=pipe.dtype)
     rngs = SampleRngs(0, 0)
-    barrier.wait()
+    _ready(conn)
     t0 = time.time()
     c0 = time.process_time()
     j = 0
@@ -310,7 +310,7 @@ def _limit_worker(args, barrier, results) -> None:
                 img, rngs.at(start + i), out[j % batch], None, what="sample {}", args=(j,)
             )
             j += 1
-    results.put((j, t0, time.time(), time.process_time() - c0))
+    conn.send((j, t0, time.time(), time.process_time() - c0))
 
 
 def _chain_112(img: np.ndarray, rnd) -> np.ndarray:
@@ -335,7 +335,7 @@ def _chain_rrc(img: np.ndarray, rnd) -> np.ndarray:
     return img[:, ::-1] if rnd.random() < 0.5 else img
 
 
-def _chain_worker(args, barrier, results) -> None:
+def _chain_worker(args, conn) -> None:
     """One process of (e): read its share of the records into memory, wait for the others,
     then time the plain chain over them ``repeat`` times: ``cv2.imdecode`` (RGB), augment,
     transpose to CHW, then ``astype(float32)``, subtract the mean and multiply by 1/std into a
@@ -357,7 +357,7 @@ def _chain_worker(args, barrier, results) -> None:
     inv_std = (1 / (np.array(STD, np.float32) * 255)).reshape(3, 1, 1)
     augment = _chain_112 if kind == "112" else _chain_rrc
     rnd = random.Random(start)
-    barrier.wait()
+    _ready(conn)
     t0 = time.time()
     c0 = time.process_time()
     j = 0
@@ -372,7 +372,7 @@ def _chain_worker(args, barrier, results) -> None:
             else:
                 out[j % batch] = chw
             j += 1
-    results.put((j, t0, time.time(), time.process_time() - c0))
+    conn.send((j, t0, time.time(), time.process_time() - c0))
 
 
 def run_loop(
@@ -384,8 +384,7 @@ def run_loop(
     end - first start) would be lower by the imbalance of the fixed split: the first process
     to finish leaves a core idle for a few percent of the run, which is a fault of this loop
     and not a limit of the machine. The CPU per image is the processes' own inside their
-    timed loops. A run whose process died (its semaphore removed from /dev/shm by a cleanup
-    on a shared machine, say) is run once more, then fails the bench."""
+    timed loops. A run whose process died is run once more, then fails the bench."""
     for attempt in (1, 2):
         got = _loop_once(target, (path, kind, normalize, n, repeat), workers)
         if got is not None:
@@ -402,38 +401,44 @@ def run_loop(
     } | got[1]
 
 
+def _ready(conn) -> None:
+    """A loop process says it has its records and waits for the word to start: a pipe each,
+    no named semaphore (a cleanup of /dev/shm on a shared machine can remove those under a
+    running bench)."""
+    conn.send("ready")
+    conn.recv()
+
+
 def _loop_once(target, job: tuple, workers: int) -> tuple[list, dict] | None:
     """One run of ``run_loop``: each process's (images, start, end, CPU seconds) and the
     memory figures, or None when a process exited without reporting."""
     import multiprocessing as mp
-    import queue
 
     path, kind, normalize, n, repeat = job
     ctx = mp.get_context("forkserver")
-    barrier = ctx.Barrier(workers)
-    results = ctx.Queue()
     per = -(-n // workers)
+    pipes = [ctx.Pipe() for _ in range(workers)]
     procs = [
         ctx.Process(
             target=target,
-            args=(
-                (path, kind, normalize, w * per, min(n, (w + 1) * per), repeat, 256),
-                barrier,
-                results,
-            ),
+            args=((path, kind, normalize, w * per, min(n, (w + 1) * per), repeat, 256), child),
         )
-        for w in range(workers)
+        for w, (_, child) in enumerate(pipes)
     ]
     got: list = []
     with PeakPSS(memory=MEASURE_MEMORY) as mem:
         for p in procs:
             p.start()
-        while len(got) < len(procs):
-            try:
-                got.append(results.get(timeout=1.0))
-            except queue.Empty:
-                if any(p.exitcode not in (None, 0) for p in procs):
-                    break
+        for _, child in pipes:
+            child.close()
+        try:
+            for parent, _ in pipes:
+                parent.recv()  # "ready": its records are in memory
+            for parent, _ in pipes:
+                parent.send("go")
+            got = [parent.recv() for parent, _ in pipes]
+        except (EOFError, OSError):  # a process died
+            pass
         for p in procs:
             if len(got) < len(procs):
                 p.terminate()
