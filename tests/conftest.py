@@ -1,10 +1,14 @@
 """Shared fixtures. The autouse ``no_leaks`` fixture fails any test that leaves behind a
-``/dev/shm/stoker_*`` segment, a child process or an open file descriptor."""
+``/dev/shm/stoker_*`` segment, a child process or an open file descriptor. The run's index
+and label caches go to a temporary cache directory of its own (``STOKER_CACHE_DIR``, which
+subprocesses inherit), never into the user's."""
 
 from __future__ import annotations
 
 import glob
 import os
+import shutil
+import tempfile
 import time
 
 import psutil
@@ -13,6 +17,20 @@ import pytest
 pytest_plugins = ["figures_plugin"]
 
 SHM_GLOB = "/dev/shm/stoker_*"
+
+_CACHE_DIR: str | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _CACHE_DIR
+    if "STOKER_CACHE_DIR" not in os.environ:
+        _CACHE_DIR = tempfile.mkdtemp(prefix="stoker-test-cache-")
+        os.environ["STOKER_CACHE_DIR"] = _CACHE_DIR
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _CACHE_DIR is not None:
+        shutil.rmtree(_CACHE_DIR, ignore_errors=True)
 
 
 def _children() -> set[int]:

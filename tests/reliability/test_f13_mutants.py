@@ -58,7 +58,7 @@ MUTANTS = {
         "idx-dup",
     ),
     "manifest: size cap": (
-        "formats/recordio/manifest.py",
+        "formats/manifest.py",
         ["if size > max_bytes:", "if len(raw) > max_bytes:"],
         "if False:",
         "test_f01_bad_inputs.py",

@@ -3,9 +3,10 @@ data, so read-only and shared data sets work and nothing is ever required beside
 
 ``cache_dir()`` is ``$STOKER_CACHE_DIR``, else ``$XDG_CACHE_HOME/stoker``, else
 ``~/.cache/stoker``; it is created with mode 0700 (cached files are the user's own).
-``cache_file(kind, path, suffix)`` names the cache entry of one data file: a hash of its real
-path, size, modification time and inode, so a changed, replaced or moved file gets a new entry
-and a stale one is never read. Entries are written to a temporary name and renamed
+``cache_file(kind, path, suffix)`` names the cache entry of one data file: a hash of its
+device, inode, size and modification time (one ``stat``: this runs at every shard open, and a
+set of 100,000 shards opens them over and over), so a changed or replaced file gets a new
+entry and a stale one is never read; two paths to one file share it. Entries are written to a temporary name and renamed
 (``stoker._core.atomic``); an unwritable cache directory means running without a cache, never
 an error.
 """
@@ -27,21 +28,25 @@ def cache_dir() -> str:
     return root
 
 
-def file_identity(path: str | os.PathLike[str]) -> tuple[str, int, int, int]:
-    """(real path, size, mtime_ns, inode) of ``path``: what a cache entry is keyed by."""
-    real = os.path.realpath(os.fspath(path))
-    st = os.stat(real)
-    return real, int(st.st_size), int(st.st_mtime_ns), int(st.st_ino)
+def file_identity(path: str | os.PathLike[str]) -> tuple[int, int, int, int]:
+    """(device, inode, size, mtime_ns) of ``path``: what a cache entry is keyed by."""
+    st = os.stat(os.fspath(path))
+    return int(st.st_dev), int(st.st_ino), int(st.st_size), int(st.st_mtime_ns)
+
+
+_MADE: set[str] = set()  # cache folders this process has made (or found) already
 
 
 def cache_file(kind: str, path: str | os.PathLike[str], suffix: str = "") -> str | None:
     """The cache entry for ``kind`` (``"tfrecord-index"``, ...) of data file ``path``, its
     folder created (0700); ``None`` when the cache directory cannot be made."""
-    real, size, mtime, ino = file_identity(path)
-    digest = hashlib.sha256(f"{real}\0{size}\0{mtime}\0{ino}".encode()).hexdigest()[:32]
+    dev, ino, size, mtime = file_identity(path)
+    digest = hashlib.sha256(f"{dev}\0{ino}\0{size}\0{mtime}".encode()).hexdigest()[:32]
     folder = os.path.join(cache_dir(), kind)
-    try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-    except OSError:
-        return None
+    if folder not in _MADE:
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+        except OSError:
+            return None
+        _MADE.add(folder)
     return os.path.join(folder, digest + suffix)
