@@ -128,6 +128,7 @@ def test_two_thousand_shards_read_fully_with_256_file_descriptors(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # writing 300,000 files and reading 200,000 records: minutes, not 180 s
 def test_a_hundred_thousand_shards_read_fully_with_256_file_descriptors(tmp_path):
     most = _read_all_under_a_small_ulimit(tmp_path, 100_000, 8)
     assert 0 < most <= 2 * MAX_OPEN_SHARDS + 4
