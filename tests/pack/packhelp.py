@@ -102,8 +102,7 @@ def start_driver(args: list[str], **kw) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        preexec_fn=_default_sigint,
-        **kw,
+        **{"preexec_fn": _default_sigint, **kw},  # a caller's own preexec_fn replaces it
     )
 
 
