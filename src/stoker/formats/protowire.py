@@ -38,7 +38,13 @@ class WireError(ValueError):
 
 
 def read_varint(buf: memoryview | bytes, pos: int, end: int) -> tuple[int, int]:
-    """(value, position after it) of the varint at ``pos``; at most 10 bytes, before ``end``."""
+    """(value, position after it) of the varint at ``pos``; at most 10 bytes, before ``end``.
+    The one-byte case (every tag, most lengths) returns before the loop: parsers call this once
+    or twice per field, per sample."""
+    if pos < end:
+        b = buf[pos]
+        if b < 0x80:
+            return b, pos + 1
     result = shift = 0
     start = pos
     while True:
@@ -56,10 +62,11 @@ def read_varint(buf: memoryview | bytes, pos: int, end: int) -> tuple[int, int]:
 
 def iter_fields(
     buf: memoryview | bytes, start: int = 0, end: int | None = None
-) -> Iterator[tuple[int, int, int | memoryview, int]]:
+) -> Iterator[tuple[int, int, int | tuple[int, int], int]]:
     """Every field of the message in ``buf[start:end]``: ``(number, wire type, value, offset)``
-    with ``value`` an int (varint, fixed32, fixed64: raw unsigned) or a memoryview (length-
-    delimited), ``offset`` where the field's tag starts."""
+    with ``value`` an int (varint, fixed32, fixed64: raw unsigned) or the ``(start, end)`` span
+    of a length-delimited value in ``buf`` (checked to lie inside the message; no slice is
+    made until the caller wants one), ``offset`` where the field's tag starts."""
     mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
     end = len(mv) if end is None else end
     if not 0 <= start <= end <= len(mv):
@@ -78,7 +85,7 @@ def iter_fields(
             n, pos = read_varint(mv, pos, end)
             if n > end - pos:
                 raise WireError(at, f"field {number} claims {n} bytes, only {end - pos} remain")
-            yield number, wire, mv[pos : pos + n], at
+            yield number, wire, (pos, pos + n), at
             pos += n
         elif wire in (I64, I32):
             size = 8 if wire == I64 else 4

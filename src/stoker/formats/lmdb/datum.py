@@ -69,15 +69,6 @@ def _int32(number: int, v: int, at: int) -> int:
     return v
 
 
-def _uv(mv: memoryview, pos: int, end: int) -> tuple[int, int]:
-    """A varint; the one-byte case (tags, small ints) without a call."""
-    if pos < end:
-        b = mv[pos]
-        if b < 0x80:
-            return b, pos + 1
-    return read_varint(mv, pos, end)
-
-
 def datum_fields(
     value: bytes | memoryview,
 ) -> tuple[int, int, int, memoryview | None, int, bool, int, int]:
@@ -114,7 +105,7 @@ def datum_fields(
             elif number in (4, 6):
                 raise WireError(at, _wrong_wire(number, wire))
         elif wire == LEN:
-            n, pos = _uv(mv, pos, end)
+            n, pos = read_varint(mv, pos, end)
             if n > end - pos:
                 raise WireError(at, f"field {number} claims {n} bytes, only {end - pos} remain")
             if number == 4:

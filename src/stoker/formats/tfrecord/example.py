@@ -18,13 +18,22 @@ the record's data; the caller adds the record's file offset.
 from __future__ import annotations
 
 import struct
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from stoker.formats.protowire import WireError, encode_varint, read_varint
+from stoker.formats.protowire import (
+    I32,
+    I64,
+    LEN,
+    VARINT,
+    WireError,
+    encode_varint,
+    iter_fields,
+    read_varint,
+)
 
 __all__ = [
     "KINDS",
@@ -38,7 +47,6 @@ __all__ = [
     "value_count",
 ]
 
-VARINT, I64, LEN, I32 = 0, 1, 2, 5
 #: Feature kinds by their field number in ``Feature``.
 KINDS = {1: "bytes", 2: "float", 3: "int64"}
 _NUMBER = {v: k for k, v in KINDS.items()}
@@ -54,51 +62,9 @@ class RawFeature:
     end: int
 
 
-def _fields(
-    mv: memoryview, start: int, end: int
-) -> Iterator[tuple[int, int, int | tuple[int, int], int]]:
-    """``(number, wire type, value, offset)`` of each field in ``mv[start:end]``; ``value`` is
-    an int, or ``(start, end)`` for a length-delimited field. Lengths are checked first."""
-    pos = start
-    while pos < end:
-        at = pos
-        tag, pos = read_varint(mv, pos, end)
-        number, wire = tag >> 3, tag & 7
-        if number == 0:
-            raise WireError(at, "field number 0")
-        if wire == VARINT:
-            value, pos = read_varint(mv, pos, end)
-            yield number, wire, value, at
-        elif wire == LEN:
-            n, pos = read_varint(mv, pos, end)
-            if n > end - pos:
-                raise WireError(
-                    at, f"field {number} claims {n} bytes, only {end - pos} remain in its message"
-                )
-            yield number, wire, (pos, pos + n), at
-            pos += n
-        elif wire in (I64, I32):
-            size = 8 if wire == I64 else 4
-            if size > end - pos:
-                raise WireError(at, f"field {number} needs {size} bytes, only {end - pos} remain")
-            yield number, wire, int.from_bytes(mv[pos : pos + size], "little"), at
-            pos += size
-        else:
-            raise WireError(at, f"field {number} has wire type {wire} (groups are not supported)")
-
-
-def _uv(mv: memoryview, pos: int, end: int) -> tuple[int, int]:
-    """A varint; the one-byte case (tags, short lengths) without a call."""
-    if pos < end:
-        b = mv[pos]
-        if b < 0x80:
-            return b, pos + 1
-    return read_varint(mv, pos, end)
-
-
 def _len(mv: memoryview, pos: int, end: int, at: int, what: str) -> tuple[int, int]:
     """``(start, end)`` of a length-delimited value whose length varint is at ``pos``."""
-    n, pos = _uv(mv, pos, end)
+    n, pos = read_varint(mv, pos, end)
     if n > end - pos:
         raise WireError(at, f"{what} claims {n} bytes, only {end - pos} remain in its message")
     return pos, pos + n
@@ -128,7 +94,7 @@ def parse_features(mv: memoryview, wanted: Container[str] | None = None) -> dict
     pos, end = 0, len(mv)
     while pos < end:
         at = pos
-        tag, pos = _uv(mv, pos, end)
+        tag, pos = read_varint(mv, pos, end)
         if tag != 0x0A:  # not Example.features (field 1, length-delimited): skipped
             pos = _skip(mv, tag, pos, end, at)
             continue
@@ -140,7 +106,7 @@ def parse_features(mv: memoryview, wanted: Container[str] | None = None) -> dict
 def _features(mv: memoryview, pos: int, end: int, wanted: Container[str] | None, out: dict) -> None:
     while pos < end:
         at = pos
-        tag, pos = _uv(mv, pos, end)
+        tag, pos = read_varint(mv, pos, end)
         if tag != 0x0A:  # not a map entry (Features.feature, field 1)
             pos = _skip(mv, tag, pos, end, at)
             continue
@@ -148,7 +114,7 @@ def _features(mv: memoryview, pos: int, end: int, wanted: Container[str] | None,
         name, feat = "", None
         while p < pos:
             at3 = p
-            t3, p = _uv(mv, p, pos)
+            t3, p = read_varint(mv, p, pos)
             if t3 == 0x0A:
                 ks, p = _len(mv, p, pos, at3, "a feature name")
                 try:
@@ -173,7 +139,7 @@ def _feature(mv: memoryview, span: tuple[int, int] | None) -> RawFeature:
     pos, stop = span
     while pos < stop:
         at = pos
-        tag, pos = _uv(mv, pos, stop)
+        tag, pos = read_varint(mv, pos, stop)
         number = tag >> 3
         if number in KINDS and tag & 7 == LEN:  # a oneof: the last one set wins
             start, pos = _len(mv, pos, stop, at, f"Feature.{KINDS[number]}_list")
@@ -189,7 +155,7 @@ def bytes_values(mv: memoryview, f: RawFeature) -> list[memoryview]:
     pos, end = f.start, f.end
     while pos < end:
         at = pos
-        tag, pos = _uv(mv, pos, end)
+        tag, pos = read_varint(mv, pos, end)
         if tag == 0x0A:
             s, pos = _len(mv, pos, end, at, "a BytesList value")
             out.append(mv[s:pos])
@@ -206,7 +172,7 @@ def one_bytes_span(mv: memoryview, f: RawFeature) -> tuple[int, int] | None:
     pos, end = f.start, f.end
     while pos < end:
         at = pos
-        tag, pos = _uv(mv, pos, end)
+        tag, pos = read_varint(mv, pos, end)
         if tag == 0x0A:
             s, pos = _len(mv, pos, end, at, "a BytesList value")
             span, count = (s, pos), count + 1
@@ -218,7 +184,7 @@ def one_bytes_span(mv: memoryview, f: RawFeature) -> tuple[int, int] | None:
 def float_values(mv: memoryview, f: RawFeature) -> list[float]:
     """The values of a float feature (packed or not)."""
     out: list[float] = []
-    for number, wire, value, at in _fields(mv, f.start, f.end):
+    for number, wire, value, at in iter_fields(mv, f.start, f.end):
         if number != 1:
             continue
         if wire == LEN:
@@ -242,7 +208,7 @@ def _signed(v: int) -> int:
 def int64_values(mv: memoryview, f: RawFeature) -> list[int]:
     """The values of an int64 feature (packed or not), as signed ints."""
     out: list[int] = []
-    for number, wire, value, at in _fields(mv, f.start, f.end):
+    for number, wire, value, at in iter_fields(mv, f.start, f.end):
         if number != 1:
             continue
         if wire == LEN:
