@@ -64,6 +64,12 @@ def detect_layout(value: bytes | memoryview, path: str, key: bytes) -> str:
     )
 
 
+def _not_a_datum(e: WireError, path: str, key: bytes, position: int) -> LmdbFormatError:
+    return LmdbFormatError(
+        path, f"not a valid Caffe Datum: {e.reason}", key=key, position=position, offset=e.offset
+    )
+
+
 def read_datum(
     value: bytes | memoryview, path: str, key: bytes, position: int, png_level: int = 0
 ) -> tuple[bytes | memoryview, int]:
@@ -77,13 +83,7 @@ def read_datum(
         d = Datum(*fields)
         image = datum_image(d, png_level)
     except WireError as e:
-        raise LmdbFormatError(
-            path,
-            f"not a valid Caffe Datum: {e.reason}",
-            key=key,
-            position=position,
-            offset=e.offset,
-        ) from None
+        raise _not_a_datum(e, path, key, position) from None
     if d.encoded:
         _check_image(d.data, path, key, position, "the encoded Datum's data", d)  # type: ignore[arg-type]
     return image, d.label
@@ -101,13 +101,7 @@ def check_value(
         d = parse_datum(value)
         check_datum(d)
     except WireError as e:
-        raise LmdbFormatError(
-            path,
-            f"not a valid Caffe Datum: {e.reason}",
-            key=key,
-            position=position,
-            offset=e.offset,
-        ) from None
+        raise _not_a_datum(e, path, key, position) from None
     if not d.encoded:
         return None
     _check_image(d.data, path, key, position, "the encoded Datum's data", d)  # type: ignore[arg-type]
@@ -118,13 +112,7 @@ def read_datum_label(value: bytes | memoryview, path: str, key: bytes, position:
     try:
         return datum_fields(value)[4]
     except WireError as e:
-        raise LmdbFormatError(
-            path,
-            f"not a valid Caffe Datum: {e.reason}",
-            key=key,
-            position=position,
-            offset=e.offset,
-        ) from None
+        raise _not_a_datum(e, path, key, position) from None
 
 
 def read_image_value(
