@@ -4,9 +4,10 @@ data, so read-only and shared data sets work and nothing is ever required beside
 ``cache_dir()`` is ``$STOKER_CACHE_DIR``, else ``$XDG_CACHE_HOME/stoker``, else
 ``~/.cache/stoker``; it is created with mode 0700 (cached files are the user's own).
 ``cache_file(kind, path, suffix)`` names the cache entry of one data file: a hash of its
-device, inode, size and modification time (one ``stat``: this runs at every shard open, and a
-set of 100,000 shards opens them over and over), so a changed or replaced file gets a new
-entry and a stale one is never read; two paths to one file share it. Entries are written to a temporary name and renamed
+absolute path, device, inode, size and modification time (one ``stat`` and no ``realpath``:
+this runs at every shard open, and a set of 100,000 shards opens them over and over), so a
+changed, replaced or other file gets a new entry and a stale one is never read, even where a
+deleted file's inode comes back for a new one of the same size within one timestamp tick. Entries are written to a temporary name and renamed
 (``stoker._core.atomic``); an unwritable cache directory means running without a cache, never
 an error.
 """
@@ -41,7 +42,9 @@ def cache_file(kind: str, path: str | os.PathLike[str], suffix: str = "") -> str
     """The cache entry for ``kind`` (``"tfrecord-index"``, ...) of data file ``path``, its
     folder created (0700); ``None`` when the cache directory cannot be made."""
     dev, ino, size, mtime = file_identity(path)
-    digest = hashlib.sha256(f"{dev}\0{ino}\0{size}\0{mtime}".encode()).hexdigest()[:32]
+    where = os.path.abspath(os.fspath(path))
+    digest = hashlib.sha256(f"{where}\0{dev}\0{ino}\0{size}\0{mtime}".encode()).hexdigest()
+    digest = digest[:32]
     folder = os.path.join(cache_dir(), kind)
     if folder not in _MADE:
         try:
