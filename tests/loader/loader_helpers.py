@@ -14,10 +14,19 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import psutil
 from PIL import Image
 
 from stoker import ArraySpec
 from stoker.transforms import Transform
+
+
+def running(pid: int) -> bool:
+    """True while `pid` is a process that is not a zombie (it may exit while we look)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def make_arrays(n: int, h: int = 12, w: int = 10) -> tuple[np.ndarray, np.ndarray]:

@@ -14,7 +14,15 @@ import time
 import numpy as np
 import psutil
 import pytest
-from loader_helpers import CustomError, CvThreads, KillOnce, Misbehave, make_arrays, sigkill_driver
+from loader_helpers import (
+    CustomError,
+    CvThreads,
+    KillOnce,
+    Misbehave,
+    make_arrays,
+    running,
+    sigkill_driver,
+)
 
 from stoker import (
     LoaderTimeoutError,
@@ -332,18 +340,10 @@ if __name__ == "__main__":
 """
 
 
-def _running(pid):
-    """True while `pid` is a process that is not a zombie (it may exit while we look)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def _wait_gone(pids, seconds):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        alive = [p for p in pids if _running(p)]
+        alive = [p for p in pids if running(p)]
         if not alive:
             return []
         time.sleep(0.05)

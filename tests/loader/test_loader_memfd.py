@@ -16,7 +16,7 @@ import time
 
 import psutil
 import pytest
-from loader_helpers import sigkill_driver
+from loader_helpers import running, sigkill_driver
 
 from stoker.loader import Loader
 
@@ -45,13 +45,6 @@ if __name__ == "__main__":
 
 def _env() -> dict:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]))
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _zombie(pid: int) -> bool:
@@ -109,15 +102,15 @@ def _kill_cycle(folder: str) -> dict:
     finally:
         sigkill_driver(proc)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(map(_running, pids)):
+    while time.monotonic() < deadline and any(map(running, pids)):
         time.sleep(0.05)
-    running = [p for p in pids if _running(p)]
+    alive = [p for p in pids if running(p)]
     deadline = time.monotonic() + 5  # the orphans' new parent reaps them
     while time.monotonic() < deadline and any(map(_zombie, pids)):
         time.sleep(0.05)
     return {
         "named": sorted(set(named + glob.glob(f"/dev/shm/stoker_{proc.pid}_*"))),
-        "running": running,
+        "running": alive,
         "zombies": [p for p in pids if _zombie(p)],
         "holders": _holders(inodes),
     }

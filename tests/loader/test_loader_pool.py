@@ -15,7 +15,7 @@ import time
 import numpy as np
 import psutil
 import pytest
-from loader_helpers import RandCrop
+from loader_helpers import RandCrop, running
 from test_loader_records import write_rec
 
 from stoker.loader import Loader, release_workers
@@ -68,7 +68,7 @@ def _eventually(check, seconds: float = 5.0) -> bool:
 def _gone(pids: list[int], seconds: float = 5.0) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids):
+        if not any(running(p) for p in pids):
             return True
         time.sleep(0.05)
     return False
