@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from stoker._core import errors as _errors
 from stoker._core.errors import (
+    CacheFullError,
     CorruptRecordError,
     ImageDecodeError,
     ImageTooLargeError,
@@ -25,6 +26,7 @@ from stoker._core.errors import (
     SpecError,
     StokerError,
     StokerFormatError,
+    StorageError,
     TooManyBadSamplesError,
     TooManyRejectsError,
     WorkerDiedError,

@@ -18,6 +18,9 @@ Python user expects (``ValueError``/``TypeError``), so ``except ValueError`` kee
     ├── OutputExistsError (FileExistsError)    refusing to overwrite without overwrite=True
     ├── SpecError (ValueError)                 declared shapes/dtypes that do not fit together
     ├── IncompatibleStateError (ValueError)    a state_dict from another dataset, seed or version
+    ├── StorageError (OSError)                 remote storage failed after its retries; names the URL
+    │   │                                      (credentials removed), the shard and the byte range
+    │   └── CacheFullError                     the shard cache cannot make room (budget or disk full)
     └── LoaderError                            the loader's worker side failed
         ├── WorkerError                        a worker raised; carries type name, traceback, worker id, key
         ├── WorkerDiedError                    a worker process died (signal or exit code)
@@ -31,6 +34,7 @@ from __future__ import annotations
 import os
 
 __all__ = [
+    "CacheFullError",
     "CorruptRecordError",
     "ImageDecodeError",
     "ImageTooLargeError",
@@ -45,6 +49,7 @@ __all__ = [
     "SpecError",
     "StokerError",
     "StokerFormatError",
+    "StorageError",
     "TooManyBadSamplesError",
     "TooManyRejectsError",
     "WorkerDiedError",
@@ -145,6 +150,15 @@ class SpecError(StokerError, ValueError):
 
 class IncompatibleStateError(StokerError, ValueError):
     """A loader or sampler state that does not belong to this dataset/configuration."""
+
+
+class StorageError(StokerError, OSError):
+    """Remote storage failed after its bounded retries; the message names the URL without
+    credentials, the shard and the byte range."""
+
+
+class CacheFullError(StorageError):
+    """The shard cache cannot make room: every cached shard is in use, or the disk is full."""
 
 
 class LoaderError(StokerError):
