@@ -23,6 +23,9 @@ A :class:`Reader` is a data set in one format, with random access by position ``
   ``None``; ``r.files()``: the data files the samples are read from (what the doctor sizes and
   evicts from the page cache); ``r.summary()``: format-specific facts ``stoker inspect``
   shows (JSON-safe: shards, bytes per record, a layout); all three optional, with defaults;
+- ``r.shard_sizes()``: int64 records per shard in position order (positions run through the
+  shards in order), or ``None`` for a set that is not made of shards (the default); what
+  shard-aware order (``shuffle="shards"``) deals to the ranks;
 - ``r.fingerprint()``: a JSON-safe identity (format, count, a hash of keys and labels) kept in
   loader state and checked on resume;
 - ``r.close()``.
@@ -148,6 +151,11 @@ class Reader(_Closing, abc.ABC):
     def summary(self) -> dict:
         """Format-specific facts for ``stoker inspect`` (JSON-safe); none by default."""
         return {}
+
+    def shard_sizes(self) -> np.ndarray | None:
+        """int64 records per shard in position order, or ``None`` when the set has no
+        shards (the default)."""
+        return None
 
     @abc.abstractmethod
     def fingerprint(self) -> dict: ...

@@ -255,6 +255,15 @@ class RecordIOReader(Reader):
             return shard.path, int(shard.offset(k))
         return rec.shards[0].path, _offset(rec, i)
 
+    def shard_sizes(self) -> np.ndarray:
+        """Image records per shard: a manifest's record counts, in manifest order; a single
+        ``.rec`` is one shard."""
+        rec = self.records
+        if isinstance(rec, RecordSet) and rec.manifest is not None:
+            counts = [int(e["records"]) for e in rec.manifest["shards"]]
+            return np.array(counts, dtype=np.int64)
+        return np.array([self._len], dtype=np.int64)
+
     def files(self) -> list[str]:
         """The ``.rec`` files that hold the records (every shard of a set)."""
         rec = self.records

@@ -322,6 +322,11 @@ class TFRecordReader(Reader):
         self._ensure()
         return [s.path for s in self._shards]
 
+    def shard_sizes(self) -> np.ndarray:
+        """Records per ``.tfrecord`` file, in manifest order (a single file is one shard)."""
+        self._ensure()
+        return np.diff(self._starts)
+
     def where(self, i: int) -> tuple[int, int]:
         """``(shard number, record number in that file)`` of position ``i``."""
         self._ensure()

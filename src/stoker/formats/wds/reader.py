@@ -115,6 +115,10 @@ class WdsReader(Reader):
     def __len__(self) -> int:
         return self._cumulative()[-1]
 
+    def shard_sizes(self) -> np.ndarray:
+        """Samples per ``.tar`` shard, in manifest order (a single tar is one shard)."""
+        return np.diff(np.asarray(self._cumulative(), dtype=np.int64))
+
     def _locate(self, i: int) -> tuple[int, int]:
         cum = self._cumulative()
         if not 0 <= i < cum[-1]:

@@ -19,7 +19,10 @@ A :class:`Source` gives random access by global position ``i``:
   value as ``Field.check`` returns it: bytes for a mask, an ndarray for numeric and ragged
   fields, a str for text); the loader uses it only when a batch carries fields;
 - ``s.image_sizes()``: int32 ``(N, 2)`` stored (height, width) of every sample, read from the
-  image headers (what aspect-ratio buckets need), cached on the source.
+  image headers (what aspect-ratio buckets need), cached on the source;
+- ``s.shard_sizes()``: int64 samples per shard in position order (positions run through the
+  shards in order), or ``None`` for a source without shards (arrays, an image folder): what
+  ``shuffle="shards"`` deals to the ranks.
 
 Sources pickle as their configuration (a path, a file list, a shared-memory segment name) and
 reopen in the worker; no open handle or large array crosses a process boundary.
@@ -146,6 +149,10 @@ class Source(abc.ABC):
 
     def describe(self, i: int) -> str:
         return f"key {self.key(i)} (position {i})"
+
+    def shard_sizes(self) -> np.ndarray | None:
+        """Samples per shard in position order; ``None``: the source has no shards."""
+        return None
 
     def reader(self, indices: np.ndarray | None = None) -> Callable[[int], tuple[Any, Any, int]]:
         """``f(i) -> (payload, label, key)``: what a worker calls per sample. The loader makes

@@ -156,6 +156,10 @@ class FormatSource(Source):
     def describe(self, i: int) -> str:
         return self._reader.describe(i)
 
+    def shard_sizes(self) -> np.ndarray | None:
+        """The reader's records per shard (``None`` for a set without shards)."""
+        return self._reader.shard_sizes()
+
     def fingerprint(self) -> dict:
         return self._reader.fingerprint()
 
