@@ -27,8 +27,12 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
             "missing. An interrupted run resumes."
         ),
     )
-    p.add_argument("src", help="image folder, an im2rec .lst file, or a .jsonl/.csv listing")
-    p.add_argument("out", help="output prefix, e.g. data/train (writes data/train.rec, ...)")
+    p.add_argument(
+        "src", nargs="?", help="image folder, an im2rec .lst file, or a .jsonl/.csv listing"
+    )
+    p.add_argument(
+        "out", nargs="?", help="output prefix, e.g. data/train (writes data/train.rec, ...)"
+    )
     p.add_argument(
         "--format",
         default="recordio",
@@ -84,12 +88,106 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         help="pack .lst entries that are absolute or lead outside --root "
         "(default: rejected outside_root)",
     )
+    _add_scale_options(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     p.add_argument(
         "--json", action="store_true", help="print the report as JSON on stdout (no bar)"
     )
     p.set_defaults(func=run)
     return p
+
+
+def _add_scale_options(p: argparse.ArgumentParser) -> None:
+    """The engine, and packing as shard jobs (docs/scale.md)."""
+    p.add_argument(
+        "--engine",
+        default="local",
+        choices=("local", "ray"),
+        help="what runs the shards: this machine's process pool (default) or one Ray task "
+        "per shard (pip install stoker[ray])",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="with --engine ray: the Ray cluster (default: RAY_ADDRESS, else a Ray started here)",
+    )
+    p.add_argument(
+        "--plan-only",
+        action="store_true",
+        help="list SRC and write the plan OUT.plan.json; pack nothing (then --plan ... --shards)",
+    )
+    p.add_argument(
+        "--plan",
+        default=None,
+        metavar="PLAN",
+        help="a plan file from --plan-only: with --shards A:B or --finalize (no SRC, OUT)",
+    )
+    p.add_argument(
+        "--shards",
+        default=None,
+        metavar="A:B",
+        help="with --plan: pack shards A..B-1 (Python slice rules; N for one); done ones are "
+        "verified and skipped",
+    )
+    p.add_argument(
+        "--finalize",
+        action="store_true",
+        help="with --plan: check every shard and write the rejects list and the manifest",
+    )
+
+
+#: Options a plan file holds: refused beside --plan (dest, flag).
+_PLAN_HELD = (
+    ("format", "--format", "recordio"),
+    ("labels", "--labels", "folders"),
+    ("resize", "--resize", None),
+    ("quality", "--quality", None),
+    ("shuffle", "--shuffle", False),
+    ("seed", "--seed", 0),
+    ("shard_size", "--shard-size", None),
+    ("list", "--list", False),
+    ("overwrite", "--overwrite", False),
+    ("no_resume", "--no-resume", False),
+    ("max_rejects", "--max-rejects", None),
+    ("max_pixels", "--max-pixels", None),
+    ("follow_symlinks", "--follow-symlinks", False),
+    ("root", "--root", None),
+    ("schema", "--schema", None),
+    ("allow_outside_root", "--allow-outside-root", False),
+    ("engine", "--engine", "local"),
+)
+
+
+def _step_usage(args: argparse.Namespace) -> str | None:
+    """What is wrong with the combination of step options (``None``: nothing)."""
+    if args.address is not None and args.engine != "ray":
+        return "--address is for --engine ray"
+    if args.plan is None:
+        if args.shards is not None or args.finalize:
+            return "--shards and --finalize take a plan: --plan PLAN (made with --plan-only)"
+        if args.src is None or args.out is None:
+            return "give SRC and OUT (or --plan PLAN with --shards A:B or --finalize)"
+        if args.plan_only and args.engine != "local":
+            return "--plan-only writes a plan; the shard jobs then run anywhere (--engine: no)"
+        return None
+    if args.src is not None:
+        return "--plan takes no SRC or OUT: the plan holds them"
+    if args.plan_only:
+        return "--plan-only makes a plan; --plan uses one"
+    if (args.shards is None) == (not args.finalize):
+        return "--plan needs one of --shards A:B or --finalize"
+    held = [flag for dest, flag, default in _PLAN_HELD if getattr(args, dest) != default]
+    if held:
+        return f"{', '.join(held)}: the plan holds the pack options; make a new plan to change them"
+    return None
+
+
+def _report(args: argparse.Namespace, report: Any) -> None:
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1))
+    elif not args.quiet:
+        print(report.summary())
 
 
 def make_options(what: str, **options: Any) -> Any:
@@ -117,12 +215,18 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 def run_options(options: Any, args: argparse.Namespace, what: str) -> int:
     """Run a pack or convert with SIGTERM as a clean stop; print the summary (or JSON)."""
-    from stoker._core.errors import TooManyRejectsError
     from stoker.pack import run_pack
+
+    return _run_step(lambda: run_pack(options), args, what)
+
+
+def _run_step(step: Any, args: argparse.Namespace, what: str) -> int:
+    """Run ``step()`` with SIGTERM as a clean stop; print its report's summary (or JSON)."""
+    from stoker._core.errors import TooManyRejectsError
 
     old = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        report = run_pack(options)
+        report = step()
     except TooManyRejectsError as e:
         print(f"stoker {what}: error: {e}", file=sys.stderr)
         return 1
@@ -134,15 +238,64 @@ def run_options(options: Any, args: argparse.Namespace, what: str) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, old)
-    if args.json:
-        print(json.dumps(report.to_json(), indent=1))
-    elif not args.quiet:
-        print(report.summary())
+    _report(args, report)
     return 0
+
+
+class _PlanMade:
+    """What ``--plan-only`` prints."""
+
+    def __init__(self, path: str) -> None:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        self.path, self.records, self.shards = path, doc["records"], len(doc["shards"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plan": self.path, "records": self.records, "shards": self.shards}
+
+    def summary(self) -> str:
+        return (
+            f"plan: {self.path} ({self.records} records in {self.shards} shard(s)); next: "
+            f"stoker pack --plan {self.path} --shards 0:{self.shards} (any split, anywhere "
+            f"that sees SRC and OUT), then stoker pack --plan {self.path} --finalize"
+        )
+
+
+def _run_plan_steps(args: argparse.Namespace) -> int:
+    """``--plan PLAN --shards A:B`` or ``--plan PLAN --finalize``."""
+    from stoker.pack.steps import finalize_pack, pack_shards
+
+    progress = False if args.quiet or args.json else None
+    if args.finalize:
+        return _run_step(lambda: finalize_pack(args.plan, progress=progress), args, "pack")
+    try:
+        from stoker.pack.options import PackOptions
+
+        PackOptions(".", "x", workers=args.workers)  # checks --workers as a pack does
+    except (TypeError, ValueError) as e:
+        print(f"stoker pack: error: {e}", file=sys.stderr)
+        return 2
+
+    def step() -> Any:
+        try:
+            return pack_shards(args.plan, args.shards, workers=args.workers, progress=progress)
+        except ValueError as e:  # a --shards value
+            from stoker._core.errors import PackError
+
+            raise PackError(str(e)) from None
+
+    return _run_step(step, args, "pack")
 
 
 def run(args: argparse.Namespace) -> int:
     from stoker.pack.images import DEFAULT_MAX_PIXELS
+
+    bad = _step_usage(args)
+    if bad:
+        print(f"stoker pack: error: {bad}", file=sys.stderr)
+        return 2
+    if args.plan is not None:
+        return _run_plan_steps(args)
 
     options = make_options(
         "pack",
@@ -166,7 +319,13 @@ def run(args: argparse.Namespace) -> int:
         schema=args.schema,
         format=args.format,
         labels=args.labels,
+        engine=args.engine,
+        ray_address=args.address,
     )
     if options is None:
         return 2
+    if args.plan_only:
+        from stoker.pack.steps import write_plan
+
+        return _run_step(lambda: _PlanMade(write_plan(options)), args, "pack")
     return run_options(options, args, "pack")

@@ -20,7 +20,7 @@ from stoker._core.schema import Schema
 from stoker._core.system import usable_cores
 from stoker.pack.images import DEFAULT_MAX_PIXELS, check_image
 
-__all__ = ["JOURNAL_VERSION", "LABELS", "PackOptions", "output_prefix"]
+__all__ = ["ENGINES", "JOURNAL_VERSION", "LABELS", "PackOptions", "output_prefix"]
 
 #: Version of the journal's fingerprint settings; a change starts interrupted runs over.
 JOURNAL_VERSION = 1
@@ -33,6 +33,9 @@ _OUTPUT_OPTIONS = ("resize", "quality", "shuffle", "seed", "shard_size", "max_pi
 #: folder of images without subfolders is refused); ``"none"``, no labels (every record 0, no
 #: class names).
 LABELS = ("folders", "none")
+
+#: What runs a pack's shards: this machine's process pool, or one Ray task per shard.
+ENGINES = ("local", "ray")
 
 #: The integer options, checked in this order: (minimum, maximum, None allowed).
 _INT_RANGES: dict[str, tuple[int, int | None, bool]] = {
@@ -129,6 +132,12 @@ class PackOptions:
     source_options: dict[str, Any] | None = None
     #: where a folder's labels come from (:data:`LABELS`)
     labels: str = "folders"
+    #: what runs the shards (:data:`ENGINES`): ``"local"``, this machine's process pool;
+    #: ``"ray"``, one Ray task per shard (``docs/scale.md``)
+    engine: str = "local"
+    #: the Ray cluster to use with ``engine="ray"`` (``None``: ``RAY_ADDRESS``, else a Ray
+    #: started for this run on this machine)
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # a frozen dataclass normalises its own fields here
@@ -154,6 +163,13 @@ class PackOptions:
         _check_formats(self.format, self.source_format)
         put(self, "convert", bool(self.convert))
         check_choice("labels", self.labels, LABELS)
+        check_choice("engine", self.engine, ENGINES)
+        if self.ray_address is not None and not isinstance(self.ray_address, str):
+            raise TypeError(f"ray_address must be a str, got {type(self.ray_address).__name__}")
+        if self.ray_address is not None and self.engine != "ray":
+            raise ValueError("ray_address is for engine='ray' (--engine ray)")
+        if self.engine == "ray" and self.convert:
+            raise ValueError("engine='ray' packs images; a convert runs on the local pool")
         if self.convert and self.labels != "folders":
             raise ValueError("labels applies to packing a folder; a convert keeps the source's")
         if self.source_options is not None and not isinstance(self.source_options, dict):

@@ -278,6 +278,17 @@ class ShardWriters:
                 raise write_error(e, _where(w), w.bytes_written) from None
         return entries, total
 
+    def commit_one(self, s: int) -> tuple[dict, tuple[str, ...]]:
+        """Rename shard ``s`` alone into place (a shard job); its manifest entry and its
+        final files."""
+        w = self.get(s)
+        try:
+            entry = w.commit()
+        except OSError as e:
+            raise write_error(e, _where(w), w.bytes_written) from None
+        files = tuple(getattr(w, "files", None) or (getattr(w, "path", None) or _where(w),))
+        return entry, files
+
     def abort(self, *, keep_partial: bool) -> None:
         """Close every shard: keep the partials for a resume (errors ignored, the first
         failure is what propagates), or remove them (after a write error)."""

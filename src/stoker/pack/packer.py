@@ -110,6 +110,8 @@ def pack(
     schema: Any = None,
     format: str = "recordio",
     labels: str = "folders",
+    engine: str = "local",
+    ray_address: str | None = None,
     _check: Callable[..., Any] | None = None,
 ) -> PackReport:
     """Pack an image folder (one class per top-level subfolder), an im2rec ``.lst``, or a
@@ -131,7 +133,10 @@ def pack(
     ``"folders"`` (one class per top-level subfolder; images with no subfolder to class them
     are refused) or ``"none"`` (every record labelled 0, no class names). ``OUT``'s folder is
     created when missing, after the source was found. ``progress``: a bar on stderr
-    (default: when stderr is a terminal). ``_check``: internal, a module-level stand-in for
+    (default: when stderr is a terminal). ``engine``: ``"local"`` (default: this machine's
+    process pool) or ``"ray"`` (one Ray task per shard, on the cluster at ``ray_address`` or
+    ``RAY_ADDRESS``, else on a Ray started here; needs ``pip install stoker[ray]``); both
+    write the same bytes (``docs/scale.md``). ``_check``: internal, a module-level stand-in for
     ``check_image`` run in the workers (fault-injection tests). See ``docs/pack.md`` for the
     checks, the normalisation policy and resume.
 
@@ -160,23 +165,29 @@ def pack(
         check=_check,
         format=format,
         labels=labels,
+        engine=engine,
+        ray_address=ray_address,
     )
     return run_pack(options)
 
 
 def run_pack(options: PackOptions) -> PackReport:
     """Pack as ``options`` say (see :func:`pack`)."""
+    if options.engine == "ray":
+        from stoker.pack.ray_engine import run_ray
+
+        return run_ray(options)
     t0 = time.perf_counter()
     n_workers = options.worker_count()
     plan = make_plan(options)  # a missing or unusable source is named before the output
-    _make_out_dir(options.prefix)
+    make_out_dir(options.prefix)
     paths = OutputPaths.for_plan(plan, list_file=options.list_file, format=options.format)
     settings = options.journal_json()
     fp = fingerprint(plan, settings)
     same_plan = paths.journal_matches(fp)
     if not options.overwrite and not same_plan:
         paths.refuse_existing()
-    _check_listing_rejects(options, plan, paths)
+    check_listing_rejects(options, plan, paths)
     resuming = options.resume and same_plan and not paths.committed_some()
     if not resuming:
         paths.start_journal(fp, settings)
@@ -197,7 +208,7 @@ def run_pack(options: PackOptions) -> PackReport:
     return run.go(start, n_workers, t0)
 
 
-def _check_listing_rejects(options: PackOptions, plan: Plan, paths: OutputPaths) -> None:
+def check_listing_rejects(options: PackOptions, plan: Plan, paths: OutputPaths) -> None:
     """A listing's bad rows count against ``max_rejects`` before any image is read."""
     max_rejects = options.max_rejects
     n_rej = len(plan.scan.rejects)
@@ -209,7 +220,7 @@ def _check_listing_rejects(options: PackOptions, plan: Plan, paths: OutputPaths)
     )
 
 
-def _make_out_dir(prefix: str) -> None:
+def make_out_dir(prefix: str) -> None:
     """The output's folder, created (with its parents) when missing, and writable."""
     out_dir = os.path.dirname(os.path.abspath(prefix))
     try:
@@ -358,29 +369,17 @@ class _Run:
     def _take(self, pos: int, r: tuple) -> None:
         """Store one worker result, or journal it as a reject."""
         if r[0] == 0:
-            _, data, fmt, rotated, passthrough, size_in = r[:6]
-            key = int(self.plan.keys[pos])
-            item = self.plan.items[pos]
-            schema = self.plan.writer_schema
-            fields = None
-            if isinstance(item, ListingItem):  # a listing: its fields, masks read by a worker
-                fields = {**item.fields, **(r[6] if len(r) > 6 else {})}
-            elif self.plan.reader is not None:  # a convert: the source's stored fields
-                fields = r[6]
-                assert schema is not None
-                variable_lengths(schema, fields, self.lengths)
-            label = _writer_label(schema, item.label)
+            key, data, label, fields = sample_of(self.plan, pos, r, self.lengths)
             try:
                 self.shards.write(self.plan.shard_of(pos), key, data, label, fields)
             except Unstorable as e:
                 r = (1, "unstorable", str(e))
             else:
+                _, _, fmt, rotated, passthrough, size_in = r[:6]
                 self.tally.wrote(pos, fmt, rotated, passthrough, size_in)
                 self.records.add(pos, fmt, rotated, passthrough, size_in)
         if r[0] == 1:
-            item = self.plan.items[pos]
-            line = f"line {item.line}: " if isinstance(item, ListingItem) else ""
-            self._reject(pos, r[1], line + r[2])
+            self._reject(pos, r[1], reject_detail(self.plan, pos, r[2]))
         self.bar.update(1)
 
     def _reject(self, pos: int, reason: str, detail: str) -> None:
@@ -401,36 +400,71 @@ class _Run:
     def _commit(self) -> tuple[list[dict], int]:
         """Commit the shards, then the lists, then the manifest (last); the shards' manifest
         entries and the bytes they hold."""
-        paths, plan, tally = self.paths, self.plan, self.tally
-        paths.mark_committing()
+        self.paths.mark_committing()
         entries, bytes_out = self.shards.commit()
-        try:
-            write_rejects(paths.rejects, plan.scan, plan, tally.item_rejects)
-            if paths.lst:
-                write_lst(paths.lst, plan, tally.written)
-        except OSError as e:
-            raise write_error(e, paths.lst or paths.rejects, None) from None
-        pack_meta = {
-            **self.options.manifest_json(from_lst=plan.from_lst, listing=plan.schema is not None),
-            **tally.manifest_counts(),
-            "class_counts": class_counts(plan, tally.written),
-        }
-        rejects_meta = {
-            "count": tally.n_rejected,
-            "reasons": tally.reasons(),
-            "file": os.path.basename(paths.rejects),
-        }
-        schema = None
-        if plan.schema is not None:
-            schema = plan.schema.with_max_len(max_lengths(plan.schema, plan.items, tally.written))
-        elif plan.reader is not None and plan.writer_schema is not None:
-            schema = manifest_schema(plan.writer_schema, self.lengths)
-        elif paths.format != "recordio" and plan.writer_schema is not None:  # a label vector
-            schema = manifest_schema(plan.writer_schema, {})
-        if self.options.convert:
-            pack_meta["source_format"] = plan.reader.format
-        write_manifest(paths, entries, plan.scan.classes, pack_meta, rejects_meta, schema=schema)
+        write_set_files(self.options, self.plan, self.paths, self.tally, entries, self.lengths)
         return entries, bytes_out
+
+
+def sample_of(plan: Plan, pos: int, r: tuple, lengths: dict[str, int]) -> tuple:
+    """``(key, image bytes, label, fields)`` for the writer from a worker's result ``r`` for
+    position ``pos`` (a convert's variable field lengths go into ``lengths``)."""
+    data = r[1]
+    key = int(plan.keys[pos])
+    item = plan.items[pos]
+    schema = plan.writer_schema
+    fields = None
+    if isinstance(item, ListingItem):  # a listing: its fields, masks read by a worker
+        fields = {**item.fields, **(r[6] if len(r) > 6 else {})}
+    elif plan.reader is not None:  # a convert: the source's stored fields
+        fields = r[6]
+        assert schema is not None
+        variable_lengths(schema, fields, lengths)
+    return key, data, _writer_label(schema, item.label), fields
+
+
+def reject_detail(plan: Plan, pos: int, detail: str) -> str:
+    """A reject's detail as the rejects list gives it (a listing's line number first)."""
+    item = plan.items[pos]
+    return (f"line {item.line}: " if isinstance(item, ListingItem) else "") + detail
+
+
+def write_set_files(
+    options: PackOptions,
+    plan: Plan,
+    paths: OutputPaths,
+    tally: Tally,
+    entries: list[dict],
+    lengths: dict[str, int],
+) -> None:
+    """After the shards: the rejects list, the ``.lst`` and the manifest (last), from the
+    plan, the run's counts and the shards' manifest entries in shard order."""
+    try:
+        write_rejects(paths.rejects, plan.scan, plan, tally.item_rejects)
+        if paths.lst:
+            write_lst(paths.lst, plan, tally.written)
+    except OSError as e:
+        raise write_error(e, paths.lst or paths.rejects, None) from None
+    pack_meta = {
+        **options.manifest_json(from_lst=plan.from_lst, listing=plan.schema is not None),
+        **tally.manifest_counts(),
+        "class_counts": class_counts(plan, tally.written),
+    }
+    rejects_meta = {
+        "count": tally.n_rejected,
+        "reasons": tally.reasons(),
+        "file": os.path.basename(paths.rejects),
+    }
+    schema = None
+    if plan.schema is not None:
+        schema = plan.schema.with_max_len(max_lengths(plan.schema, plan.items, tally.written))
+    elif plan.reader is not None and plan.writer_schema is not None:
+        schema = manifest_schema(plan.writer_schema, lengths)
+    elif paths.format != "recordio" and plan.writer_schema is not None:  # a label vector
+        schema = manifest_schema(plan.writer_schema, {})
+    if options.convert:
+        pack_meta["source_format"] = plan.reader.format
+    write_manifest(paths, entries, plan.scan.classes, pack_meta, rejects_meta, schema=schema)
 
 
 def convert(
