@@ -31,10 +31,11 @@ from stoker._core.errors import (
 from stoker._core.schema import Schema
 from stoker._core.seeding import fresh_seed
 from stoker._core.specs import ArraySpec
-from stoker._core.system import dist_rank, usable_cores
+from stoker._core.system import usable_cores
 from stoker.loader import _keep, _shm
 from stoker.loader._feed import Epoch, RingFeed, compact, compact_fields, dims, make_batch
 from stoker.loader._fields import FieldPlan, plan_fields
+from stoker.loader._order import check_shuffle, default_sampler, sampler_args
 from stoker.loader._pool import WorkerPool, engine_unsupported, mp_context, warm_up
 from stoker.loader._state import (
     MAX_COUNTER,
@@ -49,7 +50,7 @@ from stoker.loader.batch import Batch
 from stoker.loader.sources import ArraySource, Source, as_source
 from stoker.loader.sources.shape import input_spec
 from stoker.pipeline import DecodeOptions, Pipeline
-from stoker.sampling import EpochOrder, Sampler
+from stoker.sampling import Sampler
 
 __all__ = ["Loader", "warm_up"]
 
@@ -93,6 +94,9 @@ class Loader(RingFeed):
 
     ``start_method``: the ``multiprocessing`` start method of the workers (``"forkserver"``
     where available, else ``"spawn"``); ``None`` when ``workers=0``.
+
+    ``shuffle``: ``False`` (the set's order), ``True`` (a permutation of the whole set each
+    epoch) or ``"shards"`` (shard-aware order for sets read through a cache; see ``_order``).
     """
 
     def __init__(
@@ -103,7 +107,7 @@ class Loader(RingFeed):
         transforms: Any = None,
         pair_with: Any = None,
         sampler: Sampler | None = None,
-        shuffle: bool = False,
+        shuffle: bool | str = False,
         seed: int | None = None,
         drop_last: bool = False,
         workers: int | None = None,
@@ -160,6 +164,7 @@ class Loader(RingFeed):
             raise TypeError(
                 f"sampler must be a stoker.sampling.Sampler, got {type(sampler).__name__}"
             )
+        shuffle = check_shuffle(shuffle, sampler)
         self.drop_last = bool(drop_last)
         self.start_method: str | None = mp_context().get_start_method() if self.workers else None
 
@@ -229,17 +234,11 @@ class Loader(RingFeed):
         )
 
     def _default_sampler(
-        self, src: Source, shuffle: bool, rank: int | None, world_size: int | None
+        self, src: Source, shuffle: bool | str, rank: int | None, world_size: int | None
     ) -> Sampler:
-        """``EpochOrder`` over ``src``; rank and world size looked up when not given."""
-        if rank is None or world_size is None:
-            r, w = dist_rank()
-            rank = r if rank is None else rank
-            world_size = w if world_size is None else world_size
-        self._sampler_args = dict(
-            shuffle=bool(shuffle), rank=rank, world_size=world_size, drop_last=self.drop_last
-        )
-        return EpochOrder(len(src), seed=self.seed, **self._sampler_args)
+        """The order ``shuffle`` names over ``src`` (``_order``), kept to rebuild on resume."""
+        self._sampler_args = sampler_args(shuffle, rank, world_size, self.drop_last)
+        return default_sampler(src, seed=self.seed, **self._sampler_args)
 
     # ------------------------------------------------------------------ public
     def __len__(self) -> int:
@@ -381,7 +380,7 @@ class Loader(RingFeed):
             )
         sampler = self.sampler
         if self._own_sampler and st.seed != self.seed:
-            sampler = EpochOrder(len(self.source), seed=st.seed, **self._sampler_args)
+            sampler = default_sampler(self.source, seed=st.seed, **self._sampler_args)
         if st.sampler != sampler.fingerprint():
             raise IncompatibleStateError(
                 f"sampler: the state was saved with {st.sampler}, this loader has "

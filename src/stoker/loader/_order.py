@@ -1,0 +1,89 @@
+"""The sampler a ``Loader`` builds when it is given none: the order ``shuffle=`` names.
+
+- ``shuffle=False``: the set's order; ``True``: one seeded permutation of the whole set per
+  epoch (:class:`~stoker.sampling.EpochOrder`); both split across ranks by interleaving;
+- ``shuffle="shards"``: shard-aware order (:class:`~stoker.sampling.ShardOrder` with its
+  default window): each rank reads whole shards of its own, a few at a time, which is what a
+  set read from object storage through a bounded cache needs. The source must be made of
+  shards (``source.shard_sizes()``); for another window pass
+  ``sampler=stoker.sampling.ShardOrder(source.shard_sizes(), window=k, ...)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stoker._core.system import dist_rank
+from stoker.loader.sources import Source
+from stoker.sampling import EpochOrder, Sampler, ShardOrder
+
+__all__ = ["check_shuffle", "default_sampler", "sampler_args"]
+
+SHARDS = "shards"
+
+
+def check_shuffle(shuffle: object, sampler: Sampler | None) -> bool | str:
+    """``shuffle`` as ``False``, ``True`` or ``"shards"``; ``"shards"`` with a ``sampler`` is
+    refused (the sampler decides the order alone)."""
+    if not isinstance(shuffle, str):
+        return bool(shuffle)
+    if shuffle != SHARDS:
+        raise ValueError(f'shuffle must be False, True or "shards", got {shuffle!r}')
+    if sampler is not None:
+        name = type(sampler).__name__
+        why = (
+            "the sampler already is a ShardOrder: drop shuffle="
+            if isinstance(sampler, ShardOrder)
+            else f"{name} draws from the whole set, so each batch would touch every shard; "
+            'use one of them (shuffle="shards" alone, or this sampler with shuffle left out)'
+        )
+        raise ValueError(f'shuffle="shards" and sampler={name}(...) do not combine: {why}')
+    return SHARDS
+
+
+def sampler_args(
+    shuffle: bool | str, rank: int | None, world_size: int | None, drop_last: bool
+) -> dict[str, Any]:
+    """The default sampler's options, rank and world size looked up when not given."""
+    if rank is None or world_size is None:
+        r, w = dist_rank()
+        rank = r if rank is None else rank
+        world_size = w if world_size is None else world_size
+    return {"shuffle": shuffle, "rank": rank, "world_size": world_size, "drop_last": drop_last}
+
+
+def _describe(src: Source) -> str:
+    where = getattr(src, "path", None) or getattr(src, "root", None)
+    return f"{type(src).__name__} {where}" if where else type(src).__name__
+
+
+def default_sampler(
+    src: Source,
+    *,
+    seed: int,
+    shuffle: bool | str,
+    rank: int,
+    world_size: int,
+    drop_last: bool,
+) -> Sampler:
+    """``EpochOrder`` over ``src``, or ``ShardOrder`` over its shards for ``"shards"``."""
+    if shuffle != SHARDS:
+        return EpochOrder(
+            len(src),
+            shuffle=bool(shuffle),
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            drop_last=drop_last,
+        )
+    sizes = src.shard_sizes()
+    if sizes is None:
+        raise ValueError(
+            f'shuffle="shards" needs a set made of shards; the source {_describe(src)} has '
+            "none (an image folder or arrays are read in place): use shuffle=True"
+        )
+    if int(sizes.sum()) != len(src):
+        raise ValueError(
+            f"{_describe(src)}: its shards hold {int(sizes.sum())} samples, the source {len(src)}"
+        )
+    return ShardOrder(sizes, seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
