@@ -17,3 +17,13 @@ See ``docs/remote.md``.
 """
 
 from __future__ import annotations
+
+from stoker.storage.ahead import AheadFetcher, Item
+from stoker.storage.cache import Pin, ShardCache
+
+__all__ = [
+    "AheadFetcher",
+    "Item",
+    "Pin",
+    "ShardCache",
+]

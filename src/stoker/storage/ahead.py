@@ -1,0 +1,188 @@
+"""Downloads ahead of the reader: one daemon thread keeps the next ``ahead`` shards of a
+planned order downloaded into a :class:`~stoker.storage.cache.ShardCache` and pinned, so that
+in steady state decoding never waits on the network.
+
+NOTE: the protocol
+
+State lives under one condition variable: the plan (``items``), the first item still needed
+(``pos``), the pins the thread holds (key -> :class:`~stoker.storage.cache.Pin`, only for keys
+in ``items[pos : pos + ahead]``, so never more than ``ahead``), the keys whose fetch failed,
+the errors, and ``closed``. The caller's methods (:meth:`AheadFetcher.plan`,
+:meth:`AheadFetcher.reached`) hold the lock only to update that state, release the pins that
+fell out of the window (one ``close(2)`` each, which never waits) and wake the thread: they
+never wait on a download.
+
+The thread takes the first item of the window that is neither pinned nor failed and calls
+``cache.try_get`` outside the lock, so one download runs at a time, in plan order. When it
+returns, the window may have moved on: a pin nobody wants any more is released at once. A
+``None`` (every candidate for eviction is pinned) makes the thread wait for the next
+``reached``/``plan`` or 0.1 s, then try again. A fetch that raises is kept in
+:attr:`AheadFetcher.errors` and its key is not tried again until the next ``plan``; the
+reader's own ``get`` of that shard raises it in the reader.
+
+:meth:`AheadFetcher.close` marks it closed, releases every pin, wakes the thread and joins
+it: a download already running finishes first (the fetch's own timeouts bound it), none
+starts after. Then it raises the first error a background fetch raised, if any.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from stoker.storage.cache import Pin, ShardCache
+
+__all__ = ["AheadFetcher", "Item"]
+
+_RETRY_NO_ROOM = 0.1  # seconds between tries while the cache has no unpinned room
+
+
+@dataclass(frozen=True)
+class Item:
+    """One shard of the plan: what :meth:`ShardCache.get` needs to download and check it."""
+
+    key: str
+    size: int
+    crc32c: int | None
+    name: str
+    fetch: Callable[[BinaryIO], None]
+
+
+class AheadFetcher:
+    """Keeps ``items[i : i + ahead]`` of the plan downloaded and pinned after ``reached(i)``;
+    see the module's NOTE. A context manager (``close`` on exit)."""
+
+    def __init__(self, cache: ShardCache, *, ahead: int = 2) -> None:
+        if type(ahead) is not int or ahead < 0:
+            raise ValueError(f"ahead must be an int >= 0 (shards to download ahead), got {ahead!r}")
+        self._cache = cache
+        self._ahead = ahead
+        self._cond = threading.Condition()
+        self._items: tuple[Item, ...] = ()
+        self._pos = 0
+        self._pins: dict[str, Pin] = {}
+        self._failed: set[str] = set()
+        self._errors: list[BaseException] = []
+        self._closed = False
+        self._raised = False
+        self._thread: threading.Thread | None = None
+
+    def plan(self, items: Sequence[Item]) -> None:
+        """The order shards will be read in; replaces the plan before and starts at item 0."""
+        items = tuple(items)
+        for item in items:
+            if not isinstance(item, Item):
+                raise TypeError(f"plan() takes a sequence of Item, got {type(item).__name__}")
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("AheadFetcher.plan() after close()")
+            self._items, self._pos = items, 0
+            self._failed.clear()
+            stale = self._trim()
+            if self._thread is None and self._ahead > 0:
+                self._thread = threading.Thread(
+                    target=self._run, name="stoker-ahead-fetch", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+        for pin in stale:
+            pin.close()
+
+    def reached(self, i: int) -> None:
+        """Items before ``i`` are done with: their pins go, and the thread keeps
+        ``items[i : i + ahead]`` downloaded and pinned. Never waits on a download."""
+        if type(i) is not int or i < 0:
+            raise ValueError(f"reached() takes an item index >= 0, got {i!r}")
+        with self._cond:
+            self._pos = i
+            stale = self._trim()
+            self._cond.notify_all()
+        for pin in stale:
+            pin.close()
+
+    @property
+    def errors(self) -> list[BaseException]:
+        """What background fetches raised, oldest first."""
+        with self._cond:
+            return list(self._errors)
+
+    def close(self) -> None:
+        """Stop the thread (after the download in progress, if any), release every pin, and
+        raise the first error a background fetch raised."""
+        with self._cond:
+            self._closed = True
+            stale = list(self._pins.values())
+            self._pins.clear()
+            self._cond.notify_all()
+        for pin in stale:
+            pin.close()
+        if self._thread is not None:
+            self._thread.join()
+        with self._cond:
+            first = self._errors[0] if self._errors and not self._raised else None
+            self._raised = True
+        if first is not None:
+            raise first
+
+    def __enter__(self) -> AheadFetcher:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:  # an exception is on its way out already: do not hide it behind a fetch error
+            self.close()
+        except Exception:
+            pass
+
+    # -- the thread -------------------------------------------------------------------------
+
+    def _window(self) -> tuple[Item, ...]:
+        return self._items[self._pos : self._pos + self._ahead]
+
+    def _wanted(self) -> set[str]:
+        return {item.key for item in self._window()}
+
+    def _trim(self) -> list[Pin]:
+        """Drop (and return, to be closed) the pins of keys outside the window."""
+        wanted = self._wanted()
+        stale = [key for key in self._pins if key not in wanted]
+        return [self._pins.pop(key) for key in stale]
+
+    def _next(self) -> Item | None:
+        for item in self._window():
+            if item.key not in self._pins and item.key not in self._failed:
+                return item
+        return None
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                item = self._next()
+                while not self._closed and item is None:
+                    self._cond.wait()
+                    item = self._next()
+                if self._closed or item is None:
+                    return
+            pin: Pin | None = None
+            error: BaseException | None = None
+            try:
+                pin = self._cache.try_get(
+                    item.key, size=item.size, crc32c=item.crc32c, fetch=item.fetch, name=item.name
+                )
+            except Exception as exc:  # kept for close(); the reader's own get raises it too
+                error = exc
+            with self._cond:
+                if error is not None:
+                    self._errors.append(error)
+                    self._failed.add(item.key)
+                elif pin is None:
+                    self._cond.wait(_RETRY_NO_ROOM)  # woken early by reached()/plan()/close()
+                elif not self._closed and item.key in self._wanted() and item.key not in self._pins:
+                    self._pins[item.key] = pin
+                    pin = None
+            if pin is not None:
+                pin.close()
