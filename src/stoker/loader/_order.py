@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from stoker._core.system import dist_rank
@@ -53,8 +54,11 @@ def sampler_args(
 
 
 def _describe(src: Source) -> str:
-    where = getattr(src, "path", None) or getattr(src, "root", None)
-    return f"{type(src).__name__} {where}" if where else type(src).__name__
+    for attr in ("path", "root"):  # a format source's path, an image folder's root
+        where = getattr(src, attr, None)
+        if isinstance(where, (str, os.PathLike)) and where:
+            return f"{type(src).__name__} {os.fspath(where)}"
+    return type(src).__name__
 
 
 def default_sampler(
