@@ -157,3 +157,17 @@ def slow_check(data: bytes, **kw):
     if DELAY_S:
         time.sleep(DELAY_S)
     return check_image(data, **kw)
+
+
+# ---- packing as shard jobs (test_pack_jobs.py, test_pack_ray.py) ----
+
+
+def set_digests(prefix: str) -> dict[str, str]:
+    """sha256 of every file a pack leaves under ``prefix`` (shards, lists, manifest), by
+    name; the plan file, which a one-machine pack does not write, left out."""
+    folder, base = os.path.split(prefix)
+    return {
+        n: sha(os.path.join(folder, n))
+        for n in sorted(os.listdir(folder))
+        if n.startswith(base) and not n.endswith(".plan.json")
+    }

@@ -1,0 +1,170 @@
+"""Packing as shard jobs: a plan, shards packed in any order and split, a finalize; the
+result is byte for byte a one-machine pack's, also after a shard job was SIGKILLed."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+
+import pytest
+from packhelp import (
+    file_size,
+    make_tree,
+    noise_tree,
+    start_driver,
+    wait_for,
+    write,
+)
+from packhelp import set_digests as digests
+
+import stoker
+from stoker._core.errors import PackError
+from stoker.cli import main
+from stoker.pack.steps import finalize_pack, pack_shards, parse_shards, plan_pack
+
+OPTS = {"shard_size": 3, "shuffle": True, "seed": 5, "list_file": True}
+
+
+@pytest.fixture
+def src(tmp_path):
+    root = str(tmp_path / "src")
+    make_tree(root, {"a": 6, "b": 5, "c": 3})
+    write(os.path.join(root, "b", "zero.jpg"), b"")  # a reject in some shard
+    write(os.path.join(root, "c", "junk.jpg"), b"not an image at all")
+    return root
+
+
+PLAN_ARGS = ["--shard-size", "30", "--shuffle", "--seed", "5"]
+
+
+def _done(proc, timeout: float = 120) -> tuple[int, str]:
+    """A driver run to its end: exit status and stderr."""
+    _, err = proc.communicate(timeout=timeout)
+    return proc.returncode, err.decode(errors="replace")
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _reference(tmp_path, src, **opts):
+    ref = str(tmp_path / "ref" / "set")
+    stoker.pack(src, ref, workers=1, progress=False, **{**OPTS, **opts})
+    return digests(ref)
+
+
+def test_steps_in_any_order_and_split_give_the_one_machine_bytes(tmp_path, src):
+    want = _reference(tmp_path, src)
+    assert len([n for n in want if n.endswith(".rec")]) == 6
+    rng = random.Random(0)
+    for i, splits in enumerate([["5", "4", "3", "2", "1", "0"], ["3:", ":1", "1:3"]]):
+        out = str(tmp_path / f"out{i}" / "set")
+        plan = plan_pack(src, out, **OPTS)
+        rng.shuffle(splits)
+        for part in splits:
+            pack_shards(plan, part, workers=1, progress=False)
+        report = finalize_pack(plan, progress=False)
+        assert (report.written, report.rejected) == (14, 2)
+        assert digests(out) == want, splits
+        leftovers = sorted(n for n in os.listdir(os.path.dirname(out)) if "pack-shard" in n)
+        assert leftovers == []  # the side-cars go once the manifest is written
+
+
+def test_plan_file_is_deterministic_and_json(tmp_path, src):
+    out = str(tmp_path / "o" / "set")
+    first = _read(plan_pack(src, out, **OPTS))
+    again = _read(plan_pack(src, out, **OPTS))
+    assert first == again
+    assert first.startswith(b"{") and b'"stoker_plan": 1' in first
+
+
+def test_a_done_shard_is_skipped_and_a_changed_source_refused(tmp_path, src):
+    out = str(tmp_path / "o" / "set")
+    plan = plan_pack(src, out, **OPTS)
+    first = pack_shards(plan, "0:2", workers=1, progress=False)
+    assert first.packed == (0, 1) and first.skipped == ()
+    mtime = os.stat(out + "-00000.rec").st_mtime_ns
+    again = pack_shards(plan, ":2", workers=1, progress=False)
+    assert again.skipped == (0, 1) and again.packed == ()
+    assert os.stat(out + "-00000.rec").st_mtime_ns == mtime
+    write(os.path.join(src, "a", "new.jpg"), _read(os.path.join(src, "a", "img000.jpg")))
+    with pytest.raises(PackError, match="no longer gives this plan.*--plan-only"):
+        pack_shards(plan, "2", workers=1, progress=False)
+
+
+def test_finalize_names_a_missing_or_corrupt_shard_and_a_rerun_repairs_it(tmp_path, src):
+    want = _reference(tmp_path, src)
+    out = str(tmp_path / "o" / "set")
+    plan = plan_pack(src, out, **OPTS)
+    pack_shards(plan, "1:", workers=1, progress=False)
+    with pytest.raises(PackError, match=r"1 of 6 shard\(s\) not ready: shard 0: not packed"):
+        finalize_pack(plan, progress=False)
+    pack_shards(plan, "0", workers=1, progress=False)
+    rec = out + "-00004.rec"
+    data = bytearray(_read(rec))
+    data[len(data) // 2] ^= 0xFF  # same size: only the CRCs can tell
+    write(rec, bytes(data))
+    with pytest.raises(PackError, match=r"shard 4: .*set-00004\.rec.*key"):
+        finalize_pack(plan, progress=False)
+    assert not os.path.exists(out + ".stoker.json")
+    redo = pack_shards(plan, None, workers=1, progress=False)
+    assert redo.packed == (4,)  # the damaged one only
+    finalize_pack(plan, progress=False)
+    assert digests(out) == want
+
+
+def test_a_shard_job_killed_mid_shard_then_rerun_gives_the_same_bytes(tmp_path):
+    src = str(tmp_path / "src")
+    noise_tree(src, 60, bad=(7,))
+    want = _reference(tmp_path, src, shard_size=30, list_file=False)  # as PLAN_ARGS
+    out = str(tmp_path / "o" / "set")
+    env = {**os.environ, "PACK_DRIVER_DELAY_S": "0.05"}
+    # every step through the driver: the plan's fingerprint covers the (slowed) check
+    rc, err = _done(start_driver([src, out, *PLAN_ARGS, "--plan-only"]))
+    assert rc == 0, err
+    plan = out + ".plan.json"
+    job = start_driver(["--plan", plan, "--shards", "1", "--workers", "1"], env=env)
+    try:
+        assert wait_for(lambda: file_size(out + "-00001.rec.partial") > 20_000, job)
+        os.killpg(job.pid, signal.SIGKILL)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+        job.communicate(timeout=10)
+    assert not os.path.exists(out + "-00001.rec")
+    rc, err = _done(start_driver(["--plan", plan, "--finalize"]))
+    assert rc == 1 and "shard 1: not packed" in err
+    rc, err = _done(start_driver(["--plan", plan, "--shards", "0:2", "--workers", "1"]))
+    assert rc == 0, err
+    rc, err = _done(start_driver(["--plan", plan, "--finalize"]))
+    assert rc == 0, err
+    assert digests(out) == want
+
+
+def test_parse_shards_follows_python_slices():
+    assert parse_shards("1:3", 5) == range(1, 3)
+    assert parse_shards(":", 5) == range(5)
+    assert parse_shards("-2:", 5) == range(3, 5)
+    assert parse_shards("4", 5) == range(4, 5)
+    assert parse_shards(-1, 5) == range(4, 5)
+    with pytest.raises(ValueError, match="the plan has 5 shard"):
+        parse_shards("5", 5)
+    with pytest.raises(ValueError, match="N or A:B"):
+        parse_shards("one", 5)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--plan", "P", "--shards", "0", "--shard-size", "3"], "--shard-size: the plan holds"),
+        (["--plan", "P"], "one of --shards A:B or --finalize"),
+        (["--shards", "1", "S", "O"], "take a plan"),
+        (["S", "O", "--address", "127.0.0.1:1"], "--address is for --engine ray"),
+        (["--plan", "P", "S", "O", "--finalize"], "takes no SRC or OUT"),
+    ],
+)
+def test_cli_refuses_step_options_that_do_not_fit(argv, says, capsys):
+    assert main(["pack", *argv]) == 2
+    assert says in capsys.readouterr().err
