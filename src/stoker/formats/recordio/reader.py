@@ -30,6 +30,7 @@ from stoker.formats.recordio.framing import (
     single_part_heads,
 )
 from stoker.formats.recordio.header import IR_FORMAT, IR_SIZE, IRHeader, unpack_header
+from stoker.formats.recordio.hints import advise_ranges
 from stoker.formats.recordio.index import IndexTable, load_index
 from stoker.formats.recordio.insightface import ImageRecords, Layout, detect_layout
 from stoker.formats.recordio.labelcache import read_label_cache, write_label_cache
@@ -307,6 +308,13 @@ class RecordFile(Records):
         nxt = self._next
         j = np.searchsorted(nxt, offsets[pos], side="right")
         return np.where(j < nxt.shape[0], nxt[np.minimum(j, nxt.shape[0] - 1)], self.size)
+
+    def advise(self, positions: Sequence[int] | np.ndarray) -> None:
+        """Access hints for the records at ``positions`` (in range), about to be read: no
+        read-around on misses, their byte ranges fetched at once (see hints.py)."""
+        pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+        if self._mm is not None and not self._closed and pos.shape[0]:
+            advise_ranges(self._mm, self._table.offsets[pos], self._limits(pos))
 
     def _payload(self, i: int) -> memoryview:
         """``read`` of a position already checked (and made non-negative)."""

@@ -22,6 +22,7 @@ import numpy as np
 from stoker._core.errors import SpecError
 from stoker._core.schema import Field, Schema
 from stoker.formats.base import Reader, ReadSample
+from stoker.formats.recordio.hints import AccessHints, chunk_by_shard
 from stoker.formats.recordio.insightface import layout_table
 from stoker.formats.recordio.opening import open_records
 from stoker.formats.recordio.records import Records
@@ -86,9 +87,14 @@ class RecordIOReader(Reader):
     the set has one (a ``.crc32c`` the manifest names but that is missing, or whose size does
     not fit the record count, is an error at open); ``False`` reads without it. ``cache``:
     use the index and label caches (:mod:`stoker._core.cache`).
+
+    ``hints``: the access hints a chunk (``reader(indices)``) is read with when the set is
+    larger than the page cache (:mod:`stoker.formats.recordio.hints`); an instance may set
+    its own :class:`AccessHints` before it is used or sent to workers.
     """
 
     format = "recordio"
+    hints: AccessHints = AccessHints()
 
     def __init__(
         self, path: str | os.PathLike[str], *, checksums: bool = True, cache: bool = True
@@ -104,6 +110,7 @@ class RecordIOReader(Reader):
         self._schema: Schema | None = None
         self._label_dtype = ""  # set when unpickled (see __getstate__)
         self._label_shape: tuple[int, ...] = ()
+        self._hints_on: bool | None = None  # decided at the first chunk in each process
         self._len = len(self.records)
 
     @property
@@ -127,6 +134,7 @@ class RecordIOReader(Reader):
             "_len": self._len,
             "_label_dtype": lab.dtype.name,
             "_label_shape": tuple(lab.shape[1:]),
+            "hints": self.hints,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -136,6 +144,8 @@ class RecordIOReader(Reader):
         self._len = state["_len"]
         self._label_dtype = state["_label_dtype"]
         self._label_shape = state["_label_shape"]
+        self.hints = state.get("hints", AccessHints())
+        self._hints_on = None
         self._rec = None
         self._labels = None
         self._keys = None
@@ -201,7 +211,23 @@ class RecordIOReader(Reader):
         header, image = self.records.read_header(i)
         return image, self._label(i, header)
 
+    def advise(self, indices: np.ndarray) -> bool:
+        """Access hints for the chunk ``indices`` when :attr:`hints` decides for them (once
+        per process, on the bytes of :meth:`files`); whether they were given."""
+        if self._hints_on is None:
+            try:
+                size = sum(os.path.getsize(f) for f in self.files())
+            except OSError:
+                size = 0  # a file gone: reading it names the problem
+            self._hints_on = self.hints.decide(size)
+        if self._hints_on:
+            for shard, pos in chunk_by_shard(self.records, indices):
+                shard.advise(pos)
+        return self._hints_on
+
     def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()) -> ReadSample:
+        if indices is not None:
+            self.advise(indices)
         if fields:
             return self._field_reader(tuple(fields))
         rec, key, label_of = self.records, self.records.key, self._label

@@ -1,0 +1,235 @@
+"""Access hints for shuffled reads of ``.rec`` files larger than the page cache.
+
+A ``.rec`` is read through a read-only ``mmap``. A page fault on a page that is not cached
+makes the kernel read around it: the device's read-ahead window (``read_ahead_kb``, 128 KiB
+by default and often several MiB on virtual disks) centred on the page. For a file that fits
+in memory that is a gift: the first shuffled epoch pulls the whole file in large reads. For a
+file larger than the page cache it is ruinous: every miss reads a window of which one record
+(5-50 KB) is used, and the window evicts pages that would have been hit.
+
+When the data does not fit, a chunk of a batch (``RecordIOReader.reader(indices)``) is read
+with two hints on each mapping it touches:
+
+- ``MADV_RANDOM`` on the whole mapping: a miss reads only the pages it touches;
+- ``MADV_WILLNEED`` on each record's byte range (records that touch merged into one range),
+  before the first record is read: the kernel queues every read of the chunk at once and the
+  records arrive in parallel instead of one synchronous miss after another.
+
+Neither changes what is read (the records are byte-identical), only when and how much the
+kernel fetches. ``MADV_RANDOM`` alone is worse than no hint (a 20 KB record then costs five
+synchronous 4 KiB reads); together they pay. The rule, :meth:`AccessHints.decide`: hints are
+on when the set's ``.rec`` bytes exceed :data:`HINT_FRACTION` of the page-cache budget
+(:func:`page_cache_budget`: ``MemAvailable``, capped by the cgroup's memory limit less the
+memory the cgroup holds outside the page cache). A set that fits is read exactly as without
+this module: no ``madvise`` call at all. The figures behind the rule are in
+docs/loader.md, "Files larger than memory" (``bench/bench_bigfile.py``).
+
+The decision is taken once per reader object and process (a loader worker decides for
+itself, at its first chunk); :class:`AccessHints` overrides it (``mode=True``/``False``, or
+an explicit ``budget``). A failed ``madvise`` is ignored: hints are advice, the reads that
+follow are correct without them.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from stoker.formats.recordio.reader import RecordFile
+    from stoker.formats.recordio.records import Records
+
+__all__ = [
+    "HINT_FRACTION",
+    "AccessHints",
+    "advise_ranges",
+    "chunk_by_shard",
+    "page_cache_budget",
+]
+
+#: Hints go on when the data exceeds this fraction of the page-cache budget. Measured on a
+#: 400 MB file with the page cache bounded by a cgroup: at 0.8 of the bound a cold shuffled
+#: epoch without hints is 1.4x faster (read-around pulls in the whole file), at 1.0 it is
+#: 1.7x slower and at 1.25 30x slower; the crossing lies between, and a wrong "on" costs
+#: far less than a wrong "off".
+HINT_FRACTION = 0.9
+
+_PAGE = mmap.PAGESIZE
+_NO_LIMIT = 1 << 60  # cgroup v1 writes "no limit" as a huge number (PAGE_COUNTER_MAX pages)
+
+
+@dataclass(frozen=True)
+class AccessHints:
+    """How a reader decides on access hints (see the module docstring).
+
+    ``mode``: ``"auto"`` (on when the data exceeds ``fraction`` of ``budget``), ``True``
+    (always) or ``False`` (never). ``budget``: the page-cache bytes to compare against;
+    ``None`` measures it (:func:`page_cache_budget`) when the decision is taken.
+    """
+
+    mode: bool | Literal["auto"] = "auto"
+    budget: int | None = None
+    fraction: float = HINT_FRACTION
+
+    def __post_init__(self) -> None:
+        if self.mode not in (True, False, "auto"):
+            raise ValueError(f"AccessHints mode must be True, False or 'auto', got {self.mode!r}")
+        if self.budget is not None and (isinstance(self.budget, bool) or self.budget < 0):
+            raise ValueError(f"AccessHints budget must be bytes >= 0 or None, got {self.budget!r}")
+        if not self.fraction > 0:
+            raise ValueError(f"AccessHints fraction must be > 0, got {self.fraction!r}")
+
+    def decide(self, data_bytes: int) -> bool:
+        """Whether a set of ``data_bytes`` is read with hints. ``"auto"`` without a
+        measurable budget (no ``/proc/meminfo``) leaves them off."""
+        if self.mode != "auto":
+            return bool(self.mode)
+        budget = self.budget if self.budget is not None else page_cache_budget()
+        return budget is not None and data_bytes > self.fraction * budget
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    if text == "max":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _stat_value(path: str, names: tuple[str, ...]) -> int:
+    """The first of ``names`` in a cgroup ``memory.stat`` (0 when absent)."""
+    try:
+        with open(path) as f:
+            rows = dict(line.split(None, 1) for line in f if " " in line)
+    except OSError:
+        return 0
+    for name in names:
+        if name in rows:
+            return int(rows[name])
+    return 0
+
+
+def _cgroup_room(proc: str, cgroup_root: str) -> int | None:
+    """Memory the page cache may use inside this process's memory cgroup: the tightest
+    limit on the way from its cgroup to the root, less that cgroup's anonymous memory;
+    ``None`` when no limit is set or none can be read. cgroup v2 (``0::/path``:
+    ``memory.max``, ``memory.stat`` ``anon``) and v1 (``N:memory:/path``:
+    ``memory.limit_in_bytes``, ``total_rss``)."""
+    try:
+        with open(os.path.join(proc, "self", "cgroup")) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, rel = parts
+        stat_names: tuple[str, ...]
+        if controllers == "":
+            base, limit_name, stat_names = cgroup_root, "memory.max", ("anon",)
+        elif "memory" in controllers.split(","):
+            base = os.path.join(cgroup_root, "memory")
+            limit_name, stat_names = "memory.limit_in_bytes", ("total_rss", "rss")
+        else:
+            continue
+        comps = [c for c in rel.split("/") if c]
+        here = os.path.join(base, *comps)
+        if not os.path.isdir(here):
+            continue
+        limits = []
+        for k in range(len(comps), -1, -1):  # this cgroup, then each parent up to the root
+            got = _read_int(os.path.join(base, *comps[:k], limit_name))
+            if got is not None and got < _NO_LIMIT:
+                limits.append(got)
+        if limits:
+            anon = _stat_value(os.path.join(here, "memory.stat"), stat_names)
+            return max(0, min(limits) - anon)
+    return None
+
+
+def page_cache_budget(*, proc: str = "/proc", cgroup_root: str = "/sys/fs/cgroup") -> int | None:
+    """Bytes of page cache this process can count on: ``MemAvailable`` of
+    ``/proc/meminfo`` (free memory plus the reclaimable page cache, this set's cached pages
+    included), capped by the room its memory cgroup leaves (:func:`_cgroup_room`); ``None``
+    where ``/proc/meminfo`` cannot be read (not Linux)."""
+    avail = None
+    try:
+        with open(os.path.join(proc, "meminfo")) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        return None
+    if avail is None:
+        return None
+    room = _cgroup_room(proc, cgroup_root)
+    return avail if room is None else min(avail, room)
+
+
+def advise_ranges(mm: Any, starts: np.ndarray, ends: np.ndarray) -> None:
+    """``MADV_RANDOM`` on mapping ``mm``, then ``MADV_WILLNEED`` on the byte ranges
+    ``[starts[k], ends[k])`` (page-aligned; ranges that touch are merged into one call)."""
+    madvise = getattr(mm, "madvise", None)
+    if madvise is None or not hasattr(mmap, "MADV_WILLNEED") or len(mm) == 0:
+        return  # a platform without madvise reads as it always did
+    try:
+        madvise(mmap.MADV_RANDOM)
+        if starts.shape[0] == 0:
+            return
+        first = np.asarray(starts, dtype=np.int64) // _PAGE * _PAGE
+        last = np.minimum(np.asarray(ends, dtype=np.int64), len(mm))
+        order = np.argsort(first, kind="stable")
+        first, last = first[order], last[order]
+        run_lo, run_hi = int(first[0]), int(last[0])
+        for lo, hi in zip(first[1:].tolist(), last[1:].tolist(), strict=True):
+            if lo <= run_hi:
+                run_hi = max(run_hi, hi)
+                continue
+            if run_hi > run_lo:
+                madvise(mmap.MADV_WILLNEED, run_lo, run_hi - run_lo)
+            run_lo, run_hi = lo, hi
+        if run_hi > run_lo:
+            madvise(mmap.MADV_WILLNEED, run_lo, run_hi - run_lo)
+    except (OSError, ValueError):
+        return  # advice only: the reads that follow are correct without it
+
+
+def chunk_by_shard(
+    records: Records, indices: np.ndarray
+) -> Iterator[tuple[RecordFile, np.ndarray]]:
+    """The positions of a chunk (positions of ``records``) grouped by the ``.rec`` that holds
+    them, as ``(shard reader, positions inside that shard)``: one file (an insightface set's
+    image positions mapped to its file positions) or the shards of a ``RecordSet`` (by the
+    record counts its manifest lists)."""
+    n = len(records)
+    pos = np.asarray(indices, dtype=np.int64).reshape(-1)
+    pos = pos[(pos >= 0) & (pos < n)]
+    if pos.shape[0] == 0:
+        return
+    shards = records.shards
+    if len(shards) == 1:
+        shard = shards[0]
+        mapped = records.image_positions if records is not shard else None
+        yield shard, (pos if mapped is None else np.asarray(mapped, dtype=np.int64)[pos])
+        return
+    manifest = records.manifest or {}
+    counts = [int(e["records"]) for e in manifest.get("shards", [])]
+    if len(counts) != len(shards):
+        return  # no manifest to place positions by: no hints
+    starts = np.cumsum([0, *counts]).astype(np.int64)
+    which = np.searchsorted(starts, pos, side="right") - 1
+    for j in np.unique(which).tolist():
+        yield shards[j], pos[which == j] - starts[j]
