@@ -29,6 +29,7 @@ from typing import Any
 
 from stoker.formats.base import Reader
 from stoker.formats.manifest import MANIFEST_SUFFIX, manifest_format
+from stoker.formats.remote import RemoteFiles, RemoteOptions, local_path, remote_url
 
 __all__ = ["FORMATS", "Format", "format_of", "get", "open_reader", "register"]
 
@@ -79,9 +80,13 @@ def get(name: str) -> Format:
     return fmt
 
 
-def format_of(path: str | os.PathLike[str]) -> Format:
-    """The format of ``path`` (see the module docstring); ``ValueError`` when none fits."""
+def format_of(path: str | os.PathLike[str], *, remote: RemoteOptions | None = None) -> Format:
+    """The format of ``path`` (see the module docstring); ``ValueError`` when none fits. A URL's
+    manifest is read through the shard cache (``remote``: how)."""
     p = os.fspath(path)
+    url = remote_url(p)
+    if url is not None:
+        return _remote_format(url, remote)
     if p.endswith(MANIFEST_SUFFIX):
         name = manifest_format(p)
         for fmt in FORMATS.values():
@@ -103,9 +108,36 @@ def format_of(path: str | os.PathLike[str]) -> Format:
     )
 
 
+def _remote_format(url: str, remote: RemoteOptions | None) -> Format:
+    """The format of a set in object storage: read from its manifest. Only RecordIO sets are
+    read from object storage in place; another format is converted first."""
+    from stoker.storage.urls import redact
+
+    if not url.endswith(MANIFEST_SUFFIX):
+        raise ValueError(
+            f"{redact(url)}: a set in object storage is opened by its manifest "
+            f"(NAME{MANIFEST_SUFFIX}, which `stoker pack` and `stoker convert` write)"
+        )
+    name = manifest_format(RemoteFiles(url, remote).manifest_copy())
+    for fmt in FORMATS.values():
+        if fmt.manifest_format == name and fmt.name == "recordio":
+            return fmt
+    raise ValueError(
+        f"{redact(url)}: a {name} set is read from local files only; `stoker convert` it to "
+        "RecordIO (the output may be a URL), or copy it to local disk"
+    )
+
+
 def open_reader(
     path: str | os.PathLike[str], *, format: str | None = None, **options: Any
 ) -> Reader:
-    """The :class:`Reader` of ``path`` in its format (``format=`` to name it)."""
-    fmt = get(format) if format is not None else format_of(path)
-    return fmt.load("reader")(os.fspath(path), **options)
+    """The :class:`Reader` of ``path`` in its format (``format=`` to name it). ``path`` may be
+    a URL (``remote=`` a :class:`~stoker.formats.remote.RemoteOptions`: how to reach and
+    cache it; ignored for a local path)."""
+    p = local_path(os.fspath(path))
+    if remote_url(p) is None:
+        options.pop("remote", None)
+    elif format is not None and format != "recordio":
+        _remote_format(p, options.get("remote"))  # says why not
+    fmt = get(format) if format is not None else format_of(p, remote=options.get("remote"))
+    return fmt.load("reader")(p, **options)

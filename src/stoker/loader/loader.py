@@ -32,9 +32,11 @@ from stoker._core.schema import Schema
 from stoker._core.seeding import fresh_seed
 from stoker._core.specs import ArraySpec
 from stoker._core.system import usable_cores
+from stoker.formats.remote import RemoteOptions
 from stoker.loader import _keep, _shm
 from stoker.loader._feed import Epoch, RingFeed, compact, compact_fields, dims, make_batch
 from stoker.loader._fields import FieldPlan, plan_fields
+from stoker.loader._habits import DATALOADER_NAMES
 from stoker.loader._order import check_shuffle, default_sampler, sampler_args
 from stoker.loader._pool import WorkerPool, engine_unsupported, mp_context, warm_up
 from stoker.loader._state import (
@@ -59,18 +61,6 @@ log = logging.getLogger("stoker.loader")
 _MAX_REJECTS_KEPT = 10_000
 
 _live: weakref.WeakSet[Loader] = weakref.WeakSet()
-
-#: torch.utils.data.DataLoader's names, and what a Loader takes instead.
-DATALOADER_NAMES = {
-    "num_workers": "stoker's name is workers= (workers=0 also runs in the main process)",
-    "prefetch_factor": "stoker's name is prefetch= (batches ready ahead, for all workers)",
-    "persistent_workers": "stoker's workers always persist across epochs; drop it",
-    "pin_memory": "pinning and the copy to the GPU are stoker.torch.CudaPrefetcher's job",
-    "batch_sampler": "pass a stoker.sampling sampler as sampler=",
-    "collate_fn": "batches are already arrays in shared memory; stoker.torch converts them",
-    "worker_init_fn": "transforms get their rng from (seed, epoch, index); nothing to seed",
-    "generator": "pass seed= (an int)",
-}
 
 
 def _close_all() -> None:
@@ -122,6 +112,10 @@ class Loader(RingFeed):
         on_worker_death: str = "raise",
         fields: list[str] | tuple[str, ...] | None = None,
         keep_workers: float = 0.0,
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | None = None,
+        cache_limit: int | None = None,
+        prefetch_shards: int = 2,
         **unknown: Any,
     ) -> None:
         # DataLoader habits get the stoker spelling by name, not a bare TypeError
@@ -169,7 +163,8 @@ class Loader(RingFeed):
         self.start_method: str | None = mp_context().get_start_method() if self.workers else None
 
         _shm.cleanup_stale()
-        src, owned = as_source(source)
+        remote = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards)
+        src, owned = as_source(source, remote=remote)
         self._source, self._owns_source = src, owned
         try:
             self.pipeline = self._make_pipeline(

@@ -8,7 +8,8 @@ Schema (version 1)::
       "records": 1200,                       # sum over shards
       "shards": [
         {"rec": "train-00000.rec", "idx": "train-00000.idx", "records": 600,
-         "rec_bytes": 2457600, "idx_sha256": "<64 hex>", "crc32c": "train-00000.crc32c"},
+         "rec_bytes": 2457600, "idx_sha256": "<64 hex>", "crc32c": "train-00000.crc32c",
+         "rec_crc32c": 3735928559},          # optional: CRC32C of the whole .rec
         ...
       ],                                      # paths relative to the manifest's folder
       "classes": {"cat": 0, "dog": 1},        # ids 0..C-1
@@ -88,6 +89,9 @@ def validate_manifest(m: Any, path: str = "<manifest>") -> dict:
         crc = s.get("crc32c")
         if crc is not None:
             check_rel_path(path, f"{w}.crc32c", crc)
+        whole = s.get("rec_crc32c")
+        if whole is not None and (type(whole) is not int or not 0 <= whole < 1 << 32):
+            raise fail(path, f"{w}.rec_crc32c must be an unsigned 32-bit integer")
     _check_distinct(path, shards)
     check_total(path, m, total)
     check_classes(path, m)
@@ -133,6 +137,7 @@ def shard_entry(info: Any, manifest_path: str | os.PathLike[str]) -> dict:
         "rec_bytes": int(info.rec_bytes),
         "idx_sha256": info.idx_sha256,
         "crc32c": rel(info.crc32c),
+        **({} if info.rec_crc32c is None else {"rec_crc32c": int(info.rec_crc32c)}),
     }
 
 

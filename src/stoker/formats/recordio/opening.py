@@ -17,6 +17,8 @@ from stoker.formats.recordio.manifest import (
 from stoker.formats.recordio.paths import default_crc_path, manifest_path_for
 from stoker.formats.recordio.reader import Checksums, RecordFile
 from stoker.formats.recordio.recordset import RecordSet, open_shard, precheck_shards
+from stoker.formats.remote import RemoteFiles, RemoteOptions, local_path, remote_url
+from stoker.storage.urls import redact
 
 __all__ = ["open_records"]
 
@@ -27,7 +29,11 @@ def _with_manifest(r: RecordFile, manifest: dict) -> RecordFile:
 
 
 def open_records(
-    path: str | os.PathLike[str], *, verify_checksums: Checksums = False, cache: bool = True
+    path: str | os.PathLike[str],
+    *,
+    verify_checksums: Checksums = False,
+    cache: bool = True,
+    remote: RemoteOptions | None = None,
 ) -> RecordFile | RecordSet:
     """Open a ``.rec``, its ``.idx``, or a ``NAME.stoker.json`` manifest.
 
@@ -40,8 +46,22 @@ def open_records(
     file: ``True`` requires it, ``"auto"`` uses it when it exists (a ``.crc32c`` a manifest
     names must exist: :class:`ManifestError` otherwise), ``False`` ignores it. A ``.crc32c``
     whose size is not 4 bytes per record is an error at open. ``identity_ranges``/``image_keys`` are set for insightface-layout files.
+
+    ``path`` may be a URL: ``file://`` reads in place; ``s3://``, ``gs://``, ``az://`` and
+    ``http(s)://`` name a manifest read through the shard cache (``remote``: its options;
+    :mod:`stoker.formats.remote`), always as a :class:`RecordSet`.
     """
     p = os.fspath(path)
+    url = remote_url(p)
+    if url is not None:
+        if not url.endswith(MANIFEST_SUFFIX):
+            raise ValueError(
+                f"{redact(url)}: a RecordIO set in object storage is opened by its manifest "
+                f"(NAME{MANIFEST_SUFFIX}, which `stoker pack` writes beside the shards)"
+            )
+        files = RemoteFiles(url, remote)
+        return RecordSet(url, verify_checksums=verify_checksums, cache=cache, files=files)
+    p = local_path(p)
     kw = {"verify_checksums": verify_checksums, "cache": cache}
     if p.endswith(MANIFEST_SUFFIX):
         manifest = load_manifest(p)

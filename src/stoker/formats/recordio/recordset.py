@@ -22,17 +22,29 @@ from typing import Any
 import numpy as np
 
 from stoker._core.errors import CorruptRecordError, ManifestError
+from stoker.formats.manifest import read_json
 from stoker.formats.recordio.header import IRHeader
 from stoker.formats.recordio.index import sha256_file
-from stoker.formats.recordio.manifest import class_names, load_manifest, shard_paths
+from stoker.formats.recordio.manifest import (
+    class_names,
+    load_manifest,
+    shard_paths,
+    validate_manifest,
+)
 from stoker.formats.recordio.reader import Checksums, RecordFile
 from stoker.formats.recordio.records import Records
+from stoker.formats.remote import RemoteFiles, check_sizes
+from stoker.storage.cache import Pin
+from stoker.storage.urls import redact
 
 __all__ = ["MAX_OPEN_SHARDS", "RecordSet", "open_shard", "precheck_shards"]
 
 #: Shards a ``RecordSet`` keeps open at once (per process); the least recently used one is
 #: closed when another must open.
 MAX_OPEN_SHARDS = 64
+#: The same for a set in object storage: an open shard pins its cached copy, and a pinned copy
+#: cannot make room for the next shards, so few stay open.
+MAX_OPEN_REMOTE_SHARDS = 4
 
 
 def _check_shard(r: RecordFile, shard: dict, manifest_path: str) -> None:
@@ -82,6 +94,40 @@ def open_shard(manifest_path: str, shard: dict, **kw: Any) -> RecordFile:
         r.close()
         raise
     return r
+
+
+def open_remote_shard(
+    files: RemoteFiles, shard: dict, j: int, **kw: Any
+) -> tuple[RecordFile, list[Pin]]:
+    """The ``RecordFile`` of shard ``j`` of a remote set, read from pinned cached copies (the
+    ``.rec`` checked against ``rec_crc32c`` where the manifest has it), and the pins."""
+    what = f"shard {j} ({shard['rec']})"
+    pins: list[Pin] = []
+    try:
+        rec_url = files.url_of(shard["rec"], f"shards[{j}].rec")
+        pins.append(files.fetch(rec_url, crc32c=shard.get("rec_crc32c"), what=what))
+        pins.append(files.fetch(files.url_of(shard["idx"], f"shards[{j}].idx"), what=what))
+        crc = None
+        if shard.get("crc32c") and kw.get("verify_checksums"):
+            pins.append(
+                files.fetch(files.url_of(shard["crc32c"], f"shards[{j}].crc32c"), what=what)
+            )
+            crc = pins[2].path
+        if kw.get("verify_checksums") == "auto" and crc is None:
+            kw = {**kw, "verify_checksums": False}
+        r = RecordFile(pins[0].path, pins[1].path, crc_path=crc, **kw)
+    except BaseException:
+        for p in pins:
+            p.close()
+        raise
+    try:
+        _check_shard(r, shard, redact(files.url))
+    except BaseException:
+        r.close()
+        for p in pins:
+            p.close()
+        raise
+    return r, pins
 
 
 def precheck_shards(manifest_path: str, manifest: dict, checksums: Checksums) -> None:
@@ -161,17 +207,29 @@ class RecordSet(Records):
         *,
         verify_checksums: Checksums = False,
         cache: bool = True,
+        files: RemoteFiles | None = None,
     ) -> None:
-        self.manifest_path = os.fspath(manifest_path)
+        self.manifest_path = os.fspath(manifest_path) if files is None else redact(files.url)
         self.verify_checksums = verify_checksums
         self._cache = cache
+        self.files = files
         self._open()
 
     def _open(self) -> None:
-        manifest = load_manifest(self.manifest_path)
+        self._pins: dict[int, list[Pin]] = {}
+        if self.files is None:
+            manifest = load_manifest(self.manifest_path)
+            precheck_shards(self.manifest_path, manifest, self.verify_checksums)
+            self._max_open = MAX_OPEN_SHARDS
+        else:
+            manifest = validate_manifest(
+                read_json(self.files.manifest_copy()), redact(self.files.url)
+            )
+            if not self.files.sizes:
+                check_sizes(self.files, manifest, bool(self.verify_checksums))
+            self._max_open = MAX_OPEN_REMOTE_SHARDS
         self.manifest = manifest
         self.class_names = class_names(manifest)
-        precheck_shards(self.manifest_path, manifest, self.verify_checksums)
         self._entries: list[dict] = manifest["shards"]
         counts = [int(s["records"]) for s in self._entries]
         self._starts = np.cumsum([0, *counts]).astype(np.int64)
@@ -188,20 +246,29 @@ class RecordSet(Records):
         if not -len(entries) <= j < len(entries):
             raise IndexError(f"shard {j} out of range for {len(entries)} shards")
         j %= len(entries)
-        r = open_shard(
-            self.manifest_path,
-            entries[j],
-            verify_checksums=self.verify_checksums,
-            cache=self._cache,
-        )
+        kw = {"verify_checksums": self.verify_checksums, "cache": self._cache}
+        if self.files is None:
+            r = open_shard(self.manifest_path, entries[j], **kw)
+        else:
+            r, self._pins[j] = open_remote_shard(self.files, entries[j], j, **kw)
         # the shard reads its records as the set's manifest declares them (a field trailer)
         r.manifest, r.class_names = self.manifest, self.class_names
         self._open_shards[j] = r
-        while len(self._open_shards) > MAX_OPEN_SHARDS:
+        while len(self._open_shards) > self._max_open:
             # not closed: a caller may still hold it (or a view of its records); dropping
-            # the reference unmaps it as soon as nobody does
-            self._open_shards.popitem(last=False)
+            # the reference unmaps it as soon as nobody does (a dropped remote shard's cached
+            # copy may then be evicted: Linux keeps a mapped file's pages until the unmap)
+            old, _ = self._open_shards.popitem(last=False)
+            for p in self._pins.pop(old, ()):
+                p.close()
         return r
+
+    def shard_location(self, j: int) -> str:
+        """Where shard ``j``'s ``.rec`` lives, for messages: a local path or a URL."""
+        entry = self._entries[j]
+        if self.files is None:
+            return shard_paths(self.manifest_path, entry)[0]
+        return redact(self.files.url_of(entry["rec"], f"shards[{j}].rec"))
 
     @property
     def shards(self) -> Sequence[RecordFile]:
@@ -213,12 +280,14 @@ class RecordSet(Records):
             "manifest_path": self.manifest_path,
             "verify_checksums": self.verify_checksums,
             "cache": self._cache,
+            "files": self.files,
         }
 
     def __setstate__(self, state: dict) -> None:
         self.manifest_path = state["manifest_path"]
         self.verify_checksums = state["verify_checksums"]
         self._cache = state["cache"]
+        self.files = state.get("files")
         self._open()
 
     def __len__(self) -> int:
@@ -232,6 +301,10 @@ class RecordSet(Records):
     def close(self) -> None:
         while self._open_shards:
             self._open_shards.popitem()[1].close()
+        for pins in self._pins.values():
+            for p in pins:
+                p.close()
+        self._pins.clear()
 
     def images(self) -> RecordSet:
         """Every record of a stoker-packed set is an image: ``self``."""

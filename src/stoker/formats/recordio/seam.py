@@ -28,6 +28,7 @@ from stoker.formats.recordio.opening import open_records
 from stoker.formats.recordio.records import Records
 from stoker.formats.recordio.recordset import RecordSet
 from stoker.formats.recordio.verify import verify_records
+from stoker.formats.remote import RemoteOptions, remote_url
 from stoker.formats.report import VerifyReport
 
 __all__ = ["RecordIOReader", "integral_labels", "open_reader", "verify"]
@@ -97,11 +98,21 @@ class RecordIOReader(Reader):
     hints: AccessHints = AccessHints()
 
     def __init__(
-        self, path: str | os.PathLike[str], *, checksums: bool = True, cache: bool = True
+        self,
+        path: str | os.PathLike[str],
+        *,
+        checksums: bool = True,
+        cache: bool = True,
+        remote: RemoteOptions | None = None,
     ) -> None:
         if not isinstance(checksums, bool):
             raise TypeError(f"checksums must be True or False, got {checksums!r}")
+        if remote is not None and not isinstance(remote, RemoteOptions):
+            raise TypeError(f"remote must be a RemoteOptions, got {type(remote).__name__}")
         self.path = os.fspath(path)
+        self.remote = remote if remote_url(self.path) is not None else None
+        if self.remote is None and remote_url(self.path) is not None:
+            self.remote = RemoteOptions()
         self.checksums = checksums
         self.cache = bool(cache)
         self._rec: Records | None = None
@@ -111,30 +122,42 @@ class RecordIOReader(Reader):
         self._label_dtype = ""  # set when unpickled (see __getstate__)
         self._label_shape: tuple[int, ...] = ()
         self._hints_on: bool | None = None  # decided at the first chunk in each process
+        self._files = None
         self._len = len(self.records)
 
     @property
     def records(self) -> Records:
         """The RecordIO reader of the image records (``open_records(...).images()``), opened
         on first use in this process."""
+        if self._rec is None and getattr(self, "_files", None) is not None:
+            self._rec = RecordSet(
+                self.path,
+                verify_checksums="auto" if self.checksums else False,
+                cache=self.cache,
+                files=self._files,
+            )
         if self._rec is None:
             self._rec = open_records(
                 self.path,
                 verify_checksums="auto" if self.checksums else False,
                 cache=self.cache,
+                remote=self.remote,
             ).images()
         return self._rec
 
     def __getstate__(self) -> dict:
-        lab = self.labels()
+        shape, dtype = self.label_kind()
         return {
             "path": self.path,
             "checksums": self.checksums,
             "cache": self.cache,
             "_len": self._len,
-            "_label_dtype": lab.dtype.name,
-            "_label_shape": tuple(lab.shape[1:]),
+            "_label_dtype": dtype,
+            "_label_shape": shape,
             "hints": self.hints,
+            "remote": self.remote,
+            # a remote set travels with what its opening learnt (sizes, the manifest's copy)
+            "_files": getattr(self._rec, "files", None),
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -145,6 +168,8 @@ class RecordIOReader(Reader):
         self._label_dtype = state["_label_dtype"]
         self._label_shape = state["_label_shape"]
         self.hints = state.get("hints", AccessHints())
+        self.remote = state.get("remote")
+        self._files = state.get("_files")
         self._hints_on = None
         self._rec = None
         self._labels = None
@@ -166,6 +191,21 @@ class RecordIOReader(Reader):
         if self._labels is None:
             self._labels = integral_labels(np.asarray(self.records.labels()))
         return self._labels
+
+    def label_kind(self) -> tuple[tuple[int, ...], str]:
+        """``(shape, dtype)`` of one label. Local: from every label (:meth:`labels`); a set in
+        object storage: from its first shard's labels, so opening it does not download every
+        shard (a later shard whose labels are not whole numbers where the first shard's are
+        is read as that dtype all the same)."""
+        if not self._label_dtype:
+            if self.remote is None or self._labels is not None:
+                lab = self.labels()
+            else:
+                rec = self.records
+                first = rec.shard(0) if isinstance(rec, RecordSet) else rec
+                lab = integral_labels(np.asarray(first.labels()))
+            self._label_dtype, self._label_shape = lab.dtype.name, tuple(lab.shape[1:])
+        return self._label_shape, self._label_dtype
 
     @property
     def class_names(self) -> list[str] | None:
@@ -342,6 +382,12 @@ class RecordIOReader(Reader):
         return where
 
     def fingerprint(self) -> dict:
+        rec = self._rec
+        if self.remote is not None and isinstance(rec, RecordSet) and rec.files is not None:
+            # the manifest pins every shard (size, .idx digest, CRC): its digest is the set's
+            with open(rec.files.manifest_copy(), "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()[:32]
+            return {"type": "records", "len": self._len, "manifest_sha": digest}
         size = 0
         try:
             size = os.path.getsize(self.path)
@@ -361,11 +407,15 @@ class RecordIOReader(Reader):
 
 
 def open_reader(
-    path: str | os.PathLike[str], *, checksums: bool = True, cache: bool = True
+    path: str | os.PathLike[str],
+    *,
+    checksums: bool = True,
+    cache: bool = True,
+    remote: RemoteOptions | None = None,
 ) -> RecordIOReader:
-    """The registry's opener: a ``.rec``, its ``.idx`` or a ``NAME.stoker.json`` as a
-    :class:`RecordIOReader`."""
-    return RecordIOReader(path, checksums=checksums, cache=cache)
+    """The registry's opener: a ``.rec``, its ``.idx`` or a ``NAME.stoker.json`` (a path or
+    a URL; ``remote``: how to reach and cache it) as a :class:`RecordIOReader`."""
+    return RecordIOReader(path, checksums=checksums, cache=cache, remote=remote)
 
 
 def verify(

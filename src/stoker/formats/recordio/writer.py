@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from stoker._core.atomic import fsync_dir, partial_path
+from stoker._core.checksum import file_crc32c
 from stoker._core.errors import (
     CorruptRecordError,
     IndexFormatError,
@@ -57,6 +58,7 @@ class ShardInfo:
     records: int
     rec_bytes: int
     idx_sha256: str
+    rec_crc32c: int | None = None
 
 
 def _complete_prefix(rec_p: str, table: IndexTable) -> tuple[int, int]:
@@ -363,6 +365,7 @@ class RecordWriter:
             len(self._keys),
             self.bytes_written,
             self._sha.hexdigest(),
+            file_crc32c(self.rec_path),
         )
 
     def abort(self, *, keep_partial: bool = False) -> None:

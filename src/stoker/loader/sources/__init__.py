@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from stoker.formats.remote import RemoteOptions, local_path, remote_url
 from stoker.loader.sources.arrays import ArraySource
 from stoker.loader.sources.base import Source
 from stoker.loader.sources.folder import FolderSource
@@ -34,11 +35,13 @@ def _format_of(path: str) -> Any:
         return None
 
 
-def as_source(source: Any) -> tuple[Source, bool]:
+def as_source(source: Any, *, remote: RemoteOptions | None = None) -> tuple[Source, bool]:
     """``(Source, owned)`` for what ``Loader`` accepts: a path, an ``(x, y)`` tuple, a Source.
 
     A path is a set in any registered format (a manifest, a file by its extension, a folder a
-    format recognises, such as an LMDB database), else an image folder. ``owned`` is True
+    format recognises, such as an LMDB database), else an image folder. A URL (``s3://``,
+    ``gs://``, ``az://``, ``http(s)://``) names a set's manifest in object storage, read
+    through the shard cache as ``remote`` says; ``file://`` is a local path. ``owned`` is True
     when the source was made here (the loader then closes it).
     """
     if isinstance(source, Source):
@@ -48,7 +51,12 @@ def as_source(source: Any) -> tuple[Source, bool]:
             raise ValueError(f"an array source is a tuple (x, y), got {len(source)} items")
         return ArraySource(*source), True
     if isinstance(source, (str, os.PathLike)):
-        path = os.fspath(source)
+        path = local_path(os.fspath(source))
+        if remote_url(path) is not None:
+            from stoker.formats import format_of
+
+            fmt = format_of(path, remote=remote)
+            return FormatSource(path, format=fmt.name, remote=remote or RemoteOptions()), True
         if not os.path.exists(path):
             raise FileNotFoundError(f"source {path} does not exist")
         fmt = _format_of(path)

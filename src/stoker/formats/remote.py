@@ -1,0 +1,226 @@
+"""A set in object storage, read through the node's shard cache (``docs/remote.md``).
+
+:class:`RemoteFiles` is one remote set seen from the readers: its manifest, read once and kept
+in the cache by content (so every worker of a run reads the same manifest even when the object
+is rewritten meanwhile), and the files the manifest names, each fetched whole into the
+:class:`~stoker.storage.ShardCache` when first needed and pinned while a reader holds it.
+
+Every name a manifest gives goes through :func:`stoker.storage.urls.join_under`: it must stay
+under the manifest's folder, on the same scheme and bucket. Sizes come from one listing per
+folder at open, so a missing shard is a ``FileNotFoundError`` naming its URL before any batch,
+and a shard whose size differs from the manifest's is a :class:`ManifestError`. A cached copy is
+checked against the size and, where the manifest records it, the CRC32C of the whole file
+(``rec_crc32c``) before it is first read.
+
+:class:`RemoteOptions` holds what a user says about remote data (``storage_options``,
+``cache_dir``, ``cache_limit``, ``prefetch_shards``), checked once; the loader, the datasets and
+the CLI hand it down unchanged. ``storage_options`` never appears in a repr, an error, a
+progress line or a loader's ``state_dict``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from stoker._core.atomic import atomic_write
+from stoker._core.errors import ManifestError
+from stoker.formats.manifest import MAX_MANIFEST_BYTES
+from stoker.storage.cache import Pin, ShardCache
+from stoker.storage.remote import Remote
+from stoker.storage.urls import check_url, is_url, join_under, redact
+
+__all__ = ["RemoteFiles", "RemoteOptions", "check_sizes", "is_url", "local_path", "remote_url"]
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class RemoteOptions:
+    """How stoker reaches and caches remote data.
+
+    ``storage_options``: passed to ``fsspec.filesystem`` (credentials, ``endpoint_url``, ...);
+    without it credentials come from the standard places (``AWS_*`` variables, including
+    ``AWS_ENDPOINT_URL``, and ``~/.aws``). ``cache_dir``: the shard cache's folder (default:
+    ``<stoker cache dir>/shards``, see ``stoker._core.cache``). ``cache_limit``: its byte
+    budget (default: the smaller of 100 GiB and half the free space where it lives).
+    ``prefetch_shards``: shards downloaded ahead of the reading order (0: none).
+    """
+
+    storage_options: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+    cache_dir: str | None = None
+    cache_limit: int | None = None
+    prefetch_shards: int = 2
+
+    def __post_init__(self) -> None:
+        so = self.storage_options
+        if so is not None and not isinstance(so, Mapping):
+            raise TypeError("storage_options must be a dict of fsspec options")
+        if self.cache_dir is not None:
+            object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
+        lim = self.cache_limit
+        if lim is not None and (isinstance(lim, bool) or not isinstance(lim, int) or lim <= 0):
+            raise ValueError(f"cache_limit must be a positive number of bytes, got {lim!r}")
+        ahead = self.prefetch_shards
+        if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0:
+            raise ValueError(f"prefetch_shards must be an int >= 0, got {ahead!r}")
+
+    def cache(self) -> ShardCache:
+        return ShardCache(self.cache_dir, self.cache_limit)
+
+
+def _key(url: str, size: int, crc: int | None) -> str:
+    """The cache key of one object: its URL (without credentials), size and CRC, hashed, and
+    its base name for a reader of the cache folder."""
+    digest = hashlib.sha256(f"{redact(url)}\0{size}\0{crc}".encode()).hexdigest()[:32]
+    base = _SAFE.sub("_", url.rsplit("/", 1)[-1])[-80:] or "object"
+    return f"{digest}-{base}"
+
+
+class RemoteFiles:
+    """The files of one set in object storage (see the module docstring).
+
+    Picklable: the URL, the options, the sizes listed at open and the path of the manifest's
+    cached copy travel; the cache and the filesystem are made again where it lands.
+    """
+
+    def __init__(self, url: str, options: RemoteOptions | None = None) -> None:
+        self.url = check_url(url)
+        self.options = options or RemoteOptions()
+        self.remote = Remote(self.url, self.options.storage_options)
+        self.cache = self.options.cache()
+        self.sizes: dict[str, int] = {}  # URL -> size, from the folder listings
+        self._copy: str | None = None
+
+    def __repr__(self) -> str:
+        return f"RemoteFiles({redact(self.url)!r})"
+
+    def __getstate__(self) -> dict:
+        return {"url": self.url, "options": self.options, "sizes": self.sizes, "copy": self._copy}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["url"], state["options"])  # type: ignore[misc]
+        self.sizes, self._copy = dict(state["sizes"]), state["copy"]
+
+    # -- the manifest ------------------------------------------------------------------------
+    def manifest_copy(self, *, max_bytes: int = MAX_MANIFEST_BYTES) -> str:
+        """The local path of the manifest's copy: read from storage once per process that
+        opens the set, then kept in the cache by content (workers read the same copy)."""
+        if self._copy is not None and os.path.exists(self._copy):
+            return self._copy
+        data = self.remote.read_bytes(self.url, max_bytes=max_bytes)
+        sha = hashlib.sha256(data).hexdigest()
+        name = _SAFE.sub("_", self.url.rsplit("/", 1)[-1]) or "manifest.stoker.json"
+        folder = os.path.join(self.cache.root, "manifests", sha[:32])
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            with atomic_write(path) as f:
+                f.write(data)
+            os.chmod(path, 0o600)
+        self._copy = path
+        return path
+
+    # -- the files it names ------------------------------------------------------------------
+    def url_of(self, rel: str, field: str) -> str:
+        """The URL of a name the manifest gives (refused when it leaves the manifest's folder)."""
+        return join_under(self.url, rel, manifest=redact(self.url), field=field)
+
+    def list_sizes(self, urls: Iterable[str]) -> dict[str, int]:
+        """The size of every URL, from one listing per folder; ``FileNotFoundError`` naming
+        the first URL that is not there."""
+        by_folder: dict[str, list[str]] = {}
+        for u in urls:
+            by_folder.setdefault(u.rsplit("/", 1)[0], []).append(u)
+        for folder, members in by_folder.items():
+            found = self.remote.listing(folder)
+            for u in members:
+                size = found.get(u.rsplit("/", 1)[-1])
+                if size is None:
+                    raise FileNotFoundError(
+                        f"{redact(self.url)}: the manifest names {redact(u)}, which does not exist"
+                    )
+                self.sizes[u] = size
+        return self.sizes
+
+    def size_of(self, url: str) -> int:
+        size = self.sizes.get(url)
+        if size is None:
+            size = self.sizes[url] = self.remote.size(url)
+        return size
+
+    def fetch(self, url: str, *, crc32c: int | None = None, what: str = "") -> Pin:
+        """A pinned, checked local copy of ``url`` (downloaded once per node)."""
+        size = self.size_of(url)
+        return self.cache.get(
+            _key(url, size, crc32c),
+            size=size,
+            crc32c=crc32c,
+            fetch=partial(self.remote.download, url, size=size, what=what),
+            name=f"{what} ({redact(url)})" if what else redact(url),
+        )
+
+    def item(self, url: str, *, crc32c: int | None = None, what: str = "") -> Any:
+        """The :class:`~stoker.storage.Item` that downloads ``url`` ahead of its reader."""
+        from stoker.storage.ahead import Item
+
+        size = self.size_of(url)
+        return Item(
+            _key(url, size, crc32c),
+            size,
+            crc32c,
+            f"{what} ({redact(url)})" if what else redact(url),
+            partial(self.remote.download, url, size=size, what=what),
+        )
+
+
+def check_sizes(files: RemoteFiles, manifest: dict, checksums: bool) -> None:
+    """What can be checked of every shard of a RecordIO manifest before any is read: each
+    named file exists (one listing per folder) and each ``.rec`` has the manifest's size."""
+    urls = []
+    for j, s in enumerate(manifest["shards"]):
+        urls.append(files.url_of(s["rec"], f"shards[{j}].rec"))
+        urls.append(files.url_of(s["idx"], f"shards[{j}].idx"))
+        if s.get("crc32c") and checksums:
+            urls.append(files.url_of(s["crc32c"], f"shards[{j}].crc32c"))
+    sizes = files.list_sizes(urls)
+    for j, s in enumerate(manifest["shards"]):
+        rec = files.url_of(s["rec"], f"shards[{j}].rec")
+        if sizes[rec] != s["rec_bytes"]:
+            raise ManifestError(
+                f"{redact(files.url)}: {redact(rec)} is {sizes[rec]} bytes but the manifest "
+                f"records {s['rec_bytes']}; the .rec was replaced or truncated"
+            )
+        if s.get("crc32c") and checksums:
+            crc = files.url_of(s["crc32c"], f"shards[{j}].crc32c")
+            if sizes[crc] != 4 * s["records"]:
+                raise ManifestError(
+                    f"{redact(files.url)}: the checksum file {redact(crc)} holds {sizes[crc]} "
+                    f"bytes; the {s['records']} records of shard {s['rec']!r} need "
+                    f"{4 * s['records']}"
+                )
+
+
+def local_path(path: str) -> str:
+    """A ``file://`` URL as the local path it names; anything else unchanged."""
+    if is_url(path) and check_url(path).startswith("file://"):
+        from urllib.parse import unquote, urlsplit
+
+        parts = urlsplit(path)
+        if parts.netloc not in ("", "localhost"):
+            raise ValueError(f"{path}: a file:// URL names a local path (file:///abs/path)")
+        return unquote(parts.path)
+    return path
+
+
+def remote_url(path: Any) -> str | None:
+    """``path`` as a URL when it is one other than ``file://`` (which is read in place)."""
+    if not is_url(path):
+        return None
+    url = check_url(path)
+    return None if url.startswith("file://") else url
