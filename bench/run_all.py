@@ -4,6 +4,8 @@ Pass arguments through BENCH_ARGS, e.g. `make bench BENCH_ARGS="--only loader --
 Each benchmark measures its candidates side by side in one run and reports ratios
 (bench_formats.py: the loader on each format beside RecordIO, and `stoker convert` beside
 `cp`; `--only formats`).
+bench_bigfile.py: shuffled reads of a .rec twice the page cache it may use, without and
+with access hints, beside the same file warm (`--only bigfile`).
 bench_revisions.py (old revision against new) runs only when asked for, with `--old REV`:
 `make bench BENCH_ARGS="--only revisions --old HEAD~3"`.
 """
