@@ -18,7 +18,9 @@ Shard job
     written as ``*.partial`` and renamed; then ``OUT-NNNNN.pack-shard.json`` (``OUT.pack-
     shard.json`` unsharded) is written atomically: the plan's fingerprint, the shard's manifest
     entry, its files and their sizes, what each record counts for in the manifest and the
-    shard's rejects. That side-car is the shard's commit point. A shard whose side-car is of
+    shard's rejects. That side-car is the shard's commit point. A job holds an exclusive lock
+    on ``OUT-NNNNN.pack-shard.lock`` while it works on the shard, so two jobs of one shard
+    (a rerun beside a job of a killed driver that is still running) take turns. A shard whose side-car is of
     this plan and whose files have its sizes and verify (framing and every record's CRC) is
     done, and a rerun skips it; any other state (a job killed mid-shard, files renamed but no
     side-car, a damaged file) is packed again from scratch, to the same bytes.
@@ -28,7 +30,7 @@ Finalize
     that is missing or damaged; then merges the records' counts and the rejects in position
     order, applies ``max_rejects`` to the total, and writes the rejects list, the ``.lst``
     and the manifest last through ``packer.write_set_files``, the code a one-machine pack
-    commits with: the set is byte for byte that pack's. The side-cars are removed after the
+    commits with: the set is byte for byte that pack's. The side-cars and locks are removed after the
     manifest; the plan file stays.
 
 A decoder crash in a shard job run by a local pool is isolated as in a one-machine pack
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import time
@@ -342,6 +345,27 @@ def run_shard(
 ) -> ShardOutcome:
     """Pack shard ``s`` of ``plan`` unless it is done (see the module NOTE); ``workers``:
     a local pool of that many processes checks the images (0: this process does)."""
+    paths = _paths(options, plan)
+    with _locked(_sidecar(paths, s)[: -len(".json")] + ".lock"):
+        return _run_shard(options, plan, fp, s, workers, bar)
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Generator[None, None, None]:
+    """Hold an exclusive lock on ``path`` (made when missing): one job at a time per shard
+    (the task of a driver that was killed may still be running when a rerun's starts; the
+    lock goes with its process)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _run_shard(
+    options: PackOptions, plan: Plan, fp: str, s: int, workers: int, bar: Progress | None
+) -> ShardOutcome:
     t0 = time.perf_counter()
     a, b = _bounds(plan, s)
     if shard_problem(options, plan, fp, s) is None:
@@ -511,8 +535,10 @@ def finalize(
     except WriteFailed as e:
         raise e.error from None
     for s in range(plan.n_shards):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(_sidecar(paths, s))
+        side = _sidecar(paths, s)
+        for p in (side, side[: -len(".json")] + ".lock"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
     tally.check_accounting()
     return tally.report(
         shards=shard_main_files(paths, entries),
