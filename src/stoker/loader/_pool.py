@@ -18,17 +18,18 @@ import select
 import signal
 import sys
 import time
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import numpy as np
 
-from stoker._core.errors import WorkerDiedError
+from stoker._core.errors import LoaderError, WorkerDiedError
 from stoker.loader._process import worker_process
 from stoker.loader._worker import PARK, RING, Task, WorkerConfig, worker_main
 
-__all__ = ["WorkerHandle", "WorkerPool", "mp_context", "signal_name", "warm_up"]
+__all__ = ["WorkerHandle", "WorkerPool", "mp_context", "signal_name", "warm_up", "workers_here"]
 
 log = logging.getLogger("stoker.loader")
 
@@ -470,3 +471,19 @@ def _signal_alive(workers: list[WorkerHandle], method: str) -> None:
         if w.proc.is_alive():
             with contextlib.suppress(Exception):
                 getattr(w.proc, method)()
+
+
+def workers_here(workers: int, *, asked: bool) -> int:
+    """``workers`` where the worker engine runs; elsewhere 0 (decoding in the main process)
+    with a warning when the count was the default, a clear error when it was asked for."""
+    why = engine_unsupported() if workers else None
+    if why is None:
+        return workers
+    msg = (
+        f"stoker's worker processes need Linux ({why}); workers=0 runs the same pipeline in "
+        "the main process, with the same batches"
+    )
+    if asked:
+        raise LoaderError(f"workers={workers}: {msg}; pass workers=0")
+    warnings.warn(f"{msg}: using workers=0", RuntimeWarning, stacklevel=3)
+    return 0

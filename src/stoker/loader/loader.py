@@ -13,7 +13,6 @@ import contextlib
 import inspect
 import logging
 import os
-import warnings
 import weakref
 from collections import deque
 from collections.abc import Iterator
@@ -38,7 +37,7 @@ from stoker.loader._feed import Epoch, RingFeed, compact, compact_fields, dims, 
 from stoker.loader._fields import FieldPlan, plan_fields
 from stoker.loader._habits import DATALOADER_NAMES
 from stoker.loader._order import check_shuffle, default_sampler, sampler_args
-from stoker.loader._pool import WorkerPool, engine_unsupported, mp_context, warm_up
+from stoker.loader._pool import WorkerPool, mp_context, warm_up, workers_here
 from stoker.loader._state import (
     MAX_COUNTER,
     LoaderState,
@@ -145,7 +144,7 @@ class Loader(RingFeed):
             minimum=0,
             maximum=1024,
         )
-        self.workers = _workers_here(self.workers, asked=workers is not None)
+        self.workers = workers_here(self.workers, asked=workers is not None)
         self.prefetch = check_int("prefetch", prefetch, minimum=1, maximum=1024)
         self.timeout = check_timeout(timeout)
         self.on_worker_death = check_choice(
@@ -470,6 +469,8 @@ class Loader(RingFeed):
         nb = len(self)
         ep = Epoch(gen, epoch, order, widths, deque(range(start, nb)), heights)
         held: Batch | None = None
+        per = self._per_batch
+        ahead = self.source.read_ahead(order, start * per)  # a remote set's downloads
         try:
             if self.workers == 0:
                 for number in range(start, nb):
@@ -477,6 +478,8 @@ class Loader(RingFeed):
                     if gen != self._generation:
                         raise LoaderError("this iteration was superseded by a newer one")
                     self._next = number + 1
+                    if ahead is not None:
+                        ahead.reached(self._next * per)
                     if batch is not None:
                         yield batch
             else:
@@ -489,6 +492,8 @@ class Loader(RingFeed):
                         held.release()
                     held = None
                     self._next = number + 1
+                    if ahead is not None:
+                        ahead.reached(self._next * per)
                     if batch is None:
                         continue
                     held = batch
@@ -508,6 +513,8 @@ class Loader(RingFeed):
         finally:
             if held is not None and not held._retained:
                 held.release()
+            if ahead is not None:
+                ahead.close()
 
     def _account(self, epoch: int, bad: list) -> None:
         """Count skipped samples of a delivered batch; trip the breaker."""
@@ -570,22 +577,6 @@ class Loader(RingFeed):
 
 def _describe_fp(fp: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in fp.items())
-
-
-def _workers_here(workers: int, *, asked: bool) -> int:
-    """``workers`` where the worker engine runs; elsewhere 0 (decoding in the main process)
-    with a warning when the count was the default, a clear error when it was asked for."""
-    why = engine_unsupported() if workers else None
-    if why is None:
-        return workers
-    msg = (
-        f"stoker's worker processes need Linux ({why}); workers=0 runs the same pipeline in "
-        "the main process, with the same batches"
-    )
-    if asked:
-        raise LoaderError(f"workers={workers}: {msg}; pass workers=0")
-    warnings.warn(f"{msg}: using workers=0", RuntimeWarning, stacklevel=3)
-    return 0
 
 
 _PARAMS = [p for p in inspect.signature(Loader.__init__).parameters if p not in ("self", "unknown")]

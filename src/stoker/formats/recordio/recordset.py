@@ -13,6 +13,7 @@ binary index cache), so a set of 100,000 shards read by 8 workers stays within t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections import OrderedDict
@@ -192,6 +193,45 @@ class _Shards(Sequence[RecordFile]):
             yield self._owner.shard(j)
 
 
+class ReadAhead:
+    """The shards a reading order needs, downloaded ``prefetch_shards`` ahead of the reader
+    (:class:`~stoker.storage.AheadFetcher` in this process). Shards are planned in the order
+    their first record is read; ``reached(p)`` says the records before position ``p`` of the
+    order are read, so the shards whose first record comes later are the ones kept ahead."""
+
+    def __init__(self, rs: RecordSet, order: np.ndarray, start: int) -> None:
+        from stoker.storage.ahead import AheadFetcher
+
+        files = rs.files
+        assert files is not None
+        shard = np.searchsorted(rs._starts, order, side="right") - 1
+        seq, first = np.unique(shard, return_index=True)
+        seq = seq[np.argsort(first)]  # shards by their first read
+        rank = np.zeros(len(rs._entries), dtype=np.int64)
+        rank[seq] = np.arange(len(seq))
+        self._rank = np.maximum.accumulate(rank[shard])  # the latest shard begun at each position
+        items = []
+        for j in seq.tolist():
+            e = rs._entries[j]
+            what = f"shard {j} ({e['rec']})"
+            rec = files.url_of(e["rec"], f"shards[{j}].rec")
+            items.append(files.item(rec, crc32c=e.get("rec_crc32c"), what=what))
+            items.append(files.item(files.url_of(e["idx"], f"shards[{j}].idx"), what=what))
+        self._fetcher = AheadFetcher(files.cache, ahead=2 * files.options.prefetch_shards)
+        self._fetcher.plan(items)
+        self.reached(start)
+
+    def reached(self, p: int) -> None:
+        if p < len(self._rank):
+            self._fetcher.reached(2 * int(self._rank[p]))
+
+    def close(self) -> None:
+        """Stop the downloads; a background download's error is not raised here (the reader
+        that needs that shard downloads it itself and raises what it meets)."""
+        with contextlib.suppress(Exception):
+            self._fetcher.close()
+
+
 class RecordSet(Records):
     """Several shards read as one: global positions ``0..N-1`` run through the shards in
     manifest order. ``key(i)`` is the key inside its shard; ``shard_of(i)`` names the shard
@@ -262,6 +302,15 @@ class RecordSet(Records):
             for p in self._pins.pop(old, ()):
                 p.close()
         return r
+
+    def read_ahead(self, order: np.ndarray, start: int = 0) -> ReadAhead | None:
+        """For a remote set with ``prefetch_shards`` > 0: a :class:`ReadAhead` that downloads
+        the shards of ``order`` (global positions, in reading order) ahead of position
+        ``start``; ``None`` for a local set."""
+        files = self.files
+        if files is None or files.options.prefetch_shards == 0 or len(order) == 0:
+            return None
+        return ReadAhead(self, np.asarray(order, dtype=np.int64), start)
 
     def shard_location(self, j: int) -> str:
         """Where shard ``j``'s ``.rec`` lives, for messages: a local path or a URL."""

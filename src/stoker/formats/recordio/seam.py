@@ -251,6 +251,12 @@ class RecordIOReader(Reader):
         header, image = self.records.read_header(i)
         return image, self._label(i, header)
 
+    def read_ahead(self, order: np.ndarray, start: int = 0) -> Any:
+        """Downloads ahead of ``order`` for a set in object storage (``None`` otherwise):
+        see :meth:`RecordSet.read_ahead`."""
+        rec = self.records
+        return rec.read_ahead(order, start) if isinstance(rec, RecordSet) else None
+
     def advise(self, indices: np.ndarray) -> bool:
         """Access hints for the chunk ``indices`` when :attr:`hints` decides for them (once
         per process, on the bytes of :meth:`files`); whether they were given."""

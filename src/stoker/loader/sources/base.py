@@ -22,7 +22,9 @@ A :class:`Source` gives random access by global position ``i``:
   image headers (what aspect-ratio buckets need), cached on the source;
 - ``s.shard_sizes()``: int64 samples per shard in position order (positions run through the
   shards in order), or ``None`` for a source without shards (arrays, an image folder): what
-  ``shuffle="shards"`` deals to the ranks.
+  ``shuffle="shards"`` deals to the ranks;
+- ``s.read_ahead(order, start)``: downloads ahead of the reading order for a set in object
+  storage (an object with ``reached(p)`` and ``close()``), ``None`` by default.
 
 Sources pickle as their configuration (a path, a file list, a shared-memory segment name) and
 reopen in the worker; no open handle or large array crosses a process boundary.
@@ -149,6 +151,13 @@ class Source(abc.ABC):
 
     def describe(self, i: int) -> str:
         return f"key {self.key(i)} (position {i})"
+
+    def read_ahead(self, order: np.ndarray, start: int = 0) -> Any:
+        """An object with ``reached(p)`` and ``close()`` that fetches what ``order`` (global
+        positions in reading order) needs ahead of the reader, from position ``start``; the
+        loader calls ``reached`` as batches are delivered. ``None`` (the default): nothing to
+        fetch."""
+        return None
 
     def shard_sizes(self) -> np.ndarray | None:
         """Samples per shard in position order; ``None``: the source has no shards."""

@@ -156,6 +156,11 @@ class FormatSource(Source):
     def describe(self, i: int) -> str:
         return self._reader.describe(i)
 
+    def read_ahead(self, order: np.ndarray, start: int = 0) -> Any:
+        """The reader's downloads ahead of ``order`` (a set in object storage), or ``None``."""
+        ahead = getattr(self._reader, "read_ahead", None)
+        return None if ahead is None else ahead(order, start)
+
     def shard_sizes(self) -> np.ndarray | None:
         """The reader's records per shard (``None`` for a set without shards)."""
         return self._reader.shard_sizes()
