@@ -1,0 +1,361 @@
+"""Real storage on loopback for tests and benchmarks: an S3 server and a fault-injecting proxy.
+
+:class:`S3Server` is moto's S3 server (``moto[server]``, a development dependency) in a
+thread of this process on ``127.0.0.1`` and a free port. Every instance in one process shares
+moto's in-memory state, so tests use a bucket or prefix of their own. :meth:`S3Server.env`
+gives distinctive fake credentials and the endpoint for ``os.environ`` or a child process.
+
+:class:`FaultProxy` is an HTTP/1.1 forwarding proxy in front of such an endpoint; point a
+client at :attr:`FaultProxy.endpoint` instead of the server's. Each request is forwarded on a
+fresh connection and its response sent back with ``Connection: close`` (no keep-alive, so a
+fault never leaks into the next request). Per request it adds ``latency`` seconds, caps body
+bytes at ``bandwidth`` bytes/s, and applies the next injected fault whose ``match`` is in the
+request's path:
+
+- ``"reset"``: send the headers and ``after_bytes`` of the body, then reset the connection (RST);
+- ``"truncate"``: send the full ``Content-Length`` header but only ``after_bytes`` of the body
+  (half of it when ``after_bytes`` is 0), then close;
+- ``"stall"``: send the headers and ``after_bytes`` of the body, then nothing until the proxy
+  stops;
+- ``"503"`` / ``"slowdown"`` / ``"404"`` / ``"403"``: answer at once with that status and S3's
+  error XML (``ServiceUnavailable``, ``SlowDown``, ``NoSuchKey``, ``InvalidAccessKeyId``)
+  without forwarding.
+
+Everything runs in threads; :meth:`FaultProxy.stop` ends stalled responses and joins them.
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import socket
+import socketserver
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FaultProxy", "S3Server"]
+
+# Distinctive values, so a test can assert that none of them appears in any output.
+FAKE_ACCESS_KEY_ID = "STOKERFAKEKEYID7Q2XW"
+FAKE_SECRET_ACCESS_KEY = "stokerFakeSecret/9vQ3mZ1kP7wX+hT4"
+
+
+class S3Server:
+    """moto's S3 server on 127.0.0.1 and a free port, in a thread of this process."""
+
+    def __init__(self) -> None:
+        self._server: Any = None
+        self._port: int | None = None
+
+    def start(self) -> S3Server:
+        from moto.server import ThreadedMotoServer  # a development dependency
+
+        if self._server is not None:
+            return self
+        # werkzeug logs every request at INFO on stderr; keep its warnings and errors only
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        self._server = server
+        self._port = server.get_host_and_port()[1]
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.stop()
+        inner = getattr(server, "_server", None)
+        if inner is not None:
+            inner.server_close()  # stop() leaves the listening socket open
+
+    @property
+    def endpoint(self) -> str:
+        if self._port is None:
+            raise RuntimeError("S3Server.start() first")
+        return f"http://127.0.0.1:{self._port}"
+
+    def env(self) -> dict[str, str]:
+        """Environment for clients of this server: fake credentials, endpoint, region, and no
+        probing of the EC2 metadata service for credentials."""
+        return {
+            "AWS_ACCESS_KEY_ID": FAKE_ACCESS_KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": FAKE_SECRET_ACCESS_KEY,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+
+    def __enter__(self) -> S3Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+_KINDS = ("reset", "truncate", "stall", "503", "slowdown", "404", "403")
+_ERRORS = {
+    "503": (503, "Service Unavailable", "ServiceUnavailable", "Please reduce your request rate."),
+    "slowdown": (503, "Slow Down", "SlowDown", "Please reduce your request rate."),
+    "404": (404, "Not Found", "NoSuchKey", "The specified key does not exist."),
+    "403": (
+        403,
+        "Forbidden",
+        "InvalidAccessKeyId",
+        "The AWS Access Key Id you provided does not exist in our records.",
+    ),
+}
+_HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
+     "upgrade", "content-length"}
+)  # fmt: skip
+
+
+@dataclass
+class _Fault:
+    kind: str
+    times: int
+    match: str
+    after_bytes: int
+    skip: int
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    server: _ProxyServer
+
+    def handle(self) -> None:
+        proxy = self.server.proxy
+        sock: socket.socket = self.request
+        proxy._track(sock, True)
+        sock.settimeout(60.0)  # a client that sends nothing cannot hold a thread for ever
+        try:
+            rfile = sock.makefile("rb")
+            try:
+                proxy._serve_one(sock, rfile)
+            finally:
+                rfile.close()
+        except OSError:
+            pass
+        finally:
+            proxy._track(sock, False)
+
+
+class _ProxyServer(socketserver.ThreadingTCPServer):
+    daemon_threads = False
+    block_on_close = True
+    allow_reuse_address = True
+    proxy: FaultProxy
+
+
+class FaultProxy:
+    """An HTTP/1.1 proxy on 127.0.0.1 in front of ``target`` (see the module docstring)."""
+
+    def __init__(self, target: str, *, latency: float = 0.0, bandwidth: float | None = None):
+        host_port = target.split("://", 1)[-1].split("/", 1)[0]
+        host, _, port = host_port.rpartition(":")
+        self._target = (host or "127.0.0.1", int(port or 80))
+        self.latency = float(latency)
+        self.bandwidth = None if bandwidth is None else float(bandwidth)
+        self.requests: list[tuple[str, str, str | None]] = []
+        self._faults: list[_Fault] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._open: set[socket.socket] = set()
+        self._server: _ProxyServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> FaultProxy:
+        if self._server is not None:
+            return self
+        self._stopping.clear()
+        server = _ProxyServer(("127.0.0.1", 0), _Handler)
+        server.proxy = self
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._stopping.set()
+        server.shutdown()
+        with self._lock:
+            for s in list(self._open):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        server.server_close()  # joins the handler threads
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def endpoint(self) -> str:
+        if self._server is None:
+            raise RuntimeError("FaultProxy.start() first")
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def inject(
+        self, kind: str, *, times: int = 1, match: str = "", after_bytes: int = 0, skip: int = 0
+    ) -> None:
+        """Apply ``kind`` to the next ``times`` requests whose path contains ``match``, after
+        letting ``skip`` such requests through untouched."""
+        if kind not in _KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; one of {', '.join(_KINDS)}")
+        with self._lock:
+            self._faults.append(_Fault(kind, int(times), match, int(after_bytes), int(skip)))
+
+    def clear(self) -> None:
+        """Forget the faults not applied yet and the request log."""
+        with self._lock:
+            self._faults.clear()
+            self.requests.clear()
+
+    # -- one connection, one request ---------------------------------------------------------
+    def _track(self, sock: socket.socket, add: bool) -> None:
+        with self._lock:
+            if add:
+                self._open.add(sock)
+            else:
+                self._open.discard(sock)
+
+    def _take_fault(self, path: str) -> _Fault | None:
+        with self._lock:
+            for f in self._faults:
+                if f.times > 0 and f.match in path:
+                    if f.skip > 0:
+                        f.skip -= 1
+                        return None
+                    f.times -= 1
+                    return f
+        return None
+
+    def _throttle(self, nbytes: int, started: float, sent: int) -> None:
+        if self.bandwidth:
+            wait = started + (sent + nbytes) / self.bandwidth - time.monotonic()
+            if wait > 0:
+                self._stopping.wait(wait)
+
+    def _serve_one(self, sock: socket.socket, rfile: Any) -> None:
+        line = rfile.readline(65537)
+        if not line:
+            return
+        method, path, _ = line.decode("latin-1").split(" ", 2)
+        headers: list[tuple[str, str]] = []
+        while True:
+            h = rfile.readline(65537)
+            if h in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = h.decode("latin-1").partition(":")
+            headers.append((name.strip(), value.strip()))
+        lower = {k.lower(): v for k, v in headers}
+        if lower.get("expect", "").lower() == "100-continue":
+            sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+            headers = [(k, v) for k, v in headers if k.lower() != "expect"]
+        body = b"".join(self._read_body(rfile, lower))
+        with self._lock:
+            self.requests.append((method, path, lower.get("range")))
+        if self.latency:
+            self._stopping.wait(self.latency)
+        fault = self._take_fault(path)
+        if fault is not None and fault.kind in _ERRORS:
+            self._send_error(sock, fault.kind, path)
+            return
+        status, reason, out_headers, payload = self._forward(method, path, headers, body)
+        head = [f"HTTP/1.1 {status} {reason}"]
+        head += [f"{k}: {v}" for k, v in out_headers if k.lower() not in _HOP_BY_HOP]
+        length = int(_header(out_headers, "content-length") or len(payload))
+        if method != "HEAD":
+            length = len(payload)
+        head += [f"Content-Length: {length}", "Connection: close", "", ""]
+        sock.sendall("\r\n".join(head).encode("latin-1"))
+        if method == "HEAD":
+            return
+        limit = len(payload)
+        if fault is not None and fault.kind == "truncate":
+            limit = min(fault.after_bytes or len(payload) // 2, max(len(payload) - 1, 0))
+        elif fault is not None:
+            limit = min(fault.after_bytes, len(payload))
+        self._send_body(sock, memoryview(payload)[:limit])
+        if fault is None or fault.kind == "truncate":
+            return
+        if fault.kind == "stall":
+            self._stopping.wait()
+            return
+        # reset: close with SO_LINGER 0, so the peer sees ECONNRESET
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    def _read_body(self, rfile: Any, lower: dict[str, str]) -> Iterator[bytes]:
+        if lower.get("transfer-encoding", "").lower() == "chunked":
+            while True:
+                size = int(rfile.readline(1024).split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass
+                    return
+                yield rfile.read(size)
+                rfile.readline(8)
+        n = int(lower.get("content-length", "0") or 0)
+        if n:
+            yield rfile.read(n)
+
+    def _forward(
+        self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        conn = http.client.HTTPConnection(*self._target, timeout=60)
+        try:
+            conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+            for k, v in headers:
+                if k.lower() not in _HOP_BY_HOP:
+                    conn.putheader(k, v)
+            conn.putheader("Content-Length", str(len(body)))
+            conn.putheader("Connection", "close")
+            conn.endheaders(body)
+            resp = conn.getresponse()
+            payload = resp.read()
+            return resp.status, resp.reason, resp.getheaders(), payload
+        finally:
+            conn.close()
+
+    def _send_body(self, sock: socket.socket, data: memoryview) -> None:
+        started, sent, step = time.monotonic(), 0, 64 * 1024
+        while sent < len(data) and not self._stopping.is_set():
+            piece = data[sent : sent + step]
+            self._throttle(len(piece), started, sent)
+            sock.sendall(piece)
+            sent += len(piece)
+
+    def _send_error(self, sock: socket.socket, kind: str, path: str) -> None:
+        status, reason, code, message = _ERRORS[kind]
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n'
+            f"<Error><Code>{code}</Code><Message>{message}</Message>"
+            f"<Resource>{path.split('?', 1)[0]}</Resource><RequestId>stoker-fault</RequestId></Error>"
+        ).encode()
+        head = (
+            f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        sock.sendall(head.encode("latin-1") + body)
+
+
+def _header(headers: list[tuple[str, str]], name: str) -> str | None:
+    for k, v in headers:
+        if k.lower() == name:
+            return v
+    return None
