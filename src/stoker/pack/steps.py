@@ -535,8 +535,8 @@ def finalize(
     except WriteFailed as e:
         raise e.error from None
     for s in range(plan.n_shards):
-        side = _sidecar(paths, s)
-        for p in (side, side[: -len(".json")] + ".lock"):
+        side_path = _sidecar(paths, s)
+        for p in (side_path, side_path[: -len(".json")] + ".lock"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)
     tally.check_accounting()
