@@ -52,11 +52,11 @@ __all__ = [
     "page_cache_budget",
 ]
 
-#: Hints go on when the data exceeds this fraction of the page-cache budget. Measured on a
-#: 400 MB file with the page cache bounded by a cgroup: at 0.8 of the bound a cold shuffled
-#: epoch without hints is 1.4x faster (read-around pulls in the whole file), at 1.0 it is
-#: 1.7x slower and at 1.25 30x slower; the crossing lies between, and a wrong "on" costs
-#: far less than a wrong "off".
+#: Hints go on when the data exceeds this fraction of the page-cache budget. The crossing
+#: ``bench/bench_bigfile.py`` measures lies between data = 1.0x and 1.25x the budget (the
+#: figures: docs/loader.md, "Files larger than memory"); 0.9 leans to "on" because a wrong
+#: "off" costs far more than a wrong "on", and the memory free when a worker decides
+#: shrinks once training runs.
 HINT_FRACTION = 0.9
 
 _PAGE = mmap.PAGESIZE
