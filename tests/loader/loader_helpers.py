@@ -242,6 +242,9 @@ STATE_FIELDS = (
     "pair",
     "epoch",
     "batch",
+    "world_size",
+    "drop_last",
+    "resumed",
     "bad",
 )
 

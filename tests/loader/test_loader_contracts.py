@@ -118,7 +118,7 @@ def test_state_schema_round_trips_through_json():
 @pytest.mark.parametrize(
     "change,exc,match",
     [
-        ({"version": 2}, IncompatibleStateError, "version"),
+        ({"version": STATE_VERSION + 1}, IncompatibleStateError, "version"),
         ({"version": "1"}, TypeError, "version"),
         ({"seed": -1}, ValueError, "seed"),
         ({"batch_size": 0}, ValueError, "batch_size"),

@@ -32,7 +32,7 @@ from stoker._core.seeding import fresh_seed
 from stoker._core.specs import ArraySpec
 from stoker._core.system import usable_cores
 from stoker.formats.remote import RemoteOptions
-from stoker.loader import _keep, _shm
+from stoker.loader import _elastic, _keep, _shm
 from stoker.loader._feed import Epoch, RingFeed, compact, compact_fields, dims, make_batch
 from stoker.loader._fields import FieldPlan, plan_fields
 from stoker.loader._habits import DATALOADER_NAMES
@@ -284,6 +284,7 @@ class Loader(RingFeed):
         self._epoch = check_int("epoch", epoch, minimum=0, maximum=MAX_COUNTER)
         self._next = 0
         self._bad_epoch = 0
+        self.sampler = _elastic.settle(self.sampler)  # a resumed rest ends here
         self._cancel()
 
     @property
@@ -350,6 +351,7 @@ class Loader(RingFeed):
             batch=self._next,
             bad_epoch=self._bad_epoch,
             bad_total=self._bad_total,
+            **_elastic.place(self.sampler, self._epoch, self.drop_last),
         ).to_dict()
 
     def load_state_dict(self, state: dict) -> None:
@@ -372,20 +374,17 @@ class Loader(RingFeed):
             raise IncompatibleStateError(
                 f"seed: the state was saved with seed={st.seed}, this loader has seed={self.seed}"
             )
-        sampler = self.sampler
+        sampler = _elastic.settle(self.sampler)
         if self._own_sampler and st.seed != self.seed:
             sampler = default_sampler(self.source, seed=st.seed, **self._sampler_args)
-        if st.sampler != sampler.fingerprint():
-            raise IncompatibleStateError(
-                f"sampler: the state was saved with {st.sampler}, this loader has "
-                f"{sampler.fingerprint()}"
-            )
-        if st.batch > len(self):
-            raise ValueError(f"batch must be in [0, {len(self)}], got {st.batch}")
+        # the same batch on as many ranks; the rest of the epoch split anew on another count
+        sampler, batch = _elastic.resume(
+            st, sampler, batch_size=self._per_batch, drop_last=self.drop_last
+        )
         self._cancel()  # workers get the seed with each task: they stay up
         self.seed = st.seed
         self.sampler = sampler
-        self._epoch, self._next = st.epoch, st.batch
+        self._epoch, self._next = st.epoch, batch
         self._bad_epoch, self._bad_total = st.bad_epoch, st.bad_total
 
     # ------------------------------------------------------------------ planning
