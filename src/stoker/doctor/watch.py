@@ -29,6 +29,16 @@ measures the same two parts between ``on_train_batch_end`` and the next ``on_tra
 Items are passed through unchanged and in order; ``len()`` and attributes not defined here are
 forwarded to the wrapped object. Per step the overhead is two ``perf_counter`` calls and one
 append.
+
+NOTE [ Per rank ]
+Each pass's figures carry the process's ``rank`` and ``world_size`` (an initialised
+``torch.distributed``, looked up and never imported, else ``RANK``/``WORLD_SIZE``; see
+``stoker._core.system.dist_rank``), and with more than one rank the report line starts with
+``rank R/W``. ``watched.gather()`` is a collective: every rank calls it at the same point and
+gets every rank's figures of the last pass, in rank order (an ``all_gather_object`` of plain
+numbers; without an initialised process group, its own figures only). ``watch(...,
+gather=True)`` does that at the end of every finished pass, and rank 0 prints one line per
+rank naming the rank that waited most: DDP steps at the pace of its slowest input.
 """
 
 from __future__ import annotations
@@ -46,7 +56,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, Generic, TypeVar
 
-__all__ = ["WatchStats", "Watched", "format_stall_report", "watch"]
+from stoker._core.system import dist_rank
+
+__all__ = ["WatchStats", "Watched", "format_ranks", "format_stall_report", "gather_stats", "watch"]
 
 T = TypeVar("T")
 
@@ -75,6 +87,8 @@ class WatchStats:
     wait_p99_s: float
     wait_max_s: float
     stalls: int
+    rank: int = 0
+    world_size: int = 1
 
     @property
     def wait_share(self) -> float:
@@ -100,6 +114,8 @@ class WatchStats:
             "wait_share": self.wait_share,
             "batches_per_s": self.batches_per_s,
             "stalls": self.stalls,
+            "rank": self.rank,
+            "world_size": self.world_size,
         }
 
     def summary(self) -> str:
@@ -109,8 +125,9 @@ class WatchStats:
             if self.wait_share >= 0.10
             else "compute-bound: data arrives in time"
         )
+        where = f"rank {self.rank}/{self.world_size} " if self.world_size > 1 else ""
         return (
-            f"epoch {self.epoch}: {self.steps} steps in {self.elapsed_s:.2f} s "
+            f"{where}epoch {self.epoch}: {self.steps} steps in {self.elapsed_s:.2f} s "
             f"({self.batches_per_s:.1f} batches/s), data wait {100 * self.wait_share:.1f} % "
             f"(p50 {1e3 * self.wait_p50_s:.2f} ms, p99 {1e3 * self.wait_p99_s:.2f} ms, "
             f"first batch {1e3 * self.first_wait_s:.1f} ms)"
@@ -133,10 +150,13 @@ def _quantile(sorted_values: list[float], q: float) -> float:
 class _Pass:
     """Mutable counters of the pass in progress (owned by the iterating thread)."""
 
-    __slots__ = ("epoch", "waits", "work", "start", "end", "stalls", "waiting_since", "fired")
+    __slots__ = (
+        "epoch", "waits", "work", "start", "end", "stalls", "waiting_since", "fired", "place",
+    )  # fmt: skip
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
+        self.place = dist_rank()  # (rank, world_size) when the pass begins
         self.waits = array("d")
         self.work = 0.0
         self.start = time.perf_counter()
@@ -159,6 +179,8 @@ class _Pass:
             wait_p99_s=_quantile(waits, 0.99),
             wait_max_s=waits[-1] if waits else 0.0,
             stalls=self.stalls,
+            rank=self.place[0],
+            world_size=self.place[1],
         )
 
 
@@ -176,6 +198,7 @@ class Watched(Generic[T]):
         stall_timeout: float | None = None,
         report_every: int | None = None,
         file: IO[str] | None = _STDERR,  # type: ignore[assignment]
+        gather: bool = False,
     ) -> None:
         if not hasattr(iterable, "__iter__"):
             raise TypeError(f"watch() needs an iterable, got {type(iterable).__name__}")
@@ -198,6 +221,7 @@ class Watched(Generic[T]):
         self.stall_timeout = None if stall_timeout is None else float(stall_timeout)
         self.report_every = report_every
         self.file = file
+        self.gather_ranks = bool(gather)
         self.epochs: list[WatchStats] = []
         self._pass: _Pass | None = None
 
@@ -248,6 +272,18 @@ class Watched(Generic[T]):
             self.epochs.append(stats)
         if finished:
             self._print(stats.summary())
+            if self.gather_ranks:
+                every = gather_stats(stats)
+                if stats.rank == 0 and len(every) > 1:
+                    self._print(format_ranks(every))
+
+    def gather(self) -> list[WatchStats]:
+        """Every rank's figures of the current or last pass, in rank order: a collective that
+        every rank calls at the same point (see NOTE [ Per rank ])."""
+        stats = self.stats
+        if stats is None:
+            raise RuntimeError("watch: no pass yet; gather() after the loop has taken a batch")
+        return gather_stats(stats)
 
     def _maybe_report(self, p: _Pass) -> None:
         if self.report_every is not None and len(p.waits) % self.report_every == 0:
@@ -356,6 +392,7 @@ def watch(
     stall_timeout: float | None = None,
     report_every: int | None = None,
     file: IO[str] | None = _STDERR,  # type: ignore[assignment]
+    gather: bool = False,
 ) -> Watched[T]:
     """Wrap a training loop's data source to measure data wait per step.
 
@@ -366,14 +403,55 @@ def watch(
       (and of each worker of a loader with ``worker_pids()``) are printed;
     - ``report_every``: also print the running figures every N steps;
     - ``file``: where reports go (default: ``sys.stderr`` when printing; ``None``: silent,
-      the figures stay in ``.stats``/``.epochs``).
+      the figures stay in ``.stats``/``.epochs``);
+    - ``gather``: at the end of each pass every rank's figures are gathered over
+      ``torch.distributed`` and rank 0 prints one line per rank (a collective: all ranks
+      must pass ``gather=True``).
 
     Works with any iterable (a stoker ``Loader``, a torch ``DataLoader``, a Keras dataset, a
     generator); items, order and ``len()`` are unchanged.
     """
     return Watched(
-        iterable, sync=sync, stall_timeout=stall_timeout, report_every=report_every, file=file
+        iterable,
+        sync=sync,
+        stall_timeout=stall_timeout,
+        report_every=report_every,
+        file=file,
+        gather=gather,
     )
+
+
+_NUMBERS = (
+    "epoch", "steps", "wait_s", "work_s", "elapsed_s", "first_wait_s", "wait_p50_s",
+    "wait_p99_s", "wait_max_s", "stalls", "rank", "world_size",
+)  # fmt: skip
+
+
+def gather_stats(stats: WatchStats) -> list[WatchStats]:
+    """Every rank's ``stats``, in rank order, through an initialised ``torch.distributed``
+    (all ranks call it); ``[stats]`` without one. Only plain numbers cross the wire."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return [stats]
+    mine = {k: getattr(stats, k) for k in _NUMBERS}
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    out = [WatchStats(**{k: type(getattr(stats, k))(d[k]) for k in _NUMBERS}) for d in every]
+    return sorted(out, key=lambda s: s.rank)
+
+
+def format_ranks(every: list[WatchStats]) -> str:
+    """One line per rank (data-wait share, p99 wait, batches/s), then the rank that waited
+    most."""
+    lines = [f"epoch {every[0].epoch}, data wait per rank:"]
+    for s in every:
+        lines.append(
+            f"  rank {s.rank}: {s.steps} steps, data wait {100 * s.wait_share:.1f} % "
+            f"(p99 {1e3 * s.wait_p99_s:.2f} ms), {s.batches_per_s:.1f} batches/s"
+        )
+    worst = max(every, key=lambda s: s.wait_share)
+    lines.append(f"  most waiting: rank {worst.rank} ({100 * worst.wait_share:.1f} %)")
+    return "\n".join(lines)
 
 
 # -- the stall watchdog ---------------------------------------------------------------------
