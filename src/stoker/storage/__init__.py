@@ -20,10 +20,21 @@ from __future__ import annotations
 
 from stoker.storage.ahead import AheadFetcher, Item
 from stoker.storage.cache import Pin, ShardCache
+from stoker.storage.remote import Remote, close_filesystems
+from stoker.storage.retry import RetryPolicy
+from stoker.storage.urls import SCHEMES, check_url, is_url, join_under, redact
 
 __all__ = [
     "AheadFetcher",
     "Item",
     "Pin",
+    "Remote",
+    "RetryPolicy",
+    "SCHEMES",
     "ShardCache",
+    "check_url",
+    "close_filesystems",
+    "is_url",
+    "join_under",
+    "redact",
 ]
