@@ -29,7 +29,13 @@ from typing import Any
 
 from stoker.formats.base import Reader
 from stoker.formats.manifest import MANIFEST_SUFFIX, manifest_format
-from stoker.formats.remote import RemoteFiles, RemoteOptions, local_path, remote_url
+from stoker.formats.remote import (
+    REMOTE_KEYWORDS,
+    RemoteFiles,
+    RemoteOptions,
+    local_path,
+    remote_url,
+)
 
 __all__ = ["FORMATS", "Format", "format_of", "get", "open_reader", "register"]
 
@@ -132,9 +138,15 @@ def open_reader(
     path: str | os.PathLike[str], *, format: str | None = None, **options: Any
 ) -> Reader:
     """The :class:`Reader` of ``path`` in its format (``format=`` to name it). ``path`` may be
-    a URL (``remote=`` a :class:`~stoker.formats.remote.RemoteOptions`: how to reach and
-    cache it; ignored for a local path)."""
+    a URL: ``storage_options=``, ``cache_dir=``, ``cache_limit=`` and ``prefetch_shards=`` (or
+    one ``remote=`` :class:`~stoker.formats.remote.RemoteOptions`) say how to reach and cache
+    it; they are ignored for a local path."""
     p = local_path(os.fspath(path))
+    given = {k: options.pop(k) for k in REMOTE_KEYWORDS if k in options}
+    if given:
+        if options.get("remote") is not None:
+            raise TypeError(f"pass remote= or {sorted(given)}, not both")
+        options["remote"] = RemoteOptions(**given)
     if remote_url(p) is None:
         options.pop("remote", None)
     elif format is not None and format != "recordio":

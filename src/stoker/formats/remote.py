@@ -29,15 +29,31 @@ from functools import partial
 from typing import Any
 
 from stoker._core.atomic import atomic_write
-from stoker._core.errors import ManifestError
+from stoker._core.errors import CacheFullError, ManifestError
 from stoker.formats.manifest import MAX_MANIFEST_BYTES
 from stoker.storage.cache import Pin, ShardCache
 from stoker.storage.remote import Remote
 from stoker.storage.urls import check_url, is_url, join_under, redact
 
-__all__ = ["RemoteFiles", "RemoteOptions", "check_sizes", "is_url", "local_path", "remote_url"]
+__all__ = [
+    "REMOTE_KEYWORDS",
+    "RemoteFiles",
+    "RemoteOptions",
+    "check_room",
+    "check_sizes",
+    "is_url",
+    "local_path",
+    "remote_url",
+]
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+#: The keyword arguments that say how remote data is reached and cached, wherever a path is
+#: taken (``Loader``, ``RecordDataset``, ``stoker.formats.open``): :class:`RemoteOptions`.
+REMOTE_KEYWORDS = ("storage_options", "cache_dir", "cache_limit", "prefetch_shards")
+
+#: The environment variables the storage clients read (credentials, endpoints, regions).
+_ENV_PREFIXES = ("AWS_", "GOOGLE_", "GCE_", "AZURE_", "FSSPEC_")
 
 
 @dataclass(frozen=True)
@@ -96,14 +112,27 @@ class RemoteFiles:
         self.cache = self.options.cache()
         self.sizes: dict[str, int] = {}  # URL -> size, from the folder listings
         self._copy: str | None = None
+        self._env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
 
     def __repr__(self) -> str:
         return f"RemoteFiles({redact(self.url)!r})"
 
     def __getstate__(self) -> dict:
-        return {"url": self.url, "options": self.options, "sizes": self.sizes, "copy": self._copy}
+        return {
+            "url": self.url,
+            "options": self.options,
+            "sizes": self.sizes,
+            "copy": self._copy,
+            "env": self._env,
+        }
 
     def __setstate__(self, state: dict) -> None:
+        # A worker reaches storage as the process that opened the set did: the credential
+        # and endpoint variables it saw travel with the set (a worker's environment is the
+        # one its fork server started with, which may be older).
+        for name, value in state["env"].items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
         self.__init__(state["url"], state["options"])  # type: ignore[misc]
         self.sizes, self._copy = dict(state["sizes"]), state["copy"]
 
@@ -204,6 +233,28 @@ def check_sizes(files: RemoteFiles, manifest: dict, checksums: bool) -> None:
                     f"bytes; the {s['records']} records of shard {s['rec']!r} need "
                     f"{4 * s['records']}"
                 )
+
+
+def check_room(files: RemoteFiles, manifest: dict) -> None:
+    """:class:`CacheFullError` at open when the cache cannot hold what reading needs at once:
+    the shards a batch reads while the next ``prefetch_shards`` download (at least two shards
+    beside those, each with its ``.idx``)."""
+    sizes = [
+        files.sizes.get(files.url_of(s["rec"], "rec"), s["rec_bytes"])
+        + files.sizes.get(files.url_of(s["idx"], "idx"), 0)
+        for s in manifest["shards"]
+    ]
+    if not sizes:
+        return
+    need = (files.options.prefetch_shards + 2) * max(sizes)
+    limit = files.cache.limit
+    if limit < need:
+        raise CacheFullError(
+            f"{redact(files.url)}: the shard cache's budget is {limit} bytes; reading this set "
+            f"needs at least {need} (its largest shard, {max(sizes)} bytes with its .idx, "
+            f"times prefetch_shards={files.options.prefetch_shards} + 2). Raise cache_limit, "
+            "or lower prefetch_shards"
+        )
 
 
 def local_path(path: str) -> str:

@@ -34,7 +34,7 @@ from stoker.formats.recordio.manifest import (
 )
 from stoker.formats.recordio.reader import Checksums, RecordFile
 from stoker.formats.recordio.records import Records
-from stoker.formats.remote import RemoteFiles, check_sizes
+from stoker.formats.remote import RemoteFiles, check_room, check_sizes
 from stoker.storage.cache import Pin
 from stoker.storage.urls import redact
 
@@ -267,6 +267,7 @@ class RecordSet(Records):
             )
             if not self.files.sizes:
                 check_sizes(self.files, manifest, bool(self.verify_checksums))
+                check_room(self.files, manifest)
             self._max_open = MAX_OPEN_REMOTE_SHARDS
         self.manifest = manifest
         self.class_names = class_names(manifest)
@@ -311,6 +312,19 @@ class RecordSet(Records):
         if files is None or files.options.prefetch_shards == 0 or len(order) == 0:
             return None
         return ReadAhead(self, np.asarray(order, dtype=np.int64), start)
+
+    def focus(self, positions: np.ndarray) -> None:
+        """A remote set about to read ``positions`` (a chunk of a batch) closes the other
+        shards it holds open, so their cached copies are unpinned and can make room: what a
+        process pins is what its current chunk reads. A local set keeps its shards open."""
+        if self.files is None or not self._open_shards:
+            return
+        pos = np.asarray(positions, dtype=np.int64)
+        wanted = set((np.searchsorted(self._starts, pos, side="right") - 1).tolist())
+        for j in [j for j in self._open_shards if j not in wanted]:
+            self._open_shards.pop(j).close()
+            for p in self._pins.pop(j, ()):
+                p.close()
 
     def shard_location(self, j: int) -> str:
         """Where shard ``j``'s ``.rec`` lives, for messages: a local path or a URL."""

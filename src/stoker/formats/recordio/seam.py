@@ -204,6 +204,8 @@ class RecordIOReader(Reader):
                 rec = self.records
                 first = rec.shard(0) if isinstance(rec, RecordSet) else rec
                 lab = integral_labels(np.asarray(first.labels()))
+                if isinstance(rec, RecordSet):
+                    rec.focus(np.zeros(0, np.int64))  # the main process keeps nothing pinned
             self._label_dtype, self._label_shape = lab.dtype.name, tuple(lab.shape[1:])
         return self._label_shape, self._label_dtype
 
@@ -273,6 +275,8 @@ class RecordIOReader(Reader):
 
     def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()) -> ReadSample:
         if indices is not None:
+            if self.remote is not None and isinstance(self.records, RecordSet):
+                self.records.focus(indices)  # pin only what this chunk reads
             self.advise(indices)
         if fields:
             return self._field_reader(tuple(fields))
@@ -340,9 +344,7 @@ class RecordIOReader(Reader):
         """The ``.rec`` files that hold the records (every shard of a set)."""
         rec = self.records
         if isinstance(rec, RecordSet):
-            from stoker.formats.recordio.manifest import shard_paths
-
-            return [shard_paths(rec.manifest_path, e)[0] for e in rec.manifest["shards"]]  # type: ignore[index]
+            return [rec.shard_location(j) for j in range(len(rec.manifest["shards"]))]  # type: ignore[index]
         return [s.path for s in rec.shards]
 
     def summary(self) -> dict:

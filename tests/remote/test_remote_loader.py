@@ -1,0 +1,154 @@
+"""A set read from object storage (moto's S3 server on loopback, through s3fs) gives exactly the
+batches of the same set on local disk: any worker count, ranks, shard order, a mid-epoch resume,
+a cache smaller than the set, and faults on the way."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import stoker
+from stoker.storage.testing import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _batches(ld) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    with ld:
+        return [(b.images.copy(), np.asarray(b.labels).copy(), b.keys.copy()) for b in ld]
+
+
+def _same(a, b) -> None:
+    assert len(a) == len(b) and len(a) > 0
+    for (xa, ya, ka), (xb, yb, kb) in zip(a, b, strict=True):
+        np.testing.assert_array_equal(ka, kb)
+        np.testing.assert_array_equal(ya, yb)
+        np.testing.assert_array_equal(xa, xb)
+
+
+def _rec_bytes(manifest: str) -> list[int]:
+    with open(manifest) as f:
+        return [s["rec_bytes"] for s in json.load(f)["shards"]]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("shuffle", [True, "shards"])
+def test_same_batches_as_local_disk(remote_set, cache_dir, workers, shuffle):
+    kw = dict(batch_size=8, seed=11, shuffle=shuffle, workers=workers)
+    want = _batches(stoker.Loader(remote_set.local, **kw))
+    got = _batches(stoker.Loader(remote_set.url, cache_dir=cache_dir, **kw))
+    _same(got, want)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ranks_read_what_they_read_locally_with_equal_steps(remote_set, cache_dir, world):
+    counts = set()
+    for rank in range(world):
+        kw = dict(batch_size=4, seed=5, shuffle="shards", rank=rank, world_size=world, workers=0)
+        want = _batches(stoker.Loader(remote_set.local, **kw))
+        got = _batches(stoker.Loader(remote_set.url, cache_dir=cache_dir, **kw))
+        _same(got, want)
+        counts.add(len(got))
+    assert len(counts) == 1  # every rank takes the same number of steps
+
+
+def test_mid_epoch_resume_continues_with_the_local_batches(remote_set, cache_dir):
+    kw = dict(batch_size=6, seed=2, shuffle=True, workers=2)
+    want = _batches(stoker.Loader(remote_set.local, **kw))
+    with stoker.Loader(remote_set.url, cache_dir=cache_dir, **kw) as ld:
+        it = iter(ld)
+        for _ in range(3):
+            next(it)
+        state = ld.state_dict()
+    text = json.dumps(state)
+    assert FAKE_SECRET_ACCESS_KEY not in text and FAKE_ACCESS_KEY_ID not in text
+    again = stoker.Loader(remote_set.url, cache_dir=cache_dir, **kw)
+    again.load_state_dict(state)
+    _same(_batches(again), want[3:])
+
+
+def _counts(manifest: str) -> list[int]:
+    with open(manifest) as f:
+        return [s["records"] for s in json.load(f)["shards"]]
+
+
+def _cache_bytes(root: str) -> int:
+    total = 0
+    for folder, _, names in os.walk(root):
+        for n in names:
+            try:
+                total += os.stat(os.path.join(folder, n)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def test_a_cache_smaller_than_the_set_stays_within_its_budget(remote_set, cache_dir):
+    sizes = _rec_bytes(remote_set.local)
+    limit = int(sum(sizes) * 0.49)  # under half the set: about seven of its 15 shards
+    assert 6.5 * max(sizes) < limit < sum(sizes) / 2
+    peak, stop = [0], threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            # the budgeted files: entries and downloads in progress (manifest copies, a few KB
+            # each, are kept beside them outside the budget)
+            used = sum(_cache_bytes(os.path.join(cache_dir, d)) for d in ("entries", "tmp"))
+            peak[0] = max(peak[0], used)
+            time.sleep(0.002)
+
+    # a batch reads at most four shards (two windows of two), one downloads ahead
+    order = stoker.sampling.ShardOrder(np.array(_counts(remote_set.local)), seed=4, window=2)
+    kw = dict(batch_size=5, sampler=order, workers=2, prefetch_shards=1)
+    want = _batches(stoker.Loader(remote_set.local, **kw))
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        for _ in range(2):  # a second run finds some shards evicted and fetches them again
+            ld = stoker.Loader(remote_set.url, cache_dir=cache_dir, cache_limit=limit, **kw)
+            _same(_batches(ld), want)
+    finally:
+        stop.set()
+        t.join()
+    assert 0 < peak[0] <= limit
+
+
+def test_a_missing_shard_is_named_before_any_batch(remote_set, cache_dir):
+    from stoker.storage.remote import Remote
+
+    gone = remote_set.key_url("train-00002.rec")
+    Remote(gone).remove(gone)
+    with pytest.raises(FileNotFoundError, match="train-00002.rec") as e:
+        stoker.Loader(remote_set.url, batch_size=4, cache_dir=cache_dir, workers=0)
+    assert FAKE_SECRET_ACCESS_KEY not in str(e.value)
+
+
+def test_a_corrupt_cached_shard_is_fetched_again(remote_set, cache_dir):
+    kw = dict(batch_size=8, seed=1, shuffle=True, workers=0, cache_dir=cache_dir)
+    want = _batches(stoker.Loader(remote_set.url, **kw))
+    entries = os.path.join(cache_dir, "entries")
+    recs = sorted(n for n in os.listdir(entries) if n.endswith(".rec.data"))
+    assert recs
+    victim = os.path.join(entries, recs[0])
+    with open(victim, "r+b") as f:  # same size, one byte changed
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 0xFF]))
+    with open(victim, "ab") as f:  # and then longer than the manifest says
+        f.write(b"x")
+    _same(_batches(stoker.Loader(remote_set.url, **kw)), want)
+    assert os.path.getsize(victim) == _size_in_manifest(remote_set.local, recs[0])
+
+
+def _size_in_manifest(manifest: str, cached_name: str) -> int:
+    with open(manifest) as f:
+        for s in json.load(f)["shards"]:
+            if cached_name.endswith(s["rec"] + ".data"):
+                return int(s["rec_bytes"])
+    raise AssertionError(cached_name)
