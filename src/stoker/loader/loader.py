@@ -119,20 +119,7 @@ class Loader(RingFeed):
     ) -> None:
         # DataLoader habits get the stoker spelling by name, not a bare TypeError
         refuse_unknown("Loader", unknown, _PARAMS, DATALOADER_NAMES)
-        self._closed = True  # until construction succeeded
-        self._owner_pid = os.getpid()
-        self._pool = WorkerPool(on_worker_death)
-        self._slot_state = []
-        self._unreserved = set()
-        self._ring_width = None
-        self._layout = None
-        self._inflight = {}
-        self._ring_id = 0
-        self._generation = 0
-        self._ring = None
-        self._mem = None
-        self._source: Source | None = None
-        self._owns_source = False
+        self._blank(on_worker_death)
         self._fields: FieldPlan | None = None
         self._out_sizes: dict[tuple[int, int], tuple[int, int]] = {}
         self.batch_size = check_batch_size(batch_size)
@@ -192,6 +179,23 @@ class Loader(RingFeed):
         _live.add(self)
         if self.workers:
             warm_up()  # the worker server boots while the caller builds its model
+
+    def _blank(self, on_worker_death: str) -> None:
+        """The state of a loader before its source, pipeline and workers exist."""
+        self._closed = True  # until construction succeeded
+        self._owner_pid = os.getpid()
+        self._pool = WorkerPool(on_worker_death)
+        self._slot_state = []
+        self._unreserved = set()
+        self._ring_width = None
+        self._layout = None
+        self._inflight = {}
+        self._ring_id = 0
+        self._generation = 0
+        self._ring = None
+        self._mem = None
+        self._source: Source | None = None
+        self._owns_source = False
 
     def _make_pipeline(
         self,
