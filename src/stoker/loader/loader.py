@@ -151,7 +151,8 @@ class Loader(RingFeed):
         _shm.cleanup_stale()
         remote = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards)
         src, owned = as_source(source, remote=remote)
-        self._source, self._owns_source = src, owned
+        self._source: Source | None = src
+        self._owns_source = owned
         try:
             self.pipeline = self._make_pipeline(
                 src, transforms, pair_with, layout, decode, sampler, fields
@@ -194,7 +195,7 @@ class Loader(RingFeed):
         self._generation = 0
         self._ring = None
         self._mem = None
-        self._source: Source | None = None
+        self._source = None
         self._owns_source = False
 
     def _make_pipeline(

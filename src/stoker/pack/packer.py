@@ -47,7 +47,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +82,7 @@ from stoker.pack.pool import results
 from stoker.pack.report import PackReport, Tally
 from stoker.pack.source import kept_lengths, manifest_schema, variable_lengths
 from stoker.pack.worker import process
+from stoker.storage.urls import is_url
 
 __all__ = ["PackOptions", "PackReport", "convert", "output_prefix", "pack", "run_pack"]
 
@@ -112,6 +113,7 @@ def pack(
     labels: str = "folders",
     engine: str = "local",
     ray_address: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
     _check: Callable[..., Any] | None = None,
 ) -> PackReport:
     """Pack an image folder (one class per top-level subfolder), an im2rec ``.lst``, or a
@@ -136,7 +138,9 @@ def pack(
     (default: when stderr is a terminal). ``engine``: ``"local"`` (default: this machine's
     process pool) or ``"ray"`` (one Ray task per shard, on the cluster at ``ray_address`` or
     ``RAY_ADDRESS``, else on a Ray started here; needs ``pip install stoker[ray]``); both
-    write the same bytes (``docs/scale.md``). ``_check``: internal, a module-level stand-in for
+    write the same bytes (``docs/scale.md``). ``out`` may be a URL (``s3://``, ``gs://``, ...):
+    the pack is staged locally, then uploaded, manifest last (``storage_options``: how to reach
+    it; ``docs/remote.md``). ``_check``: internal, a module-level stand-in for
     ``check_image`` run in the workers (fault-injection tests). See ``docs/pack.md`` for the
     checks, the normalisation policy and resume.
 
@@ -168,11 +172,17 @@ def pack(
         engine=engine,
         ray_address=ray_address,
     )
-    return run_pack(options)
+    return run_pack(options, storage_options=storage_options)
 
 
-def run_pack(options: PackOptions) -> PackReport:
+def run_pack(
+    options: PackOptions, *, storage_options: Mapping[str, Any] | None = None
+) -> PackReport:
     """Pack as ``options`` say (see :func:`pack`)."""
+    if is_url(options.prefix):
+        from stoker.pack.remote import run_remote
+
+        return run_remote(options, run_pack, storage_options=storage_options)
     if options.engine == "ray":
         from stoker.pack.ray_engine import run_ray
 
