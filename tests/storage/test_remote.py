@@ -206,3 +206,46 @@ def test_an_http_redirect_is_refused_naming_the_url(redirecting_server):
         remote.size(url)
     assert _Target.hits == []  # the other server never saw a request
     assert time.monotonic() - started < 2.0  # refused at once, not retried
+
+
+def test_retry_delays_are_full_jitter_under_a_doubling_cap():
+    import random
+
+    from stoker.storage.retry import RetryPolicy
+
+    policy = RetryPolicy(retries=5, backoff=0.2, cap=1.0)
+    rng = random.Random(0)
+    for n, ceiling in enumerate([0.2, 0.4, 0.8, 1.0, 1.0, 1.0]):
+        draws = [policy.delay(n, rng) for _ in range(200)]
+        assert all(0.0 <= d <= ceiling for d in draws)
+        assert max(draws) > 0.8 * ceiling and min(draws) < 0.2 * ceiling  # spread, not fixed
+    with pytest.raises(ValueError):
+        RetryPolicy(retries=-1)
+
+
+def test_classify_sorts_faults_through_the_cause_chain():
+    from stoker.storage.retry import ShortReadError, classify
+
+    class ClientError(Exception):  # the shape of botocore's, without importing it
+        def __init__(self, status: int, code: str):
+            super().__init__(code)
+            self.response = {
+                "Error": {"Code": code},
+                "ResponseMetadata": {"HTTPStatusCode": status},
+            }
+
+    def wrapped(cause: BaseException, outer: BaseException) -> BaseException:
+        outer.__cause__ = cause
+        return outer
+
+    assert classify(ConnectionResetError()) == "transient"
+    assert classify(TimeoutError()) == "transient"
+    assert classify(ShortReadError("short")) == "transient"
+    assert classify(wrapped(ClientError(503, "SlowDown"), OSError(16, "x"))) == "transient"
+    assert classify(wrapped(ClientError(500, "InternalError"), OSError())) == "transient"
+    assert classify(wrapped(ClientError(404, "NoSuchKey"), FileNotFoundError())) == "missing"
+    assert classify(wrapped(ClientError(403, "AccessDenied"), PermissionError())) == "denied"
+    assert classify(type("NoCredentialsError", (Exception,), {})()) == "denied"
+    # fsspec's HTTP backend calls a failed HEAD "not found"; the cause decides
+    assert classify(wrapped(ClientError(503, "x"), FileNotFoundError("u"))) == "transient"
+    assert classify(ValueError("bad argument")) == "permanent"
