@@ -249,3 +249,35 @@ def test_classify_sorts_faults_through_the_cause_chain():
     # fsspec's HTTP backend calls a failed HEAD "not found"; the cause decides
     assert classify(wrapped(ClientError(503, "x"), FileNotFoundError("u"))) == "transient"
     assert classify(ValueError("bad argument")) == "permanent"
+
+
+@pytest.fixture
+def plain_http_server(no_aws, tmp_path):
+    """A stdlib file server on loopback: it ignores Range and always sends the whole file."""
+    import functools
+
+    handler = functools.partial(_QuietFiles, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+class _QuietFiles(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_http_download_from_a_server_without_range_support(plain_http_server, tmp_path):
+    data = os.urandom(300_000)
+    (tmp_path / "a.rec").write_bytes(data)
+    remote = Remote(plain_http_server, chunk=64 * 1024)
+    assert remote.size(f"{plain_http_server}/a.rec") == len(data)
+    out = io.BytesIO()
+    remote.download(f"{plain_http_server}/a.rec", out, size=len(data))
+    assert out.getvalue() == data
+    with pytest.raises(FileNotFoundError, match="a-missing.rec"):
+        remote.download(f"{plain_http_server}/a-missing.rec", io.BytesIO(), size=3)
