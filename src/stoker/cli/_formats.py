@@ -5,21 +5,36 @@ from __future__ import annotations
 import argparse
 import sys
 
+from stoker.cli._remote import remote_options, scrub
+
 __all__ = ["format_name"]
 
 
 def format_name(args: argparse.Namespace, command: str) -> str | None:
     """The registry name of ``args.file``'s format (``args.format`` when given); ``None``, after
-    one line on stderr, when it has none stoker reads. A bad manifest raises as every format
-    error does."""
+    one line on stderr, when it has none stoker reads. A URL's manifest is read as the remote
+    options say (``--storage-option``, ``--cache-dir``, ``--cache-limit``). A bad manifest
+    raises as every format error does."""
     from stoker._core.errors import StokerError
     from stoker.formats import registry
+    from stoker.formats.remote import remote_url
 
+    if args.format and args.format != "recordio" and remote_url(args.file) is not None:
+        print(
+            f"stoker {command}: error: {scrub(args.file, args)}: --format {args.format}: only "
+            "RecordIO sets are read from object storage in place; convert the set to RecordIO "
+            "(stoker convert) or copy it to local disk",
+            file=sys.stderr,
+        )
+        return None
     try:
-        fmt = registry.get(args.format) if args.format else registry.format_of(args.file)
+        if args.format:
+            fmt = registry.get(args.format)
+        else:
+            fmt = registry.format_of(args.file, remote=remote_options(args))
     except ValueError as e:
         if isinstance(e, StokerError):
             raise
-        print(f"stoker {command}: error: {e}", file=sys.stderr)
+        print(f"stoker {command}: error: {scrub(e, args)}", file=sys.stderr)
         return None
     return fmt.name

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 from stoker.cli.pack import make_options, run_options, writable_formats
 
 __all__ = ["add_parser", "run"]
@@ -23,10 +24,14 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
             "labels, keys and fields, in the source's order. Like pack: workers, progress, "
             "--shard-size, OUT.rejects.tsv (a record that fails to read, with its key, file and "
             "byte offset), OUT's folder created when missing, outputs renamed into place only "
-            "at the end, and an interrupted run resumes."
+            "at the end, and an interrupted run resumes. SRC may be the URL of a RecordIO set's "
+            "manifest (s3://, gs://, az://, http(s)://): its shards are read through the shard "
+            "cache."
         ),
     )
-    p.add_argument("src", help="the data set to read: a file, a folder or a manifest")
+    p.add_argument(
+        "src", help="the data set to read: a file, a folder, a manifest or a manifest's URL"
+    )
     p.add_argument("out", help="output prefix, e.g. data/train (writes data/train.tar, ...)")
     p.add_argument(
         "--format", required=True, choices=writable_formats(), help="the format to write"
@@ -55,11 +60,19 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument(
         "--json", action="store_true", help="print the report as JSON on stdout (no bar)"
     )
+    add_remote_arguments(p)
     p.set_defaults(func=run)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    return guarded("convert", args, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from stoker.formats.remote import remote_url
+
+    remote = remote_options(args) if remote_url(args.src) is not None else None
     options = make_options(
         "convert",
         src=args.src,
@@ -75,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         format=args.format,
         convert=True,
         source_format=args.source_format,
+        # how the source's URL is reached and cached (its repr names no credential)
+        source_options={"remote": remote} if remote is not None else None,
     )
     if options is None:
         return 2

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from stoker.cli._formats import format_name
+from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 
 __all__ = ["add_parser", "inspect_records", "inspect_set", "run"]
 
@@ -30,7 +31,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
             "Summarise FILE (a .stoker.json manifest, a .rec/.idx, a TFRecord file, a "
             "WebDataset .tar, an LMDB folder: any format stoker reads): records, shards, bytes, "
             "classes, label counts, and image formats and sizes read from the image headers of "
-            "a sample of records. Exit 1 when an image header of the sample cannot be read."
+            "a sample of records. Exit 1 when an image header of the sample cannot be read. "
+            "FILE may be the URL of a RecordIO set's manifest (s3://, gs://, az://, "
+            "http(s)://): its shards are read through the shard cache."
         ),
     )
     p.add_argument("file", help="a data set: manifest, data file or database folder")
@@ -43,6 +46,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         help="records whose image headers are read (default 2000; 0 = all)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
+    add_remote_arguments(p)
     p.set_defaults(func=run)
     return p
 
@@ -123,22 +127,32 @@ def _images(reader: Any, sample: int) -> dict[str, Any]:
 
 
 def inspect_set(
-    path: str | os.PathLike[str], *, sample: int = 2000, format: str | None = None
+    path: str | os.PathLike[str],
+    *,
+    sample: int = 2000,
+    format: str | None = None,
+    remote: Any = None,
 ) -> dict:
-    """A JSON-safe summary of a data set in any format (see ``stoker inspect --help``)."""
+    """A JSON-safe summary of a data set in any format (see ``stoker inspect --help``).
+    ``path`` may be a set's manifest URL; ``remote``
+    (:class:`~stoker.formats.remote.RemoteOptions`) says how to reach and cache it."""
     from stoker.formats import open_reader
+    from stoker.formats.remote import remote_url
+    from stoker.storage.urls import redact
 
-    reader = open_reader(path, format=format)
+    reader = open_reader(path, format=format, remote=remote)
     try:
         files = reader.files()
         out: dict[str, Any] = {
-            "file": os.fspath(path),
+            "file": redact(os.fspath(path)),
             "format": reader.format,
             "records": len(reader),
             "shards": len(files),
             "bytes": int(sum(os.path.getsize(f) for f in files if os.path.isfile(f))),
         }
         out.update(reader.summary())
+        if remote_url(os.fspath(path)) is not None and "rec_bytes" in out:
+            out["bytes"] = out["rec_bytes"]  # the shards' sizes, as a local set's files give
         _labels(reader, out)
         out["images"] = _images(reader, sample)
         schema = reader.schema
@@ -168,10 +182,14 @@ def _format(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the summary; exit 1 when an image header in the sample could not be read."""
+    return guarded("inspect", args, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     name = _format(args)
     if name is None:
         return 2
-    info = inspect_set(args.file, sample=args.sample, format=name)
+    info = inspect_set(args.file, sample=args.sample, format=name, remote=remote_options(args))
     status = 1 if info["images"]["unreadable_headers"] else 0
     if args.json:
         print(json.dumps(info, indent=1, ensure_ascii=True))

@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from stoker.cli._formats import format_name
+from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 
 __all__ = ["IDENTITY_TABLE", "add_parser", "run", "safe_name", "unpack", "unpack_set"]
 
@@ -38,7 +39,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         help="write the images of a data set back to a class folder tree",
         description="Write each record's image to DIR/<class>/<key>.<ext> (labels without a "
         "class map become folders named by the label). An insightface .rec gives its images "
-        f"only, one folder per identity, and its identity table in DIR/{IDENTITY_TABLE}.",
+        f"only, one folder per identity, and its identity table in DIR/{IDENTITY_TABLE}. FILE "
+        "may be the URL of a RecordIO set's manifest (s3://, gs://, az://, http(s)://): its "
+        "shards are read through the shard cache.",
     )
     p.add_argument("file", help="a data set: manifest, data file or database folder")
     p.add_argument("dir", help="output folder (created if missing)")
@@ -46,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--overwrite", action="store_true", help="replace files that exist")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (no bar)")
+    add_remote_arguments(p)
     p.set_defaults(func=run)
     return p
 
@@ -88,9 +92,12 @@ def unpack(
     overwrite: bool = False,
     progress: bool | None = None,
     format: str | None = None,
+    remote: Any = None,
 ) -> int:
     """Write every image to ``out_dir``; returns the number written (see :func:`unpack_set`)."""
-    summary = unpack_set(path, out_dir, overwrite=overwrite, progress=progress, format=format)
+    summary = unpack_set(
+        path, out_dir, overwrite=overwrite, progress=progress, format=format, remote=remote
+    )
     return int(summary["images"])
 
 
@@ -101,25 +108,29 @@ def unpack_set(
     overwrite: bool = False,
     progress: bool | None = None,
     format: str | None = None,
+    remote: Any = None,
 ) -> dict[str, Any]:
     """Write every image to ``out_dir`` (an insightface set's identity table too); returns
     the summary ``stoker unpack --json`` prints: ``file``, ``format``, ``dir``, ``images``,
     ``folders``, ``metadata_records`` and ``identity_table`` (the JSON file's path, or
-    ``None``)."""
+    ``None``). ``path`` may be a set's manifest URL; ``remote``
+    (:class:`~stoker.formats.remote.RemoteOptions`) says how to reach and cache it."""
     import numpy as np
 
     from stoker._core.progress import make_progress
     from stoker.formats import open_reader
+    from stoker.storage.urls import redact
 
+    shown = redact(os.fspath(path))
     # RecordIO checks each record against its .crc32c where there is one; an insightface
     # set's header and identity records are no samples
-    r = open_reader(path, format=format)
+    r = open_reader(path, format=format, remote=remote)
     try:
         names = r.class_names
         if names:
             # path is the manifest the names come from, or the data file they lie beside
             for n in names:
-                safe_name(n, what=f"class name in {path}")
+                safe_name(n, what=f"class name in {shown}")
         table = _identity_table(r)
         table_path = os.path.join(out_dir, IDENTITY_TABLE)
         if table is not None and not overwrite and os.path.lexists(table_path):
@@ -144,7 +155,7 @@ def unpack_set(
 
             write_bytes_atomic(os.path.join(root, IDENTITY_TABLE), _table_json(table).encode())
         return {
-            "file": os.fspath(path),
+            "file": shown,
             "format": r.format,
             "dir": os.fspath(out_dir),
             "images": count,
@@ -219,6 +230,10 @@ def _format(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    return guarded("unpack", args, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     name = _format(args)
     if name is None:
         return 2
@@ -228,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         progress=False if args.quiet or args.json else None,
         format=name,
+        remote=remote_options(args),
     )
     if args.json:
         print(json.dumps(summary, indent=1, ensure_ascii=True))

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from stoker.cli._formats import format_name
+from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 
 __all__ = ["add_parser", "report_json", "run"]
 
@@ -21,7 +22,11 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
             "Walk FILE (a NAME.stoker.json with all its shards, a .rec/.idx, a TFRecord file, a "
             "WebDataset .tar, an LMDB folder: any format stoker reads): the record framing, the "
             "index against the real record boundaries, the checksums, and with --decode every "
-            "image. Exit 1 listing the file, key, byte offset and reason of each problem."
+            "image. Exit 1 listing the file, key, byte offset and reason of each problem. FILE "
+            "may be the URL of a RecordIO set's manifest (s3://, gs://, az://, http(s)://): "
+            "each shard is downloaded through the shard cache, checked against the manifest's "
+            "size and CRC32C, and walked, one shard at a time (a set larger than --cache-limit "
+            "verifies); problems name the shard's URL."
         ),
     )
     p.add_argument("file", help="a data set: manifest, data file or database folder")
@@ -47,6 +52,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         action="store_true",
         help="print the report as JSON on stdout (no bar; the exit status is the same)",
     )
+    add_remote_arguments(p)
     p.set_defaults(func=run)
     return p
 
@@ -84,7 +90,12 @@ def report_json(report: Any, format: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    return guarded("verify", args, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     from stoker.formats import registry
+    from stoker.formats.remote import remote_url
 
     name = _format(args)
     if name is None:
@@ -94,9 +105,11 @@ def run(args: argparse.Namespace) -> int:
         from stoker import codecs
 
         decode = codecs.decode
-    extra = {}
+    extra: dict[str, Any] = {}
     if args.allow_missing_checksums:  # a RecordIO option; another format refuses it by name
         extra["allow_missing_checksums"] = True
+    if remote_url(args.file) is not None:
+        extra["remote"] = remote_options(args)
     report = registry.get(name).load("verify")(
         args.file,
         checksums=not args.no_checksums,

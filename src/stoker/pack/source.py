@@ -24,6 +24,7 @@ from stoker._core.errors import PackError
 from stoker._core.files import Item, ScanResult
 from stoker._core.schema import Schema
 from stoker.formats.base import Reader
+from stoker.formats.remote import local_path, remote_url
 from stoker.pack.options import PackOptions
 
 __all__ = [
@@ -95,7 +96,7 @@ def open_source(options: PackOptions) -> tuple[ScanResult, Reader]:
     from stoker.formats import open_reader
 
     src = os.fspath(options.src)
-    if not os.path.exists(src):
+    if remote_url(src) is None and not os.path.exists(local_path(src)):
         raise PackError(f"{src}: no such file or folder")
     try:
         reader = open_reader(src, format=options.source_format, **(options.source_options or {}))
