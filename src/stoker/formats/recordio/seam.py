@@ -27,8 +27,8 @@ from stoker.formats.recordio.insightface import layout_table
 from stoker.formats.recordio.opening import open_records
 from stoker.formats.recordio.records import Records
 from stoker.formats.recordio.recordset import RecordSet
-from stoker.formats.recordio.verify import verify_records
-from stoker.formats.remote import RemoteOptions, remote_url
+from stoker.formats.recordio.verify import verify_records, verify_remote
+from stoker.formats.remote import RemoteOptions, local_path, remote_url
 from stoker.formats.report import VerifyReport
 
 __all__ = ["RecordIOReader", "integral_labels", "open_reader", "verify"]
@@ -353,7 +353,9 @@ class RecordIOReader(Reader):
         per record, the insightface layout (``identities``; ``metadata_records`` and, by kind,
         ``metadata``: ``header``, ``identity`` and ``other`` records that hold no image), the
         rejects the manifest counts."""
-        full = open_records(self.path, verify_checksums=False, cache=self.cache)
+        full = open_records(
+            self.path, verify_checksums=False, cache=self.cache, remote=self.remote
+        )
         try:
             shards = full.shards
             out: dict[str, Any] = {
@@ -435,15 +437,22 @@ def verify(
     progress: bool | None = None,
     allow_missing_checksums: bool = False,
     idx_path: str | os.PathLike[str] | None = None,
+    remote: RemoteOptions | None = None,
 ) -> VerifyReport:
     """The registry's ``verify``: :func:`~stoker.formats.recordio.verify_records` on ``path``
-    (an ``.idx`` is verified with the ``.rec`` beside it)."""
-    return verify_records(
-        path,
-        idx_path=idx_path,
-        checksums=checksums,
-        decode=decode,
-        max_problems=max_problems,
-        progress=progress,
-        allow_missing_checksums=allow_missing_checksums,
-    )
+    (an ``.idx`` is verified with the ``.rec`` beside it). A manifest's URL is verified shard by
+    shard through the shard cache (``remote``: how to reach and cache it; see
+    :func:`~stoker.formats.recordio.verify.verify_remote`)."""
+    kw: dict[str, Any] = {
+        "checksums": checksums,
+        "decode": decode,
+        "max_problems": max_problems,
+        "progress": progress,
+        "allow_missing_checksums": allow_missing_checksums,
+    }
+    url = remote_url(os.fspath(path))
+    if url is not None:
+        if idx_path is not None:
+            raise ValueError("idx_path is for a local .rec; a set in object storage has a manifest")
+        return verify_remote(url, remote=remote, **kw)
+    return verify_records(local_path(os.fspath(path)), idx_path=idx_path, **kw)
