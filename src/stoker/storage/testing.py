@@ -274,7 +274,7 @@ class FaultProxy:
             self._stopping.wait(self.latency)
         fault = self._take_fault(path)
         if fault is not None and fault.kind in _ERRORS:
-            self._send_error(sock, fault.kind, path)
+            self._send_error(sock, fault.kind, path, head_only=method == "HEAD")
             return
         status, reason, out_headers, payload = self._forward(method, path, headers, body)
         head = [f"HTTP/1.1 {status} {reason}"]
@@ -340,7 +340,9 @@ class FaultProxy:
             sock.sendall(piece)
             sent += len(piece)
 
-    def _send_error(self, sock: socket.socket, kind: str, path: str) -> None:
+    def _send_error(
+        self, sock: socket.socket, kind: str, path: str, *, head_only: bool = False
+    ) -> None:
         status, reason, code, message = _ERRORS[kind]
         body = (
             '<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -351,7 +353,7 @@ class FaultProxy:
             f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         )
-        sock.sendall(head.encode("latin-1") + body)
+        sock.sendall(head.encode("latin-1") + (b"" if head_only else body))  # HEAD: no body
 
 
 def _header(headers: list[tuple[str, str]], name: str) -> str | None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from stoker._core.errors import ImageDecodeError, SpecError
 from stoker._core.schema import Schema
+from stoker._core.specs import ArraySpec
 from stoker.formats import Reader
 from stoker.loader.sources.base import Source
 
@@ -92,6 +93,16 @@ class FormatSource(Source):
         return self._reader.labels()
 
     @property
+    def label_spec(self) -> ArraySpec:
+        """One label's shape and dtype; from the reader's ``label_kind()`` where it has one
+        (a remote set answers from its first shard, without fetching every shard)."""
+        kind = getattr(self._reader, "label_kind", None)
+        if kind is None:
+            return super().label_spec
+        shape, dtype = kind()
+        return ArraySpec(tuple(shape), dtype)
+
+    @property
     def class_names(self) -> list[str] | None:
         return self._reader.class_names
 
@@ -155,6 +166,12 @@ class FormatSource(Source):
 
     def describe(self, i: int) -> str:
         return self._reader.describe(i)
+
+    def probe_positions(self, probes: int) -> list[int] | None:
+        """Where to read a few images' sizes without fetching much: the reader's choice (a
+        remote set's first shard), or ``None`` for a spread over the set."""
+        near = getattr(self._reader, "probe_positions", None)
+        return None if near is None else near(probes)
 
     def read_ahead(self, order: np.ndarray, start: int = 0) -> Any:
         """The reader's downloads ahead of ``order`` (a set in object storage), or ``None``."""

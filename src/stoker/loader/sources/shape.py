@@ -47,7 +47,10 @@ def shared_image_spec(
     (the worker reports it as ``on_error`` says); when none can be read, :class:`SpecError`
     with the first reason."""
     n = len(source)
-    positions = np.unique(np.linspace(0, n - 1, num=min(n, probes)).astype(np.int64)).tolist()
+    near = getattr(source, "probe_positions", None)  # a remote set: where nothing is fetched
+    positions = near(probes) if near is not None else None
+    if positions is None:
+        positions = np.unique(np.linspace(0, n - 1, num=min(n, probes)).astype(np.int64)).tolist()
     seen: dict[tuple[int, int], list[int]] = {}  # size -> positions, in the order first seen
     failure = ""
     for i in positions:
