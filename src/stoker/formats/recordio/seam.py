@@ -27,7 +27,8 @@ from stoker.formats.recordio.insightface import layout_table
 from stoker.formats.recordio.opening import open_records
 from stoker.formats.recordio.records import Records
 from stoker.formats.recordio.recordset import RecordSet
-from stoker.formats.recordio.verify import verify_records, verify_remote
+from stoker.formats.recordio.verify import verify_records
+from stoker.formats.recordio.verify_remote import verify_remote
 from stoker.formats.remote import RemoteOptions, local_path, remote_url
 from stoker.formats.report import VerifyReport
 
@@ -442,7 +443,7 @@ def verify(
     """The registry's ``verify``: :func:`~stoker.formats.recordio.verify_records` on ``path``
     (an ``.idx`` is verified with the ``.rec`` beside it). A manifest's URL is verified shard by
     shard through the shard cache (``remote``: how to reach and cache it; see
-    :func:`~stoker.formats.recordio.verify.verify_remote`)."""
+    :func:`~stoker.formats.recordio.verify_remote.verify_remote`)."""
     kw: dict[str, Any] = {
         "checksums": checksums,
         "decode": decode,
