@@ -11,8 +11,7 @@
 - with ``decode=f``, ``f(image_bytes)`` on every non-empty image; an exception is a problem;
 - for a manifest: each shard's size, ``.idx`` sha256 and record count.
 
-:func:`verify_remote` does the same for a set in object storage, shard by shard through the
-shard cache.
+:mod:`~stoker.formats.recordio.verify_remote` does the same for a set in object storage.
 
 The result is a :class:`VerifyReport`; ``report.ok`` is true when nothing was found.
 """
@@ -27,12 +26,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from stoker._core.checksum import file_crc32c
-from stoker._core.errors import CorruptRecordError, IndexFormatError
+from stoker._core.errors import IndexFormatError
 from stoker._core.progress import make_progress
 from stoker._core.schema import Schema
 from stoker.formats.fields import TrailerError, decode_trailer, split_trailer
-from stoker.formats.manifest import read_json
 from stoker.formats.recordio.framing import LENGTH_MASK, FrameError, next_magic, read_record
 from stoker.formats.recordio.header import unpack_header
 from stoker.formats.recordio.index import parse_idx, sha256_file
@@ -41,15 +38,11 @@ from stoker.formats.recordio.manifest import (
     load_manifest,
     manifest_schema,
     shard_paths,
-    validate_manifest,
 )
 from stoker.formats.recordio.paths import default_crc_path, default_idx_path, manifest_path_for
-from stoker.formats.remote import RemoteFiles, RemoteOptions
 from stoker.formats.report import Problem, VerifyReport
-from stoker.storage.cache import Pin
-from stoker.storage.urls import redact
 
-__all__ = ["Problem", "VerifyReport", "verify_records", "verify_remote"]
+__all__ = ["Problem", "VerifyReport", "verify_records"]
 
 
 #: ``(key, .idx line)`` of the record at a byte offset, ``(None, None)`` when unlisted.
@@ -421,174 +414,3 @@ def verify_records(
         opts = _with_schema(opts, load_manifest(beside), beside)
     _verify_shard(report, p, idx, None, opts)
     return report
-
-
-# -- a set in object storage ------------------------------------------------------------------
-
-
-def verify_remote(
-    url: str,
-    *,
-    remote: RemoteOptions | None = None,
-    checksums: bool = True,
-    decode: Callable[[bytes], object] | None = None,
-    max_problems: int = 1000,
-    progress: bool | None = None,
-    allow_missing_checksums: bool = False,
-) -> VerifyReport:
-    """Verify a RecordIO set in object storage by its manifest's URL (``remote``: how to reach
-    and cache it).
-
-    Each shard is downloaded through the node's shard cache, checked there against the
-    manifest's size and, where the manifest records it, the whole file's CRC32C
-    (``rec_crc32c``), then walked as :func:`verify_records` walks a local shard. One shard at
-    a time: its cached copies are unpinned before the next is fetched, so a set larger than
-    the cache's budget verifies. Problems name the shard's URL (without credentials), never
-    the cached copy. A shard whose CRC32C differs from ``rec_crc32c`` is a problem; it is then
-    fetched unchecked and walked, so the records that changed are named (key, byte offset,
-    ``.idx`` line) where the set has per-record checksums.
-
-    Raises what stops the whole walk: an unreadable or hostile manifest, storage that cannot be
-    reached, a shard larger than the cache's budget (:class:`CacheFullError`).
-    """
-    if max_problems < 0:
-        raise ValueError(f"max_problems must be >= 0, got {max_problems}")
-    files = RemoteFiles(url, remote)
-    shown = redact(files.url)
-    report = VerifyReport(shown, max_problems=max_problems)
-    manifest = validate_manifest(read_json(files.manifest_copy()), shown)
-    opts = _with_schema(
-        _Options(checksums, decode, progress, allow_missing_checksums), manifest, shown
-    )
-    urls = [
-        tuple(
-            files.url_of(e[f], f"shards[{j}].{f}") if e.get(f) else None
-            for f in ("rec", "idx", "crc32c")
-        )
-        for j, e in enumerate(manifest["shards"])
-    ]
-    folders: dict[str, list[str]] = {}
-    for u in [u for trio in urls for u in trio if u is not None]:
-        folders.setdefault(u.rsplit("/", 1)[0], []).append(u)
-    for folder, members in folders.items():  # files.sizes: what exists, one listing per folder
-        found = files.remote.listing(folder)
-        files.sizes.update(
-            {u: found[u.rsplit("/", 1)[-1]] for u in members if u.rsplit("/", 1)[-1] in found}
-        )
-    for j, (entry, trio) in enumerate(zip(manifest["shards"], urls, strict=True)):
-        _verify_remote_entry(report, files, j, entry, trio, opts)  # type: ignore[arg-type]
-    return report
-
-
-def _verify_remote_entry(
-    report: VerifyReport,
-    files: RemoteFiles,
-    j: int,
-    entry: dict,
-    urls: tuple[str, str, str | None],
-    opts: _Options,
-) -> None:
-    """Shard ``j``: fetched through the cache, walked, its pins released."""
-    rec, idx, crc = urls
-    what = f"shard {j} ({entry['rec']})"
-    if rec not in files.sizes:
-        report.add(Problem(redact(rec), None, None, "shard listed in the manifest is missing"))
-        return
-    pins: list[Pin] = []
-    names: dict[str, str] = {}
-    n0, m0 = len(report.problems), len(report.notes)
-    try:
-        pins.append(_fetch_rec(report, files, entry, rec, what, opts.checksums))
-        names[pins[-1].path] = redact(rec)
-        idx_local = None
-        if idx in files.sizes:
-            pins.append(files.fetch(idx, what=what))
-            idx_local = pins[-1].path
-            names[idx_local] = redact(idx)
-        else:
-            report.add(Problem(redact(idx), None, None, "the .idx file does not exist"))
-        crc_local, opts = _fetch_crc(report, files, rec, crc, what, opts, pins)
-        if crc_local is not None:
-            names[crc_local] = redact(crc or "")
-        _verify_entry(
-            report, entry, pins[0].path, idx_local, crc_local, opts, rec.rsplit("/", 1)[-1]
-        )
-    finally:
-        for pin in pins:
-            pin.close()
-    _relabel(report, n0, m0, names)
-
-
-def _fetch_rec(
-    report: VerifyReport, files: RemoteFiles, entry: dict, rec: str, what: str, checksums: bool
-) -> Pin:
-    """The pinned cached copy of a shard's ``.rec``, checked against ``rec_crc32c``; one that
-    fails the check is a problem and is fetched again unchecked (to be walked)."""
-    want = entry.get("rec_crc32c") if checksums else None
-    if files.sizes[rec] != entry["rec_bytes"]:
-        want = None  # the size problem is reported by the walk; the CRC cannot match
-    try:
-        return files.fetch(rec, crc32c=want, what=what)
-    except CorruptRecordError:
-        if want is None:
-            raise
-    pin = files.fetch(rec, crc32c=None, what=what)
-    report.add(
-        Problem(
-            redact(rec),
-            None,
-            None,
-            f"the object's CRC32C is 0x{file_crc32c(pin.path):08x}, the manifest's rec_crc32c "
-            f"0x{want:08x}: the shard changed after the set was written",
-        )
-    )
-    return pin
-
-
-def _fetch_crc(
-    report: VerifyReport,
-    files: RemoteFiles,
-    rec: str,
-    crc: str | None,
-    what: str,
-    opts: _Options,
-    pins: list[Pin],
-) -> tuple[str | None, _Options]:
-    """The cached copy of the shard's checksum file (pinned into ``pins``) and the options
-    to walk with: without checksums when the manifest names none, or one that is missing."""
-    if not opts.checksums:
-        return None, opts
-    if crc is None:
-        report.notes.append(f"{redact(rec)}: no checksum file (the manifest names none)")
-        return None, replace(opts, checksums=False)
-    if crc not in files.sizes:
-        if opts.allow_missing_checksums:
-            report.notes.append(f"{redact(rec)}: its checksum file {redact(crc)} is missing")
-        else:
-            report.add(
-                Problem(
-                    redact(crc),
-                    None,
-                    None,
-                    f"the checksum file the manifest names for {redact(rec)} does not exist, "
-                    "so its records cannot be checked (--allow-missing-checksums to accept that)",
-                )
-            )
-        return None, replace(opts, checksums=False)
-    pins.append(files.fetch(crc, what=what))
-    return pins[-1].path, opts
-
-
-def _relabel(report: VerifyReport, n0: int, m0: int, names: dict[str, str]) -> None:
-    """The problems and notes from ``n0``/``m0`` on with each cached copy's path replaced by
-    the URL it was fetched from."""
-
-    def sub(text: str) -> str:
-        for local, url in names.items():
-            text = text.replace(local, url)
-        return text
-
-    report.problems[n0:] = [
-        replace(p, path=sub(p.path), reason=sub(p.reason)) for p in report.problems[n0:]
-    ]
-    report.notes[m0:] = [sub(n) for n in report.notes[m0:]]
