@@ -6,9 +6,32 @@ from __future__ import annotations
 import argparse
 
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options
-from stoker.cli.pack import make_options, run_options, writable_formats
+from stoker.cli.pack import (
+    add_scale_options,
+    make_options,
+    run_options,
+    run_plan_steps,
+    step_usage,
+    writable_formats,
+    write_plan_step,
+)
 
 __all__ = ["add_parser", "run"]
+
+#: Options a convert's plan file holds: refused beside --plan (dest, flag, default).
+_PLAN_HELD = (
+    ("format", "--format", None),
+    ("source_format", "--from", None),
+    ("shard_size", "--shard-size", None),
+    ("shuffle", "--shuffle", False),
+    ("seed", "--seed", 0),
+    ("overwrite", "--overwrite", False),
+    ("no_resume", "--no-resume", False),
+    ("max_rejects", "--max-rejects", None),
+    ("engine", "--engine", "local"),
+    ("cache_dir", "--cache-dir", None),
+    ("cache_limit", "--cache-limit", None),
+)
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
@@ -26,15 +49,26 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
             "byte offset), OUT's folder created when missing, outputs renamed into place only "
             "at the end, and an interrupted run resumes. SRC may be the URL of a RecordIO set's "
             "manifest (s3://, gs://, az://, http(s)://): its shards are read through the shard "
-            "cache."
+            "cache. OUT may be a URL: staged locally, uploaded, manifest last. As for pack: "
+            "--engine ray, and the steps --plan-only, --plan PLAN --shards A:B, "
+            "--plan PLAN --finalize (docs/scale.md)."
         ),
     )
     p.add_argument(
-        "src", help="the data set to read: a file, a folder, a manifest or a manifest's URL"
+        "src",
+        nargs="?",
+        help="the data set to read: a file, a folder, a manifest or a manifest's URL",
     )
-    p.add_argument("out", help="output prefix, e.g. data/train (writes data/train.tar, ...)")
     p.add_argument(
-        "--format", required=True, choices=writable_formats(), help="the format to write"
+        "out",
+        nargs="?",
+        help="output prefix, e.g. data/train (writes data/train.tar, ...), or its URL",
+    )
+    p.add_argument(
+        "--format",
+        default=None,
+        choices=writable_formats(),
+        help="the format to write (required, except beside --plan)",
     )
     p.add_argument(
         "--from",
@@ -60,6 +94,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument(
         "--json", action="store_true", help="print the report as JSON on stdout (no bar)"
     )
+    add_scale_options(p, "convert")
     add_remote_arguments(p)
     p.set_defaults(func=run)
     return p
@@ -70,8 +105,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import sys
+
     from stoker.formats.remote import remote_url
 
+    bad = step_usage(args, _PLAN_HELD)
+    if bad is None and args.plan is None and args.format is None:
+        bad = "--format is required: the format to write"
+    if bad:
+        print(f"stoker convert: error: {bad}", file=sys.stderr)
+        return 2
+    # --storage-option: how the source's and the output's URLs are reached
+    pairs = getattr(args, "storage_options", None)
+    storage = dict(pairs) if pairs else None
+    if args.plan is not None and not args.plan_only:
+        return run_plan_steps(args, "convert", storage)
     remote = remote_options(args) if remote_url(args.src) is not None else None
     options = make_options(
         "convert",
@@ -90,7 +138,11 @@ def _run(args: argparse.Namespace) -> int:
         source_format=args.source_format,
         # how the source's URL is reached and cached (its repr names no credential)
         source_options={"remote": remote} if remote is not None else None,
+        engine=args.engine,
+        ray_address=args.address,
     )
     if options is None:
         return 2
-    return run_options(options, args, "convert")
+    if args.plan_only:
+        return write_plan_step(options, args, "convert", storage)
+    return run_options(options, args, "convert", storage)

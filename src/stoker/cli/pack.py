@@ -9,7 +9,17 @@ import signal
 import sys
 from typing import Any
 
-__all__ = ["add_parser", "make_options", "run", "run_options", "writable_formats"]
+__all__ = [
+    "add_parser",
+    "add_scale_options",
+    "make_options",
+    "run",
+    "run_options",
+    "run_plan_steps",
+    "step_usage",
+    "writable_formats",
+    "write_plan_step",
+]
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
@@ -88,7 +98,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         help="pack .lst entries that are absolute or lead outside --root "
         "(default: rejected outside_root)",
     )
-    _add_scale_options(p)
+    add_scale_options(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     p.add_argument(
         "--json", action="store_true", help="print the report as JSON on stdout (no bar)"
@@ -97,8 +107,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     return p
 
 
-def _add_scale_options(p: argparse.ArgumentParser) -> None:
-    """The engine, and packing as shard jobs (docs/scale.md)."""
+def add_scale_options(p: argparse.ArgumentParser, what: str = "pack") -> None:
+    """The engine, and packing (or converting) as shard jobs (docs/scale.md)."""
     p.add_argument(
         "--engine",
         default="local",
@@ -115,20 +125,22 @@ def _add_scale_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--plan-only",
         action="store_true",
-        help="list SRC and write the plan OUT.plan.json; pack nothing (then --plan ... --shards)",
+        help="list SRC and write the plan (OUT.plan.json; for a URL OUT, NAME.plan.json here; "
+        "or --plan PATH); " + what + " nothing (then --plan ... --shards)",
     )
     p.add_argument(
         "--plan",
         default=None,
         metavar="PLAN",
-        help="a plan file from --plan-only: with --shards A:B or --finalize (no SRC, OUT)",
+        help="a plan file from --plan-only: with --shards A:B or --finalize (no SRC, OUT); "
+        "with --plan-only, where to write it",
     )
     p.add_argument(
         "--shards",
         default=None,
         metavar="A:B",
-        help="with --plan: pack shards A..B-1 (Python slice rules; N for one); done ones are "
-        "verified and skipped",
+        help="with --plan: " + what + " shards A..B-1 (Python slice rules; N for one); done "
+        "ones are verified and skipped",
     )
     p.add_argument(
         "--finalize",
@@ -137,7 +149,7 @@ def _add_scale_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-#: Options a plan file holds: refused beside --plan (dest, flag).
+#: Options a plan file holds: refused beside --plan (dest, flag, default).
 _PLAN_HELD = (
     ("format", "--format", "recordio"),
     ("labels", "--labels", "folders"),
@@ -159,27 +171,32 @@ _PLAN_HELD = (
 )
 
 
-def _step_usage(args: argparse.Namespace) -> str | None:
-    """What is wrong with the combination of step options (``None``: nothing)."""
+def step_usage(args: argparse.Namespace, held: tuple = _PLAN_HELD) -> str | None:
+    """What is wrong with the combination of step options (``None``: nothing); ``held``:
+    the (dest, flag, default) of the options a plan holds."""
     if args.address is not None and args.engine != "ray":
         return "--address is for --engine ray"
+    if args.plan_only:
+        if args.shards is not None or args.finalize:
+            return "--plan-only makes a plan; --shards and --finalize use one (--plan PLAN)"
+        if args.src is None or args.out is None:
+            return "--plan-only takes SRC and OUT (and --plan PATH: where the plan goes)"
+        if args.engine != "local":
+            return "--plan-only writes a plan; the shard jobs then run anywhere (--engine: no)"
+        return None
     if args.plan is None:
         if args.shards is not None or args.finalize:
             return "--shards and --finalize take a plan: --plan PLAN (made with --plan-only)"
         if args.src is None or args.out is None:
             return "give SRC and OUT (or --plan PLAN with --shards A:B or --finalize)"
-        if args.plan_only and args.engine != "local":
-            return "--plan-only writes a plan; the shard jobs then run anywhere (--engine: no)"
         return None
     if args.src is not None:
         return "--plan takes no SRC or OUT: the plan holds them"
-    if args.plan_only:
-        return "--plan-only makes a plan; --plan uses one"
     if (args.shards is None) == (not args.finalize):
         return "--plan needs one of --shards A:B or --finalize"
-    held = [flag for dest, flag, default in _PLAN_HELD if getattr(args, dest) != default]
-    if held:
-        return f"{', '.join(held)}: the plan holds the pack options; make a new plan to change them"
+    changed = [flag for dest, flag, default in held if getattr(args, dest, default) != default]
+    if changed:
+        return f"{', '.join(changed)}: the plan holds the options; make a new plan to change them"
     return None
 
 
@@ -213,11 +230,13 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def run_options(options: Any, args: argparse.Namespace, what: str) -> int:
+def run_options(
+    options: Any, args: argparse.Namespace, what: str, storage_options: Any = None
+) -> int:
     """Run a pack or convert with SIGTERM as a clean stop; print the summary (or JSON)."""
     from stoker.pack import run_pack
 
-    return _run_step(lambda: run_pack(options), args, what)
+    return _run_step(lambda: run_pack(options, storage_options=storage_options), args, what)
 
 
 def _run_step(step: Any, args: argparse.Namespace, what: str) -> int:
@@ -245,57 +264,78 @@ def _run_step(step: Any, args: argparse.Namespace, what: str) -> int:
 class _PlanMade:
     """What ``--plan-only`` prints."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, what: str) -> None:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
         self.path, self.records, self.shards = path, doc["records"], len(doc["shards"])
+        self.what = what
 
     def to_json(self) -> dict[str, Any]:
         return {"plan": self.path, "records": self.records, "shards": self.shards}
 
     def summary(self) -> str:
+        cmd = f"stoker {self.what} --plan {self.path}"
         return (
             f"plan: {self.path} ({self.records} records in {self.shards} shard(s)); next: "
-            f"stoker pack --plan {self.path} --shards 0:{self.shards} (any split, anywhere "
-            f"that sees SRC and OUT), then stoker pack --plan {self.path} --finalize"
+            f"{cmd} --shards 0:{self.shards} (any split, anywhere that sees SRC and OUT), "
+            f"then {cmd} --finalize"
         )
 
 
-def _run_plan_steps(args: argparse.Namespace) -> int:
-    """``--plan PLAN --shards A:B`` or ``--plan PLAN --finalize``."""
+def write_plan_step(
+    options: Any, args: argparse.Namespace, what: str, storage_options: Any = None
+) -> int:
+    """``SRC OUT --plan-only [--plan PATH]``: write the plan and say what comes next."""
+    from stoker.pack.steps import write_plan
+
+    def step() -> _PlanMade:
+        path = write_plan(options, args.plan, storage_options=storage_options)
+        return _PlanMade(path, what)
+
+    return _run_step(step, args, what)
+
+
+def run_plan_steps(args: argparse.Namespace, what: str, storage_options: Any = None) -> int:
+    """``--plan PLAN --shards A:B`` or ``--plan PLAN --finalize``; ``storage_options``: how
+    the plan's URLs are reached."""
     from stoker.pack.steps import finalize_pack, pack_shards
 
     progress = False if args.quiet or args.json else None
+    so = storage_options
     if args.finalize:
-        return _run_step(lambda: finalize_pack(args.plan, progress=progress), args, "pack")
+        return _run_step(
+            lambda: finalize_pack(args.plan, progress=progress, storage_options=so), args, what
+        )
     try:
         from stoker.pack.options import PackOptions
 
         PackOptions(".", "x", workers=args.workers)  # checks --workers as a pack does
     except (TypeError, ValueError) as e:
-        print(f"stoker pack: error: {e}", file=sys.stderr)
+        print(f"stoker {what}: error: {e}", file=sys.stderr)
         return 2
 
     def step() -> Any:
         try:
-            return pack_shards(args.plan, args.shards, workers=args.workers, progress=progress)
+            return pack_shards(
+                args.plan, args.shards, workers=args.workers, progress=progress, storage_options=so
+            )
         except ValueError as e:  # a --shards value
             from stoker._core.errors import PackError
 
             raise PackError(str(e)) from None
 
-    return _run_step(step, args, "pack")
+    return _run_step(step, args, what)
 
 
 def run(args: argparse.Namespace) -> int:
     from stoker.pack.images import DEFAULT_MAX_PIXELS
 
-    bad = _step_usage(args)
+    bad = step_usage(args)
     if bad:
         print(f"stoker pack: error: {bad}", file=sys.stderr)
         return 2
-    if args.plan is not None:
-        return _run_plan_steps(args)
+    if args.plan is not None and not args.plan_only:
+        return run_plan_steps(args, "pack")
 
     options = make_options(
         "pack",
@@ -325,7 +365,5 @@ def run(args: argparse.Namespace) -> int:
     if options is None:
         return 2
     if args.plan_only:
-        from stoker.pack.steps import write_plan
-
-        return _run_step(lambda: _PlanMade(write_plan(options)), args, "pack")
+        return write_plan_step(options, args, "pack")
     return run_options(options, args, "pack")

@@ -168,8 +168,6 @@ class PackOptions:
             raise TypeError(f"ray_address must be a str, got {type(self.ray_address).__name__}")
         if self.ray_address is not None and self.engine != "ray":
             raise ValueError("ray_address is for engine='ray' (--engine ray)")
-        if self.engine == "ray" and self.convert:
-            raise ValueError("engine='ray' packs images; a convert runs on the local pool")
         if self.convert and self.labels != "folders":
             raise ValueError("labels applies to packing a folder; a convert keeps the source's")
         if self.source_options is not None and not isinstance(self.source_options, dict):

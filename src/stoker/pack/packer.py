@@ -179,14 +179,14 @@ def run_pack(
     options: PackOptions, *, storage_options: Mapping[str, Any] | None = None
 ) -> PackReport:
     """Pack as ``options`` say (see :func:`pack`)."""
+    if options.engine == "ray":  # a URL OUT too: each task uploads its own shard
+        from stoker.pack.ray_engine import run_ray
+
+        return run_ray(options, storage_options=storage_options)
     if is_url(options.prefix):
         from stoker.pack.remote import run_remote
 
         return run_remote(options, run_pack, storage_options=storage_options)
-    if options.engine == "ray":
-        from stoker.pack.ray_engine import run_ray
-
-        return run_ray(options)
     t0 = time.perf_counter()
     n_workers = options.worker_count()
     plan = make_plan(options)  # a missing or unusable source is named before the output
@@ -492,6 +492,9 @@ def convert(
     resume: bool = True,
     max_rejects: int | None = None,
     progress: bool | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> PackReport:
     """Copy every sample of the data set ``src`` (anything ``stoker.formats.open`` reads: a
     ``.rec`` with or without a manifest, MXNet's and insightface's included, TFRecord files,
@@ -505,7 +508,10 @@ def convert(
     (``shard_size``), resume of an interrupted run, ``*.partial`` outputs renamed at the end,
     manifest written last, and rejects: a record that fails to read is listed in
     ``OUT.rejects.tsv`` with its key, file and byte offset, and counts against
-    ``max_rejects``. Returns the run's :class:`PackReport`.
+    ``max_rejects``; ``engine="ray"`` (``ray_address``) and an ``out`` URL
+    (``storage_options``: how it is reached) as for :func:`pack`; the plan, shard-job and
+    finalize steps take ``convert=True`` (``docs/scale.md``). Returns the run's
+    :class:`PackReport`.
     """
     options = PackOptions(
         src,
@@ -522,5 +528,7 @@ def convert(
         convert=True,
         source_format=source_format,
         source_options=source_options,
+        engine=engine,
+        ray_address=ray_address,
     )
-    return run_pack(options)
+    return run_pack(options, storage_options=storage_options)

@@ -21,11 +21,22 @@ Faults
     already (side-car of this plan, files verify) returns at once. A different plan, or
     ``resume=False``, starts over.
 
+A URL OUT
+    Each task stages its shard on its own node and uploads it, side-car last
+    (``remote.shard_to_url``); the driver keeps its journal in its own staging folder and
+    finalizes at the URL (``remote.finalize_url``). The nodes then share no filesystem: they
+    need SRC (a path each sees, or a URL) and credentials for the storage (their own
+    environment, or ``storage_options``, which travel with each task as its argument).
+
+Convert
+    A convert runs the same way: the plan holds the source's reader, which each task opens
+    itself (a URL source is read through the shard cache of the task's node).
+
 Cluster
     ``ray_address`` (``--address``), else ``RAY_ADDRESS``: an existing cluster, whose nodes
-    see SRC and OUT at the same paths and have stoker installed. Neither: a Ray started on
-    this machine for the run with ``workers`` CPUs (default: the usable cores), shut down at
-    the end. A Ray already initialised in this process is used as it is and left running.
+    see SRC and a local OUT at the same paths and have stoker installed. Neither: a Ray
+    started on this machine for the run with ``workers`` CPUs (default: the usable cores),
+    shut down at the end. A Ray already initialised in this process is used as it is and left running.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from stoker._core.errors import PackError, StokerError
@@ -43,6 +55,7 @@ from stoker.pack.packer import check_listing_rejects, make_out_dir
 from stoker.pack.plan import Plan, fingerprint, make_plan
 from stoker.pack.report import PackReport
 from stoker.pack.steps import ShardOutcome, finalize, forget_shards, run_shard
+from stoker.storage.urls import is_url, redact
 
 __all__ = ["MAX_RETRIES", "import_ray", "run_ray"]
 
@@ -62,8 +75,15 @@ def import_ray() -> Any:
     return ray
 
 
-def shard_task(options: PackOptions, plan: Plan, fp: str, s: int) -> ShardOutcome:
-    """One Ray task: shard ``s`` packed (or found done) in the task's own process."""
+def shard_task(
+    options: PackOptions, plan: Plan, fp: str, s: int, storage_options: Any = None
+) -> ShardOutcome:
+    """One Ray task: shard ``s`` packed (or found done) in the task's own process; a URL OUT:
+    staged on the task's node and uploaded."""
+    if is_url(options.prefix):
+        from stoker.pack.remote import shard_to_url
+
+        return shard_to_url(options, plan, fp, s, storage_options=storage_options)
     return run_shard(options, plan, fp, s, workers=0)
 
 
@@ -80,7 +100,7 @@ def _init(ray: Any, options: PackOptions) -> bool:
     return True
 
 
-def _failure(ray: Any, e: BaseException, s: int, paths: OutputPaths) -> PackError:
+def _failure(ray: Any, e: BaseException, s: int, paths: OutputPaths, prefix: str) -> PackError:
     """The error of a shard's task that failed for good (its cause, without Ray's wrapper)."""
     cause = getattr(e, "cause", None)
     if isinstance(e, ray.exceptions.RayTaskError) and cause is not None:
@@ -88,36 +108,54 @@ def _failure(ray: Any, e: BaseException, s: int, paths: OutputPaths) -> PackErro
     else:
         why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
     sid = paths.shard_ids[s]
-    name = paths.prefix if sid is None else f"{paths.prefix}-{sid:05d}"
+    name = redact(prefix if sid is None else f"{prefix}-{sid:05d}")
     return PackError(
         f"shard {s} ({name}) failed on Ray (retried up to {MAX_RETRIES} times when its "
         f"worker died): {why}; rerun the same command to resume (finished shards are kept)"
     )
 
 
-def run_ray(options: PackOptions) -> PackReport:
-    """Pack as ``options`` say, one Ray task per shard (see the module NOTE)."""
+def run_ray(
+    options: PackOptions, *, storage_options: Mapping[str, Any] | None = None
+) -> PackReport:
+    """Pack as ``options`` say, one Ray task per shard (see the module NOTE);
+    ``storage_options``: how a URL SRC or OUT is reached."""
     ray = import_ray()
     t0 = time.perf_counter()
     plan = make_plan(options)  # a missing or unusable source is named before the output
-    make_out_dir(options.prefix)
-    paths = OutputPaths.for_plan(plan, list_file=options.list_file, format=options.format)
+    url = is_url(options.prefix)
+    here, here_plan = options, plan  # where this driver writes: a URL's staging folder
+    if url:
+        from stoker.pack.remote import finalize_url, forget_url, refuse_existing_url, staged
+
+        here, here_plan = staged(options, plan)
+    make_out_dir(here.prefix)
+    paths = OutputPaths.for_plan(here_plan, list_file=options.list_file, format=options.format)
     settings = options.journal_json()
     fp = fingerprint(plan, settings)
     same_plan = paths.journal_matches(fp)
     if not options.overwrite and not same_plan:
-        paths.refuse_existing()
-    check_listing_rejects(options, plan, paths)
+        if url:
+            refuse_existing_url(options.prefix, storage_options)
+        else:
+            paths.refuse_existing()
+    check_listing_rejects(here, here_plan, paths)
     if not (options.resume and same_plan):
-        forget_shards(options, plan)
+        if url:
+            forget_url(options, plan, storage_options)
+        else:
+            forget_shards(options, plan)
         paths.start_journal(fp, settings)
     started = _init(ray, options)
-    bar = make_progress(len(plan.items), "pack", unit="img", enabled=options.progress)
+    what = "convert" if options.convert else "pack"
+    bar = make_progress(len(plan.items), what, unit="img", enabled=options.progress)
     pending: list[Any] = []
     try:
         task = ray.remote(max_retries=MAX_RETRIES, num_cpus=1)(shard_task)
         plan_ref = ray.put(plan)
-        shard_of = {task.remote(options, plan_ref, fp, s): s for s in range(plan.n_shards)}
+        so = dict(storage_options) if storage_options is not None else None
+        refs = [task.remote(options, plan_ref, fp, s, so) for s in range(plan.n_shards)]
+        shard_of = dict(zip(refs, range(plan.n_shards)))
         pending = list(shard_of)
         resumed = []
         while pending:
@@ -126,12 +164,17 @@ def run_ray(options: PackOptions) -> PackReport:
                 try:
                     got = ray.get(ref)
                 except (ray.exceptions.RayError, StokerError) as e:
-                    raise _failure(ray, e, shard_of[ref], paths) from None
+                    raise _failure(ray, e, shard_of[ref], paths, options.prefix) from None
                 if got.skipped:
                     resumed.append(got.shard)
                 bar.update(got.positions)
         bar.close()
-        report = finalize(options, plan, fp, t0, resumed=resumed)
+        if url:
+            report = finalize_url(
+                options, plan, fp, t0, storage_options=storage_options, resumed=resumed
+            )
+        else:
+            report = finalize(options, plan, fp, t0, resumed=resumed)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(paths.journal)
         return report

@@ -3,12 +3,9 @@
 NOTE [ Plan, shard jobs and finalize ]
 
 Plan
-    :func:`write_plan` lists SRC (``plan.make_plan``, as a one-machine pack does) and writes
-    ``OUT.plan.json`` atomically: the options that decide the output (SRC, OUT and ``root``
-    made absolute), the plan's fingerprint (``plan.fingerprint``: a digest of the settings and
-    of every record's key, label and path, and of a listing's fields), the counts and each
-    shard's position range. Nothing in it depends on the time, the host or the worker count:
-    the same SRC and options give the same file.
+    :func:`write_plan` (``planfile.py``) lists SRC and writes the plan file: the options that
+    decide the output, the plan's fingerprint (a digest of the settings and of every
+    record's key, label and path, and of a listing's fields) and each shard's positions.
 
 Shard job
     :func:`pack_shards` reads the plan, lists SRC again and refuses when the fingerprint
@@ -33,6 +30,18 @@ Finalize
     commits with: the set is byte for byte that pack's. The side-cars and locks are removed after the
     manifest; the plan file stays.
 
+Convert
+    ``stoker convert`` runs the same steps: the plan records that it is a convert, the
+    source's format and its reader's options (``source_options``; a URL source's
+    ``RemoteOptions`` without ``storage_options``, which each step is given again); a shard
+    job reads the source's positions (``source.read_positions``) and its side-car keeps the
+    longest variable field it wrote, which finalize merges into the manifest's schema.
+
+A URL OUT
+    Each shard job stages its shard under the cache folder of its own machine, uploads the
+    files, then its side-car; finalize checks the objects and uploads the manifest last
+    (``remote.py``). The plan file stays a local path.
+
 A decoder crash in a shard job run by a local pool is isolated as in a one-machine pack
 (``decoder_crash``); in a Ray task (checked in the task's own process) it kills the task,
 which Ray retries and finally reports as the shard's failure.
@@ -41,12 +50,12 @@ which Ray retries and finally reports as the shard's failure.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
+import functools
 import json
 import os
 import time
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,67 +71,50 @@ from stoker.pack.outputs import (
     WriteFailed,
     shard_main_files,
 )
-from stoker.pack.packer import (
-    check_listing_rejects,
-    make_out_dir,
-    reject_detail,
-    sample_of,
-    write_set_files,
+from stoker.pack.packer import reject_detail, sample_of, write_set_files
+from stoker.pack.plan import Plan, geometric
+from stoker.pack.planfile import (
+    PLAN_SUFFIX,
+    load_plan,
+    output_paths,
+    parse_shards,
+    plan_pack,
+    shard_bounds,
+    write_plan,
 )
-from stoker.pack.plan import Plan, fingerprint, geometric, make_plan
 from stoker.pack.pool import results
 from stoker.pack.report import PackReport, Tally
 from stoker.pack.worker import process
+from stoker.storage.urls import is_url
 
 __all__ = [
     "PLAN_SUFFIX",
     "ShardOutcome",
     "ShardsReport",
+    "commit_set",
     "finalize",
     "finalize_pack",
     "forget_shards",
     "load_plan",
+    "lock_path",
+    "not_ready",
     "pack_shards",
     "parse_shards",
+    "parse_sidecar",
     "plan_pack",
+    "read_sidecar",
     "run_shard",
+    "shard_lock",
     "shard_problem",
+    "sidecar_path",
     "write_plan",
 ]
 
-PLAN_VERSION = 1
-PLAN_SUFFIX = ".plan.json"
 _SIDECAR_VERSION = 1
 
-#: The options a plan file keeps besides SRC, OUT, root and schema: those of the output.
-_PLAN_OPTIONS = (
-    "resize",
-    "quality",
-    "shuffle",
-    "seed",
-    "shard_size",
-    "list_file",
-    "max_rejects",
-    "max_pixels",
-    "follow_symlinks",
-    "allow_outside_root",
-    "format",
-    "labels",
-)
 
-
-def _paths(options: PackOptions, plan: Plan) -> OutputPaths:
-    return OutputPaths.for_plan(plan, list_file=options.list_file, format=options.format)
-
-
-def _bounds(plan: Plan, s: int) -> tuple[int, int]:
-    n = len(plan.items)
-    if plan.shard_size is None:
-        return 0, n
-    return min(n, s * plan.shard_size), min(n, (s + 1) * plan.shard_size)
-
-
-def _sidecar(paths: OutputPaths, s: int) -> str:
+def sidecar_path(paths: OutputPaths, s: int) -> str:
+    """Shard ``s``'s side-car: ``OUT-NNNNN.pack-shard.json`` (``OUT.pack-shard.json``)."""
     sid = paths.shard_ids[s]
     stem = paths.prefix if sid is None else f"{paths.prefix}-{sid:05d}"
     return stem + ".pack-shard.json"
@@ -130,130 +122,10 @@ def _sidecar(paths: OutputPaths, s: int) -> str:
 
 def forget_shards(options: PackOptions, plan: Plan) -> None:
     """Remove every shard's side-car: each shard is then packed again."""
-    paths = _paths(options, plan)
+    paths = output_paths(options, plan)
     for s in range(plan.n_shards):
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(_sidecar(paths, s))
-
-
-# ---------------------------------------------------------------- the plan file
-def plan_pack(
-    src: str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    *,
-    plan: str | os.PathLike[str] | None = None,
-    **options: Any,
-) -> str:
-    """List ``src`` and write the plan of packing it into ``out`` (``OUT.plan.json``, or
-    ``plan``) with the options :func:`stoker.pack` takes; the plan file's path. Then
-    :func:`pack_shards` packs its shards anywhere that sees SRC and OUT, and
-    :func:`finalize_pack` writes the manifest (``docs/scale.md``)."""
-    return write_plan(PackOptions(src, out, **options), plan)
-
-
-def write_plan(options: PackOptions, path: str | os.PathLike[str] | None = None) -> str:
-    """Write the plan of ``options`` atomically (see the module NOTE); its path."""
-    if options.convert:
-        raise PackError("a plan file is for stoker pack; stoker convert runs on one machine")
-    # absolute paths: a shard job may run in another folder (the fingerprint covers paths)
-    options = dataclasses.replace(
-        options,
-        src=os.path.abspath(options.src),
-        out=os.path.abspath(options.prefix),
-        root=os.path.abspath(options.root) if options.root else None,
-    )
-    plan = make_plan(options)
-    make_out_dir(options.prefix)
-    paths = _paths(options, plan)
-    if not options.overwrite:
-        paths.refuse_existing()
-    check_listing_rejects(options, plan, paths)
-    doc = {
-        "stoker_plan": PLAN_VERSION,
-        "src": options.src,
-        "out": options.out,
-        "root": options.root,
-        "schema": options.schema.to_json() if options.schema is not None else None,
-        "options": {name: getattr(options, name) for name in _PLAN_OPTIONS},
-        "settings": options.journal_json(),
-        "fingerprint": fingerprint(plan, options.journal_json()),
-        "records": len(plan.items),
-        "found": plan.scan.found,
-        "listing_rejects": len(plan.scan.rejects),
-        "shards": [list(_bounds(plan, s)) for s in range(plan.n_shards)],
-    }
-    target = os.fspath(path) if path is not None else options.prefix + PLAN_SUFFIX
-    with atomic_write(target, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-        f.write("\n")
-    return target
-
-
-def load_plan(
-    path: str | os.PathLike[str], *, workers: int | None = None, progress: bool | None = None
-) -> tuple[PackOptions, Plan, str]:
-    """The options, the plan (SRC listed again) and the fingerprint of a plan file; a
-    :class:`PackError` when it is not one, or when SRC no longer gives the same plan."""
-    where = os.fspath(path)
-    try:
-        with open(where, "rb") as f:
-            doc = json.loads(f.read())
-    except OSError as e:
-        raise PackError(f"{where}: cannot read the plan: {e.strerror or e}") from None
-    except ValueError as e:
-        raise PackError(f"{where}: not a stoker plan file (not JSON: {e})") from None
-    if not isinstance(doc, dict) or doc.get("stoker_plan") != PLAN_VERSION:
-        raise PackError(
-            f"{where}: not a stoker plan file of version {PLAN_VERSION}; "
-            "make one with stoker pack SRC OUT --plan-only"
-        )
-    try:
-        options = PackOptions(
-            doc["src"],
-            doc["out"],
-            root=doc["root"],
-            schema=doc["schema"],
-            workers=workers,
-            progress=progress,
-            overwrite=True,
-            **doc["options"],
-        )
-        want, n_want = str(doc["fingerprint"]), int(doc["records"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise PackError(f"{where}: a damaged plan file ({type(e).__name__}: {e})") from None
-    plan = make_plan(options)
-    fp = fingerprint(plan, options.journal_json())
-    if fp != want:
-        raise PackError(
-            f"{where}: {options.src} no longer gives this plan ({len(plan.items)} records now, "
-            f"{n_want} in the plan; or their names, labels, fields or the settings differ); "
-            "make a new plan with stoker pack SRC OUT --plan-only"
-        )
-    return options, plan, fp
-
-
-def parse_shards(spec: Any, n: int) -> range:
-    """Shard numbers from ``"a:b"`` (Python slice rules, ``"a:"``, ``":b"``, negatives), ``"3"``,
-    an int, a ``slice`` or a ``range``; ``ValueError`` naming the plan's shard count."""
-    if isinstance(spec, range):
-        spec = slice(spec.start, spec.stop, spec.step)
-    if isinstance(spec, str):
-        text = spec.strip()
-        try:
-            if ":" in text:
-                a, _, b = text.partition(":")
-                spec = slice(int(a) if a.strip() else None, int(b) if b.strip() else None)
-            else:
-                spec = int(text)
-        except ValueError:
-            raise ValueError(f"shards must be N or A:B (shard numbers), got {text!r}") from None
-    if isinstance(spec, int) and not isinstance(spec, bool):
-        if not -n <= spec < n:
-            raise ValueError(f"shard {spec} out of range: the plan has {n} shard(s), 0..{n - 1}")
-        spec = slice(spec % n, spec % n + 1)
-    if not isinstance(spec, slice):
-        raise TypeError(f"shards must be a str, int, slice or range, got {type(spec).__name__}")
-    return range(*spec.indices(n))
+            os.unlink(sidecar_path(paths, s))
 
 
 # ---------------------------------------------------------------- one shard
@@ -270,11 +142,20 @@ class ShardOutcome:
     seconds: float
 
 
-def _read_sidecar(path: str) -> dict | None:
+def read_sidecar(path: str) -> dict | None:
+    """The side-car at ``path``; ``None`` when there is none or it is not one."""
     try:
         with open(path, "rb") as f:
-            doc = json.loads(f.read())
-    except (OSError, ValueError):
+            return parse_sidecar(f.read())
+    except OSError:
+        return None
+
+
+def parse_sidecar(data: bytes) -> dict | None:
+    """A side-car's JSON; ``None`` when ``data`` is not one of this version."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
         return None
     return doc if isinstance(doc, dict) and doc.get("stoker_shard") == _SIDECAR_VERSION else None
 
@@ -284,9 +165,9 @@ def shard_problem(
 ) -> str | None:
     """Why shard ``s`` is not done (``None``: it is): no side-car of this plan, a file
     missing or of another size, or (``check``) a record whose framing or CRC is wrong."""
-    paths = _paths(options, plan)
-    side_path = _sidecar(paths, s)
-    side = _read_sidecar(side_path)
+    paths = output_paths(options, plan)
+    side_path = sidecar_path(paths, s)
+    side = read_sidecar(side_path)
     if side is None:
         return f"not packed ({os.path.basename(side_path)} is missing)"
     if side.get("fingerprint") != fp or side.get("shard") != s:
@@ -312,25 +193,34 @@ def shard_problem(
     return None
 
 
-def _inline(items: list, start: int, options: PackOptions, upright: bool) -> Generator:
-    """Each item's result, checked in this process (a Ray task holds one CPU)."""
+def _inline(plan: Plan, a: int, b: int, options: PackOptions, upright: bool) -> Generator:
+    """Each item's result, checked (a convert: read) in this process (a Ray task holds one
+    CPU)."""
+    if plan.reader is not None:
+        from stoker.pack.source import read_positions, set_source
+
+        set_source(plan.reader)
+        for c in range(a, b, 64):
+            chunk = plan.items[c : min(b, c + 64)]
+            yield from enumerate(read_positions([it.pos for it in chunk]), c)  # type: ignore[attr-defined]
+        return
     from PIL import Image, ImageFile
 
     Image.MAX_IMAGE_PIXELS = None  # check_image applies max_pixels from the header itself
     ImageFile.LOAD_TRUNCATED_IMAGES = False
-    for i, it in enumerate(items):
+    for i, it in enumerate(plan.items[a:b], a):
         masks = it.masks if isinstance(it, ListingItem) else ()
-        yield start + i, process(it.path, options, masks, upright=upright)
+        yield i, process(it.path, options, masks, upright=upright)
 
 
 def _stream(options: PackOptions, plan: Plan, a: int, b: int, workers: int) -> Generator:
     upright = plan.schema is not None and geometric(plan.schema)
-    items = plan.items[a:b]
     if workers == 0:
-        yield from _inline(items, a, options, upright)
+        yield from _inline(plan, a, b, options, upright)
         return
+    items = plan.items[a:b]
     chunk = max(1, min(64, len(items) // (workers * 8) or 1))
-    for pos, r in results(items, 0, options, workers, chunk, upright=upright):
+    for pos, r in results(items, 0, options, workers, chunk, upright=upright, source=plan.reader):
         yield a + pos, r
 
 
@@ -342,16 +232,24 @@ def run_shard(
     *,
     workers: int = 0,
     bar: Progress | None = None,
+    lock: bool = True,
 ) -> ShardOutcome:
     """Pack shard ``s`` of ``plan`` unless it is done (see the module NOTE); ``workers``:
-    a local pool of that many processes checks the images (0: this process does)."""
-    paths = _paths(options, plan)
-    with _locked(_sidecar(paths, s)[: -len(".json")] + ".lock"):
+    a local pool of that many processes checks the images (0: this process does);
+    ``lock=False``: the caller holds the shard's lock (:func:`lock_path`)."""
+    if not lock:
+        return _run_shard(options, plan, fp, s, workers, bar)
+    with shard_lock(lock_path(output_paths(options, plan), s)):
         return _run_shard(options, plan, fp, s, workers, bar)
 
 
+def lock_path(paths: OutputPaths, s: int) -> str:
+    """Shard ``s``'s lock file, beside its side-car."""
+    return sidecar_path(paths, s)[: -len(".json")] + ".lock"
+
+
 @contextlib.contextmanager
-def _locked(path: str) -> Generator[None, None, None]:
+def shard_lock(path: str) -> Generator[None, None, None]:
     """Hold an exclusive lock on ``path`` (made when missing): one job at a time per shard
     (the task of a driver that was killed may still be running when a rerun's starts; the
     lock goes with its process)."""
@@ -367,11 +265,11 @@ def _run_shard(
     options: PackOptions, plan: Plan, fp: str, s: int, workers: int, bar: Progress | None
 ) -> ShardOutcome:
     t0 = time.perf_counter()
-    a, b = _bounds(plan, s)
+    a, b = shard_bounds(plan, s)
     if shard_problem(options, plan, fp, s) is None:
         return ShardOutcome(s, True, b - a, 0, 0, time.perf_counter() - t0)
-    paths = _paths(options, plan)
-    side_path = _sidecar(paths, s)
+    paths = output_paths(options, plan)
+    side_path = sidecar_path(paths, s)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(side_path)
     writers = ShardWriters(paths, plan.writer_schema, resume=False)
@@ -416,6 +314,7 @@ def _run_shard(
         "main": os.path.basename(files[0]),
         "records": records,
         "rejects": rejects,
+        "lengths": lengths,  # a convert's longest variable fields (finalize takes the max)
     }
     with atomic_write(side_path, "w") as f:
         json.dump(side, f)  # key order kept: the entry goes into the manifest as it is
@@ -455,19 +354,29 @@ def pack_shards(
     *,
     workers: int | None = None,
     progress: bool | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> ShardsReport:
     """Pack the shards ``shards`` (``"a:b"``, ``"3"``, an int, a slice or a range; ``None``:
     all) of the plan file ``plan`` with a local pool of ``workers`` processes; shards done
-    already are verified and skipped."""
+    already are verified and skipped. A URL OUT: each shard is staged here and uploaded
+    (``storage_options``: how SRC and OUT URLs are reached)."""
     t0 = time.perf_counter()
-    options, p, fp = load_plan(plan, workers=workers, progress=progress)
+    options, p, fp = load_plan(
+        plan, workers=workers, progress=progress, storage_options=storage_options
+    )
     todo = parse_shards(":" if shards is None else shards, p.n_shards)
-    n_pos = sum(b - a for a, b in (_bounds(p, s) for s in todo))
-    bar = make_progress(n_pos, "pack", unit="img", enabled=options.progress)
+    n_pos = sum(b - a for a, b in (shard_bounds(p, s) for s in todo))
+    what = "convert" if options.convert else "pack"
+    bar = make_progress(n_pos, what, unit="img", enabled=options.progress)
+    job: Any = run_shard
+    if is_url(options.prefix):
+        from stoker.pack.remote import shard_to_url
+
+        job = functools.partial(shard_to_url, storage_options=storage_options)
     outcomes = []
     try:
         for s in todo:
-            got = run_shard(options, p, fp, s, workers=options.worker_count(), bar=bar)
+            got = job(options, p, fp, s, workers=options.worker_count(), bar=bar)
             if got.skipped:
                 bar.update(got.positions)
             outcomes.append(got)
@@ -482,23 +391,28 @@ def pack_shards(
     )
 
 
-def finalize_pack(plan: str | os.PathLike[str], *, progress: bool | None = None) -> PackReport:
+def finalize_pack(
+    plan: str | os.PathLike[str],
+    *,
+    progress: bool | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> PackReport:
     """Check every shard of the plan file ``plan`` and write the rejects list, the ``.lst``
     and the manifest (last); the set's :class:`PackReport`. A :class:`PackError` names each
-    shard that is missing or damaged."""
+    shard that is missing or damaged. A URL OUT: the shard objects are checked there and the
+    manifest uploaded last (``storage_options``: how SRC and OUT URLs are reached)."""
     t0 = time.perf_counter()
-    options, p, fp = load_plan(plan, progress=progress)
+    options, p, fp = load_plan(plan, progress=progress, storage_options=storage_options)
+    if is_url(options.prefix):
+        from stoker.pack.remote import finalize_url
+
+        return finalize_url(options, p, fp, t0, storage_options=storage_options)
     return finalize(options, p, fp, t0)
 
 
-def finalize(
-    options: PackOptions, plan: Plan, fp: str, t0: float, *, resumed: Iterable[int] = ()
-) -> PackReport:
-    """:func:`finalize_pack` of a plan in hand (the Ray engine's last step); ``resumed``:
-    the shards a rerun found done, whose records the report counts as resumed."""
-    paths = _paths(options, plan)
-    bad = [(s, shard_problem(options, plan, fp, s)) for s in range(plan.n_shards)]
-    bad = [(s, why) for s, why in bad if why is not None]
+def not_ready(plan: Plan, problems: list[tuple[int, str | None]]) -> None:
+    """Raise a :class:`PackError` naming the shards with a problem (up to ten of them)."""
+    bad = [(s, why) for s, why in problems if why is not None]
     if bad:
         listed = "; ".join(f"shard {s}: {why}" for s, why in bad[:10])
         more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
@@ -506,13 +420,43 @@ def finalize(
             f"{len(bad)} of {plan.n_shards} shard(s) not ready: {listed}{more}; pack them "
             f"(--shards {bad[0][0]}...) and finalize again"
         )
+
+
+def finalize(
+    options: PackOptions, plan: Plan, fp: str, t0: float, *, resumed: Iterable[int] = ()
+) -> PackReport:
+    """:func:`finalize_pack` of a plan in hand (the Ray engine's last step); ``resumed``:
+    the shards a rerun found done, whose records the report counts as resumed."""
+    paths = output_paths(options, plan)
+    not_ready(plan, [(s, shard_problem(options, plan, fp, s)) for s in range(plan.n_shards)])
+    sides = [read_sidecar(sidecar_path(paths, s)) or {} for s in range(plan.n_shards)]
+    report = commit_set(options, plan, sides, t0, resumed=resumed)
+    for s in range(plan.n_shards):
+        side_path = sidecar_path(paths, s)
+        for p in (side_path, lock_path(paths, s)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
+    return report
+
+
+def commit_set(
+    options: PackOptions,
+    plan: Plan,
+    sides: list[dict],
+    t0: float,
+    *,
+    resumed: Iterable[int] = (),
+) -> PackReport:
+    """From every shard's side-car (checked), in shard order: merge the records' counts and
+    the rejects, apply ``max_rejects`` to the total, and write the rejects list, the ``.lst``
+    and the manifest (last) under the plan's prefix; the set's report."""
+    paths = output_paths(options, plan)
     tally = Tally(plan.scan, len(plan.items))
     entries = []
     bytes_out = 0
+    lengths: dict[str, int] = {}
     resumed_set = set(resumed)
-    for s in range(plan.n_shards):
-        side = _read_sidecar(_sidecar(paths, s))
-        assert side is not None  # shard_problem checked it
+    for s, side in enumerate(sides):
         entries.append(side["entry"])
         bytes_out += int(side["bytes"])
         for pos, fmt, rotated, passthrough, size_in in side["records"]:
@@ -521,6 +465,8 @@ def finalize(
                 tally.resumed += 1
                 tally.resumed_bytes_in += size_in
         tally.item_rejects.extend((pos, r, d) for pos, r, d in side["rejects"])
+        for name, n in (side.get("lengths") or {}).items():
+            lengths[name] = max(lengths.get(name, 0), int(n))
     tally.item_rejects.sort()
     if options.max_rejects is not None and tally.n_rejected > options.max_rejects:
         from stoker.pack.outputs import write_rejects
@@ -531,14 +477,9 @@ def finalize(
             f"see {paths.rejects} (shards kept; no manifest written)"
         )
     try:
-        write_set_files(options, plan, paths, tally, entries, {})
+        write_set_files(options, plan, paths, tally, entries, lengths)
     except WriteFailed as e:
         raise e.error from None
-    for s in range(plan.n_shards):
-        side_path = _sidecar(paths, s)
-        for p in (side_path, side_path[: -len(".json")] + ".lock"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(p)
     tally.check_accounting()
     return tally.report(
         shards=shard_main_files(paths, entries),
@@ -548,4 +489,5 @@ def finalize(
         rejects_path=paths.rejects,
         list_path=paths.lst,
         format=options.format,
+        action="converted" if options.convert else "packed",
     )
