@@ -142,3 +142,22 @@ def test_any_worker_count_and_a_resume_give_the_same_batches():
     for (a, ka), (b, kb) in zip(runs[0][2:], rest):
         np.testing.assert_array_equal(ka, kb)
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+@pytest.mark.parametrize("channels", [1, 3, 4])
+@pytest.mark.parametrize("flip", [False, True])
+def test_write_chw_equals_the_transposing_copy(dtype, channels, flip):
+    from stoker.transforms.fused import write_chw
+
+    rng = np.random.default_rng(channels)
+    big = (rng.random((40, 50, channels)) * 255).astype(dtype)
+    img = big[3:35, 5:45]  # a crop's view, as the pipeline hands it
+    want = (img[:, ::-1] if flip else img).transpose(2, 0, 1)
+    ring = np.zeros((3, channels, 32, 40), dtype)
+    write_chw(img, ring[1], flip=flip)
+    np.testing.assert_array_equal(ring[1], want)
+    assert not ring[0].any() and not ring[2].any()  # nothing written beside the row
+    strided = np.zeros((channels, 32, 80), dtype)[:, :, ::2]  # not contiguous: the plain copy
+    write_chw(img, strided, flip=flip)
+    np.testing.assert_array_equal(strided, want)

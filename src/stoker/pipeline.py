@@ -36,7 +36,7 @@ from stoker.codecs import decode as _decode
 from stoker.transforms.base import Transform
 from stoker.transforms.color import Normalize
 from stoker.transforms.compose import Compose
-from stoker.transforms.fused import FusedCrop, fuse, mirror
+from stoker.transforms.fused import FusedCrop, fuse, mirror, write_chw
 from stoker.transforms.targets import Targets
 
 __all__ = ["DecodeOptions", "Pipeline", "fit_height", "fit_width", "leaves_size_open"]
@@ -439,6 +439,8 @@ class Pipeline:
                 mirror(head, dest)
             else:
                 np.copyto(dest, head, casting="no")
+        elif head.ndim == 3:
+            write_chw(head, dest, flip=flip)
         else:
             self.place(mirror(head) if flip else head, dest, None)
 
@@ -477,5 +479,8 @@ class Pipeline:
         if width is not None and arr.shape[1] != width:
             arr = fit_width(arr, width)
         if self.layout == "NCHW":
+            if arr.ndim == 3 and dest.shape == (arr.shape[2], *arr.shape[:2]):
+                write_chw(arr, dest)
+                return
             arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
         np.copyto(dest, arr, casting="no")

@@ -39,7 +39,7 @@ from stoker.transforms.geometry import (
     Resize,
 )
 
-__all__ = ["FusedCrop", "fuse", "window_resize"]
+__all__ = ["FusedCrop", "fuse", "mirror", "window_resize", "write_chw"]
 
 # A window is resized only when it saves at least this share of the whole resize's pixels
 # (below that the extra slicing costs about what the smaller resize saves).
@@ -128,6 +128,27 @@ def mirror(img: np.ndarray, dest: np.ndarray | None = None) -> np.ndarray:
     if out is not dest:  # cv2 made its own array (an HxWx1 image comes back HxW)
         np.copyto(dest, restore_channels(out, img), casting="no")
     return dest
+
+
+def write_chw(img: np.ndarray, dest: np.ndarray, *, flip: bool = False) -> None:
+    """``img`` (H, W, C) into ``dest`` (C, H, W), mirrored left-right when ``flip``: one copy
+    (or ``cv2.flip``) into a reused scratch image, then ``cv2.split`` straight into ``dest``'s
+    planes. The same values as ``np.copyto(dest, img[:, ::-1].transpose(2, 0, 1))``, at a
+    third of its cost (numpy's transposing copy walks the source three bytes apart)."""
+    c = img.shape[2]
+    if c > 4 or dest.dtype != img.dtype or not dest.flags.c_contiguous:
+        np.copyto(dest, (img[:, ::-1] if flip else img).transpose(2, 0, 1), casting="no")
+        return
+    scratch = _flip_buffer(img.shape, img.dtype)
+    if flip:
+        mirror(img, scratch)
+    else:
+        np.copyto(scratch, img, casting="no")
+    planes = [dest[k] for k in range(c)]
+    got = cv2().split(scratch, planes)
+    if got[0] is not planes[0]:  # OpenCV made arrays of its own: copy them over
+        for k in range(c):
+            np.copyto(dest[k], got[k], casting="no")
 
 
 @dataclass(frozen=True)
