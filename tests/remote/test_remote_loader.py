@@ -152,3 +152,18 @@ def _size_in_manifest(manifest: str, cached_name: str) -> int:
             if cached_name.endswith(s["rec"] + ".data"):
                 return int(s["rec_bytes"])
     raise AssertionError(cached_name)
+
+
+def test_record_dataset_reads_a_remote_set_as_the_local_one(remote_set, cache_dir):
+    torch = pytest.importorskip("torch")
+    from stoker.torch import RecordDataset
+
+    local = RecordDataset(remote_set.local)
+    remote = RecordDataset(remote_set.url, cache_dir=cache_dir, storage_options=None)
+    assert len(remote) == len(local) == 60
+    for i in (0, 17, 59):
+        (xa, ya), (xb, yb) = local[i], remote[i]
+        assert ya == yb
+        torch.testing.assert_close(xa, xb)
+    loader = torch.utils.data.DataLoader(remote, batch_size=16, num_workers=2)
+    assert sum(len(y) for _, y in loader) == 60
