@@ -141,3 +141,29 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+# The fake credentials of the loopback S3 server (stoker.storage.testing) must never show in
+# anything a test prints or reports: captured output, logs and failure reports are scanned, and
+# a run where one shows fails at the end, naming the tests.
+_SECRETS_SEEN: list[str] = []
+
+
+def _fake_secrets() -> tuple[str, ...]:
+    from stoker.storage.testing import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
+
+    return (FAKE_SECRET_ACCESS_KEY, FAKE_ACCESS_KEY_ID)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    texts = [content for _, content in report.sections]
+    if report.longrepr is not None:
+        texts.append(str(report.longrepr))
+    if any(secret in text for text in texts for secret in _fake_secrets()):
+        _SECRETS_SEEN.append(f"{report.nodeid} ({report.when})")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _SECRETS_SEEN:
+        print("\nfake credentials appeared in the output of: " + ", ".join(_SECRETS_SEEN))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
