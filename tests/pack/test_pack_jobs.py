@@ -3,6 +3,7 @@ result is byte for byte a one-machine pack's, also after a shard job was SIGKILL
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -21,7 +22,14 @@ from packhelp import set_digests as digests
 import stoker
 from stoker._core.errors import PackError
 from stoker.cli import main
-from stoker.pack.steps import finalize_pack, pack_shards, parse_shards, plan_pack
+from stoker.pack.steps import (
+    finalize_pack,
+    load_plan,
+    pack_shards,
+    parse_shards,
+    plan_pack,
+    run_shard,
+)
 
 OPTS = {"shard_size": 3, "shuffle": True, "seed": 5, "list_file": True}
 
@@ -168,3 +176,71 @@ def test_parse_shards_follows_python_slices():
 def test_cli_refuses_step_options_that_do_not_fit(argv, says, capsys):
     assert main(["pack", *argv]) == 2
     assert says in capsys.readouterr().err
+
+
+def _listing(root) -> str:
+    """A .jsonl listing of 7 images whose captions grow longer down the list (a variable
+    field: its longest length is in the last shard)."""
+    from packhelp import image_bytes
+
+    lines = []
+    for i in range(7):
+        write(os.path.join(root, "img", f"{i}.jpg"), image_bytes((32, 24 + i), seed=i))
+        lines.append(f'{{"image": "img/{i}.jpg", "label": {i % 2}, "caption": "{"w" * (3 * i)}"}}')
+    path = os.path.join(root, "list.jsonl")
+    write(path, ("\n".join(lines) + "\n").encode())
+    return path
+
+
+def _source_set(tmp_path) -> str:
+    """A packed listing whose manifest gives no ``max_len`` for its caption (as a set written
+    elsewhere may): a convert measures the longest caption itself."""
+    src_set = str(tmp_path / "src" / "set")
+    stoker.pack(_listing(str(tmp_path / "src")), src_set, workers=1, progress=False)
+    with open(src_set + ".stoker.json", encoding="utf-8") as f:
+        doc = json.load(f)
+    for field in doc["schema"]["fields"]:
+        field.pop("max_len", None)
+    write(src_set + ".stoker.json", json.dumps(doc).encode())
+    return src_set
+
+
+@pytest.mark.parametrize("fmt", ["wds", "recordio"])
+def test_convert_steps_give_the_one_machine_convert_bytes(tmp_path, fmt):
+    src_set = _source_set(tmp_path)
+    opts = {"format": fmt, "shard_size": 3}
+    ref = str(tmp_path / "ref" / "conv")
+    stoker.convert(src_set + ".stoker.json", ref, workers=1, progress=False, **opts)
+    out = str(tmp_path / "out" / "conv")
+    plan = plan_pack(src_set + ".stoker.json", out, convert=True, **opts)
+    with open(plan, encoding="utf-8") as f:
+        assert '"convert": true' in f.read()
+    options, p, fp = load_plan(plan)
+    for s in (1, 2):  # read in this process, as a Ray task does
+        assert not run_shard(options, p, fp, s, workers=0).skipped
+    assert pack_shards(plan, "0", workers=1, progress=False).packed == (0,)  # a pool
+    report = finalize_pack(plan, progress=False)
+    assert report.written == 7 and report.action == "converted"
+    assert digests(out) == digests(ref)
+    with open(out + ".stoker.json", encoding="utf-8") as f:
+        caption = [f for f in json.load(f)["schema"]["fields"] if f["name"] == "caption"]
+    assert caption[0]["max_len"] == 18  # the longest, in the last shard
+
+
+def test_convert_cli_steps(tmp_path, capsys):
+    src_set = _source_set(tmp_path)
+    ref = str(tmp_path / "ref" / "conv")
+    args = ["--format", "tfrecord", "--shard-size", "2", "--shuffle", "--seed", "3"]
+    assert main(["convert", src_set + ".stoker.json", ref, *args, "--quiet"]) == 0
+    out = str(tmp_path / "out" / "conv")
+    plan = str(tmp_path / "conv.plan")  # --plan beside --plan-only: where it goes
+    assert (
+        main(["convert", src_set + ".stoker.json", out, *args, "--plan-only", "--plan", plan]) == 0
+    )
+    assert "stoker convert --plan" in capsys.readouterr().out
+    for part in ("2:", ":2"):
+        assert main(["convert", "--plan", plan, "--shards", part, "--workers", "1", "--quiet"]) == 0
+    assert main(["convert", "--plan", plan, "--shards", "0", "--format", "wds"]) == 2
+    assert "--format: the plan holds" in capsys.readouterr().err
+    assert main(["convert", "--plan", plan, "--finalize", "--quiet"]) == 0
+    assert digests(out) == digests(ref)
