@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from stoker.cli._remote import add_remote_arguments, guarded, remote_options, scrub
+
 __all__ = ["add_parser", "run"]
 
 
@@ -21,11 +23,18 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
             "the stage that bounds the run, the expected GPU busy share and the changes ranked "
             "by their gain. Files that do not decode are named (key and path) as a finding of "
             "their own; the loader is measured with on_error='skip' so they do not stop it. "
-            "Figures from the model rather than a measurement are marked as predictions."
+            "Figures from the model rather than a measurement are marked as predictions. "
+            "SOURCE may be the URL of a RecordIO set's manifest (s3://, gs://, az://, "
+            "http(s)://): then one shard is also downloaded without the cache (MB/s, time to "
+            "first byte), and the report says whether the shard cache bounds the run under "
+            "--shuffle (a set larger than --cache-limit is downloaded again every epoch with "
+            "shuffle=True; shuffle='shards' needs 2 x --window + --prefetch-shards shards)."
         ),
     )
     p.add_argument(
-        "source", metavar="SOURCE", help="image folder, .rec/.idx file or .stoker.json manifest"
+        "source",
+        metavar="SOURCE",
+        help="image folder, .rec/.idx file, .stoker.json manifest, or a manifest's URL",
     )
     p.add_argument(
         "--transforms",
@@ -89,11 +98,34 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         help="also write a chart of stage rates and worker scaling (needs matplotlib: "
         'pip install "stoker[plot]")',
     )
+    _add_storage_arguments(p)
     p.set_defaults(func=run)
     return p
 
 
+def _add_storage_arguments(p: argparse.ArgumentParser) -> None:
+    """How a URL is reached and cached, and the order the shard cache is judged under."""
+    add_remote_arguments(p, prefetch=True)
+    p.add_argument(
+        "--shuffle",
+        choices=("true", "shards"),
+        default="true",
+        help="the training loader's order, which the shard cache is judged under (default true)",
+    )
+    p.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        metavar="K",
+        help="shuffle='shards': shards shuffled together (default 4)",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
+    return guarded("doctor", args, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     from stoker.doctor import diagnose
 
     if os.getcwd() not in sys.path:  # so that --model/--transforms module:attr finds local files
@@ -122,13 +154,16 @@ def run(args: argparse.Namespace) -> int:
             cache=args.cache,
             loader=not args.no_loader,
             progress=None if not args.json else False,
+            remote=remote_options(args),
+            shuffle="shards" if args.shuffle == "shards" else True,
+            window=args.window,
         )
     except (ValueError, TypeError) as e:  # bad arguments: one line, no traceback
         from stoker._core.errors import StokerError
 
         if isinstance(e, StokerError):
             raise
-        print(f"stoker doctor: error: {e}", file=sys.stderr)
+        print(f"stoker doctor: error: {scrub(e, args)}", file=sys.stderr)
         return 2
     if args.plot:
         report.plot(args.plot)

@@ -30,6 +30,7 @@ from stoker.doctor.stages import (
     verdict,
 )
 from stoker.doctor.stages import loader as loader_sweep
+from stoker.sampling.shards import DEFAULT_WINDOW
 
 __all__ = ["diagnose"]
 
@@ -54,6 +55,9 @@ def diagnose(
     cache: str = "auto",
     loader: bool = True,
     progress: bool | None = None,
+    remote: Any = None,
+    shuffle: bool | str = True,
+    window: int | None = None,
 ) -> Report:
     """Measure each stage of the input pipeline for ``source`` and return a :class:`Report`.
 
@@ -65,7 +69,11 @@ def diagnose(
       a quarter of it); ``sample_size``: samples read and decoded;
     - ``cache``: ``"warm"``, ``"cold"`` or ``"auto"`` (warm when the data fits in half of the
       free memory): which read figure the model uses;
-    - ``loader``: ``False`` skips the loader runs (predictions only).
+    - ``loader``: ``False`` skips the loader runs (predictions only);
+    - ``remote``: for a set's manifest URL, how it is reached and cached
+      (:class:`~stoker.formats.remote.RemoteOptions`); ``shuffle`` (``True`` or ``"shards"``)
+      and ``window`` (default :data:`~stoker.sampling.shards.DEFAULT_WINDOW`): the loader's
+      order the shard cache is judged under.
     """
     t_start = time.perf_counter()
     batch_size = check_int("batch_size", batch_size, minimum=1)
@@ -78,6 +86,9 @@ def diagnose(
     if not (isinstance(seconds, (int, float)) and 0 < seconds <= 60):
         raise ValueError(f"seconds must be in (0, 60], got {seconds!r}")
     check_choice("cache", cache, ("auto", "warm", "cold"))
+    if shuffle is not True and shuffle != "shards":
+        raise ValueError(f'shuffle must be True or "shards", got {shuffle!r}')
+    window = check_int("window", DEFAULT_WINDOW if window is None else window, minimum=1)
     sample_size = check_int("sample_size", sample_size, minimum=1)
     cores = usable_cores()
     if workers_max is None:
@@ -98,9 +109,12 @@ def diagnose(
         sample_size=sample_size,
         cache=cache,
         run_loader=loader,
+        remote=remote,
+        shuffle=shuffle,
+        window=window,
     )
     steps = _Steps(_FIXED_STEPS + (len(settings.workers) if loader else 0), progress)
-    f = Findings(settings, sample_source(settings.path, n=sample_size))
+    f = Findings(settings, sample_source(settings.path, n=sample_size, remote=remote))
     try:
         _run_stages(f, steps)
     finally:

@@ -7,7 +7,7 @@ turns the whole into the report.
 
 | part | filled by | holds |
 |---|---|---|
-| ``storage`` | ``stages.storage`` | cold and warm reads, the packed-file reads, the payloads, the cache figure used |
+| ``storage`` | ``stages.storage`` | cold and warm reads, the packed-file reads, the payloads, the cache figure used; for a set in object storage, its downloads and the shard cache |
 | ``decode`` | ``stages.decode`` | the decoders, the loader's decode step, the decoded sample |
 | ``augment`` | ``stages.augment`` | the transforms' stage and op breakdown, output shape and dtype |
 | ``alternatives`` | ``stages.alternatives`` | decode at reduced size, payloads resized at pack time |
@@ -34,9 +34,11 @@ from stoker.doctor.changes import Recommendation
 from stoker.doctor.measure.decode import Decoder
 from stoker.doctor.measure.loader import LoaderRun
 from stoker.doctor.measure.source import SourceSample
+from stoker.doctor.measure.storage import RemoteStorage
 from stoker.doctor.measure.timing import Stage
 from stoker.doctor.system import Check
 from stoker.doctor.verdict import Cost, Verdict
+from stoker.sampling.shards import DEFAULT_WINDOW
 
 __all__ = [
     "Alternatives",
@@ -69,6 +71,11 @@ class Settings:
     sample_size: int
     cache: str  # "auto" | "warm" | "cold"
     run_loader: bool
+    #: a set in object storage: how it is reached and cached (RemoteOptions; None: defaults),
+    #: and the loader's shuffle mode and shard window the cache is judged under
+    remote: Any = None
+    shuffle: bool | str = True
+    window: int = DEFAULT_WINDOW
 
     @property
     def half(self) -> float:
@@ -89,6 +96,7 @@ class Storage:
     payloads: list[bytes]  # the sampled payloads, as read
     use_cold: bool  # plan with the cold figure
     cache_note: str
+    remote: RemoteStorage | None = None  # a set in object storage: downloads and the cache
 
     @property
     def read(self) -> Stage:

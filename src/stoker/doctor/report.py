@@ -10,7 +10,13 @@ top-level keys, in order (:data:`SECTIONS`):
 - ``schema``: ``"stoker.doctor/2"``; ``stoker_version``;
 - ``source``: path, kind (folder|records), count, total_bytes (estimated for a folder),
   sampled (payloads that decoded), image_shape ("HxWxC" or null), output_shape (list or
-  null), output_dtype;
+  null), output_dtype; remote: null, or for a set in object storage {url, shard (the one
+  downloaded without the cache), shard_bytes, download_s, mb_per_s, ttfb_ms, samples_per_s
+  (records/s the download rate delivers), cache_dir, cache_limit, cache_used, cache_free,
+  set_bytes (what the cache holds of the set), shards, largest_shard_bytes, shuffle
+  (true|shards), window, prefetch_shards, shards_need (bytes shuffle="shards" keeps cached),
+  holds_set, bounds (whether the cache bounds the run), skipped (why the download was not
+  measured, or ""), text};
 - ``settings``: batch_size, transforms (label), workers_max, workers (the counts run), cores,
   seconds, sample_size, cache (auto|warm|cold);
 - ``corrupt``: the samples training would stop at: count (corrupt: they did not read or
@@ -114,9 +120,12 @@ def report_data(f: Findings, *, elapsed_s: float) -> dict[str, Any]:
 
 
 def _source(f: Findings) -> dict[str, Any]:
+    from stoker.storage.urls import redact
+
     sample, aug = f.sample, f.augment
+    remote = getattr(f.storage, "remote", None)
     return {
-        "path": f.settings.path,
+        "path": redact(f.settings.path),
         "kind": sample.kind,
         "count": sample.count,
         "total_bytes": sample.total_bytes,
@@ -124,6 +133,7 @@ def _source(f: Findings) -> dict[str, Any]:
         "image_shape": "x".join(map(str, aug.in_shape)) if aug.in_shape else None,
         "output_shape": list(aug.out_shape) if aug.out_shape else None,
         "output_dtype": aug.out_dtype,
+        "remote": remote.to_dict() if remote is not None else None,
     }
 
 
@@ -289,6 +299,7 @@ class Report:
         d = self.data
         out = _Lines(width)
         _header(out, d)
+        _remote(out, d.get("source", {}).get("remote"))
         _corrupt(out, d.get("corrupt"))
         _stage_table(out, d.get("stages", []), d.get("pipeline") or {})
         _loader_table(out, d.get("loader") or {}, d.get("pipeline") or {}, d.get("settings", {}))
@@ -330,6 +341,16 @@ def _num(x: float | None, digits: int = 0) -> str:
     return f"{x:,.{digits}f}"
 
 
+def _size(n: float | None) -> str:
+    """Bytes for a reader: ``1.2 GB``, ``350.0 MB``, ``93.4 kB``."""
+    if n is None:
+        return "-"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
 class _Lines(list[str]):
     """The report's lines, with word wrapping at the report's width."""
 
@@ -362,6 +383,31 @@ def _header(out: _Lines, d: dict[str, Any]) -> None:
     pipe = d.get("pipeline") or {}
     if pipe.get("cache_note"):
         out.wrap(f"cache: {pipe['cache_note']}", indent="")
+    out.append("")
+
+
+def _remote(out: _Lines, r: dict[str, Any] | None) -> None:
+    """A set in object storage: the download figures, the shard cache and its verdict."""
+    if not r:
+        return
+    out.append("Storage (object storage, through the shard cache)")
+    if r.get("mb_per_s") is not None:
+        out.wrap(
+            f"download: {_num(r['mb_per_s'], 1)} MB/s (shard {r['shard']}, "
+            f"{_size(r['shard_bytes'])} in {_num(r['download_s'], 3)} s, uncached); time to "
+            f"first byte {_num(r.get('ttfb_ms'), 1)} ms; about {_num(r.get('samples_per_s'))} "
+            "records/s"
+        )
+    else:
+        out.wrap(f"download: not measured ({r.get('skipped') or 'no figure'})")
+    out.wrap(
+        f"cache: {r['cache_dir']}: budget {_size(r['cache_limit'])}, in use "
+        f"{_size(r['cache_used'])}, free on its disk {_size(r['cache_free'])}; the set: "
+        f"{_size(r['set_bytes'])} in {r['shards']} shard(s), largest "
+        f"{_size(r['largest_shard_bytes'])}; shuffle="
+        + ("True" if r["shuffle"] == "true" else repr(r["shuffle"]))
+    )
+    out.wrap(r["text"][0].upper() + r["text"][1:] + ".")
     out.append("")
 
 

@@ -77,14 +77,15 @@ class LoaderRun:
         return self.samples / self.seconds if self.seconds > 0 else 0.0
 
 
-def loader_source(path: str) -> tuple[Any, bool]:
+def loader_source(path: str, remote: Any = None) -> tuple[Any, bool]:
     """The loader's own source object, opened once for all the worker counts (a folder is
     scanned once), and whether the caller closes it; the path itself when that is not
-    possible (the loader built from the path then raises the clear error)."""
+    possible (the loader built from the path then raises the clear error). ``remote``: how a
+    set's URL is reached and cached (``RemoteOptions``)."""
     try:
         from stoker.loader import as_source
 
-        return as_source(path)
+        return as_source(path, remote=remote)
     except Exception:  # noqa: BLE001 - the Loader built from the path raises the clear error
         return path, False
 

@@ -16,7 +16,11 @@ from stoker._core.files import IMAGE_EXTENSIONS, scan_folder
 if TYPE_CHECKING:
     from stoker.formats import Reader
 
-__all__ = ["SourceSample", "sample_source"]
+__all__ = ["REMOTE_SHARDS", "SourceSample", "sample_source"]
+
+#: The shards of a set in object storage the doctor's sample is drawn from (each is downloaded
+#: whole when its first sampled record is read).
+REMOTE_SHARDS = 4
 
 
 @dataclass
@@ -59,11 +63,18 @@ class SourceSample:
             self.records = None
 
 
-def sample_source(path: str, *, n: int, seed: int = 0) -> SourceSample:
+def sample_source(path: str, *, n: int, seed: int = 0, remote: Any = None) -> SourceSample:
     """Open SOURCE and pick ``n`` random samples. Payloads are not read yet (the read stages
-    do that)."""
+    do that). SOURCE may be a set's manifest URL (``remote``: how it is reached and cached):
+    its samples are then drawn from a few of its shards (:data:`REMOTE_SHARDS`), so that
+    reading them downloads no more."""
+    from stoker.formats import format_of
+    from stoker.formats.remote import remote_url
+
     rng = np.random.default_rng(seed)
     path = os.fspath(path)
+    if remote_url(path) is not None:
+        return _sample_records(path, format_of(path, remote=remote), n, rng, remote)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file or folder")
     fmt = _format_of(path)
@@ -100,8 +111,13 @@ def _sample_folder(path: str, n: int, rng: np.random.Generator) -> SourceSample:
     return SourceSample(path, "folder", len(files), total, files=pick, positions=chosen)
 
 
-def _sample_records(path: str, fmt: Any, n: int, rng: np.random.Generator) -> SourceSample:
-    reader = fmt.load("reader")(path)
+def _sample_records(
+    path: str, fmt: Any, n: int, rng: np.random.Generator, remote: Any = None
+) -> SourceSample:
+    from stoker.formats.remote import remote_url
+
+    url = remote_url(path) is not None
+    reader = fmt.load("reader")(path, remote=remote) if url else fmt.load("reader")(path)
     count = len(reader)
     if count == 0:
         reader.close()
@@ -110,7 +126,22 @@ def _sample_records(path: str, fmt: Any, n: int, rng: np.random.Generator) -> So
     for f in reader.files():
         with contextlib.suppress(OSError):
             total += os.path.getsize(f)
-    chosen = sorted(int(i) for i in rng.choice(count, size=min(n, count), replace=False))
+    pool = _remote_pool(reader, rng) if url else None
+    if pool is None:
+        chosen = sorted(int(i) for i in rng.choice(count, size=min(n, count), replace=False))
+    else:
+        chosen = sorted(int(i) for i in rng.choice(pool, size=min(n, pool.size), replace=False))
     return SourceSample(
         path, "records", count, total, positions=chosen, records=reader, format=fmt.name
     )
+
+
+def _remote_pool(reader: Reader, rng: np.random.Generator) -> np.ndarray | None:
+    """The positions of :data:`REMOTE_SHARDS` shards picked at random; ``None`` when the set
+    has no more shards than that (every position may be drawn)."""
+    sizes = reader.shard_sizes()
+    if sizes is None or len(sizes) <= REMOTE_SHARDS:
+        return None
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    picked = np.sort(rng.choice(len(sizes), size=REMOTE_SHARDS, replace=False))
+    return np.concatenate([np.arange(starts[j], starts[j + 1]) for j in picked.tolist()])

@@ -6,6 +6,11 @@ to evict the clean pages of a file it can open (``posix_fadvise(POSIX_FADV_DONTN
 cold pass does that for each sampled file (or record range) just before reading it, so it reads
 from the device when the kernel honours the request. On tmpfs or some network filesystems it
 does not; the report says so when cold and warm come out alike.
+
+A set in object storage (:func:`measure_remote`): its records are read from the shard cache
+as local files are; besides, one shard is downloaded whole without the cache (MB/s, and the
+time to first byte of a one-byte GET), the cache's budget, use and free space are read, and
+:class:`RemoteStorage` says whether the cache bounds the run under the loader's shuffle mode.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -22,10 +29,13 @@ from stoker.doctor.measure.source import SourceSample
 from stoker.doctor.measure.timing import Stage, time_loop
 
 __all__ = [
+    "RemoteStorage",
     "evict",
     "measure_read_files",
     "measure_read_packed",
     "measure_read_records",
+    "measure_remote",
+    "remote_files",
     "unreadable",
 ]
 
@@ -213,3 +223,252 @@ def _tempfile(directory: str | None) -> tuple[int, str]:
         except OSError:
             continue
     raise OSError("cannot create a temporary file for the packed-read measurement")
+
+
+# -- a set in object storage ------------------------------------------------------------------
+
+#: GETs of one byte timed for the time to first byte (the median is kept)
+_TTFB_TRIES = 3
+
+
+@dataclass(frozen=True)
+class RemoteStorage:
+    """A set in object storage: one shard downloaded whole without the cache (throughput and
+    time to first byte), the shard cache (folder, budget, use, free space) and what the set
+    needs of it under the loader's shuffle mode."""
+
+    url: str  # the manifest's URL, without credentials
+    shard: str  # the shard downloaded (its .rec's URL)
+    shard_bytes: int
+    download_s: float | None  # None: not measured (``skipped`` says why)
+    ttfb_s: float | None
+    cache_dir: str
+    cache_limit: int
+    cache_used: int
+    cache_free: int  # free bytes where the cache lives
+    set_bytes: int  # what readers cache: each shard's .rec, .idx and checksum file
+    shards: int
+    largest_shard_bytes: int
+    record_bytes: float  # mean bytes of one record in the .rec files
+    shuffle: str  # "true" | "shards"
+    window: int
+    prefetch_shards: int
+    skipped: str = ""
+
+    @property
+    def mb_per_s(self) -> float | None:
+        if not self.download_s:
+            return None
+        return self.shard_bytes / self.download_s / 1e6
+
+    @property
+    def samples_per_s(self) -> float | None:
+        """Records per second the download rate delivers (the most a run that downloads
+        every epoch can read)."""
+        mb = self.mb_per_s
+        return None if mb is None or self.record_bytes <= 0 else mb * 1e6 / self.record_bytes
+
+    @property
+    def budget(self) -> int:
+        """The bytes the cache can really hold: its budget, or what the disk leaves."""
+        return min(self.cache_limit, self.cache_used + self.cache_free)
+
+    @property
+    def holds_set(self) -> bool:
+        return self.set_bytes <= self.budget
+
+    @property
+    def shards_need(self) -> int:
+        """Bytes ``shuffle="shards"`` keeps cached at once: ``2 * window + prefetch_shards``
+        shards of the largest size."""
+        return (2 * self.window + self.prefetch_shards) * self.largest_shard_bytes
+
+    @property
+    def bounds(self) -> bool:
+        """Whether the cache bounds the run: shards are downloaded again within an epoch
+        (a global shuffle over a set larger than the budget, or a budget too small for the
+        shard-order window)."""
+        if self.holds_set:
+            return False
+        return self.shuffle != "shards" or self.budget < self.shards_need
+
+    def epoch_s(self) -> float | None:
+        """Seconds to download the whole set once at the measured rate."""
+        mb = self.mb_per_s
+        return None if mb is None else self.set_bytes / (mb * 1e6)
+
+    def verdict(self) -> str:
+        """Whether the cache bounds the run, and what to change when it does."""
+        gb = _gb
+        rate = ""
+        if self.mb_per_s is not None:
+            t = self.epoch_s() or 0.0
+            rate = (f" (about {t:,.0f}" if t >= 10 else f" (about {t:.2g}") + (
+                f" s at the measured {self.mb_per_s:,.1f} MB/s, at most "
+                f"{self.samples_per_s or 0:,.0f} records/s from storage)"
+            )
+        need = (
+            f"{gb(self.shards_need)}: 2 x window {self.window} + prefetch_shards "
+            f"{self.prefetch_shards} shards of up to {gb(self.largest_shard_bytes)}"
+        )
+        room = f"the cache's budget ({gb(self.cache_limit)}"
+        if self.budget < self.cache_limit:
+            room += f", of which the disk leaves {gb(self.budget)}"
+        room += ")"
+        if self.holds_set:
+            return (
+                f"the cache does not bound the run: {room} holds the whole set "
+                f"({gb(self.set_bytes)}); the first epoch downloads it{rate}, later epochs read "
+                "the cached copies"
+            )
+        if self.shuffle != "shards":
+            return (
+                f"the cache bounds the run: the set ({gb(self.set_bytes)}) is larger than {room}, "
+                "and shuffle=True reads the shards in random order, so they are evicted and "
+                f'downloaded again every epoch{rate}. Use shuffle="shards" (its budget: {need}) '
+                f"or a cache_limit of at least {gb(self.set_bytes)}"
+            )
+        if self.budget < self.shards_need:
+            return (
+                f'the cache bounds the run: {room} is smaller than what shuffle="shards" keeps '
+                f"cached ({need}), so shards are evicted before they are read out and downloaded "
+                "again. Raise cache_limit to at least that, or lower the window or "
+                "prefetch_shards"
+            )
+        return (
+            f"the cache does not bound the run: the set ({gb(self.set_bytes)}) is larger than "
+            f'{room}, but with shuffle="shards" the budget is enough ({need}); each epoch '
+            f"downloads every shard once{rate}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "shard": self.shard,
+            "shard_bytes": self.shard_bytes,
+            "download_s": self.download_s,
+            "mb_per_s": self.mb_per_s,
+            "ttfb_ms": None if self.ttfb_s is None else 1e3 * self.ttfb_s,
+            "samples_per_s": self.samples_per_s,
+            "cache_dir": self.cache_dir,
+            "cache_limit": self.cache_limit,
+            "cache_used": self.cache_used,
+            "cache_free": self.cache_free,
+            "set_bytes": self.set_bytes,
+            "shards": self.shards,
+            "largest_shard_bytes": self.largest_shard_bytes,
+            "shuffle": self.shuffle,
+            "window": self.window,
+            "prefetch_shards": self.prefetch_shards,
+            "shards_need": self.shards_need,
+            "holds_set": self.holds_set,
+            "bounds": self.bounds,
+            "skipped": self.skipped,
+            "text": self.verdict(),
+        }
+
+
+def _gb(n: float) -> str:
+    """Bytes for a reader: ``1.2 GB``, ``350.0 MB``, ``93.4 kB``."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def remote_files(reader: Any) -> Any:
+    """The :class:`~stoker.formats.remote.RemoteFiles` of a reader over a set in object
+    storage; ``None`` for a local set."""
+    return getattr(getattr(reader, "records", None), "files", None)
+
+
+def measure_remote(
+    reader: Any, *, shuffle: bool | str = True, window: int, prefetch_shards: int
+) -> RemoteStorage:
+    """Download the largest shard of a remote set once, without the cache, into a temporary
+    file in the cache's folder (throughput; the time to first byte from one-byte GETs), and
+    read the cache's budget, use and free space."""
+    from stoker.storage.urls import redact
+
+    files = remote_files(reader)
+    if files is None:
+        raise ValueError(f"{reader.path}: not a set in object storage")
+    entries = reader.records.manifest["shards"]
+    sizes = []
+    for j, e in enumerate(entries):
+        n = int(e["rec_bytes"])
+        for part in ("idx", "crc32c"):
+            if e.get(part):
+                n += files.sizes.get(files.url_of(e[part], f"shards[{j}].{part}"), 0)
+        sizes.append(n)
+    j = int(np.argmax([int(e["rec_bytes"]) for e in entries]))
+    url = files.url_of(entries[j]["rec"], f"shards[{j}].rec")
+    size = int(entries[j]["rec_bytes"])
+    cache = files.cache
+    used, free = cache.usage(), _free_bytes(cache.root)
+    download_s, ttfb_s, skipped = None, None, ""
+    if size > free:
+        skipped = f"{redact(url)} ({_gb(size)}) does not fit in the free space ({_gb(free)})"
+    else:
+        ttfb_s = _ttfb(files, url)
+        download_s = _download_s(files, url, size)
+    records = sum(int(e["records"]) for e in entries)
+    return RemoteStorage(
+        url=redact(files.url),
+        shard=redact(url),
+        shard_bytes=size,
+        download_s=download_s,
+        ttfb_s=ttfb_s,
+        cache_dir=cache.root,
+        cache_limit=cache.limit,
+        cache_used=used,
+        cache_free=free,
+        set_bytes=int(sum(sizes)),
+        shards=len(entries),
+        largest_shard_bytes=max(sizes) if sizes else 0,
+        record_bytes=sum(int(e["rec_bytes"]) for e in entries) / records if records else 0.0,
+        shuffle="shards" if shuffle == "shards" else "true",
+        window=window,
+        prefetch_shards=prefetch_shards,
+        skipped=skipped,
+    )
+
+
+def _free_bytes(path: str) -> int:
+    """Free bytes for this user on the filesystem of ``path`` (or its nearest parent)."""
+    probe = os.path.abspath(path)
+    while not os.path.isdir(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    st = os.statvfs(probe)
+    return int(st.f_bavail * st.f_frsize)
+
+
+def _ttfb(files: Any, url: str) -> float | None:
+    """The median time of a one-byte ranged GET of ``url`` (request to first byte)."""
+    fs = files.remote.fs()
+    times = []
+    for _ in range(_TTFB_TRIES):
+        t0 = time.perf_counter()
+        try:
+            fs.cat_file(url, start=0, end=1)
+        except Exception:  # noqa: BLE001 - the download below names what is wrong
+            return None
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _download_s(files: Any, url: str, size: int) -> float:
+    """Seconds to download ``url`` whole, as the cache does (stoker's ranged reads with their
+    retries), into a temporary file in the cache's folder, removed after."""
+    folder = files.cache.root
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".stoker-doctor-", suffix=".part", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            t0 = time.perf_counter()
+            files.remote.download(url, out, size=size, what="doctor")
+            out.flush()
+            return time.perf_counter() - t0
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)

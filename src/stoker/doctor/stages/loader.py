@@ -80,7 +80,7 @@ def _sweep(f: Findings, step: Callable[[str], None]) -> list[LoaderRun]:
     """The loader at each worker count, on one source object; stops at the first failure."""
     s = f.settings
     runs: list[LoaderRun] = []
-    src_obj, owned = loader_source(s.path)
+    src_obj, owned = loader_source(s.path, s.remote)
     try:
         for k in s.workers:
             try:

@@ -1,18 +1,24 @@
 """The storage stage: leave out (as corrupt) the sampled items that cannot be read, read the
 rest cold and warm (a folder also from one packed file) and decide which figure the model
-plans with."""
+plans with. A set in object storage is read from the shard cache's copies; besides, one shard
+is downloaded without the cache and the stage says whether the cache bounds the run."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 
+import numpy as np
+
 from stoker._core.errors import StokerFormatError
 from stoker.doctor.findings import Findings, Storage
 from stoker.doctor.measure.storage import (
+    RemoteStorage,
     measure_read_files,
     measure_read_packed,
     measure_read_records,
+    measure_remote,
+    remote_files,
     unreadable,
 )
 from stoker.doctor.measure.timing import Stage
@@ -36,9 +42,38 @@ def run(f: Findings) -> None:
         cold, payloads = measure_read_records(sample, seconds=s.seconds, cold=True)
         warm, _ = measure_read_records(sample, seconds=s.half, cold=False)
         f.stages += [cold, warm]
+    remote = _remote(f)
     use_cold = s.cache == "cold" or (s.cache == "auto" and not _fits(sample.total_bytes))
     note = _cache_note(s.cache, use_cold, sample.total_bytes, cold, warm)
-    f.storage = Storage(cold, warm, packed, payloads, use_cold, note)
+    f.storage = Storage(cold, warm, packed, payloads, use_cold, note, remote)
+
+
+def _remote(f: Findings) -> RemoteStorage | None:
+    """For a set in object storage: one shard's download and the shard cache's verdict (the
+    records above were read from the cache's copies); the set's size is then what the cache
+    holds of it. ``None`` for a local set, or when the download fails (noted as not measured)."""
+    s, sample = f.settings, f.sample
+    if remote_files(sample.records) is None:
+        return None
+    from stoker.formats.remote import RemoteOptions
+
+    options = s.remote or RemoteOptions()
+    try:
+        remote = measure_remote(
+            sample.records,
+            shuffle=s.shuffle,
+            window=s.window,
+            prefetch_shards=options.prefetch_shards,
+        )
+    except OSError as e:
+        f.skip("storage (download)", f"{type(e).__name__}: {e}")
+        return None
+    sample.total_bytes = remote.set_bytes
+    # the sample's shards stay cached but unpinned: the loader runs need the cache's room
+    sample.records.records.focus(np.zeros(0, np.int64))  # type: ignore[union-attr]
+    if remote.skipped:
+        f.skip("storage (download)", remote.skipped)
+    return remote
 
 
 def _drop_unreadable(f: Findings) -> None:
