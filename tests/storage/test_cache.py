@@ -5,6 +5,7 @@ damaged, stale, killed and disk-full cases that never hand out wrong bytes."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import multiprocessing
@@ -15,6 +16,7 @@ import stat
 import subprocess
 import threading
 import time
+import warnings
 
 import pytest
 from cache_helpers import (
@@ -112,7 +114,8 @@ def test_threads_share_one_download(tmp_path, log):
 
 def test_budget_is_never_exceeded(tmp_path, log):
     """Two processes churn through 12 objects with room for 3: a sampler polling the bytes of
-    every file under the cache folder never sees more than the budget."""
+    every file under the cache folder (the .part files of downloads in progress included)
+    never sees more than the budget."""
     root = str(tmp_path / "cache")
     size = 64 * 1024
     limit = 3 * (size + MARKER_RESERVE)
@@ -120,11 +123,20 @@ def test_budget_is_never_exceeded(tmp_path, log):
     peak = 0
     stop = threading.Event()
 
-    def sample() -> None:
-        nonlocal peak
-        while not stop.is_set():
-            peak = max(peak, du(root))
-            time.sleep(0.0005)
+    def sample() -> None:  # under the cache lock, so no file is seen both before and after
+        nonlocal peak  # an eviction or a rename; downloads keep writing meanwhile
+        while not os.path.exists(os.path.join(root, "lock")):
+            if stop.wait(0.001):
+                return
+        fd = os.open(os.path.join(root, "lock"), os.O_RDWR)
+        try:
+            while not stop.is_set():
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                peak = max(peak, du(root))
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                time.sleep(0.0005)
+        finally:
+            os.close(fd)
 
     sampler = threading.Thread(target=sample)
     sampler.start()
@@ -185,6 +197,36 @@ def test_pin_in_another_process_blocks_eviction(tmp_path, log):
     holder.close()
     with get(ShardCache(root, limit), "b", log) as b:  # the pin went with the process
         assert read(b) == payload("b", SIZE)
+
+
+def test_a_forked_child_does_not_keep_its_parents_pins(tmp_path, log):
+    """A flock lives while any copy of its descriptor is open: a child forked while the parent
+    holds a pin must not keep the entry pinned after the parent lets go."""
+    cache = ShardCache(tmp_path / "cache", 2**20)
+    pin = get(cache, "a", log)
+    ready_r, ready_w = os.pipe()
+    stop_r, stop_w = os.pipe()
+    with warnings.catch_warnings():  # the child only writes and reads pipes, then exits
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: say it runs (after the fork handlers), then wait for stop
+        try:
+            os.close(stop_w)
+            os.write(ready_w, b"r")
+            os.read(stop_r, 1)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(stop_r)
+    try:
+        assert os.read(ready_r, 1) == b"r"
+        assert pinned(cache.root, "a")
+        pin.close()
+        assert not pinned(cache.root, "a")
+    finally:
+        os.close(stop_w)
+        os.close(ready_r)
+        os.waitpid(pid, 0)
 
 
 def test_no_room_waits_then_names_budget_and_pins(tmp_path, log):

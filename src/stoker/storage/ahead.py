@@ -9,7 +9,8 @@ State lives under one condition variable: the plan (``items``), the first item s
 in ``items[pos : pos + ahead]``, so never more than ``ahead``), the keys whose fetch failed,
 the errors, and ``closed``. The caller's methods (:meth:`AheadFetcher.plan`,
 :meth:`AheadFetcher.reached`) hold the lock only to update that state, release the pins that
-fell out of the window (one ``close(2)`` each, which never waits) and wake the thread: they
+fell out of the window (one ``close(2)`` each, which never waits; done under the lock, so the
+thread never starts a download while an unwanted pin is still held) and wake the thread: they
 never wait on a download.
 
 The thread takes the first item of the window that is neither pinned nor failed and calls
@@ -20,9 +21,10 @@ returns, the window may have moved on: a pin nobody wants any more is released a
 :attr:`AheadFetcher.errors` and its key is not tried again until the next ``plan``; the
 reader's own ``get`` of that shard raises it in the reader.
 
-:meth:`AheadFetcher.close` marks it closed, releases every pin, wakes the thread and joins
-it: a download already running finishes first (the fetch's own timeouts bound it), none
-starts after. Then it raises the first error a background fetch raised, if any.
+:meth:`AheadFetcher.close` marks it closed, wakes the thread and joins it (a download
+already running finishes first, bounded by the fetch's own timeouts; a ``try_get`` without
+room returns at once), then releases every pin, so the room they free starts no download.
+Then it raises the first error a background fetch raised, if any.
 """
 
 from __future__ import annotations
@@ -80,15 +82,13 @@ class AheadFetcher:
                 raise RuntimeError("AheadFetcher.plan() after close()")
             self._items, self._pos = items, 0
             self._failed.clear()
-            stale = self._trim()
+            self._trim()
             if self._thread is None and self._ahead > 0:
                 self._thread = threading.Thread(
                     target=self._run, name="stoker-ahead-fetch", daemon=True
                 )
                 self._thread.start()
             self._cond.notify_all()
-        for pin in stale:
-            pin.close()
 
     def reached(self, i: int) -> None:
         """Items before ``i`` are done with: their pins go, and the thread keeps
@@ -97,10 +97,8 @@ class AheadFetcher:
             raise ValueError(f"reached() takes an item index >= 0, got {i!r}")
         with self._cond:
             self._pos = i
-            stale = self._trim()
+            self._trim()
             self._cond.notify_all()
-        for pin in stale:
-            pin.close()
 
     @property
     def errors(self) -> list[BaseException]:
@@ -113,14 +111,13 @@ class AheadFetcher:
         raise the first error a background fetch raised."""
         with self._cond:
             self._closed = True
-            stale = list(self._pins.values())
-            self._pins.clear()
             self._cond.notify_all()
-        for pin in stale:
-            pin.close()
-        if self._thread is not None:
+        if self._thread is not None:  # first, so that the room the pins free starts nothing
             self._thread.join()
         with self._cond:
+            for pin in self._pins.values():
+                pin.close()
+            self._pins.clear()
             first = self._errors[0] if self._errors and not self._raised else None
             self._raised = True
         if first is not None:
@@ -146,11 +143,12 @@ class AheadFetcher:
     def _wanted(self) -> set[str]:
         return {item.key for item in self._window()}
 
-    def _trim(self) -> list[Pin]:
-        """Drop (and return, to be closed) the pins of keys outside the window."""
+    def _trim(self) -> None:
+        """Release the pins of keys outside the window (under the lock, so that the thread
+        starts no download while a pin it no longer wants is still held)."""
         wanted = self._wanted()
-        stale = [key for key in self._pins if key not in wanted]
-        return [self._pins.pop(key) for key in stale]
+        for key in [key for key in self._pins if key not in wanted]:
+            self._pins.pop(key).close()
 
     def _next(self) -> Item | None:
         for item in self._window():
@@ -183,6 +181,5 @@ class AheadFetcher:
                     self._cond.wait(_RETRY_NO_ROOM)  # woken early by reached()/plan()/close()
                 elif not self._closed and item.key in self._wanted() and item.key not in self._pins:
                     self._pins[item.key] = pin
-                    pin = None
-            if pin is not None:
-                pin.close()
+                else:  # the reader moved past it meanwhile
+                    pin.close()

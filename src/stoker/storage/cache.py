@@ -89,13 +89,7 @@ from stoker.storage._cachefiles import (
     split_entry,
 )
 
-__all__ = [
-    "DEFAULT_LIMIT_FRACTION",
-    "DEFAULT_LIMIT_MAX",
-    "MARKER_RESERVE",
-    "Pin",
-    "ShardCache",
-]
+__all__ = ["DEFAULT_LIMIT_FRACTION", "DEFAULT_LIMIT_MAX", "MARKER_RESERVE", "Pin", "ShardCache"]
 
 #: The default budget is the smaller of :data:`DEFAULT_LIMIT_MAX` and this fraction of the
 #: space the cache could use where it lives (free space plus what it holds already), measured
@@ -142,12 +136,13 @@ class Pin:
     """A shared lock on one cache entry: while it is open no process evicts or replaces the
     file at :attr:`path`. A context manager; :meth:`close` releases it (so does process exit)."""
 
-    __slots__ = ("_fd", "key", "path")
+    __slots__ = ("_fd", "_pid", "key", "path")
 
     def __init__(self, path: str, key: str, fd: int) -> None:
         self.path = path
         self.key = key
         self._fd = fd
+        self._pid = os.getpid()  # a forked child's copy closes nothing (see _forget_locks)
 
     @property
     def closed(self) -> bool:
@@ -155,8 +150,8 @@ class Pin:
 
     def close(self) -> None:
         fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)  # the flock goes with the last descriptor of its open file
+        if fd >= 0 and self._pid == os.getpid():
+            _close_lock(fd)  # the flock goes with the last descriptor of its open file
 
     def __enter__(self) -> Pin:
         return self
@@ -268,16 +263,16 @@ class ShardCache:
         self._ready = True
 
     def _open_lock(self, key: str) -> int:
-        return os.open(os.path.join(self.root, "locks", key), LOCK_FILE, 0o600)
+        return _open_lock(os.path.join(self.root, "locks", key))
 
     @contextlib.contextmanager
     def _accounting(self) -> Iterator[None]:
-        fd = os.open(os.path.join(self.root, "lock"), LOCK_FILE, 0o600)
+        fd = _open_lock(os.path.join(self.root, "lock"))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
-            os.close(fd)
+            _close_lock(fd)
 
     def _try_lock(self, key: str, how: int) -> int | None:
         """The entry's lock file descriptor locked ``how | LOCK_NB``, or None when held."""
@@ -285,7 +280,7 @@ class ShardCache:
         try:
             fcntl.flock(fd, how | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(fd)
+            _close_lock(fd)
             return None
         return fd
 
@@ -307,10 +302,10 @@ class ShardCache:
         try:
             pin = self._lock_and_fill(fd, want)
         except BaseException:
-            os.close(fd)
+            _close_lock(fd)
             raise
         if pin is None:
-            os.close(fd)
+            _close_lock(fd)
         return pin
 
     def _lock_and_fill(self, fd: int, want: _Want) -> Pin | None:
@@ -477,7 +472,7 @@ class ShardCache:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._path(key, suffix))
         finally:
-            os.close(fd)
+            _close_lock(fd)
         return True
 
     def _scan(self) -> tuple[dict[str, list[int]], list[tuple[str, int]]]:
@@ -511,7 +506,7 @@ class ShardCache:
                 fd = self._try_lock(parsed[0], fcntl.LOCK_SH)
                 if fd is None:
                     continue
-                os.close(fd)
+                _close_lock(fd)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(folder, name))
 
@@ -538,6 +533,35 @@ class ShardCache:
             "cache_limit=, or lower prefetch_shards= or num_workers so fewer shards are "
             "pinned at once"
         )
+
+
+# -- lock descriptors and fork --------------------------------------------------------------
+
+_LOCKS_HELD: set[int] = set()  # this process's open lock file descriptors
+
+
+def _open_lock(path: str) -> int:
+    fd = os.open(path, LOCK_FILE, 0o600)
+    _LOCKS_HELD.add(fd)
+    return fd
+
+
+def _close_lock(fd: int) -> None:
+    _LOCKS_HELD.discard(fd)
+    os.close(fd)
+
+
+def _forget_locks() -> None:
+    """In a forked child, close the lock descriptors it inherited: a flock lasts while any
+    copy of its descriptor is open, so otherwise a child would keep its parent's pins, or a
+    lock that a parent's thread held at the fork, for as long as the child lives."""
+    for fd in _LOCKS_HELD:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _LOCKS_HELD.clear()
+
+
+os.register_at_fork(after_in_child=_forget_locks)
 
 
 # -- helpers ----------------------------------------------------------------------------------
