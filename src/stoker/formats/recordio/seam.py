@@ -186,12 +186,21 @@ class RecordIOReader(Reader):
     def keys(self) -> np.ndarray:
         if self._keys is None:
             self._keys = np.asarray(self.records.keys, dtype=np.int64)
+            self._let_go()
         return self._keys
 
     def labels(self) -> np.ndarray:
         if self._labels is None:
             self._labels = integral_labels(np.asarray(self.records.labels()))
+            self._let_go()
         return self._labels
+
+    def _let_go(self) -> None:
+        """A remote set that read every shard (keys, labels) keeps none of them pinned: the
+        shard cache needs that room for the batches."""
+        rec = self._rec
+        if self.remote is not None and isinstance(rec, RecordSet):
+            rec.focus(np.zeros(0, np.int64))
 
     def label_kind(self) -> tuple[tuple[int, ...], str]:
         """``(shape, dtype)`` of one label. Local: from every label (:meth:`labels`); a set in
@@ -201,6 +210,7 @@ class RecordIOReader(Reader):
         if not self._label_dtype:
             if self.remote is None or self._labels is not None:
                 lab = self.labels()
+                return tuple(lab.shape[1:]), lab.dtype.name
             else:
                 rec = self.records
                 first = rec.shard(0) if isinstance(rec, RecordSet) else rec
@@ -223,8 +233,7 @@ class RecordIOReader(Reader):
             if self._label_dtype:  # unpickled: from the state it was sent, not every label
                 dtype, shape = self._label_dtype, self._label_shape
             else:
-                lab = self.labels()
-                dtype, shape = lab.dtype.name, tuple(lab.shape[1:])
+                shape, dtype = self.label_kind()
             declared = self.records.schema
             head = declared.header_name
             label = Field.numeric(shape, dtype, header=True)
@@ -259,6 +268,13 @@ class RecordIOReader(Reader):
         see :meth:`RecordSet.read_ahead`."""
         rec = self.records
         return rec.read_ahead(order, start) if isinstance(rec, RecordSet) else None
+
+    def probe_positions(self, probes: int) -> list[int] | None:
+        """For a set in object storage, the first ``probes`` positions (its first shard, which
+        the loader reads anyway) instead of a spread that would fetch a shard per probe."""
+        if self.remote is None:
+            return None
+        return list(range(min(probes, self._len)))
 
     def advise(self, indices: np.ndarray) -> bool:
         """Access hints for the chunk ``indices`` when :attr:`hints` decides for them (once
