@@ -87,3 +87,21 @@ def test_the_cli_packs_to_s3_without_showing_credentials(images, s3env, s3_serve
     assert url in out
     with stoker.Loader(url + ".stoker.json", batch_size=6, workers=0) as ld:
         assert sum(len(b.keys) for b in ld) == 18
+
+
+def test_the_cli_takes_credentials_from_storage_options(images, s3env, s3_server, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["AWS_SHARED_CREDENTIALS_FILE"] = str(tmp_path / "none")
+    env["AWS_CONFIG_FILE"] = str(tmp_path / "none")
+    url = f"s3://{s3env}/sets/opts"
+    cmd = [sys.executable, "-m", "stoker.cli", "pack", images, url, "--quiet"]
+    for kv in (
+        f"endpoint_url={s3_server.endpoint}",
+        f"key={FAKE_ACCESS_KEY_ID}",
+        f"secret={FAKE_SECRET_ACCESS_KEY}",
+    ):
+        cmd += ["--storage-option", kv]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=100)
+    assert p.returncode == 0, p.stderr
+    assert FAKE_SECRET_ACCESS_KEY not in p.stdout + p.stderr
+    assert Remote(url + ".stoker.json").exists(url + ".stoker.json")

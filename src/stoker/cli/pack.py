@@ -99,12 +99,25 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         "(default: rejected outside_root)",
     )
     add_scale_options(p)
+    _storage_arguments(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     p.add_argument(
         "--json", action="store_true", help="print the report as JSON on stdout (no bar)"
     )
     p.set_defaults(func=run)
     return p
+
+
+def _storage_arguments(p: argparse.ArgumentParser) -> None:
+    """``--storage-option`` for an OUT in object storage (the cache options do not apply)."""
+    from stoker.cli._remote import add_remote_arguments
+
+    add_remote_arguments(p)
+
+
+def _storage(args: argparse.Namespace) -> dict[str, Any] | None:
+    pairs = getattr(args, "storage_options", None)
+    return dict(pairs) if pairs else None
 
 
 def add_scale_options(p: argparse.ArgumentParser, what: str = "pack") -> None:
@@ -331,11 +344,14 @@ def run(args: argparse.Namespace) -> int:
     from stoker.pack.images import DEFAULT_MAX_PIXELS
 
     bad = step_usage(args)
+    if getattr(args, "cache_dir", None) or getattr(args, "cache_limit", None):
+        bad = "--cache-dir and --cache-limit are for reading a set; a pack stages its output "
+        bad += "under the stoker cache dir ($STOKER_CACHE_DIR)"
     if bad:
         print(f"stoker pack: error: {bad}", file=sys.stderr)
         return 2
     if args.plan is not None and not args.plan_only:
-        return run_plan_steps(args, "pack")
+        return run_plan_steps(args, "pack", _storage(args))
 
     options = make_options(
         "pack",
@@ -365,5 +381,5 @@ def run(args: argparse.Namespace) -> int:
     if options is None:
         return 2
     if args.plan_only:
-        return write_plan_step(options, args, "pack")
-    return run_options(options, args, "pack")
+        return write_plan_step(options, args, "pack", _storage(args))
+    return run_options(options, args, "pack", _storage(args))
