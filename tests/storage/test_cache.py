@@ -34,7 +34,7 @@ from cache_helpers import (
     wait_for,
 )
 
-from stoker import CacheFullError, CorruptRecordError
+from stoker import CacheFullError, CorruptRecordError, StorageError
 from stoker.storage import ShardCache
 from stoker.storage.cache import MARKER_RESERVE
 
@@ -281,6 +281,19 @@ def test_damaged_cached_file_is_fetched_again(tmp_path, log, damage):
     damage(path)
     with get(cache, "a", log) as pin:
         assert read(pin) == payload("a", SIZE)
+    assert logged(log) == ["a", "a"]
+
+
+def test_damaged_file_still_pinned_is_an_error_not_a_hang(tmp_path, log):
+    """A pinned copy that went bad cannot be replaced under its reader: after ``wait`` the
+    get fails naming the file, instead of waiting forever on its own process's pin."""
+    cache = ShardCache(tmp_path / "cache", 2**20, wait=0.3)
+    with get(cache, "a", log) as pin:
+        _truncate(pin.path)
+        with pytest.raises(StorageError, match=f"shard a \\({pin.path}\\).*still pins it"):
+            get(cache, "a", log)
+    with get(cache, "a", log) as again:
+        assert read(again) == payload("a", SIZE)
     assert logged(log) == ["a", "a"]
 
 

@@ -16,13 +16,18 @@ from typing import Any
 
 __all__: list[str] = []  # private to stoker.storage.cache
 
-KEY = re.compile(r"[A-Za-z0-9._-]{1,200}")
+_KEY = re.compile(r"[A-Za-z0-9._-]{1,200}")
 DATA, MARK, PART, MARK_TMP = ".data", ".ok", ".part", ".mark"
 NOFOLLOW = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW
 LOCK_FILE = os.O_RDWR | os.O_CREAT | NOFOLLOW
 _CHUNK = 1 << 20
 _FALLOC_FL_KEEP_SIZE = 1
+
+
+def is_key(key: object) -> bool:
+    """A cache key: 1 to 200 of ``A-Za-z0-9._-``, and not ``.`` or ``..``."""
+    return isinstance(key, str) and bool(_KEY.fullmatch(key)) and key not in (".", "..")
 
 
 def check_file(path: str, size: int, crc: int | None) -> str | None:
@@ -90,7 +95,7 @@ def listing(folder: str) -> Iterator[tuple[str, os.stat_result]]:
 def split_entry(name: str) -> tuple[str, str]:
     for suffix in (DATA, MARK):
         key = name[: -len(suffix)]
-        if name.endswith(suffix) and KEY.fullmatch(key) and key not in (".", ".."):
+        if name.endswith(suffix) and is_key(key):
             return key, suffix
     return "/" + name, ""  # not an entry's file: evicted first
 
@@ -99,11 +104,11 @@ def parse_tmp(name: str) -> tuple[str, int] | None:
     """(key, reserved bytes) of a temporary file's name, or None when it is not ours."""
     if name.endswith(PART):
         parts = name[: -len(PART)].rsplit(".", 3)
-        if len(parts) == 4 and parts[1].isdigit() and KEY.fullmatch(parts[0]):
+        if len(parts) == 4 and parts[1].isdigit() and is_key(parts[0]):
             return parts[0], int(parts[1])
     elif name.endswith(MARK_TMP):
         parts = name[: -len(MARK_TMP)].rsplit(".", 2)
-        if len(parts) == 3 and KEY.fullmatch(parts[0]):
+        if len(parts) == 3 and is_key(parts[0]):
             return parts[0], 0
     return None
 

@@ -74,7 +74,6 @@ from stoker._core.cache import cache_dir
 from stoker._core.errors import CacheFullError, CorruptRecordError, StorageError
 from stoker.storage._cachefiles import (
     DATA,
-    KEY,
     LOCK_FILE,
     MARK,
     MARK_TMP,
@@ -82,6 +81,7 @@ from stoker.storage._cachefiles import (
     NOFOLLOW,
     PART,
     check_file,
+    is_key,
     listing,
     parse_tmp,
     preallocate,
@@ -582,7 +582,7 @@ def default_limit(root: str) -> int:
 
 
 def _check_args(key: str, size: int, crc: int | None) -> None:
-    if not isinstance(key, str) or not KEY.fullmatch(key) or key in (".", ".."):
+    if not is_key(key):
         raise ValueError(
             f"cache key must be 1 to 200 characters of A-Z, a-z, 0-9, '.', '_' or '-' "
             f"(and not '.' or '..'), got {key!r}"
