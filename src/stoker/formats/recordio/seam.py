@@ -370,9 +370,7 @@ class RecordIOReader(Reader):
         per record, the insightface layout (``identities``; ``metadata_records`` and, by kind,
         ``metadata``: ``header``, ``identity`` and ``other`` records that hold no image), the
         rejects the manifest counts."""
-        full = open_records(
-            self.path, verify_checksums=False, cache=self.cache, remote=self.remote
-        )
+        full = open_records(self.path, verify_checksums=False, cache=self.cache, remote=self.remote)
         try:
             shards = full.shards
             out: dict[str, Any] = {
