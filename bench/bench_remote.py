@@ -15,13 +15,14 @@ Every configuration runs the same loader: batch ``--batch``, ``--workers`` worke
 RandomCrop(96) -> HorizontalFlip, NHWC uint8, shard-aware order (``ShardOrder``, window
 ``--window``), ``prefetch_shards`` = ``--prefetch-shards``, ``--epochs`` epochs of one loader.
 Epoch 1 is cold (the loader's start, and for a remote set an empty cache); the later epochs
-are the steady rate. Rounds run local, 0 ms, 25 ms, 100 ms, local (the ratios divide by the
-mean of the two local runs); with ``--rounds`` > 1 the next round runs the remote ones in
-reverse order, and each figure is the median over rounds.
+are the steady rate. A round runs local, 0 ms, 25 ms, 100 ms, local; the next one (``--rounds``,
+default 2) runs the remote ones in reverse order. The ratios divide by the mean of every local
+run; a remote figure is the median over rounds.
 
-While a remote configuration runs, a thread samples the proxy's request log: the report gives
-the requests and bytes per epoch, and the time the loader waited for a batch (the main
-process's time in ``next()``), which says whether decoding or downloading sets the pace.
+Beside the rates, per steady epoch: the seconds the training loop waited in ``next()``, the
+CPU seconds of the whole process tree and of this process alone (for a remote run, the S3
+server, the proxy and the downloads ahead run in threads here), and the GET requests the proxy
+served: whether decoding or downloading sets the pace (docs/remote.md, "Measured").
 
     python bench/bench_remote.py            # 3000 images in 15 shards, 3 epochs, 2 rounds
     python bench/bench_remote.py --quick    # 1000 images, 2 epochs, 1 round: a smoke run
