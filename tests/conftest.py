@@ -167,3 +167,82 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _SECRETS_SEEN:
         print("\nfake credentials appeared in the output of: " + ", ".join(_SECRETS_SEEN))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# ---------------------------------------------------------------------------------------------
+# Object storage: one moto S3 server on loopback for the whole run (started when a test first
+# asks for it), the AWS variables pointing at it, and every connection a test opened closed
+# before the leak check counts sockets.
+
+
+def open_sockets() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return n
+
+
+def close_and_wait(baseline: int, deadline: float = 3.0) -> None:
+    """Close this process's storage connections, then wait until the server side of each is
+    closed too (the server's threads see the client's FIN a moment later)."""
+    from stoker.storage.remote import close_filesystems
+
+    close_filesystems()
+    end = time.monotonic() + deadline
+    while open_sockets() > baseline and time.monotonic() < end:
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server; fsspec's I/O thread (its event loop's self-pipe is a socket pair, alive
+    as long as the process) is started first, so the leak check sees both as already there."""
+    import fsspec.asyn
+
+    from stoker.storage.testing import S3Server
+
+    fsspec.asyn.get_loop()
+    with S3Server() as server:
+        yield server
+
+
+def _clean_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """No credential from the developer's own environment or ~/.aws reaches a test."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.fixture
+def no_aws(monkeypatch, tmp_path):
+    """An environment without any AWS credential; connections closed after the test."""
+    import fsspec.asyn
+
+    fsspec.asyn.get_loop()  # lives as long as the process (see s3_server)
+    baseline = open_sockets()
+    _clean_aws_env(monkeypatch, tmp_path)
+    yield
+    close_and_wait(baseline)
+
+
+@pytest.fixture
+def s3_bucket(s3_server, monkeypatch, tmp_path):
+    """The AWS variables set for the session's server, and a fresh bucket's name."""
+    import uuid
+
+    from stoker.storage.remote import Remote
+
+    baseline = open_sockets()
+    _clean_aws_env(monkeypatch, tmp_path)
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    bucket = f"t-{uuid.uuid4().hex[:16]}"
+    Remote(f"s3://{bucket}").fs().mkdir(bucket)
+    yield bucket
+    close_and_wait(baseline)

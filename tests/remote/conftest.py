@@ -5,8 +5,6 @@ uploaded to it. Each test gets its own shard cache (``cache_dir``)."""
 from __future__ import annotations
 
 import os
-import time
-import uuid
 from dataclasses import dataclass
 
 import pytest
@@ -14,15 +12,6 @@ import pytest
 import stoker
 from stoker.storage.remote import Remote, close_filesystems
 from stoker.storage.testing import FaultProxy, S3Server
-
-
-@pytest.fixture(scope="session")
-def s3_server():
-    import fsspec.asyn
-
-    fsspec.asyn.get_loop()  # fsspec's I/O thread and its event loop live as long as the process
-    with S3Server() as server:
-        yield server
 
 
 @pytest.fixture(scope="session")
@@ -46,49 +35,16 @@ class RemoteSet:
         return f"s3://{self.bucket}/sets/{name}"
 
 
-def _clean_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-
-
 def upload_folder(folder: str, bucket: str, prefix: str = "sets") -> None:
     r = Remote(f"s3://{bucket}")
     for name in sorted(os.listdir(folder)):
         r.upload(os.path.join(folder, name), f"s3://{bucket}/{prefix}/{name}")
 
 
-def _sockets() -> int:
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-        except OSError:
-            pass
-    return n
-
-
-def _close_and_wait(baseline: int) -> None:
-    """Close this process's storage connections and wait for the server's ends to close."""
-    close_filesystems()
-    end = time.monotonic() + 3.0
-    while _sockets() > baseline and time.monotonic() < end:
-        time.sleep(0.02)
-
-
 @pytest.fixture
-def s3env(s3_server, monkeypatch, tmp_path):
-    """The AWS variables pointing at the session's server, and a fresh bucket's name."""
-    baseline = _sockets()
-    _clean_aws_env(monkeypatch, tmp_path)
-    for name, value in s3_server.env().items():
-        monkeypatch.setenv(name, value)
-    bucket = f"r-{uuid.uuid4().hex[:16]}"
-    Remote(f"s3://{bucket}").fs().mkdir(bucket)
-    yield bucket
-    _close_and_wait(baseline)
+def s3env(s3_bucket):
+    """A fresh bucket's name, the AWS variables set for the session's server."""
+    return s3_bucket
 
 
 @pytest.fixture
