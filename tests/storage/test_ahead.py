@@ -162,3 +162,36 @@ def test_bad_arguments(tmp_path):
     fetcher.close()
     with pytest.raises(RuntimeError, match="after close"):
         fetcher.plan([])
+
+
+class Gate:
+    """A fetch that waits until ``n`` fetches are running at once (or a timeout), and records
+    the most that ran together."""
+
+    def __init__(self, key: str, state: dict) -> None:
+        self.key, self.state = key, state
+
+    def __call__(self, out) -> None:
+        st = self.state
+        with st["lock"]:
+            st["running"] += 1
+            st["most"] = max(st["most"], st["running"])
+        st["all_in"].wait(timeout=5)  # the barrier breaks when fewer than n run at once
+        out.write(payload(self.key, SIZE))
+        with st["lock"]:
+            st["running"] -= 1
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_threads_download_that_many_at_once_within_the_window(tmp_path, threads):
+    st = {"lock": threading.Lock(), "running": 0, "most": 0}
+    st["all_in"] = threading.Barrier(threads)
+    plan = [
+        Item(f"g{i}", SIZE, crc_of(f"g{i}", SIZE), f"g{i}", Gate(f"g{i}", st)) for i in range(6)
+    ]
+    with AheadFetcher(ShardCache(str(tmp_path / "c"), 2**20), ahead=3, threads=threads) as f:
+        f.plan(plan)
+        until(lambda: all(pinned(str(tmp_path / "c"), it.key) for it in plan[:3]))
+        f.reached(3)
+        until(lambda: all(pinned(str(tmp_path / "c"), it.key) for it in plan[3:]))
+    assert st["most"] == threads

@@ -489,6 +489,8 @@ class Loader(RingFeed):
             else:
                 for number in range(start, nb):
                     self._dispatch(ep)
+                    if ahead is not None:  # downloads run ahead of what the workers were given
+                        ahead.reached((ep.pending[0] if ep.pending else nb) * per)
                     batch = self._wait(ep, number)
                     if gen != self._generation:
                         raise LoaderError("this iteration was superseded by a newer one")
@@ -496,8 +498,6 @@ class Loader(RingFeed):
                         held.release()
                     held = None
                     self._next = number + 1
-                    if ahead is not None:
-                        ahead.reached(self._next * per)
                     if batch is None:
                         continue
                     held = batch

@@ -13,8 +13,10 @@ fell out of the window (one ``close(2)`` each, which never waits; done under the
 thread never starts a download while an unwanted pin is still held) and wake the thread: they
 never wait on a download.
 
-The thread takes the first item of the window that is neither pinned nor failed and calls
-``cache.try_get`` outside the lock, so one download runs at a time, in plan order. When it
+Each of ``threads`` threads takes the first item of the window that is neither pinned, failed
+nor being downloaded by another thread and calls ``cache.try_get`` outside the lock, so up to
+``threads`` downloads run at once, started in plan order (an object store serves several
+connections faster than one, and each request's latency overlaps the others'). When it
 returns, the window may have moved on: a pin nobody wants any more is released at once. A
 ``None`` (every candidate for eviction is pinned) makes the thread wait for the next
 ``reached``/``plan`` or 0.1 s, then try again. A fetch that raises is kept in
@@ -56,11 +58,15 @@ class AheadFetcher:
     """Keeps ``items[i : i + ahead]`` of the plan downloaded and pinned after ``reached(i)``;
     see the module's NOTE. A context manager (``close`` on exit)."""
 
-    def __init__(self, cache: ShardCache, *, ahead: int = 2) -> None:
+    def __init__(self, cache: ShardCache, *, ahead: int = 2, threads: int = 1) -> None:
         if type(ahead) is not int or ahead < 0:
             raise ValueError(f"ahead must be an int >= 0 (shards to download ahead), got {ahead!r}")
+        if type(threads) is not int or threads < 1:
+            raise ValueError(f"threads must be an int >= 1 (downloads at once), got {threads!r}")
         self._cache = cache
         self._ahead = ahead
+        self._threads_wanted = threads
+        self._busy: set[str] = set()  # keys a thread is downloading
         self._cond = threading.Condition()
         self._items: tuple[Item, ...] = ()
         self._pos = 0
@@ -69,7 +75,7 @@ class AheadFetcher:
         self._errors: list[BaseException] = []
         self._closed = False
         self._raised = False
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     def plan(self, items: Sequence[Item]) -> None:
         """The order shards will be read in; replaces the plan before and starts at item 0."""
@@ -83,11 +89,11 @@ class AheadFetcher:
             self._items, self._pos = items, 0
             self._failed.clear()
             self._trim()
-            if self._thread is None and self._ahead > 0:
-                self._thread = threading.Thread(
-                    target=self._run, name="stoker-ahead-fetch", daemon=True
-                )
-                self._thread.start()
+            if not self._threads and self._ahead > 0:
+                for k in range(min(self._threads_wanted, self._ahead)):
+                    t = threading.Thread(target=self._run, name=f"stoker-ahead-{k}", daemon=True)
+                    t.start()
+                    self._threads.append(t)
             self._cond.notify_all()
 
     def reached(self, i: int) -> None:
@@ -112,8 +118,8 @@ class AheadFetcher:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        if self._thread is not None:  # first, so that the room the pins free starts nothing
-            self._thread.join()
+        for t in self._threads:  # first, so that the room the pins free starts nothing
+            t.join()
         with self._cond:
             for pin in self._pins.values():
                 pin.close()
@@ -152,7 +158,8 @@ class AheadFetcher:
 
     def _next(self) -> Item | None:
         for item in self._window():
-            if item.key not in self._pins and item.key not in self._failed:
+            key = item.key
+            if key not in self._pins and key not in self._failed and key not in self._busy:
                 return item
         return None
 
@@ -165,6 +172,7 @@ class AheadFetcher:
                     item = self._next()
                 if self._closed or item is None:
                     return
+                self._busy.add(item.key)
             pin: Pin | None = None
             error: BaseException | None = None
             try:
@@ -174,6 +182,7 @@ class AheadFetcher:
             except Exception as exc:  # kept for close(); the reader's own get raises it too
                 error = exc
             with self._cond:
+                self._busy.discard(item.key)
                 if error is not None:
                     self._errors.append(error)
                     self._failed.add(item.key)

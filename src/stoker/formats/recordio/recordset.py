@@ -210,20 +210,28 @@ class ReadAhead:
         rank = np.zeros(len(rs._entries), dtype=np.int64)
         rank[seq] = np.arange(len(seq))
         self._rank = np.maximum.accumulate(rank[shard])  # the latest shard begun at each position
-        items = []
+        items: list[Any] = []
+        per = 3 if rs.verify_checksums else 2  # files per shard: .rec, .idx (and .crc32c)
         for j in seq.tolist():
             e = rs._entries[j]
             what = f"shard {j} ({e['rec']})"
             rec = files.url_of(e["rec"], f"shards[{j}].rec")
             items.append(files.item(rec, crc32c=e.get("rec_crc32c"), what=what))
             items.append(files.item(files.url_of(e["idx"], f"shards[{j}].idx"), what=what))
-        self._fetcher = AheadFetcher(files.cache, ahead=2 * files.options.prefetch_shards)
+            if per == 3:  # a shard without a .crc32c gets its .idx again: already fetched
+                side = e.get("crc32c") or e["idx"]
+                items.append(files.item(files.url_of(side, f"shards[{j}].crc32c"), what=what))
+        ahead = files.options.prefetch_shards
+        # as many downloads at once as shards ahead: the requests' latencies overlap
+        self._fetcher = AheadFetcher(files.cache, ahead=per * ahead, threads=per * ahead)
+        self._per = per
         self._fetcher.plan(items)
         self.reached(start)
 
     def reached(self, p: int) -> None:
+        """The records before position ``p`` of the order are handed out (to the workers)."""
         if p < len(self._rank):
-            self._fetcher.reached(2 * int(self._rank[p]))
+            self._fetcher.reached(self._per * int(self._rank[p]))
 
     def close(self) -> None:
         """Stop the downloads; a background download's error is not raised here (the reader
