@@ -53,7 +53,10 @@ def test_follows_the_plan_and_holds_at_most_ahead(tmp_path, log):
     def sample() -> None:  # entries held (pinned or being downloaded) at any moment
         nonlocal most
         while not stop.is_set():
-            most = max(most, len(held(root, plan)))
+            # under the fetcher's lock, which every pin release and every choice of the next
+            # download takes: one scan sees one state, not the halves of two
+            with fetcher._cond:
+                most = max(most, len(held(root, plan)))
             time.sleep(0.001)
 
     fetcher = AheadFetcher(ShardCache(root, 2**20), ahead=2)
