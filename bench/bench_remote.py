@@ -4,8 +4,9 @@ shard cache smaller than half the set, against the same set read from its local 
 
 The set: ``--classes`` x ``--per-class`` sample JPEGs of ``--size`` px packed in shards of
 ``--shard-size`` records, uploaded to a bucket of an S3 server started in this process
-(``stoker.storage.testing.S3Server``). Each remote configuration reads it through a
-``FaultProxy`` (``--latencies`` ms added to every request, body bytes capped at
+(``stoker.storage.testing.S3Server``, in a child process: ``python -m
+stoker.storage.testing``). Each remote configuration reads it through a ``FaultProxy`` (in a
+child process of its own) (``--latencies`` ms added to every request, body bytes capped at
 ``--bandwidth-mb`` MB/s per connection; the proxy opens a fresh connection per request, so
 every request pays the delay) named by ``AWS_ENDPOINT_URL``, with a fresh ``cache_dir`` and
 ``cache_limit`` = ``--cache-fraction`` x the set's bytes, so the cache cannot hold the set and
@@ -20,8 +21,8 @@ default 2) runs the remote ones in reverse order. The ratios divide by the mean 
 run; a remote figure is the median over rounds.
 
 Beside the rates, per steady epoch: the seconds the training loop waited in ``next()``, the
-CPU seconds of the whole process tree and of this process alone (for a remote run, the S3
-server, the proxy and the downloads ahead run in threads here), and the GET requests the proxy
+CPU seconds of the whole process tree and of this process alone (for a remote run, the
+downloads ahead run in threads here; the S3 server and the proxy in processes of their own), and the GET requests the proxy
 served: whether decoding or downloading sets the pace (docs/remote.md, "Measured").
 
     python bench/bench_remote.py            # 3000 images in 15 shards, 3 epochs, 2 rounds
@@ -140,24 +141,55 @@ def run_local(folder: Path, args: argparse.Namespace) -> dict:
     return {"epochs": run_epochs(str(folder / "train.stoker.json"), args)}
 
 
+class Served:
+    """``python -m stoker.storage.testing`` in a child process: the S3 server, or a proxy in
+    front of it (the serving costs CPU in its own process, not in the loader's main one)."""
+
+    def __init__(self, *args: str) -> None:
+        import subprocess
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "stoker.storage.testing", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.endpoint = json.loads(self.proc.stdout.readline())["endpoint"]
+
+    def counts(self) -> dict:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def __enter__(self) -> Served:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
 def run_remote(
     url: str, endpoint: str, latency_ms: float, args: argparse.Namespace, cache_limit: int
 ) -> dict:
     from stoker.storage.remote import close_filesystems
-    from stoker.storage.testing import FaultProxy
 
     cache_dir = tempfile.mkdtemp(prefix="stoker-bench-cache-", dir=args.work)
-    bandwidth = args.bandwidth_mb * MB
+    bandwidth = str(args.bandwidth_mb * MB)
+    proxy_args = ("--proxy-to", endpoint, "--latency", str(latency_ms / 1000))
     try:
-        with FaultProxy(endpoint, latency=latency_ms / 1000, bandwidth=bandwidth) as proxy:
+        with Served(*proxy_args, "--bandwidth", bandwidth) as proxy:
             os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
             try:
                 epochs = run_epochs(url, args, cache_dir=cache_dir, cache_limit=cache_limit)
             finally:
                 close_filesystems()
                 os.environ["AWS_ENDPOINT_URL"] = endpoint
-            gets = [r for r in proxy.requests if r[0] == "GET"]
-            return {"epochs": epochs, "requests": len(proxy.requests), "gets": len(gets)}
+            seen = proxy.counts()
+            return {"epochs": epochs, "requests": seen["requests"], "gets": seen["gets"]}
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
 
@@ -197,8 +229,6 @@ def main() -> int:
 
     import fsspec.asyn
 
-    from stoker.storage.testing import S3Server
-
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="stoker-bench-remote-"))
     work.mkdir(parents=True, exist_ok=True)
     args.work = str(work)
@@ -227,8 +257,16 @@ def main() -> int:
     fsspec.asyn.get_loop()  # fsspec's I/O thread lives as long as the process
     results: dict[str, list[dict]] = {}
     try:
-        with S3Server() as server:
-            os.environ.update(server.env())
+        with Served() as server:
+            from stoker.storage.testing import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
+
+            os.environ.update(
+                AWS_ACCESS_KEY_ID=FAKE_ACCESS_KEY_ID,
+                AWS_SECRET_ACCESS_KEY=FAKE_SECRET_ACCESS_KEY,
+                AWS_ENDPOINT_URL=server.endpoint,
+                AWS_DEFAULT_REGION="us-east-1",
+                AWS_EC2_METADATA_DISABLED="true",
+            )
             url = upload(folder, f"bench-{uuid.uuid4().hex[:12]}")
             names = [f"{ms:g} ms" for ms in latencies]
             for rnd in range(args.rounds):

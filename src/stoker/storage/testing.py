@@ -361,3 +361,36 @@ def _header(headers: list[tuple[str, str]], name: str) -> str | None:
         if k.lower() == name:
             return v
     return None
+
+
+def serve(argv: list[str] | None = None) -> int:
+    """``python -m stoker.storage.testing [--proxy-to URL --latency S --bandwidth B]``: the S3
+    server (or, with ``--proxy-to``, a :class:`FaultProxy` in front of that endpoint) in a
+    process of its own, so that a benchmark's own process spends no time serving. Prints one
+    JSON line ``{"endpoint": ...}``; then, for each line read on stdin, one JSON line
+    ``{"requests": n, "gets": m}`` (what the proxy served so far); stops at end of input."""
+    import argparse
+    import json
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m stoker.storage.testing")
+    ap.add_argument("--proxy-to", default=None, metavar="URL")
+    ap.add_argument("--latency", type=float, default=0.0, metavar="SECONDS")
+    ap.add_argument("--bandwidth", type=float, default=None, metavar="BYTES_PER_S")
+    args = ap.parse_args(argv)
+    server: S3Server | FaultProxy
+    if args.proxy_to:
+        server = FaultProxy(args.proxy_to, latency=args.latency, bandwidth=args.bandwidth)
+    else:
+        server = S3Server()
+    with server:
+        print(json.dumps({"endpoint": server.endpoint}), flush=True)
+        for _ in sys.stdin:
+            seen = list(getattr(server, "requests", []))
+            gets = sum(1 for r in seen if r[0] == "GET")
+            print(json.dumps({"requests": len(seen), "gets": gets}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(serve())
