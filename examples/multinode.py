@@ -113,6 +113,7 @@ def main() -> None:
         print(f"{world} ranks, {sampler}: steps per rank {[e['steps'] for e in every]}")
         if args.report:
             write_json(args.report, {"world": world, "sampler": sampler, "ranks": every})
+    dist.barrier()  # every rank done with the group before any tears it down
     dist.destroy_process_group()
 
 
