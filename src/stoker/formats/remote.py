@@ -26,14 +26,45 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stoker._core.atomic import atomic_write
 from stoker._core.errors import CacheFullError, ManifestError
 from stoker.formats.manifest import MAX_MANIFEST_BYTES
-from stoker.storage.cache import Pin, ShardCache
-from stoker.storage.remote import Remote
-from stoker.storage.urls import check_url, is_url, join_under, redact
+
+if TYPE_CHECKING:
+    from stoker.storage.cache import Pin, ShardCache
+
+# The storage clients are imported when a URL is met, never for a local path.
+
+
+def is_url(path: Any) -> bool:
+    """``<scheme>://...`` (see :func:`stoker.storage.urls.is_url`), without importing it for
+    the common case of a local path."""
+    if not isinstance(path, str) or "://" not in path:
+        return False
+    from stoker.storage.urls import is_url as _is_url
+
+    return _is_url(path)
+
+
+def check_url(url: str) -> str:
+    from stoker.storage.urls import check_url as _check_url
+
+    return _check_url(url)
+
+
+def join_under(base_url: str, rel: str, *, manifest: str, field: str) -> str:
+    from stoker.storage.urls import join_under as _join_under
+
+    return _join_under(base_url, rel, manifest=manifest, field=field)
+
+
+def redact(text: str) -> str:
+    from stoker.storage.urls import redact as _redact
+
+    return _redact(text)
+
 
 __all__ = [
     "REMOTE_KEYWORDS",
@@ -87,6 +118,8 @@ class RemoteOptions:
             raise ValueError(f"prefetch_shards must be an int >= 0, got {ahead!r}")
 
     def cache(self) -> ShardCache:
+        from stoker.storage.cache import ShardCache
+
         return ShardCache(self.cache_dir, self.cache_limit)
 
 
@@ -106,6 +139,8 @@ class RemoteFiles:
     """
 
     def __init__(self, url: str, options: RemoteOptions | None = None) -> None:
+        from stoker.storage.remote import Remote
+
         self.url = check_url(url)
         self.options = options or RemoteOptions()
         self.remote = Remote(self.url, self.options.storage_options)

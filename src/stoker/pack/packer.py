@@ -56,6 +56,7 @@ import numpy as np
 from stoker._core.errors import PackError, TooManyRejectsError
 from stoker._core.progress import Progress, make_progress
 from stoker._core.schema import Schema
+from stoker.formats.remote import is_url
 from stoker.pack.images import DEFAULT_MAX_PIXELS
 from stoker.pack.listing import ListingItem, max_lengths
 from stoker.pack.options import PackOptions, output_prefix
@@ -82,7 +83,6 @@ from stoker.pack.pool import results
 from stoker.pack.report import PackReport, Tally
 from stoker.pack.source import kept_lengths, manifest_schema, variable_lengths
 from stoker.pack.worker import process
-from stoker.storage.urls import is_url
 
 __all__ = ["PackOptions", "PackReport", "convert", "output_prefix", "pack", "run_pack"]
 

@@ -24,11 +24,11 @@ from typing import Any
 
 from stoker._core.atomic import atomic_write
 from stoker._core.errors import PackError
+from stoker.formats.remote import is_url
 from stoker.pack.options import PackOptions
 from stoker.pack.outputs import OutputPaths
 from stoker.pack.packer import check_listing_rejects, make_out_dir
 from stoker.pack.plan import Plan, fingerprint, make_plan
-from stoker.storage.urls import is_url
 
 __all__ = [
     "PLAN_SUFFIX",

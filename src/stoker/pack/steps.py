@@ -62,6 +62,7 @@ from typing import Any
 from stoker._core.atomic import atomic_write
 from stoker._core.errors import PackError, TooManyRejectsError
 from stoker._core.progress import Progress, make_progress
+from stoker.formats.remote import is_url
 from stoker.pack.listing import ListingItem
 from stoker.pack.options import PackOptions
 from stoker.pack.outputs import (
@@ -85,7 +86,6 @@ from stoker.pack.planfile import (
 from stoker.pack.pool import results
 from stoker.pack.report import PackReport, Tally
 from stoker.pack.worker import process
-from stoker.storage.urls import is_url
 
 __all__ = [
     "PLAN_SUFFIX",

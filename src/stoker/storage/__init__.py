@@ -18,23 +18,41 @@ See ``docs/remote.md``.
 
 from __future__ import annotations
 
-from stoker.storage.ahead import AheadFetcher, Item
-from stoker.storage.cache import Pin, ShardCache
-from stoker.storage.remote import Remote, close_filesystems
-from stoker.storage.retry import RetryPolicy
-from stoker.storage.urls import SCHEMES, check_url, is_url, join_under, redact
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "AheadFetcher",
-    "Item",
-    "Pin",
-    "Remote",
-    "RetryPolicy",
-    "SCHEMES",
-    "ShardCache",
-    "check_url",
-    "close_filesystems",
-    "is_url",
-    "join_under",
-    "redact",
-]
+# name -> module: loaded on first use, so that reading local files never imports the storage
+# clients (urllib, ipaddress, sockets; fsspec only when a URL is read)
+_LAZY = {
+    "AheadFetcher": "ahead",
+    "Item": "ahead",
+    "Pin": "cache",
+    "Remote": "remote",
+    "RetryPolicy": "retry",
+    "SCHEMES": "urls",
+    "ShardCache": "cache",
+    "check_url": "urls",
+    "close_filesystems": "remote",
+    "is_url": "urls",
+    "join_under": "urls",
+    "redact": "urls",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'stoker.storage' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"stoker.storage.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stoker.storage.ahead import AheadFetcher, Item
+    from stoker.storage.cache import Pin, ShardCache
+    from stoker.storage.remote import Remote, close_filesystems
+    from stoker.storage.retry import RetryPolicy
+    from stoker.storage.urls import SCHEMES, check_url, is_url, join_under, redact

@@ -17,8 +17,7 @@ from stoker.formats.recordio.manifest import (
 from stoker.formats.recordio.paths import default_crc_path, manifest_path_for
 from stoker.formats.recordio.reader import Checksums, RecordFile
 from stoker.formats.recordio.recordset import RecordSet, open_shard, precheck_shards
-from stoker.formats.remote import RemoteFiles, RemoteOptions, local_path, remote_url
-from stoker.storage.urls import redact
+from stoker.formats.remote import RemoteFiles, RemoteOptions, local_path, redact, remote_url
 
 __all__ = ["open_records"]
 

@@ -18,7 +18,7 @@ import os
 import stat
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,9 +34,10 @@ from stoker.formats.recordio.manifest import (
 )
 from stoker.formats.recordio.reader import Checksums, RecordFile
 from stoker.formats.recordio.records import Records
-from stoker.formats.remote import RemoteFiles, check_room, check_sizes
-from stoker.storage.cache import Pin
-from stoker.storage.urls import redact
+from stoker.formats.remote import RemoteFiles, check_room, check_sizes, redact
+
+if TYPE_CHECKING:
+    from stoker.storage.cache import Pin
 
 __all__ = ["MAX_OPEN_SHARDS", "RecordSet", "open_shard", "precheck_shards"]
 

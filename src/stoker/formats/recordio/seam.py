@@ -28,7 +28,6 @@ from stoker.formats.recordio.opening import open_records
 from stoker.formats.recordio.records import Records
 from stoker.formats.recordio.recordset import RecordSet
 from stoker.formats.recordio.verify import verify_records
-from stoker.formats.recordio.verify_remote import verify_remote
 from stoker.formats.remote import RemoteOptions, local_path, remote_url
 from stoker.formats.report import VerifyReport
 
@@ -469,5 +468,7 @@ def verify(
     if url is not None:
         if idx_path is not None:
             raise ValueError("idx_path is for a local .rec; a set in object storage has a manifest")
+        from stoker.formats.recordio.verify_remote import verify_remote
+
         return verify_remote(url, remote=remote, **kw)
     return verify_records(local_path(os.fspath(path)), idx_path=idx_path, **kw)
