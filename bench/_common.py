@@ -207,8 +207,8 @@ for p in sys.argv[1:]:
 
 
 def warm_page_cache(path: str | os.PathLike[str]) -> None:
-    """Read the files of a candidate's input (a .rec with its index and caches beside it, or
-    every file of an image folder) once, right before the candidate runs, so that it reads
+    """Read the files of a candidate's input (a .rec with its side files and the index and
+    label caches stoker derived from them, or every file of an image folder) once, right before the candidate runs, so that it reads
     them from memory like every other candidate. Once before all rounds is not enough: a
     kernel may drop page-cache pages nobody has mapped for a while (proactive reclaim such
     as DAMON's; docs/loader.md), and a candidate
@@ -221,9 +221,31 @@ def warm_page_cache(path: str | os.PathLike[str]) -> None:
         if p.is_dir()
         else [f for f in p.parent.glob(p.stem + ".*") if f.is_file()]
     )
+    files += _derived_caches(files)
     for i in range(0, len(files), 2000):  # argv stays short
         chunk = [str(f) for f in files[i : i + 2000]]
         subprocess.run([sys.executable, "-c", _READ_ALL, *chunk], check=True)
+
+
+def _derived_caches(files: list[Path]) -> list[Path]:
+    """The entries stoker keeps in its cache directory for these files (a ``.idx``'s binary
+    index, a ``.rec``'s label table): a loader reads them at its start, so they are its input
+    as much as the files are."""
+    from stoker.formats.recordio.index import cache_path
+    from stoker.formats.recordio.labelcache import label_cache_path
+
+    out = []
+    for f in files:
+        entry = (
+            cache_path(f)
+            if f.suffix == ".idx"
+            else label_cache_path(str(f))
+            if f.suffix == ".rec"
+            else None
+        )
+        if entry is not None and os.path.isfile(entry):
+            out.append(Path(entry))
+    return out
 
 
 # ---------------------------------------------------------------------------- sample data
