@@ -803,6 +803,13 @@ def main() -> int:
         flush=True,
     )
     data = prepare(args, work, n)
+    # stoker's worker server first, as in a training script whose loader is the first thing to
+    # start one: the tight loops' processes come from multiprocessing's one fork server too,
+    # and a server they started would lack the modules stoker preloads (each new loader's
+    # workers would import them, about 0.3 s of its first batch)
+    from stoker.loader import warm_up
+
+    warm_up()
     rounds = Rounds(data, W, B, args.skip)
     rounds.run(args.rounds)
     table = print_table(rounds)
