@@ -66,16 +66,19 @@ def _segment_is_ours(path: str, family: set[int]) -> bool:
 
 @pytest.fixture(scope="session", autouse=True)
 def _worker_server():
-    """The loader's and the packer's workers come from multiprocessing's fork server, which
-    (with its resource tracker) lives as long as the test process. Start both once, before the
+    """The loader's workers come from its own fork server, the packer's (and those of a
+    transform defined in ``__main__``) from multiprocessing's; both (with the resource
+    tracker) live as long as the test process. Start both once, before the
     first test, so the leak check sees them as already there; workers must still be gone
     after each test."""
+    import multiprocessing.forkserver
     from multiprocessing import resource_tracker
 
     from stoker.loader import warm_up
 
     resource_tracker.ensure_running()
-    warm_up()
+    warm_up()  # the loader's own fork server
+    multiprocessing.forkserver.ensure_running()  # multiprocessing's: pack pools and some workers
     yield
 
 

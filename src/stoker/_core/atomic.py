@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -44,11 +45,15 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]:
+def atomic_write(
+    path: str | os.PathLike[str], mode: str = "wb", *, shared: bool = False
+) -> Iterator[IO]:
     """Open ``path + '.partial'`` for writing; on success fsync and rename it to ``path``.
 
     On any exception the partial file is removed and the exception propagates; ``path``
-    keeps whatever it held before.
+    keeps whatever it held before. ``shared``: several processes may write the same content
+    to ``path`` at once (a cache entry named by its content); each writes a partial of its
+    own (``path.PID.RAND.partial``) and the last rename wins.
     """
     if "w" not in mode:
         raise ValueError(f"atomic_write needs a write mode, got {mode!r}")
@@ -63,6 +68,8 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]
                 f"{final} exists and is not a regular file; refusing to replace it atomically"
             )
     tmp = partial_path(final)
+    if shared:
+        tmp = f"{final}.{os.getpid()}.{secrets.token_hex(4)}{PARTIAL_SUFFIX}"
     f = open(tmp, mode)  # noqa: SIM115
     try:
         yield f

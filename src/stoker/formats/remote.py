@@ -184,9 +184,10 @@ class RemoteFiles:
         os.makedirs(folder, mode=0o700, exist_ok=True)
         path = os.path.join(folder, name)
         if not os.path.exists(path):
-            with atomic_write(path) as f:
+            # ranks and workers of a node may copy the same manifest at once: same content
+            with atomic_write(path, shared=True) as f:
+                os.fchmod(f.fileno(), 0o600)
                 f.write(data)
-            os.chmod(path, 0o600)
         self._copy = path
         return path
 

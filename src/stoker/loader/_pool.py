@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from stoker._core.errors import LoaderError, WorkerDiedError
-from stoker.loader._process import worker_process
+from stoker.loader._process import SERVER, worker_process
 from stoker.loader._worker import PARK, RING, Task, WorkerConfig, worker_main
 
 __all__ = ["WorkerHandle", "WorkerPool", "mp_context", "signal_name", "warm_up", "workers_here"]
@@ -74,6 +74,8 @@ def mp_context() -> multiprocessing.context.BaseContext:
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(_PRELOAD)
+        if SERVER is not None:
+            SERVER.set_forkserver_preload(_PRELOAD)
         return ctx
     return multiprocessing.get_context("spawn")
 
@@ -82,10 +84,10 @@ def warm_up() -> None:
     """Start the worker server now (it lives as long as this process), so that the first
     ``Loader`` with workers starts without paying for it. Optional."""
     ctx = mp_context()
-    if ctx.get_start_method() == "forkserver":
-        import multiprocessing.forkserver
-
-        multiprocessing.forkserver.ensure_running()
+    if ctx.get_start_method() == "forkserver" and SERVER is not None:
+        # the loader's own server (workers that skip __main__: _process); the workers of a
+        # transform defined in the script come from multiprocessing's, started when needed
+        SERVER.ensure_running()
 
 
 def _start(proc: Any) -> None:
@@ -96,10 +98,11 @@ def _start(proc: Any) -> None:
     except (ConnectionRefusedError, FileNotFoundError, EOFError):
         import multiprocessing.forkserver as fs
 
-        stop = getattr(fs._forkserver, "_stop", None)
-        if stop is None:
+        stops = [getattr(server, "_stop", None) for server in (SERVER, fs._forkserver)]
+        if not all(callable(stop) for stop in stops):
             raise
-        stop()
+        for stop in stops:
+            stop()  # type: ignore[misc]
         proc.start()
 
 
