@@ -277,7 +277,8 @@ class RecordSet(Records):
             if not self.files.sizes:
                 check_sizes(self.files, manifest, bool(self.verify_checksums))
                 check_room(self.files, manifest)
-            self._max_open = MAX_OPEN_REMOTE_SHARDS
+            # no more pins than the room check_room asked the cache for
+            self._max_open = min(MAX_OPEN_REMOTE_SHARDS, self.files.options.prefetch_shards + 2)
         self.manifest = manifest
         self.class_names = class_names(manifest)
         self._entries: list[dict] = manifest["shards"]
