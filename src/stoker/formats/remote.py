@@ -72,6 +72,7 @@ __all__ = [
     "RemoteOptions",
     "check_room",
     "check_sizes",
+    "fits_whole",
     "is_url",
     "local_path",
     "remote_url",
@@ -291,6 +292,24 @@ def check_room(files: RemoteFiles, manifest: dict) -> None:
             f"times prefetch_shards={files.options.prefetch_shards} + 2). Raise cache_limit, "
             "or lower prefetch_shards"
         )
+
+
+def fits_whole(files: RemoteFiles, manifest: dict) -> bool:
+    """Whether the cache's budget holds every file the manifest names (with room for their
+    markers and one more shard): then a reader may keep every shard pinned."""
+    from stoker.storage.cache import MARKER_RESERVE
+
+    total, largest, count = 0, 0, 0
+    for j, s in enumerate(manifest["shards"]):
+        shard = 0
+        for name in ("rec", "idx", "crc32c"):
+            if s.get(name):
+                shard += files.sizes.get(files.url_of(s[name], f"shards[{j}].{name}"), 0)
+                shard += MARKER_RESERVE
+                count += 1
+        total += shard
+        largest = max(largest, shard)
+    return count > 0 and total + largest <= files.cache.limit
 
 
 def local_path(path: str) -> str:

@@ -34,7 +34,7 @@ from stoker.formats.recordio.manifest import (
 )
 from stoker.formats.recordio.reader import Checksums, RecordFile
 from stoker.formats.recordio.records import Records
-from stoker.formats.remote import RemoteFiles, check_room, check_sizes, redact
+from stoker.formats.remote import RemoteFiles, check_room, check_sizes, fits_whole, redact
 
 if TYPE_CHECKING:
     from stoker.storage.cache import Pin
@@ -266,6 +266,7 @@ class RecordSet(Records):
 
     def _open(self) -> None:
         self._pins: dict[int, list[Pin]] = {}
+        self._whole = False
         if self.files is None:
             manifest = load_manifest(self.manifest_path)
             precheck_shards(self.manifest_path, manifest, self.verify_checksums)
@@ -277,8 +278,12 @@ class RecordSet(Records):
             if not self.files.sizes:
                 check_sizes(self.files, manifest, bool(self.verify_checksums))
                 check_room(self.files, manifest)
-            # no more pins than the room check_room asked the cache for
-            self._max_open = min(MAX_OPEN_REMOTE_SHARDS, self.files.options.prefetch_shards + 2)
+            self._whole = fits_whole(self.files, manifest)
+            if self._whole:  # every shard may stay pinned: nothing ever needs evicting
+                self._max_open = MAX_OPEN_SHARDS
+            else:  # no more pins than the room check_room asked the cache for
+                ahead = self.files.options.prefetch_shards
+                self._max_open = min(MAX_OPEN_REMOTE_SHARDS, ahead + 2)
         self.manifest = manifest
         self.class_names = class_names(manifest)
         self._entries: list[dict] = manifest["shards"]
@@ -330,6 +335,9 @@ class RecordSet(Records):
         if self.files is None or not self._open_shards:
             return
         pos = np.asarray(positions, dtype=np.int64)
+        if self._whole and pos.size:
+            return  # the cache holds the whole set: shards stay open (under shuffle=True a
+            # chunk reads from most of them, and reopening one costs more than the read)
         wanted = set((np.searchsorted(self._starts, pos, side="right") - 1).tolist())
         for j in [j for j in self._open_shards if j not in wanted]:
             self._open_shards.pop(j).close()
