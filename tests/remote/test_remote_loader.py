@@ -167,3 +167,29 @@ def test_record_dataset_reads_a_remote_set_as_the_local_one(remote_set, cache_di
         torch.testing.assert_close(xa, xb)
     loader = torch.utils.data.DataLoader(remote, batch_size=16, num_workers=2)
     assert sum(len(y) for _, y in loader) == 60
+
+
+def test_shards_stay_open_only_when_the_cache_holds_the_set(remote_set, cache_dir, monkeypatch):
+    from stoker.formats.recordio import recordset
+
+    opens = []
+    real = recordset.open_remote_shard
+
+    def counted(files, shard, j, **kw):
+        opens.append(j)
+        return real(files, shard, j, **kw)
+
+    monkeypatch.setattr(recordset, "open_remote_shard", counted)
+    sizes = _rec_bytes(remote_set.local)
+    kw = dict(batch_size=20, seed=6, shuffle=True, workers=0)
+    for limit in (None, int(sum(sizes) * 0.49)):
+        opens.clear()
+        with stoker.Loader(remote_set.url, cache_dir=cache_dir, cache_limit=limit, **kw) as ld:
+            records = ld.source.format_reader.records
+            most = 0
+            for _ in ld:
+                most = max(most, len(records._open_shards))
+        if limit is None:  # the cache holds the set: each shard opened once and kept open
+            assert most == 15 and len(opens) <= 16  # (shard 0 once more after the label probe)
+        else:  # it does not: few pinned at once, shards opened again as chunks move on
+            assert most <= 4 and len(opens) > 30
