@@ -19,8 +19,8 @@ Neither changes what is read (the records are byte-identical), only when and how
 kernel fetches. ``MADV_RANDOM`` alone is worse than no hint (a 20 KB record then costs five
 synchronous 4 KiB reads); together they pay. The rule, :meth:`AccessHints.decide`: hints are
 on when the set's ``.rec`` bytes exceed :data:`HINT_FRACTION` of the page-cache budget
-(:func:`page_cache_budget`: ``MemAvailable``, capped by the cgroup's memory limit less the
-memory the cgroup holds outside the page cache). A set that fits is read exactly as without
+(:func:`~stoker._core.system.page_cache_budget`: ``MemAvailable``, capped by the cgroup's
+memory limit less the memory the cgroup holds outside the page cache). A set that fits is read exactly as without
 this module: no ``madvise`` call at all. The figures behind the rule are in
 docs/loader.md, "Files larger than memory" (``bench/bench_bigfile.py``).
 
@@ -33,12 +33,13 @@ follow are correct without them.
 from __future__ import annotations
 
 import mmap
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+
+from stoker._core.system import page_cache_budget
 
 if TYPE_CHECKING:
     from stoker.formats.recordio.reader import RecordFile
@@ -60,7 +61,6 @@ __all__ = [
 HINT_FRACTION = 0.9
 
 _PAGE = mmap.PAGESIZE
-_NO_LIMIT = 1 << 60  # cgroup v1 writes "no limit" as a huge number (PAGE_COUNTER_MAX pages)
 
 
 @dataclass(frozen=True)
@@ -91,92 +91,6 @@ class AccessHints:
             return bool(self.mode)
         budget = self.budget if self.budget is not None else page_cache_budget()
         return budget is not None and data_bytes > self.fraction * budget
-
-
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path) as f:
-            text = f.read().strip()
-    except OSError:
-        return None
-    if text == "max":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def _stat_value(path: str, names: tuple[str, ...]) -> int:
-    """The first of ``names`` in a cgroup ``memory.stat`` (0 when absent)."""
-    try:
-        with open(path) as f:
-            rows = dict(line.split(None, 1) for line in f if " " in line)
-    except OSError:
-        return 0
-    for name in names:
-        if name in rows:
-            return int(rows[name])
-    return 0
-
-
-def _cgroup_room(proc: str, cgroup_root: str) -> int | None:
-    """Memory the page cache may use inside this process's memory cgroup: the tightest
-    limit on the way from its cgroup to the root, less that cgroup's anonymous memory;
-    ``None`` when no limit is set or none can be read. cgroup v2 (``0::/path``:
-    ``memory.max``, ``memory.stat`` ``anon``) and v1 (``N:memory:/path``:
-    ``memory.limit_in_bytes``, ``total_rss``)."""
-    try:
-        with open(os.path.join(proc, "self", "cgroup")) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, rel = parts
-        stat_names: tuple[str, ...]
-        if controllers == "":
-            base, limit_name, stat_names = cgroup_root, "memory.max", ("anon",)
-        elif "memory" in controllers.split(","):
-            base = os.path.join(cgroup_root, "memory")
-            limit_name, stat_names = "memory.limit_in_bytes", ("total_rss", "rss")
-        else:
-            continue
-        comps = [c for c in rel.split("/") if c]
-        here = os.path.join(base, *comps)
-        if not os.path.isdir(here):
-            continue
-        limits = []
-        for k in range(len(comps), -1, -1):  # this cgroup, then each parent up to the root
-            got = _read_int(os.path.join(base, *comps[:k], limit_name))
-            if got is not None and got < _NO_LIMIT:
-                limits.append(got)
-        if limits:
-            anon = _stat_value(os.path.join(here, "memory.stat"), stat_names)
-            return max(0, min(limits) - anon)
-    return None
-
-
-def page_cache_budget(*, proc: str = "/proc", cgroup_root: str = "/sys/fs/cgroup") -> int | None:
-    """Bytes of page cache this process can count on: ``MemAvailable`` of
-    ``/proc/meminfo`` (free memory plus the reclaimable page cache, this set's cached pages
-    included), capped by the room its memory cgroup leaves (:func:`_cgroup_room`); ``None``
-    where ``/proc/meminfo`` cannot be read (not Linux)."""
-    avail = None
-    try:
-        with open(os.path.join(proc, "meminfo")) as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError, IndexError):
-        return None
-    if avail is None:
-        return None
-    room = _cgroup_room(proc, cgroup_root)
-    return avail if room is None else min(avail, room)
 
 
 def advise_ranges(mm: Any, starts: np.ndarray, ends: np.ndarray) -> None:
