@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -160,3 +161,24 @@ def check_fill(fill: Any, owner: str) -> float | tuple[float, ...]:
     if not 1 <= len(vals) <= 4:
         raise ValueError(f"{owner}: fill must have 1 to 4 values, got {fill!r}")
     return vals
+
+
+_T = TypeVar("_T")
+_SCRATCH = threading.local()
+
+
+def scratch(kind: str, key: Hashable, make: Callable[..., _T], *args: Any) -> _T:
+    """A buffer reused between calls: one per thread, ``kind`` and ``key`` (a shape, say),
+    made by ``make(*args)`` on first use. At most 8 keys are kept per kind (all dropped when
+    a ninth comes), so a stream of varying sizes cannot grow them without bound. The caller
+    must be done with it before the next call of the same kind on its thread."""
+    cache: dict[Hashable, Any] | None = getattr(_SCRATCH, kind, None)
+    if cache is None:
+        cache = {}
+        setattr(_SCRATCH, kind, cache)
+    buf = cache.get(key)
+    if buf is None:
+        if len(cache) >= 8:
+            cache.clear()
+        buf = cache[key] = make(*args)
+    return buf

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
@@ -11,7 +10,14 @@ import numpy as np
 
 from stoker._core.errors import SpecError
 from stoker._core.specs import ArraySpec
-from stoker.transforms._util import check_image, cv2, cv_input, image_spec_dims, restore_channels
+from stoker.transforms._util import (
+    check_image,
+    cv2,
+    cv_input,
+    image_spec_dims,
+    restore_channels,
+    scratch,
+)
 from stoker.transforms.base import Transform
 
 __all__ = [
@@ -151,21 +157,10 @@ class Grayscale(Transform):
         return ArraySpec((h, w, self.channels), in_spec.dtype)
 
 
-_SCRATCH = threading.local()
-
-
 def _scratch_planes(h: int, w: int, c: int) -> list[np.ndarray]:
     """Reused uint8 planes for ``cv2.split`` (one set per thread and size): a fresh list of
     arrays per call costs a third of a 112×112 Normalize."""
-    cache: dict[tuple[int, int, int], list[np.ndarray]] | None = getattr(_SCRATCH, "planes", None)
-    if cache is None:
-        cache = _SCRATCH.planes = {}
-    planes = cache.get((h, w, c))
-    if planes is None:
-        if len(cache) >= 8:
-            cache.clear()
-        planes = cache[(h, w, c)] = _skewed_planes(h, w, c)
-    return planes
+    return scratch("planes", (h, w, c), _skewed_planes, h, w, c)
 
 
 _SKEW = 4  # bytes between the planes' offsets from a 64-byte boundary

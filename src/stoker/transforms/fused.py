@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from stoker.transforms._geom import resize
-from stoker.transforms._util import check_image, cv2, cv_input, restore_channels
+from stoker.transforms._util import check_image, cv2, cv_input, restore_channels, scratch
 from stoker.transforms.base import Transform
 from stoker.transforms.geometry import (
     CenterCrop,
@@ -101,21 +100,9 @@ def window_resize(
     return restore_channels(out, img)[ky : ky + ch, kx : kx + cw]
 
 
-_SCRATCH = threading.local()
-
-
 def _flip_buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """A reused array of ``shape`` to mirror into (one per thread, shape and dtype)."""
-    cache: dict[tuple[tuple[int, ...], str], np.ndarray] | None = getattr(_SCRATCH, "bufs", None)
-    if cache is None:
-        cache = _SCRATCH.bufs = {}
-    key = (shape, dtype.str)
-    buf = cache.get(key)
-    if buf is None:
-        if len(cache) >= 8:
-            cache.clear()
-        buf = cache[key] = np.empty(shape, dtype)
-    return buf
+    return scratch("flip", (shape, dtype.str), np.empty, shape, dtype)
 
 
 def mirror(img: np.ndarray, dest: np.ndarray | None = None) -> np.ndarray:
