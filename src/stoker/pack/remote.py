@@ -44,10 +44,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import crc32c
-
 from stoker._core.atomic import atomic_write
 from stoker._core.cache import cache_dir
+from stoker._core.checksum import file_crc32c_md5, stream_crc32c
 from stoker._core.errors import OutputExistsError, TooManyRejectsError
 from stoker._core.progress import Progress, make_progress
 from stoker.formats.manifest import MANIFEST_SUFFIX
@@ -113,16 +112,6 @@ def _outputs(prefix: str) -> tuple[list[str], str]:
     return files, manifest
 
 
-def file_sums(path: str) -> tuple[int, str]:
-    """The CRC32C and the hex MD5 of the file at ``path``, in one read."""
-    crc, md5 = 0, hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as f:
-        while chunk := f.read(4 << 20):
-            crc = crc32c.crc32c(chunk, value=crc)
-            md5.update(chunk)
-    return crc, md5.hexdigest()
-
-
 def _holds(
     remote: Remote, url: str, size: int, crc: int, md5: str | None, present: Mapping[str, int]
 ) -> bool:
@@ -139,18 +128,15 @@ def _holds(
         return True
     if info.get("crc32c") == base64.b64encode(crc.to_bytes(4, "big")).decode():
         return True
-    got = 0
     with tempfile.TemporaryFile() as tmp:
         remote.download(url, tmp, size=size, what="checking an uploaded file")
         tmp.seek(0)
-        while chunk := tmp.read(4 << 20):
-            got = crc32c.crc32c(chunk, value=got)
-    return got == crc
+        return stream_crc32c(tmp) == crc
 
 
 def _same(remote: Remote, url: str, local: str, present: Mapping[str, int]) -> bool:
     """True when the object at ``url`` already holds ``local``'s bytes."""
-    crc, md5 = file_sums(local)
+    crc, md5 = file_crc32c_md5(local)
     return _holds(remote, url, os.path.getsize(local), crc, md5, present)
 
 
@@ -299,7 +285,7 @@ def shard_to_url(
         sums: dict[str, list] = {}
         for name, size in side["files"].items():
             local = os.path.join(folder, name)
-            crc, md5 = sums[name] = list(file_sums(local))
+            crc, md5 = sums[name] = list(file_crc32c_md5(local))
             target = f"{_folder_url(url)}/{name}"
             if not _holds(remote, target, size, crc, md5, present):
                 remote.upload(local, target)

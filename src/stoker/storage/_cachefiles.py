@@ -14,6 +14,8 @@ import stat
 from collections.abc import Iterator
 from typing import Any
 
+from stoker._core.checksum import file_crc32c
+
 __all__: list[str] = []  # private to stoker.storage.cache
 
 _KEY = re.compile(r"[A-Za-z0-9._-]{1,200}")
@@ -21,7 +23,6 @@ DATA, MARK, PART, MARK_TMP = ".data", ".ok", ".part", ".mark"
 NOFOLLOW = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW
 LOCK_FILE = os.O_RDWR | os.O_CREAT | NOFOLLOW
-_CHUNK = 1 << 20
 _FALLOC_FL_KEEP_SIZE = 1
 
 
@@ -37,12 +38,7 @@ def check_file(path: str, size: int, crc: int | None) -> str | None:
         return f"{got} bytes written, {size} expected"
     if crc is None:
         return None
-    import crc32c as _crc32c
-
-    value = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            value = _crc32c.crc32c(chunk, value)
+    value = file_crc32c(path)
     if value != crc:
         return f"CRC32C {value:08x}, expected {crc:08x}"
     return None
