@@ -220,19 +220,9 @@ class RemoteFiles:
             size = self.sizes[url] = self.remote.size(url)
         return size
 
-    def fetch(self, url: str, *, crc32c: int | None = None, what: str = "") -> Pin:
-        """A pinned, checked local copy of ``url`` (downloaded once per node)."""
-        size = self.size_of(url)
-        return self.cache.get(
-            _key(url, size, crc32c),
-            size=size,
-            crc32c=crc32c,
-            fetch=partial(self.remote.download, url, size=size, what=what),
-            name=f"{what} ({redact(url)})" if what else redact(url),
-        )
-
     def item(self, url: str, *, crc32c: int | None = None, what: str = "") -> Any:
-        """The :class:`~stoker.storage.Item` that downloads ``url`` ahead of its reader."""
+        """The :class:`~stoker.storage.Item` that downloads ``url`` into the cache: its key
+        (URL, size and CRC), size, CRC, name for messages and fetch."""
         from stoker.storage.ahead import Item
 
         size = self.size_of(url)
@@ -243,6 +233,11 @@ class RemoteFiles:
             f"{what} ({redact(url)})" if what else redact(url),
             partial(self.remote.download, url, size=size, what=what),
         )
+
+    def fetch(self, url: str, *, crc32c: int | None = None, what: str = "") -> Pin:
+        """A pinned, checked local copy of ``url`` (downloaded once per node)."""
+        it = self.item(url, crc32c=crc32c, what=what)
+        return self.cache.get(it.key, size=it.size, crc32c=it.crc32c, fetch=it.fetch, name=it.name)
 
 
 def check_sizes(files: RemoteFiles, manifest: dict, checksums: bool) -> None:
