@@ -73,6 +73,7 @@ __all__ = [
     "check_room",
     "check_sizes",
     "fits_whole",
+    "shard_bytes",
     "is_url",
     "local_path",
     "remote_url",
@@ -148,6 +149,7 @@ class RemoteFiles:
         self.cache = self.options.cache()
         self.sizes: dict[str, int] = {}  # URL -> size, from the folder listings
         self._copy: str | None = None
+        self._joined: dict[str, str] = {}  # name -> URL, each name checked and joined once
         self._env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
 
     def __repr__(self) -> str:
@@ -194,8 +196,14 @@ class RemoteFiles:
 
     # -- the files it names ------------------------------------------------------------------
     def url_of(self, rel: str, field: str) -> str:
-        """The URL of a name the manifest gives (refused when it leaves the manifest's folder)."""
-        return join_under(self.url, rel, manifest=redact(self.url), field=field)
+        """The URL of a name the manifest gives (refused when it leaves the manifest's folder;
+        ``field`` names it in the error). Every shard open asks again: joined once per name."""
+        url = self._joined.get(rel)
+        if url is None:
+            url = self._joined[rel] = join_under(
+                self.url, rel, manifest=redact(self.url), field=field
+            )
+        return url
 
     def list_sizes(self, urls: Iterable[str]) -> dict[str, int]:
         """The size of every URL, from one listing per folder; ``FileNotFoundError`` naming
@@ -267,15 +275,24 @@ def check_sizes(files: RemoteFiles, manifest: dict, checksums: bool) -> None:
                 )
 
 
+def shard_bytes(files: RemoteFiles, entries: list[dict]) -> list[int]:
+    """Each shard's bytes in the cache: its ``.rec`` (the manifest's size), ``.idx`` and
+    ``.crc32c`` (their listed sizes; 0 for a file not listed)."""
+    out = []
+    for j, s in enumerate(entries):
+        n = int(s["rec_bytes"])
+        for name in ("idx", "crc32c"):
+            if s.get(name):
+                n += files.sizes.get(files.url_of(s[name], f"shards[{j}].{name}"), 0)
+        out.append(n)
+    return out
+
+
 def check_room(files: RemoteFiles, manifest: dict) -> None:
     """:class:`CacheFullError` at open when the cache cannot hold what reading needs at once:
     the shards a batch reads while the next ``prefetch_shards`` download (at least two shards
-    beside those, each with its ``.idx``)."""
-    sizes = [
-        files.sizes.get(files.url_of(s["rec"], "rec"), s["rec_bytes"])
-        + files.sizes.get(files.url_of(s["idx"], "idx"), 0)
-        for s in manifest["shards"]
-    ]
+    beside those, each with its side files)."""
+    sizes = shard_bytes(files, manifest["shards"])
     if not sizes:
         return
     need = (files.options.prefetch_shards + 2) * max(sizes)
@@ -283,9 +300,9 @@ def check_room(files: RemoteFiles, manifest: dict) -> None:
     if limit < need:
         raise CacheFullError(
             f"{redact(files.url)}: the shard cache's budget is {limit} bytes; reading this set "
-            f"needs at least {need} (its largest shard, {max(sizes)} bytes with its .idx, "
-            f"times prefetch_shards={files.options.prefetch_shards} + 2). Raise cache_limit, "
-            "or lower prefetch_shards"
+            f"needs at least {need} (its largest shard, {max(sizes)} bytes with its side "
+            f"files, times prefetch_shards={files.options.prefetch_shards} + 2). Raise "
+            "cache_limit, or lower prefetch_shards"
         )
 
 
@@ -294,17 +311,11 @@ def fits_whole(files: RemoteFiles, manifest: dict) -> bool:
     markers and one more shard): then a reader may keep every shard pinned."""
     from stoker.storage.cache import MARKER_RESERVE
 
-    total, largest, count = 0, 0, 0
-    for j, s in enumerate(manifest["shards"]):
-        shard = 0
-        for name in ("rec", "idx", "crc32c"):
-            if s.get(name):
-                shard += files.sizes.get(files.url_of(s[name], f"shards[{j}].{name}"), 0)
-                shard += MARKER_RESERVE
-                count += 1
-        total += shard
-        largest = max(largest, shard)
-    return count > 0 and total + largest <= files.cache.limit
+    sizes = shard_bytes(files, manifest["shards"])
+    if not sizes:
+        return False
+    with_marks = [n + 3 * MARKER_RESERVE for n in sizes]
+    return sum(with_marks) + max(with_marks) <= files.cache.limit
 
 
 def local_path(path: str) -> str:

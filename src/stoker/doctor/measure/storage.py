@@ -388,19 +388,13 @@ def measure_remote(
     """Download the largest shard of a remote set once, without the cache, into a temporary
     file in the cache's folder (throughput; the time to first byte from one-byte GETs), and
     read the cache's budget, use and free space."""
-    from stoker.storage.urls import redact
+    from stoker.formats.remote import redact, shard_bytes
 
     files = remote_files(reader)
     if files is None:
         raise ValueError(f"{reader.path}: not a set in object storage")
     entries = reader.records.manifest["shards"]
-    sizes = []
-    for j, e in enumerate(entries):
-        n = int(e["rec_bytes"])
-        for part in ("idx", "crc32c"):
-            if e.get(part):
-                n += files.sizes.get(files.url_of(e[part], f"shards[{j}].{part}"), 0)
-        sizes.append(n)
+    sizes = shard_bytes(files, entries)
     j = int(np.argmax([int(e["rec_bytes"]) for e in entries]))
     url = files.url_of(entries[j]["rec"], f"shards[{j}].rec")
     size = int(entries[j]["rec_bytes"])
