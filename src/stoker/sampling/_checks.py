@@ -8,7 +8,15 @@ import numpy as np
 
 from stoker._core.checks import check_epoch, check_int, check_rank, check_seed
 
-__all__ = ["array_digest", "as_labels", "check_epoch", "check_int", "check_rank", "check_seed"]
+__all__ = [
+    "array_digest",
+    "as_counts",
+    "as_labels",
+    "check_epoch",
+    "check_int",
+    "check_rank",
+    "check_seed",
+]
 
 
 def array_digest(arr: np.ndarray) -> str:
@@ -19,6 +27,20 @@ def array_digest(arr: np.ndarray) -> str:
     h.update(str(a.shape).encode())
     h.update(a.tobytes())
     return h.hexdigest()[:16]
+
+
+def as_counts(value: object, *, name: str, what: str) -> np.ndarray:
+    """``value`` as a 1-D int64 array of numbers >= 0 (``what``: what one is, for the error);
+    ``ValueError``/``TypeError`` naming ``name`` and the first bad entry."""
+    arr = np.asarray(value)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D ({what}), got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{name} must be integers, got dtype {arr.dtype}")
+    if arr.size and arr.min() < 0:
+        j = int(np.argmin(arr))
+        raise ValueError(f"{name}[{j}] = {int(arr[j])}: {what} must be >= 0")
+    return arr.astype(np.int64)
 
 
 def as_labels(labels: object, *, name: str = "labels") -> np.ndarray:

@@ -11,7 +11,14 @@ from __future__ import annotations
 import numpy as np
 
 from stoker._core.seeding import stream_rng
-from stoker.sampling._checks import array_digest, check_epoch, check_int, check_rank, check_seed
+from stoker.sampling._checks import (
+    array_digest,
+    as_counts,
+    check_epoch,
+    check_int,
+    check_rank,
+    check_seed,
+)
 from stoker.sampling.base import Sampler
 
 __all__ = ["EpochOrder", "Subset", "split_for_rank"]
@@ -135,14 +142,7 @@ class Subset(EpochOrder):
         world_size: int = 1,
         drop_last: bool = False,
     ) -> None:
-        arr = np.asarray(indices)
-        if arr.ndim != 1:
-            raise ValueError(f"indices must be 1-D, got shape {arr.shape}")
-        if arr.size and not np.issubdtype(arr.dtype, np.integer):
-            raise TypeError(f"indices must be integers, got dtype {arr.dtype}")
-        if arr.size and arr.min() < 0:
-            raise ValueError(f"indices must be >= 0, got {int(arr.min())}")
-        self.positions = arr.astype(np.int64)
+        self.positions = as_counts(indices, name="indices", what="global positions")
         super().__init__(
             len(self.positions),
             shuffle=shuffle,

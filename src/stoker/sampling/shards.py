@@ -31,7 +31,14 @@ import heapq
 import numpy as np
 
 from stoker._core.seeding import stream_rng
-from stoker.sampling._checks import array_digest, check_epoch, check_int, check_rank, check_seed
+from stoker.sampling._checks import (
+    array_digest,
+    as_counts,
+    check_epoch,
+    check_int,
+    check_rank,
+    check_seed,
+)
 from stoker.sampling.base import Sampler
 
 __all__ = ["DEFAULT_WINDOW", "ShardOrder", "slot_loads"]
@@ -41,18 +48,6 @@ _DOMAIN_SLOTS = 7  # which rank takes which slot
 _DOMAIN_WINDOW = 8  # the sample shuffle inside one window of shards
 #: Shards whose samples a rank shuffles together (``ShardOrder(window=)``).
 DEFAULT_WINDOW = 4
-
-
-def _as_sizes(shard_sizes: object) -> np.ndarray:
-    arr = np.asarray(shard_sizes)
-    if arr.ndim != 1:
-        raise ValueError(f"shard_sizes must be 1-D (records per shard), got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise TypeError(f"shard_sizes must be integers, got dtype {arr.dtype}")
-    if arr.size and arr.min() < 0:
-        j = int(np.argmin(arr))
-        raise ValueError(f"shard_sizes[{j}] = {int(arr[j])}: a shard holds >= 0 records")
-    return arr.astype(np.int64)
 
 
 def _deal(order: np.ndarray, sizes: np.ndarray, world: int) -> np.ndarray:
@@ -80,7 +75,7 @@ def slot_loads(shard_sizes: object, world_size: int) -> np.ndarray:
     >>> slot_loads([5, 3, 4, 1, 6], 3).tolist()
     [6, 6, 7]
     """
-    sizes = _as_sizes(shard_sizes)
+    sizes = as_counts(shard_sizes, name="shard_sizes", what="records per shard")
     world = check_int("world_size", world_size, minimum=1)
     slot = _deal(_largest_first(np.arange(len(sizes)), sizes), sizes, world)
     return np.bincount(slot, weights=sizes, minlength=world).astype(np.int64)
@@ -120,7 +115,7 @@ class ShardOrder(Sampler):
         drop_last: bool = False,
         window: int = DEFAULT_WINDOW,
     ) -> None:
-        self.shard_sizes = _as_sizes(shard_sizes)
+        self.shard_sizes = as_counts(shard_sizes, name="shard_sizes", what="records per shard")
         self.starts = np.concatenate([[0], np.cumsum(self.shard_sizes)]).astype(np.int64)
         self.n = int(self.starts[-1])
         self.rank, self.world_size = check_rank(rank, world_size)
