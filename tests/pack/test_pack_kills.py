@@ -88,7 +88,9 @@ def _kill_and_rerun(tmp_path, source, name: str, sig: int, fig: Figure) -> None:
     os.makedirs(os.path.dirname(out))
     sems = set(glob.glob("/dev/shm/sem.mp-*"))
     args = [src, out, "--workers", "2", "--shard-size", str(SHARD)]
-    proc = start_driver(args)
+    # 8 ms per image: a shard takes about 0.4 s, so the packer's flushes (every 0.1 s) show
+    # the middle of each shard in its partial's size before the shard ends
+    proc = start_driver(args, env={**os.environ, "PACK_DRIVER_DELAY_S": "0.008"})
     reached = _wait(_point(name, out, clean), proc)
     procs = family(proc)
     if proc.poll() is None:
