@@ -72,6 +72,39 @@ def test_rows_are_the_chain_called_on_the_image():
         np.testing.assert_array_equal(got[i], want)
 
 
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_the_row_writer_declines_odd_images_before_any_draw(layout):
+    """A worker's hot loop writes rows through ``row_writer``; an image it does not take (grey
+    HW, four channels where the chain makes three, too small for the crop, float) is declined
+    with ``False`` and the generator untouched, and ``fill_row`` then gives the plain chain's
+    row or its error."""
+    chain = Compose([Resize(128), RandomCrop(112), HorizontalFlip()])
+    p = Pipeline(ANY, transforms=chain, layout=layout)
+    write = p.row_writer()
+    assert write is not None and p.row_writer(width=64) is None
+    dest = np.zeros(p.row_shape(), np.uint8)
+    rgb = photo(100, 90, 1)
+    odd = [rgb[:, :, 0], np.dstack([rgb, rgb[:, :, :1]]), rgb.astype(np.float32)]
+    for img in odd:
+        rng = sample_rng(0, 0, 5)
+        assert write(img, rng, dest) is False
+        assert rng.integers(0, 2**62) == sample_rng(0, 0, 5).integers(0, 2**62)  # no draw
+        assert not dest.any()
+    small = Pipeline(ANY, transforms=Compose([RandomCrop(112), HorizontalFlip()]), layout=layout)
+    rng = sample_rng(0, 0, 5)
+    assert small.row_writer()(rgb, rng, dest) is False
+    assert rng.integers(0, 2**62) == sample_rng(0, 0, 5).integers(0, 2**62)
+    with pytest.raises(stoker.SpecError, match="smaller than the crop"):
+        small.fill_row(rgb, sample_rng(0, 0, 5), dest, None, what="sample {}", args=(3,))
+    # a grey image still gets the plain chain's row (the chain works on HW images)
+    grey = rgb[:, :, 0]
+    got = np.zeros(p.row_shape()[:2] if layout == "NHWC" else (1, 112, 112), np.uint8)
+    p1 = Pipeline(ArraySpec((None, None), "uint8"), transforms=chain, layout=layout)
+    want = chain(grey, sample_rng(0, 0, 2))
+    p1.fill_row(grey, sample_rng(0, 0, 2), got.reshape(p1.row_shape()), None, what="s", args=())
+    np.testing.assert_array_equal(got.reshape(want.shape), want)
+
+
 def test_other_chains_keep_the_step_by_step_path():
     assert (
         Pipeline(ANY, transforms=Compose([Resize(128), RandomCrop(112), Rotate(5)]))._fused is None

@@ -24,6 +24,7 @@ chain's ``apply_targets``: the same draws and the same image as ``fill_row``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -32,7 +33,7 @@ import numpy as np
 from stoker._core.errors import SpecError
 from stoker._core.specs import ArraySpec
 from stoker.codecs import DEFAULT_MAX_PIXELS, check_max_pixels
-from stoker.codecs import decode as _decode
+from stoker.codecs import decoder as _decoder
 from stoker.transforms.base import Transform
 from stoker.transforms.color import Normalize
 from stoker.transforms.compose import Compose
@@ -341,11 +342,28 @@ class Pipeline:
     # ------------------------------------------------------------------ work
     def decode_image(self, buf: Any) -> np.ndarray:
         """Decode one encoded sample, at reduced JPEG scale when the transforms allow it."""
-        hint = (
-            getattr(self.transforms, "decode_hint", None) if self.decode.scale_on_decode else None
-        )
-        # the hint is asked with the size from the JPEG header that decode parses anyway
-        return _decode(buf, min_size=hint, fast=self.decode.fast, max_pixels=self.decode.max_pixels)
+        return self.decoder()(buf)
+
+    def decoder(self) -> Callable[[Any], np.ndarray]:
+        """``decode_image`` as a function for a hot loop, made once per process (it does not
+        travel with the pipeline to a worker): :func:`stoker.codecs.decoder`."""
+        fn = self.__dict__.get("_decoder_fn")
+        if fn is None:
+            # the hint is asked with the size from the JPEG header that decode parses anyway
+            hint = (
+                getattr(self.transforms, "decode_hint", None)
+                if self.decode.scale_on_decode
+                else None
+            )
+            fn = _decoder(min_size=hint, fast=self.decode.fast, max_pixels=self.decode.max_pixels)
+            object.__setattr__(self, "_decoder_fn", fn)
+        return fn
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for name in ("_decoder_fn", "_row_fn"):  # closures: each process makes its own
+            state.pop(name, None)
+        return state
 
     def apply(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return img if self.transforms is None else self.transforms(img, rng)
@@ -415,6 +433,33 @@ class Pipeline:
         self.place(out, dest, width, height)
         return out
 
+    def row_writer(
+        self, width: int | None = None, height: int | None = None
+    ) -> Callable[[np.ndarray, np.random.Generator, np.ndarray], bool] | None:
+        """For a worker's loop over a chunk: ``f(img, rng, dest)`` that writes a sample
+        through the fused head (:meth:`stoker.transforms.fused.FusedCrop.row_writer`)
+        straight into its batch row and returns ``True``, or returns ``False`` before any
+        draw when the image is not the common case, which ``fill_row`` then handles with the
+        same ``rng``; ``None`` when this pipeline has no fused head, or the batch has a width
+        or height of its own. Made once per process (it does not travel to a worker)."""
+        fused, spec = self._fused, self._head_spec
+        if (
+            fused is None
+            or spec is None
+            or len(spec.shape) != 3
+            or self.input_from
+            or height is not None
+            or (width is not None and width != self.sample_spec.shape[1])
+        ):
+            return None
+        fn = self.__dict__.get("_row_fn")
+        if fn is None:
+            fn = fused.row_writer(
+                chw=self.layout == "NCHW", tail=self._tail, channels=int(spec.shape[2])
+            )
+            object.__setattr__(self, "_row_fn", fn)
+        return fn
+
     def _fill_fast(
         self,
         img: np.ndarray,
@@ -427,6 +472,9 @@ class Pipeline:
         """``fill_row``'s fast paths (see ``_split_tail``)."""
         tail, fused, flip = self._tail, self._fused, False
         if fused is not None:
+            row = self.row_writer()
+            if row is not None and row(img, rng, dest):
+                return
             head, flip = fused.crop_and_flip(img, rng)
         else:
             head = img if self._head is None else self._head(img, rng)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from stoker import ImageDecodeError
-from stoker.codecs import decode, image_size, sniff
+from stoker.codecs import decode, decoder, image_size, sniff
 
 
 def smooth(h=48, w=64):
@@ -149,3 +150,66 @@ def test_import_stoker_codecs_does_not_import_cv2():
     code = "import stoker, stoker.codecs, stoker.loader, stoker.pipeline, sys; print('cv2' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _cmyk_jpeg():
+    b = io.BytesIO()
+    Image.fromarray(smooth()).convert("CMYK").save(b, "JPEG", quality=95)
+    return b.getvalue()
+
+
+def _outcome(fn, buf):
+    """What ``fn(buf)`` gives: the array, or the error's type and message."""
+    try:
+        return fn(buf)
+    except Exception as e:  # noqa: BLE001 - compared, not swallowed
+        return (type(e), re.sub(r" at 0x[0-9a-f]+", "", str(e)))  # Pillow names its BytesIO
+
+
+def _quarter(hw):
+    return hw[0] // 4, hw[1] // 4
+
+
+def _failing_hint(hw):
+    raise KeyError("the hint's own error")
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"fast": True},
+        {"min_size": (20, 30)},
+        {"min_size": _quarter},
+        {"min_size": lambda hw: None},
+        {"min_size": _failing_hint},
+        {"max_pixels": 1000},
+        {"max_pixels": None},
+    ],
+    ids=["plain", "fast", "size", "hint", "no-hint", "bad-hint", "limit", "no-limit"],
+)
+def test_the_hot_loop_decoder_is_decode(kw):
+    """``decoder()`` (what a loader worker calls per sample) gives what ``decode`` gives, the
+    same pixels or the same error, for every kind of input, not only the common JPEG."""
+    jpeg = encode(smooth(200, 160), "JPEG", quality=90)
+    inputs = [
+        jpeg,
+        memoryview(jpeg),
+        np.frombuffer(jpeg, np.uint8),
+        encode(smooth()[:, :, 0], "JPEG"),  # grey
+        _cmyk_jpeg(),
+        encode(smooth(), "PNG"),
+        encode(smooth(), "BMP"),
+        jpeg[:300],  # cut short
+        jpeg[:2] + b"\x00" * 40,  # a JPEG's magic, then nothing readable
+        b"",
+        b"not an image at all",
+    ]
+    fast = decoder(**kw)
+    for i, buf in enumerate(inputs):
+        want, got = _outcome(lambda b: decode(b, **kw), buf), _outcome(fast, buf)
+        if isinstance(want, tuple):
+            assert got == want, i
+        else:
+            assert isinstance(got, np.ndarray), (i, got)
+            np.testing.assert_array_equal(got, want, err_msg=str(i))

@@ -108,7 +108,7 @@ _POOL = [
     T.Resize((24, 30)),
     T.Resize(26, shorter_side=True, interpolation="area"),
     T.RandomCrop(20, padding=3, fill=7),
-    T.CenterCrop((20, 17)),
+    T.CenterCrop(20),  # no side under 20: (20, 17) starved a later 20x20 crop
     T.RandomResizedCrop((28, 32)),
     T.HorizontalFlip(),
     T.Rotate((-30, 5), fill=200, interpolation="bilinear"),
@@ -191,6 +191,7 @@ def test_points_leaving_the_frame_keep_their_place_and_lose_visibility():
 
 def test_random_crop_padding_pads_masks_with_zero_whatever_the_fill():
     img = make_image(20, 20)
+    img[img == 9] = 10  # the fill marks the padding: no image pixel may look like it
     mask = np.full((20, 20), 5, np.uint8)
     t = Targets.make((20, 20), masks={"m": mask}, boxes={"b": np.array([[0, 0, 20, 20.0]])})
     op = T.RandomCrop(20, padding=4, fill=9)

@@ -42,6 +42,7 @@ __all__ = [
     "check_max_pixels",
     "decode",
     "decode_mask",
+    "decoder",
     "image_size",
     "sniff",
 ]
@@ -152,6 +153,52 @@ def decode(
         np.copyto(out, img)
         return out
     return img
+
+
+def decoder(
+    *,
+    min_size: MinSize = None,
+    fast: bool = False,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+) -> Callable[[Any], np.ndarray]:
+    """``f(buf)``: ``decode(buf, min_size=..., fast=..., max_pixels=...)`` for a hot loop.
+
+    The common record (an RGB or grey JPEG within ``max_pixels`` that no reduced scale fits)
+    is decoded with one header read and one decode call; everything else (another format, a
+    CMYK JPEG, a reduced scale, an image over the limit, a damaged one) goes to :func:`decode`
+    itself, which gives the same pixels and raises the same error. Arguments are checked once,
+    here, rather than on every call."""
+    import simplejpeg
+
+    max_pixels = check_max_pixels(max_pixels)
+    fixed = None if min_size is None or callable(min_size) else _check_min_size(min_size)
+    hint = min_size if callable(min_size) else None
+    header, decode_jpeg = simplejpeg.decode_jpeg_header, simplejpeg.decode_jpeg
+
+    def general(buf: Any) -> np.ndarray:
+        return decode(buf, min_size=min_size, fast=fast, max_pixels=max_pixels)
+
+    def run(buf: Any) -> np.ndarray:
+        try:
+            h, w, colorspace, _ = header(buf)
+        except (ValueError, TypeError):  # not a JPEG, or not one simplejpeg reads
+            return general(buf)
+        if colorspace in ("CMYK", "YCCK") or (max_pixels is not None and h * w > max_pixels):
+            return general(buf)
+        want = fixed
+        if hint is not None:
+            try:
+                want = hint((int(h), int(w)))
+            except Exception:  # noqa: BLE001 - decode raises the caller's error as it is
+                return general(buf)
+        if want is not None:
+            return general(buf)  # a reduced scale may fit: decode picks it
+        try:
+            return np.asarray(decode_jpeg(buf, colorspace="RGB", fastdct=fast, fastupsample=fast))
+        except ValueError:  # damaged: decode tries Pillow, then names the fault
+            return general(buf)
+
+    return run
 
 
 def check_max_pixels(max_pixels: Any) -> int | None:

@@ -140,7 +140,9 @@ def fill_chunk(
     bad: list[tuple[int, int, int | None, str]] = []
     at = SampleRngs(seed, task.epoch).at  # sample_rng(seed, epoch, i), re-keyed in place
     read, fill_row, width = source.reader(task.indices), pipeline.fill_row, task.width
-    decode = pipeline.decode_image if source.encoded else None
+    decode = pipeline.decoder() if source.encoded else None
+    # the fused head straight into the row; fill_row takes whatever it declines
+    fast = None if task.half else pipeline.row_writer(width)
     row0, n = task.row0, len(task.indices)
     indices[row0 : row0 + n] = task.indices  # rows of skipped samples are dropped by main
     if task.half:
@@ -154,12 +156,14 @@ def fill_chunk(
             payload, label, key = read(gi)
             img = payload if decode is None else decode(payload)
             rng = at(gi)
+            labels[row] = label
+            keys[row] = key
+            if fast is not None and fast(img, rng, images[row]):
+                continue
             # the sample is named in an error only: no message is formatted per sample
             out = fill_row(
                 img, rng, images[row], width, what="key {} (position {})", args=(key, gi)
             )
-            labels[row] = label
-            keys[row] = key
             if task.half:
                 assert out is not None  # fill_row returns the sample whenever pair_with is set
                 pair = pipeline.check(

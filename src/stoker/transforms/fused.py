@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +39,9 @@ from stoker.transforms.geometry import (
 )
 
 __all__ = ["FusedCrop", "fuse", "mirror", "window_resize", "write_chw"]
+
+if TYPE_CHECKING:
+    from stoker.transforms.color import Normalize
 
 # A window is resized only when it saves at least this share of the whole resize's pixels
 # (below that the extra slicing costs about what the smaller resize saves).
@@ -120,19 +123,22 @@ def mirror(img: np.ndarray, dest: np.ndarray | None = None) -> np.ndarray:
 def write_chw(img: np.ndarray, dest: np.ndarray, *, flip: bool = False) -> None:
     """``img`` (H, W, C) into ``dest`` (C, H, W), mirrored left-right when ``flip``: one copy
     (or ``cv2.flip``) into a reused scratch image, then ``cv2.split`` straight into ``dest``'s
-    planes. The same values as ``np.copyto(dest, img[:, ::-1].transpose(2, 0, 1))``, at a
-    third of its cost (numpy's transposing copy walks the source three bytes apart)."""
+    planes (a contiguous, unmirrored ``img`` is split as it is). The same values as
+    ``np.copyto(dest, img[:, ::-1].transpose(2, 0, 1))``, at a third of its cost (numpy's
+    transposing copy walks the source three bytes apart)."""
     c = img.shape[2]
     if c > 4 or dest.dtype != img.dtype or not dest.flags.c_contiguous:
         np.copyto(dest, (img[:, ::-1] if flip else img).transpose(2, 0, 1), casting="no")
         return
-    scratch = _flip_buffer(img.shape, img.dtype)
     if flip:
-        mirror(img, scratch)
-    else:
-        np.copyto(scratch, img, casting="no")
+        src = mirror(img, _flip_buffer(img.shape, img.dtype))
+    elif img.flags.c_contiguous:
+        src = img
+    else:  # cv2.split walks a view of a crop pixel by pixel, at 10x the cost of a copy first
+        src = _flip_buffer(img.shape, img.dtype)
+        np.copyto(src, img, casting="no")
     planes = [dest[k] for k in range(c)]
-    got = cv2().split(scratch, planes)
+    got = cv2().split(src, planes)
     if got[0] is not planes[0]:  # OpenCV made arrays of its own: copy them over
         for k in range(c):
             np.copyto(dest[k], got[k], casting="no")
@@ -174,6 +180,110 @@ class FusedCrop:
         """The chain's output (a contiguous array when mirrored, else possibly a view)."""
         out, flip = self.crop_and_flip(img, rng)
         return mirror(out, np.empty(out.shape, out.dtype)) if flip else out
+
+    def row_writer(
+        self, *, chw: bool, tail: Normalize | None, channels: int
+    ) -> Callable[[np.ndarray, np.random.Generator, np.ndarray], bool]:
+        """``f(img, rng, dest)`` for a loader's hot loop: the chain's output for ``img``
+        written straight into batch row ``dest`` (through ``tail`` when given), ``True`` when
+        done. ``False``, before any draw from ``rng``, for what is not the common case (not a
+        uint8 HWC image of ``channels`` channels, 3 or 4; smaller than the crop; a ``dest`` of
+        another shape): the caller then runs the step-by-step path with the same generator,
+        which names what is wrong. The same draws and pixels as :meth:`crop_and_flip`
+        followed by the write; what can be worked out once (the resize's size per input size,
+        the window per crop position, OpenCV's functions) is, so a sample costs the pixel work
+        and a few microseconds."""
+        crop, rs, flip_op = self.crop, self.resize, self.flip
+        ch, cw = crop.size  # type: ignore[misc]
+        row_shape = (channels, ch, cw) if chw else (ch, cw, channels)
+        c = cv2()
+        cv_resize, cv_flip, cv_split, linear = c.resize, c.flip, c.split, c.INTER_LINEAR
+        rrc = type(crop) is RandomResizedCrop
+        center = type(crop) is CenterCrop
+        sizes: dict[tuple[int, int], tuple[int, int]] = {}  # input size -> resized size
+        plans: dict[tuple[int, ...], Any] = {}  # (input size, crop position) -> window
+        uint8 = np.dtype(np.uint8)
+        flip_p = 0.0 if flip_op is None else float(flip_op.p)
+        flip_draws = 0.0 < flip_p < 1.0  # HorizontalFlip.params draws only then
+
+        def window(sh: int, sw: int, rh: int, rw: int, top: int, left: int) -> Any:
+            ya = _axis_window(sh, rh, top, ch) or (0, sh, rh, top)
+            xa = _axis_window(sw, rw, left, cw) or (0, sw, rw, left)
+            (y0, ny, oy, ky), (x0, nx, ox, kx) = ya, xa
+            if len(plans) >= 4096:  # many sizes and positions: bound the memo
+                plans.clear()
+            plan = plans[(sh, sw, top, left)] = (
+                slice(y0, y0 + ny),
+                slice(x0, x0 + nx),
+                (ox, oy),
+                (oy, ox, channels),
+                slice(ky, ky + ch),
+                slice(kx, kx + cw),
+            )
+            return plan
+
+        def write(img: np.ndarray, rng: np.random.Generator, dest: np.ndarray) -> bool:
+            shape = img.shape
+            if img.dtype != uint8 or len(shape) != 3 or shape[2] != channels:
+                return False
+            if tail is None and dest.shape != row_shape:
+                return False
+            sh, sw = shape[0], shape[1]
+            if rrc:
+                top, left, h, w = crop.params((sh, sw), rng)  # type: ignore[union-attr]
+                head = resize(img[top : top + h, left : left + w], ch, cw, crop.interpolation)
+                flip = flip_op is not None and flip_op.params(rng)
+            else:
+                hw = sizes.get((sh, sw))
+                if hw is None:
+                    hw = sizes[(sh, sw)] = (sh, sw) if rs is None else rs.target((sh, sw))
+                rh, rw = hw
+                if rh < ch or rw < cw:
+                    return False
+                if center:
+                    top, left = crop.params(hw)  # type: ignore[call-arg]
+                    flip = flip_op is not None and flip_op.params(rng)
+                else:
+                    # RandomCrop.params (unpadded), then the flip's draw, from one call:
+                    # random(3) gives what random(2) then random() give
+                    if flip_draws:
+                        u0, u1, u2 = rng.random(3).tolist()
+                        flip = u2 < flip_p
+                    else:
+                        u0, u1 = rng.random(2).tolist()
+                        flip = flip_p >= 1.0
+                    top, left = int(u0 * (rh - ch + 1)), int(u1 * (rw - cw + 1))
+                if rs is None or hw == (sh, sw):
+                    head = img[top : top + ch, left : left + cw]
+                else:
+                    plan = plans.get((sh, sw, top, left)) or window(sh, sw, rh, rw, top, left)
+                    ys, xs, size, out_shape, kys, kxs = plan
+                    buf = scratch("window", out_shape, np.empty, out_shape, uint8)
+                    out = cv_resize(img[ys, xs], size, dst=buf, interpolation=linear)
+                    head = out[kys, kxs]
+            if tail is not None:
+                tail.write(mirror(head) if flip else head, dest, chw=chw)
+            elif not chw:
+                if flip:
+                    mirror(head, dest)
+                else:
+                    np.copyto(dest, head, casting="no")
+            elif channels == 3:
+                if flip:
+                    src = cv_flip(head, 1, dst=_flip_buffer(head.shape, uint8))
+                elif head.flags.c_contiguous:
+                    src = head
+                else:  # cv2.split walks a view of a crop pixel by pixel: copy it first
+                    src = _flip_buffer(head.shape, uint8)
+                    np.copyto(src, head, casting="no")
+                planes = [dest[0], dest[1], dest[2]]
+                if cv_split(src, planes)[0] is not planes[0]:
+                    write_chw(src, dest)  # OpenCV did not write in place (a strided row)
+            else:
+                write_chw(head, dest, flip=flip)
+            return True
+
+        return write
 
     def steps(self) -> list[Transform]:
         return [t for t in (self.resize, self.crop, self.flip) if t is not None]
