@@ -53,8 +53,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-from _common import (
+# One BLAS/OpenMP thread in this process and in the tight loops' processes (a loader's workers
+# set it themselves): an idle OpenBLAS thread spins after a BLAS call and bills the process it
+# lives in, on whichever side of a ratio that happens to be. Set before numpy loads.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+from _common import (  # noqa: E402
     MEAN,
     STD,
     PeakPSS,
