@@ -100,6 +100,13 @@ class PeakPSS:
         used = sum(self._cpu.get(p, 0.0) - self._base.get(p, 0.0) for p in self._cpu)
         return used - self._self_cpu
 
+    @property
+    def main_cpu_seconds(self) -> float:
+        """The part of :attr:`cpu_seconds` this process used (a loader's main process): the
+        rest is its descendants' (the worker server and the workers)."""
+        me = os.getpid()
+        return self._cpu.get(me, 0.0) - self._base.get(me, 0.0) - self._self_cpu
+
     def _sample(self, first: bool = False) -> None:
         ps = self._psutil
         me = ps.Process()

@@ -268,6 +268,7 @@ def run_stoker(
                 n += len(b.images)
             elapsed = time.perf_counter() - t0
             cpu1 = mem.snapshot()
+            main1 = mem.main_cpu_seconds
             if second_epoch:
                 t1, n2 = time.perf_counter(), 0
                 for b in loader:
@@ -276,6 +277,8 @@ def run_stoker(
                 second = {"rate": n2 / took, "cpu_ms_per_image": 1000 * cpu2 / max(n2, 1)}
     out = _result(n, elapsed, first, mem)
     out["cpu_ms_per_image"] = 1000 * cpu1 / max(n, 1)  # the first epoch's
+    # of which the main process (the rest: worker server and workers), start-up included
+    out["main_cpu_ms_per_image"] = 1000 * main1 / max(n, 1)
     if second is not None:
         out["epoch2"] = second
     return out
@@ -786,6 +789,16 @@ def print_notes(rounds: Rounds, d: Data) -> None:
             f"{cold:.2f} s in the memory round (the first loader of this process also started "
             "the worker server)  (target < 0.5 s)"
         )
+    for name in (C, C8):
+        runs = rounds.of(name)
+        if runs:
+            main = median_range([1000 * r["main_cpu_ms_per_image"] for r in runs])[0]
+            tree = median_range([1000 * r["cpu_ms_per_image"] for r in runs])[0]
+            print(
+                f"{name}: CPU per image over one epoch, main process {main:.1f} µs of "
+                f"{tree:.0f} µs (the rest: the worker server and the workers, start-up "
+                "included)"
+            )
     small, big = rounds.of(C, memory=True), rounds.of(C10, memory=True)
     if small and big:
         print(
