@@ -455,7 +455,7 @@ class Pipeline:
         fn = self.__dict__.get("_row_fn")
         if fn is None:
             fn = fused.row_writer(
-                chw=self.layout == "NCHW", tail=self._tail, channels=int(spec.shape[2])
+                chw=self.layout == "NCHW", tail=self._tail, channels=int(spec.shape[2] or 0)
             )
             object.__setattr__(self, "_row_fn", fn)
         return fn

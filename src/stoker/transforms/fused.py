@@ -198,8 +198,8 @@ class FusedCrop:
         row_shape = (channels, ch, cw) if chw else (ch, cw, channels)
         c = cv2()
         cv_resize, cv_flip, cv_split, linear = c.resize, c.flip, c.split, c.INTER_LINEAR
-        rrc = type(crop) is RandomResizedCrop
-        center = type(crop) is CenterCrop
+        rrc = crop if type(crop) is RandomResizedCrop else None
+        center = crop if type(crop) is CenterCrop else None
         sizes: dict[tuple[int, int], tuple[int, int]] = {}  # input size -> resized size
         plans: dict[tuple[int, ...], Any] = {}  # (input size, crop position) -> window
         uint8 = np.dtype(np.uint8)
@@ -229,9 +229,9 @@ class FusedCrop:
             if tail is None and dest.shape != row_shape:
                 return False
             sh, sw = shape[0], shape[1]
-            if rrc:
-                top, left, h, w = crop.params((sh, sw), rng)  # type: ignore[union-attr]
-                head = resize(img[top : top + h, left : left + w], ch, cw, crop.interpolation)
+            if rrc is not None:
+                top, left, h, w = rrc.params((sh, sw), rng)
+                head = resize(img[top : top + h, left : left + w], ch, cw, rrc.interpolation)
                 flip = flip_op is not None and flip_op.params(rng)
             else:
                 hw = sizes.get((sh, sw))
@@ -240,8 +240,8 @@ class FusedCrop:
                 rh, rw = hw
                 if rh < ch or rw < cw:
                     return False
-                if center:
-                    top, left = crop.params(hw)  # type: ignore[call-arg]
+                if center is not None:
+                    top, left = center.params(hw)
                     flip = flip_op is not None and flip_op.params(rng)
                 else:
                     # RandomCrop.params (unpadded), then the flip's draw, from one call:
