@@ -96,6 +96,14 @@ def test_the_row_writer_declines_odd_images_before_any_draw(layout):
     assert rng.integers(0, 2**62) == sample_rng(0, 0, 5).integers(0, 2**62)
     with pytest.raises(stoker.SpecError, match="smaller than the crop"):
         small.fill_row(rgb, sample_rng(0, 0, 5), dest, None, what="sample {}", args=(3,))
+    # one-channel HWC sets take the step-by-step path, with the chain's rows
+    one = Pipeline(ArraySpec((None, None, 1), "uint8"), transforms=chain, layout=layout)
+    assert one.row_writer() is None
+    img1 = rgb[:, :, :1].copy()
+    got1 = np.zeros(one.row_shape(), np.uint8)
+    one.fill_row(img1, sample_rng(0, 0, 4), got1, None, what="s", args=())
+    want1 = chain(img1, sample_rng(0, 0, 4))
+    np.testing.assert_array_equal(got1, want1.transpose(2, 0, 1) if layout == "NCHW" else want1)
     # a grey image still gets the plain chain's row (the chain works on HW images)
     grey = rgb[:, :, 0]
     got = np.zeros(p.row_shape()[:2] if layout == "NHWC" else (1, 112, 112), np.uint8)

@@ -37,7 +37,7 @@ from stoker.codecs import decoder as _decoder
 from stoker.transforms.base import Transform
 from stoker.transforms.color import Normalize
 from stoker.transforms.compose import Compose
-from stoker.transforms.fused import FusedCrop, fuse, mirror, write_chw
+from stoker.transforms.fused import FusedCrop, fuse, mirror, write_chw, write_head
 from stoker.transforms.targets import Targets
 
 __all__ = ["DecodeOptions", "Pipeline", "fit_height", "fit_width", "leaves_size_open"]
@@ -447,6 +447,7 @@ class Pipeline:
             fused is None
             or spec is None
             or len(spec.shape) != 3
+            or spec.shape[2] not in (3, 4)  # what the row writer takes (OpenCV drops a 1)
             or self.input_from
             or height is not None
             or (width is not None and width != self.sample_spec.shape[1])
@@ -480,15 +481,9 @@ class Pipeline:
             head = img if self._head is None else self._head(img, rng)
         if not (isinstance(head, np.ndarray) and spec.accepts(head)):
             self._fail(head, spec, what, args)
-        if tail is not None:
-            tail.write(mirror(head) if flip else head, dest, chw=self.layout == "NCHW")
-        elif self.layout == "NHWC":
-            if flip:
-                mirror(head, dest)
-            else:
-                np.copyto(dest, head, casting="no")
-        elif head.ndim == 3:
-            write_chw(head, dest, flip=flip)
+        chw = self.layout == "NCHW"
+        if tail is not None or head.ndim == 3 or not chw:
+            write_head(head, dest, flip=flip, chw=chw, tail=tail)
         else:
             self.place(mirror(head) if flip else head, dest, None)
 

@@ -171,12 +171,15 @@ def decoder(
     import simplejpeg
 
     max_pixels = check_max_pixels(max_pixels)
-    fixed = None if min_size is None or callable(min_size) else _check_min_size(min_size)
-    hint = min_size if callable(min_size) else None
     header, decode_jpeg = simplejpeg.decode_jpeg_header, simplejpeg.decode_jpeg
 
     def general(buf: Any) -> np.ndarray:
         return decode(buf, min_size=min_size, fast=fast, max_pixels=max_pixels)
+
+    if min_size is not None and not callable(min_size):
+        _check_min_size(min_size)
+        return general  # a fixed size: a reduced scale may fit any image, decode picks it
+    hint = min_size
 
     def run(buf: Any) -> np.ndarray:
         try:
@@ -185,14 +188,12 @@ def decoder(
             return general(buf)
         if colorspace in ("CMYK", "YCCK") or (max_pixels is not None and h * w > max_pixels):
             return general(buf)
-        want = fixed
         if hint is not None:
             try:
-                want = hint((int(h), int(w)))
+                if hint((int(h), int(w))) is not None:
+                    return general(buf)  # a reduced scale may fit: decode picks it
             except Exception:  # noqa: BLE001 - decode raises the caller's error as it is
                 return general(buf)
-        if want is not None:
-            return general(buf)  # a reduced scale may fit: decode picks it
         try:
             return np.asarray(decode_jpeg(buf, colorspace="RGB", fastdct=fast, fastupsample=fast))
         except ValueError:  # damaged: decode tries Pillow, then names the fault

@@ -38,7 +38,7 @@ from stoker.transforms.geometry import (
     Resize,
 )
 
-__all__ = ["FusedCrop", "fuse", "mirror", "window_resize", "write_chw"]
+__all__ = ["FusedCrop", "fuse", "mirror", "window_resize", "write_chw", "write_head"]
 
 if TYPE_CHECKING:
     from stoker.transforms.color import Normalize
@@ -77,6 +77,27 @@ def _axis_window(n: int, m: int, off: int, k: int) -> tuple[int, int, int, int] 
     return a * p, periods * p, periods * q, off - a * q
 
 
+Plan = tuple[slice, slice, tuple[int, int], slice, slice]
+
+
+@functools.lru_cache(maxsize=4096)  # a set of one image size asks the same few questions
+def _window_plan(sh: int, sw: int, rh: int, rw: int, top: int, left: int, ch: int, cw: int) -> Plan:
+    """How to get ``cv2.resize`` of an ``sh`` x ``sw`` image to ``rh`` x ``rw``, cropped at
+    ``(top, left)`` to ``ch`` x ``cw``, by resizing as little as the sampling grid allows
+    (:func:`_axis_window` per axis, the whole axis where no window is smaller): ``(rows,
+    columns)`` of the source to resize, the ``(width, height)`` to resize them to, and the
+    ``(rows, columns)`` of that result that are the crop."""
+    y0, ny, oy, ky = _axis_window(sh, rh, top, ch) or (0, sh, rh, top)
+    x0, nx, ox, kx = _axis_window(sw, rw, left, cw) or (0, sw, rw, left)
+    return (
+        slice(y0, y0 + ny),
+        slice(x0, x0 + nx),
+        (ox, oy),
+        slice(ky, ky + ch),
+        slice(kx, kx + cw),
+    )
+
+
 def window_resize(
     img: np.ndarray,
     out_hw: tuple[int, int],
@@ -86,21 +107,11 @@ def window_resize(
 ) -> np.ndarray:
     """``cv2.resize(img, out_hw, INTER_LINEAR)[top : top + h, left : left + w]``, resizing only
     a window of ``img`` that covers the crop when one is smaller than the whole image (see
-    :func:`_axis_window`). Returns a view of a new array."""
-    (rh, rw), (ch, cw) = out_hw, crop_hw
-    sh, sw = img.shape[:2]
-    ya = _axis_window(sh, rh, top, ch)
-    xa = _axis_window(sw, rw, left, cw)
-    if ya is None and xa is None:
-        out = resize(img, rh, rw, "bilinear")
-        return out[top : top + ch, left : left + cw]
-    y0, ny, oy, ky = ya if ya is not None else (0, sh, rh, top)
-    x0, nx, ox, kx = xa if xa is not None else (0, sw, rw, left)
+    :func:`_window_plan`). Returns a view of a new array."""
+    ys, xs, size, kys, kxs = _window_plan(*img.shape[:2], *out_hw, top, left, *crop_hw)
     c = cv2()  # resize()'s own checks cost a microsecond, 4 % of a 112-pixel window
-    out = c.resize(
-        cv_input(img[y0 : y0 + ny, x0 : x0 + nx]), (ox, oy), interpolation=c.INTER_LINEAR
-    )
-    return restore_channels(out, img)[ky : ky + ch, kx : kx + cw]
+    out = c.resize(cv_input(img[ys, xs]), size, interpolation=c.INTER_LINEAR)
+    return restore_channels(out, img)[kys, kxs]
 
 
 def _flip_buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -137,11 +148,27 @@ def write_chw(img: np.ndarray, dest: np.ndarray, *, flip: bool = False) -> None:
     else:  # cv2.split walks a view of a crop pixel by pixel, at 10x the cost of a copy first
         src = _flip_buffer(img.shape, img.dtype)
         np.copyto(src, img, casting="no")
-    planes = [dest[k] for k in range(c)]
+    planes = list(dest)  # the row's channel planes, views
     got = cv2().split(src, planes)
     if got[0] is not planes[0]:  # OpenCV made arrays of its own: copy them over
         for k in range(c):
             np.copyto(dest[k], got[k], casting="no")
+
+
+def write_head(
+    head: np.ndarray, dest: np.ndarray, *, flip: bool, chw: bool, tail: Normalize | None
+) -> None:
+    """A fused head's output (HWC; mirrored when ``flip``) into batch row ``dest``: through
+    ``tail`` (a trailing ``Normalize``) when given, else as it is in HWC or through
+    :func:`write_chw`."""
+    if tail is not None:
+        tail.write(mirror(head) if flip else head, dest, chw=chw)
+    elif chw:
+        write_chw(head, dest, flip=flip)
+    elif flip:
+        mirror(head, dest)
+    else:
+        np.copyto(dest, head, casting="no")
 
 
 @dataclass(frozen=True)
@@ -190,37 +217,19 @@ class FusedCrop:
         uint8 HWC image of ``channels`` channels, 3 or 4; smaller than the crop; a ``dest`` of
         another shape): the caller then runs the step-by-step path with the same generator,
         which names what is wrong. The same draws and pixels as :meth:`crop_and_flip`
-        followed by the write; what can be worked out once (the resize's size per input size,
-        the window per crop position, OpenCV's functions) is, so a sample costs the pixel work
-        and a few microseconds."""
+        followed by the write; the window per crop position is worked out once
+        (:func:`_window_plan`) and the resize writes into a reused buffer, so a sample costs
+        the pixel work and a few microseconds."""
         crop, rs, flip_op = self.crop, self.resize, self.flip
         ch, cw = crop.size  # type: ignore[misc]
         row_shape = (channels, ch, cw) if chw else (ch, cw, channels)
         c = cv2()
-        cv_resize, cv_flip, cv_split, linear = c.resize, c.flip, c.split, c.INTER_LINEAR
+        cv_resize, linear = c.resize, c.INTER_LINEAR
         rrc = crop if type(crop) is RandomResizedCrop else None
         center = crop if type(crop) is CenterCrop else None
-        sizes: dict[tuple[int, int], tuple[int, int]] = {}  # input size -> resized size
-        plans: dict[tuple[int, ...], Any] = {}  # (input size, crop position) -> window
         uint8 = np.dtype(np.uint8)
         flip_p = 0.0 if flip_op is None else float(flip_op.p)
         flip_draws = 0.0 < flip_p < 1.0  # HorizontalFlip.params draws only then
-
-        def window(sh: int, sw: int, rh: int, rw: int, top: int, left: int) -> Any:
-            ya = _axis_window(sh, rh, top, ch) or (0, sh, rh, top)
-            xa = _axis_window(sw, rw, left, cw) or (0, sw, rw, left)
-            (y0, ny, oy, ky), (x0, nx, ox, kx) = ya, xa
-            if len(plans) >= 4096:  # many sizes and positions: bound the memo
-                plans.clear()
-            plan = plans[(sh, sw, top, left)] = (
-                slice(y0, y0 + ny),
-                slice(x0, x0 + nx),
-                (ox, oy),
-                (oy, ox, channels),
-                slice(ky, ky + ch),
-                slice(kx, kx + cw),
-            )
-            return plan
 
         def write(img: np.ndarray, rng: np.random.Generator, dest: np.ndarray) -> bool:
             shape = img.shape
@@ -234,14 +243,11 @@ class FusedCrop:
                 head = resize(img[top : top + h, left : left + w], ch, cw, rrc.interpolation)
                 flip = flip_op is not None and flip_op.params(rng)
             else:
-                hw = sizes.get((sh, sw))
-                if hw is None:
-                    hw = sizes[(sh, sw)] = (sh, sw) if rs is None else rs.target((sh, sw))
-                rh, rw = hw
+                rh, rw = (sh, sw) if rs is None else rs.target((sh, sw))
                 if rh < ch or rw < cw:
                     return False
                 if center is not None:
-                    top, left = center.params(hw)
+                    top, left = center.params((rh, rw))
                     flip = flip_op is not None and flip_op.params(rng)
                 else:
                     # RandomCrop.params (unpadded), then the flip's draw, from one call:
@@ -253,34 +259,14 @@ class FusedCrop:
                         u0, u1 = rng.random(2).tolist()
                         flip = flip_p >= 1.0
                     top, left = int(u0 * (rh - ch + 1)), int(u1 * (rw - cw + 1))
-                if rs is None or hw == (sh, sw):
+                if rh == sh and rw == sw:
                     head = img[top : top + ch, left : left + cw]
-                else:
-                    plan = plans.get((sh, sw, top, left)) or window(sh, sw, rh, rw, top, left)
-                    ys, xs, size, out_shape, kys, kxs = plan
+                else:  # window_resize, into a reused buffer
+                    ys, xs, size, kys, kxs = _window_plan(sh, sw, rh, rw, top, left, ch, cw)
+                    out_shape = (size[1], size[0], channels)
                     buf = scratch("window", out_shape, np.empty, out_shape, uint8)
-                    out = cv_resize(img[ys, xs], size, dst=buf, interpolation=linear)
-                    head = out[kys, kxs]
-            if tail is not None:
-                tail.write(mirror(head) if flip else head, dest, chw=chw)
-            elif not chw:
-                if flip:
-                    mirror(head, dest)
-                else:
-                    np.copyto(dest, head, casting="no")
-            elif channels == 3:
-                if flip:
-                    src = cv_flip(head, 1, dst=_flip_buffer(head.shape, uint8))
-                elif head.flags.c_contiguous:
-                    src = head
-                else:  # cv2.split walks a view of a crop pixel by pixel: copy it first
-                    src = _flip_buffer(head.shape, uint8)
-                    np.copyto(src, head, casting="no")
-                planes = [dest[0], dest[1], dest[2]]
-                if cv_split(src, planes)[0] is not planes[0]:
-                    write_chw(src, dest)  # OpenCV did not write in place (a strided row)
-            else:
-                write_chw(head, dest, flip=flip)
+                    head = cv_resize(img[ys, xs], size, dst=buf, interpolation=linear)[kys, kxs]
+            write_head(head, dest, flip=flip, chw=chw, tail=tail)
             return True
 
         return write
