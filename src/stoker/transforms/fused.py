@@ -148,7 +148,7 @@ def write_chw(img: np.ndarray, dest: np.ndarray, *, flip: bool = False) -> None:
     else:  # cv2.split walks a view of a crop pixel by pixel, at 10x the cost of a copy first
         src = _flip_buffer(img.shape, img.dtype)
         np.copyto(src, img, casting="no")
-    planes = list(dest)  # the row's channel planes, views
+    planes = [dest[0], dest[1], dest[2]] if c == 3 else [dest[k] for k in range(c)]
     got = cv2().split(src, planes)
     if got[0] is not planes[0]:  # OpenCV made arrays of its own: copy them over
         for k in range(c):
