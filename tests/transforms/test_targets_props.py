@@ -102,7 +102,8 @@ def _run_steps(steps: list, seed: int, h: int, w: int, disc: bool, *, boxes: boo
     """``_run`` on ``Compose(steps)``, also stepping through the chain by hand with the same
     draws to bound how far resampling may have shifted the object's pixels: each step snaps
     them by up to half a pixel of its own output, which later steps magnify. A probe (a unit
-    cross at the object's centre) measures the magnification."""
+    cross at the object's centre) measures the magnification; it is returned too (the whole
+    chain's, from the stored image to the output)."""
     found, t = _run(T.Compose(steps), seed, h, w, disc, boxes=boxes)
     img, obj, (box, centre) = _scene(seed, h, w, disc)
     c = centre[0, :2]
@@ -118,7 +119,7 @@ def _run_steps(steps: list, seed: int, h: int, w: int, disc: bool, *, boxes: boo
             scales.append(np.linalg.norm(np.stack([p[1] - p[0], p[2] - p[0]]), ord=2))
     np.testing.assert_allclose(probe.points["p"][0], t.points["c"][0, :2])
     drift = 0.5 * sum(scales[-1] / s for s in scales)
-    return found, t, drift
+    return found, t, drift, scales[-1]
 
 
 def _found(img: np.ndarray) -> np.ndarray:
@@ -199,7 +200,7 @@ _sizes = {"h": st.integers(32, 72), "w": st.integers(32, 72)}
 @settings(max_examples=120, deadline=None)
 @given(op=st.sampled_from(SINGLE), seed=st.integers(0, 2**31), disc=st.booleans(), **_sizes)
 def test_every_geometric_op_keeps_box_point_and_mask_on_the_object(op, seed, disc, h, w):
-    found, t = _run(op, seed, h, w, disc)
+    found, t, _, scale = _run_steps([op], seed, h, w, disc)
     # Nearest neighbour takes an output pixel whose centre maps into the object: its square
     # reaches at most half a diagonal (0.71 px) beyond. Interpolation blends the border pixels
     # below the threshold: the object's pixels may stop short of the box by about a pixel.
@@ -208,7 +209,11 @@ def test_every_geometric_op_keeps_box_point_and_mask_on_the_object(op, seed, dis
     tight = 1.5 if not disc or isinstance(op, AXIS_ALIGNED) else None
     _check_box(found, t, 0.75, tight)
     _check_point(found, t, 0.5)
-    assert _mask_disagreement(found, t) <= 0.01
+    # the image's threshold edge and the nearest-neighbour mask's edge may lie up to half a
+    # stored pixel apart: a band of one output pixel, wider where the op enlarges (a small
+    # RandomResizedCrop box blown up 3.5x puts them about 2 output pixels apart)
+    band = max(1, math.ceil(0.5 + 0.5 * scale))
+    assert _mask_disagreement(found, t, band=band) <= 0.01
 
 
 @settings(max_examples=60, deadline=None)
@@ -219,7 +224,7 @@ def test_every_geometric_op_keeps_box_point_and_mask_on_the_object(op, seed, dis
     **_sizes,
 )
 def test_random_compositions_keep_box_point_and_mask_on_the_object(steps, seed, disc, h, w):
-    found, t, drift = _run_steps(steps, seed, h, w, disc)
+    found, t, drift, _ = _run_steps(steps, seed, h, w, disc)
     _check_box(found, t, 1.0 + drift)
     _check_point(found, t, 1.0 + drift)
     # the mask (nearest) and the image (interpolated) are resampled apart at every step
@@ -234,6 +239,6 @@ def test_random_compositions_keep_box_point_and_mask_on_the_object(steps, seed, 
     **_sizes,
 )
 def test_sine_warp_keeps_point_and_mask_on_the_object(before, seed, disc, h, w):
-    found, t, drift = _run_steps([*before, SINE], seed, h, w, disc, boxes=False)
+    found, t, drift, _ = _run_steps([*before, SINE], seed, h, w, disc, boxes=False)
     _check_point(found, t, 1.0 + drift)
     assert _mask_disagreement(found, t, band=math.ceil(0.5 + drift)) <= 0.01
