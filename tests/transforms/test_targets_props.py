@@ -139,15 +139,22 @@ def _run(chain: T.Transform, seed: int, h: int, w: int, disc: bool, *, boxes: bo
     return _found(out), t
 
 
-def _check_box(found: np.ndarray, t: Targets, tol: float, tight: float | None = None) -> None:
+def _check_box(
+    found: np.ndarray, t: Targets, tol: float, tight: float | None = None, loose: bool = False
+) -> None:
     """Every object pixel lies in the box (within ``tol``); ``tight``: when the object is whole
-    in the frame, the box is no bigger than its pixels either (within ``tight``)."""
+    in the frame, the box is no bigger than its pixels either (within ``tight``). A box that
+    fits its object (``loose`` false) keeps no more than a sliver in the frame once the object
+    has left it. A ``loose`` one (a disc's corners, a box moved by a rotation or a shear: the
+    new box bounds the moved corners, not the object) may keep a wider strip of its empty
+    part: only where the object is does the check hold then."""
     if not t.keep("b")[0]:
         return
     x1, y1, x2, y2 = t.boxes["b"][0]
     ys, xs = np.nonzero(found)
     if not len(xs):
-        assert min(x2 - x1, y2 - y1) < 3, "a box survived but its object is gone"
+        if not loose:
+            assert min(x2 - x1, y2 - y1) < 3, "a box survived but its object is gone"
         return
     assert xs.min() >= x1 - tol and xs.max() + 1 <= x2 + tol, (xs.min(), xs.max(), x1, x2)
     assert ys.min() >= y1 - tol and ys.max() + 1 <= y2 + tol, (ys.min(), ys.max(), y1, y2)
@@ -207,7 +214,7 @@ def test_every_geometric_op_keeps_box_point_and_mask_on_the_object(op, seed, dis
     # A rectangle's box stays tight under any affine move (its hull is the moved
     # parallelogram's bounding box); a disc's only under axis-aligned ones.
     tight = 1.5 if not disc or isinstance(op, AXIS_ALIGNED) else None
-    _check_box(found, t, 0.75, tight)
+    _check_box(found, t, 0.75, tight, loose=disc or not isinstance(op, AXIS_ALIGNED))
     _check_point(found, t, 0.5)
     # the image's threshold edge and the nearest-neighbour mask's edge may lie up to half a
     # stored pixel apart: a band of one output pixel, wider where the op enlarges (a small
@@ -225,7 +232,8 @@ def test_every_geometric_op_keeps_box_point_and_mask_on_the_object(op, seed, dis
 )
 def test_random_compositions_keep_box_point_and_mask_on_the_object(steps, seed, disc, h, w):
     found, t, drift, _ = _run_steps(steps, seed, h, w, disc)
-    _check_box(found, t, 1.0 + drift)
+    loose = disc or not all(isinstance(s, AXIS_ALIGNED) for s in steps)
+    _check_box(found, t, 1.0 + drift, loose=loose)
     _check_point(found, t, 1.0 + drift)
     # the mask (nearest) and the image (interpolated) are resampled apart at every step
     assert _mask_disagreement(found, t, band=math.ceil(0.5 + drift)) <= 0.01
