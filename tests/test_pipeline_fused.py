@@ -4,6 +4,8 @@ Normalize, after a reduced-scale decode, for any worker count and after a resume
 
 from __future__ import annotations
 
+import sys
+
 import cv2
 import numpy as np
 import pytest
@@ -59,6 +61,55 @@ def test_fused_rows_are_the_plain_chains(head, tail, layout):
     assert fused._fused is not None and plain._fused is None
     imgs = [photo(*hw, seed=i) for i, hw in enumerate([(112, 112), (375, 500), (300, 260)] * 4)]
     np.testing.assert_array_equal(rows(fused, imgs), rows(plain, imgs))
+
+
+@pytest.mark.parametrize("channels", [3, 4])
+def test_many_sizes_and_their_return_give_the_chains_rows(channels):
+    """The row writer keeps a plan and a buffer per crop position and size, per thread, at
+    most a few buffer shapes at once: a stream of more sizes than that, coming back round
+    again, still gets the plain chain's rows every time."""
+    chain = Compose([Resize(128), RandomCrop(112), HorizontalFlip()])
+    spec = ArraySpec((None, None, channels), "uint8")
+    fused = Pipeline(spec, transforms=chain, layout="NCHW")
+    plain = Pipeline(spec, transforms=chain, layout="NCHW", fuse=False)
+    sizes = [(112 + 9 * k, 100 + 13 * k) for k in range(12)]  # 12 window shapes, over 8
+    imgs = []
+    for i, hw in enumerate(sizes * 3):
+        img = photo(*hw, seed=i)
+        imgs.append(np.dstack([img, img[:, :, :1]]) if channels == 4 else img)
+    np.testing.assert_array_equal(rows(fused, imgs), rows(plain, imgs))
+
+
+def test_threads_sharing_a_pipeline_get_their_own_rows():
+    """One pipeline filled from several threads at once (a user's thread pool): each row is
+    the plain chain's, as when one thread fills them all."""
+    import threading
+
+    chain = Compose([Resize(128), RandomCrop(112), HorizontalFlip()])
+    fused = Pipeline(ANY, transforms=chain, layout="NCHW")
+    imgs = [photo(*hw, seed=i) for i, hw in enumerate([(112, 112), (150, 130), (128, 200)] * 20)]
+    want = rows(Pipeline(ANY, transforms=chain, layout="NCHW", fuse=False), imgs)
+    got = np.zeros((4, *want.shape), want.dtype)
+    start = threading.Barrier(4)
+
+    def fill(k: int) -> None:  # every thread fills every row, into its own copy
+        start.wait()
+        for _ in range(10):
+            for i, img in enumerate(imgs):
+                fused.fill_row(img, sample_rng(0, 0, i), got[k, i], None, what="s", args=())
+
+    threads = [threading.Thread(target=fill, args=(k,)) for k in range(4)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    for k in range(4):
+        np.testing.assert_array_equal(got[k], want)
 
 
 def test_rows_are_the_chain_called_on_the_image():

@@ -213,3 +213,23 @@ def test_the_hot_loop_decoder_is_decode(kw):
         else:
             assert isinstance(got, np.ndarray), (i, got)
             np.testing.assert_array_equal(got, want, err_msg=str(i))
+
+
+def test_the_hot_loop_decoder_asks_the_hint_per_size():
+    """A hint that reduces some sizes and not others, over images of both kinds coming back
+    in turn: each decode is what ``decode`` gives for that image (the answer kept for a size
+    is never used for another)."""
+
+    def half_if_large(hw):
+        return (hw[0] // 2, hw[1] // 2) if hw[0] >= 200 else None
+
+    bufs = [
+        encode(smooth(h, w), "JPEG", quality=90) for h, w in [(200, 160), (100, 80), (240, 200)]
+    ]
+    fast = decoder(min_size=half_if_large)
+    for buf in bufs * 3:
+        want = decode(buf, min_size=half_if_large)
+        got = fast(buf)
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    assert fast(bufs[0]).shape == (100, 80, 3) and fast(bufs[1]).shape == (100, 80, 3)

@@ -167,7 +167,8 @@ def decoder(
     is decoded with one header read and one decode call; everything else (another format, a
     CMYK JPEG, a reduced scale, an image over the limit, a damaged one) goes to :func:`decode`
     itself, which gives the same pixels and raises the same error. Arguments are checked once,
-    here, rather than on every call."""
+    here, rather than on every call. A callable ``min_size`` is taken to be a function of the
+    size (as ``Transform.decode_hint`` is): it is asked once per image size."""
     import simplejpeg
 
     max_pixels = check_max_pixels(max_pixels)
@@ -180,6 +181,9 @@ def decoder(
         _check_min_size(min_size)
         return general  # a fixed size: a reduced scale may fit any image, decode picks it
     hint = min_size
+    # the hint's answer per size (a hint is a function of the size): whether a reduced scale
+    # may fit, asked once per size instead of once per image
+    reduces: dict[tuple[int, int], bool] = {}
 
     def run(buf: Any) -> np.ndarray:
         try:
@@ -189,11 +193,17 @@ def decoder(
         if colorspace in ("CMYK", "YCCK") or (max_pixels is not None and h * w > max_pixels):
             return general(buf)
         if hint is not None:
-            try:
-                if hint((int(h), int(w))) is not None:
-                    return general(buf)  # a reduced scale may fit: decode picks it
-            except Exception:  # noqa: BLE001 - decode raises the caller's error as it is
-                return general(buf)
+            reduce = reduces.get((h, w))
+            if reduce is None:
+                try:
+                    reduce = hint((int(h), int(w))) is not None
+                except Exception:  # noqa: BLE001 - decode raises the caller's error as it is
+                    return general(buf)
+                if len(reduces) >= 4096:
+                    reduces.clear()
+                reduces[(h, w)] = reduce
+            if reduce:
+                return general(buf)  # a reduced scale may fit: decode picks it
         try:
             return np.asarray(decode_jpeg(buf, colorspace="RGB", fastdct=fast, fastupsample=fast))
         except ValueError:  # damaged: decode tries Pillow, then names the fault

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,9 @@ if TYPE_CHECKING:
 # A window is resized only when it saves at least this share of the whole resize's pixels
 # (below that the extra slicing costs about what the smaller resize saves).
 MIN_SAVING = 0.05
+# What a row writer keeps per thread (see _WriterState).
+MAX_PLANS = 4096
+MAX_BUFFERS = 8
 
 
 @functools.lru_cache(maxsize=4096)  # a set of one image size asks the same few questions
@@ -171,6 +175,64 @@ def write_head(
         np.copyto(dest, head, casting="no")
 
 
+# a row writer's window plan: source rows and columns, resize to (w, h), the buffer resized
+# into and the crop's view of it
+_HeadPlan = tuple[slice, slice, tuple[int, int], np.ndarray, np.ndarray]
+
+
+class _WriterState(threading.local):
+    """A row writer's memo, one per thread: each crop position's window plan with the buffer
+    it resizes into and the crop's view of that buffer (made once, not per sample), each
+    input size's resize target, and a scratch image to mirror or copy into. Bounded: at
+    most :data:`MAX_BUFFERS` buffer shapes (a ninth drops every plan, which view them) and
+    4,096 plans or targets."""
+
+    def __init__(self) -> None:
+        self.plans: dict[tuple[int, int, int, int], _HeadPlan] = {}
+        self.targets: dict[tuple[int, int], tuple[int, int]] = {}
+        self.buffers: dict[tuple[int, ...], np.ndarray] = {}
+        self.scratches: dict[tuple[int, ...], np.ndarray] = {}
+
+    def target(self, rs: Resize, sh: int, sw: int) -> tuple[int, int]:
+        got = self.targets.get((sh, sw))
+        if got is None:
+            if len(self.targets) >= MAX_PLANS:
+                self.targets.clear()
+            got = self.targets[(sh, sw)] = rs.target((sh, sw))
+        return got
+
+    def buffer(self, shape: tuple[int, ...]) -> np.ndarray:
+        """A buffer to resize into; plans view them, so dropping them drops the plans."""
+        return _bounded(self.buffers, shape, then_clear=self.plans)
+
+    def keep(self, key: tuple[int, int, int, int], plan: _HeadPlan) -> _HeadPlan:
+        if len(self.plans) >= MAX_PLANS:
+            self.plans.clear()
+        self.plans[key] = plan
+        return plan
+
+    def scratch(self, shape: tuple[int, ...]) -> np.ndarray:
+        """An image to mirror or copy into before a split."""
+        return _bounded(self.scratches, shape)
+
+
+def _bounded(
+    arrays: dict[tuple[int, ...], np.ndarray],
+    shape: tuple[int, ...],
+    then_clear: dict | None = None,
+) -> np.ndarray:
+    """``arrays[shape]``, a uint8 array made on first use; at most ``MAX_BUFFERS`` shapes
+    (a new one past that drops them all, and ``then_clear`` with them)."""
+    buf = arrays.get(shape)
+    if buf is None:
+        if len(arrays) >= MAX_BUFFERS:
+            arrays.clear()
+            if then_clear is not None:
+                then_clear.clear()
+        buf = arrays[shape] = np.empty(shape, np.uint8)
+    return buf
+
+
 @dataclass(frozen=True)
 class FusedCrop:
     """``resize`` (or none) then ``crop``, then ``flip`` (or none), run as one op:
@@ -224,49 +286,76 @@ class FusedCrop:
         ch, cw = crop.size  # type: ignore[misc]
         row_shape = (channels, ch, cw) if chw else (ch, cw, channels)
         c = cv2()
-        cv_resize, linear = c.resize, c.INTER_LINEAR
+        cv_resize, cv_flip, cv_split, linear = c.resize, c.flip, c.split, c.INTER_LINEAR
+        copyto = np.copyto
         rrc = crop if type(crop) is RandomResizedCrop else None
         center = crop if type(crop) is CenterCrop else None
         uint8 = np.dtype(np.uint8)
         flip_p = 0.0 if flip_op is None else float(flip_op.p)
         flip_draws = 0.0 < flip_p < 1.0  # HorizontalFlip.params draws only then
+        # planes straight from the head: a CHW uint8 row with no Normalize after the head
+        planar = chw and tail is None
+        local = _WriterState()  # per thread: plans and the buffers they view
+
+        def plan(sh: int, sw: int, rh: int, rw: int, top: int, left: int) -> _HeadPlan:
+            ys, xs, size, kys, kxs = _window_plan(sh, sw, rh, rw, top, left, ch, cw)
+            buf = local.buffer((size[1], size[0], channels))
+            head = buf[kys, kxs]
+            return local.keep((sh, sw, top, left), (ys, xs, size, buf, head))
 
         def write(img: np.ndarray, rng: np.random.Generator, dest: np.ndarray) -> bool:
             shape = img.shape
             if img.dtype != uint8 or len(shape) != 3 or shape[2] != channels:
                 return False
-            if tail is None and dest.shape != row_shape:
+            if tail is None and (dest.shape != row_shape or dest.dtype != uint8):
                 return False
             sh, sw = shape[0], shape[1]
             if rrc is not None:
                 top, left, h, w = rrc.params((sh, sw), rng)
                 head = resize(img[top : top + h, left : left + w], ch, cw, rrc.interpolation)
                 flip = flip_op is not None and flip_op.params(rng)
+                write_head(head, dest, flip=flip, chw=chw, tail=tail)
+                return True
+            rh, rw = (sh, sw) if rs is None else local.target(rs, sh, sw)
+            if rh < ch or rw < cw:
+                return False
+            if center is not None:
+                top, left = center.params((rh, rw))
+                flip = flip_op is not None and flip_op.params(rng)
             else:
-                rh, rw = (sh, sw) if rs is None else rs.target((sh, sw))
-                if rh < ch or rw < cw:
-                    return False
-                if center is not None:
-                    top, left = center.params((rh, rw))
-                    flip = flip_op is not None and flip_op.params(rng)
+                # RandomCrop.params (unpadded), then the flip's draw, from one call:
+                # random(3) gives what random(2) then random() give
+                if flip_draws:
+                    u0, u1, u2 = rng.random(3).tolist()
+                    flip = u2 < flip_p
                 else:
-                    # RandomCrop.params (unpadded), then the flip's draw, from one call:
-                    # random(3) gives what random(2) then random() give
-                    if flip_draws:
-                        u0, u1, u2 = rng.random(3).tolist()
-                        flip = u2 < flip_p
-                    else:
-                        u0, u1 = rng.random(2).tolist()
-                        flip = flip_p >= 1.0
-                    top, left = int(u0 * (rh - ch + 1)), int(u1 * (rw - cw + 1))
-                if rh == sh and rw == sw:
-                    head = img[top : top + ch, left : left + cw]
-                else:  # window_resize, into a reused buffer
-                    ys, xs, size, kys, kxs = _window_plan(sh, sw, rh, rw, top, left, ch, cw)
-                    out_shape = (size[1], size[0], channels)
-                    buf = scratch("window", out_shape, np.empty, out_shape, uint8)
-                    head = cv_resize(img[ys, xs], size, dst=buf, interpolation=linear)[kys, kxs]
-            write_head(head, dest, flip=flip, chw=chw, tail=tail)
+                    u0, u1 = rng.random(2).tolist()
+                    flip = flip_p >= 1.0
+                top, left = int(u0 * (rh - ch + 1)), int(u1 * (rw - cw + 1))
+            if rh == sh and rw == sw:  # no resize: the crop is a view of the image
+                head = img[top : top + ch, left : left + cw]
+            else:  # window_resize into the plan's buffer, of which head is the crop's view
+                ys, xs, size, buf, head = local.plans.get((sh, sw, top, left)) or plan(
+                    sh, sw, rh, rw, top, left
+                )
+                cv_resize(img[ys, xs], size, dst=buf, interpolation=linear)
+            if not planar or not dest.flags.c_contiguous:
+                write_head(head, dest, flip=flip, chw=chw, tail=tail)
+                return True
+            # write_chw inlined: mirror or copy into a scratch image (cv2.split walks a
+            # strided view pixel by pixel), then split it straight into the row's planes
+            if flip:
+                src = cv_flip(head, 1, dst=local.scratch(head.shape))
+            elif head.flags.c_contiguous:
+                src = head
+            else:
+                src = local.scratch(head.shape)
+                copyto(src, head, casting="no")
+            planes = [dest[0], dest[1], dest[2]] if channels == 3 else list(dest)
+            got = cv_split(src, planes)
+            if got[0] is not planes[0]:  # OpenCV made arrays of its own: copy them over
+                for k in range(channels):
+                    copyto(dest[k], got[k], casting="no")
             return True
 
         return write
