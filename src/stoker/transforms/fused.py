@@ -176,8 +176,8 @@ def write_head(
 
 
 # a row writer's window plan: source rows and columns, resize to (w, h), the buffer resized
-# into and the crop's view of it
-_HeadPlan = tuple[slice, slice, tuple[int, int], np.ndarray, np.ndarray]
+# into, the crop's view of it, and the crop's rows and columns of the resized window
+_HeadPlan = tuple[slice, slice, tuple[int, int], np.ndarray, np.ndarray, slice, slice]
 
 
 class _WriterState(threading.local):
@@ -301,7 +301,7 @@ class FusedCrop:
             ys, xs, size, kys, kxs = _window_plan(sh, sw, rh, rw, top, left, ch, cw)
             buf = local.buffer((size[1], size[0], channels))
             head = buf[kys, kxs]
-            return local.keep((sh, sw, top, left), (ys, xs, size, buf, head))
+            return local.keep((sh, sw, top, left), (ys, xs, size, buf, head, kys, kxs))
 
         def write(img: np.ndarray, rng: np.random.Generator, dest: np.ndarray) -> bool:
             shape = img.shape
@@ -335,10 +335,12 @@ class FusedCrop:
             if rh == sh and rw == sw:  # no resize: the crop is a view of the image
                 head = img[top : top + ch, left : left + cw]
             else:  # window_resize into the plan's buffer, of which head is the crop's view
-                ys, xs, size, buf, head = local.plans.get((sh, sw, top, left)) or plan(
+                ys, xs, size, buf, head, kys, kxs = local.plans.get((sh, sw, top, left)) or plan(
                     sh, sw, rh, rw, top, left
                 )
-                cv_resize(img[ys, xs], size, dst=buf, interpolation=linear)
+                out = cv_resize(img[ys, xs], size, dst=buf, interpolation=linear)
+                if out is not buf:  # OpenCV made an array of its own: crop that one
+                    head = out[kys, kxs]
             if not planar or not dest.flags.c_contiguous:
                 write_head(head, dest, flip=flip, chw=chw, tail=tail)
                 return True
