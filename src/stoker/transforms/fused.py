@@ -145,13 +145,22 @@ def write_chw(img: np.ndarray, dest: np.ndarray, *, flip: bool = False) -> None:
     if c > 4 or dest.dtype != img.dtype or not dest.flags.c_contiguous:
         np.copyto(dest, (img[:, ::-1] if flip else img).transpose(2, 0, 1), casting="no")
         return
+    _split_planes(img, dest, flip, _flip_buffer(img.shape, img.dtype))
+
+
+def _split_planes(img: np.ndarray, dest: np.ndarray, flip: bool, scratch: np.ndarray) -> None:
+    """:func:`write_chw` once its checks hold (``dest`` C-contiguous, of ``img``'s dtype, at
+    most 4 channels), with ``scratch`` (``img``'s shape and dtype) to mirror or copy into: a
+    contiguous, unmirrored ``img`` is split as it is; a view of a crop is copied first, since
+    ``cv2.split`` walks it pixel by pixel at 10x the cost of the copy."""
     if flip:
-        src = mirror(img, _flip_buffer(img.shape, img.dtype))
+        src = mirror(img, scratch)
     elif img.flags.c_contiguous:
         src = img
-    else:  # cv2.split walks a view of a crop pixel by pixel, at 10x the cost of a copy first
-        src = _flip_buffer(img.shape, img.dtype)
+    else:
+        src = scratch
         np.copyto(src, img, casting="no")
+    c = img.shape[2]
     planes = [dest[0], dest[1], dest[2]] if c == 3 else [dest[k] for k in range(c)]
     got = cv2().split(src, planes)
     if got[0] is not planes[0]:  # OpenCV made arrays of its own: copy them over
@@ -212,7 +221,7 @@ class _WriterState(threading.local):
         return plan
 
     def scratch(self, shape: tuple[int, ...]) -> np.ndarray:
-        """An image to mirror or copy into before a split."""
+        """An image to mirror or copy into before a split (:func:`_split_planes`)."""
         return _bounded(self.scratches, shape)
 
 
@@ -286,14 +295,13 @@ class FusedCrop:
         ch, cw = crop.size  # type: ignore[misc]
         row_shape = (channels, ch, cw) if chw else (ch, cw, channels)
         c = cv2()
-        cv_resize, cv_flip, cv_split, linear = c.resize, c.flip, c.split, c.INTER_LINEAR
-        copyto = np.copyto
+        cv_resize, linear = c.resize, c.INTER_LINEAR
         rrc = crop if type(crop) is RandomResizedCrop else None
         center = crop if type(crop) is CenterCrop else None
         uint8 = np.dtype(np.uint8)
         flip_p = 0.0 if flip_op is None else float(flip_op.p)
         flip_draws = 0.0 < flip_p < 1.0  # HorizontalFlip.params draws only then
-        # planes straight from the head: a CHW uint8 row with no Normalize after the head
+        # _split_planes straight from the head: a CHW uint8 row, no Normalize after the head
         planar = chw and tail is None
         local = _WriterState()  # per thread: plans and the buffers they view
 
@@ -341,23 +349,10 @@ class FusedCrop:
                 out = cv_resize(img[ys, xs], size, dst=buf, interpolation=linear)
                 if out is not buf:  # OpenCV made an array of its own: crop that one
                     head = out[kys, kxs]
-            if not planar or not dest.flags.c_contiguous:
-                write_head(head, dest, flip=flip, chw=chw, tail=tail)
-                return True
-            # write_chw inlined: mirror or copy into a scratch image (cv2.split walks a
-            # strided view pixel by pixel), then split it straight into the row's planes
-            if flip:
-                src = cv_flip(head, 1, dst=local.scratch(head.shape))
-            elif head.flags.c_contiguous:
-                src = head
+            if planar and dest.flags.c_contiguous:
+                _split_planes(head, dest, flip, local.scratch(head.shape))
             else:
-                src = local.scratch(head.shape)
-                copyto(src, head, casting="no")
-            planes = [dest[0], dest[1], dest[2]] if channels == 3 else list(dest)
-            got = cv_split(src, planes)
-            if got[0] is not planes[0]:  # OpenCV made arrays of its own: copy them over
-                for k in range(channels):
-                    copyto(dest[k], got[k], casting="no")
+                write_head(head, dest, flip=flip, chw=chw, tail=tail)
             return True
 
         return write
