@@ -442,24 +442,23 @@ class Pipeline:
         draw when the image is not the common case, which ``fill_row`` then handles with the
         same ``rng``; ``None`` when this pipeline has no fused head, or the batch has a width
         or height of its own. Made once per process (it does not travel to a worker)."""
-        fused, spec = self._fused, self._head_spec
-        if (
-            fused is None
-            or spec is None
-            or len(spec.shape) != 3
-            or spec.shape[2] not in (3, 4)  # what the row writer takes (OpenCV drops a 1)
-            or self.input_from
-            or height is not None
-            or (width is not None and width != self.sample_spec.shape[1])
-        ):
+        if height is not None or (width is not None and width != self.sample_spec.shape[1]):
             return None
-        fn = self.__dict__.get("_row_fn")
-        if fn is None:
-            fn = fused.row_writer(
-                chw=self.layout == "NCHW", tail=self._tail, channels=int(spec.shape[2] or 0)
-            )
+        if "_row_fn" not in self.__dict__:  # decided once: the head never changes
+            fused, spec = self._fused, self._head_spec
+            fn = None
+            if (
+                fused is not None
+                and spec is not None
+                and len(spec.shape) == 3
+                and spec.shape[2] in (3, 4)  # what the row writer takes (OpenCV drops a 1)
+                and not self.input_from
+            ):
+                fn = fused.row_writer(
+                    chw=self.layout == "NCHW", tail=self._tail, channels=int(spec.shape[2] or 0)
+                )
             object.__setattr__(self, "_row_fn", fn)
-        return fn
+        return self.__dict__["_row_fn"]
 
     def _fill_fast(
         self,
