@@ -102,9 +102,10 @@ def test_a_cache_smaller_than_the_set_stays_within_its_budget(remote_set, cache_
             peak[0] = max(peak[0], used)
             time.sleep(0.002)
 
-    # a batch reads at most four shards (two windows of two), one downloads ahead
+    # the two batches in flight read at most four shards (two windows of two), one downloads
+    # ahead: five shards' room is claimed, of the about six that fit
     order = stoker.sampling.ShardOrder(np.array(_counts(remote_set.local)), seed=4, window=2)
-    kw = dict(batch_size=5, sampler=order, workers=2, prefetch_shards=1)
+    kw = dict(batch_size=4, sampler=order, workers=2, prefetch=1, prefetch_shards=1)
     want = _batches(stoker.Loader(remote_set.local, **kw))
     t = threading.Thread(target=sample, daemon=True)
     t.start()
@@ -181,9 +182,10 @@ def test_shards_stay_open_only_when_the_cache_holds_the_set(remote_set, cache_di
 
     monkeypatch.setattr(recordset, "open_remote_shard", counted)
     sizes = _rec_bytes(remote_set.local)
-    kw = dict(batch_size=20, seed=6, shuffle=True, workers=0)
-    for limit in (None, int(sum(sizes) * 0.49)):
+    small = int(sum(sizes) * 0.49)
+    for shuffle, limit, batch in ((True, None, 20), (False, small, 4)):
         opens.clear()
+        kw = dict(batch_size=batch, seed=6, shuffle=shuffle, workers=0)
         with stoker.Loader(remote_set.url, cache_dir=cache_dir, cache_limit=limit, **kw) as ld:
             records = ld.source.format_reader.records
             most = 0
@@ -191,5 +193,24 @@ def test_shards_stay_open_only_when_the_cache_holds_the_set(remote_set, cache_di
                 most = max(most, len(records._open_shards))
         if limit is None:  # the cache holds the set: each shard opened once and kept open
             assert most == 15 and len(opens) <= 16  # (shard 0 once more after the label probe)
-        else:  # it does not: few pinned at once, shards opened again as chunks move on
-            assert most <= 4 and len(opens) > 30
+        else:  # it does not: a batch of 4 touches two shards at most, opened in order
+            assert most <= 2
+            # once each, after the label probe (shard 0) and the image size probe (0 and 1)
+            assert opens[3:] == list(range(15)), opens
+
+
+def test_a_global_shuffle_over_a_cache_smaller_than_the_set_is_refused_at_open(
+    remote_set, cache_dir
+):
+    sizes = _rec_bytes(remote_set.local)
+    small = int(sum(sizes) * 0.49)
+    for workers in (0, 2):
+        with pytest.raises(stoker.CacheFullError) as e:
+            stoker.Loader(
+                remote_set.url, batch_size=8, shuffle=True, workers=workers,
+                cache_dir=cache_dir, cache_limit=small,
+            )  # fmt: skip
+        text = str(e.value)
+        assert f"budget is {small} bytes" in text and 'shuffle="shards"' in text
+        assert "whole set" in text and "cache_limit" in text
+    assert not os.listdir(os.path.join(cache_dir, "claims"))  # nothing left claimed

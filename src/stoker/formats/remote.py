@@ -70,8 +70,10 @@ __all__ = [
     "REMOTE_KEYWORDS",
     "RemoteFiles",
     "RemoteOptions",
+    "ReadPlan",
     "check_room",
     "check_sizes",
+    "claim_room",
     "fits_whole",
     "shard_bytes",
     "is_url",
@@ -206,20 +208,16 @@ class RemoteFiles:
         return url
 
     def list_sizes(self, urls: Iterable[str]) -> dict[str, int]:
-        """The size of every URL, from one listing per folder; ``FileNotFoundError`` naming
-        the first URL that is not there."""
-        by_folder: dict[str, list[str]] = {}
-        for u in urls:
-            by_folder.setdefault(u.rsplit("/", 1)[0], []).append(u)
-        for folder, members in by_folder.items():
-            found = self.remote.listing(folder)
-            for u in members:
-                size = found.get(u.rsplit("/", 1)[-1])
-                if size is None:
-                    raise FileNotFoundError(
-                        f"{redact(self.url)}: the manifest names {redact(u)}, which does not exist"
-                    )
-                self.sizes[u] = size
+        """The size of every URL (:meth:`~stoker.storage.remote.Remote.sizes`: a listing per
+        folder, or a HEAD each where there is none); ``FileNotFoundError`` naming the first URL
+        that is not there."""
+        urls = list(urls)
+        try:
+            self.sizes.update(self.remote.sizes(urls))
+        except FileNotFoundError as e:
+            raise FileNotFoundError(
+                f"{redact(self.url)}: the manifest names a file that does not exist ({e})"
+            ) from None
         return self.sizes
 
     def size_of(self, url: str) -> int:
@@ -304,6 +302,77 @@ def check_room(files: RemoteFiles, manifest: dict) -> None:
             f"files, times prefetch_shards={files.options.prefetch_shards} + 2). Raise "
             "cache_limit, or lower prefetch_shards"
         )
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """How one loader reads a remote set, for the room it claims (:func:`claim_room`).
+
+    ``span``: at most how many shards the batches being made at once touch (a sampler's
+    ``shard_span`` of the records in flight; ``None``: any shard, an order that draws from the
+    whole set). ``shared``: whether the ranks of the run read the same shards at once (a
+    sequential order interleaves them) rather than shards of their own. ``order``: the order
+    as the user named it, and ``run``: who reads (ranks, workers), both for messages.
+    """
+
+    span: int | None
+    shared: bool
+    order: str
+    run: str
+
+
+def _with_marks(sizes: list[int]) -> list[int]:
+    """Each shard's bytes with its files' verification markers (three files at most)."""
+    from stoker.storage.cache import MARKER_RESERVE
+
+    return [n + 3 * MARKER_RESERVE for n in sizes]
+
+
+def claim_room(files: RemoteFiles, manifest: dict, plan: ReadPlan) -> tuple[Any, int]:
+    """Claim the room a loader needs at once in the node's shard cache, or raise
+    :class:`CacheFullError` at open naming the bytes, the budget and the fixes
+    (``docs/remote.md``, "How much cache a run needs"). Returns the claim and how many shards
+    a reader may keep open (every one when the cache holds the set).
+
+    The pins of a loader lie in the shards its batches in flight touch (``plan.span``; each
+    reader pins only what its current chunk reads) and the ``prefetch_shards`` downloaded
+    ahead: ``(span + prefetch_shards) x`` the largest shard. An order that may touch any
+    shard (``shuffle=True``, class-balanced) needs the whole set. Ranks reading shards of
+    their own each claim theirs; ranks reading the same shards share one claim."""
+    sizes = _with_marks(shard_bytes(files, manifest["shards"]))
+    whole = sum(sizes)
+    ahead = files.options.prefetch_shards
+    url = redact(files.url)
+    group: str | None
+    if plan.span is None or plan.span + ahead >= len(sizes):
+        need, per_reader, group = whole, MAX_OPEN_PER_READER, f"{url}\0whole"
+        if plan.span is None:
+            fixes = (
+                f"{plan.order} reads from any shard in any batch, so the cache must hold the "
+                f"whole set ({whole} bytes in {len(sizes)} shards). Raise cache_limit to at "
+                'least that, or use shuffle="shards" (a few shards at a time)'
+            )
+        else:
+            fixes = f"Raise cache_limit to at least {whole} (the whole set)"
+    else:
+        need = (plan.span + ahead) * max(sizes)
+        per_reader = min(MAX_OPEN_PER_READER, plan.span)
+        group = f"{url}\0{plan.order}" if plan.shared else None
+        fixes = (
+            f"The batches in flight touch up to {plan.span} shards and {ahead} are downloaded "
+            f"ahead, each up to {max(sizes)} bytes. Raise cache_limit to at least {need}, "
+            "or lower prefetch_shards=, prefetch= or the batch size, or a ShardOrder's window"
+        )
+        if plan.order != 'shuffle="shards"':
+            fixes += ', or use shuffle="shards"'
+    what = f"{url} read with {plan.order} ({plan.run})"
+    claim = files.cache.claim(need, what=what, group=group, fixes=fixes)
+    return claim, per_reader
+
+
+#: Shards one reader keeps open at most when the cache holds what it reads (an open shard
+#: holds a descriptor and two maps; see ``recordset.MAX_OPEN_SHARDS``).
+MAX_OPEN_PER_READER = 64
 
 
 def fits_whole(files: RemoteFiles, manifest: dict) -> bool:

@@ -14,11 +14,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numpy as np
+
 from stoker._core.system import dist_rank
+from stoker.formats.remote import ReadPlan
 from stoker.loader.sources import Source
 from stoker.sampling import EpochOrder, Sampler, ShardOrder
 
-__all__ = ["check_shuffle", "default_sampler", "sampler_args"]
+__all__ = ["check_shuffle", "default_sampler", "read_plan", "sampler_args"]
 
 SHARDS = "shards"
 
@@ -91,3 +94,35 @@ def default_sampler(
             f"{_describe(src)}: its shards hold {int(sizes.sum())} samples, the source {len(src)}"
         )
     return ShardOrder(sizes, seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
+
+
+def read_plan(
+    sampler: Sampler,
+    shard_sizes: np.ndarray,
+    *,
+    shuffle: bool | str | None,
+    per_batch: int,
+    prefetch: int,
+    workers: int,
+) -> ReadPlan:
+    """What a loader pins of a set read through a shard cache (``docs/remote.md``).
+
+    With workers, at most ``prefetch`` batches are being made at once, each worker reading one
+    chunk of each, and a worker holds the shards of the last chunk it read until its next one:
+    every pin lies in the shards of ``prefetch + 1`` consecutive batches of the rank's order
+    (one batch without workers). ``sampler.shard_span`` says how many shards that is at most.
+    ``shuffle``: what the user passed (``None``: a sampler of theirs), for messages."""
+    records = (prefetch + 1) * per_batch if workers else per_batch
+    span = sampler.shard_span(records, np.asarray(shard_sizes, dtype=np.int64))
+    if shuffle is None:
+        order = f"sampler={type(sampler).__name__}"
+    else:
+        order = 'shuffle="shards"' if shuffle == SHARDS else f"shuffle={bool(shuffle)}"
+    rank, world = getattr(sampler, "rank", 0), getattr(sampler, "world_size", 1)
+    run = (
+        f"rank {rank} of {world}, {workers} workers, "
+        f"{prefetch if workers else 1} batches of {per_batch} in flight"
+    )
+    # ranks of a sequential order interleave, so they read the same shards at once
+    shared = span is not None and not isinstance(sampler, ShardOrder)
+    return ReadPlan(span, shared, order, run)

@@ -143,7 +143,10 @@ def _same(remote: Remote, url: str, local: str, present: Mapping[str, int]) -> b
 def _present(remote: Remote, url: str) -> dict[str, int]:
     """Name -> size of the objects in the folder of the prefix ``url`` (one LIST)."""
     folder = _folder_url(url)
-    return remote.listing(folder) if remote.exists(folder) else {}
+    if not remote.exists(folder):
+        return {}
+    # an object the listing gives no size is not known to hold the file: it is uploaded again
+    return {k: v for k, v in remote.listing(folder).items() if v is not None}
 
 
 def refuse_existing_url(url: str, storage_options: Mapping[str, Any] | None = None) -> None:

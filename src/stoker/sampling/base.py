@@ -45,6 +45,13 @@ class Sampler(abc.ABC):
     def fingerprint(self) -> dict:
         return {"type": type(self).__name__}
 
+    def shard_span(self, records: int, shard_sizes: np.ndarray) -> int | None:
+        """At most how many shards any ``records`` consecutive positions of this rank's order
+        touch, in any epoch, for a set whose shards hold ``shard_sizes`` records; ``None``
+        when that is every shard (an order that draws from the whole set). A remote set's
+        cache must hold this many shards at once (``docs/remote.md``)."""
+        return None
+
     # torch.utils.data.Sampler compatibility
     def set_epoch(self, epoch: int) -> None:
         self.epoch = check_epoch(epoch)

@@ -47,6 +47,34 @@ def split_for_rank(order: np.ndarray, rank: int, world_size: int, *, drop_last: 
     return order[rank::world_size]
 
 
+def span_of_run(run: int, shard_sizes: np.ndarray) -> int:
+    """At most how many shards ``run`` consecutive positions of a set touch: the two it
+    begins and ends in, and those wholly inside it, each of at least the smallest non-empty
+    shard's records.
+
+    >>> span_of_run(10, np.array([4, 4, 4, 4, 4, 4]))
+    4
+    """
+    sizes = np.asarray(shard_sizes, dtype=np.int64)
+    full = sizes[sizes > 0]
+    return min(len(full), runs_touched(run, int(full.min()) if full.size else 1))
+
+
+def runs_touched(run: int, least: int, short: int | None = None) -> int:
+    """At most how many consecutive groups ``run`` consecutive positions touch, when every
+    group wholly inside the run holds at least ``least`` positions, but one that may hold only
+    ``short``: the first and last it touches, and as many as fit in between."""
+    if run <= 0:
+        return 0
+    if run == 1:
+        return 1
+    room = run - 2  # the first and last group hold at least one position of the run each
+    inside = room // least
+    if short is not None and room >= short:
+        inside = max(inside, 1 + (room - short) // least)
+    return inside + 2
+
+
 def _padding(n: int, world_size: int, drop_last: bool) -> int:
     return 0 if drop_last or n == 0 else (-n) % world_size
 
@@ -109,6 +137,16 @@ class EpochOrder(Sampler):
     def indices(self, epoch: int) -> np.ndarray:
         order = self.global_order(epoch)
         return split_for_rank(order, self.rank, self.world_size, drop_last=self.drop_last)
+
+    def shard_span(self, records: int, shard_sizes: np.ndarray) -> int | None:
+        """Without shuffle, ``records`` consecutive positions of a rank cover at most
+        ``records * world_size`` consecutive positions of the set (ranks interleave);
+        shuffled, they may touch every shard (``None``)."""
+        if self.shuffle:
+            return None
+        if records <= 0:
+            return 0
+        return span_of_run((records - 1) * self.world_size + 1, shard_sizes)
 
     def fingerprint(self) -> dict:
         return {

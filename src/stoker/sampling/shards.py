@@ -40,6 +40,7 @@ from stoker.sampling._checks import (
     check_seed,
 )
 from stoker.sampling.base import Sampler
+from stoker.sampling.order import runs_touched
 
 __all__ = ["DEFAULT_WINDOW", "ShardOrder", "slot_loads"]
 
@@ -178,6 +179,24 @@ class ShardOrder(Sampler):
         if len(order) >= self._len:
             return order[: self._len]
         return np.resize(order, self._len)  # pads by wrapping its own order
+
+    def shard_span(self, records: int, shard_sizes: np.ndarray) -> int | None:
+        """A rank reads windows of ``window`` shards one after another (its last window may
+        hold fewer; the padding that wraps to its order's start is one window more). A run
+        of ``records`` positions touches the windows it begins and ends in and those wholly
+        inside it, at most one of which is short: ``2 * window`` shards while the run is
+        shorter than the smallest shard."""
+        sizes = self.shard_sizes
+        full = sizes[sizes > 0]
+        if full.size == 0 or records <= 0:
+            return 0
+        least = int(full.min())
+        # a full window holds `window` shards of at least `least` records each (one that
+        # holds an empty shard, fewer); a rank's last window may be short, and lies inside a
+        # run only when the padding that wraps to the order's start follows it
+        per_window = least * (self.window if full.size == sizes.size else 1)
+        short = least if self.padding else None
+        return int(min(full.size, runs_touched(records, per_window, short) * self.window))
 
     def fingerprint(self) -> dict:
         return {

@@ -15,6 +15,7 @@ Layout under ``ROOT`` (a 0700 folder; every file in it is 0600)::
                                         every get: atime is unreliable)
     ROOT/tmp/KEY.RESERVE.PID.RAND.part  a download in progress, holding RESERVE bytes of budget
     ROOT/tmp/KEY.PID.RAND.mark          a marker being written
+    ROOT/claims/PID.RAND.json           a reader's claim on the budget (see Claims below)
 
 Locks. Each :class:`Pin` holds its entry's lock ``LOCK_SH``; the one process downloading an
 entry holds it ``LOCK_EX``, and so does an evictor for the instant it deletes one. ``ROOT/lock``
@@ -50,6 +51,15 @@ A SIGKILL frees the process's flocks. Mid-download, ``.part``/``.mark`` files st
 removes them. Between the two renames, a data file stays without a marker: no get reads it,
 and eviction takes it first. A killed pin holder's pins go with it. Under the cache lock every
 step is one rename or delete, so nothing is half-published.
+
+Claims. Every reader that pins shards (a loader with its workers and downloads ahead) first
+claims the bytes it may hold pinned at once (:meth:`ShardCache.claim`), under the cache lock:
+a JSON file in ``claims/`` that its process holds ``LOCK_EX`` for as long as the claim
+lives. The claims of live processes (a file nobody locks is a dead process's and is removed)
+must fit the budget together, or the new claim is refused with :class:`CacheFullError`. Claims
+in one ``group`` pin the same shards (the ranks of one run reading a set in the same places)
+and count once, as their largest. So pins never fill the budget: whenever a reader waits for
+room, the room is held by entries nobody pins, which eviction takes.
 
 A get compares size, inode and mtime, not the CRC32C (checked once, on download): a file
 edited or truncated in place has a new mtime or size, so it is downloaded again, never read.
@@ -89,7 +99,14 @@ from stoker.storage._cachefiles import (
     split_entry,
 )
 
-__all__ = ["DEFAULT_LIMIT_FRACTION", "DEFAULT_LIMIT_MAX", "MARKER_RESERVE", "Pin", "ShardCache"]
+__all__ = [
+    "DEFAULT_LIMIT_FRACTION",
+    "DEFAULT_LIMIT_MAX",
+    "MARKER_RESERVE",
+    "Claim",
+    "Pin",
+    "ShardCache",
+]
 
 #: The default budget is the smaller of :data:`DEFAULT_LIMIT_MAX` and this fraction of the
 #: space the cache could use where it lives (free space plus what it holds already), measured
@@ -132,17 +149,17 @@ class _Poll:
         return False
 
 
-class Pin:
-    """A shared lock on one cache entry: while it is open no process evicts or replaces the
-    file at :attr:`path`. A context manager; :meth:`close` releases it (so does process exit)."""
+class _Held:
+    """A flock this process holds through one descriptor: released by :meth:`close`, by the
+    end of the process, or as a context manager; never by a forked child's copy (see
+    ``_forget_locks``), and never pickled."""
 
-    __slots__ = ("_fd", "_pid", "key", "path")
+    __slots__ = ("_fd", "_pid")
+    _refusal = "a flock held by this process"
 
-    def __init__(self, path: str, key: str, fd: int) -> None:
-        self.path = path
-        self.key = key
+    def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._pid = os.getpid()  # a forked child's copy closes nothing (see _forget_locks)
+        self._pid = os.getpid()
 
     @property
     def closed(self) -> bool:
@@ -151,9 +168,13 @@ class Pin:
     def close(self) -> None:
         fd, self._fd = self._fd, -1
         if fd >= 0 and self._pid == os.getpid():
+            self._release()
             _close_lock(fd)  # the flock goes with the last descriptor of its open file
 
-    def __enter__(self) -> Pin:
+    def _release(self) -> None:
+        """What goes with the lock, before it is released."""
+
+    def __enter__(self) -> Any:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -164,10 +185,42 @@ class Pin:
             self.close()
 
     def __reduce__(self) -> Any:
-        raise TypeError("a Pin is this process's file lock; send the cache and key, get() there")
+        raise TypeError(self._refusal)
+
+
+class Pin(_Held):
+    """A shared lock on one cache entry: while it is open no process evicts or replaces the
+    file at :attr:`path`. A context manager; :meth:`close` releases it (so does process exit)."""
+
+    __slots__ = ("key", "path")
+    _refusal = "a Pin is this process's file lock; send the cache and key, get() there"
+
+    def __init__(self, path: str, key: str, fd: int) -> None:
+        super().__init__(fd)
+        self.path = path
+        self.key = key
 
     def __repr__(self) -> str:
         return f"Pin({self.path!r}, {'closed' if self.closed else 'open'})"
+
+
+class Claim(_Held):
+    """A live claim on the cache's budget (:meth:`ShardCache.claim`): released by
+    :meth:`close`, by the end of its process, or as a context manager."""
+
+    __slots__ = ("_path", "bytes", "what")
+    _refusal = "a Claim is this process's lock on the cache's budget; it stays here"
+
+    def __init__(self, path: str, fd: int, nbytes: int, what: str) -> None:
+        super().__init__(fd)
+        self._path, self.bytes, self.what = path, nbytes, what
+
+    def _release(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path)
+
+    def __repr__(self) -> str:
+        return f"Claim({self.what!r}, {self.bytes} bytes, {'closed' if self.closed else 'live'})"
 
 
 class ShardCache:
@@ -226,6 +279,73 @@ class ShardCache:
         """Like :meth:`get`, but ``None`` instead of waiting when every candidate for
         eviction is pinned (for downloads ahead of the reader)."""
         return self._get(key, size, crc32c, fetch, name, wait_for_room=False)
+
+    def claim(self, nbytes: int, *, what: str, group: str | None = None, fixes: str = "") -> Claim:
+        """Claim ``nbytes`` of the budget for pins (see the NOTE's Claims): the claim, or
+        :class:`CacheFullError` naming what is claimed already, the budget and ``fixes``
+        when the live claims and this one do not fit. ``group``: claims that pin the same
+        shards (one run's ranks in one place of one set) count once, as their largest."""
+        if type(nbytes) is not int or nbytes < 0:
+            raise ValueError(f"a claim is an int number of bytes >= 0, got {nbytes!r}")
+        self._ensure_dirs()
+        folder = os.path.join(self.root, "claims")
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        with self._accounting():
+            live = self._live_claims(folder)
+            mine = {"v": 1, "bytes": nbytes, "group": group, "what": what[:300], "pid": os.getpid()}
+            total = _claimed([*live, mine])
+            if total > self.limit:
+                others = [c for c in live if group is None or c.get("group") != group]
+                shown = "; ".join(f"{c['what']} ({c['bytes']} bytes)" for c in others[:6])
+                held = f" Claimed already by other readers of this cache: {shown}." if shown else ""
+                raise CacheFullError(
+                    f"{what} needs {nbytes} bytes of the shard cache {self.root} at once, and "
+                    f"its budget is {self.limit} bytes ({total} claimed with this one).{held} "
+                    f"{fixes}".rstrip()
+                )
+            path = os.path.join(folder, f"{os.getpid()}.{secrets.token_hex(6)}.json")
+            fd = _open_lock(path)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                os.write(fd, json.dumps(mine).encode())
+            except BaseException:
+                _close_lock(fd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                raise
+        return Claim(path, fd, nbytes, what)
+
+    def claims(self) -> list[dict[str, Any]]:
+        """The live claims: ``bytes``, ``group``, ``what`` and ``pid`` of each."""
+        folder = os.path.join(self.root, "claims")
+        if not os.path.isdir(folder):
+            return []
+        with self._accounting():
+            return self._live_claims(folder)
+
+    def _live_claims(self, folder: str) -> list[dict[str, Any]]:
+        """The claims whose process lives (call under the cache lock); a dead process's file
+        (nobody holds its lock) is removed."""
+        live = []
+        for name, _ in listing(folder):
+            path = os.path.join(folder, name)
+            try:
+                fd = os.open(path, os.O_RDONLY | NOFOLLOW)
+            except OSError:
+                continue
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:  # held: its process lives
+                    body = _read_claim(fd)
+                    if body is not None:
+                        live.append(body)
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            finally:
+                os.close(fd)
+        return live
 
     def usage(self) -> int:
         """Bytes held by the cache's files, temporary ones included (a download in progress
@@ -565,6 +685,31 @@ os.register_at_fork(after_in_child=_forget_locks)
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def _read_claim(fd: int) -> dict[str, Any] | None:
+    try:
+        body = json.loads(os.pread(fd, 4096, 0))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(body, dict) and type(body.get("bytes")) is int and body["bytes"] >= 0
+    if not ok:
+        return None
+    body["what"] = str(body.get("what", "a reader"))
+    group = body.get("group")
+    body["group"] = group if isinstance(group, str) else None
+    return body
+
+
+def _claimed(claims: list[dict[str, Any]]) -> int:
+    """The bytes ``claims`` pin at once: each group counts as its largest claim."""
+    total, groups = 0, dict[str, int]()
+    for c in claims:
+        if c["group"] is None:
+            total += c["bytes"]
+        else:
+            groups[c["group"]] = max(groups.get(c["group"], 0), c["bytes"])
+    return total + sum(groups.values())
 
 
 def default_limit(root: str) -> int:

@@ -54,6 +54,10 @@ T = TypeVar("T")
 _FILESYSTEMS: dict[tuple[Any, ...], Any] = {}
 _FS_LOCK = threading.Lock()
 _CREDENTIAL_ENV_PREFIXES = ("AWS_", "GOOGLE_", "GCS", "AZURE_", "FSSPEC_")
+_HTTP_HINT = (
+    "the HTTP server refused the request: check that the URL is served to this machine, or "
+    "pass what it asks for (headers, auth) in storage_options"
+)
 _CREDENTIAL_HINT = (
     "check the credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE and "
     "~/.aws/credentials), the storage's own variables, or storage_options"
@@ -102,7 +106,10 @@ def _fs_options(protocol: str, options: dict[str, Any], timeout: float) -> dict[
         config.setdefault("retries", {"total_max_attempts": 1})
         opts["config_kwargs"] = config
     elif protocol in ("http", "https"):
-        import aiohttp
+        try:
+            import aiohttp
+        except ImportError as exc:
+            raise _missing_backend(protocol, exc) from None
 
         opts["allow_redirects"] = False
         opts["get_client"] = _client_without_redirects
@@ -112,8 +119,23 @@ def _fs_options(protocol: str, options: dict[str, Any], timeout: float) -> dict[
     return opts
 
 
+#: The package each scheme's fsspec backend needs beyond fsspec (``stoker[remote]`` installs
+#: those of S3 and HTTP(S)).
+_BACKENDS = {"s3": "s3fs", "http": "aiohttp", "https": "aiohttp", "gs": "gcsfs", "az": "adlfs"}
+
+
+def _missing_backend(protocol: str, exc: ImportError) -> ImportError:
+    package = _BACKENDS.get(protocol, "its fsspec backend")
+    extra = 'pip install "stoker[remote]" (from a clone: pip install ".[remote]")'
+    how = extra if protocol in ("s3", "http", "https") else f"pip install {package}"
+    return ImportError(f"{protocol}:// URLs need {package}, which is not installed: {how}")
+
+
 def _make_fs(protocol: str, options: Mapping[str, Any] | None, timeout: float) -> Any:
-    import fsspec
+    try:
+        import fsspec
+    except ImportError as exc:
+        raise _missing_backend(protocol, exc) from None
 
     key = (os.getpid(), protocol, repr(sorted((options or {}).items())), timeout, _credential_env())
     with _FS_LOCK:
@@ -122,7 +144,12 @@ def _make_fs(protocol: str, options: Mapping[str, Any] | None, timeout: float) -
             stale = [k for k in _FILESYSTEMS if k[0] != os.getpid()]
             for k in stale:  # made before a fork: the parent's sessions are not ours to use
                 del _FILESYSTEMS[k]
-            fs = fsspec.filesystem(protocol, **_fs_options(protocol, dict(options or {}), timeout))
+            try:
+                fs = fsspec.filesystem(
+                    protocol, **_fs_options(protocol, dict(options or {}), timeout)
+                )
+            except ImportError as exc:
+                raise _missing_backend(protocol, exc) from None
             if protocol == "s3":
                 fs.retries = 1  # s3fs's own retry loop: one attempt; ours does the retrying
             _FILESYSTEMS[key] = fs
@@ -223,8 +250,9 @@ class Remote:
         if kind == "missing":
             return FileNotFoundError(f"{where}no object at {redact(url)} ({doing}; {cause})")
         if kind == "denied":
+            hint = _HTTP_HINT if self.protocol in ("http", "https") else _CREDENTIAL_HINT
             return PermissionError(
-                f"{where}{redact(url)}: access refused while {doing} ({cause}); {_CREDENTIAL_HINT}"
+                f"{where}{redact(url)}: access refused while {doing} ({cause}); {hint}"
             )
         return StorageError(f"{where}{redact(url)}: {doing} failed: {cause}")
 
@@ -257,8 +285,52 @@ class Remote:
             raise StorageError(f"{redact(url)}: the server does not report the object's size")
         return size
 
-    def listing(self, folder_url: str) -> dict[str, int]:
-        """Basename -> size of the objects directly in ``folder_url`` (one LIST)."""
+    def sizes(self, urls: list[str], *, missing_ok: bool = False) -> dict[str, int]:
+        """The size of every URL. Object stores: one listing per folder, with a HEAD for an
+        object the listing gives no size. HTTP(S): a HEAD per URL, several at once (a folder
+        index is HTML without sizes, or refused, or absent). ``FileNotFoundError`` naming the
+        first URL that is not there, or with ``missing_ok`` those URLs left out."""
+        found: dict[str, int] = {}
+        unknown: list[str] = []
+        if self.protocol in ("http", "https"):
+            unknown = list(dict.fromkeys(urls))
+        else:
+            by_folder: dict[str, list[str]] = {}
+            for u in urls:
+                by_folder.setdefault(u.rsplit("/", 1)[0], []).append(u)
+            for folder, members in by_folder.items():
+                listed = self.listing(folder)
+                for u in members:
+                    name = u.rsplit("/", 1)[-1]
+                    if name not in listed:
+                        if missing_ok:
+                            continue
+                        raise FileNotFoundError(f"no object at {redact(u)}")
+                    size = listed[name]
+                    if size is None:
+                        unknown.append(u)
+                    else:
+                        found[u] = size
+        if unknown:
+            from concurrent.futures import ThreadPoolExecutor
+
+            def size_or_none(u: str) -> int | None:
+                try:
+                    return self.size(u)
+                except FileNotFoundError:
+                    if missing_ok:
+                        return None
+                    raise
+
+            with ThreadPoolExecutor(min(16, len(unknown))) as pool:
+                for u, got in zip(unknown, pool.map(size_or_none, unknown), strict=True):
+                    if got is not None:
+                        found[u] = got
+        return found
+
+    def listing(self, folder_url: str) -> dict[str, int | None]:
+        """Basename -> size of the objects directly in ``folder_url`` (one LIST); ``None``
+        where the listing gives no size."""
         path = self._path(folder_url).rstrip("/")
 
         def ls() -> list[dict[str, Any]]:
@@ -268,7 +340,9 @@ class Remote:
 
         entries = self._retrying(folder_url, "", "listing the folder", ls)
         return {
-            str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0)
+            str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: (
+                int(e["size"]) if isinstance(e.get("size"), int) else None
+            )
             for e in entries
             if e.get("type") == "file"
         }

@@ -34,7 +34,15 @@ from stoker.formats.recordio.manifest import (
 )
 from stoker.formats.recordio.reader import Checksums, RecordFile
 from stoker.formats.recordio.records import Records
-from stoker.formats.remote import RemoteFiles, check_room, check_sizes, fits_whole, redact
+from stoker.formats.remote import (
+    ReadPlan,
+    RemoteFiles,
+    check_room,
+    check_sizes,
+    claim_room,
+    fits_whole,
+    redact,
+)
 
 if TYPE_CHECKING:
     from stoker.storage.cache import Pin
@@ -257,15 +265,18 @@ class RecordSet(Records):
         verify_checksums: Checksums = False,
         cache: bool = True,
         files: RemoteFiles | None = None,
+        max_open: int | None = None,
     ) -> None:
         self.manifest_path = os.fspath(manifest_path) if files is None else redact(files.url)
         self.verify_checksums = verify_checksums
         self._cache = cache
         self.files = files
+        self._planned_open = max_open  # what a loader's claim on the cache allows
         self._open()
 
     def _open(self) -> None:
         self._pins: dict[int, list[Pin]] = {}
+        self._claim: Any = None  # this process's claim on the shard cache (remote sets)
         self._whole = False
         if self.files is None:
             manifest = load_manifest(self.manifest_path)
@@ -281,6 +292,8 @@ class RecordSet(Records):
             self._whole = fits_whole(self.files, manifest)
             if self._whole:  # every shard may stay pinned: nothing ever needs evicting
                 self._max_open = MAX_OPEN_SHARDS
+            elif self._planned_open is not None:  # a loader claimed room for this many
+                self._max_open = self._planned_open
             else:  # no more pins than the room check_room asked the cache for
                 ahead = self.files.options.prefetch_shards
                 self._max_open = min(MAX_OPEN_REMOTE_SHARDS, ahead + 2)
@@ -306,18 +319,66 @@ class RecordSet(Records):
         if self.files is None:
             r = open_shard(self.manifest_path, entries[j], **kw)
         else:
+            if self._claim is None and self._planned_open is None:
+                self._claim = self._own_claim()
+            # room first: a reader never waits for room that its own pins hold
+            while len(self._open_shards) >= self._max_open:
+                self._drop(next(iter(self._open_shards)), close=False)
             r, self._pins[j] = open_remote_shard(self.files, entries[j], j, **kw)
         # the shard reads its records as the set's manifest declares them (a field trailer)
         r.manifest, r.class_names = self.manifest, self.class_names
         self._open_shards[j] = r
         while len(self._open_shards) > self._max_open:
-            # not closed: a caller may still hold it (or a view of its records); dropping
-            # the reference unmaps it as soon as nobody does (a dropped remote shard's cached
-            # copy may then be evicted: Linux keeps a mapped file's pages until the unmap)
-            old, _ = self._open_shards.popitem(last=False)
-            for p in self._pins.pop(old, ()):
-                p.close()
+            self._drop(next(iter(self._open_shards)), close=False)
         return r
+
+    def _drop(self, j: int, *, close: bool = True) -> None:
+        """Forget open shard ``j`` and release its pins: the one place a shard's pins go.
+        ``close=False`` leaves the reader to whoever still holds it (a local shard dropped
+        from the LRU: unmapped once nobody holds it or a view of its records)."""
+        r = self._open_shards.pop(j, None)
+        try:
+            if r is not None and close:
+                r.close()
+        finally:
+            for p in self._pins.pop(j, ()):
+                p.close()
+
+    def claim(self, plan: ReadPlan) -> Any:
+        """For a remote set, claim the room ``plan`` needs in the node's shard cache
+        (:func:`~stoker.formats.remote.claim_room`; :class:`CacheFullError` when it cannot
+        be had) and keep at most as many shards open as it allows; ``None`` for a local
+        set. Release the claim with its ``close()``."""
+        if self.files is None:
+            return None
+        self._release_claim()  # the loader's claim covers what this process reads
+        assert self.manifest is not None
+        claim, per_reader = claim_room(self.files, self.manifest, plan)
+        if not self._whole:
+            self._planned_open = self._max_open = per_reader
+            while len(self._open_shards) > per_reader:
+                self._drop(next(iter(self._open_shards)))
+        return claim
+
+    def _own_claim(self) -> Any:
+        """The claim of a process that reads this remote set outside a loader's plan (a
+        ``RecordDataset`` in a ``DataLoader`` worker, ``verify``): the shards it keeps open."""
+        assert self.files is not None and self.manifest is not None
+        # room for the shards it keeps open; nothing is downloaded ahead of it
+        ahead = self.files.options.prefetch_shards
+        span = None if self._whole else max(self._max_open - ahead, 1)
+        plan = ReadPlan(span, False, "reads by position", f"process {os.getpid()}")
+        return claim_room(self.files, self.manifest, plan)[0]
+
+    def _release_claim(self) -> None:
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.close()
+
+    @property
+    def max_open(self) -> int:
+        """Shards this set keeps open at most in this process."""
+        return self._max_open
 
     def read_ahead(self, order: np.ndarray, start: int = 0) -> ReadAhead | None:
         """For a remote set with ``prefetch_shards`` > 0: a :class:`ReadAhead` that downloads
@@ -340,9 +401,7 @@ class RecordSet(Records):
             # chunk reads from most of them, and reopening one costs more than the read)
         wanted = set((np.searchsorted(self._starts, pos, side="right") - 1).tolist())
         for j in [j for j in self._open_shards if j not in wanted]:
-            self._open_shards.pop(j).close()
-            for p in self._pins.pop(j, ()):
-                p.close()
+            self._drop(j)
 
     def shard_location(self, j: int) -> str:
         """Where shard ``j``'s ``.rec`` lives, for messages: a local path or a URL."""
@@ -362,6 +421,7 @@ class RecordSet(Records):
             "verify_checksums": self.verify_checksums,
             "cache": self._cache,
             "files": self.files,
+            "max_open": self._planned_open,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -369,6 +429,7 @@ class RecordSet(Records):
         self.verify_checksums = state["verify_checksums"]
         self._cache = state["cache"]
         self.files = state.get("files")
+        self._planned_open = state.get("max_open")
         self._open()
 
     def __len__(self) -> int:
@@ -380,9 +441,10 @@ class RecordSet(Records):
         )
 
     def close(self) -> None:
+        self._release_claim()
         while self._open_shards:
-            self._open_shards.popitem()[1].close()
-        for pins in self._pins.values():
+            self._drop(next(iter(self._open_shards)))
+        for pins in self._pins.values():  # none left but a failed open's
             for p in pins:
                 p.close()
         self._pins.clear()
@@ -403,7 +465,14 @@ class RecordSet(Records):
     @property
     def keys(self) -> np.ndarray:
         if self._keys is None:
-            parts = [np.array(s.keys, dtype=np.int64) for s in self.shards]
+            parts = []
+            for j in range(len(self._entries)):
+                was_open = j in self._open_shards
+                try:
+                    parts.append(np.array(self.shard(j).keys, dtype=np.int64))
+                finally:  # a remote set pins one shard at a time for its keys
+                    if self.files is not None and not was_open and not self._whole:
+                        self._drop(j)
             self._keys = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         return self._keys
 
@@ -445,7 +514,12 @@ class RecordSet(Records):
         pieces: list[tuple[np.ndarray, np.ndarray]] = []
         for j in np.unique(shard).tolist():
             sel = np.flatnonzero(shard == j)
-            lab = self.shard(j).labels(pos[sel] - self._starts[j])
+            was_open = j in self._open_shards
+            try:
+                lab = self.shard(j).labels(pos[sel] - self._starts[j])
+            finally:  # a remote set pins one shard at a time for its labels
+                if self.files is not None and not was_open and not self._whole:
+                    self._drop(j)
             if pieces and lab.shape[1:] != pieces[0][1].shape[1:]:
                 raise self._mixed_labels(j, int(pos[sel[0]] - self._starts[j]), pieces, lab)
             pieces.append((sel, lab))

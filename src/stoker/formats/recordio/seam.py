@@ -135,6 +135,7 @@ class RecordIOReader(Reader):
                 verify_checksums="auto" if self.checksums else False,
                 cache=self.cache,
                 files=self._files,
+                max_open=getattr(self, "_max_open", None),
             )
         if self._rec is None:
             self._rec = open_records(
@@ -157,7 +158,9 @@ class RecordIOReader(Reader):
             "hints": self.hints,
             "remote": self.remote,
             # a remote set travels with what its opening learnt (sizes, the manifest's copy)
+            # and how many shards a loader's claim on the cache lets each reader keep open
             "_files": getattr(self._rec, "files", None),
+            "_max_open": getattr(self._rec, "_planned_open", None),
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -170,6 +173,7 @@ class RecordIOReader(Reader):
         self.hints = state.get("hints", AccessHints())
         self.remote = state.get("remote")
         self._files = state.get("_files")
+        self._max_open = state.get("_max_open")
         self._hints_on = None
         self._rec = None
         self._labels = None
@@ -193,6 +197,16 @@ class RecordIOReader(Reader):
             self._labels = integral_labels(np.asarray(self.records.labels()))
             self._let_go()
         return self._labels
+
+    def claim_cache(self, plan: Any) -> Any:
+        """For a set in object storage, claim the room a loader's ``plan`` needs in the node's
+        shard cache (:meth:`RecordSet.claim`); ``None`` for a local set."""
+        rec = self.records
+        return rec.claim(plan) if self.remote is not None and isinstance(rec, RecordSet) else None
+
+    def let_go(self) -> None:
+        """This process reads no more for now: a remote set keeps none of its shards pinned."""
+        self._let_go()
 
     def _let_go(self) -> None:
         """A remote set that read every shard (keys, labels) keeps none of them pinned: the

@@ -104,14 +104,10 @@ def _verify(
         )
         for j, e in enumerate(manifest["shards"])
     ]
-    folders: dict[str, list[str]] = {}
-    for u in [u for trio in urls for u in trio if u is not None]:
-        folders.setdefault(u.rsplit("/", 1)[0], []).append(u)
-    for folder, members in folders.items():  # files.sizes: what exists, one listing per folder
-        found = files.remote.listing(folder)
-        for u in members:
-            if u.rsplit("/", 1)[-1] in found:
-                files.sizes[u] = found[u.rsplit("/", 1)[-1]]
+    # files.sizes: what exists (one listing per folder, or a HEAD each over HTTP)
+    files.sizes.update(
+        files.remote.sizes([u for trio in urls for u in trio if u is not None], missing_ok=True)
+    )
     for j, (entry, trio) in enumerate(zip(manifest["shards"], urls, strict=True)):
         _verify_remote_entry(report, files, j, entry, trio, opts)  # type: ignore[arg-type]
         files.cache.clear()  # one shard at a time

@@ -24,7 +24,10 @@ A :class:`Source` gives random access by global position ``i``:
   shards in order), or ``None`` for a source without shards (arrays, an image folder): what
   ``shuffle="shards"`` deals to the ranks;
 - ``s.read_ahead(order, start)``: downloads ahead of the reading order for a set in object
-  storage (an object with ``reached(p)`` and ``close()``), ``None`` by default.
+  storage (an object with ``reached(p)`` and ``close()``), ``None`` by default;
+- ``s.claim_cache(plan)`` and ``s.let_go()``: a set read through the node's shard cache claims
+  the room its loader's plan needs at open, and lets go of what the main process pinned once
+  the workers read (``docs/remote.md``); nothing by default.
 
 Sources pickle as their configuration (a path, a file list, a shared-memory segment name) and
 reopen in the worker; no open handle or large array crosses a process boundary.
@@ -161,6 +164,17 @@ class Source(abc.ABC):
 
     def shard_sizes(self) -> np.ndarray | None:
         """Samples per shard in position order; ``None``: the source has no shards."""
+        return None
+
+    def claim_cache(self, plan: Any) -> Any:
+        """For a set read through a shard cache, claim the room ``plan``
+        (:class:`~stoker.formats.remote.ReadPlan`) needs, or raise ``CacheFullError``; an
+        object with ``close()``, or ``None`` (the default: nothing cached)."""
+        return None
+
+    def let_go(self) -> None:
+        """This process reads nothing more for now (the workers read): release what the
+        source holds for reading, such as pinned cached shards. The default holds nothing."""
         return None
 
     def reader(self, indices: np.ndarray | None = None) -> Callable[[int], tuple[Any, Any, int]]:

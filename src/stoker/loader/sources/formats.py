@@ -161,6 +161,7 @@ class FormatSource(Source):
                 bar.update(1)
         finally:
             bar.close()
+            self.let_go()
         self._image_sizes = out
         return out
 
@@ -177,6 +178,18 @@ class FormatSource(Source):
         """The reader's downloads ahead of ``order`` (a set in object storage), or ``None``."""
         ahead = getattr(self._reader, "read_ahead", None)
         return None if ahead is None else ahead(order, start)
+
+    def claim_cache(self, plan: Any) -> Any:
+        """The reader's claim on a shard cache for ``plan`` (a set in object storage), or
+        ``None``."""
+        claim = getattr(self._reader, "claim_cache", None)
+        return None if claim is None else claim(plan)
+
+    def let_go(self) -> None:
+        """This process reads no more for now: the reader releases what it holds pinned."""
+        let_go = getattr(self._reader, "let_go", None)
+        if let_go is not None:
+            let_go()
 
     def shard_sizes(self) -> np.ndarray | None:
         """The reader's records per shard (``None`` for a set without shards)."""
