@@ -14,6 +14,15 @@ from stoker.storage.remote import Remote, close_filesystems
 from stoker.storage.testing import FaultProxy, S3Server
 
 
+def pytest_collection_modifyitems(config, items):
+    """The liveness watchdog: a remote test that delivers nothing fails within its bound
+    rather than hangs (modules may set a longer one of their own)."""
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.path).startswith(here) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(120))
+
+
 @pytest.fixture(scope="session")
 def packed(tmp_path_factory) -> str:
     """A packed set: 3 classes x 20 images (60 records, 48 px) in 15 shards of 4, with

@@ -61,9 +61,9 @@ def test_doctor_on_a_url_measures_the_download_and_judges_the_cache(remote_set, 
     assert r["cache_free"] > 0 and 0 < r["cache_used"] <= 40 * 1024
     assert (r["set_bytes"], r["largest_shard_bytes"], r["shards"]) == (set_bytes, largest, 15)
     assert d["source"]["total_bytes"] == set_bytes
-    # a set larger than the budget under a global shuffle: downloaded again every epoch
+    # a set larger than the budget under a global shuffle: such a loader is refused at open
     assert r["shuffle"] == "true" and r["holds_set"] is False and r["bounds"] is True
-    assert "downloaded again every epoch" in r["text"] and 'shuffle="shards"' in r["text"]
+    assert "refused at open" in r["text"] and 'shuffle="shards"' in r["text"]
     # the uncached download's temporary file is gone
     assert not [n for n in os.listdir(cache_dir) if n.startswith(".stoker-doctor-")]
 
@@ -109,12 +109,14 @@ def _figures(**kw) -> RemoteStorage:
 def test_the_cache_verdict_for_each_case():
     r = _figures()  # 50 GB set, 10 GB budget, global shuffle
     assert r.mb_per_s == 50 and r.samples_per_s == 500 and r.epoch_s() == 1000
-    assert r.bounds and "downloaded again every epoch (about 1,000 s" in r.verdict()
+    assert r.bounds and "refused at open" in r.verdict()
+    assert "downloading the set once takes (about 1,000 s" in r.verdict()
     assert "cache_limit of at least 50.0 GB" in r.verdict()
     r = _figures(shuffle="shards")  # needs (2 * 4 + 2) * 100 MB = 1 GB: enough
     assert r.shards_need == 10**9 and not r.bounds and "the budget is enough" in r.verdict()
     r = _figures(shuffle="shards", cache_limit=900 * 10**6)
     assert r.bounds and 'smaller than what shuffle="shards" keeps cached' in r.verdict()
+    assert "refused at open" in r.verdict()
     r = _figures(cache_limit=60 * 10**9)
     assert r.holds_set and not r.bounds and "holds the whole set" in r.verdict()
     r = _figures(cache_limit=60 * 10**9, cache_free=20 * 10**9)  # the disk cannot hold it

@@ -27,8 +27,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
             "SOURCE may be the URL of a RecordIO set's manifest (s3://, gs://, az://, "
             "http(s)://): then one shard is also downloaded without the cache (MB/s, time to "
             "first byte), and the report says whether the shard cache bounds the run under "
-            "--shuffle (a set larger than --cache-limit is downloaded again every epoch with "
-            "shuffle=True; shuffle='shards' needs 2 x --window + --prefetch-shards shards)."
+            "--shuffle (a loader with shuffle=True over a set larger than --cache-limit is "
+            "refused at open; shuffle='shards' needs 2 x --window + --prefetch-shards shards)."
         ),
     )
     p.add_argument(

@@ -285,9 +285,9 @@ class RemoteStorage:
 
     @property
     def bounds(self) -> bool:
-        """Whether the cache bounds the run: shards are downloaded again within an epoch
-        (a global shuffle over a set larger than the budget, or a budget too small for the
-        shard-order window)."""
+        """Whether the cache bounds the run: a loader of this order is refused at open (a
+        global shuffle over a set larger than the budget, or a budget too small for the
+        shard-order window; ``docs/remote.md``)."""
         if self.holds_set:
             return False
         return self.shuffle != "shards" or self.budget < self.shards_need
@@ -324,16 +324,16 @@ class RemoteStorage:
         if self.shuffle != "shards":
             return (
                 f"the cache bounds the run: the set ({gb(self.set_bytes)}) is larger than {room}, "
-                "and shuffle=True reads the shards in random order, so they are evicted and "
-                f'downloaded again every epoch{rate}. Use shuffle="shards" (its budget: {need}) '
-                f"or a cache_limit of at least {gb(self.set_bytes)}"
+                "and shuffle=True reads from any shard in any batch, so a loader with it is "
+                "refused at open (it would fetch a whole shard for nearly every sample). Use "
+                f'shuffle="shards" (its budget: {need}) or a cache_limit of at least '
+                f"{gb(self.set_bytes)}; downloading the set once takes{rate or ' a while'}"
             )
         if self.budget < self.shards_need:
             return (
                 f'the cache bounds the run: {room} is smaller than what shuffle="shards" keeps '
-                f"cached ({need}), so shards are evicted before they are read out and downloaded "
-                "again. Raise cache_limit to at least that, or lower the window or "
-                "prefetch_shards"
+                f"cached ({need}), so a loader with it is refused at open. Raise cache_limit to "
+                "at least that, or lower the window or prefetch_shards"
             )
         return (
             f"the cache does not bound the run: the set ({gb(self.set_bytes)}) is larger than "
