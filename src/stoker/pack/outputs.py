@@ -235,6 +235,10 @@ class ShardWriters:
     def get(self, s: int) -> Any:
         w = self.writers.get(s)
         if w is None:
+            # the shards before it reach their files first: a later shard never holds records
+            # on disk while an earlier one's last records sit in a buffer, so what a kill
+            # leaves is a run of whole records, resumed from where it ends
+            self.flush()
             w = self.open_writer(
                 self.paths.prefix,
                 self.paths.shard_ids[s],

@@ -206,7 +206,15 @@ def run_pack(
     kept_rows: list[RecordRow] | None = None
     start = 0
     if resuming:
-        start, kept_rows = _resume(options, plan, paths, shards, tally)
+        resumed = _resume(options, plan, paths, shards, tally)
+        if resumed is None:  # the partials do not hold a run of whole records: start over
+            shards.abort(keep_partial=False)
+            paths.start_journal(fp, settings)
+            shards = ShardWriters(paths, plan.writer_schema, resume=False)
+            tally = Tally(plan.scan, len(plan.items))
+            resuming = False
+        else:
+            start, kept_rows = resumed
     rejects = RejectLog(paths.rej_journal, tally.item_rejects if resuming else None)
     records = RecordLog(paths.rec_journal, kept_rows)
     what = "convert" if options.convert else "pack"
@@ -247,9 +255,11 @@ def make_out_dir(prefix: str) -> None:
 
 def _resume(
     options: PackOptions, plan: Plan, paths: OutputPaths, shards: ShardWriters, tally: Tally
-) -> tuple[int, list[RecordRow]]:
+) -> tuple[int, list[RecordRow]] | None:
     """Take over the records and rejects an interrupted run of this plan decided; the first
-    position still to do, and the records journal's rows of the records kept."""
+    position still to do, and the records journal's rows of the records kept. ``None`` when
+    a position before the last one kept is neither kept nor journalled as a reject (the
+    partials are not one run of whole records): the run must start over."""
     by_key = plan.from_lst or plan.reader is not None
     pos_of_key = {k: i for i, k in enumerate(plan.keys.tolist())} if by_key else None
     last = -1
@@ -261,9 +271,13 @@ def _resume(
             last = max(last, int(pos.max()))
     start = last + 1
     tally.resumed = tally.n_written
+    decided = tally.written[:start].copy()
     for pos, reason, detail in read_reject_journal(paths.rej_journal):
         if pos < start:
             tally.item_rejects.append((pos, reason, detail))
+            decided[pos] = True
+    if not decided.all():
+        return None
     rows = read_record_journal(paths.rec_journal)
     kept_pos = np.flatnonzero(tally.written).tolist()
     kept = [rows.get(pos) or _recount(options, plan, pos) for pos in kept_pos]
@@ -342,12 +356,12 @@ class _Run:
             self.bar.close()
             self.rejects.close()
             self.records.close()
+            self.tally.check_accounting()  # before anything is committed: never a short set
             entries, bytes_out = self._commit()
             committed = True
             for journal in (self.paths.rec_journal, self.paths.journal):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(journal)
-            self.tally.check_accounting()
             return self.tally.report(
                 shards=shard_main_files(self.paths, entries),
                 bytes_out=bytes_out,
