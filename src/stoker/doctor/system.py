@@ -20,6 +20,7 @@ __all__ = [
     "check_cores",
     "check_load",
     "check_memory",
+    "check_node",
     "check_start_method",
     "check_threads",
     "check_ulimit",
@@ -73,6 +74,66 @@ def check_memory(*, need_bytes: int, what: str) -> Check:
             "memory", "warn", text + ": tight; two loaders or a larger batch will not fit.", data
         )
     return Check("memory", "ok", text + ".", data)
+
+
+def check_node() -> Check:
+    """Every loader on this node (every rank, every job of this user) shares its memory, its
+    processes and the user's descriptors: their rings, RSS and PSS, processes and open files."""
+    import psutil
+
+    from stoker.loader import node_loaders
+
+    loaders = node_loaders()
+    ring = sum(d["ring"] for d in loaders)
+    pending = sum(d["ring"] - d["reserved"] for d in loaders)
+    rss = pss = fds = 0
+    pids: set[int] = set()
+    for d in loaders:
+        try:
+            main = psutil.Process(d["pid"])
+            family = [main, *main.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for p in family:
+            if p.pid in pids:
+                continue
+            pids.add(p.pid)
+            with contextlib.suppress(psutil.Error):
+                mem = p.memory_full_info()
+                rss += mem.rss
+                pss += getattr(mem, "pss", mem.rss)
+                fds += p.num_fds()
+    data = {
+        "loaders": len(loaders),
+        "workers": sum(d["workers"] for d in loaders),
+        "processes": len(pids),
+        "ring_bytes": ring,
+        "ring_unreserved_bytes": pending,
+        "rss_bytes": rss,
+        "pss_bytes": pss,
+        "fds": fds,
+    }
+    if not loaders:
+        return Check("node", "ok", "no other loader is running on this node", data)
+    text = (
+        f"{len(loaders)} loader(s) running on this node: {data['workers']} workers, "
+        f"{len(pids)} processes, rings {_mib(ring)} ({_mib(pending)} not reserved yet), "
+        f"RSS {_mib(rss)}, PSS {_mib(pss)}, {fds} open files"
+    )
+    try:
+        avail = memory_available_bytes()
+    except OSError:
+        return Check("node", "ok", text + ".", data)
+    data["available_bytes"] = avail
+    if pending > avail:
+        return Check(
+            "node",
+            "warn",
+            text + f": the rings' unreserved part is more than the {_mib(avail)} available; "
+            "a loader that reserves its next slot may fail",
+            data,
+        )
+    return Check("node", "ok", text + ".", data)
 
 
 def check_ulimit(*, workers: int) -> Check:

@@ -1,6 +1,7 @@
 """Layer 3: the loader engine (worker processes, shared-memory batch ring) and its sources."""
 
 from stoker.loader._keep import release_workers
+from stoker.loader._node import node_loaders
 from stoker.loader._pool import warm_up
 from stoker.loader._shm import cleanup_stale
 from stoker.loader.batch import Batch
@@ -19,6 +20,7 @@ __all__ = [
     "Source",
     "as_source",
     "cleanup_stale",
+    "node_loaders",
     "release_workers",
     "on_sigterm",
     "prefetch",

@@ -122,7 +122,7 @@ import numpy as np
 
 from stoker._core.errors import LoaderError, LoaderTimeoutError
 from stoker._core.specs import ArraySpec
-from stoker.loader import _keep, _shm
+from stoker.loader import _keep, _node, _shm
 from stoker.loader._fields import FieldPlan, FieldViews
 from stoker.loader._pool import JOIN_S, WorkerPool
 from stoker.loader._ring import RingLayout
@@ -202,6 +202,7 @@ class RingFeed:
     _generation: int
     _ring: _shm.SharedFd | None  # the ring's anonymous file (its descriptor: for new workers)
     _mem: np.ndarray | None
+    _node_entry: _node.NodeEntry | None = None  # the ring's entry in the node's registry
 
     if TYPE_CHECKING:
 
@@ -247,10 +248,21 @@ class RingFeed:
             if reuse:  # its ring, mapped by its workers already
                 assert kept is not None and kept.ring is not None and kept.mapping is not None
                 seg, mapping, unreserved = kept.ring, kept.mapping, set(kept.unreserved)
+                self._node_entry = _node.preflight_and_register(
+                    layout.total_bytes,
+                    slots=slots,
+                    workers=self.workers,
+                    what=self._what(),
+                    reserved=layout.total_bytes - len(unreserved) * layout.slot_bytes,
+                    check=False,
+                )
             else:
                 if kept is not None:
                     kept.drop_ring()
-                _shm.preflight(layout.total_bytes, slots=slots, what="batch slots", where="memory")
+                # the memory available, less what the node's other rings have yet to take
+                self._node_entry = _node.preflight_and_register(
+                    layout.total_bytes, slots=slots, workers=self.workers, what=self._what()
+                )
                 # Only the control block is reserved before the workers start, and slot 0
                 # while they boot; every other slot when it is first dispatched (_dispatch),
                 # while the workers make the batches before it, so the first batch does not
@@ -270,6 +282,7 @@ class RingFeed:
             try:
                 if not reuse:
                     _shm.reserve(seg, 0, layout.control_bytes)
+                    self._reserved_node(layout.control_bytes)
                 control = layout.control(self._mem)
                 control[0] = self._generation
                 control[1:] = -1
@@ -426,6 +439,7 @@ class RingFeed:
         assert self._layout is not None and self._ring is not None
         try:
             _shm.reserve(self._ring, self._layout.slot_offset(slot), self._layout.slot_bytes)
+            self._reserved_node(self._layout.slot_bytes)
         except BaseException:
             self._teardown()
             raise
@@ -525,8 +539,22 @@ class RingFeed:
         # slots owned by workers are free again; the consumer's and retained ones stay out
         self._slot_state = [_FREE if s is _WORK else s for s in self._slot_state]
 
+    def _reserved_node(self, nbytes: int) -> None:
+        """The node's registry learns that ``nbytes`` more of the ring are reserved."""
+        if self._node_entry is not None:
+            self._node_entry.add_reserved(nbytes)
+
+    def _what(self) -> str:
+        """The source, for the node's registry and the doctor."""
+        src = self.source
+        where = getattr(src, "path", None) or getattr(src, "root", None)
+        return f"{type(src).__name__} {where}" if where else type(src).__name__
+
     def _teardown(self) -> None:
         self._teardown_workers()
+        entry, self._node_entry = self._node_entry, None
+        if entry is not None:
+            entry.close()
         ring, self._ring = self._ring, None
         if ring is not None:
             ring.close()  # the memory goes with the last mapping (a batch the user kept)

@@ -32,4 +32,5 @@ def run(f: Findings) -> None:
         ),
         S.check_start_method(loader_method=last.start_method if last else None),
         S.check_load(cores=s.cores),
+        S.check_node(),
     ]
