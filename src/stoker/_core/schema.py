@@ -221,6 +221,13 @@ class Field:
         if kind == "text":
             if not isinstance(value, str):
                 raise _fail(name, f"expects a str, got {type(value).__name__}")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:  # a lone surrogate: no UTF-8 spelling
+                raise _fail(
+                    name,
+                    f"text that is not valid Unicode (a lone surrogate at character {e.start})",
+                ) from None
             return value
         if kind == "size":
             raise _fail(name, "size is computed by the loader, not stored")
