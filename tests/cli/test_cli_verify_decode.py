@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import gc
 import io
-import json
-import subprocess
-import sys
 import tarfile
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from _cli_util import verify_json
 from PIL import Image
 
 from stoker._core.schema import Schema
@@ -44,23 +42,12 @@ def _images() -> list[bytes]:
 BAD = [1, 3, 4]
 
 
-def _verify_json(path: str) -> tuple[int, dict]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "stoker.cli", "verify", path, "--decode", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
-
-
 def test_recordio_every_undecodable_image_is_listed(tmp_path):
     rec = str(tmp_path / "d.rec")
     with RecordWriter(rec, checksums=True) as w:
         for k, img in enumerate(_images()):
             w.write(k, pack_header(IRHeader(0, float(k), k, 0), img))
-    rc, rep = _verify_json(rec)
+    rc, rep = verify_json(rec, "--decode")
     assert rc == 1
     assert [p["key"] for p in rep["problems"]] == BAD
     assert rep["decoded"] == 3 and rep["records"] == 6
@@ -81,7 +68,7 @@ def test_tfrecord_every_undecodable_image_is_listed(tmp_path):
         offsets.append(w.bytes_written)
         w.write(k, img, k)
     path = w.commit()["path"]
-    rc, rep = _verify_json(path)
+    rc, rep = verify_json(path, "--decode")
     assert rc == 1
     assert [(p["key"], p["offset"]) for p in rep["problems"]] == [(1, offsets[1]), (3, offsets[3])]
     assert all("image does not decode" in p["reason"] for p in rep["problems"])

@@ -60,6 +60,9 @@ class _Options:
     allow_missing_checksums: bool = False
     #: the manifest's schema when its records end in a field trailer (each is parsed)
     stored: Schema | None = None
+    #: the number of classes the manifest names (each one-label record's label must be one
+    #: of their ids); 0: no class map, any finite label
+    classes: int = 0
 
 
 def _nobody(off: int) -> tuple[int | None, int | None]:
@@ -199,6 +202,10 @@ def _check_payload(
         key, line = who(pos)
         report.add(Problem(rec_path, key, pos, str(e), line))
         return
+    bad = _label_problem(header, opts.classes)
+    if bad is not None:
+        key, line = who(pos)
+        report.add(Problem(rec_path, key, pos, bad, line))
     decode = opts.decode
     if decode is not None and not (len(image) == 0 and _metadata_record(header)):
         data = bytes(image)
@@ -209,6 +216,20 @@ def _check_payload(
             report.add(Problem(rec_path, key, pos, failure, line))
         else:
             report.decoded += 1
+
+
+def _label_problem(header: IRHeader, classes: int) -> str | None:
+    """What is wrong with a record's IRHeader label(s): NaN or infinite (a reader refuses the
+    record), or, in a set with ``classes`` class names, a one-label record whose label is not
+    one of their ids. ``None`` when nothing is."""
+    label = header.label
+    if not np.all(np.isfinite(label)):
+        return f"the IRHeader label {label} is not a finite number"
+    if classes and header.flag == 0:
+        v = float(label)  # type: ignore[arg-type]
+        if not (v.is_integer() and 0 <= v < classes):
+            return f"the IRHeader label {v!r} is not a class id (the manifest names {classes}: 0..{classes - 1})"
+    return None
 
 
 def _metadata_record(header: IRHeader) -> bool:
@@ -326,7 +347,9 @@ def _verify_shard(
 
 
 def _with_schema(opts: _Options, manifest: dict, path: str) -> _Options:
-    """``opts`` with the manifest's schema when its records store fields."""
+    """``opts`` with the manifest's schema when its records store fields, and its number of
+    class names."""
+    opts = replace(opts, classes=len(manifest.get("classes") or {}))
     schema = manifest_schema(manifest, path)
     if schema is None or not schema.stored:
         return opts
