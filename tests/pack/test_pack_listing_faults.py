@@ -143,3 +143,18 @@ def test_a_non_finite_label_in_an_im2rec_list_is_a_reject(tmp_path, bad):
     tsv = (tmp_path / "out.rejects.tsv").read_text(encoding="utf-8")
     assert "line 2, field 'label'" in tsv and "not finite" in tsv
     assert np.isfinite(_labels(r.manifest)).all()
+
+
+def test_csv_cells_that_cannot_be_stored_are_rejects_naming_line_and_field(tmp_path):
+    rels = _images(tmp_path, 4)
+    tags = ["[1, 2]", "[3]", "[" * 2000 + "]" * 2000, '["a \\ud800"]']
+    listing = tmp_path / "l.csv"
+    with open(listing, "w", encoding="utf-8", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["image", "label", "tags"])
+        out.writerows([rel, i, tag] for i, (rel, tag) in enumerate(zip(rels, tags)))
+    r = pack(str(listing), str(tmp_path / "out"), workers=1)
+    assert r.written == 2 and r.rejected == 2
+    tsv = (tmp_path / "out.rejects.tsv").read_text(encoding="utf-8")
+    assert "line 4, field 'tags': lists and objects nested deeper than 32 levels" in tsv
+    assert "line 5, field 'tags': text that is not valid Unicode" in tsv
