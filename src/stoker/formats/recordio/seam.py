@@ -23,6 +23,7 @@ import numpy as np
 from stoker._core.errors import CorruptRecordError, SpecError
 from stoker._core.schema import Field, Schema
 from stoker.formats.base import Reader, ReadSample
+from stoker.formats.recordio.header import label_problem
 from stoker.formats.recordio.hints import AccessHints, chunk_by_shard
 from stoker.formats.recordio.insightface import layout_table
 from stoker.formats.recordio.opening import open_records
@@ -252,14 +253,10 @@ class RecordIOReader(Reader):
     def _label(self, i: int, header: Any) -> Any:
         """The label of position ``i`` as :meth:`labels` gives it, from its parsed header;
         ``CorruptRecordError`` naming the file, key and offset when it is NaN or infinite."""
-        if not np.all(np.isfinite(header.label)):
+        bad = label_problem(header)
+        if bad is not None:
             path, off = self.locate(i) or (self.path, None)
-            raise CorruptRecordError(
-                path,
-                off,
-                f"the IRHeader label {header.label} is not a finite number",
-                key=int(self.records.key(i)),
-            )
+            raise CorruptRecordError(path, off, bad, key=int(self.records.key(i)))
         if not self._label_dtype:  # the process that opened the set holds every label
             return self.labels()[i]
         if self._label_shape:

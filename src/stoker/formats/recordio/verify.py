@@ -32,7 +32,7 @@ from stoker._core.progress import make_progress
 from stoker._core.schema import Schema
 from stoker.formats.fields import TrailerError, decode_trailer, split_trailer
 from stoker.formats.recordio.framing import LENGTH_MASK, FrameError, next_magic, read_record
-from stoker.formats.recordio.header import IRHeader, unpack_header
+from stoker.formats.recordio.header import IRHeader, label_problem, unpack_header
 from stoker.formats.recordio.index import parse_idx, sha256_file
 from stoker.formats.recordio.manifest import (
     MANIFEST_SUFFIX,
@@ -202,7 +202,7 @@ def _check_payload(
         key, line = who(pos)
         report.add(Problem(rec_path, key, pos, str(e), line))
         return
-    bad = _label_problem(header, opts.classes)
+    bad = label_problem(header, opts.classes)
     if bad is not None:
         key, line = who(pos)
         report.add(Problem(rec_path, key, pos, bad, line))
@@ -216,20 +216,6 @@ def _check_payload(
             report.add(Problem(rec_path, key, pos, failure, line))
         else:
             report.decoded += 1
-
-
-def _label_problem(header: IRHeader, classes: int) -> str | None:
-    """What is wrong with a record's IRHeader label(s): NaN or infinite (a reader refuses the
-    record), or, in a set with ``classes`` class names, a one-label record whose label is not
-    one of their ids. ``None`` when nothing is."""
-    label = header.label
-    if not np.all(np.isfinite(label)):
-        return f"the IRHeader label {label} is not a finite number"
-    if classes and header.flag == 0:
-        v = float(label)  # type: ignore[arg-type]
-        if not (v.is_integer() and 0 <= v < classes):
-            return f"the IRHeader label {v!r} is not a class id (the manifest names {classes}: 0..{classes - 1})"
-    return None
 
 
 def _metadata_record(header: IRHeader) -> bool:
