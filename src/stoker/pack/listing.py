@@ -510,7 +510,8 @@ def _item(
     full = os.path.join(base, rel)
     why = confine.reject(rel, full)
     if why is not None:
-        return rel, why[0], f"{where}, field {image_name!r}: {why[1]}"
+        named = image_name if image_name in row else "path"  # the key the row gave it under
+        return rel, why[0], f"{where}, field {named!r}: {why[1]}"
     return ListingItem(full, rel, label, None, values, tuple(masks), lineno)
 
 
