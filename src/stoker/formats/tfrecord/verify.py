@@ -186,7 +186,7 @@ def _check_fields(resolved: Resolved, data: memoryview, feats: dict) -> memoryvi
             try:
                 values[n] = f.check(v, name=n) if f.geometry is None else v
             except ValueError as e:
-                raise FieldError(n, str(e)) from None
+                raise FieldError.from_check(n, e) from None
     bad = check_follows(resolved.entries, values)
     if bad is not None:
         raise FieldError(
