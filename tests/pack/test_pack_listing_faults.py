@@ -158,3 +158,21 @@ def test_csv_cells_that_cannot_be_stored_are_rejects_naming_line_and_field(tmp_p
     tsv = (tmp_path / "out.rejects.tsv").read_text(encoding="utf-8")
     assert "line 4, field 'tags': lists and objects nested deeper than 32 levels" in tsv
     assert "line 5, field 'tags': text that is not valid Unicode" in tsv
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        (json.dumps({"image": "a", "boxes": [[1, 2, 3, 4]] * 200}), None),  # many, shallow
+        ('{"z": ' + "[" * 31 + "]" * 31 + "}", None),  # 32 levels: allowed
+        ('{"z": ' + "[" * 32 + "]" * 32 + "}", "z"),  # 33
+        ('{"a": 1, "y": ' + "[" * 5000, "y"),  # never closed: json would recurse all the same
+        (json.dumps({"s": "[" * 100, "k": [1]}), None),  # brackets inside a string
+        ('{"s": "\\\\\\"[[", "w": ' + "[" * 40 + "]" * 40 + "}", "w"),  # escapes before it
+        ("[" * 40 + "]" * 40, ""),  # not under a key
+    ],
+)
+def test_nesting_is_measured_outside_strings(text, key):
+    from stoker.pack.listing import _too_deep
+
+    assert _too_deep(text) == key

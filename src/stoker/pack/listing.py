@@ -35,6 +35,7 @@ import io
 import json
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,11 +85,34 @@ def is_listing(path: str) -> bool:
 MAX_DEPTH = 32
 
 
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_INNERMOST = re.compile(r"\[\]|\{\}")
+
+
+def _maybe_too_deep(text: str) -> bool:
+    """False when the JSON ``text`` surely nests no deeper than :data:`MAX_DEPTH`: its
+    brackets outside strings, with the innermost pairs taken away once per level (each pass
+    in C, as many passes as the nesting is deep), are gone within that many passes, and
+    fewer openers than the rest of the allowance are left unpaired."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return False
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    passes = 0
+    while passes < MAX_DEPTH:
+        fewer = _INNERMOST.sub("", brackets)
+        if fewer == brackets:
+            break
+        brackets, passes = fewer, passes + 1
+    # what is left is unpaired (an unclosed bracket still nests what follows it)
+    return passes + brackets.count("[") + brackets.count("{") > MAX_DEPTH
+
+
 def _too_deep(text: str) -> str | None:
     """When the JSON ``text`` nests lists and objects deeper than :data:`MAX_DEPTH`: the key
     of the top-level object it does so under (``""`` when under none), else ``None``. Only
-    text holding that many brackets is scanned."""
-    if text.count("[") + text.count("{") <= MAX_DEPTH:
+    text that :func:`_maybe_too_deep` suspects is scanned character by character."""
+    if not _maybe_too_deep(text):
         return None
     depth = 0
     key = last = ""
