@@ -19,9 +19,11 @@ class DuplicateKeyError(ValueError):
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """``json.loads``'s ``object_pairs_hook``: the object's dict, or :class:`DuplicateKeyError`
     naming the first key that comes back."""
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise DuplicateKeyError(k)
-        out[k] = v
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise DuplicateKeyError(k)
+            seen.add(k)
     return out
