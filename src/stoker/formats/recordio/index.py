@@ -209,8 +209,8 @@ def parse_idx(
 
 def validate_table(table: IndexTable, path: str, *, rec_size: int | None) -> None:
     """:class:`IndexFormatError` naming the first line with an unaligned offset, an offset
-    at or past the end of a ``rec_size``-byte ``.rec``, an offset not after the line before
-    it, or a key seen before."""
+    at or past the end of a ``rec_size``-byte ``.rec``, a key seen before, or an offset not
+    after the line before it."""
     keys, offsets = table.keys, table.offsets
     n = keys.shape[0]
     if n == 0:
@@ -233,16 +233,6 @@ def validate_table(table: IndexTable, path: str, *, rec_size: int | None) -> Non
             f"is past the end of the .rec ({rec_size} bytes): the .rec was cut short or this "
             ".idx belongs to another file",
         )
-    if n > 1 and not bool(np.all(offsets[1:] > offsets[:-1])):
-        # records are written one after another and each is listed once, so the offsets of
-        # a .idx in its writer's order only grow; one repeated would read a record twice
-        i = int(np.flatnonzero(offsets[1:] <= offsets[:-1])[0]) + 1
-        raise IndexFormatError(
-            path,
-            table.line_of(i),
-            f"offset {int(offsets[i])} of key {int(keys[i])} is not after the previous line's "
-            f"{int(offsets[i - 1])}: a .idx lists each record once, in file order",
-        )
     if n > 1 and not bool(np.all(keys[1:] > keys[:-1])):
         order = np.argsort(keys, kind="stable")
         sk = keys[order]
@@ -259,6 +249,17 @@ def validate_table(table: IndexTable, path: str, *, rec_size: int | None) -> Non
                 f"duplicate key {int(keys[b])} (also on line {table.line_of(a)}); "
                 "each key must appear once",
             )
+    if n > 1 and not bool(np.all(offsets[1:] > offsets[:-1])):
+        # records are written one after another and each is listed once, so the offsets of
+        # a .idx in its writer's order only grow; one repeated would read a record twice
+        i = int(np.flatnonzero(offsets[1:] <= offsets[:-1])[0]) + 1
+        raise IndexFormatError(
+            path,
+            table.line_of(i),
+            f"offset {int(offsets[i])} of key {int(keys[i])} is not after line "
+            f"{table.line_of(i - 1)}'s {int(offsets[i - 1])}: a .idx lists each record once, "
+            "in file order",
+        )
 
 
 # --------------------------------------------------------------------------- cache
