@@ -134,3 +134,12 @@ def test_atomic_write_refuses_to_replace_a_device_or_link(tmp_path):
     with pytest.raises(ValueError, match="not a regular file"):
         write_bytes_atomic(os.devnull, b"x")
     assert os.path.islink(link)
+
+
+def test_text_with_a_lone_surrogate_is_refused_naming_the_field():
+    from stoker._core.errors import SpecError
+    from stoker._core.schema import Field
+
+    assert Field.text().check("caf\u00e9", name="caption") == "caf\u00e9"
+    with pytest.raises(SpecError, match="caption.*lone surrogate at character 2"):
+        Field.text().check("ab\ud800c", name="caption")

@@ -233,3 +233,30 @@ def test_the_hot_loop_decoder_asks_the_hint_per_size():
         assert got.shape == want.shape
         np.testing.assert_array_equal(got, want)
     assert fast(bufs[0]).shape == (100, 80, 3) and fast(bufs[1]).shape == (100, 80, 3)
+
+
+def test_a_jpeg_only_pillow_decodes_leaves_no_reference_cycle():
+    """simplejpeg refuses this JPEG (damaged scan data), Pillow decodes it. The refusal is
+    kept for the error message; kept with its traceback it would hold the decoding frame in
+    a cycle, and with it the callers' frames and any view of a mapped file in them."""
+    import gc
+
+    import simplejpeg
+
+    rng = np.random.default_rng(0)
+    good = encode(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8), "JPEG")
+    sos = good.index(b"\xff\xda")
+    start = sos + 2 + int.from_bytes(good[sos + 2 : sos + 4], "big")
+    bad = bytearray(good)
+    for i in range(start, start + 40):
+        bad[i] ^= 0x55
+    with pytest.raises(ValueError):
+        simplejpeg.decode_jpeg(bytes(bad))
+    decode(bytes(bad))  # first call: whatever is imported or cached on first use
+    gc.collect()
+    gc.disable()
+    try:
+        assert decode(bytes(bad)).shape == (32, 32, 3)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

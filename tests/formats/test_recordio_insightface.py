@@ -117,3 +117,22 @@ def test_the_identity_table_is_the_header_and_identity_records(tmp_path, header_
         w.write(0, pack_header(IRHeader(0, 1.0, 0, 0), b"x"))
     with open_reader(plain) as r:
         assert r.identity_table() is None
+
+
+def _nonempty(buf: bytes) -> None:
+    if not buf:
+        raise ValueError("0 bytes is not an image")
+
+
+def test_verify_decode_skips_only_the_header_and_identity_records(tmp_path):
+    rec = tmp_path / "f.rec"
+    face_set(rec, per_identity=(2, 3))
+    rep = verify_records(rec, decode=_nonempty, progress=False)
+    assert rep.ok and rep.decoded == 5  # 5 images; the header and 2 identity records hold none
+    plain = tmp_path / "p.rec"
+    with RecordWriter(plain) as w:
+        w.write(0, pack_header(IRHeader(0, 1.0, 0, 0), b""))  # one label: an empty image
+        w.write(1, pack_header(IRHeader(0, [0.5, 2.0], 1, 0), b""))  # not integer labels
+    rep = verify_records(plain, decode=_nonempty, progress=False)
+    assert [p.key for p in rep.problems] == [0, 1]
+    assert all("0 bytes is not an image" in p.reason for p in rep.problems)

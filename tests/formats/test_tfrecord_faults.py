@@ -251,3 +251,21 @@ def test_random_mutations_give_the_right_bytes_or_a_format_error(tmp_path):
             outcomes["error"] += 1
         verify(path)  # never raises for damaged data
     assert outcomes["error"] > 100 and sum(outcomes.values()) == 250
+
+
+def test_a_non_finite_float_label_is_named_once_with_key_and_offset(tmp_path):
+    """A TFRecord another tool wrote, whose float label is NaN: verify and the reader name
+    the record and the field (once)."""
+    from tfrecord import TFRecordWriter
+
+    path = str(tmp_path / "f.tfrecord")
+    w = TFRecordWriter(path)
+    for k, lab in enumerate([0.5, float("nan"), 1.5]):
+        w.write({"image/encoded": (jpeg(k), "byte"), "image/class/label": (lab, "float")})
+    w.close()
+    offsets = [0, 16 + _length(path, 0)]  # a record: length, its CRC, the data, the data's CRC
+    report = verify(path)
+    assert [(p.key, p.offset) for p in report.problems] == [(1, offsets[1])]
+    assert report.problems[0].reason == "record 1: field 'label': holds NaN or infinity"
+    with pytest.raises(CorruptRecordError, match=r"key 1, .*: field 'label': holds NaN"):
+        TFRecordReader(path).labels()

@@ -199,7 +199,8 @@ def test_listing_paths_resolve_against_its_folder_and_stay_inside(tmp_path):
     assert (r.written, r.rejected, r.reasons) == (1, 2, {"outside_root": 2})
     rows = read_text(r.rejects_path).splitlines()[1:]
     details = sorted(row.split("\t")[3] for row in rows)
-    assert details[0].startswith("line 2: ") and details[1].startswith("line 3: ")
+    assert details[0].startswith("line 2, field 'path': ")
+    assert details[1].startswith("line 3, field 'path': ")
     with open(root / "in" / "a.jpg", "rb") as f:
         assert read_all(r.manifest)[0][0] == f.read()
     r2 = pack(listing, tmp_path / "out2", workers=1, progress=False, allow_outside_root=True)

@@ -72,6 +72,12 @@ _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]{0,63}\Z")
 SCHEMA_VERSION = 1
 
 
+#: the most values a field's shape may hold (a numeric field's whole value, a ragged field's
+#: row): a batch column is allocated from it, so a manifest's shape is refused above this
+#: rather than asked of the allocator
+MAX_FIELD_VALUES = 1 << 24
+
+
 def _fail(name: str, reason: str) -> SpecError:
     return SpecError(f"field {name!r}: {reason}")
 
@@ -98,6 +104,11 @@ class Field:
             isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1 for d in shape
         ):
             raise SpecError(f"a field's shape holds ints >= 1, got {self.shape!r}")
+        if math.prod(int(d) for d in shape) > MAX_FIELD_VALUES:
+            raise SpecError(
+                f"a field's shape {tuple(int(d) for d in shape)} holds more than "
+                f"{MAX_FIELD_VALUES} values (2^24) per sample or row"
+            )
         object.__setattr__(self, "shape", tuple(int(d) for d in shape))
         if self.kind in ("numeric", "ragged"):
             if self.dtype not in _NUMERIC_DTYPES:
@@ -221,6 +232,13 @@ class Field:
         if kind == "text":
             if not isinstance(value, str):
                 raise _fail(name, f"expects a str, got {type(value).__name__}")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:  # a lone surrogate: no UTF-8 spelling
+                raise _fail(
+                    name,
+                    f"text that is not valid Unicode (a lone surrogate at character {e.start})",
+                ) from None
             return value
         if kind == "size":
             raise _fail(name, "size is computed by the loader, not stored")

@@ -40,6 +40,12 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         "default that is a problem: the records could not be checked)",
     )
     p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="accept a set of 0 records (by default that is a problem: an empty TFRecord, a "
+        "tar with no samples, ... is more likely a broken export than an intended set)",
+    )
+    p.add_argument(
         "--max-problems",
         type=int,
         default=1000,
@@ -118,6 +124,12 @@ def _run(args: argparse.Namespace) -> int:
         progress=False if args.quiet or args.json else None,
         **extra,
     )
+    if report.records == 0 and report.ok and not args.allow_empty:
+        from stoker.formats.report import Problem
+
+        report.add(
+            Problem(report.path, None, None, "0 records: an empty set (--allow-empty accepts it)")
+        )
     if args.json:
         print(json.dumps(report_json(report, name), indent=1))
         return 0 if report.ok else 1

@@ -126,7 +126,10 @@ def decode(
         except ImageTooLargeError:
             raise
         except ValueError as e:
-            jpeg_error = e
+            # kept without its traceback: that holds this frame, and a frame holding its own
+            # exception is a reference cycle that keeps the caller's frames (and their views
+            # of a mapped file) alive until the garbage collector runs
+            jpeg_error = e.with_traceback(None)
     elif max_pixels is not None:
         if kind == "png" and len(mv) >= 24 and mv[12:16] == b"IHDR":
             w, h = struct.unpack(">II", mv[16:24])

@@ -27,6 +27,7 @@ from typing import Any
 
 from stoker._core.atomic import write_bytes_atomic
 from stoker._core.errors import ManifestError, SpecError
+from stoker._core.jsondoc import DuplicateKeyError, unique_keys
 from stoker._core.schema import Schema
 
 __all__ = [
@@ -178,7 +179,9 @@ def read_json(path: str | os.PathLike[str], *, max_bytes: int = MAX_MANIFEST_BYT
     except UnicodeDecodeError as e:
         raise fail(p, f"not a JSON manifest (not UTF-8 text at byte {e.start})") from None
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKeyError as e:
+        raise fail(p, f"not a usable JSON manifest: {e} (which one is meant?)") from None
     except RecursionError:
         raise fail(p, "not a usable JSON manifest (nested too deeply)") from None
     except ValueError as e:

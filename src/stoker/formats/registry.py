@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stoker.formats.base import Reader
-from stoker.formats.manifest import MANIFEST_SUFFIX, manifest_format
+from stoker.formats.manifest import MANIFEST_SUFFIX, fail, manifest_format
 from stoker.formats.remote import (
     REMOTE_KEYWORDS,
     RemoteFiles,
@@ -98,7 +98,7 @@ def format_of(path: str | os.PathLike[str], *, remote: RemoteOptions | None = No
         for fmt in FORMATS.values():
             if fmt.manifest_format == name:
                 return fmt
-        raise ValueError(f"{p}: manifest format {name!r} is not one stoker reads")
+        raise _unknown_format(p, name)
     low = p.lower()
     for fmt in FORMATS.values():
         if fmt.extensions and low.endswith(fmt.extensions):
@@ -112,6 +112,12 @@ def format_of(path: str | os.PathLike[str], *, remote: RemoteOptions | None = No
         f"{p}: cannot tell its format (a *{MANIFEST_SUFFIX} manifest, a file ending in {known}, "
         "or an LMDB folder); pass format= to name it"
     )
+
+
+def _unknown_format(where: str, name: str) -> Exception:
+    """The ``ManifestError`` of a manifest whose ``format`` field no format claims."""
+    known = sorted(f.manifest_format for f in FORMATS.values() if f.manifest_format)
+    return fail(where, f"format {name!r} is not one stoker reads (it reads {known})")
 
 
 def _remote_format(url: str, remote: RemoteOptions | None) -> Format:
@@ -128,6 +134,8 @@ def _remote_format(url: str, remote: RemoteOptions | None) -> Format:
     for fmt in FORMATS.values():
         if fmt.manifest_format == name and fmt.name == "recordio":
             return fmt
+    if all(fmt.manifest_format != name for fmt in FORMATS.values()):
+        raise _unknown_format(redact(url), name)
     raise ValueError(
         f"{redact(url)}: a {name} set is read from local files only; `stoker convert` it to "
         "RecordIO (the output may be a URL), or copy it to local disk"

@@ -3,9 +3,23 @@ the byte offset and the reason, and the counts of what was walked."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["Problem", "VerifyReport"]
+__all__ = ["Problem", "VerifyReport", "decode_failure"]
+
+
+def decode_failure(decode: Callable[[bytes], object], image: bytes) -> str | None:
+    """``None`` when ``decode(image)`` returns; else why it raised, as a verify problem
+    states it. A caller walking a memory-mapped file hands over a copy and keeps no view of
+    the map in its own frame meanwhile: a decoder may leave its frames (and through them its
+    callers') alive in a reference cycle until the garbage collector runs, and a view of the
+    map in one of them would keep the map from closing."""
+    try:
+        decode(image)
+    except Exception as e:  # noqa: BLE001 - the decoder's own error type, whatever it is
+        return f"image does not decode: {type(e).__name__}: {e}"
+    return None
 
 
 @dataclass(frozen=True)

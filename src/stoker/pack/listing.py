@@ -35,6 +35,7 @@ import io
 import json
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,7 @@ import numpy as np
 
 from stoker._core.errors import PackError, SpecError
 from stoker._core.files import Item, ScanResult
+from stoker._core.jsondoc import unique_keys
 from stoker._core.schema import Field, Schema
 from stoker.pack.scan import _Confine
 
@@ -77,13 +79,125 @@ def is_listing(path: str) -> bool:
 
 
 # ---------------------------------------------------------------- parsing rows
+#: the deepest nesting of lists and objects a row may hold (a ragged field of shape
+#: ``(n, a, b)`` needs 4 inside its row's object); deeper is a reject, found before ``json``
+#: would recurse into it
+MAX_DEPTH = 32
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_INNERMOST = re.compile(r"\[\]|\{\}")
+
+
+def _maybe_too_deep(text: str) -> bool:
+    """False when the JSON ``text`` surely nests no deeper than :data:`MAX_DEPTH`: its
+    brackets outside strings, with the innermost pairs taken away once per level (each pass
+    in C, as many passes as the nesting is deep), are gone within that many passes, and
+    fewer openers than the rest of the allowance are left unpaired."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return False
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    passes = 0
+    while passes < MAX_DEPTH:
+        fewer = _INNERMOST.sub("", brackets)
+        if fewer == brackets:
+            break
+        brackets, passes = fewer, passes + 1
+    # what is left is unpaired (an unclosed bracket still nests what follows it)
+    return passes + brackets.count("[") + brackets.count("{") > MAX_DEPTH
+
+
+def _too_deep(text: str) -> str | None:
+    """When the JSON ``text`` nests lists and objects deeper than :data:`MAX_DEPTH`: the key
+    of the top-level object it does so under (``""`` when under none), else ``None``. Only
+    text that :func:`_maybe_too_deep` suspects is scanned character by character."""
+    if not _maybe_too_deep(text):
+        return None
+    depth = 0
+    key = last = ""
+    in_str = escaped = False
+    start = 0
+    for i, c in enumerate(text):
+        if in_str:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_str = False
+                last = text[start : i + 1]
+        elif c == '"':
+            in_str, start = True, i
+        elif c == ":" and depth == 1:
+            try:
+                key = str(json.loads(last))
+            except ValueError:
+                key = last
+        elif c in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return key
+        elif c in "]}":
+            depth -= 1
+    return None
+
+
+class _Deep(Exception):
+    """A CSV cell nests deeper than :data:`MAX_DEPTH`."""
+
+
+def _deep_detail(lineno: int, key: str) -> str:
+    field = f", field {key!r}" if key else ""
+    return f"line {lineno}{field}: lists and objects nested deeper than {MAX_DEPTH} levels"
+
+
+def _bad_text(row: dict[str, Any]) -> tuple[str, str] | None:
+    """``(key, detail)`` of the first str in ``row`` (a key or a value, at any depth) that is
+    not valid Unicode: a lone surrogate, which JSON's ``\\ud800`` escapes can give and which
+    cannot be stored as UTF-8."""
+    for top, v in row.items():
+        stack: list[Any] = [top, v]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, list):
+                stack.extend(x)
+            elif isinstance(x, dict):
+                stack.extend(x.keys())
+                stack.extend(x.values())
+            elif isinstance(x, str):
+                try:
+                    x.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    return (
+                        top.encode("utf-8", "backslashreplace").decode(),
+                        f"text that is not valid Unicode (a lone surrogate "
+                        f"{x[e.start]!a} at character {e.start} of {x!a})",
+                    )
+    return None
+
+
+def _row_problem(lineno: int, row: dict[str, Any], raw: str) -> tuple[str, str, str] | None:
+    """The reject of a parsed row whose text cannot be stored, else ``None``."""
+    if "\\u" not in raw:  # a lone surrogate comes only from an escape
+        return None
+    bad = _bad_text(row)
+    if bad is None:
+        return None
+    return f"line {lineno}", "bad_field", f"line {lineno}, field {bad[0]!r}: {bad[1]}"
+
+
 def _jsonl_rows(text: str, path: str, rejects: list) -> list[Row]:
     rows = []
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
+        deep = _too_deep(line)
+        if deep is not None:
+            rejects.append((f"line {lineno}", "bad_field", _deep_detail(lineno, deep)))
+            continue
         try:
-            row = json.loads(line)
+            row = json.loads(line, object_pairs_hook=unique_keys)
         except ValueError as e:
             rejects.append((f"line {lineno}", "bad_row", f"line {lineno}: not JSON: {e}"))
             continue
@@ -92,20 +206,44 @@ def _jsonl_rows(text: str, path: str, rejects: list) -> list[Row]:
                 (f"line {lineno}", "bad_row", f"line {lineno}: not a JSON object {{...}}")
             )
             continue
+        bad = _row_problem(lineno, row, line)
+        if bad is not None:
+            rejects.append(bad)
+            continue
         rows.append((lineno, row))
     return rows
 
 
 def _number(s: str) -> int | float | None:
+    """The number a CSV cell spells, or ``None``. ``nan`` and ``inf`` are numbers here, so
+    that their column stays numeric and the row check refuses the value, naming the line."""
     try:
         return int(s)
     except ValueError:
         pass
     try:
-        v = float(s)
+        return float(s)
     except ValueError:
         return None
-    return v if math.isfinite(v) else None
+
+
+def _numeric_columns(header: list[str], raw: list[tuple[int, list[str]]]) -> set[str]:
+    """The columns read as numbers: every cell a number (but ``image``/``path``), or, for the
+    label, the kind most cells give (as a JSON listing's label): its other cells stay str
+    and are refused as rows of another kind."""
+    numeric = set()
+    for j, name in enumerate(header):
+        cells = [c[j] for _, c in raw if j < len(c)]
+        if name in _IMAGE_KEYS or not cells:
+            continue
+        values = [_number(c) for c in cells]
+        if all(v is not None for v in values):
+            numeric.add(name)
+        elif name == _LABEL_KEY:
+            typical = _typical([c if v is None else v for c, v in zip(cells, values)])
+            if not isinstance(typical, str):
+                numeric.add(name)
+    return numeric
 
 
 def _csv_rows(text: str, path: str, rejects: list) -> list[Row]:
@@ -127,11 +265,7 @@ def _csv_rows(text: str, path: str, rejects: list) -> list[Row]:
                 raw.append((reader.line_num, cells))
     except csv.Error as e:
         raise PackError(f"{path}, line {reader.line_num}: {e}") from None
-    numeric = set()
-    for j, name in enumerate(header):
-        cells = [c[j] for _, c in raw if j < len(c)]
-        if name not in _IMAGE_KEYS and cells and all(_number(c) is not None for c in cells):
-            numeric.add(name)
+    numeric = _numeric_columns(header, raw)
     rows = []
     for lineno, cells in raw:
         if len(cells) != len(header):
@@ -147,15 +281,25 @@ def _csv_rows(text: str, path: str, rejects: list) -> list[Row]:
         try:
             for name, cell in zip(header, cells, strict=True):
                 if cell.lstrip().startswith("["):
-                    row[name] = json.loads(cell)
+                    if _too_deep(cell) is not None:
+                        raise _Deep
+                    row[name] = json.loads(cell, object_pairs_hook=unique_keys)
                 elif name in numeric:
-                    row[name] = _number(cell)
+                    v = _number(cell)
+                    row[name] = cell if v is None else v
                 else:
                     row[name] = cell
+        except _Deep:
+            rejects.append((f"line {lineno}", "bad_field", _deep_detail(lineno, name)))
+            continue
         except ValueError as e:
             rejects.append(
                 (f"line {lineno}", "bad_row", f"line {lineno}, field {name!r}: not JSON: {e}")
             )
+            continue
+        bad = _row_problem(lineno, row, "".join(cells))
+        if bad is not None:
+            rejects.append(bad)
             continue
         rows.append((lineno, row))
     return rows
@@ -250,6 +394,15 @@ def _infer_one(name: str, values: list[Any], boxes_rows: list[int] | None) -> Fi
     return Field.ragged(shape, dtype)
 
 
+def _classes(labels: list[Any]) -> dict[str, int] | None:
+    """The class map when the labels are class names, the kind most rows give (a row of the
+    other kind is then a reject): names get ids ``0..C-1`` in sorted order; else ``None``."""
+    if not labels or not isinstance(_typical(labels), str):
+        return None
+    names = sorted({v for v in labels if isinstance(v, str)})
+    return {n: i for i, n in enumerate(names)}
+
+
 def infer_schema(rows: list[Row]) -> tuple[Schema, dict[str, int] | None]:
     """The schema of listing ``rows`` by the module's rules, and the class map when the labels
     are class names (else ``None``)."""
@@ -267,10 +420,14 @@ def infer_schema(rows: list[Row]) -> tuple[Schema, dict[str, int] | None]:
         width = max(1, len(_typical(labels)))
         fields.append((_LABEL_KEY, Field.numeric((width,), "float32", header=True)))
     elif labels is not None:
-        names = sorted({v for v in labels if isinstance(v, str)})
-        if names:
-            classes = {n: i for i, n in enumerate(names)}
-        dtype = "int64" if classes or _all_ints(labels) else "float32"
+        classes = _classes(labels)
+        # a non-finite label is a reject of its own; it does not make the others float32
+        numbers = [
+            v
+            for v in labels
+            if not isinstance(v, str) and not (isinstance(v, float) and not math.isfinite(v))
+        ]
+        dtype = "int64" if classes or _all_ints(numbers) else "float32"
         fields.append((_LABEL_KEY, Field.numeric((), dtype, header=True)))
     extra = {k: v for k, v in keys.items() if k not in (*_IMAGE_KEYS, _LABEL_KEY)}
     boxes = [
@@ -316,16 +473,22 @@ def _value(f: Field, name: str, v: Any) -> Any:
 def _label(v: Any, classes: dict[str, int] | None, header: Field) -> float | tuple[float, ...]:
     if header.shape:  # several labels (multi-label targets): stored as the IRHeader's vector
         return tuple(float(x) for x in header.check(v, name="label").reshape(-1).tolist())
-    if classes is not None:  # class names: every label is one
+    if classes is not None:  # class names: most rows give one, so every label must be one
         if not isinstance(v, str) or v not in classes:
             raise SpecError(
-                f"field 'label': expects a class name ({len(classes)} known), got {v!r}"
+                f"field 'label': expects a class name as most rows give ({len(classes)} "
+                f"known), got {v!r}"
             )
         return float(classes[v])
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise SpecError(f"field 'label': expects a number or a class name, got {v!r}")
-    if header.dtype == "int64" and v != int(v):
-        raise SpecError(f"field 'label': expects a whole class id, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise SpecError(f"field 'label': expects a number as most rows give, got {v!r}")
+    if not math.isfinite(v):
+        raise SpecError(f"field 'label': expects a finite number, got {v!r}")
+    if header.dtype == "int64":
+        if v != int(v):
+            raise SpecError(f"field 'label': expects a whole class id, got {v!r}")
+        if not -(1 << 63) <= v < 1 << 63:
+            raise SpecError(f"field 'label': the class id {v!r} is outside int64")
     return float(v)
 
 
@@ -371,7 +534,8 @@ def _item(
     full = os.path.join(base, rel)
     why = confine.reject(rel, full)
     if why is not None:
-        return rel, why[0], f"{where}: {why[1]}"
+        named = image_name if image_name in row else "path"  # the key the row gave it under
+        return rel, why[0], f"{where}, field {named!r}: {why[1]}"
     return ListingItem(full, rel, label, None, values, tuple(masks), lineno)
 
 
@@ -404,10 +568,8 @@ def read_listing(
     try:
         if schema is None:
             schema, classes = infer_schema(rows)
-        elif schema.header_name is not None:
-            names = sorted({r.get(schema.header_name) for _, r in rows} - {None}, key=str)
-            if any(isinstance(n, str) for n in names):
-                classes = {n: i for i, n in enumerate(x for x in names if isinstance(x, str))}
+        elif schema.header_name is not None and not schema[schema.header_name].shape:
+            classes = _classes([r[schema.header_name] for _, r in rows if schema.header_name in r])
     except SpecError as e:
         raise PackError(f"{path}: {e}") from None
     res.classes = dict(classes or {})

@@ -11,6 +11,7 @@ Folder rules (classes, order, hidden names, extensions, symlinks) are those of
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 
@@ -104,6 +105,8 @@ class _Confine:
 
     def reject(self, rel: str, full: str) -> tuple[str, str] | None:
         """``(reason, detail)`` when the entry must not be read, else None (read it)."""
+        if "\x00" in rel:  # no file name holds one; the OS refuses such a path outright
+            return "bad_path", f"the path {rel!r} holds a NUL character"
         if not self.allow_outside and os.path.isabs(rel):
             return "outside_root", "absolute path (allow_outside_root=True to pack it)"
         try:
@@ -181,6 +184,11 @@ def read_lst(
         seen.add(key)
         rel = os.fsdecode(fields[-1])
         res.found += 1
+        if not all(math.isfinite(x) for x in labels):
+            res.rejects.append(
+                (rel, "bad_field", f"line {lineno}, field 'label': {labels} is not finite")
+            )
+            continue
         label: float | tuple[float, ...] = labels[0] if len(labels) == 1 else labels
         full = os.path.join(base, rel)
         why = confine.reject(rel, full)

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["IR_FORMAT", "IR_SIZE", "IRHeader", "pack_header", "unpack_header"]
+__all__ = ["IR_FORMAT", "IR_SIZE", "IRHeader", "label_problem", "pack_header", "unpack_header"]
 
 IR_FORMAT = "<IfQQ"
 IR_SIZE = struct.calcsize(IR_FORMAT)  # 24
@@ -70,3 +70,20 @@ def unpack_header(buf: bytes | bytearray | memoryview) -> tuple[IRHeader, memory
         )
     labels = np.frombuffer(mv, dtype="<f4", count=flag, offset=IR_SIZE).astype(np.float32)
     return IRHeader(flag, labels, id_, id2), mv[need:]
+
+
+def label_problem(header: IRHeader, classes: int = 0) -> str | None:
+    """What is wrong with a record's label(s), or ``None``: a label that is NaN or infinite
+    (never a label), or, in a set whose manifest names ``classes`` classes, a one-label
+    record whose label is not one of their ids (a whole number in ``0..classes-1``)."""
+    label = header.label
+    if not np.all(np.isfinite(label)):
+        return f"the IRHeader label {label} is not a finite number"
+    if classes and header.flag == 0:
+        v = float(label)  # type: ignore[arg-type]
+        if not (v.is_integer() and 0 <= v < classes):
+            return (
+                f"the IRHeader label {v!r} is not a class id (the manifest names {classes}: "
+                f"0..{classes - 1})"
+            )
+    return None

@@ -185,8 +185,9 @@ def parse_idx(
     """Parse and validate ``.idx`` text.
 
     Raises :class:`IndexFormatError` naming the line for a missing tab, a non-integer or
-    negative field, an offset that is not 4-byte aligned or lies past the end of a
-    ``rec_size``-byte ``.rec``, and duplicate keys (naming both lines). CRLF line ends, a
+    negative field, an offset that is not 4-byte aligned, lies past the end of a
+    ``rec_size``-byte ``.rec`` or is not after the previous line's (each record once, in
+    file order), and duplicate keys (naming both lines). CRLF line ends, a
     missing final newline and blank lines are accepted.
     """
     path = os.fspath(path)
@@ -208,7 +209,8 @@ def parse_idx(
 
 def validate_table(table: IndexTable, path: str, *, rec_size: int | None) -> None:
     """:class:`IndexFormatError` naming the first line with an unaligned offset, an offset
-    at or past the end of a ``rec_size``-byte ``.rec``, or a key seen before."""
+    at or past the end of a ``rec_size``-byte ``.rec``, a key seen before, or an offset not
+    after the line before it."""
     keys, offsets = table.keys, table.offsets
     n = keys.shape[0]
     if n == 0:
@@ -247,6 +249,17 @@ def validate_table(table: IndexTable, path: str, *, rec_size: int | None) -> Non
                 f"duplicate key {int(keys[b])} (also on line {table.line_of(a)}); "
                 "each key must appear once",
             )
+    if n > 1 and not bool(np.all(offsets[1:] > offsets[:-1])):
+        # records are written one after another and each is listed once, so the offsets of
+        # a .idx in its writer's order only grow; one repeated would read a record twice
+        i = int(np.flatnonzero(offsets[1:] <= offsets[:-1])[0]) + 1
+        raise IndexFormatError(
+            path,
+            table.line_of(i),
+            f"offset {int(offsets[i])} of key {int(keys[i])} is not after line "
+            f"{table.line_of(i - 1)}'s {int(offsets[i - 1])}: a .idx lists each record once, "
+            "in file order",
+        )
 
 
 # --------------------------------------------------------------------------- cache

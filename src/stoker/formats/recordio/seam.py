@@ -15,13 +15,15 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Sequence
+from math import isfinite
 from typing import Any
 
 import numpy as np
 
-from stoker._core.errors import SpecError
+from stoker._core.errors import CorruptRecordError, SpecError
 from stoker._core.schema import Field, Schema
 from stoker.formats.base import Reader, ReadSample
+from stoker.formats.recordio.header import label_problem
 from stoker.formats.recordio.hints import AccessHints, chunk_by_shard
 from stoker.formats.recordio.insightface import layout_table
 from stoker.formats.recordio.opening import open_records
@@ -35,10 +37,14 @@ __all__ = ["RecordIOReader", "integral_labels", "open_reader", "verify"]
 
 
 def integral_labels(labels: np.ndarray) -> np.ndarray:
-    """Float labels that are all whole numbers become int64 (class ids); others float32."""
+    """Float labels that are all whole numbers (within int64) become int64 (class ids); others
+    float32. A label that is NaN or infinite is left out of that choice (reading its record
+    raises ``CorruptRecordError``) and reads as -1 among int64 labels."""
     if labels.size and labels.dtype.kind == "f":
-        if labels.ndim == 1 and np.all(np.isfinite(labels)) and np.all(labels == np.round(labels)):
-            return labels.astype(np.int64)
+        finite = np.isfinite(labels)
+        ok = labels[finite]
+        if labels.ndim == 1 and np.all(ok == np.round(ok)) and np.all(np.abs(ok) < 2.0**63):
+            return np.where(finite, labels, -1).astype(np.int64)
         return labels.astype(np.float32)
     return labels
 
@@ -259,7 +265,12 @@ class RecordIOReader(Reader):
         return self._schema
 
     def _label(self, i: int, header: Any) -> Any:
-        """The label of position ``i`` as :meth:`labels` gives it, from its parsed header."""
+        """The label of position ``i`` as :meth:`labels` gives it, from its parsed header;
+        ``CorruptRecordError`` naming the file, key and offset when it is NaN or infinite."""
+        bad = label_problem(header)
+        if bad is not None:
+            path, off = self.locate(i) or (self.path, None)
+            raise CorruptRecordError(path, off, bad, key=int(self.records.key(i)))
         if not self._label_dtype:  # the process that opened the set holds every label
             return self.labels()[i]
         if self._label_shape:
@@ -332,6 +343,8 @@ class RecordIOReader(Reader):
             if got is None:
                 return slow(i)
             label, image, k = got
+            if not isfinite(label):
+                return slow(i)  # which names the record
             return image, as_label(label), k, {}
 
         return get

@@ -8,7 +8,8 @@
 - the ``.idx`` against the real record boundaries: entries that point mid-record or past
   the end, and records the ``.idx`` does not list;
 - CRC32C of every payload against ``NAME.crc32c`` when present (``checksums=True``);
-- with ``decode=f``, ``f(image_bytes)`` on every non-empty image; an exception is a problem;
+- with ``decode=f``, ``f(image_bytes)`` on every image; an exception is a problem (an empty
+  image too, except in insightface's header and identity records, which hold none);
 - for a manifest: each shard's size, ``.idx`` sha256 and record count.
 
 :mod:`~stoker.formats.recordio.verify_remote` does the same for a set in object storage.
@@ -31,7 +32,7 @@ from stoker._core.progress import make_progress
 from stoker._core.schema import Schema
 from stoker.formats.fields import TrailerError, decode_trailer, split_trailer
 from stoker.formats.recordio.framing import LENGTH_MASK, FrameError, next_magic, read_record
-from stoker.formats.recordio.header import unpack_header
+from stoker.formats.recordio.header import IRHeader, label_problem, unpack_header
 from stoker.formats.recordio.index import parse_idx, sha256_file
 from stoker.formats.recordio.manifest import (
     MANIFEST_SUFFIX,
@@ -40,7 +41,7 @@ from stoker.formats.recordio.manifest import (
     shard_paths,
 )
 from stoker.formats.recordio.paths import default_crc_path, default_idx_path, manifest_path_for
-from stoker.formats.report import Problem, VerifyReport
+from stoker.formats.report import Problem, VerifyReport, decode_failure
 
 __all__ = ["Problem", "VerifyReport", "verify_records"]
 
@@ -59,6 +60,9 @@ class _Options:
     allow_missing_checksums: bool = False
     #: the manifest's schema when its records end in a field trailer (each is parsed)
     stored: Schema | None = None
+    #: the number of classes the manifest names (each one-label record's label must be one
+    #: of their ids); 0: no class map, any finite label
+    classes: int = 0
 
 
 def _nobody(off: int) -> tuple[int | None, int | None]:
@@ -134,9 +138,15 @@ def _walk(
                         starts.append(pos)
                         if opts.checksums:
                             crcs.append(crc32c.crc32c(payload))
-                        _check_payload(report, rec_path, payload, pos, who, opts)
-                        _check_padding(report, rec_path, mm, pos, end, who)
+                        # with a decoder, the checks get a copy: a decoder may leave its
+                        # frames, and the callers' above them, alive after it returns (a
+                        # reference cycle), and a view of the map in one of them would keep
+                        # the map from closing
+                        body = payload if opts.decode is None else bytes(payload)
                         del payload
+                        _check_payload(report, rec_path, body, pos, who, opts)
+                        _check_padding(report, rec_path, mm, pos, end, who)
+                        del body
                         pos = end
                         if pos - last >= 1 << 24:
                             bar.update(pos - last)
@@ -172,7 +182,7 @@ def _check_padding(
 def _check_payload(
     report: VerifyReport,
     rec_path: str,
-    payload: memoryview,
+    payload: memoryview | bytes,
     pos: int,
     who: Who,
     opts: _Options,
@@ -180,7 +190,7 @@ def _check_payload(
     """The IRHeader of the payload at ``pos``, its field trailer when the manifest declares
     one and, with ``opts.decode``, its image."""
     try:
-        _, image = unpack_header(payload)
+        header, image = unpack_header(payload)
         if opts.stored is not None:
             image, body = split_trailer(image)
             decode_trailer(opts.stored, body, start=len(image))
@@ -192,18 +202,29 @@ def _check_payload(
         key, line = who(pos)
         report.add(Problem(rec_path, key, pos, str(e), line))
         return
+    bad = label_problem(header, opts.classes)
+    if bad is not None:
+        key, line = who(pos)
+        report.add(Problem(rec_path, key, pos, bad, line))
     decode = opts.decode
-    if decode is not None and len(image):
-        try:
-            decode(bytes(image))
-        except Exception as e:  # the decoder's own error type, whatever it is
+    if decode is not None and not (len(image) == 0 and _metadata_record(header)):
+        data = bytes(image)
+        del image
+        failure = decode_failure(decode, data)
+        if failure is not None:
             key, line = who(pos)
-            report.add(
-                Problem(rec_path, key, pos, f"image does not decode: {type(e).__name__}: {e}", line)
-            )
+            report.add(Problem(rec_path, key, pos, failure, line))
         else:
             report.decoded += 1
-    del image
+
+
+def _metadata_record(header: IRHeader) -> bool:
+    """Whether a record with no image is insightface's header or identity record (two
+    integer labels, ``insightface.py``): it holds no image by design, so ``decode`` skips it.
+    Any other empty image goes to ``decode``, which refuses it."""
+    if header.flag != 2:
+        return False
+    return bool(np.all(np.asarray(header.label) == np.round(np.asarray(header.label))))
 
 
 def _check_idx(
@@ -312,7 +333,9 @@ def _verify_shard(
 
 
 def _with_schema(opts: _Options, manifest: dict, path: str) -> _Options:
-    """``opts`` with the manifest's schema when its records store fields."""
+    """``opts`` with the manifest's schema when its records store fields, and its number of
+    class names."""
+    opts = replace(opts, classes=len(manifest.get("classes") or {}))
     schema = manifest_schema(manifest, path)
     if schema is None or not schema.stored:
         return opts

@@ -67,6 +67,11 @@ class FieldError(ValueError):
         super().__init__(f"field {field!r}: {reason}")
         self.field, self.reason, self.pos = field, reason, pos
 
+    @classmethod
+    def from_check(cls, field: str, err: Exception) -> FieldError:
+        """``Field.check``'s refusal of ``field``, without naming the field twice."""
+        return cls(field, str(err).removeprefix(f"field {field!r}: "))
+
 
 @dataclass(frozen=True)
 class FeaturePlan:

@@ -201,7 +201,7 @@ def _scan_meta(
                 try:  # a label is what samplers see first: NaN or a fraction is refused here
                     value = resolved.header.check(values[name], name=name)
                 except SpecError as e:
-                    raise FieldError(name, str(e)) from None
+                    raise FieldError.from_check(name, e) from None
                 labels[i] = np.asarray(value).reshape(-1)
             for nm, _ft, f in variable:
                 max_len[nm] = max(max_len[nm], lengths_of(f, values[nm]))

@@ -21,7 +21,7 @@ from stoker._core.progress import make_progress
 from stoker._core.schema import Field
 from stoker.formats.manifest import MANIFEST_SUFFIX
 from stoker.formats.protowire import WireError
-from stoker.formats.report import Problem, VerifyReport
+from stoker.formats.report import Problem, VerifyReport, decode_failure
 from stoker.formats.tfrecord.example import parse_features
 from stoker.formats.tfrecord.features import (
     FeaturePlan,
@@ -141,6 +141,10 @@ def _walk(
         report.records += 1
         report.rec_bytes += end - off
         bar.update(end - off)
+        if decode is not None:
+            # a copy: a decoder may leave its frames, and this one above them, alive after it
+            # returns (a reference cycle), and a view of the map here would keep it open
+            data = memoryview(bytes(data))
         problem: tuple[int, str] | None = None
         if checksums:
             try:
@@ -155,11 +159,11 @@ def _walk(
                     resolved = resolve(plan, data, feats)
                 image = _check_fields(resolved, data, feats)
                 if decode is not None:
-                    try:
-                        decode(bytes(image))
+                    failure = decode_failure(decode, bytes(image))
+                    if failure is None:
                         report.decoded += 1
-                    except Exception as e:  # noqa: BLE001 - the decoder's own error type
-                        problem = (off, f"image does not decode: {type(e).__name__}: {e}")
+                    else:
+                        problem = (off, failure)
             except WireError as e:
                 problem = (off + HEADER + e.offset, f"Example does not parse: {e.reason}")
             except FieldError as e:
@@ -182,7 +186,7 @@ def _check_fields(resolved: Resolved, data: memoryview, feats: dict) -> memoryvi
             try:
                 values[n] = f.check(v, name=n) if f.geometry is None else v
             except ValueError as e:
-                raise FieldError(n, str(e)) from None
+                raise FieldError.from_check(n, e) from None
     bad = check_follows(resolved.entries, values)
     if bad is not None:
         raise FieldError(

@@ -21,7 +21,7 @@ from stoker._core.errors import CorruptRecordError
 from stoker._core.progress import make_progress
 from stoker._core.schema import Schema
 from stoker.formats.manifest import MANIFEST_SUFFIX, manifest_schema
-from stoker.formats.report import Problem, VerifyReport
+from stoker.formats.report import Problem, VerifyReport, decode_failure
 from stoker.formats.wds.index import build_index
 from stoker.formats.wds.layout import IMAGE_SUFFIXES, RAW_FIELDS, field_suffixes, raw_schema
 from stoker.formats.wds.manifest import load_manifest, shard_tar
@@ -64,11 +64,11 @@ def _check_samples(
         if o >= 0 and n == 0:
             report.add(Problem(path, j, o, f"sample {key!r}: its image member is empty"))
         elif o >= 0 and decode is not None:
-            try:
-                decode(bytes(view[o : o + n]))
+            failure = decode_failure(decode, bytes(view[o : o + n]))
+            if failure is None:
                 report.decoded += 1
-            except Exception as e:  # noqa: BLE001 - any failure to decode is the finding
-                report.add(Problem(path, j, o, f"sample {key!r}: image does not decode: {e}"))
+            else:
+                report.add(Problem(path, j, o, f"sample {key!r}: {failure}"))
         for name, (off, size) in cols.items():
             try:
                 decode_field(
