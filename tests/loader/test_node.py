@@ -86,7 +86,11 @@ def test_eight_loaders_of_three_workers_at_once(small_set, tmp_path):
         assert check.data["ring_bytes"] > 0 and check.data["fds"] > 0
         assert check.data["rss_bytes"] > 0 and check.data["pss_bytes"] > 0
         listed = node_loaders()
-        assert pids <= {d["pid"] for d in listed}, (sorted(pids), listed, os.listdir(_node.registry_dir()))
+        assert pids <= {d["pid"] for d in listed}, (
+            sorted(pids),
+            listed,
+            os.listdir(_node.registry_dir()),
+        )
         assert f"{check.data['loaders']} loader(s) running on this node" in check.message
         (tmp_path / "go").touch()
         outs = [p.communicate(timeout=120) for p in procs]
