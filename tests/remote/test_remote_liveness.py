@@ -5,6 +5,7 @@ fails (the module's timeout, and a join deadline on the threads that play ranks)
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -204,3 +205,22 @@ def test_every_configuration_runs_as_locally_or_is_refused_at_open(images, s3env
 @pytest.mark.timeout(1800)
 def test_every_configuration_runs_as_locally_or_is_refused_at_open_many(images, s3env, tmp_path):
     _property(120)(images=images, s3env=s3env, tmp_path=tmp_path)
+
+
+def test_dataloader_workers_that_cannot_all_hold_their_shards_are_refused(remote_set, tmp_path):
+    torch = pytest.importorskip("torch")
+    from stoker.torch import RecordDataset
+
+    room = _shard_room(remote_set.local)
+    # each DataLoader worker keeps up to four shards open: two need eight, the cache holds six
+    ds = RecordDataset(remote_set.url, cache_dir=str(tmp_path / "d"), cache_limit=6 * room)
+    dl = torch.utils.data.DataLoader(ds, batch_size=4, shuffle=True, num_workers=2)
+    it = iter(dl)
+    with pytest.raises(stoker.CacheFullError, match="fewer DataLoader workers"):
+        for _ in it:
+            pass
+    del it  # its workers stop, and their claims go with them
+    gc.collect()
+    # one worker fits, and reads every sample
+    dl = torch.utils.data.DataLoader(ds, batch_size=4, shuffle=True, num_workers=1)
+    assert sum(len(y) for _, y in dl) == 60

@@ -358,17 +358,29 @@ def claim_room(files: RemoteFiles, manifest: dict, plan: ReadPlan) -> tuple[Any,
         need = (plan.span + ahead) * max(sizes)
         per_reader = min(MAX_OPEN_PER_READER, plan.span)
         group = f"{url}\0{plan.order}" if plan.shared else None
-        fixes = (
-            f"The batches in flight touch up to {plan.span} shards and {ahead} are downloaded "
-            f"ahead, each up to {max(sizes)} bytes. Raise cache_limit to at least {need}, "
-            "or lower prefetch_shards=, prefetch= or the batch size, or a ShardOrder's window"
-        )
-        if plan.order != 'shuffle="shards"':
-            fixes += ', or use shuffle="shards"'
+        if plan.order == BY_POSITION:
+            fixes = (
+                f"A process that reads the set outside a stoker.Loader (a RecordDataset in each "
+                f"DataLoader worker) keeps up to {plan.span + ahead} shards of up to "
+                f"{max(sizes)} bytes open. Raise cache_limit, use fewer DataLoader workers, or "
+                "lower prefetch_shards="
+            )
+        else:
+            fixes = (
+                f"The batches in flight touch up to {plan.span} shards and {ahead} are "
+                f"downloaded ahead, each up to {max(sizes)} bytes. Raise cache_limit to at "
+                f"least {need}, or lower prefetch_shards=, prefetch= or the batch size, or a "
+                "ShardOrder's window"
+            )
+            if plan.order != 'shuffle="shards"':
+                fixes += ', or use shuffle="shards"'
     what = f"{url} read with {plan.order} ({plan.run})"
     claim = files.cache.claim(need, what=what, group=group, fixes=fixes)
     return claim, per_reader
 
+
+#: ``ReadPlan.order`` of a process that reads a set by position outside a loader.
+BY_POSITION = "reads by position"
 
 #: Shards one reader keeps open at most when the cache holds what it reads (an open shard
 #: holds a descriptor and two maps; see ``recordset.MAX_OPEN_SHARDS``).

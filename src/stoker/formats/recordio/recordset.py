@@ -35,6 +35,7 @@ from stoker.formats.recordio.manifest import (
 from stoker.formats.recordio.reader import Checksums, RecordFile
 from stoker.formats.recordio.records import Records
 from stoker.formats.remote import (
+    BY_POSITION,
     ReadPlan,
     RemoteFiles,
     check_room,
@@ -319,11 +320,11 @@ class RecordSet(Records):
         if self.files is None:
             r = open_shard(self.manifest_path, entries[j], **kw)
         else:
-            if self._claim is None and self._planned_open is None:
-                self._claim = self._own_claim()
             # room first: a reader never waits for room that its own pins hold
             while len(self._open_shards) >= self._max_open:
-                self._drop(next(iter(self._open_shards)), close=False)
+                self._drop(next(iter(self._open_shards)), close=False, keep_claim=True)
+            if self._claim is None and self._planned_open is None:
+                self._claim = self._own_claim()
             r, self._pins[j] = open_remote_shard(self.files, entries[j], j, **kw)
         # the shard reads its records as the set's manifest declares them (a field trailer)
         r.manifest, r.class_names = self.manifest, self.class_names
@@ -332,10 +333,12 @@ class RecordSet(Records):
             self._drop(next(iter(self._open_shards)), close=False)
         return r
 
-    def _drop(self, j: int, *, close: bool = True) -> None:
+    def _drop(self, j: int, *, close: bool = True, keep_claim: bool = False) -> None:
         """Forget open shard ``j`` and release its pins: the one place a shard's pins go.
         ``close=False`` leaves the reader to whoever still holds it (a local shard dropped
-        from the LRU: unmapped once nobody holds it or a view of its records)."""
+        from the LRU: unmapped once nobody holds it or a view of its records). A process that
+        reads outside a loader's plan gives its claim back once it holds no shard (unless
+        ``keep_claim``: it is about to open another)."""
         r = self._open_shards.pop(j, None)
         try:
             if r is not None and close:
@@ -343,6 +346,8 @@ class RecordSet(Records):
         finally:
             for p in self._pins.pop(j, ()):
                 p.close()
+            if not (self._open_shards or keep_claim or self._planned_open is not None):
+                self._release_claim()
 
     def claim(self, plan: ReadPlan) -> Any:
         """For a remote set, claim the room ``plan`` needs in the node's shard cache
@@ -367,7 +372,7 @@ class RecordSet(Records):
         # room for the shards it keeps open; nothing is downloaded ahead of it
         ahead = self.files.options.prefetch_shards
         span = None if self._whole else max(self._max_open - ahead, 1)
-        plan = ReadPlan(span, False, "reads by position", f"process {os.getpid()}")
+        plan = ReadPlan(span, False, BY_POSITION, f"process {os.getpid()}")
         return claim_room(self.files, self.manifest, plan)[0]
 
     def _release_claim(self) -> None:

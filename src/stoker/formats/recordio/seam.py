@@ -262,6 +262,7 @@ class RecordIOReader(Reader):
                 self._schema = Schema(
                     tuple((n, label if n == head else f) for n, f in declared.fields)
                 )
+            self._let_go()  # a remote set read its first shard for it: nothing stays pinned
         return self._schema
 
     def _label(self, i: int, header: Any) -> Any:
