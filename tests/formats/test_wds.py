@@ -248,7 +248,8 @@ def test_grouping_follows_webdataset_rules(tmp_path):
     )
     p = tmp_path / "g.tar"
     p.write_bytes(tar)
-    with open_reader(p) as r:
+    # the member that is not an image is named as left out, once, when the schema is made
+    with open_reader(p) as r, pytest.warns(UserWarning, match=r"members \.b\.jpg are not read"):
         assert [r.key_name(i) for i in range(len(r))] == ["dir/a", "dir/b"]
         rows = read_all(r)
         assert rows[0][0] == png(0) and rows[0][1] == 1

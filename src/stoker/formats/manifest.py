@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -198,6 +199,34 @@ def manifest_format(path: str | os.PathLike[str]) -> str:
     if not isinstance(fmt, str):
         raise fail(os.fspath(path), "no format field: not a stoker manifest")
     return fmt
+
+
+_SHARD_NUMBER = re.compile(r"-\d{5,}$")
+
+
+def sibling_manifest(path: str, format_name: str) -> str | None:
+    """The manifest that sits beside a bare shard and names it: ``PREFIX.stoker.json`` for
+    ``PREFIX-00007.tar`` or ``PREFIX.tfrecord``, when it exists and its ``format`` is
+    ``format_name`` (the caller checks that it lists the shard); else ``None``. A reader that
+    finds one reads the shard through it, so the shard keeps the fields and class names the
+    manifest declares."""
+    stem = os.path.splitext(os.path.abspath(path))[0]
+    candidate = _SHARD_NUMBER.sub("", stem) + MANIFEST_SUFFIX
+    if not os.path.isfile(candidate):
+        return None
+    try:
+        name = manifest_format(candidate)
+    except ManifestError:
+        return None  # not ours to read here: the bare shard is read as it is
+    return candidate if name == format_name else None
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file (a manifest's shard entry and a path given by hand)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def write_json(path: str | os.PathLike[str], m: Mapping[str, Any]) -> None:

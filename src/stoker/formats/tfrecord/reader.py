@@ -32,7 +32,7 @@ import numpy as np
 from stoker._core.errors import CorruptRecordError, SpecError, StokerFormatError
 from stoker._core.schema import Field, Schema
 from stoker.formats.base import Reader, ReadSample
-from stoker.formats.manifest import MANIFEST_SUFFIX, class_names
+from stoker.formats.manifest import MANIFEST_SUFFIX, class_names, same_file, sibling_manifest
 from stoker.formats.protowire import WireError, read_varint
 from stoker.formats.tfrecord.example import parse_features
 from stoker.formats.tfrecord.features import (
@@ -59,11 +59,18 @@ from stoker.formats.tfrecord.index import (
     load_offsets,
     record_error,
 )
-from stoker.formats.tfrecord.manifest import load_manifest, shard_files
+from stoker.formats.tfrecord.manifest import FORMAT_NAME, load_manifest, shard_files
 
 __all__ = ["MAX_OPEN_SHARDS", "TFRecordReader", "check_not_gzip", "manifest_plan"]
 
 MAX_OPEN_SHARDS = 64
+#: ``TFRecordReader``'s feature keys when none are asked for.
+_DEFAULT_KEYS = {
+    "image_key": "image/encoded",
+    "label_key": "image/class/label",
+    "boxes_key": "image/object/bbox",
+    "classes_key": "image/object/class/label",
+}
 _FRAME = struct.Struct("<QI")  # a record's length and the masked CRC of its 8 bytes
 _U32 = struct.Struct("<I")
 GZIP_HELP = (
@@ -158,10 +165,10 @@ class TFRecordReader(Reader):
         self,
         path: str | os.PathLike[str],
         *,
-        image_key: str = "image/encoded",
-        label_key: str | None = "image/class/label",
-        boxes_key: str | None = "image/object/bbox",
-        classes_key: str | None = "image/object/class/label",
+        image_key: str = _DEFAULT_KEYS["image_key"],
+        label_key: str | None = _DEFAULT_KEYS["label_key"],
+        boxes_key: str | None = _DEFAULT_KEYS["boxes_key"],
+        classes_key: str | None = _DEFAULT_KEYS["classes_key"],
         features: dict[str, Any] | None = None,
         checksums: bool = True,
         cache: bool = True,
@@ -205,6 +212,8 @@ class TFRecordReader(Reader):
             plan = manifest_plan(m)
             files: list[tuple[str, int | None, int | None]] = list(shard_files(self.path, m))
             self._class_names = class_names(m) or None
+        elif (beside := self._through_manifest()) is not None:
+            plan, files = beside  # a stoker shard: its manifest's features and class names
         else:
             plan = default_plan(
                 image_key=c["image_key"],
@@ -222,6 +231,25 @@ class TFRecordReader(Reader):
             self.close()
             raise
         self._ready = True
+
+    def _through_manifest(
+        self,
+    ) -> tuple[FeaturePlan, list[tuple[str, int | None, int | None]]] | None:
+        """A bare shard that the stoker manifest beside it lists, read as the manifest declares
+        it (``sibling_manifest``), when no feature keys were asked for; else ``None``."""
+        c = self._config
+        asked = c["features"] or any(
+            c[k] != _DEFAULT_KEYS[k] for k in ("image_key", "label_key", "boxes_key", "classes_key")
+        )
+        manifest = None if asked else sibling_manifest(self.path, FORMAT_NAME)
+        if manifest is None:
+            return None
+        m = load_manifest(manifest)
+        mine = [f for f in shard_files(manifest, m) if same_file(f[0], self.path)]
+        if not mine:
+            return None
+        self._class_names = class_names(m) or None
+        return manifest_plan(m), list(mine)
 
     def _open_shard(
         self, path: str, plan: FeaturePlan, records: int | None, nbytes: int | None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import os
+import warnings
 from collections import OrderedDict
 from typing import Any
 
@@ -24,9 +25,21 @@ import numpy as np
 from stoker._core.errors import CorruptRecordError, ManifestError, SpecError
 from stoker._core.schema import SIZE_FIELD, Schema
 from stoker.formats.base import Reader, ReadSample
-from stoker.formats.manifest import MANIFEST_SUFFIX, class_names, manifest_schema
-from stoker.formats.wds.layout import RAW_FIELDS, field_suffixes, raw_schema
-from stoker.formats.wds.manifest import load_manifest, shard_tar
+from stoker.formats.manifest import (
+    MANIFEST_SUFFIX,
+    class_names,
+    manifest_schema,
+    same_file,
+    sibling_manifest,
+)
+from stoker.formats.wds.layout import (
+    IMAGE_SUFFIXES,
+    LABEL_SUFFIX,
+    RAW_FIELDS,
+    field_suffixes,
+    raw_schema,
+)
+from stoker.formats.wds.manifest import FORMAT_NAME, load_manifest, shard_tar
 from stoker.formats.wds.shard import Shard, check_uncompressed, decode_field
 
 __all__ = ["MAX_OPEN_SHARDS", "WdsReader", "open_reader"]
@@ -52,16 +65,22 @@ class WdsReader(Reader):
         self.path = path
         self._cache = cache
         self.manifest: dict | None = None
+        self._shards: list[Shard] = []
         self._class_names: list[str] | None = None
         self._declared: Schema | None = None
+        mine: list[dict] = []
+        beside = None if path.endswith(MANIFEST_SUFFIX) else sibling_manifest(path, FORMAT_NAME)
+        if beside is not None:
+            m = load_manifest(beside)
+            mine = [s for s in m["shards"] if same_file(shard_tar(beside, s), path)]
         if path.endswith(MANIFEST_SUFFIX):
             m = load_manifest(path)
-            self.manifest = m
-            self._declared = manifest_schema(m, path)
-            self._class_names = class_names(m) if m.get("classes") else None
-            self._shards = [self._manifest_shard(s) for s in m["shards"]]
+            self._read_manifest(m, path, m["shards"])
             if not self._shards:
                 raise ManifestError(f"{path}: the manifest lists no shards")
+        elif beside is not None and mine:
+            # a stoker shard: read as its manifest declares it (fields, class names)
+            self._read_manifest(m, beside, mine)
         else:
             if os.path.isfile(path):
                 with open(path, "rb") as f:
@@ -72,23 +91,30 @@ class WdsReader(Reader):
         self._suffixes: dict[str, str] | None = None
         self._mapped: OrderedDict[int, None] = OrderedDict()
 
-    def _manifest_shard(self, s: dict) -> Shard:
-        tar = shard_tar(self.path, s)
+    def _read_manifest(self, m: dict, manifest: str, shards: list[dict]) -> None:
+        """Read ``shards`` (entries of the manifest ``m`` at ``manifest``) as ``m`` declares."""
+        self.manifest = m if len(shards) == len(m["shards"]) else {**m, "shards": shards}
+        self._declared = manifest_schema(m, manifest)
+        self._class_names = class_names(m) if m.get("classes") else None
+        self._shards = [self._manifest_shard(manifest, s) for s in shards]
+
+    def _manifest_shard(self, manifest: str, s: dict) -> Shard:
+        tar = shard_tar(manifest, s)
         if os.path.isdir(tar):
-            raise ManifestError(f"{self.path}: shard {s['tar']!r} names a directory, not a file")
+            raise ManifestError(f"{manifest}: shard {s['tar']!r} names a directory, not a file")
         if not os.path.exists(tar):
-            raise ManifestError(f"{self.path}: shard {s['tar']!r} does not exist")
+            raise ManifestError(f"{manifest}: shard {s['tar']!r} does not exist")
         size = os.path.getsize(tar)
         if size != s["tar_bytes"]:
             raise ManifestError(
-                f"{self.path}: {tar} is {size} bytes but the manifest records {s['tar_bytes']}; "
+                f"{manifest}: {tar} is {size} bytes but the manifest records {s['tar_bytes']}; "
                 "the shard was replaced or truncated"
             )
         return Shard(
             tar,
             records=s["records"],
             tar_bytes=s["tar_bytes"],
-            manifest=self.path,
+            manifest=manifest,
             cache=self._cache,
         )
 
@@ -162,6 +188,18 @@ class WdsReader(Reader):
                     if m is not None:
                         lengths[name] = m
                 self._schema = raw_schema(lengths)
+                unread = sorted(
+                    f".{x}"
+                    for x in index.suffixes
+                    if x not in RAW_FIELDS and x != LABEL_SUFFIX and x not in IMAGE_SUFFIXES
+                )
+                if unread:  # fields a manifest would declare: say they are left out
+                    warnings.warn(
+                        f"{self.path}: members {', '.join(unread)} are not read: a tar without "
+                        "a stoker manifest is read as image, .cls, .txt and .json; open the "
+                        "set's NAME.stoker.json (or keep it beside the tar) to read its fields",
+                        stacklevel=2,
+                    )
         return self._schema
 
     def _suffix_map(self) -> dict[str, str]:
