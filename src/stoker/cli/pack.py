@@ -347,6 +347,13 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "cache_dir", None) or getattr(args, "cache_limit", None):
         bad = "--cache-dir and --cache-limit are for reading a set; a pack stages its output "
         bad += "under the stoker cache dir ($STOKER_CACHE_DIR)"
+    if not bad and args.plan is None:
+        from stoker.cli._errors import pack_source_problem
+
+        problem = pack_source_problem(args.src)
+        if problem is not None:  # the exit status of a source the packer refuses
+            print(f"stoker pack: error: {problem}", file=sys.stderr)
+            return 1
     if bad:
         print(f"stoker pack: error: {bad}", file=sys.stderr)
         return 2
