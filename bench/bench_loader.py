@@ -22,7 +22,7 @@ RandomResizedCrop(224) -> flip -> normalise from 400x500 JPEGs against the chain
 pipeline on those JPEGs with and without scale-on-decode.
 
     python bench/bench_loader.py            # 20k images, memory round + 5 paired rounds
-    python bench/bench_loader.py --quick    # 600 images, 1 round: a smoke run
+    python bench/bench_loader.py --quick    # 600 images, 1 round, no memory figures: a smoke run
 
 A first round samples every candidate's memory (PSS of the process tree, 4 times a second);
 its rates are not counted, since the sampler's CPU comes out of the run it measures, and more
@@ -488,7 +488,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--quick",
         action="store_true",
-        help="600 images (224 case: 100), 1 timed round: a smoke run",
+        help="600 images (224 case: 100), 1 timed round, no memory round: a smoke run",
     )
     ap.add_argument("--images", type=int, default=None, help="images for the 112 px runs")
     ap.add_argument(
@@ -653,12 +653,13 @@ class Rounds:
         out = subprocess.run(cmd, capture_output=True, text=True, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    def run(self, rounds: int) -> None:
-        """Round 0 samples the memory of every candidate; the timed rounds after it run with
-        no sampler (see PeakPSS), each group in its order in even rounds and reversed in odd
-        ones, so rates and CPU per image come from those rounds only."""
+    def run(self, rounds: int, *, memory: bool = True) -> None:
+        """Round 0 samples the memory of every candidate (left out when not ``memory``); the
+        timed rounds after it run with no sampler (see PeakPSS), each group in its order in even
+        rounds and reversed in odd ones, so rates and CPU per image come from those rounds
+        only."""
         global MEASURE_MEMORY
-        for rnd in range(rounds + 1):
+        for rnd in range(0 if memory else 1, rounds + 1):
             MEASURE_MEMORY = rnd == 0
             print(
                 "# memory round (rates not counted)" if rnd == 0 else f"# round {rnd} of {rounds}",
@@ -834,7 +835,7 @@ def main() -> int:
 
     warm_up()
     rounds = Rounds(data, W, B, args.skip)
-    rounds.run(args.rounds)
+    rounds.run(args.rounds, memory=not args.quick)
     table = print_table(rounds)
     ratios = print_ratios(rounds, data)
     print_notes(rounds, data)
