@@ -26,7 +26,7 @@ downloads ahead run in threads here; the S3 server and the proxy in processes of
 served: whether decoding or downloading sets the pace (docs/remote.md, "Measured").
 
     python bench/bench_remote.py            # 3000 images in 15 shards, 3 epochs, 2 rounds
-    python bench/bench_remote.py --quick    # 600 images, 2 epochs, 1 round: a smoke run
+    python bench/bench_remote.py --quick    # 1000 images, 2 epochs, 1 round: a smoke run
 
 Target (issue 17): steady epochs at 25 ms >= 0.9 x local. A bench does not fail on a target:
 it prints whether it is met and exits 0.
@@ -209,7 +209,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (``--quick`` for a short smoke run); ``argv``: as for argparse."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
-        "--quick", action="store_true", help="600 images, 2 epochs, 1 round: a smoke run"
+        "--quick", action="store_true", help="1000 images, 2 epochs, 1 round: a smoke run"
     )
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--per-class", type=int, default=300)
@@ -231,7 +231,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.quick:
-        args.per_class, args.shard_size, args.epochs, args.rounds = 60, 60, 2, 1
+        args.per_class, args.shard_size, args.epochs, args.rounds = 100, 70, 2, 1
     latencies = [float(x) for x in args.latencies.split(",") if x.strip()]
 
     import fsspec.asyn
