@@ -163,3 +163,13 @@ def test_an_existing_output_folder_is_named_with_the_flag_that_replaces_it(world
         capsys, ["sample-data", str(target), "--per-class", "1"], "sample-data"
     )
     assert str(target) in line and "--overwrite" in line
+
+
+def test_a_file_in_the_way_of_an_output_names_the_flag_that_replaces_it(world, capsys):
+    """The OSError of an O_EXCL open (a second unpack into the same folder) is one line: the
+    argument, the file, and --overwrite."""
+    out = str(world / "unpacked")
+    assert main(["unpack", str(world / "train.stoker.json"), out, "--quiet"]) == 0
+    _, line = one_line_error(capsys, ["unpack", str(world / "train.stoker.json"), out], "unpack")
+    assert line.startswith(f"stoker unpack: error: DIR {out}: {out}/class_00/")
+    assert line.endswith("already exists; pass --overwrite to replace it, or choose another path")

@@ -103,19 +103,17 @@ def _file_in_the_way(path: str) -> str:
 
 def _os_error_text(command: str, e: OSError, args: argparse.Namespace) -> str:
     path = os.fsdecode(e.filename) if e.filename is not None else None
-    words = _OS_WORDS.get(e.errno) if e.errno is not None else None
+    words = _OS_WORDS.get(e.errno or 0)
     if path is None or (words is None and e.errno != errno.EEXIST):
         text = _ERRNO.sub("", str(e))
         return text if path is None or path in text else f"{path}: {text}"
-    if e.errno == errno.EEXIST:
+    if words is None:  # EEXIST
         what, todo = ": already exists", "choose another path"
         if getattr(args, "overwrite", None) is False:
             todo = "pass --overwrite to replace it, or choose another path"
-    elif e.errno == errno.ENOTDIR:  # a file where a folder is to be made or read
-        path = _file_in_the_way(path)
-        what, todo = _OS_WORDS[errno.ENOTDIR]
     else:
-        assert words is not None
+        if e.errno == errno.ENOTDIR:  # a file where a folder is to be made or read
+            path = _file_in_the_way(path)
         what, todo = words
     return f"{_named(command, path, args)}{what}; {todo}"
 
