@@ -132,6 +132,18 @@ CASES = {
         ["sample-data", "out", "--size", "big"],
         ["--size", "expected S or HxW", "see stoker sample-data --help"],
     ),
+    "sample-data --classes out of range": (
+        ["sample-data", "out", "--classes", "0"],
+        ["--classes must be >= 1, got 0"],
+    ),
+    "doctor --batch-size out of range": (
+        ["doctor", "images", "--batch-size", "0"],
+        ["--batch-size must be >= 1, got 0"],
+    ),
+    "pack --shard-size out of range": (
+        ["pack", "images", "out", "--shard-size", "0", *ARGS],
+        ["--shard-size must be >= 1, got 0"],
+    ),
     "cleanup takes no path": (
         ["cleanup", "afile"],
         ["unexpected arguments: afile", "see stoker cleanup --help"],

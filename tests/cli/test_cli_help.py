@@ -74,7 +74,7 @@ def test_option_spellings_argparse_takes_still_work(capsys, images, tmp_path):
     assert main(["pack", images, out, "--work", "1", "--seed=3", "--quiet"]) == 0
     assert main(["pack", images, out + "2", "--seed", "-1", *ARGS]) == 2
     err = capsys.readouterr().err
-    assert "stoker pack: error: seed must be >= 0, got -1" in err
+    assert "stoker pack: error: --seed must be >= 0, got -1" in err
     assert not os.path.exists(out + "2.rec")
 
 

@@ -120,7 +120,8 @@ def _os_error_text(command: str, e: OSError, args: argparse.Namespace) -> str:
 
 def error_text(command: str, e: BaseException, args: argparse.Namespace) -> str:
     """The one line (without the ``stoker COMMAND: error:`` prefix) that reports ``e``. The
-    library's advice ``pass overwrite=True`` names the command's flag (``pass --overwrite``)."""
+    library's words for an option name the command's flag: ``pass overwrite=True`` becomes
+    ``pass --overwrite``, ``batch_size must be >= 1`` becomes ``--batch-size must be >= 1``."""
     from stoker._core.errors import StokerError
 
     if isinstance(e, OSError) and not isinstance(e, StokerError):
@@ -131,9 +132,17 @@ def error_text(command: str, e: BaseException, args: argparse.Namespace) -> str:
         name = "--" + m.group(1).replace("_", "-")
         return f"pass {name}" if argument_label(command, m.group(1)) == name else m.group(0)
 
-    return _API_TRUE.sub(flag, text)
+    text = _API_TRUE.sub(flag, text)
+    m = _API_NAME.match(text)
+    if m is not None:
+        name = argument_label(command, m.group(1))
+        if name.startswith("--"):
+            text = name + text[m.end(1) :]
+    return text
 
 
+#: a message that opens with the keyword it is about (``workers must be >= 1, got 0``)
+_API_NAME = re.compile(r"(\w+) must ")
 #: the library's advice to pass a keyword as True, with the flag it may already name after it
 _API_TRUE = re.compile(r"pass (\w+)=True(?: \(--[\w-]+\))?")
 

@@ -169,7 +169,11 @@ def _run(args: argparse.Namespace) -> int:
 
         if isinstance(e, StokerError):
             raise
-        print(f"stoker doctor: error: {scrub(e, args)}", file=sys.stderr)
+        from stoker.cli._errors import error_text
+
+        print(
+            f"stoker doctor: error: {scrub(error_text('doctor', e, args), args)}", file=sys.stderr
+        )
         return 2
     if args.plot:
         report.plot(args.plot)

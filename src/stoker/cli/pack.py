@@ -223,12 +223,13 @@ def _report(args: argparse.Namespace, report: Any) -> None:
 def make_options(what: str, **options: Any) -> Any:
     """``PackOptions(**options)``, or ``None`` after one line on stderr naming the bad option
     (a value no flag's type caught, such as ``--seed -1``)."""
+    from stoker.cli._errors import error_text
     from stoker.pack import PackOptions
 
     try:
         return PackOptions(**options)
     except (TypeError, ValueError) as e:
-        print(f"stoker {what}: error: {e}", file=sys.stderr)
+        print(f"stoker {what}: error: {error_text(what, e, argparse.Namespace())}", file=sys.stderr)
         return None
 
 

@@ -37,6 +37,12 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
 
 
 def run(args: argparse.Namespace) -> int:
+    from stoker.cli._remote import guarded
+
+    return guarded("sample-data", args, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     import sys
 
     from stoker.cli._errors import folder_problem
