@@ -3,41 +3,61 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.stoker-installed
 TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?=
 
+# Three sets, each a stamp in .venv, each on top of the one before:
+#   demo: the core, torch (CPU build) and matplotlib: what `make demo` and `make docs-figures` use;
+#   test: the `test` extra: every edge (keras, lmdb, remote, ray) and the independent
+#         implementations the tests and benchmarks check stoker against (tensorflow-cpu,
+#         tfrecord, webdataset, moto);
+#   lint: ruff, mypy and import-linter (the `lint` extra), over the test set so that mypy sees
+#         the same packages the tests import.
+DEMO_STAMP := $(VENV)/.stoker-demo
+TEST_STAMP := $(VENV)/.stoker-test
+LINT_STAMP := $(VENV)/.stoker-lint
+DEMO_EXTRAS := torch,plot
+TEST_EXTRAS := $(DEMO_EXTRAS),test
+
 .PHONY: demo test test-slow bench lint docs-figures clean venv
 
-venv: $(STAMP)
+venv: $(DEMO_STAMP)
 
-$(STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dev,torch,keras,plot]"
-	touch $(STAMP)
+	$(PY) -m pip install -q -e ".[$(DEMO_EXTRAS)]"
+	touch $@
 
-demo: $(STAMP)
+$(TEST_STAMP): $(DEMO_STAMP)
+	$(PY) -m pip install -q -e ".[$(TEST_EXTRAS)]"
+	touch $@
+
+$(LINT_STAMP): $(TEST_STAMP)
+	$(PY) -m pip install -q -e ".[$(TEST_EXTRAS),lint]"
+	touch $@
+
+demo: $(DEMO_STAMP)
 	$(PY) scripts/demo/run.py
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-test-slow: $(STAMP)
+test-slow: $(TEST_STAMP)
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(PY) bench/run_all.py $(BENCH_ARGS)
 
-lint: $(STAMP)
+lint: $(LINT_STAMP)
 	$(VENV)/bin/ruff check src tests bench scripts examples
 	$(VENV)/bin/ruff format --check src tests bench scripts examples
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(PY) scripts/check_size.py
 
-docs-figures: $(STAMP)
+docs-figures: $(DEMO_STAMP)
 	$(PY) scripts/make_docs_figures.py
 
 clean:

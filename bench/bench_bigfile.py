@@ -391,11 +391,14 @@ def report(out: dict, args, size: int, n: int, ra: str) -> None:
     print(f"\ncommand: {command_line()}")
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick`` for a short smoke run); ``argv``: as for argparse."""
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--quick", action="store_true", help="120 MiB, 1000 reads a round")
+    ap.add_argument(
+        "--quick", action="store_true", help="64 MiB, 400 reads and at most 5 s a round"
+    )
     ap.add_argument("--size-mb", type=int, default=None, help="the .rec's size (default 300)")
     ap.add_argument(
         "--bound-mb", type=int, default=None, help="page cache allowed (default half the file)"
@@ -404,7 +407,9 @@ def main() -> int:
         "--reads", type=int, default=None, help="records a round reads at most (default 3000)"
     )
     ap.add_argument("--chunk", type=int, default=32, help="records per chunk (a batch / workers)")
-    ap.add_argument("--round-seconds", type=float, default=20.0, help="a round stops after this")
+    ap.add_argument(
+        "--round-seconds", type=float, default=None, help="a round stops after this (default 20)"
+    )
     ap.add_argument(
         "--bound-by",
         choices=("auto", "cgroup", "trim"),
@@ -414,12 +419,17 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dir", default=None, help="where the file is written (not tmpfs)")
     ap.add_argument("--rounds", help=argparse.SUPPRESS)  # the child: a JSON spec
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.rounds:
         print(json.dumps(run_rounds(json.loads(args.rounds))))
         return 0
-    args.size_mb = args.size_mb or (120 if args.quick else 300)
-    args.reads = args.reads or (1000 if args.quick else 3000)
+    args.size_mb = args.size_mb or (64 if args.quick else 300)
+    args.reads = args.reads or (400 if args.quick else 3000)
+    args.round_seconds = args.round_seconds or (5.0 if args.quick else 20.0)
     args.bound_mb = args.bound_mb or args.size_mb // 2
     work = tempfile.mkdtemp(prefix="stoker-bigfile-", dir=args.dir)
     try:

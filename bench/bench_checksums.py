@@ -2,22 +2,30 @@
 ``RecordSource(path, checksums=True)`` and ``checksums=False``, alternating, in 9 pairs; CPU
 microseconds per delivered image of the whole process tree, and the median on/off ratio.
 
-    python bench/bench_checksums.py REC   # a .rec with its .crc32c (e.g. from bench_revisions)
+    python bench/bench_checksums.py [REC]   # a .rec with its .crc32c (e.g. from bench_revisions)
+    python bench/bench_checksums.py --quick # 600 images, 2 pairs: a smoke run
+
+Without ``REC`` it packs 2,000 sample JPEGs of 112x112 (``--quick``: 600) into a .rec of its own
+in a temporary folder (reused by name, as ``bench_loader.py`` does).
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import statistics
 import sys
+import tempfile
+from pathlib import Path
 
-from _common import cpu_between, tree_cpu
-
-import stoker
-from stoker.loader import RecordSource
-from stoker.transforms import Compose, HorizontalFlip, RandomCrop, Resize
+from _common import command_line, cpu_between, make_data, tree_cpu
 
 
-def run(checksums, rec):
+def run(checksums: bool, rec: str) -> float:
+    import stoker
+    from stoker.loader import RecordSource
+    from stoker.transforms import Compose, HorizontalFlip, RandomCrop, Resize
+
     t = Compose([Resize(128, shorter_side=True), RandomCrop(112), HorizontalFlip()])
     b = tree_cpu()
     n = 0
@@ -35,10 +43,30 @@ def run(checksums, rec):
     return cpu_between(b, a) / n * 1e6
 
 
-if __name__ == "__main__":
-    rec = sys.argv[1]
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick`` for a short smoke run); ``argv``: as for argparse."""
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("rec", nargs="?", help="a .rec with its .crc32c (default: one made here)")
+    ap.add_argument("--quick", action="store_true", help="600 images, 2 pairs: a smoke run")
+    ap.add_argument("--pairs", type=int, default=None, help="on/off pairs (default 9; quick 2)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    pairs = args.pairs or (2 if args.quick else 9)
+    rec = args.rec
+    if rec is None:
+        n = 600 if args.quick else 2_000
+        work = Path(tempfile.gettempdir()) / "stoker-bench-checksums"
+        _, rec = make_data(work, n=n, size=112, name=f"s112_{n}")
+    if not os.path.exists(os.path.splitext(rec)[0] + ".crc32c"):
+        raise SystemExit(f"{rec}: no .crc32c beside it; the checksum check would be off")
+    print(f"command: {command_line()}\n.rec: {rec}", flush=True)
     ratios = []
-    for i in range(9):
+    for i in range(pairs):
         order = (True, False) if i % 2 else (False, True)
         r = {c: run(c, rec) for c in order}
         ratios.append(r[True] / r[False])
@@ -47,3 +75,8 @@ if __name__ == "__main__":
             flush=True,
         )
     print(f"median on/off {statistics.median(ratios):.3f} ({min(ratios):.3f}..{max(ratios):.3f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

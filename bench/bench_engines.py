@@ -1,6 +1,6 @@
 """Packing with ``engine="ray"`` beside the local process pool, on the same folder in one run.
 
-Makes sample data (20,000 JPEGs of 112x112 by default; ``--quick``: 2,000), warms the page
+Makes sample data (20,000 JPEGs of 112x112 by default; ``--quick``: 600, 1 round), warms the page
 cache, then packs it with the local pool and with Ray (one task per shard, ``--shard-size``
 images each), each with 1 and with 2 worker processes (Ray: a Ray started by this bench with
 ``num_cpus`` 1 or 2, one task per CPU), in ``--rounds`` alternating rounds. Ray's start and its
@@ -57,22 +57,30 @@ def _noop() -> int:
     return 0
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick`` for a short smoke run); ``argv``: as for argparse."""
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="2,000 images instead of 20,000")
+    ap.add_argument("--quick", action="store_true", help="600 images and 1 round: a smoke run")
     ap.add_argument("--images", type=int, default=None, help="number of images")
     ap.add_argument("--size", type=int, default=112, help="image side (default 112)")
     ap.add_argument("--shard-size", type=int, default=None, help="images per shard")
-    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds (default 2)")
+    ap.add_argument(
+        "--rounds", type=int, default=None, help="alternating rounds (default 2; --quick: 1)"
+    )
     ap.add_argument("--dir", default=None, help="work folder (default: a temporary one)")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     print(f"command: {command_line()}", flush=True)
     try:
         import ray
     except ImportError:
         print("ray is not installed (pip install stoker[ray]); nothing to compare")
         return 0
-    n_images = args.images or (2_000 if args.quick else 20_000)
+    n_images = args.images or (600 if args.quick else 20_000)
+    args.rounds = args.rounds or (1 if args.quick else 2)
     shard_size = args.shard_size or max(100, n_images // 20)
     classes = 100 if n_images >= 10_000 else 10
     work = args.dir or tempfile.mkdtemp(prefix="stoker-bench-engines-")

@@ -6,7 +6,7 @@ replaced by one that looks the path up, as a real read does, and returns a 1x1 i
 full epoch touches every path of the listing in the workers. Per worker: USS and PSS
 (``/proc/PID/smaps_rollup``) right after start (config unpickled) and after one epoch.
 
-    python bench/bench_folder_memory.py [--sizes 100000 1000000]
+    python bench/bench_folder_memory.py [--sizes 100000 1000000] [--quick]
 """
 
 from __future__ import annotations
@@ -98,10 +98,18 @@ def measure(src: Source) -> dict:
     return {"start": start, "after": after, "epoch_s": epoch}
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick`` for a short smoke run); ``argv``: as for argparse."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
-    args = ap.parse_args()
+    ap.add_argument("--sizes", type=int, nargs="+", default=None, help="(100000 1000000)")
+    ap.add_argument("--quick", action="store_true", help="one listing of 20,000 paths")
+    args = ap.parse_args(argv)
+    args.sizes = args.sizes or ([20_000] if args.quick else [100_000, 1_000_000])
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     print(
         "| paths | listing | per worker at start: USS / PSS MiB | after an epoch: USS / PSS MiB |"
     )

@@ -217,10 +217,11 @@ def prepare(work: str, n_images: int, args: argparse.Namespace) -> tuple[dict, s
     return paths, rec_manifest
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick`` for a short smoke run); ``argv``: as for argparse."""
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument(
-        "--quick", action="store_true", help="600 images, 2 epochs, 2 rounds (a smoke run)"
+        "--quick", action="store_true", help="600 images, 2 epochs, 1 round (a smoke run)"
     )
     ap.add_argument("--images", type=int, default=None, help="number of images (default 20000)")
     ap.add_argument("--size", type=int, default=64, help="image side (default 64)")
@@ -229,9 +230,13 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2, help="loader and convert workers")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--dir", default=None, help="work folder (default: a temporary one)")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     n_images = args.images or (600 if args.quick else 20000)
-    rounds = args.rounds or (2 if args.quick else 5)
+    rounds = args.rounds or (1 if args.quick else 5)
     args.epochs = max(2, args.epochs or (2 if args.quick else 4))
     work = args.dir or tempfile.mkdtemp(prefix="stoker-bench-formats-")
     os.makedirs(work, exist_ok=True)

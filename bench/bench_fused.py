@@ -160,11 +160,16 @@ def run_case(case: Case, n_images: int, rounds: int, reps: int) -> list[str]:
     return lines
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick`` for a short smoke run); ``argv``: as for argparse."""
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="fewer rounds and images")
     ap.add_argument("--rounds", type=int, default=None, help="paired rounds (default 9)")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 9)
     reps = 100 if args.quick else 400
     cv2.setNumThreads(1)

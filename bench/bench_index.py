@@ -37,11 +37,16 @@ def _write(dirpath: str, n: int) -> str:
     return rec
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick`` for a short smoke run); ``argv``: as for argparse."""
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--dir", default=None)
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     n = 580_000 if args.quick else 5_800_000
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         t0 = time.perf_counter()

@@ -22,7 +22,7 @@ RandomResizedCrop(224) -> flip -> normalise from 400x500 JPEGs against the chain
 pipeline on those JPEGs with and without scale-on-decode.
 
     python bench/bench_loader.py            # 20k images, memory round + 5 paired rounds
-    python bench/bench_loader.py --quick    # 2k images, 2 rounds: a smoke run
+    python bench/bench_loader.py --quick    # 600 images, 1 round, no memory figures: a smoke run
 
 A first round samples every candidate's memory (PSS of the process tree, 4 times a second);
 its rates are not counted, since the sampler's CPU comes out of the run it measures, and more
@@ -481,11 +481,15 @@ def crc_path(rec: str) -> str:
 
 
 # ---------------------------------------------------------------------------- the run
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--quick", action="store_true", help="2k images instead of 20k")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="600 images (224 case: 100), 1 timed round, no memory round: a smoke run",
+    )
     ap.add_argument("--images", type=int, default=None, help="images for the 112 px runs")
     ap.add_argument(
         "--images-224", type=int, default=None, help="400x500 images for the ImageNet case (6000)"
@@ -502,13 +506,13 @@ def parse_args() -> argparse.Namespace:
         help="skip parts: baselines, scale, 224 (repeat the flag or separate with commas)",
     )
     ap.add_argument(
-        "--rounds", type=int, default=None, help="timed rounds, order alternating (5; --quick: 2)"
+        "--rounds", type=int, default=None, help="timed rounds, order alternating (5; --quick: 1)"
     )
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--torch-baseline", nargs=2, metavar=("KIND", "ROOT"), help=argparse.SUPPRESS)
     ap.add_argument("--rrc", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--no-memory", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     args.skip = {part.strip() for given in args.skip for part in given.split(",")}
     unknown = args.skip - {"baselines", "scale", "224"}
     if unknown:
@@ -550,7 +554,7 @@ def prepare(args: argparse.Namespace, work: Path, n: int) -> Data:
     if "224" not in args.skip:
         # enough images that the batch ring (4 slots of 256 float32 224x224 samples: 616 MB,
         # zeroed, mapped and freed once per loader) is not a third of the epoch's cost
-        data.n224 = args.images_224 or (400 if args.quick else 6_000)
+        data.n224 = args.images_224 or (100 if args.quick else 6_000)
         data.images224, data.rec224 = make_data(
             work, n=data.n224, size=(400, 500), name=f"rrc_400x500_{data.n224}"
         )
@@ -649,12 +653,13 @@ class Rounds:
         out = subprocess.run(cmd, capture_output=True, text=True, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    def run(self, rounds: int) -> None:
-        """Round 0 samples the memory of every candidate; the timed rounds after it run with
-        no sampler (see PeakPSS), each group in its order in even rounds and reversed in odd
-        ones, so rates and CPU per image come from those rounds only."""
+    def run(self, rounds: int, *, memory: bool = True) -> None:
+        """Round 0 samples the memory of every candidate (left out when not ``memory``); the
+        timed rounds after it run with no sampler (see PeakPSS), each group in its order in even
+        rounds and reversed in odd ones, so rates and CPU per image come from those rounds
+        only."""
         global MEASURE_MEMORY
-        for rnd in range(rounds + 1):
+        for rnd in range(0 if memory else 1, rounds + 1):
             MEASURE_MEMORY = rnd == 0
             print(
                 "# memory round (rates not counted)" if rnd == 0 else f"# round {rnd} of {rounds}",
@@ -812,8 +817,8 @@ def main() -> int:
     args = parse_args()
     if args.torch_baseline:
         return torch_child(args)
-    n = args.images or (2_000 if args.quick else 20_000)
-    args.rounds = args.rounds or (2 if args.quick else 5)
+    n = args.images or (600 if args.quick else 20_000)
+    args.rounds = args.rounds or (1 if args.quick else 5)
     work = Path(args.work or os.path.join(tempfile.gettempdir(), "stoker-bench-loader"))
     work.mkdir(parents=True, exist_ok=True)
     W, B = args.workers, args.batch_size
@@ -830,7 +835,7 @@ def main() -> int:
 
     warm_up()
     rounds = Rounds(data, W, B, args.skip)
-    rounds.run(args.rounds)
+    rounds.run(args.rounds, memory=not args.quick)
     table = print_table(rounds)
     ratios = print_ratios(rounds, data)
     print_notes(rounds, data)

@@ -1,6 +1,6 @@
 """Packing throughput beside a plain copy of the same files, measured in one run.
 
-Makes sample data (20,000 JPEGs of 112x112 by default; ``--quick``: 2,000), warms the page
+Makes sample data (20,000 JPEGs of 112x112 by default; ``--quick``: 600), warms the page
 cache, then times ``cp -r`` and ``tar`` of the folder and ``stoker.pack`` with 1 worker, with
 all workers, and with ``resize`` (re-encode). Prints images/s, MB/s and each method's time divided by the time of ``cp -r`` and of ``tar``
 (1.0 means as fast as that copy).
@@ -29,18 +29,23 @@ def _tree_bytes(root: str) -> tuple[int, int]:
     return n, size
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick`` for a short smoke run); ``argv``: as for argparse."""
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="2,000 images instead of 20,000")
+    ap.add_argument("--quick", action="store_true", help="600 images instead of 20,000")
     ap.add_argument("--images", type=int, default=None, help="number of images")
     ap.add_argument("--size", type=int, default=112, help="image side (default 112)")
     ap.add_argument("--workers", type=int, default=None, help="'all workers' (default: all cores)")
     ap.add_argument("--dir", default=None, help="work folder (default: a temporary one)")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
 
     from stoker import pack
 
-    n_images = args.images or (2_000 if args.quick else 20_000)
+    n_images = args.images or (600 if args.quick else 20_000)
     classes = 100 if n_images >= 10_000 else 10
     per_class = max(1, n_images // classes)
     all_workers = args.workers or cpu_count()

@@ -205,9 +205,12 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick`` for a short smoke run); ``argv``: as for argparse."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="1000 images, a smoke run")
+    ap.add_argument(
+        "--quick", action="store_true", help="1000 images, 2 epochs, 1 round: a smoke run"
+    )
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--per-class", type=int, default=300)
     ap.add_argument("--size", type=int, default=112)
@@ -222,7 +225,11 @@ def main() -> int:
     ap.add_argument("--bandwidth-mb", type=float, default=50.0, help="MB/s per connection")
     ap.add_argument("--cache-fraction", type=float, default=0.45)
     ap.add_argument("--dir", help="work folder (default: a temporary one, removed)")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.quick:
         args.per_class, args.shard_size, args.epochs, args.rounds = 100, 70, 2, 1
     latencies = [float(x) for x in args.latencies.split(",") if x.strip()]

@@ -219,7 +219,7 @@ def report(args: argparse.Namespace, results: dict, old: Revision, new: Revision
     print("(medians over pairs; new/old is the median of the per-pair ratios)")
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -239,7 +239,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--child", choices=("data", *COSTS), help=argparse.SUPPRESS)
     ap.add_argument("--rec", help=argparse.SUPPRESS)
     ap.add_argument("--folder", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     args.images = args.images or (2_000 if args.quick else 20_000)
     args.pack_images = args.pack_images or (600 if args.quick else 3_000)
     if not args.child and not args.old:

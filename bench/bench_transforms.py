@@ -320,13 +320,18 @@ def _chain_cases(
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick`` for a short smoke run); ``argv``: as for argparse."""
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--quick", action="store_true", help="short rounds, for a smoke run")
     ap.add_argument("--sizes", type=int, nargs="+", default=[112, 224])
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     cv2.setNumThreads(1)
     seconds, rounds = (0.03, 2) if args.quick else (0.25, 3)
     print(

@@ -68,7 +68,8 @@ def test_pack_prints_a_summary(images, tmp_path, capsys):
     assert main(["pack", images, str(tmp_path / "t"), "--workers", "2", "--list"]) == 0
     out = capsys.readouterr().out
     assert "packed 24 images" in out and "images/s" in out and "MB/s" in out
-    assert "found 25: written 24, rejected 0, ignored 1" in out
+    # the note sample-data leaves at the root (.stoker-sample.json) is not counted as ignored
+    assert "found 24: written 24, rejected 0, ignored 0" in out
     assert os.path.exists(tmp_path / "t.lst") and os.path.exists(tmp_path / "t.crc32c")
 
 
@@ -200,3 +201,18 @@ def test_console_entry_point_runs(images, tmp_path):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout.decode()
+
+
+def test_a_listing_with_numeric_labels_reports_its_distinct_labels(images, tmp_path, capsys):
+    """A JSONL whose labels are numbers has no class names: pack counts its distinct labels
+    as inspect does, instead of "classes 0"."""
+    rows = [("class_00/00000.jpg", 0), ("class_00/00001.jpg", 1), ("class_01/00000.jpg", 2)]
+    rows.append(("class_01/00001.jpg", 2))
+    listing = tmp_path / "train.jsonl"
+    listing.write_text("".join(json.dumps({"image": p, "label": y}) + "\n" for p, y in rows))
+    out = str(tmp_path / "ints")
+    assert main(["pack", str(listing), out, "--root", images, "--workers", "1"]) == 0
+    summary = capsys.readouterr().out
+    assert "labels 3 distinct (no class names)" in summary and "classes 0" not in summary
+    assert main(["inspect", out + ".stoker.json"]) == 0
+    assert "3 distinct" in capsys.readouterr().out

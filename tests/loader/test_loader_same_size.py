@@ -156,3 +156,23 @@ def test_under_on_error_skip_the_commonest_size_seen_is_taken(tmp_path):
     ) as loader:
         assert loader.output_spec.shape == (36, 52, 3)
         assert [k for b in loader for k in b.keys.tolist()] == [1, 2, 3]
+
+
+def test_a_crop_larger_than_the_images_is_refused_at_construction(tmp_path):
+    """RandomCrop(300) over a set of 112-px images (issue 34, item 7): the loader reads the
+    first image's header at construction and refuses the chain there, naming the image and
+    both sizes, before any worker starts; a Resize before the crop makes it fine."""
+    from stoker.transforms import RandomCrop, Resize
+
+    root = tmp_path / "faces"
+    folder(root, 4, (112, 112))
+    stoker.pack(root, tmp_path / "train", workers=1, progress=False)
+    manifest = str(tmp_path / "train.stoker.json")
+    with pytest.raises(SpecError) as info:
+        stoker.Loader(manifest, batch_size=2, transforms=Compose([RandomCrop(300)]), workers=2)
+    message = str(info.value)
+    assert "key 0" in message and "is 112x112" in message
+    assert "smaller than the crop 300x300" in message and "Resize" in message
+    chain = Compose([Resize(320, shorter_side=True), RandomCrop(300)])
+    with stoker.Loader(manifest, batch_size=2, transforms=chain, workers=0) as loader:
+        assert next(iter(loader)).images.shape == (2, 300, 300, 3)

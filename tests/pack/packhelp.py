@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import glob
 import hashlib
 import io
 import os
@@ -127,6 +129,30 @@ def family(proc: subprocess.Popen) -> list[psutil.Process]:
 def assert_gone(procs: list[psutil.Process], timeout: float = 10.0) -> None:
     gone, alive = psutil.wait_procs(procs, timeout=timeout)
     assert not alive, f"left running: {[p.pid for p in alive]}"
+
+
+def semaphores() -> set[str]:
+    """The POSIX semaphores multiprocessing has made on this machine (``/dev/shm/sem.mp-*``)."""
+    return set(glob.glob("/dev/shm/sem.mp-*"))
+
+
+def unlink_orphan_semaphores(before: set[str]) -> None:
+    """Remove the semaphores made since ``before`` that no live process maps: those of a
+    process group killed with SIGKILL, whose resource tracker died with it. A semaphore a
+    running process still maps (another test run or program on the machine) is kept."""
+    new = semaphores() - before
+    if not new:
+        return
+    mapped: set[str] = set()
+    for pid in psutil.pids():
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                mapped.update(line.split()[-1] for line in f if "/dev/shm/sem.mp-" in line)
+        except OSError:
+            continue
+    for left in new - mapped:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(left)
 
 
 def file_size(path: str) -> int:

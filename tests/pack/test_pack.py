@@ -49,7 +49,7 @@ def test_round_trip_and_counters(sample, tmp_path, capsys):  # B2 #25
     r = pack(sample, tmp_path / "out", workers=2, progress=True)
     err = capsys.readouterr().err
     assert "120/120" in err  # the bar finishes at the number of candidates
-    assert r.written == 120 and r.rejected == 0 and r.ignored == 1  # the sample-data marker
+    assert r.written == 120 and r.rejected == 0 and r.ignored == 0  # the marker is not counted
     assert r.written + r.rejected + r.ignored == r.found
     assert r.passthrough == 120 and r.reencoded == 0
     assert verify_records(r.manifest).ok

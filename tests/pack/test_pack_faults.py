@@ -3,8 +3,6 @@ Ctrl-C / SIGTERM, a file-size limit. Signal tests run the real CLI in a child pr
 
 from __future__ import annotations
 
-import contextlib
-import glob
 import os
 import resource
 import shutil
@@ -23,8 +21,10 @@ from packhelp import (
     file_size,
     make_tree,
     noise_tree,
+    semaphores,
     sha,
     start_driver,
+    unlink_orphan_semaphores,
     wait_for,
     write,
 )
@@ -64,7 +64,7 @@ def _kill_resume_run(tmp_path, kill_at: list[float]) -> None:
     out = str(tmp_path / "out")
     clean = pack(src, _clean_dir(tmp_path) / "out", workers=2, _check=None)
     for k, frac in enumerate(kill_at):
-        sems = set(glob.glob("/dev/shm/sem.mp-*"))
+        sems = semaphores()
         proc = start_driver([str(src), out, "--workers", "2"])
         target = frac * clean.bytes_out
         reached = wait_for(lambda t=target: file_size(out + ".rec.partial") >= t, proc)
@@ -76,9 +76,7 @@ def _kill_resume_run(tmp_path, kill_at: list[float]) -> None:
         proc.communicate()
         assert_gone(procs)
         if k % 2 == 0:  # the group's kill took the semaphores' tracker too (docs/pack.md)
-            for left in set(glob.glob("/dev/shm/sem.mp-*")) - sems:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(left)
+            unlink_orphan_semaphores(sems)
         assert reached, "the run finished before the kill point"
         # nothing complete-looking: the manifest comes last; shard files appear only when a
         # kill lands while the run commits, and then the journal is still there

@@ -10,7 +10,6 @@ journal, each shard's partial file and its size, the first renamed shard.
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import signal
@@ -19,7 +18,16 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from packhelp import assert_gone, family, file_size, noise_tree, sha, start_driver
+from packhelp import (
+    assert_gone,
+    family,
+    file_size,
+    noise_tree,
+    semaphores,
+    sha,
+    start_driver,
+    unlink_orphan_semaphores,
+)
 
 from stoker.formats.recordio import verify_records
 from stoker.pack import pack
@@ -86,7 +94,7 @@ def _kill_and_rerun(tmp_path, source, name: str, sig: int, fig: Figure) -> None:
     src, clean = source
     out = str(tmp_path / f"{fig.tried + fig.missed:02d}_{name.replace(':', '_')}_{sig}" / "out")
     os.makedirs(os.path.dirname(out))
-    sems = set(glob.glob("/dev/shm/sem.mp-*"))
+    sems = semaphores()
     args = [src, out, "--workers", "2", "--shard-size", str(SHARD)]
     # 8 ms per image: a shard takes about 0.4 s, so the packer's flushes (every 0.1 s) show
     # the middle of each shard in its partial's size before the shard ends
@@ -112,9 +120,7 @@ def _kill_and_rerun(tmp_path, source, name: str, sig: int, fig: Figure) -> None:
         proc.communicate()
     assert_gone(procs)
     if sig == signal.SIGKILL:  # the group's kill took the semaphores' tracker (docs/pack.md)
-        for left in set(glob.glob("/dev/shm/sem.mp-*")) - sems:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(left)
+        unlink_orphan_semaphores(sems)
     assert reached or name == "commit", f"{name}: the run ended before the kill point"
     fig.landed_in_commit += int(name == "commit" and proc.returncode != 0)
     manifest = out + ".stoker.json"

@@ -84,6 +84,26 @@ def test_ray_engine_gives_the_local_bytes(tmp_path):
     assert digests(out) == digests(ref)
 
 
+@pytest.mark.slow  # starts a Ray of its own (about 20 s on 2 cores)
+def test_a_ray_the_cli_starts_packs_the_local_bytes_without_rays_token_warning(tmp_path):
+    """``stoker pack --engine ray`` with no cluster named: the Ray it starts keeps token
+    authentication on (its token file is made in the home) and its output carries no warning
+    about it; the bytes equal a local pack's."""
+    pytest.importorskip("ray")
+    src = _tree(str(tmp_path / "src"))
+    ref = str(tmp_path / "ref" / "set")
+    stoker.pack(src, ref, workers=1, shard_size=4, **OPTS)
+    env = {k: v for k, v in _env(HOME=str(tmp_path / "home")).items() if k != "RAY_AUTH_MODE"}
+    out = str(tmp_path / "out" / "set")
+    cmd = [sys.executable, "-m", "stoker.cli", "pack", src, out, "--engine", "ray"]
+    cmd += ["--workers", "1", "--shard-size", "4", "--shuffle", "--seed", "4", "--list"]
+    got = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-3000:]
+    assert "Token authentication" not in got.stderr + got.stdout, got.stderr
+    assert (tmp_path / "home" / ".ray" / "auth_token").exists()
+    assert digests(out) == digests(ref)
+
+
 def test_without_ray_the_engine_names_the_extra(tmp_path):
     src = _tree(str(tmp_path / "src"))
     code = (

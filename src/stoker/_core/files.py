@@ -12,7 +12,8 @@ Folder rules:
 - Order: class by class; inside a class, a folder's files in sorted order, then its subfolders
   depth first in sorted order. The position in this order is a folder sample's key.
 - Names that start with ``.`` (hidden files and folders, such as macOS ``._*`` companions or
-  ``.ipynb_checkpoints``) are ignored.
+  ``.ipynb_checkpoints``) are ignored. The note ``stoker sample-data`` leaves at a folder's root
+  (:data:`SAMPLE_MARKER`) is stoker's own and is not counted at all.
 - Extension allow-list (case-insensitive): :data:`IMAGE_EXTENSIONS`; other files are counted
   as ignored. Content is checked by magic bytes when it is read, not by extension.
 - Symlinks: with ``follow_symlinks=False`` (default) a link to a file inside the root is kept,
@@ -33,7 +34,17 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-__all__ = ["IMAGE_EXTENSIONS", "Item", "ScanResult", "is_image_name", "scan_folder"]
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "Item",
+    "SAMPLE_MARKER",
+    "ScanResult",
+    "is_image_name",
+    "scan_folder",
+]
+
+#: The file ``stoker sample-data`` writes at the root of the folder it makes (its settings).
+SAMPLE_MARKER = ".stoker-sample.json"
 
 #: The file types stoker reads as images, in every room.
 IMAGE_EXTENSIONS = frozenset(
@@ -87,7 +98,9 @@ def scan_folder(root: str | os.PathLike[str], *, follow_symlinks: bool = False) 
     top_files: list[os.DirEntry] = []
     class_dirs: list[tuple[str, str]] = []  # (name, path)
     try:
-        entries = sorted(os.scandir(root), key=lambda e: e.name)
+        entries = sorted(
+            (e for e in os.scandir(root) if e.name != SAMPLE_MARKER), key=lambda e: e.name
+        )
     except OSError as e:
         raise OSError(e.errno, f"{root}: cannot list the folder: {e.strerror or e}") from None
     for entry in entries:

@@ -1,8 +1,9 @@
 """The ``stoker`` command. Each subcommand lives in its own module with ``add_parser(sub)``
 and ``run(args) -> int``; nothing heavy is imported until a subcommand runs.
 
-A mistyped option is refused by the subcommand's own parser (its usage, and the closest
-options it has), and a mistyped command names the closest commands."""
+A mistyped option is refused by the subcommand's own parser (the closest options it has), and
+a mistyped command names the closest commands. Every error is one line on stderr that names the
+argument and what to do (``stoker.cli._errors``); the usage is ``--help``'s."""
 
 from __future__ import annotations
 
@@ -35,10 +36,20 @@ def _did_you_mean(word: str, choices: Sequence[str]) -> str:
     return f" (did you mean {' or '.join(close)}?)"
 
 
-class SubcommandParser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
+    """A parser whose error is one line, ``PROG: error: MESSAGE; see PROG --help`` (exit
+    status 2), without argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        if "--help" not in message:
+            message += f"; see {self.prog} --help"
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class SubcommandParser(OneLineParser):
     """A subcommand's parser. argparse hands a subcommand's unknown options up to the top-level
-    parser, which prints the top-level usage; here they are refused where they were given:
-    this subcommand's usage, the unknown option and the closest ones it has."""
+    parser, which would name the top-level command; here they are refused where they were
+    given: the unknown option and the closest ones this subcommand has."""
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: Any = None
@@ -47,7 +58,7 @@ class SubcommandParser(argparse.ArgumentParser):
         unknown = self._unknown_options(strings)
         if unknown:
             known = [s for a in self._actions for s in a.option_strings if s.startswith("--")]
-            hint = _did_you_mean(unknown[0], known) or f" (see {self.prog} --help)"
+            hint = _did_you_mean(unknown[0], known)
             many = "s" if len(unknown) > 1 else ""
             self.error(f"unknown option{many} {' '.join(unknown)}{hint}")
         ns, extras = super().parse_known_args(strings, namespace)
@@ -82,7 +93,7 @@ class SubcommandParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from stoker import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="stoker", description="Keep the GPU fed: pack, inspect and load image datasets."
     )
     parser.add_argument("--version", action="version", version=f"stoker {__version__}")
@@ -123,9 +134,13 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as e:  # noqa: BLE001 - top-level: one clear line, no traceback
         from stoker._core.errors import StokerError
+        from stoker.cli._errors import error_text
 
         if isinstance(e, (StokerError, OSError)):
-            print(f"stoker {args.command}: error: {e}", file=sys.stderr)
+            print(
+                f"stoker {args.command}: error: {error_text(args.command, e, args)}",
+                file=sys.stderr,
+            )
             return 1
         raise
 

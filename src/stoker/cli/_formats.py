@@ -12,10 +12,12 @@ __all__ = ["format_name"]
 
 def format_name(args: argparse.Namespace, command: str) -> str | None:
     """The registry name of ``args.file``'s format (``args.format`` when given); ``None``, after
-    one line on stderr, when it has none stoker reads. A URL's manifest is read as the remote
-    options say (``--storage-option``, ``--cache-dir``, ``--cache-limit``). A bad manifest
-    raises as every format error does."""
+    one line on stderr, when it has none stoker reads or is no set (a missing path, an image
+    folder or a listing not yet packed: :func:`~stoker.cli._errors.input_problem`). A URL's
+    manifest is read as the remote options say (``--storage-option``, ``--cache-dir``,
+    ``--cache-limit``). A bad manifest raises as every format error does."""
     from stoker._core.errors import StokerError
+    from stoker.cli._errors import argument_label, input_problem
     from stoker.formats import registry
     from stoker.formats.remote import remote_url
 
@@ -26,6 +28,10 @@ def format_name(args: argparse.Namespace, command: str) -> str | None:
             "(stoker convert) or copy it to local disk",
             file=sys.stderr,
         )
+        return None
+    problem = input_problem(args.file, argument_label(command, "file"), detect=not args.format)
+    if problem is not None:
+        print(f"stoker {command}: error: {problem}", file=sys.stderr)
         return None
     try:
         if args.format:

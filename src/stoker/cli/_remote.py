@@ -162,9 +162,12 @@ def guarded(command: str, args: argparse.Namespace, body: Callable[[], int]) -> 
     without credentials: exit 1 (exit 2 for a bad argument: a plain ``ValueError`` or
     ``TypeError``). Anything else propagates."""
     from stoker._core.errors import StokerError
+    from stoker.cli._errors import error_text
 
     try:
         return body()
     except (StokerError, OSError, ValueError, TypeError) as e:
-        print(f"stoker {command}: error: {scrub(e, args)}", file=sys.stderr)
+        print(
+            f"stoker {command}: error: {scrub(error_text(command, e, args), args)}", file=sys.stderr
+        )
         return 1 if isinstance(e, (StokerError, OSError)) else 2

@@ -112,6 +112,14 @@ def _run(args: argparse.Namespace) -> int:
     bad = step_usage(args, _PLAN_HELD)
     if bad is None and args.plan is None and args.format is None:
         bad = "--format is required: the format to write"
+    if bad is None and args.plan is None:
+        from stoker.cli._errors import input_problem
+
+        given = args.source_format is not None
+        problem = input_problem(args.src, "SRC", detect=not given, format_option="--from")
+        if problem is not None:  # the exit status of a source the converter refuses
+            print(f"stoker convert: error: {problem}", file=sys.stderr)
+            return 1
     if bad:
         print(f"stoker convert: error: {bad}", file=sys.stderr)
         return 2

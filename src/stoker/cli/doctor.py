@@ -130,6 +130,12 @@ def _run(args: argparse.Namespace) -> int:
 
     if os.getcwd() not in sys.path:  # so that --model/--transforms module:attr finds local files
         sys.path.insert(0, os.getcwd())
+    from stoker.cli._errors import input_problem
+
+    problem = input_problem(args.source, "SOURCE", folders=True, format_option=None)
+    if problem is not None:
+        print(f"stoker doctor: error: {problem}", file=sys.stderr)
+        return 2
     if args.plot is not None and not args.plot.lower().endswith(".png"):
         print("stoker doctor: error: --plot needs a FILE.png path", file=sys.stderr)
         return 2
@@ -163,7 +169,11 @@ def _run(args: argparse.Namespace) -> int:
 
         if isinstance(e, StokerError):
             raise
-        print(f"stoker doctor: error: {scrub(e, args)}", file=sys.stderr)
+        from stoker.cli._errors import error_text
+
+        print(
+            f"stoker doctor: error: {scrub(error_text('doctor', e, args), args)}", file=sys.stderr
+        )
         return 2
     if args.plot:
         report.plot(args.plot)

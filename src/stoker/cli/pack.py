@@ -223,12 +223,13 @@ def _report(args: argparse.Namespace, report: Any) -> None:
 def make_options(what: str, **options: Any) -> Any:
     """``PackOptions(**options)``, or ``None`` after one line on stderr naming the bad option
     (a value no flag's type caught, such as ``--seed -1``)."""
+    from stoker.cli._errors import error_text
     from stoker.pack import PackOptions
 
     try:
         return PackOptions(**options)
     except (TypeError, ValueError) as e:
-        print(f"stoker {what}: error: {e}", file=sys.stderr)
+        print(f"stoker {what}: error: {error_text(what, e, argparse.Namespace())}", file=sys.stderr)
         return None
 
 
@@ -347,6 +348,13 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "cache_dir", None) or getattr(args, "cache_limit", None):
         bad = "--cache-dir and --cache-limit are for reading a set; a pack stages its output "
         bad += "under the stoker cache dir ($STOKER_CACHE_DIR)"
+    if not bad and args.plan is None:
+        from stoker.cli._errors import pack_source_problem
+
+        problem = pack_source_problem(args.src)
+        if problem is not None:  # the exit status of a source the packer refuses
+            print(f"stoker pack: error: {problem}", file=sys.stderr)
+            return 1
     if bad:
         print(f"stoker pack: error: {bad}", file=sys.stderr)
         return 2

@@ -37,8 +37,21 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
 
 
 def run(args: argparse.Namespace) -> int:
+    from stoker.cli._remote import guarded
+
+    return guarded("sample-data", args, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    import sys
+
+    from stoker.cli._errors import folder_problem
     from stoker.pack import make_sample_data
 
+    problem = folder_problem(args.dir, "DIR")
+    if problem is not None:
+        print(f"stoker sample-data: error: {problem}", file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     path = make_sample_data(
         args.dir,

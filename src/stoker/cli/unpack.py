@@ -234,8 +234,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from stoker.cli._errors import folder_problem
+
     name = _format(args)
     if name is None:
+        return 2
+    problem = folder_problem(args.dir, "DIR")
+    if problem is not None:
+        print(f"stoker unpack: error: {problem}", file=sys.stderr)
         return 2
     summary = unpack_set(
         args.file,

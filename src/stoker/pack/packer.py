@@ -202,7 +202,7 @@ def run_pack(
     if not resuming:
         paths.start_journal(fp, settings)
     shards = ShardWriters(paths, plan.writer_schema, resume=resuming)
-    tally = Tally(plan.scan, len(plan.items))
+    tally = Tally(plan.scan, plan.items)
     kept_rows: list[RecordRow] | None = None
     start = 0
     if resuming:

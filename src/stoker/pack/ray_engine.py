@@ -42,9 +42,10 @@ Cluster
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from stoker._core.errors import PackError, StokerError
@@ -96,8 +97,29 @@ def _init(ray: Any, options: PackOptions) -> bool:
         kw["address"] = options.ray_address
     elif not os.environ.get("RAY_ADDRESS"):
         kw.update(num_cpus=options.worker_count(), include_dashboard=False)
+        # A Ray started here turns token authentication on (RAY_AUTH_MODE unset) and says so
+        # with a warning in every pack's output; the setting stays, the warning is left out.
+        with _quiet(_AUTH_LOGGER):
+            ray.init(**kw)
+        return True
     ray.init(**kw)
     return True
+
+
+#: the logger of Ray's notice that a cluster it starts uses token authentication
+_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Logger ``name`` at ERROR while the block runs (its level before, after)."""
+    log = logging.getLogger(name)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _failure(ray: Any, e: BaseException, s: int, paths: OutputPaths, prefix: str) -> PackError:

@@ -42,6 +42,7 @@ class PackReport:
     resumed_bytes_in: int = 0  # the part of bytes_in that the resumed records were read from
     format: str = "recordio"  # the format written
     action: str = "packed"  # or "converted"
+    labels: int | None = None  # distinct labels among the records written, when counted
 
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON-safe dict, with the rates (``--json``)."""
@@ -68,7 +69,7 @@ class PackReport:
             f"in {self.seconds:.1f} s: {self.images_per_s:.0f} images/s, "
             f"{self.mb_per_s:.1f} MB/s read",
             f"found {self.found}: written {self.written}, rejected {self.rejected}, "
-            f"ignored {self.ignored}; classes {len(self.classes)}; "
+            f"ignored {self.ignored}; {self._classes()}; "
             f"stored as is {self.passthrough}, re-encoded {self.reencoded}",
         ]
         if self.resumed:
@@ -85,18 +86,26 @@ class PackReport:
         lines.append(f"manifest: {self.manifest}")
         return "\n".join(lines)
 
+    def _classes(self) -> str:
+        """The class count, or for a set without class names (a listing or .lst with numeric
+        labels, ``--labels none``) its distinct labels, as ``stoker inspect`` counts them."""
+        if self.classes or self.labels is None:
+            return f"classes {len(self.classes)}"
+        return f"labels {self.labels} distinct (no class names)"
+
 
 class Tally:
-    """The counts of one run over ``n`` planned positions.
+    """The counts of one run over ``len(items)`` planned positions.
 
     ``written`` marks the positions stored; it and the byte, format, rotation and
     pass-through counts cover every record stored, those kept from an interrupted run included
     (a resume counts them in from the records journal, :meth:`count`).
     """
 
-    def __init__(self, scan: ScanResult, n: int) -> None:
+    def __init__(self, scan: ScanResult, items: Any) -> None:
         self.scan = scan
-        self.written = np.zeros(n, dtype=bool)
+        self.items = items  # the plan's items, in record order
+        self.written = np.zeros(len(items), dtype=bool)
         self.item_rejects: list[tuple[int, str, str]] = []  # (position, reason, detail)
         self.formats: collections.Counter[str] = collections.Counter()
         self.bytes_in = 0
@@ -171,6 +180,9 @@ class Tally:
         """The :class:`PackReport` of a finished run that committed ``shards`` (each shard's
         main file) holding ``bytes_out`` bytes."""
         scan = self.scan
+        labels = None
+        if not scan.classes and isinstance(self.items, list):  # a convert's are not counted
+            labels = len({_hashable(self.items[p].label) for p in np.flatnonzero(self.written)})
         return PackReport(
             found=scan.found,
             written=self.n_written,
@@ -194,4 +206,9 @@ class Tally:
             list_path=list_path,
             format=format,
             action=action,
+            labels=labels,
         )
+
+
+def _hashable(label: Any) -> Any:
+    return tuple(label) if isinstance(label, (list, np.ndarray)) else label

@@ -26,12 +26,13 @@ import numpy as np
 from stoker._core.atomic import write_bytes_atomic
 from stoker._core.checks import check_int, check_optional_int
 from stoker._core.errors import OutputExistsError
+from stoker._core.files import SAMPLE_MARKER
 from stoker._core.seeding import stream_rng
 from stoker._core.system import usable_cores
 
 __all__ = ["make_sample_data", "sample_image"]
 
-MARKER = ".stoker-sample.json"
+MARKER = SAMPLE_MARKER
 _N_SHAPES = 5  # disc, square, triangle, ring, cross
 _DOMAIN = 0x53414D50  # "SAMP"
 

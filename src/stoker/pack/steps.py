@@ -451,7 +451,7 @@ def commit_set(
     the rejects, apply ``max_rejects`` to the total, and write the rejects list, the ``.lst``
     and the manifest (last) under the plan's prefix; the set's report."""
     paths = output_paths(options, plan)
-    tally = Tally(plan.scan, len(plan.items))
+    tally = Tally(plan.scan, plan.items)
     entries = []
     bytes_out = 0
     lengths: dict[str, int] = {}

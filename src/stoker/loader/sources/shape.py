@@ -5,6 +5,10 @@ set's first image as every image's, after a look at a few more spread over the s
 of mixed sizes is refused at once, naming two of its sizes. Every image is still checked in
 the worker (``Pipeline.input_from``): one of another size is a ``SpecError`` naming its key
 and both sizes, raised or skipped as ``on_error`` says.
+
+When the transforms do fix the size, the first image's size is still read from its header
+and the chain is checked on it (:func:`check_first_image`): a ``RandomCrop(300)`` over a set
+of 112-px images is refused at construction, not at the first batch.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from stoker._core.specs import ArraySpec
 from stoker.loader.sources.base import Source
 from stoker.pipeline import leaves_size_open
 
-__all__ = ["PROBES", "input_spec", "shared_image_spec"]
+__all__ = ["PROBES", "check_first_image", "input_spec", "shared_image_spec"]
 
 #: images whose size is read at construction: the first and others spread over the set
 PROBES = 8
@@ -103,5 +107,29 @@ def input_spec(
         spec, transforms, variable_width=variable_width, variable_height=variable_height
     )
     if not open_size:
+        if on_error != "skip":
+            check_first_image(source, transforms)
         return spec, ""
     return shared_image_spec(source, skip=on_error == "skip")
+
+
+def check_first_image(source: Source, transforms: Any) -> None:
+    """:class:`SpecError` naming the set's first image when ``transforms`` cannot take its
+    size (a crop larger than the image, with no Resize before it): the error the first batch
+    would raise, at construction. The size comes from the image's header (a remote set's:
+    where :func:`shared_image_spec` reads it); an image whose header cannot be read is left to
+    the worker, which reports it as ``on_error`` says."""
+    if transforms is None or len(source) == 0:
+        return
+    near = getattr(source, "probe_positions", None)
+    positions = near(1) if near is not None else None
+    i = positions[0] if positions else 0
+    try:
+        h, w = _size(source, i)
+    except Exception:  # noqa: BLE001 - a bad image is the worker's to report
+        return
+    open_spec = source.sample_spec
+    try:
+        transforms.output_spec(ArraySpec((h, w, *open_spec.shape[2:]), open_spec.dtype))
+    except SpecError as e:
+        raise SpecError(f"{source.describe(i)} is {h}x{w}: {e}") from None
