@@ -6,7 +6,6 @@ committing. A bounded sample runs by default; 40 points per format under ``slow`
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import json
 import os
@@ -15,7 +14,15 @@ import signal
 import time
 
 import pytest
-from packhelp import assert_gone, family, noise_tree, sha, start_driver
+from packhelp import (
+    assert_gone,
+    family,
+    noise_tree,
+    semaphores,
+    sha,
+    start_driver,
+    unlink_orphan_semaphores,
+)
 
 from stoker.formats import registry
 from stoker.pack import pack
@@ -56,7 +63,7 @@ def _kill_and_rerun(tmp_path, source, fmt: str, at: float, delay: float, n: int)
     src, clean = source
     out = str(tmp_path / f"{fmt}-{n:02d}" / "out")
     os.makedirs(os.path.dirname(out))
-    sems = set(glob.glob("/dev/shm/sem.mp-*"))
+    sems = semaphores()
     args = [src, out, "--workers", "2", "--shard-size", str(SHARD), "--format", fmt]
     proc = start_driver(args, env={**os.environ, "PACK_DRIVER_DELAY_S": str(delay)})
     deadline = time.monotonic() + at
@@ -68,9 +75,7 @@ def _kill_and_rerun(tmp_path, source, fmt: str, at: float, delay: float, n: int)
         os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     assert_gone(procs)
-    for left in set(glob.glob("/dev/shm/sem.mp-*")) - sems:  # the group's semaphore tracker
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(left)
+    unlink_orphan_semaphores(sems)  # the group's kill took the semaphores' tracker
     manifest = out + ".stoker.json"
     if os.path.exists(manifest):  # complete-looking: it must be the whole set
         with open(manifest) as f:
@@ -129,6 +134,7 @@ def test_a_lost_tail_before_a_later_shard_starts_the_run_over(tmp_path, source):
     out = str(tmp_path / "gap" / "out")
     os.makedirs(os.path.dirname(out))
     args = [src, out, "--workers", "2", "--shard-size", str(SHARD), "--format", "tfrecord"]
+    sems = semaphores()
     proc = start_driver(args, env={**os.environ, "PACK_DRIVER_DELAY_S": str(DELAY_S)})
     second = f"{out}-00001.tfrecord.partial"
     deadline = time.monotonic() + 60
@@ -139,6 +145,7 @@ def test_a_lost_tail_before_a_later_shard_starts_the_run_over(tmp_path, source):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     assert_gone(procs)
+    unlink_orphan_semaphores(sems)
     first = f"{out}-00000.tfrecord.partial"
     size = os.path.getsize(first)
     with open(first, "r+b") as f:  # drop the tail of shard 0: its last records are gone

@@ -49,29 +49,36 @@ def split_for_rank(order: np.ndarray, rank: int, world_size: int, *, drop_last: 
 
 def span_of_run(run: int, shard_sizes: np.ndarray) -> int:
     """At most how many shards ``run`` consecutive positions of a set touch: the two it
-    begins and ends in, and those wholly inside it, each of at least the smallest non-empty
-    shard's records.
+    begins and ends in, and those wholly inside it, which hold at least as many positions as
+    the same number of the set's smallest shards.
 
     >>> span_of_run(10, np.array([4, 4, 4, 4, 4, 4]))
     4
     """
     sizes = np.asarray(shard_sizes, dtype=np.int64)
-    full = sizes[sizes > 0]
-    return min(len(full), runs_touched(run, int(full.min()) if full.size else 1))
+    full = np.sort(sizes[sizes > 0])
+    return min(len(full), runs_touched(run, full, 1))
 
 
-def runs_touched(run: int, least: int, short: int | None = None) -> int:
-    """At most how many consecutive groups ``run`` consecutive positions touch, when every
-    group wholly inside the run holds at least ``least`` positions, but one that may hold only
-    ``short``: the first and last it touches, and as many as fit in between."""
+def runs_touched(run: int, smallest: np.ndarray, per_group: int, *, short: bool = False) -> int:
+    """At most how many consecutive groups ``run`` consecutive positions touch, when each
+    group is ``per_group`` shards (all but one group, if ``short``: it may hold a single shard)
+    and the groups wholly inside the run are disjoint: ``k`` of them hold at least as many
+    positions as the ``k * per_group`` smallest shards (``smallest``: every shard's positions,
+    in ascending order), and the first and last it touches hold one position each."""
     if run <= 0:
         return 0
     if run == 1:
         return 1
-    room = run - 2  # the first and last group hold at least one position of the run each
-    inside = room // least
-    if short is not None and room >= short:
-        inside = max(inside, 1 + (room - short) // least)
+    room = run - 2
+    least = np.concatenate([[0], np.cumsum(smallest)])  # least[m]: the m smallest, summed
+    inside = 0
+    while True:
+        k = inside + 1
+        shards = (k - 1) * per_group + 1 if short else k * per_group
+        if shards > len(smallest) or least[shards] > room:
+            break
+        inside = k
     return inside + 2
 
 

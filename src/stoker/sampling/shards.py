@@ -187,16 +187,13 @@ class ShardOrder(Sampler):
         inside it, at most one of which is short: ``2 * window`` shards while the run is
         shorter than the smallest shard."""
         sizes = self.shard_sizes
-        full = sizes[sizes > 0]
-        if full.size == 0 or records <= 0:
+        full = int(np.count_nonzero(sizes))
+        if full == 0 or records <= 0:
             return 0
-        least = int(full.min())
-        # a full window holds `window` shards of at least `least` records each (one that
-        # holds an empty shard, fewer); a rank's last window may be short, and lies inside a
+        # windows of `window` shards; a rank's last window may be short, and lies inside a
         # run only when the padding that wraps to the order's start follows it
-        per_window = least * (self.window if full.size == sizes.size else 1)
-        short = least if self.padding else None
-        return int(min(full.size, runs_touched(records, per_window, short) * self.window))
+        windows = runs_touched(records, np.sort(sizes), self.window, short=bool(self.padding))
+        return int(min(full, windows * self.window))
 
     def fingerprint(self) -> dict:
         return {
