@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from stoker._core.errors import StokerFormatError
+from stoker._core.errors import CorruptRecordError, StokerFormatError
 
 __all__ = [
     "INSTALL_HINT",
@@ -28,6 +28,7 @@ __all__ = [
     "EnvHandle",
     "Location",
     "LmdbFormatError",
+    "damaged",
     "import_lmdb",
     "locate",
     "open_env",
@@ -88,6 +89,15 @@ class LmdbFormatError(StokerFormatError):
 
 def _rebuild(path, reason, key, position, offset):  # noqa: ANN001
     return LmdbFormatError(path, reason, key=key, position=position, offset=offset)
+
+
+def damaged(
+    data_file: str, e: Exception, *, key: bytes | None = None, position: int | None = None
+) -> CorruptRecordError:
+    """liblmdb's error ``e`` (damaged pages, seen while reading record ``position``, LMDB key
+    ``key``) as stoker's error naming the data file and the record."""
+    where = f"LMDB key {show_key(key)}: " if key is not None else ""
+    return CorruptRecordError(data_file, None, f"{where}liblmdb: {e}", key=position)
 
 
 @dataclass(frozen=True)
@@ -155,6 +165,9 @@ def _acquire(loc: Location) -> Any:
                 entry[0].close()
             entry = None
         if entry is None:
+            from stoker.formats.lmdb.guard import check_database  # guard imports this module
+
+            check_database(loc)  # before the file is mapped: damaged pages raise, not crash
             entry = [open_env(loc), pid, 0]
             _OPEN[where] = entry
         entry[2] += 1

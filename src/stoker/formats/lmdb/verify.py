@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from stoker._core.errors import CorruptRecordError
 from stoker._core.progress import make_progress
 from stoker.formats.lmdb.env import EnvHandle, LmdbFormatError, import_lmdb, locate, show_key
 from stoker.formats.lmdb.values import check_layout, check_value, detect_layout
@@ -57,6 +58,9 @@ def verify(
         env = handle.get()
     except LmdbFormatError as e:
         _problem(report, e)
+        return report
+    except CorruptRecordError as e:  # damaged pages, found before the file was mapped
+        report.add(Problem(e.path, e.key, e.offset, e.reason))
         return report
     if checksums:
         report.notes.append(f"{p}: LMDB stores no per-record checksums; every value was parsed")
