@@ -24,6 +24,7 @@ class Tree:
     branches: list[int] = field(default_factory=list)
     leaves: list[int] = field(default_factory=list)
     overflow: list[int] = field(default_factory=list)
+    keys: dict[int, list[bytes]] = field(default_factory=dict)  # leaf page -> its keys
 
     def offset(self, pgno: int) -> int:
         return pgno * self.psize
@@ -39,7 +40,8 @@ def _meta(buf: bytes, at: int) -> tuple[int, int, int, int]:
 
 def tree(path: str | os.PathLike[str]) -> Tree:
     """Walk the main database's B-tree of ``path`` (a ``data.mdb``)."""
-    buf = open(path, "rb").read()  # noqa: SIM115 - small test databases
+    with open(path, "rb") as f:
+        buf = f.read()  # small test databases
     psize = _meta(buf, 0)[0]
     m0, m1 = _meta(buf, 0), _meta(buf, psize)
     which = 1 if m1[3] > m0[3] else 0
@@ -57,8 +59,10 @@ def tree(path: str | os.PathLike[str]) -> Tree:
                 visit(lo | hi << 16 | fl << 32)
         elif flags & P_LEAF:
             t.leaves.append(pgno)
+            t.keys[pgno] = []
             for p in ptrs:
                 fl, ksize = struct.unpack_from("<HH", buf, at + p + 4)
+                t.keys[pgno].append(buf[at + p + 8 : at + p + 8 + ksize])
                 if fl & F_BIGDATA:
                     (ov,) = struct.unpack_from("<Q", buf, at + p + 8 + ksize)
                     t.overflow.append(ov)
