@@ -25,6 +25,8 @@ class Tree:
     leaves: list[int] = field(default_factory=list)
     overflow: list[int] = field(default_factory=list)
     keys: dict[int, list[bytes]] = field(default_factory=dict)  # leaf page -> its keys
+    nodes: dict[int, list[int]] = field(default_factory=dict)  # branch or leaf -> node offsets
+    lower: dict[int, int] = field(default_factory=dict)  # branch or leaf -> end of its pointers
 
     def offset(self, pgno: int) -> int:
         return pgno * self.psize
@@ -52,6 +54,7 @@ def tree(path: str | os.PathLike[str]) -> Tree:
         at = pgno * psize
         flags, lower = struct.unpack_from("<HH", buf, at + 10)
         ptrs = struct.unpack_from(f"<{(lower - HDR) // 2}H", buf, at + HDR)
+        t.nodes[pgno], t.lower[pgno] = list(ptrs), lower
         if flags & P_BRANCH:
             t.branches.append(pgno)
             for p in ptrs:

@@ -94,6 +94,12 @@ CASES = {
         lambda d, t: patch(d, t.offset(t.branches[2]) + 8, bytes.fromhex("0000ffff01f0")),
         r"damaged LMDB pages",
     ),
+    "leaf page claims a node more": (
+        lambda d, t: patch(
+            d, t.offset(t.leaves[50]) + 12, (t.lower[t.leaves[50]] + 2).to_bytes(2, "little")
+        ),
+        r"damaged LMDB pages",
+    ),
     "meta page: root past the last page": (
         lambda d, t: _meta_field(d, t, 128, (t.last_pg + 7).to_bytes(8, "little")),
         r"meta page \d puts the root page at \d+, outside pages 2\.\.\d+",
@@ -128,6 +134,7 @@ QUICK = {
     "truncated inside meta page 1",
     "zeroed root page",
     "scribbled leaf header",
+    "leaf page claims a node more",
     "meta page in use zeroed",
 }
 
@@ -281,3 +288,39 @@ def test_a_walk_that_does_not_finish_is_refused_and_not_cached(base, tmp_path, m
         stoker.formats.open(db)
     assert info.value.path == data
     assert _entries("lmdb-check") == [] and all(k[0] != data for k in guard._SEEN)
+
+
+def test_a_damaged_branch_key_fails_only_the_records_under_it(base, tmp_path):
+    """A branch page's separator key changed: the cursor still lists every record, but lookups
+    of the keys under that branch entry go to its neighbour and find nothing. The check lets
+    the database open (nothing crashes); ``verify`` names exactly the records that a read
+    fails on, and the Loader skips exactly those."""
+    db, data, t = _copy(base, tmp_path)
+    branch = next(b for b in t.branches if b != t.root)
+    node = t.nodes[branch][2]  # its third entry: the key is the lower bound of that child
+    patch(data, t.offset(branch) + node + 8, b"\xff")  # now above every key under it
+    with stoker.formats.open(db) as r:
+        f, bad = r.reader(), []
+        for i in range(N):
+            try:
+                f(i)
+            except stoker.formats.lmdb.LmdbFormatError as e:
+                assert "a lookup does not find it" in str(e)
+                bad.append(i)
+    assert 0 < len(bad) < N // 2
+    report = verify(db)
+    assert [p.key for p in report.problems] == bad
+    assert all("a lookup does not find it" in p.reason for p in report.problems)
+    (w0, w2) = _loads(db, "skip")
+    assert [i for i, _ in w0["rejects"]] == bad and sorted(w2["indices"]) == sorted(
+        set(range(N)) - set(bad)
+    )
+
+
+def test_a_first_key_that_a_lookup_misses_is_an_error_at_open(base, tmp_path):
+    db, data, t = _copy(base, tmp_path)
+    patch(data, t.offset(t.root) + t.nodes[t.root][1] + 8, b"\x00")  # below every key
+    with pytest.raises(stoker.formats.lmdb.LmdbFormatError, match=r"position 0: the cursor lists"):
+        stoker.formats.open(db)  # the layout is read from the first value
+    with stoker.formats.open(db, layout="image") as r:
+        assert len(r) == N

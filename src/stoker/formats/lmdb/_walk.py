@@ -1,5 +1,6 @@
 """The walk of an LMDB database's B-tree, run as a script in a child process by :mod:`.guard`:
-``python _walk.py PATH SUBDIR`` (SUBDIR ``1``: PATH is a folder holding ``data.mdb``).
+``python _walk.py PATH SUBDIR LMDB_DIR`` (SUBDIR ``1``: PATH is a folder holding ``data.mdb``;
+LMDB_DIR: where the parent found the ``lmdb`` package, searched after the usual places).
 
 It does, once, every liblmdb call a reader of the database makes: one cursor pass over keys and
 values (the key list, the labels, ``verify``) and a lookup of every key (``reader()``), touching
@@ -8,7 +9,8 @@ liblmdb's assertions (SIGABRT) or point past the end of the file (SIGBUS, SIGSEG
 process dies instead of the reader's.
 
 It writes lines of JSON to stdout, unbuffered, so the parent knows how far it got when it dies:
-``{"at": n}`` every 256 records, then ``{"done": n, "lookups_failed": m}``, or ``{"error": msg,
+``{"at": n}`` every 256 records, then ``{"done": n, "entries": e, "lookups_failed": m}`` (``e``:
+the entry count liblmdb keeps; a walk that finds another number has met damaged pages), or ``{"error": msg,
 "at": n, "key": hex}`` when liblmdb reports an error in the cursor pass (``{"error": msg, "open": true}``
 when it cannot open the database). A lookup that liblmdb
 answers with an error (rather than a crash) is counted, not fatal: the reader reports that
@@ -55,6 +57,7 @@ def main(path: str, subdir: bool) -> int:
         return 0
     n = failed = 0
     key = b""
+    entries = int(env.stat()["entries"])
     txn = env.begin(buffers=True)
     look = env.begin(buffers=True)
     try:
@@ -82,9 +85,11 @@ def main(path: str, subdir: bool) -> int:
         look.abort()
         txn.abort()
         env.close()
-    _emit({"done": n, "lookups_failed": failed})
+    _emit({"done": n, "entries": entries, "lookups_failed": failed})
     return 0
 
 
 if __name__ == "__main__":
+    if sys.argv[3] not in sys.path:
+        sys.path.append(sys.argv[3])
     sys.exit(main(sys.argv[1], sys.argv[2] == "1"))

@@ -29,6 +29,7 @@ __all__ = [
     "Location",
     "LmdbFormatError",
     "damaged",
+    "not_found",
     "import_lmdb",
     "locate",
     "open_env",
@@ -98,6 +99,17 @@ def damaged(
     ``key``) as stoker's error naming the data file and the record."""
     where = f"LMDB key {show_key(key)}: " if key is not None else ""
     return CorruptRecordError(data_file, None, f"{where}liblmdb: {e}", key=position)
+
+
+def not_found(path: str, key: bytes, position: int) -> LmdbFormatError:
+    """The error for a key the cursor lists that a lookup does not find."""
+    return LmdbFormatError(
+        path,
+        "the cursor lists this key but a lookup does not find it (a damaged branch page, "
+        "or the database changed since its keys were listed)",
+        key=key,
+        position=position,
+    )
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ a zeroed or scribbled branch or leaf page trips liblmdb's assertions (``IS_LEAF`
    (:mod:`.pages`: the page size, the second meta page, every committed page present);
 2. a child process (``_walk.py``) does every liblmdb call a reader will make, once: one cursor
    pass over keys and values, and a lookup of every key. If liblmdb crashes there, or reports
-   an error in the cursor pass, the database is refused with a :class:`CorruptRecordError`
-   naming the file and how far the walk got.
+   an error in the cursor pass, or the pass finds another number of records than the
+   database counts, the database is refused with a :class:`CorruptRecordError` naming the
+   file and how far the walk got.
 
 The verdict is cached in the cache directory (kind ``lmdb-check``, keyed like the key list: the
 data file's path, device, inode, size and modification time), together with the meta page's
@@ -132,16 +133,14 @@ def _read_entry(path: str | None, meta: Meta) -> tuple[bool, Verdict]:
 def _walk(loc: Location) -> Verdict:
     """Run ``_walk.py`` on ``loc`` in a child process and read its verdict."""
     data = loc.data_file
-    lmdb = import_lmdb()
-    env = dict(os.environ)  # the child imports the lmdb this process imported
+    lmdb = import_lmdb()  # the child falls back on the folder this process imported it from
     where = os.path.dirname(os.path.dirname(os.path.abspath(lmdb.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (where, env.get("PYTHONPATH")) if p)
     limit = walk_timeout(os.path.getsize(data))
-    cmd = [sys.executable, _SCRIPT, loc.path, "1" if loc.subdir else "0"]
+    if not sys.executable:
+        raise OSError(f"{data}: no Python executable to check its LMDB pages with")
+    cmd = [sys.executable, _SCRIPT, loc.path, "1" if loc.subdir else "0", where]
     try:
-        r = subprocess.run(
-            cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=limit, env=env
-        )
+        r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=limit)
     except subprocess.TimeoutExpired:
         raise CorruptRecordError(
             data,
@@ -155,8 +154,14 @@ def _walk(loc: Location) -> Verdict:
     last = lines[-1] if lines else {}
     if r.returncode < 0:
         return {"kind": "corrupt", "reason": _crash(r.returncode, lines, r.stderr)}
-    if "done" in last:
+    if "done" in last and last["done"] == last.get("entries"):
         return None
+    if "done" in last:  # node pointers that point at garbage, or a count that is wrong
+        return {
+            "kind": "corrupt",
+            "reason": f"damaged LMDB pages: the B-tree walk found {last['done']} records, "
+            f"the database counts {last.get('entries')}",
+        }
     if "error" in last and last.get("open"):
         return {"kind": "unreadable", "reason": f"not a readable LMDB database: {last['error']}"}
     if "error" in last:

@@ -26,6 +26,7 @@ from stoker.formats.lmdb.env import (
     damaged,
     import_lmdb,
     locate,
+    not_found,
     show_key,
 )
 from stoker.formats.lmdb.keylist import KeyList, load_keys
@@ -95,9 +96,12 @@ class LmdbReader(Reader):
         lmdb = import_lmdb()
         try:
             with self._env().begin() as txn:
-                return txn.get(k)
+                value = txn.get(k)
         except lmdb.Error as e:
             raise damaged(self._handle.loc.data_file, e, key=k, position=i) from None
+        if value is None:
+            raise not_found(self.path, k, i)
+        return value
 
     def _keylist(self) -> KeyList:
         if self._keys is None:
@@ -221,12 +225,7 @@ class LmdbReader(Reader):
                 txn = env.begin()
                 raise damaged(data_file, e, key=k, position=i) from None
             if value is None:
-                raise LmdbFormatError(
-                    path,
-                    "the key is in the key list but not in the database (changed since?)",
-                    key=k,
-                    position=i,
-                )
+                raise not_found(path, k, i)
             if datum:
                 image, label = read_datum(value, path, k, i, png_level)
                 return image, label, i, {}
