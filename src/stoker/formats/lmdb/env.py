@@ -29,9 +29,9 @@ __all__ = [
     "Location",
     "LmdbFormatError",
     "damaged",
-    "not_found",
     "import_lmdb",
     "locate",
+    "not_found",
     "open_env",
     "show_key",
 ]
