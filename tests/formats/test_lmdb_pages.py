@@ -17,7 +17,7 @@ import sys
 
 import pytest
 from _lmdb_pages import Tree, patch, tree
-from test_lmdb_util import encode, lsun_key, photo, write_db
+from test_lmdb_util import encode, lsun_key, photo, raw_datum, write_db
 
 import stoker.formats
 from stoker._core.errors import CorruptRecordError
@@ -324,3 +324,29 @@ def test_a_first_key_that_a_lookup_misses_is_an_error_at_open(base, tmp_path):
         stoker.formats.open(db)  # the layout is read from the first value
     with stoker.formats.open(db, layout="image") as r:
         assert len(r) == N
+
+
+def test_liblmdb_errors_in_a_cursor_pass_name_the_file_and_position(base, tmp_path):
+    """The key list and a Datum database's labels are cursor passes: liblmdb's error there (the
+    first leaf zeroed after the check; liblmdb answers MDB_CORRUPTED) is a CorruptRecordError
+    naming the file and the position reached."""
+    db, data, t = _copy(base, tmp_path)
+    stoker.formats.open(db).close()  # the verdict is cached
+    keys = os.path.join(os.environ["STOKER_CACHE_DIR"], "lmdb-keys")
+    for name in os.listdir(keys):  # the key list is not: it is built again, by a cursor pass
+        os.unlink(os.path.join(keys, name))
+    _damage_in_place(data, t, t.leaves[0])
+    with pytest.raises(CorruptRecordError, match=r"key 0: liblmdb: .*MDB_CORRUPTED") as info:
+        stoker.formats.open(db)
+    assert info.value.path == data
+
+    items = [(b"%04d" % i, raw_datum(photo(i, 4, 4), i % 7)) for i in range(300)]
+    db = write_db(tmp_path / "datum", items)
+    data = os.path.join(db, "data.mdb")
+    t = tree(data)
+    assert len(t.leaves) > 2
+    with stoker.formats.open(db, layout="datum") as r:
+        _damage_in_place(data, t, t.leaves[0])  # the keys are listed; the labels are not
+        with pytest.raises(CorruptRecordError, match=r"key 0: liblmdb: .*MDB_CORRUPTED") as info:
+            r.labels()
+    assert info.value.path == data
