@@ -23,6 +23,15 @@ Cache entry: JSON ``{"version": 1, "txnid", "last_pg", "root", "entries", "verdi
 ``verdict`` is ``null`` (sound) or ``{"kind": "corrupt" | "unreadable", "reason": str}``. A
 walk that does not finish within its time limit is refused and not cached.
 
+NOTE [ The walk's child process ]: ``subprocess.run`` with stdin closed and stdout/stderr
+piped; the parent waits for it (the lock that guards this process's environments is held
+meanwhile, so one database is walked once even when threads open it together). Timeout:
+``walk_timeout`` (60 s plus 1 s per 20 MB), then the child is killed and the open refused. On
+Ctrl-C in the parent, ``subprocess.run`` kills and reaps the child before the
+KeyboardInterrupt goes on. If the parent is killed, the child only reads: it finishes its walk,
+or stops at its next line of output (a broken pipe). It never writes anything but that
+output.
+
 The price: an open whose verdict is not cached reads every page of the database once; see the
 folder's README for measured figures. Not caught: a file changed in place after its verdict was
 cached while keeping its size and modification time, and a file truncated while it is mapped
