@@ -1,6 +1,7 @@
 """The walk of an LMDB database's B-tree, run as a script in a child process by :mod:`.guard`:
-``python _walk.py PATH SUBDIR LMDB_DIR`` (SUBDIR ``1``: PATH is a folder holding ``data.mdb``;
-LMDB_DIR: where the parent found the ``lmdb`` package, searched after the usual places).
+``python _walk.py PATH SUBDIR LMDB_DIR OPTIONS`` (SUBDIR ``1``: PATH is a folder holding
+``data.mdb``; LMDB_DIR: where the parent found the ``lmdb`` package, searched after the usual
+places; OPTIONS: ``lmdb.open``'s options as JSON, the reader's own, so the map is the same).
 
 It does, once, every liblmdb call a reader of the database makes: one cursor pass over keys and
 values (the key list, the labels, ``verify``) and a lookup of every key (``reader()``), touching
@@ -34,24 +35,14 @@ def _emit(obj: dict) -> None:
     os.write(1, (json.dumps(obj) + "\n").encode())
 
 
-def main(path: str, subdir: bool) -> int:
+def main(path: str, subdir: bool, options: dict) -> int:
     import resource
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     import lmdb
 
     try:
-        env = lmdb.open(
-            path,
-            subdir=subdir,
-            readonly=True,
-            lock=False,
-            readahead=False,
-            meminit=False,
-            max_readers=126,
-            max_dbs=0,
-            create=False,
-        )
+        env = lmdb.open(path, subdir=subdir, **options)
     except lmdb.Error as e:
         _emit({"error": str(e), "open": True})
         return 0
@@ -92,4 +83,4 @@ def main(path: str, subdir: bool) -> int:
 if __name__ == "__main__":
     if sys.argv[3] not in sys.path:
         sys.path.append(sys.argv[3])
-    sys.exit(main(sys.argv[1], sys.argv[2] == "1"))
+    sys.exit(main(sys.argv[1], sys.argv[2] == "1", json.loads(sys.argv[4])))

@@ -25,6 +25,7 @@ from stoker._core.errors import CorruptRecordError, StokerFormatError
 __all__ = [
     "INSTALL_HINT",
     "MAX_READERS",
+    "OPEN_OPTIONS",
     "EnvHandle",
     "Location",
     "LmdbFormatError",
@@ -40,6 +41,16 @@ INSTALL_HINT = 'reading LMDB databases needs the lmdb package: pip install "stok
 #: Passed to ``lmdb.open``; without a lock file LMDB keeps no reader table, so this does not
 #: limit how many processes read at once.
 MAX_READERS = 126
+#: ``lmdb.open``'s options besides the path (the check's child process opens with them too)
+OPEN_OPTIONS = {
+    "readonly": True,
+    "lock": False,
+    "readahead": False,
+    "meminit": False,
+    "max_readers": MAX_READERS,
+    "max_dbs": 0,
+    "create": False,
+}
 
 
 def import_lmdb() -> Any:
@@ -139,17 +150,7 @@ def open_env(loc: Location) -> Any:
     file is not an LMDB database."""
     lmdb = import_lmdb()
     try:
-        return lmdb.open(
-            loc.path,
-            subdir=loc.subdir,
-            readonly=True,
-            lock=False,
-            readahead=False,
-            meminit=False,
-            max_readers=MAX_READERS,
-            max_dbs=0,
-            create=False,
-        )
+        return lmdb.open(loc.path, subdir=loc.subdir, **OPEN_OPTIONS)
     except lmdb.Error as e:
         hint = ""
         if "already open" in str(e):

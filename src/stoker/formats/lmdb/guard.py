@@ -52,7 +52,13 @@ from typing import Any
 from stoker._core.atomic import write_cache_file
 from stoker._core.cache import cache_file, file_identity
 from stoker._core.errors import CorruptRecordError
-from stoker.formats.lmdb.env import LmdbFormatError, Location, import_lmdb, show_key
+from stoker.formats.lmdb.env import (
+    OPEN_OPTIONS,
+    LmdbFormatError,
+    Location,
+    import_lmdb,
+    show_key,
+)
 from stoker.formats.lmdb.pages import Meta, read_meta
 
 __all__ = ["check_database", "walk_timeout"]
@@ -147,7 +153,8 @@ def _walk(loc: Location) -> Verdict:
     limit = walk_timeout(os.path.getsize(data))
     if not sys.executable:
         raise OSError(f"{data}: no Python executable to check its LMDB pages with")
-    cmd = [sys.executable, _SCRIPT, loc.path, "1" if loc.subdir else "0", where]
+    options = json.dumps(OPEN_OPTIONS)
+    cmd = [sys.executable, _SCRIPT, loc.path, "1" if loc.subdir else "0", where, options]
     try:
         r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=limit)
     except subprocess.TimeoutExpired:
