@@ -6,7 +6,7 @@ other pixels), unchanged, a crash (the child died of a signal), a hang (no end w
 limit), or bad (another exception, or an error that does not name the database). Crashes,
 hangs and bad outcomes must be 0.
 
-A bounded sample runs by default; ``slow`` runs 200 cases."""
+A bounded sample (cases 0..2) runs by default; ``slow`` runs cases 5..204."""
 
 from __future__ import annotations
 
@@ -110,8 +110,8 @@ def _fuzz(clean: tuple[str, str], tmp_path, cases: range) -> collections.Counter
 
 
 def test_random_damage_never_crashes_or_hangs_a_sample(clean, tmp_path):
-    counts = _fuzz(clean, tmp_path, range(5))
-    assert sum(n for (tool, _), n in counts.items() if tool == "verify") == 5
+    counts = _fuzz(clean, tmp_path, range(3))  # case 0 with workers=2
+    assert sum(n for (tool, _), n in counts.items() if tool == "verify") == 3
 
 
 @pytest.mark.slow
