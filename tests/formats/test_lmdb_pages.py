@@ -116,6 +116,10 @@ CASES = {
         lambda d, t: _meta_field(d, t, 136, (t.last_pg * 4).to_bytes(8, "little")),
         r"truncated",
     ),
+    "meta page: last page zero": (
+        lambda d, t: _meta_field(d, t, 136, bytes(8)),
+        r"meta page \d gives 0 as the last page",
+    ),
     "meta page in use zeroed": (
         lambda d, t: _zero(d, t, t.meta),
         r"meta page \d is not an LMDB meta page|byte 0 does not start an LMDB meta page",

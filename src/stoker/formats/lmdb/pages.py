@@ -79,8 +79,9 @@ def read_meta(data_file: str, name: str) -> Meta:
     """The meta page liblmdb will use, after checking the file against it.
 
     :class:`LmdbFormatError` naming the database ``name`` when page 0 is not an LMDB meta page
-    (the file is not an LMDB database); :class:`CorruptRecordError` naming the file and byte offset when the second meta
-    page, the page size, the root page or the file's length is wrong."""
+    (the file is not an LMDB database); :class:`CorruptRecordError` naming the file and the
+    byte offset of the field at fault when the second meta page, the page size, the data
+    version, the last page, the root page or the file's length is wrong."""
     with open(data_file, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         first = f.read(_SIZE)
@@ -97,7 +98,10 @@ def read_meta(data_file: str, name: str) -> Meta:
         _check_page(data_file, m0, 0)
         if not 256 <= psize <= 65536 or psize & (psize - 1):
             raise CorruptRecordError(
-                data_file, 40, f"meta page 0 gives a page size of {psize} (not a power of two)"
+                data_file,
+                40,
+                f"meta page 0 gives a page size of {psize} "
+                "(LMDB's is a power of two from 256 to 65536)",
             )
         f.seek(psize)
         second = f.read(_SIZE)
@@ -119,7 +123,11 @@ def read_meta(data_file: str, name: str) -> Meta:
         )
     meta = Meta(psize, m["last_pg"], m["txnid"], m["root"], m["depth"], m["entries"], which)
     at = which * psize
-    if meta.last_pg < 1 or size < meta.committed:
+    if meta.last_pg < 1:  # pages 0 and 1 are the meta pages, even in an empty database
+        raise CorruptRecordError(
+            data_file, at + 136, f"meta page {which} gives {meta.last_pg} as the last page"
+        )
+    if size < meta.committed:
         raise CorruptRecordError(
             data_file,
             at + 136,
