@@ -354,3 +354,28 @@ def test_liblmdb_errors_in_a_cursor_pass_name_the_file_and_position(base, tmp_pa
         with pytest.raises(CorruptRecordError, match=r"key 0: liblmdb: .*MDB_CORRUPTED") as info:
             r.labels()
     assert info.value.path == data
+
+
+@pytest.mark.parametrize(
+    ("dies", "cached"), [("os.abort()", True), ("os.kill(os.getpid(), signal.SIGKILL)", False)]
+)
+def test_only_a_fault_of_the_walk_is_a_verdict(base, tmp_path, monkeypatch, dies, cached):
+    """The walk dying of SIGABRT (liblmdb's assertions; SIGBUS and SIGSEGV alike) is the file's
+    fault and is cached; a SIGKILL from outside (the OOM killer) says nothing about the file."""
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
+    db, data, _ = _copy(base, tmp_path)
+    script = tmp_path / "dies.py"
+    script.write_text(f"import os, signal\n{dies}\n")
+    monkeypatch.setattr(guard, "_SCRIPT", str(script))
+    want = CorruptRecordError if cached else OSError
+    with pytest.raises(want, match="SIGABRT" if cached else "SIGKILL.*nothing is cached"):
+        stoker.formats.open(db)
+    assert len(_entries("lmdb-check")) == int(cached)
+    monkeypatch.undo()
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
+    guard._SEEN.clear()
+    if cached:
+        with pytest.raises(CorruptRecordError, match="SIGABRT"):
+            stoker.formats.open(db)
+    else:
+        stoker.formats.open(db).close()

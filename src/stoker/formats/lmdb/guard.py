@@ -70,6 +70,10 @@ _MAX_ENTRY = 1 << 16  # bytes: a verdict is a few hundred
 _SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_walk.py")
 
 Verdict = dict[str, str] | None  # None: sound; else {"kind", "reason"}
+#: the signals by which liblmdb dies on damaged pages: its assertions abort, bad pointers fault
+_FAULTS = frozenset(
+    int(s) for s in (signal.SIGABRT, signal.SIGBUS, signal.SIGSEGV, signal.SIGFPE, signal.SIGILL)
+)
 
 # verdicts this process has reached: (data file, identity, txnid, last page, root) -> verdict
 _SEEN: dict[tuple, Verdict] = {}
@@ -168,8 +172,13 @@ def _walk(loc: Location) -> Verdict:
         raise OSError(f"{data}: cannot start the process that checks its LMDB pages: {e}") from e
     lines = _lines(r.stdout)
     last = lines[-1] if lines else {}
-    if r.returncode < 0:
+    if -r.returncode in _FAULTS:
         return {"kind": "corrupt", "reason": _crash(r.returncode, lines, r.stderr)}
+    if r.returncode < 0:  # killed from outside (the OOM killer, a signal to the group): no verdict
+        raise OSError(
+            f"{data}: the process that checks its LMDB pages was killed "
+            f"({_signame(-r.returncode)}); nothing is cached, the next open checks again"
+        )
     if "done" in last and last["done"] == last.get("entries"):
         return None
     if "done" in last:  # node pointers that point at garbage, or a count that is wrong
@@ -205,11 +214,15 @@ def _lines(out: bytes) -> list[dict[str, Any]]:
     return got
 
 
-def _crash(returncode: int, lines: list[dict[str, Any]], stderr: bytes) -> str:
+def _signame(n: int) -> str:
     try:
-        sig = signal.Signals(-returncode).name
+        return signal.Signals(n).name
     except ValueError:
-        sig = f"signal {-returncode}"
+        return f"signal {n}"
+
+
+def _crash(returncode: int, lines: list[dict[str, Any]], stderr: bytes) -> str:
+    sig = _signame(-returncode)
     at = max((int(d.get("at", 0)) for d in lines), default=0)  # reported every 256 records
     said = stderr.decode(errors="replace").strip().splitlines()[-1:]
     # liblmdb's assertion text, without the build folder: "mdb.c:6273: Assertion ..."
