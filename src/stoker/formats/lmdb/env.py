@@ -20,16 +20,19 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from stoker._core.errors import StokerFormatError
+from stoker._core.errors import CorruptRecordError, StokerFormatError
 
 __all__ = [
     "INSTALL_HINT",
     "MAX_READERS",
+    "OPEN_OPTIONS",
     "EnvHandle",
     "Location",
     "LmdbFormatError",
+    "damaged",
     "import_lmdb",
     "locate",
+    "not_found",
     "open_env",
     "show_key",
 ]
@@ -38,6 +41,16 @@ INSTALL_HINT = 'reading LMDB databases needs the lmdb package: pip install "stok
 #: Passed to ``lmdb.open``; without a lock file LMDB keeps no reader table, so this does not
 #: limit how many processes read at once.
 MAX_READERS = 126
+#: ``lmdb.open``'s options besides the path (the check's child process opens with them too)
+OPEN_OPTIONS = {
+    "readonly": True,
+    "lock": False,
+    "readahead": False,
+    "meminit": False,
+    "max_readers": MAX_READERS,
+    "max_dbs": 0,
+    "create": False,
+}
 
 
 def import_lmdb() -> Any:
@@ -90,6 +103,26 @@ def _rebuild(path, reason, key, position, offset):  # noqa: ANN001
     return LmdbFormatError(path, reason, key=key, position=position, offset=offset)
 
 
+def damaged(
+    data_file: str, e: Exception, *, key: bytes | None = None, position: int | None = None
+) -> CorruptRecordError:
+    """liblmdb's error ``e`` (damaged pages, seen while reading record ``position``, LMDB key
+    ``key``) as stoker's error naming the data file and the record."""
+    where = f"LMDB key {show_key(key)}: " if key is not None else ""
+    return CorruptRecordError(data_file, None, f"{where}liblmdb: {e}", key=position)
+
+
+def not_found(path: str, key: bytes, position: int) -> LmdbFormatError:
+    """The error for a key the cursor lists that a lookup does not find."""
+    return LmdbFormatError(
+        path,
+        "the cursor lists this key but a lookup does not find it (a damaged branch page, "
+        "or the database changed since its keys were listed)",
+        key=key,
+        position=position,
+    )
+
+
 @dataclass(frozen=True)
 class Location:
     """``path`` as given; ``subdir``: a folder holding ``data.mdb`` (else the path is the data
@@ -117,17 +150,7 @@ def open_env(loc: Location) -> Any:
     file is not an LMDB database."""
     lmdb = import_lmdb()
     try:
-        return lmdb.open(
-            loc.path,
-            subdir=loc.subdir,
-            readonly=True,
-            lock=False,
-            readahead=False,
-            meminit=False,
-            max_readers=MAX_READERS,
-            max_dbs=0,
-            create=False,
-        )
+        return lmdb.open(loc.path, subdir=loc.subdir, **OPEN_OPTIONS)
     except lmdb.Error as e:
         hint = ""
         if "already open" in str(e):
@@ -155,6 +178,9 @@ def _acquire(loc: Location) -> Any:
                 entry[0].close()
             entry = None
         if entry is None:
+            from stoker.formats.lmdb.guard import check_database  # guard imports this module
+
+            check_database(loc)  # before the file is mapped: damaged pages raise, not crash
             entry = [open_env(loc), pid, 0]
             _OPEN[where] = entry
         entry[2] += 1

@@ -38,6 +38,7 @@ import numpy as np
 
 from stoker._core.atomic import write_cache_file
 from stoker._core.cache import cache_file
+from stoker.formats.lmdb.env import damaged, import_lmdb
 
 __all__ = ["KeyList", "load_keys"]
 
@@ -81,14 +82,18 @@ def _db_state(env: Any) -> tuple[int, int]:
     return int(env.stat()["entries"]), int(env.info()["last_txnid"])
 
 
-def build_keys(env: Any) -> KeyList:
-    """One cursor pass over the keys alone."""
+def build_keys(env: Any, data_file: str) -> KeyList:
+    """One cursor pass over the keys alone; liblmdb's errors name the position reached."""
     blob = bytearray()
     ends = array("Q", [0])
+    lmdb = import_lmdb()
     with env.begin(buffers=True) as txn:
-        for k in txn.cursor().iternext(keys=True, values=False):
-            blob += k
-            ends.append(len(blob))
+        try:
+            for k in txn.cursor().iternext(keys=True, values=False):
+                blob += k
+                ends.append(len(blob))
+        except lmdb.Error as e:
+            raise damaged(data_file, e, position=len(ends) - 1) from None
     return KeyList(np.frombuffer(ends, dtype=np.uint64).copy(), memoryview(bytes(blob)))
 
 
@@ -142,7 +147,7 @@ def load_keys(env: Any, data_file: str, *, use_cache: bool = True) -> KeyList:
         cached = _read_cache(path, entries, txnid)
         if cached is not None:
             return cached
-    keys = build_keys(env)
+    keys = build_keys(env, data_file)
     if path is not None and len(keys) == entries:
         write_cache_file(path, _chunks(keys, txnid))
     return keys

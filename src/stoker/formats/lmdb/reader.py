@@ -20,7 +20,15 @@ import numpy as np
 from stoker._core.errors import SpecError
 from stoker._core.schema import Schema
 from stoker.formats.base import Reader, ReadSample
-from stoker.formats.lmdb.env import EnvHandle, LmdbFormatError, import_lmdb, locate, show_key
+from stoker.formats.lmdb.env import (
+    EnvHandle,
+    LmdbFormatError,
+    damaged,
+    import_lmdb,
+    locate,
+    not_found,
+    show_key,
+)
 from stoker.formats.lmdb.keylist import KeyList, load_keys
 from stoker.formats.lmdb.labels import (
     cached_labels,
@@ -71,8 +79,7 @@ class LmdbReader(Reader):
             raise LmdbFormatError(self.path, "the database has 0 records")
         if layout is None:
             k = keys.key(0)
-            with self._env().begin() as txn:
-                layout = detect_layout(txn.get(k), self.path, k)
+            layout = detect_layout(self._get(k, 0), self.path, k)
         if layout == "datum" and (label is not None or labels is not None):
             raise ValueError(
                 "a Datum database carries its own labels; label=/labels= are for layout='image'"
@@ -83,6 +90,18 @@ class LmdbReader(Reader):
 
     def _env(self) -> Any:
         return self._handle.get()
+
+    def _get(self, k: bytes, i: int) -> Any:
+        """The value of LMDB key ``k`` (position ``i``), in a transaction of its own."""
+        lmdb = import_lmdb()
+        try:
+            with self._env().begin() as txn:
+                value = txn.get(k)
+        except lmdb.Error as e:
+            raise damaged(self._handle.loc.data_file, e, key=k, position=i) from None
+        if value is None:
+            raise not_found(self.path, k, i)
+        return value
 
     def _keylist(self) -> KeyList:
         if self._keys is None:
@@ -171,9 +190,7 @@ class LmdbReader(Reader):
                     out[i] = read_datum_label(v, self.path, bytes(k), i)
                     i += 1
             except lmdb.Error as e:
-                raise LmdbFormatError(
-                    self.path, f"LMDB error while reading labels: {e}", position=i
-                ) from None
+                raise damaged(self._handle.loc.data_file, e, position=i) from None
         if i != len(out):
             raise LmdbFormatError(
                 self.path, f"the database holds {i} records, its key list {len(out)}"
@@ -187,13 +204,15 @@ class LmdbReader(Reader):
             )
         lmdb = import_lmdb()
         keys, path, n = self._keylist(), self.path, len(self)
-        txn = self._env().begin()  # one read transaction per chunk; aborted when f goes
+        env, data_file = self._env(), self._handle.loc.data_file
+        txn = env.begin()  # one read transaction per chunk; aborted when f goes
         datum, png_level = self.layout == "datum", self._png_level
         const = self._label or 0
         mapping = self._labels_opt if isinstance(self._labels_opt, dict) else None
         table = self.labels() if isinstance(self._labels_opt, str) else None
 
         def f(i: int) -> tuple[Any, Any, int, dict[str, Any]]:
+            nonlocal txn
             if isinstance(i, bool) or not 0 <= i < n:
                 raise IndexError(f"position {i!r} out of range for {n} records of {path}")
             i = int(i)
@@ -201,14 +220,12 @@ class LmdbReader(Reader):
             try:
                 value = txn.get(k)
             except lmdb.Error as e:
-                raise LmdbFormatError(path, f"LMDB error: {e}", key=k, position=i) from None
+                # liblmdb's error leaves the transaction unusable; the next record gets a new one
+                txn.abort()
+                txn = env.begin()
+                raise damaged(data_file, e, key=k, position=i) from None
             if value is None:
-                raise LmdbFormatError(
-                    path,
-                    "the key is in the key list but not in the database (changed since?)",
-                    key=k,
-                    position=i,
-                )
+                raise not_found(path, k, i)
             if datum:
                 image, label = read_datum(value, path, k, i, png_level)
                 return image, label, i, {}

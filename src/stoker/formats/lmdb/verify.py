@@ -3,11 +3,13 @@ database's layout says (``stoker verify`` runs it).
 
 A Datum database: every value must parse as a Datum whose raw pixels match ``channels x height
 x width``, or whose encoded data starts like an image file. An image database: every value must
-start like an image file. ``decode`` (a callable that raises on a bad image, e.g.
-``stoker.codecs.decode``) is applied to every encoded image. LMDB keeps no per-record
-checksums, so ``checksums`` has nothing to compare (a note says so). Values are checked, not
-LMDB's own B-tree pages: page damage that liblmdb detects surfaces as an LMDB error, reported
-with the position the walk had reached.
+start like an image file. Either way every key the cursor lists must be found by a lookup, as a
+reader finds it (a damaged branch page misleads lookups only). ``decode`` (a callable that
+raises on a bad image, e.g. ``stoker.codecs.decode``) is applied to every encoded image. LMDB
+keeps no per-record checksums, so ``checksums`` has nothing to compare (a note says so).
+Damaged pages are found before the walk, when the database is opened (:mod:`.guard`): one
+problem naming the data file; an error liblmdb reports during the walk names the position the
+walk had reached.
 """
 
 from __future__ import annotations
@@ -15,8 +17,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from stoker._core.errors import CorruptRecordError
 from stoker._core.progress import make_progress
-from stoker.formats.lmdb.env import EnvHandle, LmdbFormatError, import_lmdb, locate, show_key
+from stoker.formats.lmdb.env import (
+    EnvHandle,
+    LmdbFormatError,
+    import_lmdb,
+    locate,
+    not_found,
+    show_key,
+)
 from stoker.formats.lmdb.values import check_layout, check_value, detect_layout
 from stoker.formats.report import Problem, VerifyReport
 
@@ -58,6 +68,9 @@ def verify(
     except LmdbFormatError as e:
         _problem(report, e)
         return report
+    except CorruptRecordError as e:  # damaged pages, found before the file was mapped
+        report.add(Problem(e.path, e.key, e.offset, e.reason))
+        return report
     if checksums:
         report.notes.append(f"{p}: LMDB stores no per-record checksums; every value was parsed")
     try:
@@ -91,6 +104,8 @@ def _walk(report, env, p, layout, decode, progress, lmdb) -> None:  # noqa: ANN0
                     _problem(
                         report, LmdbFormatError(p, e.reason, key=key, position=i, offset=e.offset)
                     )
+                if txn.get(key) is None:  # a reader looks keys up: a damaged branch misleads it
+                    _problem(report, not_found(p, key, i))
                 i += 1
                 bar.update(1)
     except lmdb.Error as e:
