@@ -21,7 +21,7 @@ from stoker.formats.remote import ReadPlan
 from stoker.loader.sources import Source
 from stoker.sampling import EpochOrder, Sampler, ShardOrder
 
-__all__ = ["check_shuffle", "default_sampler", "read_plan", "sampler_args"]
+__all__ = ["check_shuffle", "claim_cache", "default_sampler", "read_plan", "sampler_args"]
 
 SHARDS = "shards"
 
@@ -126,3 +126,27 @@ def read_plan(
     # ranks of a sequential order interleave, so they read the same shards at once
     shared = span is not None and not isinstance(sampler, ShardOrder)
     return ReadPlan(span, shared, order, run)
+
+
+def claim_cache(
+    src: Source,
+    sampler: Sampler,
+    *,
+    shuffle: bool | str | None,
+    per_batch: int,
+    prefetch: int,
+    workers: int,
+) -> Any:
+    """A loader's claim on the shard cache its source reads through (``None`` for a source
+    without one): the room :func:`read_plan` says it pins; with workers, this process then
+    lets go of what it pinned while opening the set."""
+    sizes = src.shard_sizes()
+    if sizes is None:
+        return None
+    plan = read_plan(
+        sampler, sizes, shuffle=shuffle, per_batch=per_batch, prefetch=prefetch, workers=workers
+    )
+    claim = src.claim_cache(plan)
+    if claim is not None and workers:
+        src.let_go()  # the workers read; this process keeps nothing pinned
+    return claim

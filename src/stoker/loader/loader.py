@@ -33,10 +33,11 @@ from stoker._core.specs import ArraySpec
 from stoker._core.system import usable_cores
 from stoker.formats.remote import RemoteOptions
 from stoker.loader import _elastic, _keep, _shm
-from stoker.loader._feed import Epoch, RingFeed, compact, compact_fields, dims, make_batch
+from stoker.loader._compact import compact, compact_fields, dims
+from stoker.loader._feed import Epoch, RingFeed, make_batch
 from stoker.loader._fields import FieldPlan, plan_fields
 from stoker.loader._habits import DATALOADER_NAMES
-from stoker.loader._order import check_shuffle, default_sampler, read_plan, sampler_args
+from stoker.loader._order import check_shuffle, claim_cache, default_sampler, sampler_args
 from stoker.loader._pool import WorkerPool, mp_context, warm_up, workers_here
 from stoker.loader._state import (
     MAX_COUNTER,
@@ -166,7 +167,14 @@ class Loader(RingFeed):
             self.sampler: Sampler = sampler
             self._label_spec = src.label_spec
             self._per_batch = self.batch_size // 2 if pair_with is not None else self.batch_size
-            self._claim = self._claim_cache(src, shuffle)
+            self._claim = claim_cache(
+                src,
+                self.sampler,
+                shuffle=shuffle if self._own_sampler else None,
+                per_batch=self._per_batch,
+                prefetch=self.prefetch,
+                workers=self.workers,
+            )
         except BaseException:
             if owned:
                 src.close()
@@ -232,25 +240,6 @@ class Loader(RingFeed):
             geometry=self._fields.geometry if self._fields is not None else frozenset(),
             input_from=where,
         )
-
-    def _claim_cache(self, src: Source, shuffle: bool | str) -> Any:
-        """For a set read through the node's shard cache: claim the room this loader pins at
-        once, or raise ``CacheFullError`` now rather than stall later (``_order.read_plan``)."""
-        sizes = src.shard_sizes()
-        if sizes is None:
-            return None
-        plan = read_plan(
-            self.sampler,
-            sizes,
-            shuffle=shuffle if self._own_sampler else None,
-            per_batch=self._per_batch,
-            prefetch=self.prefetch,
-            workers=self.workers,
-        )
-        claim = src.claim_cache(plan)
-        if claim is not None and self.workers:
-            src.let_go()  # the workers read; this process keeps nothing pinned
-        return claim
 
     def _default_sampler(
         self, src: Source, shuffle: bool | str, rank: int | None, world_size: int | None

@@ -84,7 +84,6 @@ from stoker._core.cache import cache_dir
 from stoker._core.errors import CacheFullError, CorruptRecordError, StorageError
 from stoker.storage._cachefiles import (
     DATA,
-    LOCK_FILE,
     MARK,
     MARK_TMP,
     NEW_FILE,
@@ -98,6 +97,8 @@ from stoker.storage._cachefiles import (
     read_marker,
     split_entry,
 )
+from stoker.storage._locks import Held, close_lock, open_lock
+from stoker.storage.claims import Claim, claim, live_claims
 
 __all__ = [
     "DEFAULT_LIMIT_FRACTION",
@@ -149,46 +150,7 @@ class _Poll:
         return False
 
 
-class _Held:
-    """A flock this process holds through one descriptor: released by :meth:`close`, by the
-    end of the process, or as a context manager; never by a forked child's copy (see
-    ``_forget_locks``), and never pickled."""
-
-    __slots__ = ("_fd", "_pid")
-    _refusal = "a flock held by this process"
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._pid = os.getpid()
-
-    @property
-    def closed(self) -> bool:
-        return self._fd < 0
-
-    def close(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0 and self._pid == os.getpid():
-            self._release()
-            _close_lock(fd)  # the flock goes with the last descriptor of its open file
-
-    def _release(self) -> None:
-        """What goes with the lock, before it is released."""
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
-
-    def __reduce__(self) -> Any:
-        raise TypeError(self._refusal)
-
-
-class Pin(_Held):
+class Pin(Held):
     """A shared lock on one cache entry: while it is open no process evicts or replaces the
     file at :attr:`path`. A context manager; :meth:`close` releases it (so does process exit)."""
 
@@ -202,25 +164,6 @@ class Pin(_Held):
 
     def __repr__(self) -> str:
         return f"Pin({self.path!r}, {'closed' if self.closed else 'open'})"
-
-
-class Claim(_Held):
-    """A live claim on the cache's budget (:meth:`ShardCache.claim`): released by
-    :meth:`close`, by the end of its process, or as a context manager."""
-
-    __slots__ = ("_path", "bytes", "what")
-    _refusal = "a Claim is this process's lock on the cache's budget; it stays here"
-
-    def __init__(self, path: str, fd: int, nbytes: int, what: str) -> None:
-        super().__init__(fd)
-        self._path, self.bytes, self.what = path, nbytes, what
-
-    def _release(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._path)
-
-    def __repr__(self) -> str:
-        return f"Claim({self.what!r}, {self.bytes} bytes, {'closed' if self.closed else 'live'})"
 
 
 class ShardCache:
@@ -281,71 +224,19 @@ class ShardCache:
         return self._get(key, size, crc32c, fetch, name, wait_for_room=False)
 
     def claim(self, nbytes: int, *, what: str, group: str | None = None, fixes: str = "") -> Claim:
-        """Claim ``nbytes`` of the budget for pins (see the NOTE's Claims): the claim, or
-        :class:`CacheFullError` naming what is claimed already, the budget and ``fixes``
-        when the live claims and this one do not fit. ``group``: claims that pin the same
-        shards (one run's ranks in one place of one set) count once, as their largest."""
-        if type(nbytes) is not int or nbytes < 0:
-            raise ValueError(f"a claim is an int number of bytes >= 0, got {nbytes!r}")
+        """Claim ``nbytes`` of the budget for pins (the NOTE's Claims; :mod:`.claims`): the
+        claim, or :class:`CacheFullError` naming what is claimed already, the budget and
+        ``fixes``. ``group``: claims that pin the same shards count once, as their largest."""
         self._ensure_dirs()
-        folder = os.path.join(self.root, "claims")
-        os.makedirs(folder, mode=0o700, exist_ok=True)
         with self._accounting():
-            live = self._live_claims(folder)
-            mine = {"v": 1, "bytes": nbytes, "group": group, "what": what[:300], "pid": os.getpid()}
-            total = _claimed([*live, mine])
-            if total > self.limit:
-                others = [c for c in live if group is None or c.get("group") != group]
-                shown = "; ".join(f"{c['what']} ({c['bytes']} bytes)" for c in others[:6])
-                held = f" Claimed already by other readers of this cache: {shown}." if shown else ""
-                raise CacheFullError(
-                    f"{what} needs {nbytes} bytes of the shard cache {self.root} at once, and "
-                    f"its budget is {self.limit} bytes ({total} claimed with this one).{held} "
-                    f"{fixes}".rstrip()
-                )
-            path = os.path.join(folder, f"{os.getpid()}.{secrets.token_hex(6)}.json")
-            fd = _open_lock(path)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                os.write(fd, json.dumps(mine).encode())
-            except BaseException:
-                _close_lock(fd)
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-                raise
-        return Claim(path, fd, nbytes, what)
+            return claim(self.root, self.limit, nbytes, what=what, group=group, fixes=fixes)
 
     def claims(self) -> list[dict[str, Any]]:
         """The live claims: ``bytes``, ``group``, ``what`` and ``pid`` of each."""
-        folder = os.path.join(self.root, "claims")
-        if not os.path.isdir(folder):
+        if not os.path.isdir(self.root):
             return []
         with self._accounting():
-            return self._live_claims(folder)
-
-    def _live_claims(self, folder: str) -> list[dict[str, Any]]:
-        """The claims whose process lives (call under the cache lock); a dead process's file
-        (nobody holds its lock) is removed."""
-        live = []
-        for name, _ in listing(folder):
-            path = os.path.join(folder, name)
-            try:
-                fd = os.open(path, os.O_RDONLY | NOFOLLOW)
-            except OSError:
-                continue
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                except BlockingIOError:  # held: its process lives
-                    body = _read_claim(fd)
-                    if body is not None:
-                        live.append(body)
-                    continue
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-            finally:
-                os.close(fd)
-        return live
+            return live_claims(self.root)
 
     def usage(self) -> int:
         """Bytes held by the cache's files, temporary ones included (a download in progress
@@ -383,16 +274,16 @@ class ShardCache:
         self._ready = True
 
     def _open_lock(self, key: str) -> int:
-        return _open_lock(os.path.join(self.root, "locks", key))
+        return open_lock(os.path.join(self.root, "locks", key))
 
     @contextlib.contextmanager
     def _accounting(self) -> Iterator[None]:
-        fd = _open_lock(os.path.join(self.root, "lock"))
+        fd = open_lock(os.path.join(self.root, "lock"))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
-            _close_lock(fd)
+            close_lock(fd)
 
     def _try_lock(self, key: str, how: int) -> int | None:
         """The entry's lock file descriptor locked ``how | LOCK_NB``, or None when held."""
@@ -400,7 +291,7 @@ class ShardCache:
         try:
             fcntl.flock(fd, how | fcntl.LOCK_NB)
         except BlockingIOError:
-            _close_lock(fd)
+            close_lock(fd)
             return None
         return fd
 
@@ -422,10 +313,10 @@ class ShardCache:
         try:
             pin = self._lock_and_fill(fd, want)
         except BaseException:
-            _close_lock(fd)
+            close_lock(fd)
             raise
         if pin is None:
-            _close_lock(fd)
+            close_lock(fd)
         return pin
 
     def _lock_and_fill(self, fd: int, want: _Want) -> Pin | None:
@@ -592,7 +483,7 @@ class ShardCache:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._path(key, suffix))
         finally:
-            _close_lock(fd)
+            close_lock(fd)
         return True
 
     def _scan(self) -> tuple[dict[str, list[int]], list[tuple[str, int]]]:
@@ -626,7 +517,7 @@ class ShardCache:
                 fd = self._try_lock(parsed[0], fcntl.LOCK_SH)
                 if fd is None:
                     continue
-                _close_lock(fd)
+                close_lock(fd)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(folder, name))
 
@@ -657,59 +548,7 @@ class ShardCache:
 
 # -- lock descriptors and fork --------------------------------------------------------------
 
-_LOCKS_HELD: set[int] = set()  # this process's open lock file descriptors
-
-
-def _open_lock(path: str) -> int:
-    fd = os.open(path, LOCK_FILE, 0o600)
-    _LOCKS_HELD.add(fd)
-    return fd
-
-
-def _close_lock(fd: int) -> None:
-    _LOCKS_HELD.discard(fd)
-    os.close(fd)
-
-
-def _forget_locks() -> None:
-    """In a forked child, close the lock descriptors it inherited: a flock lasts while any
-    copy of its descriptor is open, so otherwise a child would keep its parent's pins, or a
-    lock that a parent's thread held at the fork, for as long as the child lives."""
-    for fd in _LOCKS_HELD:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _LOCKS_HELD.clear()
-
-
-os.register_at_fork(after_in_child=_forget_locks)
-
-
 # -- helpers ----------------------------------------------------------------------------------
-
-
-def _read_claim(fd: int) -> dict[str, Any] | None:
-    try:
-        body = json.loads(os.pread(fd, 4096, 0))
-    except (OSError, ValueError):
-        return None
-    ok = isinstance(body, dict) and type(body.get("bytes")) is int and body["bytes"] >= 0
-    if not ok:
-        return None
-    body["what"] = str(body.get("what", "a reader"))
-    group = body.get("group")
-    body["group"] = group if isinstance(group, str) else None
-    return body
-
-
-def _claimed(claims: list[dict[str, Any]]) -> int:
-    """The bytes ``claims`` pin at once: each group counts as its largest claim."""
-    total, groups = 0, dict[str, int]()
-    for c in claims:
-        if c["group"] is None:
-            total += c["bytes"]
-        else:
-            groups[c["group"]] = max(groups.get(c["group"], 0), c["bytes"])
-    return total + sum(groups.values())
 
 
 def default_limit(root: str) -> int:

@@ -1,0 +1,123 @@
+"""Claims on a shard cache's budget: every reader that pins shards first claims the bytes it
+may hold pinned at once (see the NOTE of :mod:`stoker.storage.cache`, Claims). A claim is a
+JSON file ``ROOT/claims/PID.RAND.json`` that its process holds ``LOCK_EX`` for as long as the
+claim lives; a file nobody locks is a dead process's, removed by the next reader. The
+functions here run under the cache's accounting lock (:meth:`ShardCache.claim`)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+from typing import Any
+
+from stoker._core.errors import CacheFullError
+from stoker.storage._cachefiles import NOFOLLOW, listing
+from stoker.storage._locks import Held, close_lock, open_lock
+
+__all__ = ["Claim", "claim", "live_claims"]
+
+
+class Claim(Held):
+    """A live claim on the cache's budget (:meth:`ShardCache.claim`): released by
+    :meth:`close`, by the end of its process, or as a context manager."""
+
+    __slots__ = ("_path", "bytes", "what")
+    _refusal = "a Claim is this process's lock on the cache's budget; it stays here"
+
+    def __init__(self, path: str, fd: int, nbytes: int, what: str) -> None:
+        super().__init__(fd)
+        self._path, self.bytes, self.what = path, nbytes, what
+
+    def _release(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path)
+
+    def __repr__(self) -> str:
+        return f"Claim({self.what!r}, {self.bytes} bytes, {'closed' if self.closed else 'live'})"
+
+
+def claim(root: str, limit: int, nbytes: int, *, what: str, group: str | None, fixes: str) -> Claim:
+    """Claim ``nbytes`` of the cache at ``root`` (budget ``limit``) for pins: the claim, or
+    :class:`CacheFullError` naming what is claimed already, the budget and ``fixes`` when the
+    live claims and this one do not fit. ``group``: claims that pin the same shards (one
+    run's ranks in one place of one set) count once, as their largest."""
+    if type(nbytes) is not int or nbytes < 0:
+        raise ValueError(f"a claim is an int number of bytes >= 0, got {nbytes!r}")
+    folder = os.path.join(root, "claims")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    live = live_claims(root)
+    mine = {"v": 1, "bytes": nbytes, "group": group, "what": what[:300], "pid": os.getpid()}
+    total = _claimed([*live, mine])
+    if total > limit:
+        others = [c for c in live if group is None or c.get("group") != group]
+        shown = "; ".join(f"{c['what']} ({c['bytes']} bytes)" for c in others[:6])
+        held = f" Claimed already by other readers of this cache: {shown}." if shown else ""
+        raise CacheFullError(
+            f"{what} needs {nbytes} bytes of the shard cache {root} at once, and its budget is "
+            f"{limit} bytes ({total} claimed with this one).{held} {fixes}".rstrip()
+        )
+    path = os.path.join(folder, f"{os.getpid()}.{secrets.token_hex(6)}.json")
+    fd = open_lock(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, json.dumps(mine).encode())
+    except BaseException:
+        close_lock(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        raise
+    return Claim(path, fd, nbytes, what)
+
+
+def live_claims(root: str) -> list[dict[str, Any]]:
+    """The claims whose process lives: ``bytes``, ``group``, ``what`` and ``pid`` of each; a
+    dead process's file (nobody holds its lock) is removed."""
+    folder = os.path.join(root, "claims")
+    live = []
+    for name, _ in listing(folder):
+        path = os.path.join(folder, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:  # held: its process lives
+                body = _read_claim(fd)
+                if body is not None:
+                    live.append(body)
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        finally:
+            os.close(fd)
+    return live
+
+
+def _read_claim(fd: int) -> dict[str, Any] | None:
+    try:
+        body = json.loads(os.pread(fd, 4096, 0))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(body, dict) and type(body.get("bytes")) is int and body["bytes"] >= 0
+    if not ok:
+        return None
+    body["what"] = str(body.get("what", "a reader"))
+    group = body.get("group")
+    body["group"] = group if isinstance(group, str) else None
+    return body
+
+
+def _claimed(claims: list[dict[str, Any]]) -> int:
+    """The bytes ``claims`` pin at once: each group counts as its largest claim."""
+    total, groups = 0, dict[str, int]()
+    for c in claims:
+        if c["group"] is None:
+            total += c["bytes"]
+        else:
+            groups[c["group"]] = max(groups.get(c["group"], 0), c["bytes"])
+    return total + sum(groups.values())
