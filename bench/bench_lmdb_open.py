@@ -11,6 +11,7 @@ fresh cache directory (so the check and the key list are not cached) and then wi
 The database is in the page cache for every round (written just before, then read once).
 
     python bench/bench_lmdb_open.py [--records N] [--dir DIR]
+    python bench/bench_lmdb_open.py --quick    # 2,000 records: a smoke run
 """
 
 from __future__ import annotations
@@ -45,11 +46,20 @@ def _write(path: str, n: int) -> None:
     env.close()
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick`` for a short smoke run); ``argv``: as for argparse."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--records", type=int, default=10_000)
+    ap.add_argument("--records", type=int, default=None, help="records (10,000; quick 2,000)")
     ap.add_argument("--dir", default=None)
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help="2,000 records: a smoke run")
+    args = ap.parse_args(argv)
+    if args.records is None:
+        args.records = 2_000 if args.quick else 10_000
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench_lmdb_open_")
     try:
         db = os.path.join(root, "db")

@@ -65,7 +65,7 @@ def test_cli_bad_arguments_are_one_line(tmp_path, capsys):
     assert main(["doctor", src, "--transforms", "no-such-preset", "--no-loader"]) == 2
     err = capsys.readouterr().err
     assert "unknown transform preset 'no-such-preset'" in err and "Traceback" not in err
-    assert main(["doctor", str(tmp_path / "missing"), "--no-loader"]) == 1
+    assert main(["doctor", str(tmp_path / "missing"), "--no-loader"]) == 2  # as every command
     assert "no such file or folder" in capsys.readouterr().err
     assert main(["doctor", src, "--plot", str(tmp_path / "x.jpg"), "--no-loader"]) == 2
 

@@ -124,6 +124,7 @@ def test_json_schema(quick_report):
         "threads",
         "start_method",
         "load",
+        "node",
     }
     assert all(c["status"] in ("ok", "warn", "fail") for c in d["system"])
     kinds = {s["stage"] for s in d["stages"]}

@@ -36,11 +36,16 @@ RANK = (
         it = iter(ld)
         n = len(next(it).labels)
         open(os.path.join(folder, f"ready-{rank}"), "w").close()
-        deadline = time.monotonic() + 120
-        while not os.path.exists(os.path.join(folder, "go")):  # every rank holds its ring
-            assert time.monotonic() < deadline, "no go"
-            time.sleep(0.02)
+        def wait(name):
+            deadline = time.monotonic() + 120
+            while not os.path.exists(os.path.join(folder, name)):
+                assert time.monotonic() < deadline, "no " + name
+                time.sleep(0.02)
+
+        wait("look")  # every rank holds its ring: each lists the node's loaders
         seen = [d["pid"] for d in stoker.loader.node_loaders()]
+        open(os.path.join(folder, f"seen-{rank}"), "w").close()
+        wait("go")  # every rank has looked: each finishes its epoch
         n += sum(len(b.labels) for b in it)
     print(json.dumps({"rank": rank, "samples": n, "seen": seen, "pid": os.getpid()}))
     """
@@ -92,6 +97,12 @@ def test_eight_loaders_of_three_workers_at_once(small_set, tmp_path):
             os.listdir(_node.registry_dir()),
         )
         assert f"{check.data['loaders']} loader(s) running on this node" in check.message
+        (tmp_path / "look").touch()
+        while sum(os.path.exists(tmp_path / f"seen-{r}") for r in range(RANKS)) < RANKS:
+            dead = [p for p in procs if p.poll() is not None]
+            assert not dead, dead[0].communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the ranks did not all look"
+            time.sleep(0.05)
         (tmp_path / "go").touch()
         outs = [p.communicate(timeout=120) for p in procs]
     finally:

@@ -211,7 +211,7 @@ def run_pack(
             shards.abort(keep_partial=False)
             paths.start_journal(fp, settings)
             shards = ShardWriters(paths, plan.writer_schema, resume=False)
-            tally = Tally(plan.scan, len(plan.items))
+            tally = Tally(plan.scan, plan.items)
             resuming = False
         else:
             start, kept_rows = resumed
