@@ -113,13 +113,13 @@ def compare_epoch_exact(
                 why = "index"
             else:
                 why = "pixels" if gi["pixels"] != xi["pixels"] else "fields"
-            diff = _diff(why, epoch, rank, world, xi, gi, res[p])
+            diff = _diff(why, epoch, rank, world, xi, gi, res[p], at_expected=True)
         elif len(g) != len(x):
             p = n
             if len(g) < len(x):
                 diff = _diff("missing", epoch, rank, world, x[p], None, -1)
             else:
-                diff = _diff("extra", epoch, rank, world, None, g[p], res[p])
+                diff = _diff("extra", epoch, rank, world, None, g[p], res[p], at_expected=True)
         else:
             continue
         if best is None or (p, rank) < best[:2]:
@@ -135,8 +135,12 @@ def _diff(
     exp: np.void | None,
     got: np.void | None,
     resumed: int,
+    *,
+    at_expected: bool = False,
 ) -> Difference:
-    where = got if got is not None else exp
+    """``at_expected``: name the place the expected sample has in the uninterrupted run (an
+    epoch on one world size), else the place of the delivered one."""
+    where = exp if (at_expected and exp is not None) or got is None else got
     xi, xk = _row(exp)
     gi, gk = _row(got)
     return Difference(

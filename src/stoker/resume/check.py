@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import signal
 import tempfile
 import time
 from collections.abc import Callable
@@ -235,7 +234,7 @@ class _Runner:
                 if kind == "start":
                     out["start"] = value
                 elif kind == "step" and kill_at is not None and value >= kill_at:
-                    os.kill(proc.pid, signal.SIGKILL)
+                    proc.kill()  # SIGKILL
                     out["killed"] = value
                     return out
                 elif kind == "done":
