@@ -78,7 +78,8 @@ class ResumeReport:
             else f"{self.world_size} -> {self.resume_on} ranks"
         )
         head = (
-            f"{len(self.kills)} SIGKILL{'s' if len(self.kills) != 1 else ''} at steps "
+            f"{len(self.kills)} SIGKILL{'s' if len(self.kills) != 1 else ''} at "
+            f"step{'s' if len(self.kills) != 1 else ''} "
             f"{', '.join(map(str, self.kills)) or '-'} of {self.steps}, {ranks}, "
             f"{self.epochs} epoch{'s' if self.epochs > 1 else ''}, state saved every "
             f"{self.save_every} steps"
