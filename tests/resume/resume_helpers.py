@@ -59,3 +59,8 @@ def forgetful(path: str, *, rank: int, world_size: int) -> Loader:
         rank=rank,
         world_size=world_size,
     )
+
+
+def counting() -> Compose:
+    """``augment()`` then :class:`CountingFlip`: not resumable."""
+    return Compose([augment(), CountingFlip()])

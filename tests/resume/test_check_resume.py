@@ -105,3 +105,28 @@ def test_cli_json_verdict(sets, capsys):
 def test_cli_refuses_bad_arguments(argv, message, capsys):
     assert main(["check-resume", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_doctor_check_resume_reports_a_resume_that_is_not_exact(sets, capsys):
+    code = main(
+        [
+            "doctor",
+            sets["recordio"],
+            "--batch-size",
+            "8",
+            "--transforms",
+            "resume_helpers:counting",
+            "--no-loader",
+            "--sample-size",
+            "16",
+            "--seconds",
+            "0.1",
+            "--check-resume",
+            "--json",
+        ]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert out["schema"] == "stoker.doctor/2"  # the doctor's report, with the check beside it
+    assert out["check_resume"]["passed"] is False
+    assert out["check_resume"]["difference"]["why"] == "pixels"

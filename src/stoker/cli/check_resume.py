@@ -11,7 +11,7 @@ from typing import Any
 
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "loader_spec", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
@@ -101,7 +101,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _factory(args: argparse.Namespace) -> Any:
-    from stoker.resume import LoaderSpec
     from stoker.resume.spec import import_attr
 
     if (args.source is None) == (args.factory is None):
@@ -110,6 +109,15 @@ def _factory(args: argparse.Namespace) -> Any:
         sys.path.insert(0, os.getcwd())
     if args.factory is not None:
         return import_attr(args.factory, "--factory")
+    return loader_spec(args)
+
+
+def loader_spec(args: argparse.Namespace, *, workers: int | None = None) -> Any:
+    """The :class:`~stoker.resume.LoaderSpec` of a command's loader options (``source``,
+    ``batch_size``, ``transforms``, ``shuffle`` and the remote options; ``seed``, ``workers``
+    and ``drop_last`` where the command has them, else ``workers``)."""
+    from stoker.resume import LoaderSpec
+
     remote = remote_options(args)
     options: dict[str, Any] = {}
     if remote is not None:
@@ -125,9 +133,9 @@ def _factory(args: argparse.Namespace) -> Any:
         batch_size=args.batch_size,
         transforms=args.transforms,
         shuffle=shuffle,
-        seed=args.seed,
-        drop_last=args.drop_last,
-        workers=args.workers,
+        seed=getattr(args, "seed", 0),
+        drop_last=getattr(args, "drop_last", False),
+        workers=getattr(args, "workers", workers),
         options=options,
     )
     spec.resolved_transforms()  # a bad --transforms is refused here, not in every child
