@@ -10,6 +10,7 @@ import json
 import pytest
 from resume_helpers import CountingFlip, GlobalRandomFlip, augment, forgetful
 
+from stoker import CheckResumeError
 from stoker.cli import main
 from stoker.resume import LoaderSpec, ResumeReport, check_resume
 from stoker.transforms import Compose
@@ -130,3 +131,10 @@ def test_doctor_check_resume_reports_a_resume_that_is_not_exact(sets, capsys):
     assert out["schema"] == "stoker.doctor/2"  # the doctor's report, with the check beside it
     assert out["check_resume"]["passed"] is False
     assert out["check_resume"]["difference"]["why"] == "pixels"
+
+
+def test_a_loader_that_cannot_start_is_an_error_naming_it(tmp_path):
+    missing = str(tmp_path / "nowhere.rec")
+    with pytest.raises(CheckResumeError, match="nowhere.rec") as e:
+        check_resume(LoaderSpec(missing, batch_size=4, workers=0), kills=1)
+    assert "failed in its child process" in str(e.value)

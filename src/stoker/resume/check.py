@@ -249,6 +249,7 @@ class _Runner:
             if proc.is_alive() and "killed" not in out:
                 proc.kill()
             proc.join()
+            proc.close()  # its sentinel, now: an error's traceback keeps this frame alive
             recv.close()
 
 
@@ -258,13 +259,9 @@ class _KilledRun:
     def __init__(
         self, runner: _Runner, world: int, resume_on: int, every: int, say: Callable[[str], None]
     ) -> None:
-        self.runner, self.world, self.resume_on, self.every, self.say = (
-            runner,
-            world,
-            resume_on,
-            every,
-            say,
-        )
+        self.runner, self.world, self.resume_on = runner, world, resume_on
+        self.every, self.say = every, say
+        self.batch_size, self.drop_last = 1, False  # the loader's, as the first child reports
         self.kept: list[tuple[np.ndarray, int]] = []  # (rows, step resumed from or -1)
         self.kills: list[int] = []
         self.resumes: list[dict[str, Any]] = []
