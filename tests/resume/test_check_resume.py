@@ -38,6 +38,29 @@ def test_tfrecord_resumes_exactly_from_4_to_3_ranks(sets):
     assert r.samples >= 2 * 48
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["recordio", "tfrecord", "wds"])
+@pytest.mark.parametrize(
+    "shuffle, drop_last, world_size, resume_on",
+    [(False, False, 3, 2), (True, True, 2, 3), ("shards", False, 4, 3), ("shards", True, 3, 3)],
+)
+def test_every_format_and_order_resumes_exactly(
+    sets, fmt, shuffle, drop_last, world_size, resume_on
+):
+    spec = LoaderSpec(
+        sets[fmt],
+        batch_size=2,
+        transforms=augment(),
+        shuffle=shuffle,
+        seed=11,
+        drop_last=drop_last,
+        workers=1,
+    )
+    r = check_resume(spec, kills=3, world_size=world_size, resume_on=resume_on, seed=5)
+    assert r.passed, str(r)
+    assert len(r.kills) == 3
+
+
 def _check_with(path: str, last_step: object) -> ResumeReport:
     """One kill of a 1-epoch run whose augmentation ends in ``last_step``."""
     tf = Compose([augment(), last_step])

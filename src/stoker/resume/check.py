@@ -75,7 +75,7 @@ class ResumeReport:
         ranks = (
             f"{self.world_size} rank{'s' if self.world_size > 1 else ''}"
             if self.resume_on == self.world_size
-            else f"{self.world_size} -> {self.resume_on} ranks"
+            else f"{self.world_size} -> {self.resume_on} rank{'s' if self.resume_on > 1 else ''}"
         )
         head = (
             f"{len(self.kills)} SIGKILL{'s' if len(self.kills) != 1 else ''} at "
