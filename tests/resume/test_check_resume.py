@@ -71,6 +71,16 @@ def _check_with(path: str, last_step: object) -> ResumeReport:
     return r
 
 
+def test_a_bounded_check_stops_every_run_at_its_step(sets):
+    spec = LoaderSpec(
+        sets["tfrecord"], batch_size=4, transforms=augment(), shuffle=True, seed=3, workers=0
+    )
+    r = check_resume(spec, kills=2, world_size=2, resume_on=1, epochs=2, steps=8, seed=2)
+    assert r.passed, str(r)
+    assert r.steps == 8 and all(k < 8 for k in r.kills)
+    assert r.samples < 2 * 48  # the first 8 steps, not the 2 epochs
+
+
 def test_numpys_global_rng_in_a_transform_fails_naming_the_sample(sets):
     r = _check_with(sets["recordio"], GlobalRandomFlip())
     d = r.difference

@@ -81,6 +81,14 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         help="steps between saved states (default: a quarter of the steps between kills)",
     )
     c.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        metavar="S",
+        help="stop every run at step S: a bounded check of a large set's first S steps "
+        "(default: run the --epochs whole)",
+    )
+    c.add_argument(
         "--kill-seed", type=int, default=0, metavar="S", help="draws the kill steps (default 0)"
     )
     c.add_argument(
@@ -153,6 +161,7 @@ def _run(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         save_every=args.save_every,
         seed=args.kill_seed,
+        steps=args.steps,
         timeout=args.timeout,
         log=None if args.json else (lambda m: print(m, file=sys.stderr)),
     )

@@ -93,9 +93,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument(
         "--check-resume",
         action="store_true",
-        help="also run a short check-resume of this loader (2 workers, 1 epoch, 2 SIGKILLs; "
-        "stoker check-resume for more) and report it; exit status 1 when the resume is not "
-        "exact",
+        help="also run a short check-resume of this loader (2 workers, the first 60 steps of "
+        "an epoch, 2 SIGKILLs; stoker check-resume for more) and report it; exit status 1 when "
+        "the resume is not exact",
     )
     p.add_argument(
         "--json", action="store_true", help="print the report as JSON (schema stoker.doctor/2)"
@@ -197,4 +197,4 @@ def _check_resume(args: argparse.Namespace) -> Any:
     from stoker.resume import check_resume
 
     spec = loader_spec(args, workers=2)
-    return check_resume(spec, kills=2, epochs=1)
+    return check_resume(spec, kills=2, epochs=1, steps=60)

@@ -90,10 +90,18 @@ def _row(rec: np.void | None) -> tuple[int | None, int | None]:
 
 
 def compare_epoch_exact(
-    got: np.ndarray, resumed: np.ndarray, expected: np.ndarray, epoch: int, world: int
+    got: np.ndarray,
+    resumed: np.ndarray,
+    expected: np.ndarray,
+    epoch: int,
+    world: int,
+    *,
+    partial: bool = False,
 ) -> Difference | None:
     """The first place, over the ranks of one epoch, where ``got`` (with ``resumed``, the
-    resume step of the run that delivered each row, -1 for none) is not ``expected``."""
+    resume step of the run that delivered each row, -1 for none) is not ``expected``.
+    ``partial``: the run stopped within this epoch, so each rank's deliveries need only be a
+    beginning of the expected ones."""
     best: tuple[int, int, Difference] | None = None
     for rank in range(world):
         g_sel = got["rank"] == rank
@@ -114,7 +122,7 @@ def compare_epoch_exact(
             else:
                 why = "pixels" if gi["pixels"] != xi["pixels"] else "fields"
             diff = _diff(why, epoch, rank, world, xi, gi, res[p], at_expected=True)
-        elif len(g) != len(x):
+        elif len(g) != len(x) and not (partial and len(g) < len(x)):
             p = n
             if len(g) < len(x):
                 diff = _diff("missing", epoch, rank, world, x[p], None, -1)
@@ -167,9 +175,11 @@ def compare_epoch_elastic(
     new_world: int,
     batch_size: int,
     drop_last: bool,
+    partial: bool = False,
 ) -> Difference | None:
     """One epoch resumed on another number of ranks, against the uninterrupted epoch (see
-    the module docstring); the first problem in delivery order."""
+    the module docstring); the first problem in delivery order. ``partial``: the run stopped
+    within this epoch, so samples not yet delivered are not missing."""
     old_world = int(expected["world"][0]) if len(expected) else new_world
     uniq, first = np.unique(expected["index"], return_index=True)
     ref = expected[first]  # one row per sample of the epoch, sorted by index
@@ -190,7 +200,7 @@ def compare_epoch_elastic(
     np.add.at(seen, pos_c, 1)
     missing = np.flatnonzero(seen == 0)
     allowed = (new_world * batch_size - 1) if drop_last else 0
-    if len(missing) > allowed:
+    if len(missing) > allowed and not partial:
         # the first one the uninterrupted run delivered
         order = np.argsort(first[missing], kind="stable")
         x = ref[missing[order[0]]]

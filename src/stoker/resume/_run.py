@@ -50,7 +50,9 @@ RECORD = np.dtype(
 class Segment:
     """What one child runs: ``factory(rank=r, world_size=world_size)`` for every rank, resumed
     from the checkpoint at ``resume_from`` (or from the start), until ``epochs`` epochs are
-    delivered; every ``save_every`` steps (0: never) the checkpoint at ``checkpoint``."""
+    delivered or the run reaches step ``stop`` (``None``: no bound; with ``whole_epochs``, the
+    epoch in progress at that step is finished); every ``save_every`` steps (0: never) the
+    checkpoint at ``checkpoint``."""
 
     factory: Callable[..., Any]
     world_size: int
@@ -59,6 +61,8 @@ class Segment:
     checkpoint: str
     save_every: int
     resume_from: str | None = None
+    stop: int | None = None
+    whole_epochs: bool = False
 
 
 def _digest(*parts: Any) -> bytes:
@@ -138,7 +142,7 @@ def _run(job: Segment, conn: Any) -> None:
         step = saved["step"] if saved is not None else 0
         records = 0
         with open(job.log, "wb") as log:
-            while first.epoch < job.epochs:
+            while first.epoch < job.epochs and (job.stop is None or step < job.stop):
                 step, records = _epoch(job, loaders, log, conn, step, records)
         conn.send(("done", {"step": step, "records": records}))
     finally:
@@ -151,7 +155,7 @@ def _epoch(
 ) -> tuple[int, int]:
     """One pass of every rank, in lockstep: a step is one batch of each rank."""
     its = [iter(ld) for ld in loaders]
-    while True:
+    while job.stop is None or job.whole_epochs or step < job.stop:
         batches = [next(it, None) for it in its]
         ended = [b is None for b in batches]
         if all(ended):
@@ -179,3 +183,4 @@ def _epoch(
             }
             write_bytes_atomic(job.checkpoint, json.dumps(ckpt).encode())
         conn.send(("step", step))
+    return step, records

@@ -65,6 +65,7 @@ class ResumeReport:
     reference_seconds: float
     difference: Difference | None = None
     notes: list[str] = field(default_factory=list)
+    bounded: bool = False  # every run stopped at ``steps`` (``check_resume(steps=)``)
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k != "difference"}
@@ -80,7 +81,8 @@ class ResumeReport:
         head = (
             f"{len(self.kills)} SIGKILL{'s' if len(self.kills) != 1 else ''} at "
             f"step{'s' if len(self.kills) != 1 else ''} "
-            f"{', '.join(map(str, self.kills)) or '-'} of {self.steps}, {ranks}, "
+            f"{', '.join(map(str, self.kills)) or '-'} of {self.steps}"
+            f"{' (the bound)' if self.bounded else ''}, {ranks}, "
             f"{self.epochs} epoch{'s' if self.epochs > 1 else ''}, state saved every "
             f"{self.save_every} steps"
         )
@@ -107,6 +109,7 @@ def check_resume(
     epochs: int = 2,
     save_every: int | None = None,
     seed: int = 0,
+    steps: int | None = None,
     timeout: float = 300.0,
     log: Callable[[str], None] | None = None,
 ) -> ResumeReport:
@@ -120,6 +123,9 @@ def check_resume(
     one, or a :class:`~stoker.resume.LoaderSpec`. ``resume_on``: the ranks every run after the
     first kill resumes on (default: ``world_size``). ``save_every``: steps between saved states
     (default: a quarter of the steps between two kills). ``seed``: draws the kill steps.
+    ``steps``: stop every run at that step, for a set too large to run whole (the check then
+    covers the first ``steps`` steps; the uninterrupted runs finish the epoch in progress when
+    ``resume_on`` differs, since a resume on other ranks is checked against a whole epoch).
     ``timeout``: seconds a child may go without finishing a step before it counts as stalled
     (:class:`~stoker.CheckResumeError`, as is any child that fails: its traceback is in the
     message). Returns a :class:`ResumeReport`; a failed check is a report, not an exception.
@@ -137,20 +143,32 @@ def check_resume(
     epochs = check_int("epochs", epochs, minimum=1, maximum=1000)
     if save_every is not None:
         save_every = check_int("save_every", save_every, minimum=1)
+    if steps is not None:
+        steps = check_int("steps", steps, minimum=2)
     if not timeout > 0:
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
     say = log or (lambda _msg: None)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="stoker-check-resume-") as tmp:
-        runner = _Runner(make_loader, epochs, tmp, timeout)
+        runner = _Runner(make_loader, epochs, tmp, timeout, steps)
         refs: dict[int, np.ndarray] = {}
-        steps: dict[int, int] = {}
+        ref_steps: dict[int, int] = {}
         for w in dict.fromkeys([world_size, resume_on]):
-            info = runner.run(w, save_every=0, kill_at=None, resume_from=None, name=f"ref{w}")
-            refs[w], steps[w] = read_log(runner.log(f"ref{w}")), info["step"]
-            say(f"uninterrupted run on {w} rank(s): {steps[w]} steps, {len(refs[w])} samples")
+            elastic = resume_on != world_size
+            info = runner.run(
+                w,
+                save_every=0,
+                kill_at=None,
+                resume_from=None,
+                name=f"ref{w}",
+                # a killed run that went on with more ranks per step than w delivered more
+                stop=None if steps is None else -(-steps * max(world_size, resume_on) // w),
+                whole_epochs=elastic,
+            )
+            refs[w], ref_steps[w] = read_log(runner.log(f"ref{w}")), info["step"]
+            say(f"uninterrupted run on {w} rank(s): {ref_steps[w]} steps, {len(refs[w])} samples")
         ref_seconds = time.perf_counter() - t0
-        least = min(steps.values())
+        least = min(*ref_steps.values(), steps or 2**62)
         every = save_every or max(2, least // (4 * (kills + 1)))
         rng = np.random.default_rng(seed)
         pool = np.arange(every + 1, least) if least > every + 1 else np.arange(1, max(least, 1))
@@ -160,14 +178,14 @@ def check_resume(
             notes.append(f"only {len(chosen)} kill steps fit in a run of {least} steps")
         killed = _KilledRun(runner, world_size, resume_on, every, say)
         killed.go(chosen)
-        diff = _compare(killed, refs, world_size, epochs)
+        diff = _compare(killed, refs, world_size, epochs, truncated=steps is not None)
         return ResumeReport(
             passed=diff is None,
             world_size=world_size,
             resume_on=resume_on,
             epochs=epochs,
             save_every=every,
-            steps=steps[world_size],
+            steps=min(ref_steps[world_size], steps or 2**62),
             kills=killed.kills,
             resumes=killed.resumes,
             samples=int(sum(len(g) for g, _ in killed.kept)),
@@ -176,14 +194,18 @@ def check_resume(
             reference_seconds=round(ref_seconds, 3),
             difference=diff,
             notes=notes,
+            bounded=steps is not None,
         )
 
 
 class _Runner:
     """Starts one child per run and waits for it (or kills it at a step)."""
 
-    def __init__(self, factory: Callable[..., Any], epochs: int, tmp: str, timeout: float):
+    def __init__(
+        self, factory: Callable[..., Any], epochs: int, tmp: str, timeout: float, stop: int | None
+    ) -> None:
         self.factory, self.epochs, self.tmp, self.timeout = factory, epochs, tmp, timeout
+        self.stop = stop
         self.ctx = multiprocessing.get_context("spawn")
 
     def log(self, name: str) -> str:
@@ -200,6 +222,8 @@ class _Runner:
         kill_at: int | None,
         resume_from: str | None,
         name: str,
+        stop: int | None = None,
+        whole_epochs: bool = False,
     ) -> dict[str, Any]:
         """Run to the end (``{"step", "records", "start"}``), or until the child reports step
         ``kill_at`` and is SIGKILLed (``{"killed": step, "start"}``)."""
@@ -211,6 +235,8 @@ class _Runner:
             checkpoint=self.checkpoint(name),
             save_every=save_every,
             resume_from=resume_from,
+            stop=self.stop if stop is None else stop,
+            whole_epochs=whole_epochs,
         )
         recv, send = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(target=run_segment, args=(job, send), name=f"check-resume-{name}")
@@ -310,15 +336,19 @@ class _KilledRun:
 
 
 def _compare(
-    run: _KilledRun, refs: dict[int, np.ndarray], world_size: int, epochs: int
+    run: _KilledRun, refs: dict[int, np.ndarray], world_size: int, epochs: int, *, truncated: bool
 ) -> Difference | None:
+    """The first difference, epoch by epoch. ``truncated``: the runs stopped at a step, so the
+    last epoch the killed run reached is compared as far as it got."""
     got = np.concatenate([rows for rows, _ in run.kept])
     resumed = np.concatenate([np.full(len(rows), step, np.int64) for rows, step in run.kept])
     elastic = {epoch for world, epoch, sw in run.starts if sw is not None and sw != world}
     last_world = run.starts[-1][0]
+    last_epoch = int(got["epoch"].max()) if len(got) else 0
     for epoch in range(epochs):
         sel = got["epoch"] == epoch
         g, res = got[sel], resumed[sel]
+        partial = truncated and epoch == last_epoch
         worlds = sorted(set(g["world"].tolist()))
         if epoch in elastic or len(worlds) > 1:
             diff = compare_epoch_elastic(
@@ -329,12 +359,16 @@ def _compare(
                 new_world=run.resume_on,
                 batch_size=run.batch_size,
                 drop_last=run.drop_last,
+                partial=partial,
             )
         else:
             w = worlds[0] if worlds else last_world
-            diff = compare_epoch_exact(g, res, refs[w][refs[w]["epoch"] == epoch], epoch, w)
+            x = refs[w][refs[w]["epoch"] == epoch]
+            diff = compare_epoch_exact(g, res, x, epoch, w, partial=partial)
         if diff is not None:
             return diff
+        if truncated and epoch == last_epoch:
+            return None
     extra = got[got["epoch"] >= epochs]
     if len(extra):
         g = extra[0]
