@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from resume_helpers import CountingFlip, GlobalRandomFlip, augment, forgetful
@@ -171,3 +174,39 @@ def test_a_loader_that_cannot_start_is_an_error_naming_it(tmp_path):
     with pytest.raises(CheckResumeError, match="nowhere.rec") as e:
         check_resume(LoaderSpec(missing, batch_size=4, workers=0), kills=1)
     assert "failed in its child process" in str(e.value)
+
+
+SCRIPT = """
+import sys
+import numpy as np
+from stoker.resume import LoaderSpec, check_resume
+from stoker.transforms.base import Transform
+
+
+class Brighter(Transform):  # defined in the script: the children must import it from there
+    def __call__(self, img, rng):
+        return np.minimum(img.astype(np.int16) + int(rng.integers(0, 40)), 255).astype(np.uint8)
+
+    def output_spec(self, in_spec):
+        return in_spec
+
+
+if __name__ == "__main__":
+    spec = LoaderSpec(sys.argv[1], batch_size=8, transforms=Brighter(), shuffle=True, workers=1)
+    print(check_resume(spec, kills=1, epochs=1).verdict())
+"""
+
+
+def test_transforms_defined_in_the_users_script_reach_the_workers_of_every_child(sets, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, str(script), sets["recordio"]],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("PASS: resume is exact"), out.stdout
