@@ -11,7 +11,13 @@ import subprocess
 import sys
 
 import pytest
-from resume_helpers import CountingFlip, GlobalRandomFlip, augment, forgetful
+from resume_helpers import (
+    CountingFlip,
+    GlobalRandomFlip,
+    augment,
+    every_rank_rank_0,
+    forgetful,
+)
 
 from stoker import CheckResumeError
 from stoker.cli import main
@@ -167,6 +173,11 @@ def test_doctor_check_resume_reports_a_resume_that_is_not_exact(sets, capsys):
     assert out["schema"] == "stoker.doctor/2"  # the doctor's report, with the check beside it
     assert out["check_resume"]["passed"] is False
     assert out["check_resume"]["difference"]["why"] == "pixels"
+
+
+def test_a_factory_that_ignores_the_rank_is_refused_saying_so(sets):
+    with pytest.raises(CheckResumeError, match="must pass rank= and world_size="):
+        check_resume(functools.partial(every_rank_rank_0, sets["recordio"]), world_size=2)
 
 
 def test_a_loader_that_cannot_start_is_an_error_naming_it(tmp_path):

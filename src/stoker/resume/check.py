@@ -167,6 +167,7 @@ def check_resume(
             )
             refs[w], ref_steps[w] = read_log(runner.log(f"ref{w}")), info["step"]
             say(f"uninterrupted run on {w} rank(s): {ref_steps[w]} steps, {len(refs[w])} samples")
+            _check_ranks_differ(refs[w], w)
         ref_seconds = time.perf_counter() - t0
         least = min(*ref_steps.values(), steps or 2**62)
         every = save_every or max(2, least // (4 * (kills + 1)))
@@ -383,3 +384,18 @@ def _compare(
             got_key=int(g["key"]),
         )
     return None
+
+
+def _check_ranks_differ(log: np.ndarray, world: int) -> None:
+    """Ranks that all delivered the same samples: a factory that does not pass ``rank`` and
+    ``world_size`` on to the loader (each rank would train on every sample)."""
+    if world < 2 or not len(log):
+        return
+    first = log[log["epoch"] == log["epoch"][0]]
+    seqs = [first["index"][first["rank"] == r] for r in range(world)]
+    if len(seqs[0]) > 1 and all(np.array_equal(seqs[0], q) for q in seqs[1:]):
+        raise CheckResumeError(
+            f"all {world} ranks delivered the same samples in the same order: make_loader must "
+            "pass rank= and world_size= to the loader it builds (Loader(..., rank=rank, "
+            "world_size=world_size))"
+        )
