@@ -122,8 +122,10 @@ def _run(job: Segment, conn: Any) -> None:
     if job.resume_from is not None:
         with open(job.resume_from, encoding="utf-8") as f:
             saved = json.load(f)
-    loaders = [job.factory(rank=r, world_size=job.world_size) for r in range(job.world_size)]
+    loaders: list[Any] = []
     try:
+        for r in range(job.world_size):  # one by one: a failing rank closes those made
+            loaders.append(job.factory(rank=r, world_size=job.world_size))
         if saved is not None:
             for ld in loaders:
                 ld.load_state_dict(saved["state"])
