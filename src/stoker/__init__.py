@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from stoker._core import errors as _errors
 from stoker._core.errors import (
     CacheFullError,
+    CheckResumeError,
     CorruptRecordError,
     ImageDecodeError,
     ImageTooLargeError,
@@ -43,6 +44,7 @@ _LAZY: dict[str, str] = {
     "Preempted": "stoker.loader:Preempted",
     "on_sigterm": "stoker.loader:on_sigterm",
     "cleanup_stale": "stoker.loader:cleanup_stale",
+    "check_resume": "stoker.resume:check_resume",
     "convert": "stoker.pack:convert",
     "make_sample_data": "stoker.pack:make_sample_data",
     "PackReport": "stoker.pack:PackReport",
@@ -79,3 +81,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from stoker.formats.recordio import open_records
     from stoker.loader import Loader, Preempted, cleanup_stale, on_sigterm, prefetch
     from stoker.pack import PackReport, convert, make_sample_data, pack
+    from stoker.resume import check_resume

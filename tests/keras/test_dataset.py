@@ -46,7 +46,11 @@ def make(n=64, batch_size=16, seed=3, **kw) -> KerasDataset:
 
 
 def test_public_names():
-    assert stoker.keras.__all__ == sorted(set(stoker.keras.__all__)) == ["KerasDataset", "dataset"]
+    assert (
+        stoker.keras.__all__
+        == sorted(set(stoker.keras.__all__))
+        == ["KerasDataset", "LoaderCheckpoint", "dataset", "fit_resumable"]
+    )
     for name in stoker.keras.__all__:
         assert getattr(stoker.keras, name) is not None
 

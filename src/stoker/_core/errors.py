@@ -21,12 +21,14 @@ Python user expects (``ValueError``/``TypeError``), so ``except ValueError`` kee
     ├── StorageError (OSError)                 remote storage failed after its retries; names the URL
     │   │                                      (credentials removed), the shard and the byte range
     │   └── CacheFullError                     the shard cache cannot make room (budget or disk full)
-    └── LoaderError                            the loader's worker side failed
-        ├── WorkerError                        a worker raised; carries type name, traceback, worker id, key
-        ├── WorkerDiedError                    a worker process died (signal or exit code)
-        ├── LoaderTimeoutError (TimeoutError)  no batch within `timeout`
-        ├── SharedMemoryError (OSError)        /dev/shm too small or an allocation failed
-        └── TooManyBadSamplesError             on_error="skip" passed its ceiling
+    ├── LoaderError                            the loader's worker side failed
+    │   ├── WorkerError                        a worker raised; carries type name, traceback, worker id, key
+    │   ├── WorkerDiedError                    a worker process died (signal or exit code)
+    │   ├── LoaderTimeoutError (TimeoutError)  no batch within `timeout`
+    │   ├── SharedMemoryError (OSError)        /dev/shm too small or an allocation failed
+    │   └── TooManyBadSamplesError             on_error="skip" passed its ceiling
+    └── CheckResumeError                       check-resume could not run a child to its end (it
+                                               failed, stalled or died); names the run
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import os
 
 __all__ = [
     "CacheFullError",
+    "CheckResumeError",
     "CorruptRecordError",
     "ImageDecodeError",
     "ImageTooLargeError",
@@ -212,3 +215,9 @@ class SharedMemoryError(LoaderError, OSError):
 
 class TooManyBadSamplesError(LoaderError):
     """With ``on_error="skip"``, more samples failed than the ceiling allows."""
+
+
+class CheckResumeError(StokerError):
+    """``stoker check-resume`` could not run one of its child runs to its end: the loader
+    failed in it (its traceback is in the message), stalled past the timeout, or the child
+    died without being killed. A resume that is not exact is a report, not this error."""

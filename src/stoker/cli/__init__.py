@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "unpack": "unpack",
     "sample-data": "sample_data",
     "doctor": "doctor",
+    "check-resume": "check_resume",
     "cleanup": "cleanup",
 }
 

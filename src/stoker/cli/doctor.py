@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from typing import Any
 
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options, scrub
 
@@ -88,6 +90,13 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         help="which storage figure to plan with (auto: warm when the data fits in memory)",
     )
     p.add_argument("--no-loader", action="store_true", help="skip the loader runs (predict only)")
+    p.add_argument(
+        "--check-resume",
+        action="store_true",
+        help="also run a short check-resume of this loader (2 workers, the first 60 steps of "
+        "an epoch, 2 SIGKILLs; stoker check-resume for more) and report it; exit status 1 when "
+        "the resume is not exact",
+    )
     p.add_argument(
         "--json", action="store_true", help="print the report as JSON (schema stoker.doctor/2)"
     )
@@ -177,10 +186,25 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     if args.plot:
         report.plot(args.plot)
+    resume = _check_resume(args) if args.check_resume else None
     if args.json:
-        print(report.to_json())
+        data = json.loads(report.to_json())
+        if resume is not None:
+            data["check_resume"] = resume.to_dict()
+        print(json.dumps(data, indent=2))
     else:
         print(report.render())
         if args.plot:
             print(f"chart written to {args.plot}")
-    return 0
+        if resume is not None:
+            print(f"\nresume: {resume}")
+    return 0 if resume is None or resume.passed else 1
+
+
+def _check_resume(args: argparse.Namespace) -> Any:
+    """A short check-resume (``stoker check-resume``) of the loader the doctor measured."""
+    from stoker.cli.check_resume import loader_spec
+    from stoker.resume import check_resume
+
+    spec = loader_spec(args, workers=2)
+    return check_resume(spec, kills=2, epochs=1, steps=60)

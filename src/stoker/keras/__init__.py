@@ -9,5 +9,6 @@ the decoding and augmentation into shared memory.
 from __future__ import annotations
 
 from stoker.keras._dataset import KerasDataset, dataset
+from stoker.keras._resume import LoaderCheckpoint, fit_resumable
 
-__all__ = ["KerasDataset", "dataset"]
+__all__ = ["KerasDataset", "LoaderCheckpoint", "dataset", "fit_resumable"]

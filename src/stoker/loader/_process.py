@@ -62,8 +62,9 @@ SERVER: Any = forkserver.ForkServer() if _LAUNCH_PARTS is not None else None
 
 def names_main(*objects: Any) -> bool:
     """Whether pickling ``objects`` refers to anything in ``__main__`` (a transform or source
-    class defined in the script). Unpicklable objects count as yes: the ordinary start then
-    raises the error that names them."""
+    class defined in the script; in a child that ``multiprocessing`` spawned, the script runs
+    as ``__mp_main__``). Unpicklable objects count as yes: the ordinary start then raises the
+    error that names them."""
     from stoker.loader._shm import probing
 
     try:
@@ -71,7 +72,7 @@ def names_main(*objects: Any) -> bool:
             blob = pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001
         return True
-    return b"__main__" in blob
+    return b"__main__" in blob or b"__mp_main__" in blob
 
 
 if _LAUNCH_PARTS is not None:

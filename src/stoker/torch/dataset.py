@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from stoker._core.errors import SpecError
+from stoker._core.checks import check_int
+from stoker._core.errors import IncompatibleStateError, SpecError
 from stoker._core.schema import Schema
 from stoker._core.seeding import sample_rng
 from stoker.torch._sample_fields import geometry_kinds, sample_fields
@@ -60,7 +61,10 @@ class RecordDataset(Dataset):
 
     Call ``set_epoch(e)`` before each epoch for fresh augmentation; with
     ``persistent_workers=True`` the workers keep the epoch they started with, so leave that
-    off or pass ``epoch`` through your own sampler.
+    off or pass ``epoch`` through your own sampler. ``state_dict()``/``load_state_dict()``
+    carry the epoch and seed; with a stoker sampler (which keeps its own position) torchdata's
+    ``StatefulDataLoader`` resumes mid-epoch with the same samples and augmentation
+    (``docs/sampling.md``, *Resuming a DataLoader*).
 
     A set packed with fields (``docs/contracts.md``) gives a dict instead: the image tensor
     under the schema's image name, the label (as above) under its label name, and each
@@ -139,6 +143,26 @@ class RecordDataset(Dataset):
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
+
+    def state_dict(self) -> dict[str, int]:
+        """``{"epoch", "seed"}``: what the augmentation depends on besides the index. torchdata's
+        ``StatefulDataLoader`` saves it with the loader's state (in each worker's copy too)
+        and restores it, so a resumed epoch is augmented as the interrupted one was."""
+        return {"epoch": self.epoch, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Take the epoch of ``state``; a state of another seed raises
+        ``IncompatibleStateError``, a malformed one ``ValueError``/``TypeError``."""
+        if not isinstance(state, dict) or sorted(state) != ["epoch", "seed"]:
+            raise ValueError(
+                f"a RecordDataset state is {{'epoch': int, 'seed': int}}, got {state!r:.200}"
+            )
+        seed = check_int("seed", state["seed"], minimum=0)
+        if seed != self.seed:
+            raise IncompatibleStateError(
+                f"seed: the state was saved with seed={seed}, this dataset has seed={self.seed}"
+            )
+        self.epoch = check_int("epoch", state["epoch"], minimum=0)
 
     @property
     def targets(self) -> list[Any]:
