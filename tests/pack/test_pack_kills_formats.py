@@ -109,7 +109,9 @@ def _points(seed: int, k: int) -> list[tuple[float, float]]:
     return out
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(
+    "fmt", [pytest.param(f, marks=() if f == "tfrecord" else pytest.mark.slow) for f in FORMATS]
+)
 def test_random_kills_then_rerun_give_a_clean_run(tmp_path, source, fmt):
     for n, (at, delay) in enumerate(_points(FORMATS.index(fmt), 1)):
         _kill_and_rerun(tmp_path, source, fmt, at, delay, n)
