@@ -28,7 +28,12 @@ FREEZE_S = 100  # the script dumps its stacks and exits past this (about 5-10 s 
 
 
 @pytest.mark.timeout(FREEZE_S + 40)
-@pytest.mark.parametrize("backend", ["tensorflow", "torch"])
+@pytest.mark.parametrize(
+    "backend",
+    # TensorFlow's run takes a minute (its import alone is most of it): under slow, while
+    # test_interrupt.py still fits on TensorFlow with workers in the default run
+    [pytest.param("tensorflow", marks=pytest.mark.slow), "torch"],
+)
 def test_fit_evaluate_predict_with_workers_leaves_nothing(backend):
     env = dict(
         os.environ,
