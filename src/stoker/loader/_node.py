@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stoker._core.errors import SharedMemoryError
+from stoker._core.held import live_bodies
 from stoker.loader import _shm
 
 __all__ = ["NodeEntry", "live_rings", "node_loaders", "preflight_and_register", "registry_dir"]
@@ -197,33 +198,11 @@ def _write(fd: int, body: dict[str, Any]) -> None:
 
 def _scan(folder: str) -> list[Ring]:
     """The live entries (under the registry's lock); a dead process's file is removed."""
-    out = []
-    for name in sorted(os.listdir(folder)):
-        if not name.endswith(".json"):
-            continue
-        path = os.path.join(folder, name)
-        try:
-            fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:  # held: its loader lives
-                ring = _read(fd)
-                if ring is not None:
-                    out.append(ring)
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        finally:
-            os.close(fd)
-    return out
+    return [r for r in map(_ring_of, live_bodies(folder)) if r is not None]
 
 
-def _read(fd: int) -> Ring | None:
+def _ring_of(body: Any) -> Ring | None:
     try:
-        body = json.loads(os.pread(fd, 4096, 0))
         return Ring(
             int(body["pid"]),
             int(body["ring"]),
@@ -231,7 +210,7 @@ def _read(fd: int) -> Ring | None:
             int(body["workers"]),
             str(body.get("what", "")),
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
 
 

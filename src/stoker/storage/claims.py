@@ -14,7 +14,7 @@ import secrets
 from typing import Any
 
 from stoker._core.errors import CacheFullError
-from stoker.storage._cachefiles import NOFOLLOW, listing
+from stoker._core.held import live_bodies
 from stoker.storage._locks import Held, close_lock, open_lock
 
 __all__ = ["Claim", "claim", "live_claims"]
@@ -75,34 +75,10 @@ def claim(root: str, limit: int, nbytes: int, *, what: str, group: str | None, f
 def live_claims(root: str) -> list[dict[str, Any]]:
     """The claims whose process lives: ``bytes``, ``group``, ``what`` and ``pid`` of each; a
     dead process's file (nobody holds its lock) is removed."""
-    folder = os.path.join(root, "claims")
-    live = []
-    for name, _ in listing(folder):
-        path = os.path.join(folder, name)
-        try:
-            fd = os.open(path, os.O_RDONLY | NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:  # held: its process lives
-                body = _read_claim(fd)
-                if body is not None:
-                    live.append(body)
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        finally:
-            os.close(fd)
-    return live
+    return [c for c in map(_claim_of, live_bodies(os.path.join(root, "claims"))) if c]
 
 
-def _read_claim(fd: int) -> dict[str, Any] | None:
-    try:
-        body = json.loads(os.pread(fd, 4096, 0))
-    except (OSError, ValueError):
-        return None
+def _claim_of(body: Any) -> dict[str, Any] | None:
     ok = isinstance(body, dict) and type(body.get("bytes")) is int and body["bytes"] >= 0
     if not ok:
         return None

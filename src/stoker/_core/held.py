@@ -1,0 +1,49 @@
+"""Files that say a process is alive: a small JSON file that its process holds ``LOCK_EX``
+(flock) for as long as what it describes lives (a claim on a shard cache, a loader's ring).
+A reader takes ``LOCK_SH | LOCK_NB``: that fails while the holder lives, and succeeds once it
+is gone (a flock goes with its process, whatever killed it), when the file is removed."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from typing import Any
+
+__all__ = ["live_bodies"]
+
+_NOFOLLOW = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+
+
+def live_bodies(folder: str) -> list[Any]:
+    """The JSON of every ``*.json`` file in ``folder`` that a live process holds, in name
+    order (a file that is not JSON reads as ``None``); the files nobody holds are removed.
+    Call it under the lock that guards the folder's writers."""
+    out: list[Any] = []
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return out
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:  # held: its process lives
+                try:
+                    out.append(json.loads(os.pread(fd, 4096, 0)))
+                except (OSError, ValueError):
+                    out.append(None)
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        finally:
+            os.close(fd)
+    return out
