@@ -332,7 +332,8 @@ def claim_room(files: RemoteFiles, manifest: dict, plan: ReadPlan) -> tuple[Any,
     """Claim the room a loader needs at once in the node's shard cache, or raise
     :class:`CacheFullError` at open naming the bytes, the budget and the fixes
     (``docs/remote.md``, "How much cache a run needs"). Returns the claim and how many shards
-    a reader may keep open (every one when the cache holds the set).
+    a reader may keep pinned (every one when the claim is the whole set); a reader caps that
+    by what it may keep open at all.
 
     The pins of a loader lie in the shards its batches in flight touch (``plan.span``; each
     reader pins only what its current chunk reads) and the ``prefetch_shards`` downloaded
@@ -345,7 +346,7 @@ def claim_room(files: RemoteFiles, manifest: dict, plan: ReadPlan) -> tuple[Any,
     url = redact(files.url)
     group: str | None
     if plan.span is None or plan.span + ahead >= len(sizes):
-        need, per_reader, group = whole, MAX_OPEN_PER_READER, f"{url}\0whole"
+        need, per_reader, group = whole, len(sizes), f"{url}\0whole"
         if plan.span is None:
             fixes = (
                 f"{plan.order} reads from any shard in any batch, so the cache must hold the "
@@ -356,7 +357,7 @@ def claim_room(files: RemoteFiles, manifest: dict, plan: ReadPlan) -> tuple[Any,
             fixes = f"Raise cache_limit to at least {whole} (the whole set)"
     else:
         need = (plan.span + ahead) * max(sizes)
-        per_reader = min(MAX_OPEN_PER_READER, plan.span)
+        per_reader = plan.span
         group = f"{url}\0{plan.order}" if plan.shared else None
         if plan.order == BY_POSITION:
             fixes = (
@@ -382,20 +383,13 @@ def claim_room(files: RemoteFiles, manifest: dict, plan: ReadPlan) -> tuple[Any,
 #: ``ReadPlan.order`` of a process that reads a set by position outside a loader.
 BY_POSITION = "reads by position"
 
-#: Shards one reader keeps open at most when the cache holds what it reads (an open shard
-#: holds a descriptor and two maps; see ``recordset.MAX_OPEN_SHARDS``).
-MAX_OPEN_PER_READER = 64
-
 
 def fits_whole(files: RemoteFiles, manifest: dict) -> bool:
     """Whether the cache's budget holds every file the manifest names (with room for their
     markers and one more shard): then a reader may keep every shard pinned."""
-    from stoker.storage.cache import MARKER_RESERVE
-
-    sizes = shard_bytes(files, manifest["shards"])
-    if not sizes:
+    with_marks = _with_marks(shard_bytes(files, manifest["shards"]))
+    if not with_marks:
         return False
-    with_marks = [n + 3 * MARKER_RESERVE for n in sizes]
     return sum(with_marks) + max(with_marks) <= files.cache.limit
 
 

@@ -358,7 +358,8 @@ class RecordSet(Records):
             return None
         self._release_claim()  # the loader's claim covers what this process reads
         assert self.manifest is not None
-        claim, per_reader = claim_room(self.files, self.manifest, plan)
+        claim, pinned = claim_room(self.files, self.manifest, plan)
+        per_reader = min(MAX_OPEN_SHARDS, pinned)
         if not self._whole:
             self._planned_open = self._max_open = per_reader
             while len(self._open_shards) > per_reader:
