@@ -49,6 +49,13 @@ def test_follows_the_plan_and_holds_at_most_ahead(tmp_path, log):
     plan = items(log, 6, delay=0.01)
     most = 0
     stop = threading.Event()
+    # A probe takes each entry's lock for an instant (LOCK_EX | LOCK_NB): two probes at once
+    # would each see the other's as a held entry. The sampler and the waits below take turns.
+    probe = threading.Lock()
+
+    def held_now() -> list[str]:
+        with probe:
+            return held(root, plan)
 
     def sample() -> None:  # entries held (pinned or being downloaded) at any moment
         nonlocal most
@@ -56,7 +63,7 @@ def test_follows_the_plan_and_holds_at_most_ahead(tmp_path, log):
             # under the fetcher's lock, which every pin release and every choice of the next
             # download takes: one scan sees one state, not the halves of two
             with fetcher._cond:
-                most = max(most, len(held(root, plan)))
+                most = max(most, len(held_now()))
             time.sleep(0.001)
 
     fetcher = AheadFetcher(ShardCache(root, 2**20), ahead=2)
@@ -64,11 +71,11 @@ def test_follows_the_plan_and_holds_at_most_ahead(tmp_path, log):
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
-        until(lambda: held(root, plan) == ["s0", "s1"] and len(logged(log)) == 2)
+        until(lambda: held_now() == ["s0", "s1"] and len(logged(log)) == 2)
         for i in range(1, 7):
             fetcher.reached(i)
             want, count = [it.key for it in plan[i : i + 2]], min(i + 2, 6)
-            until(lambda w=want, n=count: held(root, plan) == w and len(logged(log)) == n)
+            until(lambda w=want, n=count: held_now() == w and len(logged(log)) == n)
     finally:
         stop.set()
         sampler.join()
