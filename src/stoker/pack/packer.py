@@ -479,13 +479,12 @@ def write_set_files(
         "reasons": tally.reasons(),
         "file": os.path.basename(paths.rejects),
     }
-    schema = None
+    # every manifest states its samples' schema, the label's kind with it (a set of int64
+    # class ids is never turned float32 by one record's label, as an inferred kind could be)
     if plan.schema is not None:
         schema = plan.schema.with_max_len(max_lengths(plan.schema, plan.items, tally.written))
-    elif plan.reader is not None and plan.writer_schema is not None:
-        schema = manifest_schema(plan.writer_schema, lengths)
-    elif paths.format != "recordio" and plan.writer_schema is not None:  # a label vector
-        schema = manifest_schema(plan.writer_schema, {})
+    else:
+        schema = manifest_schema(plan.writer_schema, lengths if plan.reader is not None else {})
     if options.convert:
         pack_meta["source_format"] = plan.reader.format
     write_manifest(paths, entries, plan.scan.classes, pack_meta, rejects_meta, schema=schema)
