@@ -43,7 +43,11 @@ def run(f: Findings) -> None:
             f.skip(f"decode {name}", f"{type(e).__name__}: {e}")
     main = None
     try:
-        main = f.add(measure_decode("loader pipeline", pipeline_decode, good, seconds=s.half))
+        main = f.add(
+            measure_decode(
+                "loader pipeline", pipeline_decode, good, seconds=s.half, max_seconds=s.cap(s.half)
+            )
+        )
     except Exception as e:  # noqa: BLE001
         f.skip("decode (loader pipeline)", f"{type(e).__name__}: {e}")
     f.decode = Decode(decs, pipeline_decode, good, full, images, main)

@@ -90,8 +90,9 @@ def _sweep(f: Findings, step: Callable[[str], None]) -> list[LoaderRun]:
                         workers=k,
                         batch_size=s.batch_size,
                         transforms=s.transforms,
-                        seconds=s.seconds,
+                        seconds=s.step,
                         cores=s.cores,
+                        max_seconds=s.cap(s.step),
                     )
                 )
             except Exception as e:  # noqa: BLE001 - report, do not crash
