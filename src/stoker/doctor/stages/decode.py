@@ -38,7 +38,7 @@ def run(f: Findings) -> None:
             f.found_corrupt(key, where, f"{type(e).__name__}: {e}", "decode")
     for name, fn in decs.items():
         try:
-            f.add(measure_decode(name, fn, good, seconds=s.quarter))
+            f.add(measure_decode(name, fn, good, seconds=s.quarter, max_seconds=s.cap(s.quarter)))
         except Exception as e:  # noqa: BLE001
             f.skip(f"decode {name}", f"{type(e).__name__}: {e}")
     main = None
