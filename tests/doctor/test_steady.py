@@ -124,3 +124,12 @@ def test_the_interval_of_a_few_rounds_is_their_range():
     assert not wide.tight and wide.lo_s == 1.0 and wide.hi_s == 2.0
     narrow = spread_of([1.0 + 0.001 * i for i in range(40)])
     assert narrow.tight
+
+
+def test_more_workers_are_not_offered_when_the_cores_are_the_cap():
+    from stoker.doctor.stages.verdict import more_workers
+
+    rising = {1: 1000.0, 2: 1900.0}
+    assert more_workers(rising, 2, capped=False) == 4
+    assert more_workers(rising, 2, capped=True) is None
+    assert more_workers({1: 1000.0, 2: 1010.0}, 2, capped=False) is None  # the curve is flat

@@ -250,6 +250,7 @@ def verdict(
     loader_basis: str | None = None,
     why_predicted: str = "not measured",
     spreads: dict[str, tuple[float, float]] | None = None,
+    own_efficiency: float | None = None,
 ) -> Verdict:
     """Which stage bounds the run at ``workers`` workers, and the GPU busy share.
 
@@ -258,7 +259,10 @@ def verdict(
     given) or predicted; the text says so, with ``why_predicted``. ``spreads``: for each part
     of the loader's work (storage, decode, augment, loader), its measured interval as factors
     of its figure, ``(lo, hi)``; when the two largest parts' intervals overlap the verdict is
-    not decided (``decided=False``) and names both.
+    not decided (``decided=False``) and names both. ``own_efficiency``: the efficiency the
+    loader's own work is judged by (default ``efficiency``; the stage passes the one
+    calibrated with the cores the one-worker run found free, so that other processes' load
+    during that run is not blamed on the loader).
     """
     if loader_basis is None:
         loader_basis = "measured" if loader_rate is not None else "predicted"
@@ -270,7 +274,8 @@ def verdict(
         else predict(cost, workers, cores=cores, efficiency=efficiency)
     )
     capped = cpu_capped(cost, workers, cores=cores)
-    parts = _loader_parts(cost, capped, loader_overhead_s(cost, efficiency))
+    own = efficiency if own_efficiency is None else own_efficiency
+    parts = _loader_parts(cost, capped, loader_overhead_s(cost, own))
     whole = sum(parts.values()) or 1.0
     shares = {k: v / whole for k, v in parts.items()}
     ranked = sorted(parts, key=lambda k: -parts[k])
