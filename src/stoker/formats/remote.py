@@ -72,10 +72,14 @@ __all__ = [
     "RemoteOptions",
     "ReadPlan",
     "check_room",
+    "check_room_for",
     "check_sizes",
     "claim_room",
+    "claim_shards",
+    "fits_all",
     "fits_whole",
     "shard_bytes",
+    "with_marks",
     "is_url",
     "local_path",
     "remote_url",
@@ -226,6 +230,11 @@ class RemoteFiles:
             size = self.sizes[url] = self.remote.size(url)
         return size
 
+    def key(self, url: str, *, crc32c: int | None = None) -> str:
+        """The cache key of ``url`` (its URL, size and CRC): what its cached copy and anything
+        derived from that copy (a format's index) are filed under."""
+        return _key(url, self.size_of(url), crc32c)
+
     def item(self, url: str, *, crc32c: int | None = None, what: str = "") -> Any:
         """The :class:`~stoker.storage.Item` that downloads ``url`` into the cache: its key
         (URL, size and CRC), size, CRC, name for messages and fetch."""
@@ -290,7 +299,11 @@ def check_room(files: RemoteFiles, manifest: dict) -> None:
     """:class:`CacheFullError` at open when the cache cannot hold what reading needs at once:
     the shards a batch reads while the next ``prefetch_shards`` download (at least two shards
     beside those, each with its side files)."""
-    sizes = shard_bytes(files, manifest["shards"])
+    check_room_for(files, shard_bytes(files, manifest["shards"]))
+
+
+def check_room_for(files: RemoteFiles, sizes: list[int]) -> None:
+    """:func:`check_room` for shards of ``sizes`` bytes each (their side files included)."""
     if not sizes:
         return
     need = (files.options.prefetch_shards + 2) * max(sizes)
@@ -322,13 +335,23 @@ class ReadPlan:
 
 
 def _with_marks(sizes: list[int]) -> list[int]:
-    """Each shard's bytes with its files' verification markers (three files at most)."""
+    """Each RecordIO shard's bytes with its files' verification markers (three at most)."""
+    return with_marks(sizes, 3)
+
+
+def with_marks(sizes: list[int], files: int) -> list[int]:
+    """Each shard's bytes with the verification markers of its ``files`` files."""
     from stoker.storage.cache import MARKER_RESERVE
 
-    return [n + 3 * MARKER_RESERVE for n in sizes]
+    return [n + files * MARKER_RESERVE for n in sizes]
 
 
 def claim_room(files: RemoteFiles, manifest: dict, plan: ReadPlan) -> tuple[Any, int]:
+    """:func:`claim_shards` for a RecordIO manifest's shards (``.rec``, ``.idx``, ``.crc32c``)."""
+    return claim_shards(files, _with_marks(shard_bytes(files, manifest["shards"])), plan)
+
+
+def claim_shards(files: RemoteFiles, sizes: list[int], plan: ReadPlan) -> tuple[Any, int]:
     """Claim the room a loader needs at once in the node's shard cache, or raise
     :class:`CacheFullError` at open naming the bytes, the budget and the fixes
     (``docs/remote.md``, "How much cache a run needs"). Returns the claim and how many shards
@@ -339,8 +362,8 @@ def claim_room(files: RemoteFiles, manifest: dict, plan: ReadPlan) -> tuple[Any,
     reader pins only what its current chunk reads) and the ``prefetch_shards`` downloaded
     ahead: ``(span + prefetch_shards) x`` the largest shard. An order that may touch any
     shard (``shuffle=True``, class-balanced) needs the whole set. Ranks reading shards of
-    their own each claim theirs; ranks reading the same shards share one claim."""
-    sizes = _with_marks(shard_bytes(files, manifest["shards"]))
+    their own each claim theirs; ranks reading the same shards share one claim. ``sizes``:
+    each shard's bytes in the cache, its files' markers included (:func:`with_marks`)."""
     whole = sum(sizes)
     ahead = files.options.prefetch_shards
     url = redact(files.url)
@@ -387,10 +410,15 @@ BY_POSITION = "reads by position"
 def fits_whole(files: RemoteFiles, manifest: dict) -> bool:
     """Whether the cache's budget holds every file the manifest names (with room for their
     markers and one more shard): then a reader may keep every shard pinned."""
-    with_marks = _with_marks(shard_bytes(files, manifest["shards"]))
-    if not with_marks:
+    return fits_all(files, _with_marks(shard_bytes(files, manifest["shards"])))
+
+
+def fits_all(files: RemoteFiles, sizes: list[int]) -> bool:
+    """Whether the cache's budget holds every shard of ``sizes`` (markers included) and one
+    more shard."""
+    if not sizes:
         return False
-    return sum(with_marks) + max(with_marks) <= files.cache.limit
+    return sum(sizes) + max(sizes) <= files.cache.limit
 
 
 def local_path(path: str) -> str:

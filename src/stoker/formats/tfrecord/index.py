@@ -114,10 +114,15 @@ def _read_entry(entry: str | None, magic: bytes) -> tuple[bytes, tuple] | None:
     return raw, head
 
 
-def load_offsets(path: str, buf: memoryview, size: int, *, cache: bool = True) -> np.ndarray:
+def load_offsets(
+    path: str, buf: memoryview | None, size: int, *, cache: bool = True, identity: str | None = None
+) -> np.ndarray | None:
     """The record offsets of ``path`` (``buf``: its ``size`` bytes), from the cache or one
-    scan of the headers (then cached); ``CorruptRecordError`` at the first bad header."""
-    entry = cache_file("tfrecord-index", path, ".stktfi") if cache else None
+    scan of the headers (then cached); ``CorruptRecordError`` at the first bad header.
+    ``identity``: what the bytes are filed under instead of the file's stat
+    (:func:`~stoker._core.cache.cache_file`); ``buf=None`` only looks in the cache (``None``
+    when the entry is not there)."""
+    entry = cache_file("tfrecord-index", path, ".stktfi", identity=identity) if cache else None
     got = _read_entry(entry, _IDX_MAGIC)
     if got is not None:
         raw, (_m, _v, reserved, n, fsize) = got
@@ -125,6 +130,8 @@ def load_offsets(path: str, buf: memoryview, size: int, *, cache: bool = True) -
             offs = np.frombuffer(raw, dtype="<i8", offset=_HEAD.size).astype(np.int64)
             if n == 0 or (offs[0] == 0 and bool(np.all(np.diff(offs) >= 16)) and offs[-1] < size):
                 return offs
+    if buf is None:
+        return None
     try:
         offs = scan_offsets(buf, size)
     except FrameError as e:
@@ -280,25 +287,31 @@ def _meta_from(raw: bytes, n: int) -> ShardMeta | None:
 
 def load_meta(
     path: str,
-    buf: memoryview,
+    buf: memoryview | None,
     size: int,
     offsets: np.ndarray,
     plan: FeaturePlan,
     *,
     cache: bool = True,
-) -> ShardMeta:
+    identity: str | None = None,
+) -> ShardMeta | None:
     """Labels, keys and field lengths of every record of ``path``, from the cache or one
-    scan (then cached). ``CorruptRecordError`` names the first record that does not fit."""
+    scan (then cached). ``CorruptRecordError`` names the first record that does not fit.
+    ``identity`` and ``buf=None`` as for :func:`load_offsets`."""
     n = offsets.shape[0]
     if n == 0:
         return ShardMeta(None, np.zeros((0, 0), np.int64), None, {}, np.zeros((0, 2), np.uint32))
     digest = plan_digest(plan)
-    entry = cache_file("tfrecord-meta", path, f"-{digest}.stktfm") if cache else None
+    entry = (
+        cache_file("tfrecord-meta", path, f"-{digest}.stktfm", identity=identity) if cache else None
+    )
     got = _read_entry(entry, _META_MAGIC)
     if got is not None and got[1][3] == n and got[1][4] == size:
         meta = _meta_from(got[0], n)
         if meta is not None:
             return meta
+    if buf is None:
+        return None
     meta = _scan_meta(path, buf, size, offsets, plan)
     if entry is not None:
         js = _meta_json(meta)
