@@ -131,10 +131,11 @@ class RemoteOptions:
         return ShardCache(self.cache_dir, self.cache_limit)
 
 
-def _key(url: str, size: int, crc: int | None) -> str:
-    """The cache key of one object: its URL (without credentials), size and CRC, hashed, and
-    its base name for a reader of the cache folder."""
-    digest = hashlib.sha256(f"{redact(url)}\0{size}\0{crc}".encode()).hexdigest()[:32]
+def _key(url: str, size: int, crc: int | None, sha256: str | None = None) -> str:
+    """The cache key of one object: its URL (without credentials), size and CRC (or sha256),
+    hashed, and its base name for a reader of the cache folder."""
+    check = f"{crc}" if sha256 is None else f"{crc}\0{sha256}"
+    digest = hashlib.sha256(f"{redact(url)}\0{size}\0{check}".encode()).hexdigest()[:32]
     base = _SAFE.sub("_", url.rsplit("/", 1)[-1])[-80:] or "object"
     return f"{digest}-{base}"
 
@@ -230,29 +231,41 @@ class RemoteFiles:
             size = self.sizes[url] = self.remote.size(url)
         return size
 
-    def key(self, url: str, *, crc32c: int | None = None) -> str:
-        """The cache key of ``url`` (its URL, size and CRC): what its cached copy and anything
-        derived from that copy (a format's index) are filed under."""
-        return _key(url, self.size_of(url), crc32c)
+    def key(self, url: str, *, crc32c: int | None = None, sha256: str | None = None) -> str:
+        """The cache key of ``url`` (its URL, size and checksum): what its cached copy and
+        anything derived from that copy (a format's index) are filed under."""
+        return _key(url, self.size_of(url), crc32c, sha256)
 
-    def item(self, url: str, *, crc32c: int | None = None, what: str = "") -> Any:
+    def item(
+        self, url: str, *, crc32c: int | None = None, what: str = "", sha256: str | None = None
+    ) -> Any:
         """The :class:`~stoker.storage.Item` that downloads ``url`` into the cache: its key
-        (URL, size and CRC), size, CRC, name for messages and fetch."""
+        (URL, size and checksum), size, CRC32C, name for messages, fetch and sha256."""
         from stoker.storage.ahead import Item
 
         size = self.size_of(url)
         return Item(
-            _key(url, size, crc32c),
+            _key(url, size, crc32c, sha256),
             size,
             crc32c,
             f"{what} ({redact(url)})" if what else redact(url),
             partial(self.remote.download, url, size=size, what=what),
+            sha256,
         )
 
-    def fetch(self, url: str, *, crc32c: int | None = None, what: str = "") -> Pin:
+    def fetch(
+        self, url: str, *, crc32c: int | None = None, what: str = "", sha256: str | None = None
+    ) -> Pin:
         """A pinned, checked local copy of ``url`` (downloaded once per node)."""
-        it = self.item(url, crc32c=crc32c, what=what)
-        return self.cache.get(it.key, size=it.size, crc32c=it.crc32c, fetch=it.fetch, name=it.name)
+        it = self.item(url, crc32c=crc32c, what=what, sha256=sha256)
+        return self.cache.get(
+            it.key,
+            size=it.size,
+            crc32c=it.crc32c,
+            fetch=it.fetch,
+            name=it.name,
+            sha256=it.sha256,
+        )
 
 
 def check_sizes(files: RemoteFiles, manifest: dict, checksums: bool) -> None:

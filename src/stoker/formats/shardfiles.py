@@ -67,12 +67,14 @@ MAX_OPEN_REMOTE_SHARDS = 4
 class ShardFile:
     """One file of a shard as its manifest entry gives it: ``name`` (relative to the
     manifest), ``field`` (where the manifest says so, for messages), ``size`` in bytes and
-    the CRC32C of the whole file when the manifest records one."""
+    the CRC32C or sha256 (hex) of the whole file when the manifest records one: a download
+    is checked against them before it is read."""
 
     name: str
     field: str
     size: int
     crc32c: int | None = None
+    sha256: str | None = None
 
 
 class RemoteShards:
@@ -157,7 +159,8 @@ class RemoteShards:
         """What shard ``j``'s bytes are filed under in the cache (its files' URLs, sizes and
         CRCs): a format keys what it derives from them (an index) by it."""
         return "\0".join(
-            self.files.key(self.url(j, k), crc32c=f.crc32c) for k, f in enumerate(self.entries[j])
+            self.files.key(self.url(j, k), crc32c=f.crc32c, sha256=f.sha256)
+            for k, f in enumerate(self.entries[j])
         )
 
     # -- holding shards ----------------------------------------------------------------------
@@ -176,7 +179,8 @@ class RemoteShards:
                 self._claim = self._own_claim()
             for k, f in enumerate(self.entries[j]):
                 what = f"shard {j} ({f.name})"
-                pins.append(self.files.fetch(self.url(j, k), crc32c=f.crc32c, what=what))
+                url = self.url(j, k)
+                pins.append(self.files.fetch(url, crc32c=f.crc32c, what=what, sha256=f.sha256))
         except BaseException:
             for p in pins:
                 p.close()
@@ -303,7 +307,8 @@ class ShardsAhead:
             begins.append(len(items))
             for k, f in enumerate(shards.entries[j]):
                 what = f"shard {j} ({f.name})"
-                items.append(files.item(shards.url(j, k), crc32c=f.crc32c, what=what))
+                url = shards.url(j, k)
+                items.append(files.item(url, crc32c=f.crc32c, what=what, sha256=f.sha256))
         self._begins = np.asarray(begins, dtype=np.int64)
         per = max((len(s) for s in shards.entries), default=1)
         ahead = files.options.prefetch_shards

@@ -23,8 +23,7 @@ __all__ = ["RemoteShard", "open_remote", "remote_shard"]
 
 
 def _files(j: int, s: dict) -> list[ShardFile]:
-    crc = s.get("crc32c")
-    return [ShardFile(s["path"], f"shards[{j}].path", int(s["bytes"]), crc)]
+    return [ShardFile(s["path"], f"shards[{j}].path", int(s["bytes"]))]
 
 
 def open_remote(

@@ -18,7 +18,7 @@ __all__ = ["RemoteTar", "open_remote"]
 
 
 def _files(j: int, s: dict) -> list[ShardFile]:
-    return [ShardFile(s["tar"], f"shards[{j}].tar", int(s["tar_bytes"]), s.get("crc32c"))]
+    return [ShardFile(s["tar"], f"shards[{j}].tar", int(s["tar_bytes"]), sha256=s.get("sha256"))]
 
 
 def open_remote(
