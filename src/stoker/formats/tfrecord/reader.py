@@ -229,12 +229,14 @@ class TFRecordReader(ReadsRemoteShards, Reader):
             self._remote, m = open_remote(self.path, c.get("remote"), self._opened)
             self._remote.on_release = self._released
             plan = manifest_plan(m)
-            files = [(str(j), s["records"], s["bytes"]) for j, s in enumerate(m["shards"])]
+            files: list[tuple[str, int | None, int | None]] = [
+                (str(j), s["records"], s["bytes"]) for j, s in enumerate(m["shards"])
+            ]
             self._class_names = class_names(m) or None
         elif self.path.endswith(MANIFEST_SUFFIX):
             m = load_manifest(self.path)
             plan = manifest_plan(m)
-            files: list[tuple[str, int | None, int | None]] = list(shard_files(self.path, m))
+            files = list(shard_files(self.path, m))
             self._class_names = class_names(m) or None
         elif (beside := self._through_manifest()) is not None:
             plan, files = beside  # a stoker shard: its manifest's features and class names

@@ -15,7 +15,7 @@ from typing import Any
 from stoker.formats.remote import RemoteOptions
 from stoker.formats.shardfiles import RemoteShards, ShardFile, open_remote_set
 from stoker.formats.tfrecord.features import FeaturePlan
-from stoker.formats.tfrecord.index import load_meta, load_offsets
+from stoker.formats.tfrecord.index import cached_meta, cached_offsets, load_meta, load_offsets
 from stoker.formats.tfrecord.manifest import validate_manifest
 from stoker.formats.tfrecord.reader import MAX_OPEN_SHARDS, _Shard
 
@@ -46,19 +46,15 @@ class RemoteShard(_Shard):
         self.size = shards.entries[j][0].size
         ident = shards.identity(j)
         kw: dict[str, Any] = {"cache": cache, "identity": ident}
-        offsets = load_offsets(self.path, None, self.size, **kw)
-        meta = (
-            None if offsets is None else load_meta(self.path, None, self.size, offsets, plan, **kw)
-        )
+        offsets = cached_offsets(self.path, self.size, **kw)
+        meta = None if offsets is None else cached_meta(self.path, self.size, offsets, plan, **kw)
         if offsets is None or meta is None:
             self.map()
             try:
                 offsets = load_offsets(self.path, self.view, self.size, **kw)
-                assert offsets is not None
                 meta = load_meta(self.path, self.view, self.size, offsets, plan, **kw)
             finally:
                 self.unmap()
-        assert meta is not None
         self.offsets, self.meta = offsets, meta
 
     def local(self) -> str:
