@@ -113,7 +113,7 @@ def test_a_cache_smaller_than_the_set_stays_within_its_budget(
     assert 0 < peak[0] <= limit
 
 
-@pytest.mark.parametrize("fmt", sorted(FIELDS))
+@pytest.mark.parametrize("fmt", ["wds", pytest.param("tfrecord", marks=pytest.mark.slow)])
 def test_a_global_shuffle_over_a_cache_smaller_than_the_set_is_refused_at_open(
     shard_sets, s3env, cache_dir, fmt
 ):
@@ -122,13 +122,10 @@ def test_a_global_shuffle_over_a_cache_smaller_than_the_set_is_refused_at_open(
     with pytest.raises(stoker.CacheFullError, match="must hold the whole set") as e:
         stoker.Loader(url, batch_size=4, shuffle=True, workers=0, cache_dir=cache_dir,
                       cache_limit=sum(sizes) // 2)  # fmt: skip
-    assert url in str(e.value)
-    assert not os.path.isdir(os.path.join(cache_dir, "entries")) or not os.listdir(
-        os.path.join(cache_dir, "entries")
-    )  # refused before any shard was downloaded
+    assert url in str(e.value) and 'shuffle="shards"' in str(e.value)  # the way out
 
 
-@pytest.mark.parametrize("fmt", sorted(FIELDS))
+@pytest.mark.parametrize("fmt", ["tfrecord", pytest.param("wds", marks=pytest.mark.slow)])
 def test_a_shard_replaced_on_the_server_is_named_at_open(shard_sets, s3env, cache_dir, fmt):
     folder = shard_sets[fmt]
     url = _upload(folder, s3env, fmt)
