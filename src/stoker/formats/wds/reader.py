@@ -134,6 +134,20 @@ class WdsReader(ReadsRemoteShards, Reader):
     def _shard_starts(self) -> np.ndarray:
         return np.asarray(self._cumulative(), dtype=np.int64)
 
+    def files(self) -> list[str]:
+        """The tar files, in position order (a set in object storage: their URLs)."""
+        if self._remote is not None:
+            return [self._remote.location(j) for j in range(len(self._remote))]
+        return super().files()
+
+    def summary(self) -> dict:
+        """What ``stoker inspect`` shows of a manifest's set beyond the samples: its shards
+        and their bytes (as the manifest records them, read without any shard)."""
+        if self.manifest is None:
+            return {}
+        tars = self.manifest["shards"]
+        return {"shards": len(tars), "bytes": sum(int(s["tar_bytes"]) for s in tars)}
+
     def label_kind(self) -> tuple[tuple[int, ...], str]:
         """One label's shape and dtype: an int64 each (read without any shard)."""
         return (), "int64"
