@@ -252,9 +252,22 @@ class RemoteShards:
         """Downloads ahead of ``order`` (global positions in reading order; ``starts``: each
         shard's first position, then the total) from position ``start``; ``None`` without
         ``prefetch_shards``."""
-        if self.files.options.prefetch_shards == 0 or len(order) == 0:
+        ahead = self.files.options.prefetch_shards
+        if ahead == 0 or len(order) == 0:
             return None
-        return ShardsAhead(self, np.asarray(order, dtype=np.int64), starts, start)
+        per = max((len(s) for s in self.entries), default=1)
+        order = np.asarray(order, dtype=np.int64)
+        return ShardsAhead(
+            self.files.cache, self._items, order, starts, start, ahead=ahead, per=per
+        )
+
+    def _items(self, j: int) -> list[Any]:
+        """The downloads of shard ``j``'s files."""
+        out = []
+        for k, f in enumerate(self.entries[j]):
+            what = f"shard {j} ({f.name})"
+            out.append(self.files.item(self.url(j, k), crc32c=f.crc32c, what=what, sha256=f.sha256))
+        return out
 
     def close(self) -> None:
         self._release_claim()
@@ -287,33 +300,39 @@ def open_remote_set(
 
 
 class ShardsAhead:
-    """The shards a reading order needs, downloaded ``prefetch_shards`` ahead of the reader in
-    the order their first record is read; ``reached(p)`` says the records before position
-    ``p`` of the order are handed out."""
+    """The shards a reading order needs, downloaded ``ahead`` shards ahead of the reader in
+    the order their first record is read (:class:`~stoker.storage.AheadFetcher` in this
+    process); ``reached(p)`` says the records before position ``p`` of the order are handed
+    out. ``items_of(j)``: the downloads of shard ``j`` (its files' ``Item``); ``starts``: each
+    shard's first position, then the total; ``per``: the most files a shard has."""
 
-    def __init__(self, shards: RemoteShards, order: np.ndarray, starts: np.ndarray, start: int):
+    def __init__(
+        self,
+        cache: Any,
+        items_of: Callable[[int], list[Any]],
+        order: np.ndarray,
+        starts: np.ndarray,
+        start: int,
+        *,
+        ahead: int,
+        per: int,
+    ) -> None:
         from stoker.storage.ahead import AheadFetcher
 
-        files = shards.files
         shard = np.searchsorted(starts, order, side="right") - 1
         seq, first = np.unique(shard, return_index=True)
         seq = seq[np.argsort(first)]  # shards by their first read
-        rank = np.zeros(len(shards), dtype=np.int64)
+        rank = np.zeros(len(starts) - 1, dtype=np.int64)
         rank[seq] = np.arange(len(seq))
         self._rank = np.maximum.accumulate(rank[shard])  # the latest shard begun at each position
         items: list[Any] = []
         begins = []
         for j in seq.tolist():
             begins.append(len(items))
-            for k, f in enumerate(shards.entries[j]):
-                what = f"shard {j} ({f.name})"
-                url = shards.url(j, k)
-                items.append(files.item(url, crc32c=f.crc32c, what=what, sha256=f.sha256))
+            items.extend(items_of(j))
         self._begins = np.asarray(begins, dtype=np.int64)
-        per = max((len(s) for s in shards.entries), default=1)
-        ahead = files.options.prefetch_shards
         # as many downloads at once as files ahead: the requests' latencies overlap
-        self._fetcher = AheadFetcher(files.cache, ahead=per * ahead, threads=per * ahead)
+        self._fetcher = AheadFetcher(cache, ahead=per * ahead, threads=per * ahead)
         self._fetcher.plan(items)
         self.reached(start)
 

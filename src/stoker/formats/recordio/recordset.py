@@ -13,7 +13,6 @@ binary index cache), so a set of 100,000 shards read by 8 workers stays within t
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from collections import OrderedDict
@@ -44,6 +43,7 @@ from stoker.formats.remote import (
     fits_whole,
     redact,
 )
+from stoker.formats.shardfiles import ShardsAhead
 
 if TYPE_CHECKING:
     from stoker.storage.cache import Pin
@@ -203,53 +203,6 @@ class _Shards(Sequence[RecordFile]):
             yield self._owner.shard(j)
 
 
-class ReadAhead:
-    """The shards a reading order needs, downloaded ``prefetch_shards`` ahead of the reader
-    (:class:`~stoker.storage.AheadFetcher` in this process). Shards are planned in the order
-    their first record is read; ``reached(p)`` says the records before position ``p`` of the
-    order are read, so the shards whose first record comes later are the ones kept ahead."""
-
-    def __init__(self, rs: RecordSet, order: np.ndarray, start: int) -> None:
-        from stoker.storage.ahead import AheadFetcher
-
-        files = rs.files
-        assert files is not None
-        shard = np.searchsorted(rs._starts, order, side="right") - 1
-        seq, first = np.unique(shard, return_index=True)
-        seq = seq[np.argsort(first)]  # shards by their first read
-        rank = np.zeros(len(rs._entries), dtype=np.int64)
-        rank[seq] = np.arange(len(seq))
-        self._rank = np.maximum.accumulate(rank[shard])  # the latest shard begun at each position
-        items: list[Any] = []
-        per = 3 if rs.verify_checksums else 2  # files per shard: .rec, .idx (and .crc32c)
-        for j in seq.tolist():
-            e = rs._entries[j]
-            what = f"shard {j} ({e['rec']})"
-            rec = files.url_of(e["rec"], f"shards[{j}].rec")
-            items.append(files.item(rec, crc32c=e.get("rec_crc32c"), what=what))
-            items.append(files.item(files.url_of(e["idx"], f"shards[{j}].idx"), what=what))
-            if per == 3:  # a shard without a .crc32c gets its .idx again: already fetched
-                side = e.get("crc32c") or e["idx"]
-                items.append(files.item(files.url_of(side, f"shards[{j}].crc32c"), what=what))
-        ahead = files.options.prefetch_shards
-        # as many downloads at once as shards ahead: the requests' latencies overlap
-        self._fetcher = AheadFetcher(files.cache, ahead=per * ahead, threads=per * ahead)
-        self._per = per
-        self._fetcher.plan(items)
-        self.reached(start)
-
-    def reached(self, p: int) -> None:
-        """The records before position ``p`` of the order are handed out (to the workers)."""
-        if p < len(self._rank):
-            self._fetcher.reached(self._per * int(self._rank[p]))
-
-    def close(self) -> None:
-        """Stop the downloads; a background download's error is not raised here (the reader
-        that needs that shard downloads it itself and raises what it meets)."""
-        with contextlib.suppress(Exception):
-            self._fetcher.close()
-
-
 class RecordSet(Records):
     """Several shards read as one: global positions ``0..N-1`` run through the shards in
     manifest order. ``key(i)`` is the key inside its shard; ``shard_of(i)`` names the shard
@@ -386,14 +339,30 @@ class RecordSet(Records):
         """Shards this set keeps open at most in this process."""
         return self._max_open
 
-    def read_ahead(self, order: np.ndarray, start: int = 0) -> ReadAhead | None:
-        """For a remote set with ``prefetch_shards`` > 0: a :class:`ReadAhead` that downloads
-        the shards of ``order`` (global positions, in reading order) ahead of position
-        ``start``; ``None`` for a local set."""
+    def read_ahead(self, order: np.ndarray, start: int = 0) -> ShardsAhead | None:
+        """For a remote set with ``prefetch_shards`` > 0: a :class:`~stoker.formats.
+        shardfiles.ShardsAhead` that downloads the shards of ``order`` (global positions, in
+        reading order) ahead of position ``start``; ``None`` for a local set."""
         files = self.files
         if files is None or files.options.prefetch_shards == 0 or len(order) == 0:
             return None
-        return ReadAhead(self, np.asarray(order, dtype=np.int64), start)
+        order = np.asarray(order, dtype=np.int64)
+        ahead, per = files.options.prefetch_shards, 3 if self.verify_checksums else 2
+        return ShardsAhead(
+            files.cache, self._ahead_items, order, self._starts, start, ahead=ahead, per=per
+        )
+
+    def _ahead_items(self, j: int) -> list[Any]:
+        """The downloads of shard ``j``: its ``.rec``, ``.idx`` and (when read) ``.crc32c``."""
+        files, e = self.files, self._entries[j]
+        assert files is not None
+        what = f"shard {j} ({e['rec']})"
+        rec = files.url_of(e["rec"], f"shards[{j}].rec")
+        out = [files.item(rec, crc32c=e.get("rec_crc32c"), what=what)]
+        out.append(files.item(files.url_of(e["idx"], f"shards[{j}].idx"), what=what))
+        if e.get("crc32c") and self.verify_checksums:
+            out.append(files.item(files.url_of(e["crc32c"], f"shards[{j}].crc32c"), what=what))
+        return out
 
     def focus(self, positions: np.ndarray) -> None:
         """A remote set about to read ``positions`` (a chunk of a batch) closes the other
