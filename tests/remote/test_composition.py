@@ -17,10 +17,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import socket
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -31,6 +27,7 @@ from stoker._core.schema import Schema
 from stoker.formats import registry
 from stoker.formats.protowire import LEN, VARINT, encode_field
 from stoker.storage.remote import Remote, close_filesystems
+from stoker.storage.testing import StaticServer
 
 N, SHARD, CLASSES, BATCH, SEED = 30, 4, 4, 5, 7
 FORMATS = ("recordio", "tfrecord", "wds", "lmdb")
@@ -162,59 +159,18 @@ def s3_sets(s3_server, folder, tmp_path_factory):
     mp.undo()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def http_sets(folder, s3_server):
     """``python -m http.server`` serving the sets' folder on loopback while the module runs
     (after the S3 server, so that fsspec's I/O thread is there before any test's leak check)."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-        cwd=folder,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("python -m http.server did not start") from None
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with StaticServer(folder) as server:
+        yield server.url
 
 
 @pytest.fixture
-def places(folder, s3_sets, http_sets):
-    """Where each set lives, by place; the storage connections a test opened are closed
-    after it (so the leak check sees none)."""
-    baseline = _sockets()
-    yield {"local": folder, "s3": s3_sets, "http": http_sets}
-    close_filesystems()
-    end = time.monotonic() + 3.0  # the servers close their side a moment later
-    while _sockets() > baseline and time.monotonic() < end:
-        time.sleep(0.02)
-
-
-def _sockets() -> int:
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-        except OSError:
-            pass
-    return n
+def places(folder, s3_sets, http_sets, storage_closed):
+    """Where each set lives, by place."""
+    return {"local": folder, "s3": s3_sets, "http": http_sets}
 
 
 TRANSFORMS = stoker.transforms.Compose(
