@@ -219,3 +219,26 @@ def test_a_remote_lmdb_is_refused_with_the_way_out(url, tmp_path):
     assert "not fetched whole" in str(e.value) and url in str(e.value)
     with pytest.raises(ValueError, match="not fetched whole"):
         stoker.formats.open("s3://bucket/sets/x.stoker.json", format="lmdb")
+
+
+def test_a_tfrecord_set_is_scanned_once_per_node(shard_sets, s3env, tmp_path, proxy, monkeypatch):
+    """The process that opens a TFRecord set downloads each shard once to index it; another
+    process of the node (a rank, a worker, a later run; here a fresh shard cache) finds the
+    index without downloading any shard."""
+    url = _upload(shard_sets["tfrecord"], s3env, "tfrecord")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    names = [s["path"] for s in _manifest(shard_sets["tfrecord"])["shards"]]
+
+    def shard_gets() -> int:
+        got = [r[1] for r in proxy.requests if r[0] == "GET"]
+        return sum(any(p.split("?")[0].endswith("/" + n) for n in names) for p in got)
+
+    with stoker.formats.open(url, cache_dir=str(tmp_path / "a")) as r:
+        labels = r.labels().copy()
+    assert shard_gets() == len(names)
+    proxy.clear()
+    with stoker.formats.open(url, cache_dir=str(tmp_path / "b")) as r:
+        np.testing.assert_array_equal(r.labels(), labels)
+        assert len(r) == 60 and shard_gets() == 0
+        r.reader(np.arange(1), ())(0)  # reading a record downloads its shard
+        assert shard_gets() == 1
