@@ -165,6 +165,22 @@ def test_a_corrupt_byte_in_a_shard_is_caught_before_it_is_used(shard_sets, s3env
     assert name in str(e.value)
 
 
+@pytest.mark.parametrize("fmt", sorted(FIELDS))
+def test_verify_of_a_url_names_the_corrupt_shard_by_its_url(shard_sets, s3env, cache_dir, fmt):
+    folder = shard_sets[fmt]
+    url = _upload(folder, s3env, fmt)
+    name, bad = _flip_image_byte(folder, fmt, 2)
+    Remote(url).fs().pipe_file(f"{s3env}/{fmt}/{name}", bad)
+    verify = stoker.formats.registry.get(fmt).load("verify")
+    report = verify(url, remote=stoker.formats.remote.RemoteOptions(cache_dir=cache_dir))
+    assert not report.ok and report.records == 60
+    shard_url = f"s3://{s3env}/{fmt}/{name}"
+    assert {p.path for p in report.problems} == {shard_url}
+    reason = report.problems[0].reason
+    assert ("data CRC" in reason) if fmt == "tfrecord" else ("sha256 differs" in reason)
+    assert os.listdir(cache_dir) in ([], ["manifests"])  # its downloads are gone
+
+
 _RANK = textwrap.dedent(
     """
     import json, sys

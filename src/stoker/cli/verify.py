@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from stoker.cli._formats import format_name
-from stoker.cli._remote import add_remote_arguments, guarded, remote_options, scrub
+from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 
 __all__ = ["add_parser", "report_json", "run"]
 
@@ -64,18 +64,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
 
 
 def _format(args: argparse.Namespace) -> str | None:
-    from stoker.formats.remote import remote_url
-
-    name = format_name(args, "verify")
-    if name is not None and name != "recordio" and remote_url(args.file) is not None:
-        print(
-            f"stoker verify: error: {scrub(args.file, args)}: a {name} set is verified from "
-            "local files; copy it to local disk to verify it (reading it in place checks what "
-            "it reads: every record's framing, and for TFRecord its CRCs)",
-            file=sys.stderr,
-        )
-        return None
-    return name
+    return format_name(args, "verify")
 
 
 def report_json(report: Any, format: str) -> dict[str, Any]:
