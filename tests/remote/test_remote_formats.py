@@ -165,7 +165,7 @@ def test_a_corrupt_byte_in_a_shard_is_caught_before_it_is_used(shard_sets, s3env
     assert name in str(e.value)
 
 
-@pytest.mark.parametrize("fmt", sorted(FIELDS))
+@pytest.mark.parametrize("fmt", ["wds", pytest.param("tfrecord", marks=pytest.mark.slow)])
 def test_verify_of_a_url_names_the_corrupt_shard_by_its_url(shard_sets, s3env, cache_dir, fmt):
     folder = shard_sets[fmt]
     url = _upload(folder, s3env, fmt)
@@ -197,9 +197,8 @@ _RANK = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize(
-    "fmt", ["tfrecord", pytest.param("wds", marks=pytest.mark.slow)]
-)  # fmt: skip
+@pytest.mark.slow  # by default: test_a_tfrecord_set_is_scanned_once_per_node
+@pytest.mark.parametrize("fmt", sorted(FIELDS))
 def test_two_ranks_of_two_workers_download_each_shard_once_per_node(
     shard_sets, s3env, cache_dir, proxy, fmt
 ):
