@@ -257,3 +257,38 @@ def test_a_tfrecord_set_is_scanned_once_per_node(shard_sets, s3env, tmp_path, pr
         assert len(r) == 60 and shard_gets() == 0
         r.reader(np.arange(1), ())(0)  # reading a record downloads its shard
         assert shard_gets() == 1
+
+
+def _shard_bytes(folder: str, fmt: str) -> list[int]:
+    """Each shard's bytes in the shard cache, its files' verification markers included."""
+    from stoker.storage.cache import MARKER_RESERVE
+
+    out = []
+    for s in _manifest(folder)["shards"]:
+        if fmt == "recordio":
+            names = [s["rec"], s["idx"], s["crc32c"]]
+        else:
+            names = [s[FIELDS[fmt][0]]]
+        out.append(sum(os.path.getsize(os.path.join(folder, n)) + MARKER_RESERVE for n in names))
+    return out
+
+
+@pytest.mark.parametrize(
+    "fmt",
+    ["recordio", pytest.param("tfrecord", marks=pytest.mark.slow),
+     pytest.param("wds", marks=pytest.mark.slow)],
+)  # fmt: skip
+def test_the_workers_of_a_loader_whose_cache_holds_the_set_claim_nothing_more(
+    packed, shard_sets, s3env, cache_dir, fmt
+):
+    """A cache that holds the whole set (and a shard to spare) lets readers keep every shard
+    pinned; the loader claims the whole set for them, and its workers add no claim of their
+    own (which, on top of the loader's, would not fit)."""
+    folder = packed if fmt == "recordio" else shard_sets[fmt]
+    url = _upload(folder, s3env, fmt)
+    sizes = _shard_bytes(folder, fmt)
+    limit = sum(sizes) + 2 * max(sizes)
+    kw = dict(batch_size=4, shuffle=False, workers=2, prefetch=1, prefetch_shards=1)
+    want = _batches(stoker.Loader(os.path.join(folder, "train.stoker.json"), **kw))
+    got = _batches(stoker.Loader(url, cache_dir=cache_dir, cache_limit=limit, **kw))
+    _same(got, want)

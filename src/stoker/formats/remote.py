@@ -24,7 +24,7 @@ import hashlib
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +74,7 @@ __all__ = [
     "check_room",
     "check_room_for",
     "check_sizes",
+    "claim_plan",
     "claim_room",
     "claim_shards",
     "fits_all",
@@ -362,6 +363,24 @@ def with_marks(sizes: list[int], files: int) -> list[int]:
 def claim_room(files: RemoteFiles, manifest: dict, plan: ReadPlan) -> tuple[Any, int]:
     """:func:`claim_shards` for a RecordIO manifest's shards (``.rec``, ``.idx``, ``.crc32c``)."""
     return claim_shards(files, _with_marks(shard_bytes(files, manifest["shards"])), plan)
+
+
+def claim_plan(
+    files: RemoteFiles, sizes: list[int], plan: ReadPlan, whole: bool
+) -> tuple[Any, int, bool]:
+    """A loader's claim (:func:`claim_shards`). When the cache's budget holds the whole set
+    (``whole``: its readers then keep every shard they open pinned), the whole set is claimed,
+    so that those pins are what the claim says; when other readers' claims leave no room for
+    that, the plan's own room, and the readers keep only what it allows. Returns the claim,
+    how many shards a reader may keep pinned, and whether the whole set was claimed."""
+    if whole:
+        try:
+            claim, pinned = claim_shards(files, sizes, replace(plan, span=None))
+            return claim, pinned, True
+        except CacheFullError:
+            pass
+    claim, pinned = claim_shards(files, sizes, plan)
+    return claim, pinned, False
 
 
 def claim_shards(files: RemoteFiles, sizes: list[int], plan: ReadPlan) -> tuple[Any, int]:

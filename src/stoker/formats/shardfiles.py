@@ -41,6 +41,7 @@ from stoker.formats.remote import (
     RemoteFiles,
     RemoteOptions,
     check_room_for,
+    claim_plan,
     claim_shards,
     fits_all,
     redact,
@@ -88,11 +89,13 @@ class RemoteShards:
         *,
         cap: int,
         max_open: int | None = None,
+        whole: bool | None = None,
     ) -> None:
         self.files = files
         self.entries = [tuple(s) for s in shards]
         self.cap = cap
         self._planned_open = max_open  # what a loader's claim on the cache allows
+        self._planned_whole = whole  # whether that claim is the whole set
         self._setup()
 
     def _setup(self) -> None:
@@ -103,7 +106,8 @@ class RemoteShards:
         self._keep = False  # holding a shard: a release meanwhile keeps the claim
         per = max((len(s) for s in self.entries), default=1)
         self.sizes = with_marks([sum(f.size for f in s) for s in self.entries], per)
-        self.whole = fits_all(self.files, self.sizes)
+        planned = self._planned_whole
+        self.whole = fits_all(self.files, self.sizes) if planned is None else planned
         if self.whole:  # every shard may stay held: nothing ever needs evicting
             self.max_open = self.cap
         elif self._planned_open is not None:
@@ -118,11 +122,12 @@ class RemoteShards:
             "entries": self.entries,
             "cap": self.cap,
             "max_open": self._planned_open,
+            "whole": self._planned_whole,
         }
 
     def __setstate__(self, state: dict) -> None:
         self.files, self.entries, self.cap = state["files"], state["entries"], state["cap"]
-        self._planned_open = state["max_open"]
+        self._planned_open, self._planned_whole = state["max_open"], state["whole"]
         self._setup()
 
     def __len__(self) -> int:
@@ -221,14 +226,15 @@ class RemoteShards:
     # -- claims ------------------------------------------------------------------------------
     def claim(self, plan: ReadPlan) -> Any:
         """Claim the room a loader's ``plan`` needs (:func:`~stoker.formats.remote.
-        claim_shards`; :class:`CacheFullError` when it cannot be had) and hold at most as many
-        shards as it allows. Release the claim with its ``close()``."""
+        claim_plan`; :class:`CacheFullError` when it cannot be had) and hold at most as many
+        shards as it allows; the processes that read for the loader (its workers) then claim
+        nothing of their own. Release the claim with its ``close()``."""
         self._release_claim()  # the loader's claim covers what this process reads
-        claim, pinned = claim_shards(self.files, self.sizes, plan)
-        if not self.whole:
-            self._planned_open = self.max_open = min(self.cap, pinned)
-            while len(self._held) > self.max_open:
-                self._drop(next(iter(self._held)))
+        claim, pinned, self.whole = claim_plan(self.files, self.sizes, plan, self.whole)
+        self.max_open = self.cap if self.whole else min(self.cap, pinned)
+        self._planned_open, self._planned_whole = self.max_open, self.whole
+        while len(self._held) > self.max_open:
+            self._drop(next(iter(self._held)))
         return claim
 
     def _own_claim(self) -> Any:

@@ -39,9 +39,12 @@ from stoker.formats.remote import (
     RemoteFiles,
     check_room,
     check_sizes,
+    claim_plan,
     claim_room,
     fits_whole,
     redact,
+    shard_bytes,
+    with_marks,
 )
 from stoker.formats.shardfiles import ShardsAhead
 
@@ -220,12 +223,14 @@ class RecordSet(Records):
         cache: bool = True,
         files: RemoteFiles | None = None,
         max_open: int | None = None,
+        whole: bool | None = None,
     ) -> None:
         self.manifest_path = os.fspath(manifest_path) if files is None else redact(files.url)
         self.verify_checksums = verify_checksums
         self._cache = cache
         self.files = files
         self._planned_open = max_open  # what a loader's claim on the cache allows
+        self._planned_whole = whole  # whether that claim is the whole set
         self._open()
 
     def _open(self) -> None:
@@ -243,7 +248,8 @@ class RecordSet(Records):
             if not self.files.sizes:
                 check_sizes(self.files, manifest, bool(self.verify_checksums))
                 check_room(self.files, manifest)
-            self._whole = fits_whole(self.files, manifest)
+            planned = self._planned_whole
+            self._whole = fits_whole(self.files, manifest) if planned is None else planned
             if self._whole:  # every shard may stay pinned: nothing ever needs evicting
                 self._max_open = MAX_OPEN_SHARDS
             elif self._planned_open is not None:  # a loader claimed room for this many
@@ -304,19 +310,20 @@ class RecordSet(Records):
 
     def claim(self, plan: ReadPlan) -> Any:
         """For a remote set, claim the room ``plan`` needs in the node's shard cache
-        (:func:`~stoker.formats.remote.claim_room`; :class:`CacheFullError` when it cannot
+        (:func:`~stoker.formats.remote.claim_plan`; :class:`CacheFullError` when it cannot
         be had) and keep at most as many shards open as it allows; ``None`` for a local
-        set. Release the claim with its ``close()``."""
+        set. The processes that read for the loader (its workers) then claim nothing of
+        their own. Release the claim with its ``close()``."""
         if self.files is None:
             return None
         self._release_claim()  # the loader's claim covers what this process reads
         assert self.manifest is not None
-        claim, pinned = claim_room(self.files, self.manifest, plan)
-        per_reader = min(MAX_OPEN_SHARDS, pinned)
-        if not self._whole:
-            self._planned_open = self._max_open = per_reader
-            while len(self._open_shards) > per_reader:
-                self._drop(next(iter(self._open_shards)))
+        sizes = with_marks(shard_bytes(self.files, self.manifest["shards"]), 3)
+        claim, pinned, self._whole = claim_plan(self.files, sizes, plan, self._whole)
+        self._max_open = MAX_OPEN_SHARDS if self._whole else min(MAX_OPEN_SHARDS, pinned)
+        self._planned_open, self._planned_whole = self._max_open, self._whole
+        while len(self._open_shards) > self._max_open:
+            self._drop(next(iter(self._open_shards)))
         return claim
 
     def _own_claim(self) -> Any:
@@ -397,6 +404,7 @@ class RecordSet(Records):
             "cache": self._cache,
             "files": self.files,
             "max_open": self._planned_open,
+            "whole": self._planned_whole,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -405,6 +413,7 @@ class RecordSet(Records):
         self._cache = state["cache"]
         self.files = state.get("files")
         self._planned_open = state.get("max_open")
+        self._planned_whole = state.get("whole")
         self._open()
 
     def __len__(self) -> int:
