@@ -199,6 +199,15 @@ def close_and_wait(baseline: int, deadline: float = 3.0) -> None:
         time.sleep(0.02)
 
 
+@pytest.fixture
+def storage_closed():
+    """For a test that reaches a storage server without the ``s3_bucket`` fixture: its
+    storage connections are closed after it, and the servers' side of each too."""
+    baseline = open_sockets()
+    yield
+    close_and_wait(baseline)
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     """moto's S3 server; fsspec's I/O thread (its event loop's self-pipe is a socket pair, alive

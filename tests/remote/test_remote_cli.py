@@ -143,20 +143,22 @@ def test_convert_from_a_url_equals_convert_from_local(remote_set, cache_dir, tmp
     assert FAKE_SECRET_ACCESS_KEY not in (tmp_path / "b" / "t.stoker.json").read_text()
 
 
-def test_a_url_of_another_format_is_one_clear_line(s3env, tmp_path, packed):
+def test_a_tfrecord_url_is_inspected_and_verified_in_place(s3env, tmp_path, packed, cache_dir):
     out = tmp_path / "tf"
     assert stoker("convert", os.path.join(packed, "train.stoker.json"), str(out / "t"),
                   "--format", "tfrecord", "--workers", "1", "--quiet").returncode == 0  # fmt: skip
     for name in os.listdir(out):
         Remote(f"s3://{s3env}").upload(str(out / name), f"s3://{s3env}/tf/{name}")
     url = f"s3://{s3env}/tf/t.stoker.json"
-    for command in ("inspect", "verify"):
-        p = stoker(command, url)
-        assert p.returncode == 2 and p.stdout == ""
-        lines = p.stderr.strip().splitlines()
-        assert len(lines) == 1, p.stderr
-        assert lines[0].startswith(f"stoker {command}: error: {url}: a stoker-tfrecord set")
-        assert "is read from local files only" in lines[0]
+    p = stoker("inspect", url, "--json", "--cache-dir", cache_dir)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got["format"] == "tfrecord" and got["records"] == 60 and got["shards"] == 1
+    assert got["bytes"] == os.path.getsize(out / "t.tfrecord")
+    p = stoker("verify", url, "--json", "--cache-dir", cache_dir)
+    assert p.returncode == 0, p.stderr
+    report = json.loads(p.stdout)
+    assert report["ok"] and report["records"] == 60 and report["checksummed"] == 60
 
 
 def test_storage_options_and_errors_show_no_credential(remote_set, cache_dir, tmp_path):

@@ -6,25 +6,16 @@ from __future__ import annotations
 
 import http.server
 import os
-import socket
-import subprocess
-import sys
 import threading
-import time
 
 import numpy as np
 import pytest
 
 import stoker
 from stoker.storage.remote import close_filesystems
+from stoker.storage.testing import StaticServer
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -39,29 +30,11 @@ def fsspec_loop() -> None:
 @pytest.fixture
 def http_root(packed, fsspec_loop):
     """``python -m http.server`` serving the packed set's parent folder on loopback."""
-    port = _free_port()
-    root = os.path.dirname(packed)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-        cwd=root,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("python -m http.server did not start") from None
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/{os.path.basename(packed)}"
-    finally:
-        close_filesystems()
-        proc.terminate()
-        proc.wait(10)
+    with StaticServer(os.path.dirname(packed)) as server:
+        try:
+            yield f"{server.url}/{os.path.basename(packed)}"
+        finally:
+            close_filesystems()
 
 
 def _batches(ld) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:

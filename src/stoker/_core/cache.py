@@ -38,12 +38,20 @@ def file_identity(path: str | os.PathLike[str]) -> tuple[int, int, int, int]:
 _MADE: set[str] = set()  # cache folders this process has made (or found) already
 
 
-def cache_file(kind: str, path: str | os.PathLike[str], suffix: str = "") -> str | None:
+def cache_file(
+    kind: str, path: str | os.PathLike[str], suffix: str = "", *, identity: str | None = None
+) -> str | None:
     """The cache entry for ``kind`` (``"tfrecord-index"``, ...) of data file ``path``, its
-    folder created (0700); ``None`` when the cache directory cannot be made."""
-    dev, ino, size, mtime = file_identity(path)
-    where = os.path.abspath(os.fspath(path))
-    digest = hashlib.sha256(f"{where}\0{dev}\0{ino}\0{size}\0{mtime}".encode()).hexdigest()
+    folder created (0700); ``None`` when the cache directory cannot be made. ``identity``
+    names the bytes instead of ``path``'s stat (a shard of a set in object storage: the
+    shard cache's key of its copy, made of its URL, size and CRC), so every process of the
+    node finds the entry without the file."""
+    if identity is not None:
+        digest = hashlib.sha256(f"object\0{identity}".encode()).hexdigest()
+    else:
+        dev, ino, size, mtime = file_identity(path)
+        where = os.path.abspath(os.fspath(path))
+        digest = hashlib.sha256(f"{where}\0{dev}\0{ino}\0{size}\0{mtime}".encode()).hexdigest()
     digest = digest[:32]
     folder = os.path.join(cache_dir(), kind)
     if folder not in _MADE:

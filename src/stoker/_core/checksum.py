@@ -1,5 +1,6 @@
-"""CRC32C (Castagnoli) of whole files: what a manifest records of each shard
-(``rec_crc32c``) and what a downloaded or uploaded copy is checked against."""
+"""CRC32C (Castagnoli) and sha256 of whole files: what a manifest records of each shard
+(``rec_crc32c``, a tar's ``sha256``) and what a downloaded or uploaded copy is checked
+against."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any, BinaryIO
 
 import crc32c
 
-__all__ = ["file_crc32c", "file_crc32c_md5", "stream_crc32c"]
+__all__ = ["file_crc32c", "file_crc32c_md5", "file_sha256", "stream_crc32c"]
 
 _CHUNK = 4 << 20
 
@@ -31,6 +32,15 @@ def file_crc32c(path: str | os.PathLike[str]) -> int:
     """The CRC32C of the whole file at ``path``."""
     with open(os.fspath(path), "rb", buffering=0) as f:
         return stream_crc32c(f)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The hex sha256 of the whole file at ``path``, read in 4 MiB chunks."""
+    h = hashlib.sha256()
+    with open(os.fspath(path), "rb", buffering=0) as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def file_crc32c_md5(path: str | os.PathLike[str]) -> tuple[int, str]:

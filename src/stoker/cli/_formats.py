@@ -21,14 +21,21 @@ def format_name(args: argparse.Namespace, command: str) -> str | None:
     from stoker.formats import registry
     from stoker.formats.remote import remote_url
 
-    if args.format and args.format != "recordio" and remote_url(args.file) is not None:
-        print(
-            f"stoker {command}: error: {scrub(args.file, args)}: --format {args.format}: only "
-            "RecordIO sets are read from object storage in place; convert the set to RecordIO "
-            "(stoker convert) or copy it to local disk",
-            file=sys.stderr,
-        )
-        return None
+    if args.format and remote_url(args.file) is not None:
+        try:
+            known = registry.get(args.format)
+        except ValueError as e:
+            print(f"stoker {command}: error: {e}", file=sys.stderr)
+            return None
+        if not known.remote:
+            print(
+                f"stoker {command}: error: {scrub(args.file, args)}: --format {args.format}: "
+                f"a {args.format} set is read from local files only; `stoker convert` it to "
+                "RecordIO, TFRecord or WebDataset (read in place from a URL) or copy it to "
+                "local disk",
+                file=sys.stderr,
+            )
+            return None
     problem = input_problem(args.file, argument_label(command, "file"), detect=not args.format)
     if problem is not None:
         print(f"stoker {command}: error: {problem}", file=sys.stderr)

@@ -18,6 +18,10 @@ A format's callables:
 - ``verify(path, **options) -> report``: the whole-file check ``stoker verify`` runs (the
   report has ``.ok`` and ``.problems``);
 - ``sniff(path) -> bool``: for folders (and files without a known extension).
+
+``remote=True``: the reader reads the format's sets in object storage and on HTTP(S) servers
+in place, opened by their manifest's URL (its ``reader`` takes ``remote=``, a
+:class:`~stoker.formats.remote.RemoteOptions`); other formats are refused there with advice.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class Format:
     manifest: str | None = None
     verify: str | None = None
     sniff: str | None = None
+    remote: bool = False
 
     def load(self, what: str) -> Any:
         """The callable named by field ``what`` (``"reader"``, ``"writer"``, ...)."""
@@ -73,9 +78,9 @@ _T = "stoker.formats.tfrecord"
 _W = "stoker.formats.wds"
 _L = "stoker.formats.lmdb"
 # One line per format.
-register(Format("recordio", f"{_R}.seam:open_reader", (".rec", ".idx"), "stoker-recordio", f"{_R}.shardwriter:open_writer", f"{_R}.shardwriter:write_set_manifest", f"{_R}.seam:verify"))  # fmt: skip
-register(Format("tfrecord", f"{_T}:open_reader", (".tfrecord", ".tfrecords", ".tfrec", ".tfrecord.gz", ".tfrecords.gz"), "stoker-tfrecord", f"{_T}:open_writer", f"{_T}:write_set_manifest", f"{_T}:verify"))  # fmt: skip
-register(Format("wds", f"{_W}:open_reader", (".tar",), "stoker-wds", f"{_W}:open_writer", f"{_W}:write_set_manifest", f"{_W}:verify"))  # fmt: skip
+register(Format("recordio", f"{_R}.seam:open_reader", (".rec", ".idx"), "stoker-recordio", f"{_R}.shardwriter:open_writer", f"{_R}.shardwriter:write_set_manifest", f"{_R}.seam:verify", remote=True))  # fmt: skip
+register(Format("tfrecord", f"{_T}:open_reader", (".tfrecord", ".tfrecords", ".tfrec", ".tfrecord.gz", ".tfrecords.gz"), "stoker-tfrecord", f"{_T}:open_writer", f"{_T}:write_set_manifest", f"{_T}:verify", remote=True))  # fmt: skip
+register(Format("wds", f"{_W}:open_reader", (".tar",), "stoker-wds", f"{_W}:open_writer", f"{_W}:write_set_manifest", f"{_W}:verify", remote=True))  # fmt: skip
 register(Format("lmdb", f"{_L}:open_reader", (".mdb", ".lmdb"), None, None, None, f"{_L}:verify", f"{_L}:sniff"))  # fmt: skip
 
 
@@ -121,24 +126,39 @@ def _unknown_format(where: str, name: str) -> Exception:
 
 
 def _remote_format(url: str, remote: RemoteOptions | None) -> Format:
-    """The format of a set in object storage: read from its manifest. Only RecordIO sets are
-    read from object storage in place; another format is converted first."""
+    """The format of a set in object storage: read from its manifest. A format without
+    ``remote`` (LMDB) is refused with the way out."""
     from stoker.storage.urls import redact
 
     if not url.endswith(MANIFEST_SUFFIX):
+        low = url.split("?", 1)[0].rstrip("/").lower()
+        local_only = [f for f in FORMATS.values() if not f.remote and low.endswith(f.extensions)]
+        if local_only or low.endswith(("_lmdb", "-lmdb")):
+            raise _local_only(redact(url), local_only[0].name if local_only else "lmdb")
         raise ValueError(
             f"{redact(url)}: a set in object storage is opened by its manifest "
             f"(NAME{MANIFEST_SUFFIX}, which `stoker pack` and `stoker convert` write)"
         )
     name = manifest_format(RemoteFiles(url, remote).manifest_copy())
     for fmt in FORMATS.values():
-        if fmt.manifest_format == name and fmt.name == "recordio":
+        if fmt.manifest_format == name:
+            if not fmt.remote:
+                raise _local_only(redact(url), fmt.name)
             return fmt
-    if all(fmt.manifest_format != name for fmt in FORMATS.values()):
-        raise _unknown_format(redact(url), name)
-    raise ValueError(
-        f"{redact(url)}: a {name} set is read from local files only; `stoker convert` it to "
-        "RecordIO (the output may be a URL), or copy it to local disk"
+    raise _unknown_format(redact(url), name)
+
+
+def _local_only(url: str, name: str) -> ValueError:
+    """The refusal of a set of format ``name`` at ``url``, which stoker reads locally only."""
+    why = (
+        "an LMDB database is one file read by random page access, often tens of GB: it is "
+        "not fetched whole"
+        if name == "lmdb"
+        else f"the {name} format is read from local files only"
+    )
+    return ValueError(
+        f"{url}: {why}. `stoker convert` it to RecordIO, TFRecord or WebDataset (the output "
+        "may be a URL, read in place from there), or copy it to local disk"
     )
 
 
@@ -157,7 +177,9 @@ def open_reader(
         options["remote"] = RemoteOptions(**given)
     if remote_url(p) is None:
         options.pop("remote", None)
-    elif format is not None and format != "recordio":
-        _remote_format(p, options.get("remote"))  # says why not
+    elif format is not None and not get(format).remote:
+        from stoker.storage.urls import redact
+
+        raise _local_only(redact(p), format)
     fmt = get(format) if format is not None else format_of(p, remote=options.get("remote"))
     return fmt.load("reader")(p, **options)

@@ -24,7 +24,7 @@ import hashlib
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -72,10 +72,15 @@ __all__ = [
     "RemoteOptions",
     "ReadPlan",
     "check_room",
+    "check_room_for",
     "check_sizes",
+    "claim_plan",
     "claim_room",
+    "claim_shards",
+    "fits_all",
     "fits_whole",
     "shard_bytes",
+    "with_marks",
     "is_url",
     "local_path",
     "remote_url",
@@ -127,10 +132,11 @@ class RemoteOptions:
         return ShardCache(self.cache_dir, self.cache_limit)
 
 
-def _key(url: str, size: int, crc: int | None) -> str:
-    """The cache key of one object: its URL (without credentials), size and CRC, hashed, and
-    its base name for a reader of the cache folder."""
-    digest = hashlib.sha256(f"{redact(url)}\0{size}\0{crc}".encode()).hexdigest()[:32]
+def _key(url: str, size: int, crc: int | None, sha256: str | None = None) -> str:
+    """The cache key of one object: its URL (without credentials), size and CRC (or sha256),
+    hashed, and its base name for a reader of the cache folder."""
+    check = f"{crc}" if sha256 is None else f"{crc}\0{sha256}"
+    digest = hashlib.sha256(f"{redact(url)}\0{size}\0{check}".encode()).hexdigest()[:32]
     base = _SAFE.sub("_", url.rsplit("/", 1)[-1])[-80:] or "object"
     return f"{digest}-{base}"
 
@@ -226,24 +232,41 @@ class RemoteFiles:
             size = self.sizes[url] = self.remote.size(url)
         return size
 
-    def item(self, url: str, *, crc32c: int | None = None, what: str = "") -> Any:
+    def key(self, url: str, *, crc32c: int | None = None, sha256: str | None = None) -> str:
+        """The cache key of ``url`` (its URL, size and checksum): what its cached copy and
+        anything derived from that copy (a format's index) are filed under."""
+        return _key(url, self.size_of(url), crc32c, sha256)
+
+    def item(
+        self, url: str, *, crc32c: int | None = None, what: str = "", sha256: str | None = None
+    ) -> Any:
         """The :class:`~stoker.storage.Item` that downloads ``url`` into the cache: its key
-        (URL, size and CRC), size, CRC, name for messages and fetch."""
+        (URL, size and checksum), size, CRC32C, name for messages, fetch and sha256."""
         from stoker.storage.ahead import Item
 
         size = self.size_of(url)
         return Item(
-            _key(url, size, crc32c),
+            _key(url, size, crc32c, sha256),
             size,
             crc32c,
             f"{what} ({redact(url)})" if what else redact(url),
             partial(self.remote.download, url, size=size, what=what),
+            sha256,
         )
 
-    def fetch(self, url: str, *, crc32c: int | None = None, what: str = "") -> Pin:
+    def fetch(
+        self, url: str, *, crc32c: int | None = None, what: str = "", sha256: str | None = None
+    ) -> Pin:
         """A pinned, checked local copy of ``url`` (downloaded once per node)."""
-        it = self.item(url, crc32c=crc32c, what=what)
-        return self.cache.get(it.key, size=it.size, crc32c=it.crc32c, fetch=it.fetch, name=it.name)
+        it = self.item(url, crc32c=crc32c, what=what, sha256=sha256)
+        return self.cache.get(
+            it.key,
+            size=it.size,
+            crc32c=it.crc32c,
+            fetch=it.fetch,
+            name=it.name,
+            sha256=it.sha256,
+        )
 
 
 def check_sizes(files: RemoteFiles, manifest: dict, checksums: bool) -> None:
@@ -290,7 +313,11 @@ def check_room(files: RemoteFiles, manifest: dict) -> None:
     """:class:`CacheFullError` at open when the cache cannot hold what reading needs at once:
     the shards a batch reads while the next ``prefetch_shards`` download (at least two shards
     beside those, each with its side files)."""
-    sizes = shard_bytes(files, manifest["shards"])
+    check_room_for(files, shard_bytes(files, manifest["shards"]))
+
+
+def check_room_for(files: RemoteFiles, sizes: list[int]) -> None:
+    """:func:`check_room` for shards of ``sizes`` bytes each (their side files included)."""
     if not sizes:
         return
     need = (files.options.prefetch_shards + 2) * max(sizes)
@@ -322,13 +349,41 @@ class ReadPlan:
 
 
 def _with_marks(sizes: list[int]) -> list[int]:
-    """Each shard's bytes with its files' verification markers (three files at most)."""
+    """Each RecordIO shard's bytes with its files' verification markers (three at most)."""
+    return with_marks(sizes, 3)
+
+
+def with_marks(sizes: list[int], files: int) -> list[int]:
+    """Each shard's bytes with the verification markers of its ``files`` files."""
     from stoker.storage.cache import MARKER_RESERVE
 
-    return [n + 3 * MARKER_RESERVE for n in sizes]
+    return [n + files * MARKER_RESERVE for n in sizes]
 
 
 def claim_room(files: RemoteFiles, manifest: dict, plan: ReadPlan) -> tuple[Any, int]:
+    """:func:`claim_shards` for a RecordIO manifest's shards (``.rec``, ``.idx``, ``.crc32c``)."""
+    return claim_shards(files, _with_marks(shard_bytes(files, manifest["shards"])), plan)
+
+
+def claim_plan(
+    files: RemoteFiles, sizes: list[int], plan: ReadPlan, whole: bool
+) -> tuple[Any, int, bool]:
+    """A loader's claim (:func:`claim_shards`). When the cache's budget holds the whole set
+    (``whole``: its readers then keep every shard they open pinned), the whole set is claimed,
+    so that those pins are what the claim says; when other readers' claims leave no room for
+    that, the plan's own room, and the readers keep only what it allows. Returns the claim,
+    how many shards a reader may keep pinned, and whether the whole set was claimed."""
+    if whole:
+        try:
+            claim, pinned = claim_shards(files, sizes, replace(plan, span=None))
+            return claim, pinned, True
+        except CacheFullError:
+            pass
+    claim, pinned = claim_shards(files, sizes, plan)
+    return claim, pinned, False
+
+
+def claim_shards(files: RemoteFiles, sizes: list[int], plan: ReadPlan) -> tuple[Any, int]:
     """Claim the room a loader needs at once in the node's shard cache, or raise
     :class:`CacheFullError` at open naming the bytes, the budget and the fixes
     (``docs/remote.md``, "How much cache a run needs"). Returns the claim and how many shards
@@ -339,8 +394,8 @@ def claim_room(files: RemoteFiles, manifest: dict, plan: ReadPlan) -> tuple[Any,
     reader pins only what its current chunk reads) and the ``prefetch_shards`` downloaded
     ahead: ``(span + prefetch_shards) x`` the largest shard. An order that may touch any
     shard (``shuffle=True``, class-balanced) needs the whole set. Ranks reading shards of
-    their own each claim theirs; ranks reading the same shards share one claim."""
-    sizes = _with_marks(shard_bytes(files, manifest["shards"]))
+    their own each claim theirs; ranks reading the same shards share one claim. ``sizes``:
+    each shard's bytes in the cache, its files' markers included (:func:`with_marks`)."""
     whole = sum(sizes)
     ahead = files.options.prefetch_shards
     url = redact(files.url)
@@ -387,10 +442,15 @@ BY_POSITION = "reads by position"
 def fits_whole(files: RemoteFiles, manifest: dict) -> bool:
     """Whether the cache's budget holds every file the manifest names (with room for their
     markers and one more shard): then a reader may keep every shard pinned."""
-    with_marks = _with_marks(shard_bytes(files, manifest["shards"]))
-    if not with_marks:
+    return fits_all(files, _with_marks(shard_bytes(files, manifest["shards"])))
+
+
+def fits_all(files: RemoteFiles, sizes: list[int]) -> bool:
+    """Whether the cache's budget holds every shard of ``sizes`` (markers included) and one
+    more shard."""
+    if not sizes:
         return False
-    return sum(with_marks) + max(with_marks) <= files.cache.limit
+    return sum(sizes) + max(sizes) <= files.cache.limit
 
 
 def local_path(path: str) -> str:

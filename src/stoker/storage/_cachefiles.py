@@ -14,7 +14,7 @@ import stat
 from collections.abc import Iterator
 from typing import Any
 
-from stoker._core.checksum import file_crc32c
+from stoker._core.checksum import file_crc32c, file_sha256
 
 __all__: list[str] = []  # private to stoker.storage.cache
 
@@ -31,16 +31,19 @@ def is_key(key: object) -> bool:
     return isinstance(key, str) and bool(_KEY.fullmatch(key)) and key not in (".", "..")
 
 
-def check_file(path: str, size: int, crc: int | None) -> str | None:
+def check_file(path: str, size: int, crc: int | None, sha256: str | None = None) -> str | None:
     """What is wrong with the downloaded file, or None."""
     got = os.stat(path).st_size
     if got != size:
         return f"{got} bytes written, {size} expected"
-    if crc is None:
-        return None
-    value = file_crc32c(path)
-    if value != crc:
-        return f"CRC32C {value:08x}, expected {crc:08x}"
+    if crc is not None:
+        value = file_crc32c(path)
+        if value != crc:
+            return f"CRC32C {value:08x}, expected {crc:08x}"
+    if sha256 is not None:
+        digest = file_sha256(path)
+        if digest != sha256:
+            return f"sha256 {digest}, expected {sha256}"
     return None
 
 

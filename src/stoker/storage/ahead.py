@@ -52,6 +52,7 @@ class Item:
     crc32c: int | None
     name: str
     fetch: Callable[[BinaryIO], None]
+    sha256: str | None = None
 
 
 class AheadFetcher:
@@ -177,7 +178,12 @@ class AheadFetcher:
             error: BaseException | None = None
             try:
                 pin = self._cache.try_get(
-                    item.key, size=item.size, crc32c=item.crc32c, fetch=item.fetch, name=item.name
+                    item.key,
+                    size=item.size,
+                    crc32c=item.crc32c,
+                    fetch=item.fetch,
+                    name=item.name,
+                    sha256=item.sha256,
                 )
             except Exception as exc:  # kept for close(); the reader's own get raises it too
                 error = exc

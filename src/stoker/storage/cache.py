@@ -9,8 +9,8 @@ Layout under ``ROOT`` (a 0700 folder; every file in it is 0600)::
     ROOT/locks/KEY                      an entry's lock (flock; lock files are never deleted,
                                         so nobody ever locks an orphaned inode)
     ROOT/entries/KEY.data               the entry's bytes
-    ROOT/entries/KEY.ok                 its marker: JSON with the size and CRC32C it was checked
-                                        against, the data file's inode and mtime_ns, its name;
+    ROOT/entries/KEY.ok                 its marker: JSON with the size, CRC32C and sha256 it
+                                        was checked against, the file's inode, mtime_ns, name;
                                         the marker's mtime is the entry's last use (touched on
                                         every get: atime is unreliable)
     ROOT/tmp/KEY.RESERVE.PID.RAND.part  a download in progress, holding RESERVE bytes of budget
@@ -37,8 +37,9 @@ and downloads:
    (``O_EXCL``) and ``fallocate`` it keeping its size (``du`` sees the reservation, and a full
    disk fails here as :class:`CacheFullError`, not midway). When the room is pinned, release
    the cache lock and poll, up to ``wait`` s;
-3. ``fetch`` into the ``.part`` file, fsync, check size and CRC32C (a failure fetches once more,
-   a second one is a :class:`CorruptRecordError`), write the ``.mark`` file and fsync it;
+3. ``fetch`` into the ``.part`` file, fsync, check size, and CRC32C and sha256 where given (a
+   failure fetches once more, a second one is a :class:`CorruptRecordError`), write the
+   ``.mark`` file and fsync it;
 4. under the cache lock: rename the data, then the marker, into ``entries/``, fsync the folder
    and turn ``LOCK_EX`` into ``LOCK_SH`` (no evictor runs meanwhile): the caller's pin.
 
@@ -132,6 +133,7 @@ class _Want:
     fetch: Fetch
     label: str
     wait_for_room: bool
+    sha256: str | None = None
 
 
 class _Poll:
@@ -208,20 +210,37 @@ class ShardCache:
 
     # -- public -----------------------------------------------------------------------------
 
-    def get(self, key: str, *, size: int, crc32c: int | None, fetch: Fetch, name: str = "") -> Pin:
+    def get(
+        self,
+        key: str,
+        *,
+        size: int,
+        crc32c: int | None,
+        fetch: Fetch,
+        name: str = "",
+        sha256: str | None = None,
+    ) -> Pin:
         """A pinned, verified local copy of object ``key``, downloaded with ``fetch`` unless
-        it is cached already; waits up to ``wait`` seconds for pinned room."""
-        pin = self._get(key, size, crc32c, fetch, name, wait_for_room=True)
+        it is cached already; waits up to ``wait`` seconds for pinned room. A download is
+        checked against ``size`` and, where given, ``crc32c`` and ``sha256`` (hex)."""
+        pin = self._get(_Want(key, size, crc32c, fetch, name or key, True, sha256))
         if pin is None:  # waiting for room ends in CacheFullError, never in None
             raise RuntimeError(f"shard cache {self.root}: no pin for {name or key}")
         return pin
 
     def try_get(
-        self, key: str, *, size: int, crc32c: int | None, fetch: Fetch, name: str = ""
+        self,
+        key: str,
+        *,
+        size: int,
+        crc32c: int | None,
+        fetch: Fetch,
+        name: str = "",
+        sha256: str | None = None,
     ) -> Pin | None:
         """Like :meth:`get`, but ``None`` instead of waiting when every candidate for
         eviction is pinned (for downloads ahead of the reader)."""
-        return self._get(key, size, crc32c, fetch, name, wait_for_room=False)
+        return self._get(_Want(key, size, crc32c, fetch, name or key, False, sha256))
 
     def claim(self, nbytes: int, *, what: str, group: str | None = None, fixes: str = "") -> Claim:
         """Claim ``nbytes`` of the budget for pins (the NOTE's Claims; :mod:`.claims`): the
@@ -297,11 +316,9 @@ class ShardCache:
 
     # -- get --------------------------------------------------------------------------------
 
-    def _get(
-        self, key: str, size: int, crc: int | None, fetch: Fetch, name: str, *, wait_for_room: bool
-    ) -> Pin | None:
-        _check_args(key, size, crc)
-        want = _Want(key, size, crc, fetch, name or key, wait_for_room)
+    def _get(self, want: _Want) -> Pin | None:
+        key, size = want.key, want.size
+        _check_args(key, size, want.crc)
         if size + MARKER_RESERVE > self.limit:
             raise CacheFullError(
                 f"{want.label} is {size} bytes, more than the whole budget of the shard cache "
@@ -357,6 +374,7 @@ class ShardCache:
             and marker.get("ino") == st.st_ino
             and marker.get("mtime_ns") == st.st_mtime_ns
             and (want.crc is None or marker.get("crc32c") == want.crc)
+            and (want.sha256 is None or marker.get("sha256") == want.sha256)
         )
 
     def _fill(self, fd: int, want: _Want) -> Pin | None:
@@ -398,7 +416,7 @@ class ShardCache:
                 want.fetch(out)
                 out.flush()
                 os.fsync(out.fileno())
-            problem = check_file(part, want.size, want.crc)
+            problem = check_file(part, want.size, want.crc, want.sha256)
             if problem is None:
                 return
             problems.append(problem)
@@ -407,12 +425,17 @@ class ShardCache:
             None,
             f"downloaded twice into the shard cache {self.root} and neither copy passed the "
             f"check ({'; then '.join(problems)}); the stored object does not match the size "
-            "and CRC32C its manifest gives: re-upload it or rewrite the manifest",
+            "and checksum its manifest gives: re-upload it or rewrite the manifest",
         )
 
     def _write_marker(self, part: str, want: _Want) -> str:
         st = os.stat(part)
-        body: dict[str, Any] = {"v": 1, "size": want.size, "crc32c": want.crc}
+        body: dict[str, Any] = {
+            "v": 1,
+            "size": want.size,
+            "crc32c": want.crc,
+            "sha256": want.sha256,
+        }
         body.update(ino=st.st_ino, mtime_ns=st.st_mtime_ns, name=want.label[:200])
         raw = json.dumps(body).encode()[: MARKER_RESERVE - 1]
         name = f"{want.key}.{os.getpid()}.{secrets.token_hex(4)}{MARK_TMP}"

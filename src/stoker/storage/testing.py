@@ -1,4 +1,5 @@
-"""Real storage on loopback for tests and benchmarks: an S3 server and a fault-injecting proxy.
+"""Real storage on loopback for tests and benchmarks: an S3 server, a static HTTP server and a
+fault-injecting proxy.
 
 :class:`S3Server` is moto's S3 server (``moto[server]``, a development dependency) in a
 thread of this process on ``127.0.0.1`` and a free port. Every instance in one process shares
@@ -22,22 +23,28 @@ request's path:
   without forwarding.
 
 Everything runs in threads; :meth:`FaultProxy.stop` ends stalled responses and joins them.
+
+:class:`StaticServer` is ``python -m http.server`` serving a folder, in a process of its own:
+what a plain static HTTP server gives (an HTML folder index without sizes, no ``Range``).
 """
 
 from __future__ import annotations
 
 import http.client
 import logging
+import os
 import socket
 import socketserver
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FaultProxy", "S3Server"]
+__all__ = ["FaultProxy", "S3Server", "StaticServer"]
 
 # Distinctive values, so a test can assert that none of them appears in any output.
 FAKE_ACCESS_KEY_ID = "STOKERFAKEKEYID7Q2XW"
@@ -91,6 +98,51 @@ class S3Server:
         }
 
     def __enter__(self) -> S3Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class StaticServer:
+    """``python -m http.server`` serving ``folder`` on 127.0.0.1 and a free port (see the
+    module docstring); :attr:`url` is the folder's URL once started."""
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = os.fspath(folder)
+        self.url = ""
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 20.0) -> StaticServer:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        self._proc = proc = subprocess.Popen(
+            [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+            cwd=self.folder,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    self.stop()
+                    raise RuntimeError("python -m http.server did not start") from None
+                time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)
+
+    def __enter__(self) -> StaticServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -97,12 +97,10 @@ class IndexTable:
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+    """Hex sha256 of a file."""
+    from stoker._core.checksum import file_sha256
+
+    return file_sha256(path)
 
 
 def cache_path(idx_path: str | os.PathLike[str]) -> str | None:

@@ -13,7 +13,6 @@ binary index cache), so a set of 100,000 shards read by 8 workers stays within t
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from collections import OrderedDict
@@ -40,10 +39,14 @@ from stoker.formats.remote import (
     RemoteFiles,
     check_room,
     check_sizes,
+    claim_plan,
     claim_room,
     fits_whole,
     redact,
+    shard_bytes,
+    with_marks,
 )
+from stoker.formats.shardfiles import ShardsAhead
 
 if TYPE_CHECKING:
     from stoker.storage.cache import Pin
@@ -203,53 +206,6 @@ class _Shards(Sequence[RecordFile]):
             yield self._owner.shard(j)
 
 
-class ReadAhead:
-    """The shards a reading order needs, downloaded ``prefetch_shards`` ahead of the reader
-    (:class:`~stoker.storage.AheadFetcher` in this process). Shards are planned in the order
-    their first record is read; ``reached(p)`` says the records before position ``p`` of the
-    order are read, so the shards whose first record comes later are the ones kept ahead."""
-
-    def __init__(self, rs: RecordSet, order: np.ndarray, start: int) -> None:
-        from stoker.storage.ahead import AheadFetcher
-
-        files = rs.files
-        assert files is not None
-        shard = np.searchsorted(rs._starts, order, side="right") - 1
-        seq, first = np.unique(shard, return_index=True)
-        seq = seq[np.argsort(first)]  # shards by their first read
-        rank = np.zeros(len(rs._entries), dtype=np.int64)
-        rank[seq] = np.arange(len(seq))
-        self._rank = np.maximum.accumulate(rank[shard])  # the latest shard begun at each position
-        items: list[Any] = []
-        per = 3 if rs.verify_checksums else 2  # files per shard: .rec, .idx (and .crc32c)
-        for j in seq.tolist():
-            e = rs._entries[j]
-            what = f"shard {j} ({e['rec']})"
-            rec = files.url_of(e["rec"], f"shards[{j}].rec")
-            items.append(files.item(rec, crc32c=e.get("rec_crc32c"), what=what))
-            items.append(files.item(files.url_of(e["idx"], f"shards[{j}].idx"), what=what))
-            if per == 3:  # a shard without a .crc32c gets its .idx again: already fetched
-                side = e.get("crc32c") or e["idx"]
-                items.append(files.item(files.url_of(side, f"shards[{j}].crc32c"), what=what))
-        ahead = files.options.prefetch_shards
-        # as many downloads at once as shards ahead: the requests' latencies overlap
-        self._fetcher = AheadFetcher(files.cache, ahead=per * ahead, threads=per * ahead)
-        self._per = per
-        self._fetcher.plan(items)
-        self.reached(start)
-
-    def reached(self, p: int) -> None:
-        """The records before position ``p`` of the order are handed out (to the workers)."""
-        if p < len(self._rank):
-            self._fetcher.reached(self._per * int(self._rank[p]))
-
-    def close(self) -> None:
-        """Stop the downloads; a background download's error is not raised here (the reader
-        that needs that shard downloads it itself and raises what it meets)."""
-        with contextlib.suppress(Exception):
-            self._fetcher.close()
-
-
 class RecordSet(Records):
     """Several shards read as one: global positions ``0..N-1`` run through the shards in
     manifest order. ``key(i)`` is the key inside its shard; ``shard_of(i)`` names the shard
@@ -267,12 +223,14 @@ class RecordSet(Records):
         cache: bool = True,
         files: RemoteFiles | None = None,
         max_open: int | None = None,
+        whole: bool | None = None,
     ) -> None:
         self.manifest_path = os.fspath(manifest_path) if files is None else redact(files.url)
         self.verify_checksums = verify_checksums
         self._cache = cache
         self.files = files
         self._planned_open = max_open  # what a loader's claim on the cache allows
+        self._planned_whole = whole  # whether that claim is the whole set
         self._open()
 
     def _open(self) -> None:
@@ -290,7 +248,8 @@ class RecordSet(Records):
             if not self.files.sizes:
                 check_sizes(self.files, manifest, bool(self.verify_checksums))
                 check_room(self.files, manifest)
-            self._whole = fits_whole(self.files, manifest)
+            planned = self._planned_whole
+            self._whole = fits_whole(self.files, manifest) if planned is None else planned
             if self._whole:  # every shard may stay pinned: nothing ever needs evicting
                 self._max_open = MAX_OPEN_SHARDS
             elif self._planned_open is not None:  # a loader claimed room for this many
@@ -351,19 +310,20 @@ class RecordSet(Records):
 
     def claim(self, plan: ReadPlan) -> Any:
         """For a remote set, claim the room ``plan`` needs in the node's shard cache
-        (:func:`~stoker.formats.remote.claim_room`; :class:`CacheFullError` when it cannot
+        (:func:`~stoker.formats.remote.claim_plan`; :class:`CacheFullError` when it cannot
         be had) and keep at most as many shards open as it allows; ``None`` for a local
-        set. Release the claim with its ``close()``."""
+        set. The processes that read for the loader (its workers) then claim nothing of
+        their own. Release the claim with its ``close()``."""
         if self.files is None:
             return None
         self._release_claim()  # the loader's claim covers what this process reads
         assert self.manifest is not None
-        claim, pinned = claim_room(self.files, self.manifest, plan)
-        per_reader = min(MAX_OPEN_SHARDS, pinned)
-        if not self._whole:
-            self._planned_open = self._max_open = per_reader
-            while len(self._open_shards) > per_reader:
-                self._drop(next(iter(self._open_shards)))
+        sizes = with_marks(shard_bytes(self.files, self.manifest["shards"]), 3)
+        claim, pinned, self._whole = claim_plan(self.files, sizes, plan, self._whole)
+        self._max_open = MAX_OPEN_SHARDS if self._whole else min(MAX_OPEN_SHARDS, pinned)
+        self._planned_open, self._planned_whole = self._max_open, self._whole
+        while len(self._open_shards) > self._max_open:
+            self._drop(next(iter(self._open_shards)))
         return claim
 
     def _own_claim(self) -> Any:
@@ -386,14 +346,30 @@ class RecordSet(Records):
         """Shards this set keeps open at most in this process."""
         return self._max_open
 
-    def read_ahead(self, order: np.ndarray, start: int = 0) -> ReadAhead | None:
-        """For a remote set with ``prefetch_shards`` > 0: a :class:`ReadAhead` that downloads
-        the shards of ``order`` (global positions, in reading order) ahead of position
-        ``start``; ``None`` for a local set."""
+    def read_ahead(self, order: np.ndarray, start: int = 0) -> ShardsAhead | None:
+        """For a remote set with ``prefetch_shards`` > 0: a :class:`~stoker.formats.
+        shardfiles.ShardsAhead` that downloads the shards of ``order`` (global positions, in
+        reading order) ahead of position ``start``; ``None`` for a local set."""
         files = self.files
         if files is None or files.options.prefetch_shards == 0 or len(order) == 0:
             return None
-        return ReadAhead(self, np.asarray(order, dtype=np.int64), start)
+        order = np.asarray(order, dtype=np.int64)
+        ahead, per = files.options.prefetch_shards, 3 if self.verify_checksums else 2
+        return ShardsAhead(
+            files.cache, self._ahead_items, order, self._starts, start, ahead=ahead, per=per
+        )
+
+    def _ahead_items(self, j: int) -> list[Any]:
+        """The downloads of shard ``j``: its ``.rec``, ``.idx`` and (when read) ``.crc32c``."""
+        files, e = self.files, self._entries[j]
+        assert files is not None
+        what = f"shard {j} ({e['rec']})"
+        rec = files.url_of(e["rec"], f"shards[{j}].rec")
+        out = [files.item(rec, crc32c=e.get("rec_crc32c"), what=what)]
+        out.append(files.item(files.url_of(e["idx"], f"shards[{j}].idx"), what=what))
+        if e.get("crc32c") and self.verify_checksums:
+            out.append(files.item(files.url_of(e["crc32c"], f"shards[{j}].crc32c"), what=what))
+        return out
 
     def focus(self, positions: np.ndarray) -> None:
         """A remote set about to read ``positions`` (a chunk of a batch) closes the other
@@ -428,6 +404,7 @@ class RecordSet(Records):
             "cache": self._cache,
             "files": self.files,
             "max_open": self._planned_open,
+            "whole": self._planned_whole,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -436,6 +413,7 @@ class RecordSet(Records):
         self._cache = state["cache"]
         self.files = state.get("files")
         self._planned_open = state.get("max_open")
+        self._planned_whole = state.get("whole")
         self._open()
 
     def __len__(self) -> int:

@@ -1,21 +1,14 @@
 """Verification of a RecordIO set in object storage, by its manifest's URL (what ``stoker verify
 s3://...`` runs): every shard downloaded afresh and walked as a local shard is.
 
-A copy already in the node's shard cache is not trusted to be what storage holds now (the
-object may have changed since it was cached), so each shard is downloaded again: through a
-:class:`~stoker.storage.ShardCache` of its own, a folder ``verify-PID-RAND`` inside the cache
-folder with the cache's budget, which holds one shard at a time (emptied after each, removed at
-the end; one a killed run left is removed by the next). So a set larger than the budget
-verifies, and the downloads are checked and atomic as every cache download is: against the
-manifest's size and, where it records one, the whole file's CRC32C (``rec_crc32c``).
+Each shard is downloaded again, through a shard cache of its own that holds one shard at a
+time (:mod:`stoker.formats.verify_remote`, which every format's remote verify shares), and
+checked against the manifest's size and, where it records one, the whole file's CRC32C
+(``rec_crc32c``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import secrets
-import shutil
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -26,6 +19,7 @@ from stoker.formats.recordio.manifest import validate_manifest
 from stoker.formats.recordio.verify import _Options, _verify_entry, _with_schema
 from stoker.formats.remote import RemoteFiles, RemoteOptions
 from stoker.formats.report import Problem, VerifyReport
+from stoker.formats.verify_remote import fresh_files, relabel
 from stoker.storage.cache import Pin
 from stoker.storage.urls import redact
 
@@ -57,30 +51,8 @@ def verify_remote(
     """
     if max_problems < 0:
         raise ValueError(f"max_problems must be >= 0, got {max_problems}")
-    options = remote or RemoteOptions()
-    base = options.cache()
-    root = os.path.join(base.root, f"verify-{os.getpid()}-{secrets.token_hex(4)}")
-    _sweep(base.root)
-    try:
-        files = RemoteFiles(url, replace(options, cache_dir=root, cache_limit=base.limit))
+    with fresh_files(url, remote) as files:
         return _verify(files, checksums, decode, max_problems, progress, allow_missing_checksums)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _sweep(folder: str) -> None:
-    """Remove the ``verify-PID-*`` folders of processes that are gone."""
-    with contextlib.suppress(OSError):
-        for name in os.listdir(folder):
-            parts = name.split("-")
-            if len(parts) != 3 or parts[0] != "verify" or not parts[1].isdigit():
-                continue
-            try:
-                os.kill(int(parts[1]), 0)
-            except ProcessLookupError:
-                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
-            except OSError:
-                pass  # alive, another user's
 
 
 def _verify(
@@ -150,7 +122,7 @@ def _verify_remote_entry(
     finally:
         for pin in pins:
             pin.close()
-    _relabel(report, n0, m0, names)
+    relabel(report, n0, m0, names)
 
 
 def _fetch_rec(
@@ -211,18 +183,3 @@ def _fetch_crc(
         return None, replace(opts, checksums=False)
     pins.append(files.fetch(crc, what=what))
     return pins[-1].path, opts
-
-
-def _relabel(report: VerifyReport, n0: int, m0: int, names: dict[str, str]) -> None:
-    """The problems and notes from ``n0``/``m0`` on with each cached copy's path replaced by
-    the URL it was fetched from."""
-
-    def sub(text: str) -> str:
-        for local, url in names.items():
-            text = text.replace(local, url)
-        return text
-
-    report.problems[n0:] = [
-        replace(p, path=sub(p.path), reason=sub(p.reason)) for p in report.problems[n0:]
-    ]
-    report.notes[m0:] = [sub(n) for n in report.notes[m0:]]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,9 @@ from stoker.formats.tfrecord.example import (
 
 __all__ = [
     "BOX_SUFFIXES",
+    "describe_fields",
+    "manifest_plan",
+    "same_fields",
     "FeaturePlan",
     "FieldError",
     "Resolved",
@@ -416,3 +419,28 @@ def feature_names(schema: Schema) -> dict[str, str]:
                 )
             used[name] = n
     return out
+
+
+def same_fields(a: Resolved, b: Resolved) -> bool:
+    """Whether two files' records hold the same fields, read the same way."""
+
+    def strip(r: Resolved) -> list:
+        return [(n, ft, f.kind, f.dtype, f.shape, f.geometry, f.follows) for n, ft, f in r.entries]
+
+    return strip(a) == strip(b) and a.label == b.label and a.keyed == b.keyed
+
+
+def describe_fields(r: Resolved) -> str:
+    return ", ".join(f"{n}={ft}" for n, ft, _f in r.entries) + (" keyed" if r.keyed else "")
+
+
+def manifest_plan(m: dict) -> FeaturePlan:
+    """The features a stoker-tfrecord manifest ``m`` says its records hold."""
+    from stoker.formats.manifest import manifest_schema
+
+    schema = manifest_schema(m) or Schema.classification()
+    feats = m["features"]
+    entries = tuple(
+        (n, feats[n], replace(f, max_len=None)) for n, f in schema.items() if f.kind != "size"
+    )
+    return FeaturePlan(entries, frozenset(), m.get("key_feature", KEY_FEATURE))

@@ -66,7 +66,16 @@ from stoker.formats.tfrecord.features import (
 )
 from stoker.formats.tfrecord.framing import HEADER, FrameError, read_frame, scan_offsets
 
-__all__ = ["NO_SPAN", "ShardMeta", "load_meta", "load_offsets", "plan_digest", "record_error"]
+__all__ = [
+    "NO_SPAN",
+    "ShardMeta",
+    "cached_meta",
+    "cached_offsets",
+    "load_meta",
+    "load_offsets",
+    "plan_digest",
+    "record_error",
+]
 
 _IDX_MAGIC = b"STKTFI\x00\x01"
 _META_MAGIC = b"STKTFM\x00\x01"
@@ -114,10 +123,11 @@ def _read_entry(entry: str | None, magic: bytes) -> tuple[bytes, tuple] | None:
     return raw, head
 
 
-def load_offsets(path: str, buf: memoryview, size: int, *, cache: bool = True) -> np.ndarray:
-    """The record offsets of ``path`` (``buf``: its ``size`` bytes), from the cache or one
-    scan of the headers (then cached); ``CorruptRecordError`` at the first bad header."""
-    entry = cache_file("tfrecord-index", path, ".stktfi") if cache else None
+def _offsets_entry(path: str, cache: bool, identity: str | None) -> str | None:
+    return cache_file("tfrecord-index", path, ".stktfi", identity=identity) if cache else None
+
+
+def _cached_offsets(entry: str | None, size: int) -> np.ndarray | None:
     got = _read_entry(entry, _IDX_MAGIC)
     if got is not None:
         raw, (_m, _v, reserved, n, fsize) = got
@@ -125,6 +135,27 @@ def load_offsets(path: str, buf: memoryview, size: int, *, cache: bool = True) -
             offs = np.frombuffer(raw, dtype="<i8", offset=_HEAD.size).astype(np.int64)
             if n == 0 or (offs[0] == 0 and bool(np.all(np.diff(offs) >= 16)) and offs[-1] < size):
                 return offs
+    return None
+
+
+def cached_offsets(
+    path: str, size: int, *, cache: bool = True, identity: str | None = None
+) -> np.ndarray | None:
+    """The record offsets :func:`load_offsets` cached for ``path`` (``identity``: what the
+    bytes are filed under instead of the file's stat, :func:`~stoker._core.cache.cache_file`),
+    without the file; ``None`` when there are none."""
+    return _cached_offsets(_offsets_entry(path, cache, identity), size)
+
+
+def load_offsets(
+    path: str, buf: memoryview, size: int, *, cache: bool = True, identity: str | None = None
+) -> np.ndarray:
+    """The record offsets of ``path`` (``buf``: its ``size`` bytes), from the cache or one
+    scan of the headers (then cached); ``CorruptRecordError`` at the first bad header."""
+    entry = _offsets_entry(path, cache, identity)
+    offs = _cached_offsets(entry, size)
+    if offs is not None:
+        return offs
     try:
         offs = scan_offsets(buf, size)
     except FrameError as e:
@@ -278,6 +309,40 @@ def _meta_from(raw: bytes, n: int) -> ShardMeta | None:
     return ShardMeta(resolved, labels.copy(), keys, max_len, spans.astype(np.uint32))
 
 
+def _meta_entry(path: str, plan: FeaturePlan, cache: bool, identity: str | None) -> str | None:
+    digest = plan_digest(plan)
+    return (
+        cache_file("tfrecord-meta", path, f"-{digest}.stktfm", identity=identity) if cache else None
+    )
+
+
+def _cached_meta(entry: str | None, n: int, size: int) -> ShardMeta | None:
+    got = _read_entry(entry, _META_MAGIC)
+    if got is not None and got[1][3] == n and got[1][4] == size:
+        return _meta_from(got[0], n)
+    return None
+
+
+def cached_meta(
+    path: str,
+    size: int,
+    offsets: np.ndarray,
+    plan: FeaturePlan,
+    *,
+    cache: bool = True,
+    identity: str | None = None,
+) -> ShardMeta | None:
+    """What :func:`load_meta` cached for ``path`` (``identity`` as for
+    :func:`cached_offsets`), without the file; ``None`` when there is none."""
+    if offsets.shape[0] == 0:
+        return _empty_meta()
+    return _cached_meta(_meta_entry(path, plan, cache, identity), offsets.shape[0], size)
+
+
+def _empty_meta() -> ShardMeta:
+    return ShardMeta(None, np.zeros((0, 0), np.int64), None, {}, np.zeros((0, 2), np.uint32))
+
+
 def load_meta(
     path: str,
     buf: memoryview,
@@ -286,19 +351,17 @@ def load_meta(
     plan: FeaturePlan,
     *,
     cache: bool = True,
+    identity: str | None = None,
 ) -> ShardMeta:
     """Labels, keys and field lengths of every record of ``path``, from the cache or one
     scan (then cached). ``CorruptRecordError`` names the first record that does not fit."""
     n = offsets.shape[0]
     if n == 0:
-        return ShardMeta(None, np.zeros((0, 0), np.int64), None, {}, np.zeros((0, 2), np.uint32))
-    digest = plan_digest(plan)
-    entry = cache_file("tfrecord-meta", path, f"-{digest}.stktfm") if cache else None
-    got = _read_entry(entry, _META_MAGIC)
-    if got is not None and got[1][3] == n and got[1][4] == size:
-        meta = _meta_from(got[0], n)
-        if meta is not None:
-            return meta
+        return _empty_meta()
+    entry = _meta_entry(path, plan, cache, identity)
+    meta = _cached_meta(entry, n, size)
+    if meta is not None:
+        return meta
     meta = _scan_meta(path, buf, size, offsets, plan)
     if entry is not None:
         js = _meta_json(meta)

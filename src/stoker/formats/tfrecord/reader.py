@@ -23,7 +23,6 @@ import os
 import struct
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import crc32c
@@ -34,6 +33,8 @@ from stoker._core.schema import Field, Schema
 from stoker.formats.base import Reader, ReadSample
 from stoker.formats.manifest import MANIFEST_SUFFIX, class_names, same_file, sibling_manifest
 from stoker.formats.protowire import WireError, read_varint
+from stoker.formats.remote import RemoteOptions, remote_url
+from stoker.formats.shardfiles import ReadsRemoteShards
 from stoker.formats.tfrecord.example import parse_features
 from stoker.formats.tfrecord.features import (
     KEY_FEATURE,
@@ -41,8 +42,11 @@ from stoker.formats.tfrecord.features import (
     FieldError,
     Resolved,
     default_plan,
+    describe_fields,
     field_value,
     image_hw,
+    manifest_plan,
+    same_fields,
     wanted_features,
 )
 from stoker.formats.tfrecord.framing import (
@@ -105,8 +109,12 @@ class _Shard:
             self.unmap()
             raise
 
+    def local(self) -> str:
+        """The local file holding the bytes (a shard in object storage: its pinned copy)."""
+        return self.path
+
     def map(self) -> None:
-        with open(self.path, "rb") as f:
+        with open(self.local(), "rb") as f:
             size = os.fstat(f.fileno()).st_size
             check_not_gzip(self.path, f.read(HEADER))
             if self.mm is not None or (self.size and size != self.size):
@@ -147,7 +155,7 @@ class _Shard:
             )
 
 
-class TFRecordReader(Reader):
+class TFRecordReader(ReadsRemoteShards, Reader):
     """TFRecord data set; see the module docstring and the package README.
 
     ``path``: a ``.tfrecord`` file, or a ``NAME.stoker.json`` of format ``stoker-tfrecord``.
@@ -156,7 +164,8 @@ class TFRecordReader(Reader):
     boxes or classes off) and ``features={field: feature}`` (or ``{field: (feature,
     Field)}``) adds fields; a manifest names its own. ``checksums=False`` skips the data CRC
     on reads (the length CRC is always checked). ``cache=False`` neither reads nor writes the
-    index cache.
+    index cache. ``path`` may be a manifest's URL (``remote``: how to reach and cache it):
+    each shard is read from a pinned copy in the node's shard cache (``docs/remote.md``).
     """
 
     format = "tfrecord"
@@ -172,6 +181,7 @@ class TFRecordReader(Reader):
         features: dict[str, Any] | None = None,
         checksums: bool = True,
         cache: bool = True,
+        remote: RemoteOptions | None = None,
     ) -> None:
         self._config: dict[str, Any] = {
             "path": os.fspath(path),
@@ -182,7 +192,9 @@ class TFRecordReader(Reader):
             "features": dict(features or {}),
             "checksums": bool(checksums),
             "cache": bool(cache),
+            "remote": remote,
         }
+        self._opened: Any = None
         self._init_state()
         self._ensure()
 
@@ -194,23 +206,37 @@ class TFRecordReader(Reader):
         self._open: OrderedDict[int, None] = OrderedDict()
         self._class_names: list[str] | None = None
         self._spans: tuple[np.ndarray, ...] | None = None
+        self._remote = None
 
     # ------------------------------------------------------------------ lifecycle
     def __getstate__(self) -> dict:
-        return dict(self._config)
+        # a remote set travels with what its opening learnt (sizes, the manifest's copy, the
+        # room a loader claimed), so that no worker lists or checks it again
+        return {**self._config, "_opened": self._remote}
 
     def __setstate__(self, state: dict) -> None:
         self._config = dict(state)
+        self._opened = self._config.pop("_opened", None)
         self._init_state()  # reopened on first use, in the process that uses it
 
     def _ensure(self) -> None:
         if self._ready:
             return
         c = self._config
-        if self.path.endswith(MANIFEST_SUFFIX):
+        if remote_url(self.path) is not None:
+            from stoker.formats.tfrecord.remote import open_remote, remote_shard
+
+            self._remote, m = open_remote(self.path, c.get("remote"), self._opened)
+            self._remote.on_release = self._released
+            plan = manifest_plan(m)
+            files: list[tuple[str, int | None, int | None]] = [
+                (str(j), s["records"], s["bytes"]) for j, s in enumerate(m["shards"])
+            ]
+            self._class_names = class_names(m) or None
+        elif self.path.endswith(MANIFEST_SUFFIX):
             m = load_manifest(self.path)
             plan = manifest_plan(m)
-            files: list[tuple[str, int | None, int | None]] = list(shard_files(self.path, m))
+            files = list(shard_files(self.path, m))
             self._class_names = class_names(m) or None
         elif (beside := self._through_manifest()) is not None:
             plan, files = beside  # a stoker shard: its manifest's features and class names
@@ -225,6 +251,10 @@ class TFRecordReader(Reader):
             files = [(self.path, None, None)]
         try:
             for path, records, nbytes in files:
+                if self._remote is not None:
+                    sh = remote_shard(self._remote, int(path), plan, cache=c["cache"])
+                    self._shards.append(self._check_shard(sh, records, nbytes))
+                    continue
                 self._shards.append(self._open_shard(path, plan, records, nbytes))
             self._combine()
         except BaseException:
@@ -254,8 +284,10 @@ class TFRecordReader(Reader):
     def _open_shard(
         self, path: str, plan: FeaturePlan, records: int | None, nbytes: int | None
     ) -> _Shard:
-        sh = _Shard(path, plan, cache=self._config["cache"])
-        where = f"{path} (listed in {self.path})"
+        return self._check_shard(_Shard(path, plan, cache=self._config["cache"]), records, nbytes)
+
+    def _check_shard(self, sh: _Shard, records: int | None, nbytes: int | None) -> _Shard:
+        where = f"{sh.path} (listed in {self.path})"
         if nbytes is not None and sh.size != nbytes:
             sh.unmap()
             raise StokerFormatError(f"{where}: {sh.size} bytes, the manifest says {nbytes}")
@@ -287,10 +319,10 @@ class TFRecordReader(Reader):
         res = metas[first].resolved
         assert res is not None
         for j, m in enumerate(metas):
-            if m.resolved is not None and not _same_fields(m.resolved, res):
+            if m.resolved is not None and not same_fields(m.resolved, res):
                 raise StokerFormatError(
                     f"{self._shards[j].path}: its records hold other fields than "
-                    f"{self._shards[first].path} ({_describe(m.resolved)} vs {_describe(res)})"
+                    f"{self._shards[first].path} ({describe_fields(m.resolved)} vs {describe_fields(res)})"
                 )
         self._resolved = res
         max_len: dict[str, int] = {}
@@ -311,10 +343,21 @@ class TFRecordReader(Reader):
             self._keys = np.arange(total, dtype=np.int64)
         self._keys.setflags(write=False)
 
+    def _released(self, j: int) -> None:
+        """A remote set lets go of shard ``j``: unmap it first."""
+        self._open.pop(j, None)
+        self._shards[j].unmap()
+
+    def _shard_starts(self) -> np.ndarray:
+        self._ensure()
+        return self._starts
+
     def close(self) -> None:
         for sh in self._shards:
             sh.unmap()
         self._open.clear()
+        if self._remote is not None:
+            self._remote.close()
 
     def __repr__(self) -> str:
         n = len(self) if self._ready else "?"
@@ -414,6 +457,7 @@ class TFRecordReader(Reader):
         """``f(i) -> (image view, label, key, {field: value})``; see :class:`Reader`. The image
         is a view of the mapping, valid until the reader is closed."""
         self._ensure()
+        self._focus(indices)  # a remote set holds only the shards this chunk reads
         res, schema = self._resolved, self._schema
         entries = {n: (ft, f) for n, ft, f in res.entries}
         names = tuple(n for n in fields if schema[n].kind != "size") if fields else ()
@@ -554,25 +598,3 @@ def _size_of(image: memoryview) -> Callable[[], tuple[int, int]]:
             ) from None
 
     return hw
-
-
-def _same_fields(a: Resolved, b: Resolved) -> bool:
-    def strip(r: Resolved) -> list:
-        return [(n, ft, f.kind, f.dtype, f.shape, f.geometry, f.follows) for n, ft, f in r.entries]
-
-    return strip(a) == strip(b) and a.label == b.label and a.keyed == b.keyed
-
-
-def _describe(r: Resolved) -> str:
-    return ", ".join(f"{n}={ft}" for n, ft, _f in r.entries) + (" keyed" if r.keyed else "")
-
-
-def manifest_plan(m: dict) -> FeaturePlan:
-    from stoker.formats.manifest import manifest_schema
-
-    schema = manifest_schema(m) or Schema.classification()
-    feats = m["features"]
-    entries = tuple(
-        (n, feats[n], replace(f, max_len=None)) for n, f in schema.items() if f.kind != "size"
-    )
-    return FeaturePlan(entries, frozenset(), m.get("key_feature", KEY_FEATURE))

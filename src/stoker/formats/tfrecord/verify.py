@@ -21,6 +21,7 @@ from stoker._core.progress import make_progress
 from stoker._core.schema import Field
 from stoker.formats.manifest import MANIFEST_SUFFIX
 from stoker.formats.protowire import WireError
+from stoker.formats.remote import RemoteOptions, remote_url
 from stoker.formats.report import Problem, VerifyReport, decode_failure
 from stoker.formats.tfrecord.example import parse_features
 from stoker.formats.tfrecord.features import (
@@ -34,8 +35,9 @@ from stoker.formats.tfrecord.features import (
     wanted_features,
 )
 from stoker.formats.tfrecord.framing import HEADER, FrameError, read_frame
-from stoker.formats.tfrecord.manifest import load_manifest, shard_files
+from stoker.formats.tfrecord.manifest import load_manifest, shard_files, validate_manifest
 from stoker.formats.tfrecord.reader import check_not_gzip, manifest_plan
+from stoker.formats.verify_remote import verify_shards
 
 __all__ = ["verify"]
 
@@ -52,28 +54,41 @@ def verify(
     boxes_key: str | None = "image/object/bbox",
     classes_key: str | None = "image/object/class/label",
     features: dict[str, Any] | None = None,
+    remote: RemoteOptions | None = None,
 ) -> VerifyReport:
     """Walk a ``.tfrecord`` or a ``stoker-tfrecord`` manifest's shards; see the module
     docstring. The feature names of a bare file are the reader's options (a manifest names
-    its own). Raises ``ManifestError`` for an unreadable manifest only."""
+    its own). Raises ``ManifestError`` for an unreadable manifest only. A manifest's URL is
+    walked shard by shard from fresh downloads (``remote``: how to reach it;
+    :mod:`stoker.formats.verify_remote`)."""
     if max_problems < 0:
         raise ValueError(f"max_problems must be >= 0, got {max_problems}")
     p = os.fspath(path)
+    if remote_url(p) is not None:
+
+        def entry(report: VerifyReport, local: str, s: dict, m: dict) -> None:
+            _verify_entry(report, local, s, manifest_plan(m), checksums, decode, progress)
+
+        report = verify_shards(
+            p,
+            remote=remote,
+            validate=validate_manifest,
+            file_of=lambda s: s["path"],
+            verify_entry=entry,
+            max_problems=max_problems,
+        )
+        report.notes.insert(0, _NO_INDEX)
+        return report
     report = VerifyReport(p, max_problems=max_problems)
-    report.notes.append("TFRecord has no index file: the walk itself finds every record")
+    report.notes.append(_NO_INDEX)
     if p.endswith(MANIFEST_SUFFIX):
         m = load_manifest(p)
         plan = manifest_plan(m)
-        for f, records, nbytes in shard_files(p, m):
+        for (f, _records, _nbytes), s in zip(shard_files(p, m), m["shards"], strict=True):
             if not os.path.isfile(f):
                 report.add(Problem(f, None, None, f"shard listed in {p} does not exist"))
                 continue
-            size = os.path.getsize(f)
-            if size != nbytes:
-                report.add(Problem(f, None, None, f"{size} bytes, the manifest says {nbytes}"))
-            found = _verify_file(report, f, plan, checksums, decode, progress)
-            if found is not None and found != records:
-                report.add(Problem(f, None, None, f"{found} records, the manifest says {records}"))
+            _verify_entry(report, f, s, plan, checksums, decode, progress)
         return report
     plan = default_plan(
         image_key=image_key,
@@ -84,6 +99,27 @@ def verify(
     )
     _verify_file(report, p, plan, checksums, decode, progress)
     return report
+
+
+def _verify_entry(
+    report: VerifyReport,
+    f: str,
+    s: dict,
+    plan: FeaturePlan,
+    checksums: bool,
+    decode: Callable[[bytes], object] | None,
+    progress: bool | None,
+) -> None:
+    """Check manifest entry ``s`` against file ``f``: its size, then every record."""
+    size, nbytes, records = os.path.getsize(f), s["bytes"], s["records"]
+    if size != nbytes:
+        report.add(Problem(f, None, None, f"{size} bytes, the manifest says {nbytes}"))
+    found = _verify_file(report, f, plan, checksums, decode, progress)
+    if found is not None and found != records:
+        report.add(Problem(f, None, None, f"{found} records, the manifest says {records}"))
+
+
+_NO_INDEX = "TFRecord has no index file: the walk itself finds every record"
 
 
 def _verify_file(

@@ -339,12 +339,20 @@ def build_index(view: memoryview, size: int, on_problem: OnProblem, state: Walk)
 
 
 def load_index(
-    path: str, view: memoryview, size: int, on_problem: OnProblem, *, cache: bool = True
-) -> TarIndex:
+    path: str,
+    view: memoryview | None,
+    size: int,
+    on_problem: OnProblem,
+    *,
+    cache: bool = True,
+    identity: str | None = None,
+) -> TarIndex | None:
     """The index of tar ``path`` (mapped as ``view``): from the cache when a sound entry
     exists, else built (``on_problem`` must raise: an index with problems is never cached)
-    and cached when the cache directory is writable."""
-    entry = cache_file("wds-index", path, ".stkwds") if cache else None
+    and cached when the cache directory is writable. ``identity``: what the bytes are filed
+    under instead of the file's stat (:func:`~stoker._core.cache.cache_file`); ``view=None``
+    only looks in the cache (``None`` when the entry is not there)."""
+    entry = cache_file("wds-index", path, ".stkwds", identity=identity) if cache else None
     if entry is not None and os.path.exists(entry):
         try:
             with open(entry, "rb") as f:
@@ -357,6 +365,8 @@ def load_index(
         found = parse_cache(raw, size)
         if found is not None:
             return found
+    if view is None:
+        return None
     index = build_index(view, size, on_problem, Walk(path, size))
     if entry is not None:
         write_cache_file(entry, index.chunks())

@@ -32,6 +32,8 @@ from stoker.formats.manifest import (
     same_file,
     sibling_manifest,
 )
+from stoker.formats.remote import RemoteOptions, redact, remote_url
+from stoker.formats.shardfiles import ReadsRemoteShards
 from stoker.formats.wds.layout import (
     IMAGE_SUFFIXES,
     LABEL_SUFFIX,
@@ -48,26 +50,46 @@ __all__ = ["MAX_OPEN_SHARDS", "WdsReader", "open_reader"]
 MAX_OPEN_SHARDS = 64
 
 
-def open_reader(path: str | os.PathLike[str], *, cache: bool = True) -> WdsReader:
-    """The reader of a ``.tar`` or a stoker-wds manifest (``cache=False``: no index cache)."""
-    return WdsReader(path, cache=cache)
+def open_reader(
+    path: str | os.PathLike[str], *, cache: bool = True, remote: RemoteOptions | None = None
+) -> WdsReader:
+    """The reader of a ``.tar`` or a stoker-wds manifest (``cache=False``: no index cache;
+    ``remote``: how to reach and cache a manifest's URL)."""
+    return WdsReader(path, cache=cache, remote=remote)
 
 
-class WdsReader(Reader):
-    """WebDataset shards with random access; see the module docstring."""
+class WdsReader(ReadsRemoteShards, Reader):
+    """WebDataset shards with random access; see the module docstring. ``path`` may be a
+    manifest's URL (``remote``: how to reach and cache it): each tar is read from a pinned
+    copy in the node's shard cache (``docs/remote.md``)."""
 
     format = "wds"
 
-    def __init__(self, path: str | os.PathLike[str], *, cache: bool = True) -> None:
-        self._setup(os.fspath(path), bool(cache))
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        cache: bool = True,
+        remote: RemoteOptions | None = None,
+    ) -> None:
+        self._setup(os.fspath(path), bool(cache), remote, None)
 
-    def _setup(self, path: str, cache: bool) -> None:
+    def _setup(self, path: str, cache: bool, remote: RemoteOptions | None, opened: Any) -> None:
         self.path = path
         self._cache = cache
+        self._options = remote
+        self._remote = None
         self.manifest: dict | None = None
         self._shards: list[Shard] = []
         self._class_names: list[str] | None = None
         self._declared: Schema | None = None
+        self._cum: list[int] | None = None
+        self._schema: Schema | None = None
+        self._suffixes: dict[str, str] | None = None
+        self._mapped: OrderedDict[int, None] = OrderedDict()
+        if remote_url(path) is not None:
+            self._open_remote(path, opened)
+            return
         mine: list[dict] = []
         beside = None if path.endswith(MANIFEST_SUFFIX) else sibling_manifest(path, FORMAT_NAME)
         if beside is not None:
@@ -86,10 +108,49 @@ class WdsReader(Reader):
                 with open(path, "rb") as f:
                     check_uncompressed(path, f.read(8))
             self._shards = [Shard(path, cache=cache)]
-        self._cum: list[int] | None = None
-        self._schema: Schema | None = None
-        self._suffixes: dict[str, str] | None = None
-        self._mapped: OrderedDict[int, None] = OrderedDict()
+
+    def _open_remote(self, url: str, opened: Any) -> None:
+        """A stoker-wds manifest in object storage: its shards read through the shard cache."""
+        from stoker.formats.wds.remote import RemoteTar, open_remote
+
+        self._remote, m = open_remote(url, self._options, opened, cap=MAX_OPEN_SHARDS)
+        self._remote.on_release = self._released
+        where = redact(url)
+        self.manifest = m
+        self._declared = manifest_schema(m, where)
+        self._class_names = class_names(m) if m.get("classes") else None
+        self._shards = [
+            RemoteTar(self._remote, j, s, manifest=where, cache=self._cache)
+            for j, s in enumerate(m["shards"])
+        ]
+        if not self._shards:
+            raise ManifestError(f"{where}: the manifest lists no shards")
+
+    def _released(self, j: int) -> None:
+        """A remote set lets go of shard ``j``: unmap it first."""
+        self._mapped.pop(j, None)
+        self._shards[j].close()
+
+    def _shard_starts(self) -> np.ndarray:
+        return np.asarray(self._cumulative(), dtype=np.int64)
+
+    def files(self) -> list[str]:
+        """The tar files, in position order (a set in object storage: their URLs)."""
+        if self._remote is not None:
+            return [self._remote.location(j) for j in range(len(self._remote))]
+        return super().files()
+
+    def summary(self) -> dict:
+        """What ``stoker inspect`` shows of a manifest's set beyond the samples: its shards
+        and their bytes (as the manifest records them, read without any shard)."""
+        if self.manifest is None:
+            return {}
+        tars = self.manifest["shards"]
+        return {"shards": len(tars), "bytes": sum(int(s["tar_bytes"]) for s in tars)}
+
+    def label_kind(self) -> tuple[tuple[int, ...], str]:
+        """One label's shape and dtype: an int64 each (read without any shard)."""
+        return (), "int64"
 
     def _read_manifest(self, m: dict, manifest: str, shards: list[dict]) -> None:
         """Read ``shards`` (entries of the manifest ``m`` at ``manifest``) as ``m`` declares."""
@@ -119,10 +180,17 @@ class WdsReader(Reader):
         )
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "cache": self._cache}
+        # a remote set travels with what its opening learnt (sizes, the manifest's copy, the
+        # room a loader claimed), so that no worker lists or checks it again
+        return {
+            "path": self.path,
+            "cache": self._cache,
+            "remote": self._options,
+            "opened": self._remote,
+        }
 
     def __setstate__(self, state: dict) -> None:
-        self._setup(state["path"], state["cache"])
+        self._setup(state["path"], state["cache"], state.get("remote"), state.get("opened"))
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -254,6 +322,7 @@ class WdsReader(Reader):
 
     def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()) -> ReadSample:
         """``f(i) -> (image memoryview, label, position, {field: value})`` (see ``base``)."""
+        self._focus(indices)  # a remote set holds only the shards this chunk reads
         schema = self.schema
         stored = schema.stored
         names = []
@@ -295,3 +364,5 @@ class WdsReader(Reader):
         for shard in self._shards:
             shard.close()
         self._mapped.clear()
+        if self._remote is not None:
+            self._remote.close()

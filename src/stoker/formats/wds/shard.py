@@ -101,9 +101,15 @@ class Shard:
         self._view: memoryview | None = None
         self._pid = -1
         self._columns: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
+        #: what the tar's bytes are filed under in the caches, for a shard in object storage
+        self.identity: str | None = None
+
+    def local(self) -> str:
+        """The local file holding the tar (a shard in object storage: its pinned copy)."""
+        return self.path
 
     def _map(self) -> memoryview:
-        with open(self.path, "rb") as f:
+        with open(self.local(), "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if self.tar_bytes is not None and size != self.tar_bytes:
                 raise ManifestError(
@@ -128,14 +134,19 @@ class Shard:
 
     def index(self) -> TarIndex:
         if self._index is None:
-            was_open = self.is_open and self._pid == os.getpid()
-            view = self.view()
-            try:
-                index = load_index(self.path, view, len(view), _raise(self.path), cache=self.cache)
-            finally:
-                del view
-                if not was_open:  # mapped only to index it: a set of many shards stays unmapped
-                    self._drop()
+            index = None
+            if self.identity is not None and self.tar_bytes is not None:
+                # a shard in object storage: its index as any process of the node built it
+                index = load_index(
+                    self.path,
+                    None,
+                    self.tar_bytes,
+                    _raise(self.path),
+                    cache=self.cache,
+                    identity=self.identity,
+                )
+            if index is None:
+                index = self._build_index()
             if self.records is not None and len(index) != self.records:
                 raise ManifestError(
                     f"{self.manifest}: {self.path} holds {len(index)} samples, the manifest "
@@ -143,6 +154,25 @@ class Shard:
                 )
             self._index = index
         return self._index
+
+    def _build_index(self) -> TarIndex:
+        was_open = self.is_open and self._pid == os.getpid()
+        view = self.view()
+        try:
+            index = load_index(
+                self.path,
+                view,
+                len(view),
+                _raise(self.path),
+                cache=self.cache,
+                identity=self.identity,
+            )
+        finally:
+            del view
+            if not was_open:  # mapped only to index it: a set of many shards stays unmapped
+                self._drop()
+        assert index is not None
+        return index
 
     def columns(self, suffixes: dict[str, str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Per sample ``(offset, size)`` of the image (under ``""``) and of each field in

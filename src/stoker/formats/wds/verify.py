@@ -11,34 +11,28 @@ A header that cannot be trusted ends the walk of its tar (nothing after it can b
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from stoker._core.checksum import file_sha256
 from stoker._core.errors import CorruptRecordError
 from stoker._core.progress import make_progress
 from stoker._core.schema import Schema
 from stoker.formats.manifest import MANIFEST_SUFFIX, manifest_schema
+from stoker.formats.remote import RemoteOptions, redact, remote_url
 from stoker.formats.report import Problem, VerifyReport, decode_failure
+from stoker.formats.verify_remote import verify_shards
 from stoker.formats.wds.index import build_index
 from stoker.formats.wds.layout import IMAGE_SUFFIXES, RAW_FIELDS, field_suffixes, raw_schema
-from stoker.formats.wds.manifest import load_manifest, shard_tar
+from stoker.formats.wds.manifest import load_manifest, shard_tar, validate_manifest
 from stoker.formats.wds.shard import check_uncompressed, decode_field
 from stoker.formats.wds.tarfmt import Walk
 
 __all__ = ["verify"]
 
 Decode = Callable[[bytes], object]
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _raw_fields() -> tuple[Schema, dict[str, str]]:
@@ -129,20 +123,35 @@ def verify(
     decode: Decode | None = None,
     max_problems: int = 1000,
     progress: bool | None = None,
+    remote: RemoteOptions | None = None,
 ) -> VerifyReport:
     """Walk a ``.tar`` or every shard of a stoker-wds manifest and report every problem.
     Never raises for problems in the data (they go into the report); raises
-    ``ManifestError`` for an unreadable manifest."""
+    ``ManifestError`` for an unreadable manifest. A manifest's URL is walked shard by shard
+    from fresh downloads (``remote``: how to reach it; :mod:`stoker.formats.verify_remote`)."""
     if max_problems < 0:
         raise ValueError(f"max_problems must be >= 0, got {max_problems}")
     p = os.fspath(path)
+    if remote_url(p) is not None:
+
+        def entry(report: VerifyReport, local: str, s: dict, m: dict) -> None:
+            _verify_entry(report, local, s, _fields(m, redact(p)), checksums, decode)
+
+        report = verify_shards(
+            p,
+            remote=remote,
+            validate=validate_manifest,
+            file_of=lambda s: s["tar"],
+            verify_entry=entry,
+            max_problems=max_problems,
+        )
+        return _no_sums(report, checksums)
     report = VerifyReport(p, max_problems=max_problems)
     if not p.endswith(MANIFEST_SUFFIX):
         _verify_tar(report, p, _raw_fields(), decode, None)
         return report
     m = load_manifest(p)
-    schema = manifest_schema(m, p) or Schema.classification()
-    fields = (schema, field_suffixes(schema))
+    fields = _fields(m, p)
     bar = make_progress(len(m["shards"]), "verify", unit="shard", enabled=progress)
     try:
         for s in m["shards"]:
@@ -150,19 +159,38 @@ def verify(
             if not os.path.isfile(tar):
                 report.add(Problem(tar, None, None, "the shard the manifest lists does not exist"))
                 continue
-            size = os.path.getsize(tar)
-            if size != s["tar_bytes"]:
-                report.add(
-                    Problem(tar, None, None, f"is {size} bytes, the manifest says {s['tar_bytes']}")
-                )
-            elif checksums and s.get("sha256"):
-                report.checksummed += 1
-                if _sha256(tar) != s["sha256"]:
-                    report.add(Problem(tar, None, None, "sha256 differs from the manifest's"))
-            _verify_tar(report, tar, fields, decode, s["records"])
+            _verify_entry(report, tar, s, fields, checksums, decode)
             bar.update(1)
     finally:
         bar.close()
+    return _no_sums(report, checksums)
+
+
+def _fields(m: dict, where: str) -> tuple[Schema, dict[str, str]]:
+    schema = manifest_schema(m, where) or Schema.classification()
+    return schema, field_suffixes(schema)
+
+
+def _verify_entry(
+    report: VerifyReport,
+    tar: str,
+    s: dict,
+    fields: tuple[Schema, dict[str, str]],
+    checksums: bool,
+    decode: Decode | None,
+) -> None:
+    """Check manifest entry ``s`` against file ``tar``: its size, sha256, every sample."""
+    size = os.path.getsize(tar)
+    if size != s["tar_bytes"]:
+        report.add(Problem(tar, None, None, f"is {size} bytes, the manifest says {s['tar_bytes']}"))
+    elif checksums and s.get("sha256"):
+        report.checksummed += 1
+        if file_sha256(tar) != s["sha256"]:
+            report.add(Problem(tar, None, None, "sha256 differs from the manifest's"))
+    _verify_tar(report, tar, fields, decode, s["records"])
+
+
+def _no_sums(report: VerifyReport, checksums: bool) -> VerifyReport:
     if not checksums:
         report.notes.append("shard sha256 sums not compared (checksums=False)")
     return report

@@ -1,0 +1,399 @@
+"""The shards of a set in object storage as pinned local files, for any format whose reader
+reads whole shard files (TFRecord's ``.tfrecord``, WebDataset's ``.tar``).
+
+:class:`RemoteShards` is the opener of the shard layer (``docs/remote.md``): a reader asks it
+for shard ``j`` (:meth:`RemoteShards.hold`) and gets the local paths of that shard's files,
+each downloaded whole into the node's :class:`~stoker.storage.ShardCache` once per node,
+checked against the manifest's size (and CRC32C where the manifest records one) and pinned
+until the reader lets go (:meth:`RemoteShards.release`). What it keeps open follows the rules
+RecordIO's sets follow:
+
+- a reader makes room before it opens another shard (it closes its least recently used one),
+  so it never waits for room that its own pins hold; at most ``max_open`` shards stay held:
+  every shard when the cache's budget holds the whole set, else what a loader's claim
+  allows (:meth:`claim`), else ``prefetch_shards + 2`` (4 at most);
+- a process that holds shards outside a loader's plan claims room for them itself and gives
+  the claim back once it holds none;
+- :meth:`focus` lets go of the shards a chunk of a batch does not read;
+- :meth:`read_ahead` downloads the shards of a reading order ahead of the reader
+  (:class:`~stoker.storage.AheadFetcher`).
+
+The reader unmaps a shard before its pins go: ``on_release(j)`` is called when this object
+decides to let go of shard ``j`` (room, focus, a claim's cap). Picklable as the set's files,
+entries and claimed cap; pins and claims are per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from stoker._core.errors import ManifestError
+from stoker.formats.remote import (
+    BY_POSITION,
+    ReadPlan,
+    RemoteFiles,
+    RemoteOptions,
+    check_room_for,
+    claim_plan,
+    claim_shards,
+    fits_all,
+    redact,
+    with_marks,
+)
+
+if TYPE_CHECKING:
+    from stoker.storage.cache import Pin
+
+__all__ = [
+    "MAX_OPEN_REMOTE_SHARDS",
+    "ReadsRemoteShards",
+    "RemoteShards",
+    "ShardFile",
+    "ShardsAhead",
+    "open_remote_set",
+]
+
+#: Shards a reader outside a loader keeps held at most (each pins its cached copy).
+MAX_OPEN_REMOTE_SHARDS = 4
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    """One file of a shard as its manifest entry gives it: ``name`` (relative to the
+    manifest), ``field`` (where the manifest says so, for messages), ``size`` in bytes and
+    the CRC32C or sha256 (hex) of the whole file when the manifest records one: a download
+    is checked against them before it is read."""
+
+    name: str
+    field: str
+    size: int
+    crc32c: int | None = None
+    sha256: str | None = None
+
+
+class RemoteShards:
+    """The shards of one remote set; see the module docstring. ``shards[j]``: the files of
+    shard ``j``; ``cap``: the most shards the reader keeps open at all (its own limit)."""
+
+    def __init__(
+        self,
+        files: RemoteFiles,
+        shards: Sequence[Sequence[ShardFile]],
+        *,
+        cap: int,
+        max_open: int | None = None,
+        whole: bool | None = None,
+    ) -> None:
+        self.files = files
+        self.entries = [tuple(s) for s in shards]
+        self.cap = cap
+        self._planned_open = max_open  # what a loader's claim on the cache allows
+        self._planned_whole = whole  # whether that claim is the whole set
+        self._setup()
+
+    def _setup(self) -> None:
+        self.on_release: Callable[[int], None] | None = None
+        self._pins: dict[int, list[Pin]] = {}
+        self._held: OrderedDict[int, None] = OrderedDict()
+        self._claim: Any = None
+        self._keep = False  # holding a shard: a release meanwhile keeps the claim
+        per = max((len(s) for s in self.entries), default=1)
+        self.sizes = with_marks([sum(f.size for f in s) for s in self.entries], per)
+        planned = self._planned_whole
+        self.whole = fits_all(self.files, self.sizes) if planned is None else planned
+        if self.whole:  # every shard may stay held: nothing ever needs evicting
+            self.max_open = self.cap
+        elif self._planned_open is not None:
+            self.max_open = self._planned_open
+        else:  # no more pins than the room check() asked the cache for
+            ahead = self.files.options.prefetch_shards
+            self.max_open = min(MAX_OPEN_REMOTE_SHARDS, ahead + 2, self.cap)
+
+    def __getstate__(self) -> dict:
+        return {
+            "files": self.files,
+            "entries": self.entries,
+            "cap": self.cap,
+            "max_open": self._planned_open,
+            "whole": self._planned_whole,
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        self.files, self.entries, self.cap = state["files"], state["entries"], state["cap"]
+        self._planned_open, self._planned_whole = state["max_open"], state["whole"]
+        self._setup()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    # -- at open -----------------------------------------------------------------------------
+    def url(self, j: int, k: int = 0) -> str:
+        f = self.entries[j][k]
+        return self.files.url_of(f.name, f.field)
+
+    def check(self) -> None:
+        """What can be checked of every shard before any is read: each file exists (one
+        listing per folder, or a HEAD each) with the manifest's size, and the cache can hold
+        what reading needs at once (:class:`CacheFullError` otherwise)."""
+        files = self.files
+        urls = [files.url_of(f.name, f.field) for s in self.entries for f in s]
+        listed = files.list_sizes(urls)
+        for s in self.entries:
+            for f in s:
+                url = files.url_of(f.name, f.field)
+                if listed[url] != f.size:
+                    raise ManifestError(
+                        f"{redact(files.url)}: {redact(url)} is {listed[url]} bytes but the "
+                        f"manifest records {f.size} ({f.field}); the shard was replaced or "
+                        "truncated"
+                    )
+        check_room_for(files, [sum(f.size for f in s) for s in self.entries])
+
+    def location(self, j: int) -> str:
+        """Where shard ``j`` lives, for messages: its first file's URL (without credentials)."""
+        return redact(self.url(j))
+
+    def identity(self, j: int) -> str:
+        """What shard ``j``'s bytes are filed under in the cache (its files' URLs, sizes and
+        CRCs): a format keys what it derives from them (an index) by it."""
+        return "\0".join(
+            self.files.key(self.url(j, k), crc32c=f.crc32c, sha256=f.sha256)
+            for k, f in enumerate(self.entries[j])
+        )
+
+    # -- holding shards ----------------------------------------------------------------------
+    def hold(self, j: int) -> list[str]:
+        """The local paths of shard ``j``'s files, downloaded (once per node) and pinned until
+        :meth:`release`; room is made first by letting go of the least recently held."""
+        if j in self._held:
+            self._held.move_to_end(j)
+            return [p.path for p in self._pins[j]]
+        self._keep = True
+        pins: list[Pin] = []
+        try:
+            while len(self._held) >= self.max_open:
+                self._drop(next(iter(self._held)))
+            if self._claim is None and self._planned_open is None:
+                self._claim = self._own_claim()
+            for k, f in enumerate(self.entries[j]):
+                what = f"shard {j} ({f.name})"
+                url = self.url(j, k)
+                pins.append(self.files.fetch(url, crc32c=f.crc32c, what=what, sha256=f.sha256))
+        except BaseException:
+            for p in pins:
+                p.close()
+            self._keep = False
+            self._maybe_unclaim()
+            raise
+        self._keep = False
+        self._pins[j] = pins
+        self._held[j] = None
+        return [p.path for p in pins]
+
+    def release(self, j: int) -> None:
+        """Let go of shard ``j`` (its pins close); the reader has unmapped it."""
+        self._held.pop(j, None)
+        for p in self._pins.pop(j, ()):
+            p.close()
+        self._maybe_unclaim()
+
+    def _drop(self, j: int) -> None:
+        """Let go of shard ``j`` at this object's own decision: the reader unmaps it first."""
+        try:
+            if self.on_release is not None:
+                self.on_release(j)
+        finally:
+            self.release(j)
+
+    def focus(self, shards: set[int]) -> None:
+        """Let go of the held shards not in ``shards`` (what a chunk of a batch reads), so the
+        cache can evict them; when the cache holds the whole set, keep them all."""
+        if self.whole and shards:
+            return
+        for j in [j for j in self._held if j not in shards]:
+            self._drop(j)
+
+    def held(self) -> list[int]:
+        return list(self._held)
+
+    # -- claims ------------------------------------------------------------------------------
+    def claim(self, plan: ReadPlan) -> Any:
+        """Claim the room a loader's ``plan`` needs (:func:`~stoker.formats.remote.
+        claim_plan`; :class:`CacheFullError` when it cannot be had) and hold at most as many
+        shards as it allows; the processes that read for the loader (its workers) then claim
+        nothing of their own. Release the claim with its ``close()``."""
+        self._release_claim()  # the loader's claim covers what this process reads
+        claim, pinned, self.whole = claim_plan(self.files, self.sizes, plan, self.whole)
+        self.max_open = self.cap if self.whole else min(self.cap, pinned)
+        self._planned_open, self._planned_whole = self.max_open, self.whole
+        while len(self._held) > self.max_open:
+            self._drop(next(iter(self._held)))
+        return claim
+
+    def _own_claim(self) -> Any:
+        """The claim of a process that holds shards outside a loader's plan: room for the
+        shards it keeps held (nothing is downloaded ahead of it)."""
+        ahead = self.files.options.prefetch_shards
+        span = None if self.whole else max(self.max_open - ahead, 1)
+        plan = ReadPlan(span, False, BY_POSITION, f"process {os.getpid()}")
+        return claim_shards(self.files, self.sizes, plan)[0]
+
+    def _maybe_unclaim(self) -> None:
+        if not (self._held or self._keep or self._planned_open is not None):
+            self._release_claim()
+
+    def _release_claim(self) -> None:
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.close()
+
+    def read_ahead(self, order: np.ndarray, starts: np.ndarray, start: int) -> ShardsAhead | None:
+        """Downloads ahead of ``order`` (global positions in reading order; ``starts``: each
+        shard's first position, then the total) from position ``start``; ``None`` without
+        ``prefetch_shards``."""
+        ahead = self.files.options.prefetch_shards
+        if ahead == 0 or len(order) == 0:
+            return None
+        per = max((len(s) for s in self.entries), default=1)
+        order = np.asarray(order, dtype=np.int64)
+        return ShardsAhead(
+            self.files.cache, self._items, order, starts, start, ahead=ahead, per=per
+        )
+
+    def _items(self, j: int) -> list[Any]:
+        """The downloads of shard ``j``'s files."""
+        out = []
+        for k, f in enumerate(self.entries[j]):
+            what = f"shard {j} ({f.name})"
+            out.append(self.files.item(self.url(j, k), crc32c=f.crc32c, what=what, sha256=f.sha256))
+        return out
+
+    def close(self) -> None:
+        self._release_claim()
+        while self._held:
+            self._drop(next(iter(self._held)))
+
+
+def open_remote_set(
+    url: str,
+    options: RemoteOptions | None,
+    opened: RemoteShards | None,
+    validate: Callable[[Any, str], dict],
+    files_of: Callable[[int, dict], list[ShardFile]],
+    *,
+    cap: int,
+) -> tuple[RemoteShards, dict]:
+    """The shards and the manifest of the set whose manifest is at ``url``: read through the
+    shard cache and checked (``validate(manifest, where)``; ``files_of(j, entry)``: the files
+    of shard ``j``), every file listed with its size and the cache's room checked. ``opened``:
+    the set as another process opened it (unpickled), whose checks are not repeated."""
+    from stoker.formats.manifest import read_json
+
+    if opened is not None:
+        return opened, validate(read_json(opened.files.manifest_copy()), redact(opened.files.url))
+    files = RemoteFiles(url, options)
+    m = validate(read_json(files.manifest_copy()), redact(files.url))
+    shards = RemoteShards(files, [files_of(j, s) for j, s in enumerate(m["shards"])], cap=cap)
+    shards.check()
+    return shards, m
+
+
+class ShardsAhead:
+    """The shards a reading order needs, downloaded ``ahead`` shards ahead of the reader in
+    the order their first record is read (:class:`~stoker.storage.AheadFetcher` in this
+    process); ``reached(p)`` says the records before position ``p`` of the order are handed
+    out. ``items_of(j)``: the downloads of shard ``j`` (its files' ``Item``); ``starts``: each
+    shard's first position, then the total; ``per``: the most files a shard has."""
+
+    def __init__(
+        self,
+        cache: Any,
+        items_of: Callable[[int], list[Any]],
+        order: np.ndarray,
+        starts: np.ndarray,
+        start: int,
+        *,
+        ahead: int,
+        per: int,
+    ) -> None:
+        from stoker.storage.ahead import AheadFetcher
+
+        shard = np.searchsorted(starts, order, side="right") - 1
+        seq, first = np.unique(shard, return_index=True)
+        seq = seq[np.argsort(first)]  # shards by their first read
+        rank = np.zeros(len(starts) - 1, dtype=np.int64)
+        rank[seq] = np.arange(len(seq))
+        self._rank = np.maximum.accumulate(rank[shard])  # the latest shard begun at each position
+        items: list[Any] = []
+        begins = []
+        for j in seq.tolist():
+            begins.append(len(items))
+            items.extend(items_of(j))
+        self._begins = np.asarray(begins, dtype=np.int64)
+        # as many downloads at once as files ahead: the requests' latencies overlap
+        self._fetcher = AheadFetcher(cache, ahead=per * ahead, threads=per * ahead)
+        self._fetcher.plan(items)
+        self.reached(start)
+
+    def reached(self, p: int) -> None:
+        if p < len(self._rank):
+            self._fetcher.reached(int(self._begins[self._rank[p]]))
+
+    def close(self) -> None:
+        """Stop the downloads; a background download's error is not raised here (the reader
+        that needs that shard downloads it itself and raises what it meets)."""
+        with contextlib.suppress(Exception):
+            self._fetcher.close()
+
+
+class ReadsRemoteShards:
+    """What a format reader over :class:`RemoteShards` offers the loader (the hooks a
+    RecordIO set offers too): ``claim_cache``, ``let_go``, ``read_ahead``,
+    ``probe_positions``, and ``_focus`` for each chunk it reads. A reader sets ``_remote``
+    (``None`` for a local set) and gives each shard's first position (``_shard_starts``)."""
+
+    _remote: RemoteShards | None
+
+    def _shard_starts(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def claim_cache(self, plan: ReadPlan) -> Any:
+        """For a set in object storage, claim the room a loader's ``plan`` needs in the node's
+        shard cache (:meth:`RemoteShards.claim`); ``None`` for a local set."""
+        self._shard_starts()  # opened
+        return None if self._remote is None else self._remote.claim(plan)
+
+    def let_go(self) -> None:
+        """This process reads no more for now: a remote set keeps none of its shards held."""
+        if self._remote is not None:
+            self._remote.focus(set())
+
+    def read_ahead(self, order: np.ndarray, start: int = 0) -> ShardsAhead | None:
+        """Downloads ahead of ``order`` for a set in object storage (``None`` otherwise)."""
+        starts = self._shard_starts()
+        return None if self._remote is None else self._remote.read_ahead(order, starts, start)
+
+    def probe_positions(self, probes: int) -> list[int] | None:
+        """For a set in object storage, the first ``probes`` positions (its first shard, which
+        the loader reads anyway) instead of a spread that would fetch a shard per probe."""
+        self._shard_starts()
+        return None if self._remote is None else list(range(min(probes, len(self))))
+
+    def _focus(self, indices: np.ndarray | None) -> None:
+        """A remote set about to read ``indices`` (a chunk of a batch) lets go of the other
+        shards it holds, so that their cached copies can make room."""
+        if self._remote is None or indices is None:
+            return
+        pos = np.asarray(indices, dtype=np.int64).reshape(-1)
+        starts = self._shard_starts()
+        self._remote.focus(set((np.searchsorted(starts, pos, side="right") - 1).tolist()))

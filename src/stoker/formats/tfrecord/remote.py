@@ -1,0 +1,71 @@
+"""A TFRecord set in object storage: its manifest read through the node's shard cache, and each
+``.tfrecord`` shard read from a pinned copy there (:mod:`stoker.formats.shardfiles`).
+
+A shard's record offsets and what one scan of its Examples learns (labels, keys, field lengths,
+image spans: :mod:`stoker.formats.tfrecord.index`) are cached under the shard cache's key of its
+copy (its URL, size and CRC), so the process that opens the set downloads and scans each shard
+once per node, and every other process (workers, other ranks, later runs) finds the results
+without the shard: it downloads a shard only to read its records.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stoker.formats.remote import RemoteOptions
+from stoker.formats.shardfiles import RemoteShards, ShardFile, open_remote_set
+from stoker.formats.tfrecord.features import FeaturePlan
+from stoker.formats.tfrecord.index import cached_meta, cached_offsets, load_meta, load_offsets
+from stoker.formats.tfrecord.manifest import validate_manifest
+from stoker.formats.tfrecord.reader import MAX_OPEN_SHARDS, _Shard
+
+__all__ = ["RemoteShard", "open_remote", "remote_shard"]
+
+
+def _files(j: int, s: dict) -> list[ShardFile]:
+    return [ShardFile(s["path"], f"shards[{j}].path", int(s["bytes"]))]
+
+
+def open_remote(
+    url: str, options: RemoteOptions | None, opened: RemoteShards | None
+) -> tuple[RemoteShards, dict]:
+    """The shards and manifest of the stoker-tfrecord set at ``url`` (``opened``: as another
+    process opened it)."""
+    return open_remote_set(url, options, opened, validate_manifest, _files, cap=MAX_OPEN_SHARDS)
+
+
+class RemoteShard(_Shard):
+    """Shard ``j`` of a remote set: mapped from its pinned cached copy while the reader holds
+    it; its offsets and scan results from the index cache, else from one scan of the copy."""
+
+    def __init__(self, shards: RemoteShards, j: int, plan: FeaturePlan, *, cache: bool) -> None:
+        self.shards, self.j = shards, j
+        self.path = shards.location(j)
+        self.mm = None
+        self.view = memoryview(b"")
+        self.size = shards.entries[j][0].size
+        ident = shards.identity(j)
+        kw: dict[str, Any] = {"cache": cache, "identity": ident}
+        offsets = cached_offsets(self.path, self.size, **kw)
+        meta = None if offsets is None else cached_meta(self.path, self.size, offsets, plan, **kw)
+        if offsets is None or meta is None:
+            self.map()
+            try:
+                offsets = load_offsets(self.path, self.view, self.size, **kw)
+                meta = load_meta(self.path, self.view, self.size, offsets, plan, **kw)
+            finally:
+                self.unmap()
+        self.offsets, self.meta = offsets, meta
+
+    def local(self) -> str:
+        return self.shards.hold(self.j)[0]
+
+    def unmap(self) -> None:
+        try:
+            super().unmap()
+        finally:
+            self.shards.release(self.j)
+
+
+def remote_shard(shards: RemoteShards, j: int, plan: FeaturePlan, *, cache: bool) -> RemoteShard:
+    return RemoteShard(shards, j, plan, cache=cache)

@@ -1,0 +1,114 @@
+"""Verification of a set in object storage by its manifest's URL (what ``stoker verify s3://...``
+runs), for every format: each shard downloaded afresh and walked as a local shard is.
+
+A copy already in the node's shard cache is not trusted to be what storage holds now (the
+object may have changed since it was cached), so each shard is downloaded again: through a
+:class:`~stoker.storage.ShardCache` of its own, a folder ``verify-PID-RAND`` inside the cache
+folder with the cache's budget, which holds one shard at a time (emptied after each, removed at
+the end; one a killed run left is removed by the next: :func:`fresh_files`). So a set larger
+than the budget verifies, and the downloads are atomic as every cache download is. Problems
+name each shard's URL (without credentials), never a local copy (:func:`relabel`).
+
+:func:`verify_shards` is the walk for a format whose shards are whole files (TFRecord's
+``.tfrecord``, WebDataset's ``.tar``): the format gives the function that checks one manifest
+entry against a local file, as its local verify does (size, checksum, every record); RecordIO's
+walk (``recordio.verify_remote``) uses the same folder and relabelling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+from stoker.formats.manifest import read_json
+from stoker.formats.remote import RemoteFiles, RemoteOptions, redact
+from stoker.formats.report import Problem, VerifyReport
+
+__all__ = ["fresh_files", "relabel", "verify_shards"]
+
+
+@contextlib.contextmanager
+def fresh_files(url: str, remote: RemoteOptions | None) -> Iterator[RemoteFiles]:
+    """The set at ``url`` seen through a shard cache of its own (see the module docstring),
+    removed on exit."""
+    options = remote or RemoteOptions()
+    base = options.cache()
+    root = os.path.join(base.root, f"verify-{os.getpid()}-{secrets.token_hex(4)}")
+    _sweep(base.root)
+    try:
+        yield RemoteFiles(url, replace(options, cache_dir=root, cache_limit=base.limit))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _sweep(folder: str) -> None:
+    """Remove the ``verify-PID-*`` folders of processes that are gone."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            parts = name.split("-")
+            if len(parts) != 3 or parts[0] != "verify" or not parts[1].isdigit():
+                continue
+            try:
+                os.kill(int(parts[1]), 0)
+            except ProcessLookupError:
+                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+            except OSError:
+                pass  # alive, another user's
+
+
+def relabel(report: VerifyReport, n0: int, m0: int, names: dict[str, str]) -> None:
+    """The problems and notes from ``n0``/``m0`` on with each cached copy's path replaced by
+    the URL it was fetched from."""
+
+    def sub(text: str) -> str:
+        for local, url in names.items():
+            text = text.replace(local, url)
+        return text
+
+    report.problems[n0:] = [
+        replace(p, path=sub(p.path), reason=sub(p.reason)) for p in report.problems[n0:]
+    ]
+    report.notes[m0:] = [sub(n) for n in report.notes[m0:]]
+
+
+def verify_shards(
+    url: str,
+    *,
+    remote: RemoteOptions | None,
+    validate: Callable[[Any, str], dict],
+    file_of: Callable[[dict], str],
+    verify_entry: Callable[[VerifyReport, str, dict, dict], None],
+    max_problems: int,
+) -> VerifyReport:
+    """Verify the set whose manifest is at ``url``, one whole-file shard at a time:
+    ``validate(manifest, where)`` checks the manifest, ``file_of(entry)`` names an entry's
+    file, ``verify_entry(report, local_path, entry, manifest)`` checks the entry against its
+    downloaded copy (as the format's local verify does). A shard that is not there is a
+    problem naming its URL. Raises what stops the whole walk: an unreadable or hostile
+    manifest, storage that cannot be reached, a shard larger than the cache's budget."""
+    if max_problems < 0:
+        raise ValueError(f"max_problems must be >= 0, got {max_problems}")
+    with fresh_files(url, remote) as files:
+        shown = redact(files.url)
+        report = VerifyReport(shown, max_problems=max_problems)
+        m = validate(read_json(files.manifest_copy()), shown)
+        urls = [files.url_of(file_of(s), f"shards[{j}]") for j, s in enumerate(m["shards"])]
+        # files.sizes: what exists (one listing per folder, or a HEAD each over HTTP)
+        files.sizes.update(files.remote.sizes(urls, missing_ok=True))
+        for j, (entry, u) in enumerate(zip(m["shards"], urls, strict=True)):
+            if u not in files.sizes:
+                report.add(
+                    Problem(redact(u), None, None, "shard listed in the manifest is missing")
+                )
+                continue
+            n0, m0 = len(report.problems), len(report.notes)
+            with files.fetch(u, what=f"shard {j} ({file_of(entry)})") as pin:
+                verify_entry(report, pin.path, entry, m)
+            relabel(report, n0, m0, {pin.path: redact(u)})
+            files.cache.clear()  # one shard at a time
+    return report
