@@ -61,8 +61,8 @@ So the output is the same for any worker count, and a resumed run is exact.
 One sample in a worker (``_worker.fill_chunk``; the main process runs the same code when
 ``workers=0``): read the record (label from its header), decode, re-key the worker's one
 generator (``SampleRngs.at(i)`` gives ``sample_rng``'s stream), ``Pipeline.fill_row``
-(transforms, shape check, write into the row; a trailing uint8 ``Normalize`` writes its table
-lookups straight into the row in the batch layout), then label, key and index.
+(transforms, shape check, write into the row; a trailing uint8 ``Normalize`` converts, scales
+and shifts straight into the row in the batch layout), then label, key and index.
 
 Shutdown order (``close()``, also from ``__exit__``, ``__del__``, the atexit hook, and after any
 error while waiting): bump the generation (workers drop their current chunk at the next
