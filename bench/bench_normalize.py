@@ -37,7 +37,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import MEAN, STD, alternated, command_line, median_range  # noqa: E402
+from _common import MEAN, STD, alternated, bench_parser, command_line, median_range  # noqa: E402
 
 from stoker.transforms import Normalize  # noqa: E402
 from stoker.transforms.fused import write_chw  # noqa: E402
@@ -174,10 +174,7 @@ def run(size: int, n: int, rounds: int) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--quick", action="store_true", help="64 crops, 3 rounds")
+    ap = bench_parser(__doc__, "64 crops, 3 rounds")
     ap.add_argument("--rounds", type=int, default=None, help="timed rounds (9; --quick: 3)")
     ap.add_argument("--images", type=int, default=None, help="crops per round (512)")
     return ap.parse_args(argv)

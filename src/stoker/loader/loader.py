@@ -148,6 +148,8 @@ class Loader(RingFeed):
         shuffle = check_shuffle(shuffle, sampler)
         self.drop_last = bool(drop_last)
         self.start_method: str | None = mp_context().get_start_method() if self.workers else None
+        if self.workers:  # the worker server boots while the source opens, and after
+            warm_up()  # that while the caller builds its model
 
         _shm.cleanup_stale()
         remote = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards)
@@ -187,8 +189,6 @@ class Loader(RingFeed):
         self._warned = 0
         self._closed = False
         _live.add(self)
-        if self.workers:
-            warm_up()  # the worker server boots while the caller builds its model
 
     def _blank(self, on_worker_death: str) -> None:
         """The state of a loader before its source, pipeline and workers exist."""
