@@ -34,7 +34,7 @@ from stoker._core.system import usable_cores
 from stoker.formats.remote import RemoteOptions
 from stoker.loader import _elastic, _keep, _shm
 from stoker.loader._compact import compact, compact_fields, dims
-from stoker.loader._feed import Epoch, RingFeed, make_batch
+from stoker.loader._feed import Epoch, RingFeed
 from stoker.loader._fields import FieldPlan, plan_fields
 from stoker.loader._habits import DATALOADER_NAMES
 from stoker.loader._order import check_shuffle, claim_cache, default_sampler, sampler_args
@@ -48,7 +48,7 @@ from stoker.loader._state import (
 )
 from stoker.loader._worker import Task, fill_chunk
 from stoker.loader._worker_errors import rebuild
-from stoker.loader.batch import Batch
+from stoker.loader.batch import Batch, make_batch
 from stoker.loader.sources import ArraySource, Source, as_source
 from stoker.loader.sources.shape import input_spec
 from stoker.pipeline import DecodeOptions, Pipeline
