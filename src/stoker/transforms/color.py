@@ -211,9 +211,9 @@ class Normalize(Transform):
     CPU. (On a GPU, keep uint8 batches and normalise there: 4× less to copy.)
 
     ``mean``/``std``: one number for all channels or one per channel. uint8 input becomes
-    ``x * gain + bias`` per channel (``gain = 1 / (scale * std)``, ``bias = -mean / std``, both
-    float32), each value rounded once, in one vectorised OpenCV pass per plane (``write``);
-    other dtypes go through float arithmetic.
+    ``x * gain + bias`` per channel (``gain = 1 / (scale * std)`` rounded to float32 toward
+    zero, ``bias = -mean / std`` in float32), each value rounded once, in one vectorised OpenCV
+    pass per plane (``write``); other dtypes go through float arithmetic.
     """
 
     mean: float | tuple[float, ...] = 0.5
@@ -256,7 +256,12 @@ class Normalize(Transform):
         n = max(len(mean), len(std))
         m = np.broadcast_to(np.asarray(mean, np.float64), (n,))
         s = np.broadcast_to(np.asarray(std, np.float64), (n,))
-        gain = (1.0 / (float(self.scale) * s)).astype(np.float32)
+        exact = 1.0 / (float(self.scale) * s)
+        gain = exact.astype(np.float32)
+        # rounded toward zero: the brightest level never lands past the formula's own range
+        # (255 * float32(1 / 127.5) - 1 would be 1.0000001, not 1)
+        over = np.abs(gain.astype(np.float64)) > np.abs(exact)
+        gain[over] = np.nextafter(gain[over], np.float32(0))
         bias = (-m / s).astype(np.float32)
         object.__setattr__(self, "_gain", tuple(float(g) for g in gain))
         object.__setattr__(self, "_bias", tuple(float(b) for b in bias))
