@@ -113,7 +113,7 @@ def _walk(
     """Walk the ``.rec`` once, reporting framing and payload problems and resynchronising
     after each; returns the offsets of the records found and (with ``checksums``) their
     CRC32Cs. ``name``: the file's name on the progress bar."""
-    import crc32c
+    from stoker._core.crc import crc32c
 
     starts = array("q")
     crcs = array("I")
@@ -139,7 +139,7 @@ def _walk(
                             continue
                         starts.append(pos)
                         if opts.checksums:
-                            crcs.append(crc32c.crc32c(payload))
+                            crcs.append(crc32c(payload))
                         # with a decoder, the checks get a copy: a decoder may leave its
                         # frames, and the callers' above them, alive after it returns (a
                         # reference cycle), and a view of the map in one of them would keep
