@@ -112,7 +112,8 @@ class OutputPaths:
             return [f for s in self.shard_ids for f in _recordio_files(self.prefix, s)]
         from stoker.formats.registry import get
 
-        return _outputs_like(self.prefix, get(self.format).extensions)
+        # a format's shards and their per-shard checksum side-cars (a WebDataset tar's)
+        return _outputs_like(self.prefix, (*get(self.format).extensions, ".crc32c"))
 
     def finals(self) -> list[str]:
         """The files a finished run leaves."""
