@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 #   demo: the core, torch (CPU build) and matplotlib: what `make demo` and `make docs-figures` use;
 #   test: the `test` extra: every edge (keras, lmdb, remote, ray) and the independent
 #         implementations the tests and benchmarks check stoker against (tensorflow-cpu,
-#         tfrecord, webdataset, moto);
+#         tfrecord, webdataset, moto) and `build` (`make wheel-check`);
 #   lint: ruff, mypy and import-linter (the `lint` extra), over the test set so that mypy sees
 #         the same packages the tests import.
 DEMO_STAMP := $(VENV)/.stoker-demo
@@ -19,7 +19,7 @@ LINT_STAMP := $(VENV)/.stoker-lint
 DEMO_EXTRAS := torch,plot
 TEST_EXTRAS := $(DEMO_EXTRAS),test
 
-.PHONY: demo test test-slow bench lint docs-figures clean venv
+.PHONY: demo test test-slow bench lint wheel-check docs-figures clean venv
 
 venv: $(DEMO_STAMP)
 
@@ -56,6 +56,11 @@ lint: $(LINT_STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(PY) scripts/check_size.py
+
+# builds the wheel and sdist, installs the wheel with its core dependencies only into a fresh
+# venv and packs, loads and inspects a few images with it (scripts/wheel_check.py)
+wheel-check: $(TEST_STAMP)
+	$(PY) scripts/wheel_check.py
 
 docs-figures: $(DEMO_STAMP)
 	$(PY) scripts/make_docs_figures.py

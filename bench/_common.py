@@ -28,6 +28,18 @@ def cpu_count() -> int:
     return usable_cores()
 
 
+def bench_parser(doc: str | None, quick: str):
+    """An argument parser showing ``doc`` as written, with ``--quick`` (its help: ``quick``,
+    what the smoke run does), which every bench takes."""
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--quick", action="store_true", help=quick)
+    return ap
+
+
 def command_line() -> str:
     """The command that started this run, as a reader would type it again."""
     return " ".join([os.path.basename(sys.executable), *sys.argv])

@@ -10,16 +10,21 @@
   (d)  stoker's pipeline in a tight loop: the loader worker's own decode + augment + write into
        a batch array (``Pipeline.fill_row``) over bytes already in memory, no IPC, in
        ``workers`` processes at once, their rates summed; (d') the same with uint8 output
-  (e)  the plain chain in a tight loop, the same way: cv2.imdecode, cv2.resize to 128x128,
-       random crop 112, random flip, transpose to CHW, astype(float32), subtract, multiply
-       (into a batch array); (e') the same chain stopped at uint8 CHW
+  (e)  the plain chain in a tight loop, the same way, as a careful engineer writes it:
+       cv2.imdecode, cv2.resize to 128x128, random crop 112, random flip, then the fastest of
+       its formulations of the write into a batch array (``CHAIN_WRITES``: one contiguous CHW
+       copy, then float and per-channel normalisation in place, and others), timed per image
+       on one core before the rounds (``calibrate_chain``), so that a slow baseline cannot
+       flatter stoker; (e') the same chain stopped at uint8 CHW, its fastest copy likewise
 
 Then the same on a .rec 10x as long (200,000 images for the default 20,000: the records repeated
 under new keys, with their CRC side-car; (e) loops 10 times over its share of the records), whose
 one epoch spreads a loader's start-up as a real dataset does; the ImageNet case,
-RandomResizedCrop(224) -> flip -> normalise from 400x500 JPEGs against the chain written plainly
-(cv2 decode, torchvision's crop box, resize the box to 224, flip, normalise); and the 112
-pipeline on those JPEGs with and without scale-on-decode.
+RandomResizedCrop(224) -> flip -> normalise from 500x375 JPEGs (ImageNet's typical size)
+against the chain written plainly (cv2 decode, torchvision's crop box, resize the box to 224,
+flip, normalise), both dtypes; and the 112 pipeline on those JPEGs with and without
+scale-on-decode. Last, the first batch of a loader in a fresh process, with the start-up
+step by step (``bench_startup.py``).
 
     python bench/bench_loader.py            # 20k images, memory round + 5 paired rounds
     python bench/bench_loader.py --quick    # 600 images, 1 round, no memory figures: a smoke run
@@ -37,7 +42,8 @@ inside their timed loops: the figure that carries over to a machine with more co
 baselines run in a child process each, so torch never enters the process that measures stoker.
 
 Targets: c/a >= 4; c/e >= 1 and c'/e' >= 1 (20k and 200k images, and the ImageNet case);
-first batch < 0.5 s; peak PSS of the tree <= 600 MiB and flat in dataset size.
+first batch in a fresh process < 0.3 s; peak PSS of the tree <= 600 MiB and flat in dataset
+size.
 torch is imported lazily (worker processes re-import this module).
 """
 
@@ -344,14 +350,66 @@ def _chain_rrc(img: np.ndarray, rnd) -> np.ndarray:
     return img[:, ::-1] if rnd.random() < 0.5 else img
 
 
-def _chain_worker(args, conn) -> None:
-    """One process of (e): read its share of the records into memory, wait for the others,
-    then time the plain chain over them ``repeat`` times: ``cv2.imdecode`` (RGB), augment,
-    transpose to CHW, then ``astype(float32)``, subtract the mean and multiply by 1/std into a
-    batch array (or, uint8, copy the CHW view into it)."""
-    path, kind, normalize, start, stop, repeat, batch = args
-    import random
+# The plain chain's last step, as a careful engineer might write it: the formulations (e)
+# tries; calibrate_chain() times them per image on one core and (e) runs the fastest.
+CHAIN_WRITES = {
+    True: ("strided astype", "contiguous, astype, in place", "contiguous, into the row"),
+    False: ("transposing copy", "contiguous, then transposing copy"),
+}
 
+
+def chain_write(normalize: bool, variant: str):
+    """``f(img, row)``: the plain chain's augmented HWC uint8 ``img`` into CHW batch ``row``,
+    by the formulation ``variant`` (``CHAIN_WRITES``): float32 normalised (ImageNet mean and
+    std) or uint8.
+
+    - strided astype: ``astype(float32)`` of the transposed view (a gather 3 bytes apart),
+      subtract the mean, multiply by 1/std into the row;
+    - contiguous, astype, in place: one contiguous copy of the CHW uint8 view, ``astype``,
+      subtract and multiply in place, into the row;
+    - contiguous, into the row: one contiguous CHW uint8 copy, ``np.subtract`` straight into
+      the float row, multiply in place (no float temporary);
+    - transposing copy: ``row[...] = img.transpose(2, 0, 1)``;
+    - contiguous, then transposing copy: the same from a contiguous copy of ``img``."""
+    mean = (np.array(MEAN, np.float32) * 255).reshape(3, 1, 1)
+    inv_std = (1 / (np.array(STD, np.float32) * 255)).reshape(3, 1, 1)
+    if variant == "strided astype":
+
+        def write(img, row):
+            x = img.transpose(2, 0, 1).astype(np.float32)
+            x -= mean
+            np.multiply(x, inv_std, out=row)
+
+    elif variant == "contiguous, astype, in place":
+
+        def write(img, row):
+            x = np.ascontiguousarray(img.transpose(2, 0, 1)).astype(np.float32)
+            x -= mean
+            np.multiply(x, inv_std, out=row)
+
+    elif variant == "contiguous, into the row":
+
+        def write(img, row):
+            np.subtract(np.ascontiguousarray(img.transpose(2, 0, 1)), mean, out=row)
+            row *= inv_std
+
+    elif variant == "transposing copy":
+
+        def write(img, row):
+            row[...] = img.transpose(2, 0, 1)
+
+    elif variant == "contiguous, then transposing copy":
+
+        def write(img, row):
+            row[...] = np.ascontiguousarray(img).transpose(2, 0, 1)
+
+    else:
+        raise ValueError(f"unknown chain formulation {variant!r}")
+    return write
+
+
+def _chain_setup(path: str, kind: str, start: int, stop: int):
+    """The records ``[start, stop)`` as arrays, and the chain's augmentation and row size."""
     import cv2
 
     from stoker.formats.recordio import open_records
@@ -360,11 +418,21 @@ def _chain_worker(args, conn) -> None:
     rec = open_records(path)
     payloads = [np.frombuffer(bytes(rec.read_header(i)[1]), np.uint8) for i in range(start, stop)]
     rec.close()
-    size = 112 if kind == "112" else 224
+    return payloads, (_chain_112 if kind == "112" else _chain_rrc), (112 if kind == "112" else 224)
+
+
+def _chain_worker(args, conn) -> None:
+    """One process of (e): read its share of the records into memory, wait for the others,
+    then time the plain chain over them ``repeat`` times: ``cv2.imdecode`` (RGB), augment,
+    then the formulation ``variant`` of the write into a batch array (``chain_write``)."""
+    path, kind, normalize, start, stop, repeat, batch = args[:7]
+    import random
+
+    import cv2
+
+    payloads, augment, size = _chain_setup(path, kind, start, stop)
+    write = chain_write(normalize, args[7])
     out = np.empty((batch, 3, size, size), np.float32 if normalize else np.uint8)
-    mean = (np.array(MEAN, np.float32) * 255).reshape(3, 1, 1)
-    inv_std = (1 / (np.array(STD, np.float32) * 255)).reshape(3, 1, 1)
-    augment = _chain_112 if kind == "112" else _chain_rrc
     rnd = random.Random(start)
     _ready(conn)
     t0 = time.time()
@@ -372,16 +440,39 @@ def _chain_worker(args, conn) -> None:
     j = 0
     for _ in range(repeat):
         for buf in payloads:
-            img = cv2.imdecode(buf, cv2.IMREAD_COLOR_RGB)
-            chw = augment(img, rnd).transpose(2, 0, 1)
-            if normalize:
-                x = chw.astype(np.float32)
-                x -= mean
-                np.multiply(x, inv_std, out=out[j % batch])
-            else:
-                out[j % batch] = chw
+            write(augment(cv2.imdecode(buf, cv2.IMREAD_COLOR_RGB), rnd), out[j % batch])
             j += 1
     conn.send((j, t0, time.time(), time.process_time() - c0))
+
+
+# (kind, normalize) -> the formulation (e) runs: the fastest by calibrate_chain(); a process of
+# the loop gets it in its arguments (set before the rounds start)
+CHAIN_VARIANT: dict[tuple[str, bool], str] = {}
+
+
+def calibrate_chain(path: str, kind: str, normalize: bool, n: int, rounds: int = 3) -> list:
+    """Each formulation of the chain's write, per image on one core over the first ``n``
+    records (decode and augmentation included, the same for all), ``rounds`` rounds in
+    alternating order; sets ``CHAIN_VARIANT`` to the fastest and returns ``[(variant, median
+    µs, min, max)]``."""
+    import random
+
+    import cv2
+
+    payloads, augment, size = _chain_setup(path, kind, 0, n)
+    out = np.empty((256, 3, size, size), np.float32 if normalize else np.uint8)
+    variants = list(CHAIN_WRITES[normalize])
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    for r in range(rounds):
+        for v in alternated(variants, r):
+            write, rnd = chain_write(normalize, v), random.Random(0)
+            t = time.thread_time()
+            for j, buf in enumerate(payloads):
+                write(augment(cv2.imdecode(buf, cv2.IMREAD_COLOR_RGB), rnd), out[j % 256])
+            times[v].append((time.thread_time() - t) / len(payloads) * 1e6)
+    got = [(v, *median_range(times[v])) for v in variants]
+    CHAIN_VARIANT[(kind, normalize)] = min(got, key=lambda g: g[1])[0]
+    return got
 
 
 def run_loop(
@@ -424,13 +515,17 @@ def _loop_once(target, job: tuple, workers: int) -> tuple[list, dict] | None:
     import multiprocessing as mp
 
     path, kind, normalize, n, repeat = job
+    extra = (CHAIN_VARIANT[(kind, normalize)],) if target is _chain_worker else ()
     ctx = mp.get_context("forkserver")
     per = -(-n // workers)
     pipes = [ctx.Pipe() for _ in range(workers)]
     procs = [
         ctx.Process(
             target=target,
-            args=((path, kind, normalize, w * per, min(n, (w + 1) * per), repeat, 256), child),
+            args=(
+                (path, kind, normalize, w * per, min(n, (w + 1) * per), repeat, 256, *extra),
+                child,
+            ),
         )
         for w, (_, child) in enumerate(pipes)
     ]
@@ -492,7 +587,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--images", type=int, default=None, help="images for the 112 px runs")
     ap.add_argument(
-        "--images-224", type=int, default=None, help="400x500 images for the ImageNet case (6000)"
+        "--images-224",
+        type=int,
+        default=None,
+        help="500x375 images (375 high, 500 wide) for the ImageNet case (6000)",
     )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=256)
@@ -556,7 +654,7 @@ def prepare(args: argparse.Namespace, work: Path, n: int) -> Data:
         # zeroed, mapped and freed once per loader) is not a third of the epoch's cost
         data.n224 = args.images_224 or (100 if args.quick else 6_000)
         data.images224, data.rec224 = make_data(
-            work, n=data.n224, size=(400, 500), name=f"rrc_400x500_{data.n224}"
+            work, n=data.n224, size=(375, 500), name=f"rrc_375x500_{data.n224}"
         )
     for r in (data.rec, data.big, data.rec224):
         if r and not os.path.exists(crc_path(r)):
@@ -575,7 +673,7 @@ E10, E10_8 = "e plain chain x10 float NCHW", "e' plain chain x10 uint8 CHW"
 C224, C224_8 = "224 c stoker RRC float NCHW", "224 c' stoker RRC uint8 NCHW"
 D224 = "224 d stoker pipeline loop RRC float NCHW"
 E224, E224_8 = "224 e plain chain RRC float NCHW", "224 e' plain chain RRC uint8 CHW"
-SOD, FULL = "112 from 400x500 c, scale-on-decode", "112 from 400x500 c, full decode"
+SOD, FULL = "112 from 500x375 c, scale-on-decode", "112 from 500x375 c, full decode"
 A, B, A224 = "a PIL + DataLoader", "b OpenCV + DataLoader", "224 a PIL + DataLoader RRC"
 
 
@@ -754,7 +852,7 @@ RATIOS = [
     ("224 RRC: c'/e'", C224_8, E224_8, False, ">= 1"),
     ("224 RRC: c/d", C224, D224, False, ""),
     ("224 RRC: c/a", C224, A224, False, ""),
-    ("112 from 400x500: scale-on-decode / full decode", SOD, FULL, False, ""),
+    ("112 from 500x375: scale-on-decode / full decode", SOD, FULL, False, ""),
 ]
 
 
@@ -813,6 +911,42 @@ def print_notes(rounds: Rounds, d: Data) -> None:
         )
 
 
+def print_calibration(d: Data, quick: bool) -> dict:
+    """(e)'s formulations per image on one core, for each output it is compared on; (e)
+    then runs the fastest of each (``CHAIN_VARIANT``)."""
+    print("\n# the plain chain (e): each formulation per image on one core, the fastest kept")
+    print("| case | formulation | µs/image, median (min..max) | kept |")
+    print("|---|---|---:|---|")
+    out = {}
+    cases = [("112", d.rec, 200 if quick else 1000)]
+    if d.rec224:
+        cases.append(("224", d.rec224, min(d.n224, 100 if quick else 300)))
+    for kind, path, n in cases:
+        for normalize in (True, False):
+            got = calibrate_chain(path, kind, normalize, n)
+            kept = CHAIN_VARIANT[(kind, normalize)]
+            case = f"{kind} {'float32' if normalize else 'uint8'}"
+            for v, med, lo, hi in got:
+                print(
+                    f"| {case} | {v} | {med:.0f} ({lo:.0f}..{hi:.0f}) | {'yes' if v == kept else ''} |"
+                )
+            out[case] = {"kept": kept, "us": {g[0]: g[1] for g in got}}
+    print(flush=True)
+    return out
+
+
+def print_first_batch(d: Data, workers: int, runs: int) -> None:
+    """The first batch of a loader in a fresh process (112 px, float32), with where its time
+    goes (``bench_startup.py``)."""
+    from bench_startup import bytecode_cache, one_run, report
+
+    print(f"\n# first batch in a fresh process ({runs} processes; bench_startup.py)")
+    cache = bytecode_cache(Path(d.rec).parent, None, False)
+    one_run(d.rec, workers, True, None, cache)  # compiles stoker's modules: not counted
+    got = [one_run(d.rec, workers, True, None, cache) for _ in range(runs)]
+    report(got)
+
+
 def main() -> int:
     args = parse_args()
     if args.torch_baseline:
@@ -834,13 +968,16 @@ def main() -> int:
     from stoker.loader import warm_up
 
     warm_up()
+    calibration = print_calibration(data, args.quick)
     rounds = Rounds(data, W, B, args.skip)
     rounds.run(args.rounds, memory=not args.quick)
     table = print_table(rounds)
     ratios = print_ratios(rounds, data)
     print_notes(rounds, data)
+    print_first_batch(data, W, runs=2 if args.quick else 5)
     if args.json:
-        Path(args.json).write_text(json.dumps({"candidates": table, "ratios": ratios}, indent=1))
+        out = {"candidates": table, "ratios": ratios, "chain_calibration": calibration}
+        Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
 
 

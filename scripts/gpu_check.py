@@ -19,7 +19,7 @@ a. bit-exact: 1,000 batches from a hostile loader double (a ring of slots that i
    copy event completes), float32 unnormalised, device checksums compared with host checksums.
    A control pass runs a deliberately broken variant (events treated as complete at once, no
    consumer wait); the check fails if the harness does not catch it. On the CPU the passes
-   run through the fake backend of ``stoker.torch.testing`` (deferred copies, late events).
+   run through the fake backend of ``tests/torch/torch_doubles.py`` (deferred copies, late events).
 b. memory: ``torch.cuda.memory_allocated`` after each of several epochs through one
    prefetcher stays flat (within half a batch); one side stream; the page-locked staging
    buffers still alive after batches of 25 shapes stay within ``pool_shapes * (depth + 2)``.
@@ -33,7 +33,7 @@ c. timing: a small ResNet-style model trained on sample data packed on the spot 
    ``.to(device)`` loop and for ``CudaPrefetcher``.
 
 The loader double (``SlotRing``) and the delayed and broken CUDA backends come from
-``stoker.torch.testing``; they reach the prefetcher through its public ``backend=`` seam.
+``tests/torch/torch_doubles.py``; they reach the prefetcher through its public ``backend=`` seam.
 """
 
 from __future__ import annotations
@@ -56,16 +56,13 @@ try:
     import stoker  # noqa: F401
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "tests" / "torch"))  # the stream-protocol doubles
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
-
-import stoker  # noqa: E402
-from stoker.torch import CudaPrefetcher, convert_images  # noqa: E402
-from stoker.torch.augment import batch_generator  # noqa: E402
-from stoker.torch.testing import IMAGENET_MEAN as MEAN  # noqa: E402
-from stoker.torch.testing import IMAGENET_STD as STD  # noqa: E402
-from stoker.torch.testing import (  # noqa: E402
+from torch_doubles import IMAGENET_MEAN as MEAN  # noqa: E402
+from torch_doubles import IMAGENET_STD as STD  # noqa: E402
+from torch_doubles import (  # noqa: E402
     BrokenBackend,
     BrokenFakeBackend,
     FakeBackend,
@@ -76,6 +73,10 @@ from stoker.torch.testing import (  # noqa: E402
     field_batch,
     random_images,
 )
+
+import stoker  # noqa: E402
+from stoker.torch import CudaPrefetcher, convert_images  # noqa: E402
+from stoker.torch.augment import batch_generator  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -381,7 +382,7 @@ def check_pools_bounded(device: torch.device, *, depth: int = 2, epochs: int = 2
     prefetcher for ``epochs`` epochs; the page-locked buffers still alive afterwards must be
     at most ``depth + 2`` per shape for at most ``pool_shapes`` shapes (a pool keyed by shape
     that is never trimmed keeps at least one buffer per shape: 25 here). On the CPU the fake backend of
-    ``stoker.torch.testing`` stands in for CUDA (the same pools, the same accounting)."""
+    ``tests/torch/torch_doubles.py`` stands in for CUDA (the same pools, the same accounting)."""
     cuda = device.type == "cuda"
     backend: Any = SlowCopyBackend(device) if cuda else FakeBackend(lag=1)
     widths = [16 + 4 * k for k in range(24)]

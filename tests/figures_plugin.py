@@ -35,6 +35,10 @@ TARGETS: dict[str, tuple[str, Callable[[int, int], bool]]] = {
     "F-05": ("0 left after every kill cycle", _all),
     "F-09": ("0 invalid, 100% verify (slow: 28)", _all),
     "F-13": ("100% mutants killed, >= 5", lambda t, o: t >= 5 and o == t),
+    "F-14 recordio": ("0 crash/hang/bad (slow: 40)", _all),
+    "F-14 tfrecord": ("0 crash/hang/bad (slow: 40)", _all),
+    "F-14 wds": ("0 crash/hang/bad (slow: 40)", _all),
+    "F-14 lmdb": ("0 crash/hang/bad (slow: 200)", _all),
 }
 
 

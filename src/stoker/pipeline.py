@@ -255,7 +255,7 @@ class Pipeline:
         """Without ``pair_with``, on uint8 input, pick the rows' fast paths:
 
         - a chain ending in ``Normalize`` (HWC, float32): ``fill_row`` runs the rest of the
-          chain and lets the Normalize write its table lookups straight into the batch row,
+          chain and lets the Normalize write ``x * gain + bias`` straight into the batch row,
           in the batch's layout: no float intermediate, no transposing copy;
         - a head that :func:`stoker.transforms.fused.fuse` recognises (``Resize`` then a crop,
           ``RandomResizedCrop``, each with an optional ``HorizontalFlip``) with nothing after

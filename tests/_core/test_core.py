@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -143,3 +145,23 @@ def test_text_with_a_lone_surrogate_is_refused_naming_the_field():
     assert Field.text().check("caf\u00e9", name="caption") == "caf\u00e9"
     with pytest.raises(SpecError, match="caption.*lone surrogate at character 2"):
         Field.text().check("ab\ud800c", name="caption")
+
+
+def test_crc32c_is_the_packages_function_without_its_metadata_import():
+    # every loader worker server imports the CRC32C function before the first batch; the
+    # crc32c package's __init__ reads its version from the installed metadata (over 100 ms in
+    # a fresh interpreter), so stoker loads the compiled module alone, which a later
+    # `import crc32c` then shares
+    code = (
+        "import sys\n"
+        "from stoker._core.crc import crc32c\n"
+        "assert 'importlib.metadata' not in sys.modules, 'metadata imported'\n"
+        "assert 'crc32c' not in sys.modules, 'the package ran'\n"
+        "assert crc32c(b'123456789') == 0xE3069283  # the CRC-32C check value\n"
+        "assert crc32c(b'6789', value=crc32c(b'12345')) == 0xE3069283\n"
+        "import crc32c as pkg\n"
+        "assert pkg.crc32c is crc32c\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

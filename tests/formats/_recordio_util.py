@@ -29,11 +29,11 @@ SPECIAL_WORDS = [
 
 
 def payload(i: int, *, size: int | None = None, labels: int = 0) -> bytes:
-    """A deterministic dmlc payload: IRHeader (label i or ``labels`` labels) + pseudo-image."""
+    """A deterministic dmlc payload: IRHeader (label ``i % 3``, one of the three classes :func:`write_shards` names, or ``labels`` labels) + pseudo-image."""
     rng = random.Random(i)
     n = size if size is not None else rng.randrange(0, 200)
     body = bytes(rng.getrandbits(8) for _ in range(n))
-    label = float(i % 7) if labels == 0 else [float(i + j) for j in range(labels)]
+    label = float(i % 3) if labels == 0 else [float(i + j) for j in range(labels)]
     return pack_header(IRHeader(0, label, i, 0), body)
 
 

@@ -11,18 +11,16 @@ A bounded sample (cases 0..2) runs by default; ``slow`` runs cases 5..204."""
 from __future__ import annotations
 
 import collections
-import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 
 import pytest
 from _lmdb_pages import tree
 from test_lmdb_util import encode, lsun_key, photo, write_db
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from damage_outcomes import run_child
+
 SEED = 20261202
 LIMIT = 60  # seconds a case may take before it counts as a hang
 
@@ -40,19 +38,7 @@ def clean(tmp_path_factory) -> tuple[str, str]:
 
 
 def _run(db: str, workers: int) -> list[dict]:
-    """The child's lines, then ``{"tool": "process", "outcome": "crash"|"hang"}`` if it did not
-    end by itself."""
-    cmd = [sys.executable, os.path.join(HERE, "_lmdb_fuzz_child.py"), db, str(workers)]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=LIMIT)
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return [*map(json.loads, out.splitlines()), {"tool": "process", "outcome": "hang"}]
-    lines = [json.loads(line) for line in r.stdout.splitlines()]
-    if r.returncode != 0:
-        what = "crash" if r.returncode < 0 else "bad"
-        lines.append({"tool": "process", "outcome": what, "detail": r.stderr[-300:]})
-    return lines
+    return run_child(db, workers, LIMIT)
 
 
 def _damage(data: str, rnd: random.Random) -> str:
@@ -85,7 +71,7 @@ def _damage(data: str, rnd: random.Random) -> str:
     return f"byte {at} ({where}, page {at // t.psize})"
 
 
-def _fuzz(clean: tuple[str, str], tmp_path, cases: range) -> collections.Counter:
+def _fuzz(clean: tuple[str, str], tmp_path, cases: range, figures) -> collections.Counter:
     db0, digest = clean
     counts: collections.Counter = collections.Counter()
     failures = []
@@ -105,17 +91,30 @@ def _fuzz(clean: tuple[str, str], tmp_path, cases: range) -> collections.Counter
         shutil.rmtree(db)
     table = sorted(counts.items())
     print("\nLMDB fuzz outcomes:", ", ".join(f"{t}/{o}: {n}" for (t, o), n in table))
+    worst = ("crash", "hang", "bad")
+    failed = len({f.split(" (")[0] for f in failures})
+    loader = {o: n for (t, o), n in counts.items() if t == "loader"}
+    figures.add(  # F-14's LMDB row (tests/reliability/test_f14_outcomes.py has the others)
+        "F-14 lmdb",
+        tried=len(cases),
+        ok=len(cases) - failed,
+        note=f"seed {SEED}, cases {cases.start}..{cases.stop - 1}: "
+        f"loader clean error {loader.get('error', 0)}, silent {loader.get('silent', 0)}, "
+        f"unchanged {loader.get('unchanged', 0)}, "
+        + ", ".join(f"{o} {sum(n for (_, oo), n in counts.items() if oo == o)}" for o in worst)
+        + f", verify found {counts['verify', 'error']}",
+    )
     assert not failures, "\n".join(failures)
     return counts
 
 
-def test_random_damage_never_crashes_or_hangs_a_sample(clean, tmp_path):
-    counts = _fuzz(clean, tmp_path, range(3))  # case 0 with workers=2
+def test_random_damage_never_crashes_or_hangs_a_sample(clean, tmp_path, figures):
+    counts = _fuzz(clean, tmp_path, range(3), figures)  # case 0 with workers=2
     assert sum(n for (tool, _), n in counts.items() if tool == "verify") == 3
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_random_damage_never_crashes_or_hangs(clean, tmp_path):
-    counts = _fuzz(clean, tmp_path, range(5, 205))
+def test_random_damage_never_crashes_or_hangs(clean, tmp_path, figures):
+    counts = _fuzz(clean, tmp_path, range(5, 205), figures)
     assert counts["verify", "error"] >= 20  # the damage is real: much of it is found

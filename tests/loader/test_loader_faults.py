@@ -250,9 +250,9 @@ def test_fallocate_failure_is_an_error_not_sigbus(monkeypatch, shm_names):
 def test_slots_that_cannot_be_reserved_stop_the_loader_cleanly(
     arrays, monkeypatch, shm_names, full_at_slot
 ):
-    # the control block is reserved before the workers start, slot 0 while they boot, the
-    # others just before their first task. A /dev/shm that filled up since the preflight is the
-    # same clear error at any of them, with the workers stopped, the segment gone, and no task
+    # the control block is reserved before the workers start, the first `prefetch` slots in a
+    # thread while they start, the others just before their first task. A /dev/shm that filled
+    # up since the preflight is the same clear error at any of them, with the workers stopped, the segment gone, and no task
     # ever naming an unreserved slot
     import errno
 

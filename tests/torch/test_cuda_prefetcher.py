@@ -10,13 +10,13 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as hs
+from torch_doubles import IMAGENET_MEAN as MEAN
+from torch_doubles import IMAGENET_STD as STD
+from torch_doubles import FakeBackend, SlotRing
+from torch_doubles import random_images as _images
 
 from stoker.torch import CudaPrefetcher, TensorBatch, convert_images
 from stoker.torch._batch import flatten
-from stoker.torch.testing import IMAGENET_MEAN as MEAN
-from stoker.torch.testing import IMAGENET_STD as STD
-from stoker.torch.testing import FakeBackend, SlotRing
-from stoker.torch.testing import random_images as _images
 
 
 def _reference(x: np.ndarray, mean, std, dtype, layout: str) -> torch.Tensor:

@@ -1,15 +1,13 @@
 """Batches with fields at the torch edge: tensors, ragged as lists or padded, text on the host,
 torchvision-style detection targets, and CudaPrefetcher moving the fields with the images
-under the stream protocol (checked with the CPU backends of ``stoker.torch.testing``)."""
+under the stream protocol (checked with the CPU backends of ``tests/torch/torch_doubles.py``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-
-import stoker.torch as st
-from stoker.torch.testing import (
+from torch_doubles import (
     FIELD_SCHEMA,
     BrokenFakeBackend,
     EagerBackend,
@@ -17,6 +15,8 @@ from stoker.torch.testing import (
     FieldRing,
     field_batch,
 )
+
+import stoker.torch as st
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch_doubles import IMAGENET_MEAN as MEAN
+from torch_doubles import IMAGENET_STD as STD
 
 import stoker
 import stoker.torch as st
-from stoker.torch.testing import IMAGENET_MEAN as MEAN
-from stoker.torch.testing import IMAGENET_STD as STD
 from stoker.transforms import Compose, Normalize, RandomCrop
 
 

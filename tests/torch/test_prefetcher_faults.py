@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch_doubles import IMAGENET_MEAN as MEAN
+from torch_doubles import IMAGENET_STD as STD
+from torch_doubles import EagerBackend, FakeBackend, SlotRing, random_images
 
 from stoker.torch import CudaPrefetcher
 from stoker.torch._staging import MAX_SHAPES
-from stoker.torch.testing import IMAGENET_MEAN as MEAN
-from stoker.torch.testing import IMAGENET_STD as STD
-from stoker.torch.testing import EagerBackend, FakeBackend, SlotRing, random_images
 
 OOM = torch.cuda.OutOfMemoryError
 NEVER = 10**9  # an event lag: events complete only when waited for or completed by the test

@@ -8,12 +8,12 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from torch_doubles import IMAGENET_MEAN as MEAN
+from torch_doubles import IMAGENET_STD as STD
 
 import stoker
 import stoker.torch as st
 from stoker.pack import make_sample_data, pack
-from stoker.torch.testing import IMAGENET_MEAN as MEAN
-from stoker.torch.testing import IMAGENET_STD as STD
 from stoker.transforms import Compose, HorizontalFlip, RandomCrop, Resize
 
 
@@ -196,8 +196,9 @@ def test_gpu_check_script_runs_its_cpu_path(capsys):
 def test_gpu_check_script_fails_when_its_control_or_pool_bound_does_not_hold(monkeypatch, capsys):
     """The control must fail the run when a broken protocol goes unnoticed, and the pool check
     must fail when the pools are not trimmed."""
+    from torch_doubles import FakeBackend
+
     from stoker.torch._staging import StagingPools
-    from stoker.torch.testing import FakeBackend
 
     mod = _gpu_check_module()
     threads = torch.get_num_threads()

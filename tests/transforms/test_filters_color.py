@@ -154,6 +154,35 @@ def test_normalize_write_gives_the_ops_bits_in_either_layout(any_image, stats):
         op.write(any_image.astype(np.float32), hwc.copy(), chw=False)
 
 
+@pytest.mark.parametrize("channels", [3, 4, 5])
+def test_normalize_rounds_every_level_once_in_either_layout(channels):
+    # uint8 input becomes x * gain + bias per channel (the op's float32 gain and bias), each
+    # value rounded once from the exact result, whichever layout and whichever OpenCV or
+    # NumPy pass makes it (5 channels are past what cv2.transform takes)
+    levels = np.arange(256, dtype=np.uint8)
+    img = np.stack([np.roll(levels, 37 * k) for k in range(channels)], -1).reshape(16, 16, -1)
+    mean = tuple(0.40 + 0.03 * k for k in range(channels))
+    std = tuple(0.20 + 0.01 * k for k in range(channels))
+    op = T.Normalize(mean, std)
+    gain, bias = np.asarray(op._gain, np.float64), np.asarray(op._bias, np.float64)
+    assert (gain.astype(np.float32) == gain).all() and (bias.astype(np.float32) == bias).all()
+    want = (img * gain + bias).astype(np.float32)
+    np.testing.assert_array_equal(op(img, RNG), want)
+    chw = T.Normalize(mean, std, layout="CHW")(img, RNG)
+    np.testing.assert_array_equal(chw, want.transpose(2, 0, 1))
+    exact = (img.astype(np.float64) / 255 - np.asarray(mean)) / np.asarray(std)
+    np.testing.assert_allclose(want, exact, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["HWC", "CHW"])
+def test_normalize_keeps_to_the_formulas_range(layout):
+    # (x/255 - 0.5)/0.5 spans [-1, 1]: the darkest and brightest levels land within a float32
+    # step of the ends and never past them (a gain rounded up would give 1.0000001)
+    levels = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    out = T.Normalize(0.5, 0.5, layout=layout)(levels, RNG)
+    assert -1.0 <= out.min() <= -1.0 + 1e-6 and 1.0 - 1e-6 <= out.max() <= 1.0
+
+
 @pytest.mark.parametrize("shape", [(112, 112, 3), (7, 5, 4), (224, 200, 3)])
 def test_normalize_scratch_planes_never_share_their_offset_from_a_vector_boundary(shape):
     # cv2.split writes planes whose rows share their offset modulo its vector size with a

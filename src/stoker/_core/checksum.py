@@ -8,7 +8,7 @@ import hashlib
 import os
 from typing import Any, BinaryIO
 
-import crc32c
+from stoker._core.crc import crc32c
 
 __all__ = ["file_crc32c", "file_crc32c_md5", "file_sha256", "stream_crc32c"]
 
@@ -22,7 +22,7 @@ def stream_crc32c(f: BinaryIO, *, md5: Any = None) -> int:
     buf = bytearray(_CHUNK)
     view = memoryview(buf)
     while n := f.readinto(buf):  # type: ignore[attr-defined]
-        value = crc32c.crc32c(view[:n], value=value)
+        value = crc32c(view[:n], value=value)
         if md5 is not None:
             md5.update(view[:n])
     return value

@@ -72,9 +72,11 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument(
         "--seconds",
         type=float,
-        default=1.0,
+        default=60.0,
         metavar="S",
-        help="seconds per loader or model measurement; each in-process stage gets a half or a quarter (default 1)",
+        help="the run's wall-clock budget (default 60): each measurement runs at least "
+        "min(S, 1) s (in-process stages a half or a quarter), then until its interval is "
+        "tight while the budget lasts; the report says which ended it",
     )
     p.add_argument(
         "--sample-size",

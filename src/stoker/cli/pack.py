@@ -56,6 +56,15 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         help="a folder's labels: one class per top-level subfolder (default; a folder of "
         "images without subfolders is refused), or none (every record 0, no class names)",
     )
+    p.add_argument(
+        "--layout",
+        default="plain",
+        choices=("plain", "insightface"),
+        help="plain: one record per image (default); insightface: one OUT.rec whose images "
+        "are keys 1..N (one identity per class folder), then insightface's header record 0 "
+        "and one record per identity with its key range, as insightface's training code "
+        "reads them (docs/pack.md)",
+    )
     p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     p.add_argument("--resize", type=int, default=None, metavar="S", help="shorter side in pixels")
     p.add_argument(
@@ -166,6 +175,7 @@ def add_scale_options(p: argparse.ArgumentParser, what: str = "pack") -> None:
 _PLAN_HELD = (
     ("format", "--format", "recordio"),
     ("labels", "--labels", "folders"),
+    ("layout", "--layout", "plain"),
     ("resize", "--resize", None),
     ("quality", "--quality", None),
     ("shuffle", "--shuffle", False),
@@ -385,6 +395,7 @@ def run(args: argparse.Namespace) -> int:
         labels=args.labels,
         engine=args.engine,
         ray_address=args.address,
+        layout=args.layout,
     )
     if options is None:
         return 2

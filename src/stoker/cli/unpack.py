@@ -21,11 +21,12 @@ from typing import Any
 
 from stoker.cli._formats import format_name
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options
+from stoker.formats import recordio
 
 __all__ = ["IDENTITY_TABLE", "add_parser", "run", "safe_name", "unpack", "unpack_set"]
 
 #: the file beside an insightface set's unpacked images that keeps its identity table
-IDENTITY_TABLE = "identities.json"
+IDENTITY_TABLE = recordio.IDENTITY_TABLE
 
 #: samples read through one reader (a chunk, as the loader reads them)
 _CHUNK = 1024

@@ -1,8 +1,11 @@
 """``diagnose`` (``stoker doctor SOURCE``): check the arguments, run the stages in order on a
 sample of SOURCE and hand their findings to the report.
 
-Each stage is bounded to about ``seconds`` and ``sample_size`` samples (the stages and their
-order: :mod:`stoker.doctor.stages`). A stage that cannot run here (no CUDA, a room of stoker
+The run has a wall-clock budget of ``seconds``: each measurement runs for at least its share of
+``min(seconds, 1)`` and then on, while the interval of its rounds is not tight, up to a quarter
+of what is left of the budget; the report says whether every interval came out tight or the
+budget ran out first. The stages use ``sample_size`` samples (the stages and their order:
+:mod:`stoker.doctor.stages`). A stage that cannot run here (no CUDA, a room of stoker
 not installed, an error) is listed under "not measured" with the reason; the rest of the
 report still comes out.
 """
@@ -34,6 +37,9 @@ from stoker.sampling.shards import DEFAULT_WINDOW
 
 __all__ = ["diagnose"]
 
+#: the run's wall-clock budget by default, and the most it may be given (seconds)
+DEFAULT_SECONDS = 60.0
+MAX_SECONDS = 3600.0
 #: the most workers measured by default, however many cores there are
 DEFAULT_WORKERS_CAP = 8
 #: progress steps besides one per worker count: storage, decode, augment, alternatives,
@@ -50,7 +56,7 @@ def diagnose(
     step_time_ms: float | None = None,
     model: Any = None,
     workers_max: int | None = None,
-    seconds: float = 1.0,
+    seconds: float = DEFAULT_SECONDS,
     sample_size: int = 256,
     cache: str = "auto",
     loader: bool = True,
@@ -65,8 +71,10 @@ def diagnose(
     - ``step_time_ms`` / ``model``: what the model consumes (a step time per batch, or an
       ``nn.Module`` (or callable returning one, or ``"module:attr"``) timed on random batches);
     - ``workers_max``: the loader is measured at 1..N workers (default: usable cores);
-    - ``seconds``: time per loader and model measurement (each in-process stage gets a half or
-      a quarter of it); ``sample_size``: samples read and decoded;
+    - ``seconds``: the run's wall-clock budget (default 60): each loader and model measurement
+      takes at least ``min(seconds, 1)`` s (each in-process stage a half or a quarter of it),
+      then goes on until its interval is tight while the budget lasts; ``sample_size``:
+      samples read and decoded;
     - ``cache``: ``"warm"``, ``"cold"`` or ``"auto"`` (warm when the data fits in half of the
       free memory): which read figure the model uses;
     - ``loader``: ``False`` skips the loader runs (predictions only);
@@ -83,8 +91,10 @@ def diagnose(
         isinstance(step_time_ms, (int, float)) and step_time_ms > 0
     ):
         raise ValueError(f"step_time_ms must be > 0 (milliseconds per batch), got {step_time_ms!r}")
-    if not (isinstance(seconds, (int, float)) and 0 < seconds <= 60):
-        raise ValueError(f"seconds must be in (0, 60], got {seconds!r}")
+    if not (isinstance(seconds, (int, float)) and 0 < seconds <= MAX_SECONDS):
+        raise ValueError(
+            f"seconds (the run's budget) must be in (0, {MAX_SECONDS}], got {seconds!r}"
+        )
     check_choice("cache", cache, ("auto", "warm", "cold"))
     if shuffle is not True and shuffle != "shards":
         raise ValueError(f'shuffle must be True or "shards", got {shuffle!r}')
@@ -106,6 +116,7 @@ def diagnose(
         workers=loader_sweep.worker_counts(workers_max),
         cores=cores,
         seconds=seconds,
+        deadline=t_start + seconds,
         sample_size=sample_size,
         cache=cache,
         run_loader=loader,

@@ -25,6 +25,8 @@ or decode, or failed in a transform or shape check).
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,15 +79,28 @@ class Settings:
     shuffle: bool | str = True
     window: int = DEFAULT_WINDOW
 
+    #: when the budget of ``seconds`` runs out (``time.perf_counter``)
+    deadline: float = math.inf
+
+    @property
+    def step(self) -> float:
+        """The least time of a loader or model measurement: ``seconds`` up to 1 s."""
+        return min(1.0, self.seconds)
+
     @property
     def half(self) -> float:
-        """Time of a main in-process measurement (loader and model get ``seconds``)."""
-        return self.seconds / 2
+        """The least time of a main in-process measurement."""
+        return self.step / 2
 
     @property
     def quarter(self) -> float:
-        """Time of a secondary in-process measurement."""
-        return self.seconds / 4
+        """The least time of a secondary in-process measurement."""
+        return self.step / 4
+
+    def cap(self, least: float) -> float:
+        """How long a measurement of at least ``least`` seconds may go on while its interval
+        is not tight: a quarter of what is left of the budget (never less than ``least``)."""
+        return max(least, (self.deadline - time.perf_counter()) / 4)
 
 
 @dataclass

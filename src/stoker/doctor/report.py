@@ -27,7 +27,8 @@ top-level keys, in order (:data:`SECTIONS`):
   max_bad_fraction (the Loader's default), allowed_per_epoch, text ("" when none);
 - ``system``: list of checks: name, status ok|warn|fail, message, data;
 - ``stages``: list: name, stage (storage|decode|augment|loader), rate, per_sample_ms,
-  cpu_per_sample_ms, queue_per_sample_ms, mb_per_s, samples, seconds, note;
+  cpu_per_sample_ms, queue_per_sample_ms, mb_per_s, samples, seconds, note, interval_ms
+  ([lo, hi] around per_sample_ms, the rounds' median), tight, rounds;
 - ``pipeline``: one worker's cost: read_ms, decode_ms, augment_ms, assemble_ms, total_ms,
   cpu_ms, queue_ms, core_share, main_cpu_ms, blocked_ms, cpu_share; other_threads (``L``),
   one_worker_rate, cache (cold|warm), cache_note, read_from and decode_with (stage names),
@@ -42,10 +43,15 @@ top-level keys, in order (:data:`SECTIONS`):
 - ``h2d``: null or {rate, gb_per_s, dtype, pinned, device};
 - ``model``: null or {rate, step_ms, batch_size, source[, steps]};
 - ``verdict``: bound, workers, loader_rate, loader_basis (measured|predicted), h2d_rate,
-  model_rate, delivered, gpu_busy_share, cpu_capped, shares, text;
+  model_rate, delivered, gpu_busy_share, cpu_capped, shares, decided (false when the two
+  largest parts' intervals overlap), runner_up (the second-largest part), intervals_ms
+  ({part: [lo, hi]}), text;
 - ``recommendations``: best first: action, detail, basis (measured|estimated),
   loader_before, loader_after, loader_gain, delivered_before, delivered_after, gain;
 - ``not_measured``: list of {stage, reason};
+- ``budget``: seconds (the run's budget), spent_s, tight (the target half-width of an
+  interval, a share of its figure), ended (tight|budget: every interval came out tight, or the
+  budget ran out first), loose (list of {name, ms, lo_ms, hi_ms, width});
 - ``elapsed_s``.
 
 Infinities and NaN are written as null. :meth:`Report.from_json` also reads version 1
@@ -60,6 +66,7 @@ import os
 import textwrap
 from typing import Any
 
+from stoker.doctor.budget import budget_data, budget_line
 from stoker.doctor.corrupt import corrupt_data
 from stoker.doctor.findings import Findings
 from stoker.doctor.verdict import assumption
@@ -85,6 +92,7 @@ SECTIONS = (
     "verdict",
     "recommendations",
     "not_measured",
+    "budget",
     "elapsed_s",
 )
 
@@ -115,6 +123,7 @@ def report_data(f: Findings, *, elapsed_s: float) -> dict[str, Any]:
         "verdict": j.verdict.to_dict(),
         "recommendations": [r.to_dict() for r in j.recommendations],
         "not_measured": f.not_measured,
+        "budget": budget_data(f, elapsed_s),
         "elapsed_s": elapsed_s,
     }
 
@@ -308,7 +317,10 @@ class Report:
         _verdict(out, d.get("verdict"))
         _changes(out, d.get("recommendations", []))
         _not_measured(out, d.get("not_measured", []))
-        if d.get("elapsed_s") is not None:
+        line = budget_line(d.get("budget"))
+        if line is not None:
+            out.wrap(line, indent="")
+        elif d.get("elapsed_s") is not None:
             out.append(f"(doctor ran for {d['elapsed_s']:.1f} s)")
         return "\n".join(out)
 
@@ -378,7 +390,7 @@ def _header(out: _Lines, d: dict[str, Any]) -> None:
     )
     out.append(
         f"batch {st.get('batch_size')}, transforms {st.get('transforms')}, workers 1..{st.get('workers_max')}, "
-        f"{st.get('cores')} usable core(s); {st.get('seconds')} s per measurement"
+        f"{st.get('cores')} usable core(s); a budget of {st.get('seconds')} s"
     )
     pipe = d.get("pipeline") or {}
     if pipe.get("cache_note"):

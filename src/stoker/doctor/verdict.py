@@ -202,6 +202,12 @@ class Verdict:
     shares: dict[str, float]  # part of the per-sample time (or CPU time) by loader stage
     text: str
     loader_basis: str = "measured"  # "measured" | "predicted": where loader_rate comes from
+    #: False when the two largest parts' intervals overlap: the run cannot tell which is larger
+    decided: bool = True
+    #: the second-largest part of the loader's work (the one that may be the bound instead)
+    runner_up: str | None = None
+    #: ``{part: (lo, hi)}`` seconds per sample (CPU seconds when the cores are the cap)
+    intervals: dict[str, tuple[float, float]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -215,6 +221,11 @@ class Verdict:
             "gpu_busy_share": self.gpu_busy_share,
             "cpu_capped": self.cpu_capped,
             "shares": self.shares,
+            "decided": self.decided,
+            "runner_up": self.runner_up,
+            "intervals_ms": {
+                k: [1e3 * lo, 1e3 * hi] for k, (lo, hi) in (self.intervals or {}).items()
+            },
             "text": self.text,
         }
 
@@ -238,12 +249,20 @@ def verdict(
     model_rate: float | None = None,
     loader_basis: str | None = None,
     why_predicted: str = "not measured",
+    spreads: dict[str, tuple[float, float]] | None = None,
+    own_efficiency: float | None = None,
 ) -> Verdict:
     """Which stage bounds the run at ``workers`` workers, and the GPU busy share.
 
     ``loader_rate`` is the loader's rate at ``workers`` (the model's prediction when
     ``None``); ``loader_basis`` says whether it was measured (the default when a rate is
-    given) or predicted; the text says so, with ``why_predicted``.
+    given) or predicted; the text says so, with ``why_predicted``. ``spreads``: for each part
+    of the loader's work (storage, decode, augment, loader), its measured interval as factors
+    of its figure, ``(lo, hi)``; when the two largest parts' intervals overlap the verdict is
+    not decided (``decided=False``) and names both. ``own_efficiency``: the efficiency the
+    loader's own work is judged by (default ``efficiency``; the stage passes the one
+    calibrated with the cores the one-worker run found free, so that other processes' load
+    during that run is not blamed on the loader).
     """
     if loader_basis is None:
         loader_basis = "measured" if loader_rate is not None else "predicted"
@@ -255,10 +274,18 @@ def verdict(
         else predict(cost, workers, cores=cores, efficiency=efficiency)
     )
     capped = cpu_capped(cost, workers, cores=cores)
-    parts = _loader_parts(cost, capped, loader_overhead_s(cost, efficiency))
+    own = efficiency if own_efficiency is None else own_efficiency
+    parts = _loader_parts(cost, capped, loader_overhead_s(cost, own))
     whole = sum(parts.values()) or 1.0
     shares = {k: v / whole for k, v in parts.items()}
-    inner = max(parts, key=lambda k: parts[k])
+    ranked = sorted(parts, key=lambda k: -parts[k])
+    inner, runner_up = ranked[0], ranked[1]
+    factors = spreads or {}
+    intervals = {
+        k: (v * factors.get(k, (1.0, 1.0))[0], v * factors.get(k, (1.0, 1.0))[1])
+        for k, v in parts.items()
+    }
+    decided = intervals[inner][0] > intervals[runner_up][1]
     candidates = {"loader": loader}
     if h2d_rate is not None:
         candidates["host-to-device"] = h2d_rate
@@ -281,6 +308,9 @@ def verdict(
         )
     else:
         lines += _input_bound_lines(inner, shares[inner], capped, cores, busy)
+        lines.insert(2, _base_line(cost, parts, capped))
+        if not decided:
+            lines.insert(2, _undecided_line(inner, runner_up, shares, intervals))
     return Verdict(
         inner if outer == "loader" else outer,
         workers,
@@ -293,6 +323,43 @@ def verdict(
         shares,
         " ".join(lines),
         loader_basis,
+        decided or outer != "loader",
+        runner_up,
+        intervals,
+    )
+
+
+def _base_line(cost: Cost, parts: dict[str, float], capped: bool) -> str:
+    """What the shares are of: one process's measured time plus what the loader adds."""
+    whole = sum(parts.values())
+    measured = cost.cpu_s if capped else cost.total_s
+    added = whole - measured
+    what = "CPU time" if capped else "time"
+    if added <= 1e-3 * whole:
+        return f"(Shares of {1e3 * whole:.3f} ms of {what} per sample, measured in one process.)"
+    return (
+        f"(Shares of {1e3 * whole:.3f} ms per sample: the {1e3 * measured:.3f} ms of {what} the "
+        f"stages took in one process plus {1e3 * added:.3f} ms the loader adds, from its "
+        "one-worker run, counted in its own work.)"
+    )
+
+
+def _undecided_line(
+    inner: str,
+    runner_up: str,
+    shares: dict[str, float],
+    intervals: dict[str, tuple[float, float]],
+) -> str:
+    """The verdict's words when the two largest parts cannot be told apart."""
+
+    def one(k: str) -> str:
+        lo, hi = intervals[k]
+        name = _WHAT[k].split(" (")[0]
+        return f"{name} ({100 * shares[k]:.0f} %, {1e3 * lo:.3f}-{1e3 * hi:.3f} ms)"
+
+    return (
+        f"Undecided: {one(inner)} and {one(runner_up)} overlap within their measured "
+        "intervals, so either may be the larger; a longer run (--seconds) may separate them."
     )
 
 

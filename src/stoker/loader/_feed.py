@@ -10,8 +10,8 @@ the last process that maps it or holds its descriptor, so no exit, however abrup
 behind. A preflight compares its size with the memory available (``MemAvailable`` capped by
 the cgroup's room), and each range is reserved with ``posix_fallocate`` before use (memory
 that ran out fails there, never as a SIGBUS later). The control block is reserved before the
-workers start, slot 0 while they boot, each other slot just before its first task, while the
-workers fill the earlier ones. No task names an unreserved slot. Before its first
+workers start, the first ``prefetch`` slots in a thread while they start (``_startup.py``),
+each other slot just before its first task. No task names an unreserved slot. Before its first
 write to a range of rows, a worker maps those pages in one ``MADV_POPULATE_WRITE`` call.
 Ownership of the descriptor: main holds it from creation to teardown (to reserve slots and
 to start workers, respawned ones included); each worker gets a duplicate with its start (the
@@ -61,8 +61,8 @@ So the output is the same for any worker count, and a resumed run is exact.
 One sample in a worker (``_worker.fill_chunk``; the main process runs the same code when
 ``workers=0``): read the record (label from its header), decode, re-key the worker's one
 generator (``SampleRngs.at(i)`` gives ``sample_rng``'s stream), ``Pipeline.fill_row``
-(transforms, shape check, write into the row; a trailing uint8 ``Normalize`` writes its table
-lookups straight into the row in the batch layout), then label, key and index.
+(transforms, shape check, write into the row; a trailing uint8 ``Normalize`` converts, scales
+and shifts straight into the row in the batch layout), then label, key and index.
 
 Shutdown order (``close()``, also from ``__exit__``, ``__del__``, the atexit hook, and after any
 error while waiting): bump the generation (workers drop their current chunk at the next
@@ -124,18 +124,19 @@ from stoker._core.errors import LoaderError, LoaderTimeoutError
 from stoker._core.specs import ArraySpec
 from stoker.loader import _keep, _node, _shm
 from stoker.loader._compact import compact, compact_fields, dims
-from stoker.loader._fields import FieldPlan, FieldViews
+from stoker.loader._fields import FieldPlan
 from stoker.loader._pool import JOIN_S, WorkerPool
 from stoker.loader._ring import RingLayout
+from stoker.loader._startup import SlotReservations
 from stoker.loader._worker import Task, WorkerConfig
 from stoker.loader._worker_errors import rebuild
-from stoker.loader.batch import Batch
+from stoker.loader.batch import Batch, make_batch
 
 if TYPE_CHECKING:
     from stoker.loader.sources import Source
     from stoker.pipeline import Pipeline
 
-__all__ = ["Epoch", "RingFeed", "SlotState", "make_batch"]
+__all__ = ["Epoch", "RingFeed", "SlotState"]
 
 _POLL_S = 0.25
 
@@ -204,6 +205,7 @@ class RingFeed:
     _ring: _shm.SharedFd | None  # the ring's anonymous file (its descriptor: for new workers)
     _mem: np.ndarray | None
     _node_entry: _node.NodeEntry | None = None  # the ring's entry in the node's registry
+    _ahead: SlotReservations | None = None  # the first slots, being reserved in a thread
 
     if TYPE_CHECKING:
 
@@ -264,11 +266,11 @@ class RingFeed:
                 self._node_entry = _node.preflight_and_register(
                     layout.total_bytes, slots=slots, workers=self.workers, what=self._what()
                 )
-                # Only the control block is reserved before the workers start, and slot 0
-                # while they boot; every other slot when it is first dispatched (_dispatch),
-                # while the workers make the batches before it, so the first batch does not
-                # wait for the whole ring. Nothing touches an unreserved slot: workers write
-                # only the slot a task names.
+                # Only the control block is reserved before the workers start; the first
+                # `prefetch` slots in a thread while they start (_startup.py), every other slot
+                # when it is first dispatched (_dispatch), while the workers make the batches
+                # before it, so the first batch does not wait for the whole ring. Nothing
+                # touches an unreserved slot: workers write only the slot a task names.
                 seg, mapping = _shm.SharedFd.create(
                     layout.total_bytes, name="stoker-ring", reserved=False
                 )
@@ -287,10 +289,10 @@ class RingFeed:
                 control = layout.control(self._mem)
                 control[0] = self._generation
                 control[1:] = -1
+                first = [s for s in sorted(unreserved) if s < self.prefetch]
+                self._ahead = SlotReservations(seg, layout, first) if first else None
                 # none run without a ring (_teardown stops them first)
                 self._start_workers(adopt=kept is not None, new_ring=not reuse)
-                if 0 in self._unreserved:
-                    self._reserve_slot(0)
             except BaseException:
                 self._teardown()
                 raise
@@ -367,7 +369,9 @@ class RingFeed:
         self._pool = WorkerPool(self.on_worker_death)
         self._inflight.clear()
         self._slot_state = [_FREE if s is _WORK else s for s in self._slot_state]
-        ring = None
+        ring, ahead, self._ahead = None, self._ahead, None
+        if ahead is not None:
+            ahead.join()  # its slots not yet waited for stay unreserved for the next user
         if self._ring is not None and self._mem is not None:  # kept with them, not closed
             mapping: Any = self._mem.base  # the Mapping under main's view of the ring
             ring = (self._ring, mapping, self._layout, frozenset(self._unreserved))
@@ -435,11 +439,15 @@ class RingFeed:
             self._handle(wid, msg)
 
     def _reserve_slot(self, slot: int) -> None:
-        """``posix_fallocate`` slot ``slot`` before its first task; a failure (memory ran out
-        since the preflight) stops the workers and frees the ring."""
+        """``posix_fallocate`` slot ``slot`` before its first task (or wait for the thread
+        reserving it: ``_startup.py``); a failure (memory ran out since the preflight) stops
+        the workers and frees the ring."""
         assert self._layout is not None and self._ring is not None
         try:
-            _shm.reserve(self._ring, self._layout.slot_offset(slot), self._layout.slot_bytes)
+            if self._ahead is not None and slot in self._ahead:
+                self._ahead.wait(slot)
+            else:
+                _shm.reserve(self._ring, self._layout.slot_offset(slot), self._layout.slot_bytes)
             self._reserved_node(self._layout.slot_bytes)
         except BaseException:
             self._teardown()
@@ -556,6 +564,9 @@ class RingFeed:
         entry, self._node_entry = self._node_entry, None
         if entry is not None:
             entry.close()
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.join()  # no reservation runs on a closed descriptor
         ring, self._ring = self._ring, None
         if ring is not None:
             ring.close()  # the memory goes with the last mapping (a batch the user kept)
@@ -564,27 +575,3 @@ class RingFeed:
         self._ring_width = None
         self._slot_state = []
         self._unreserved = set()
-
-
-def make_batch(
-    views: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
-    fields: FieldViews | None,
-    epoch: int,
-    number: int,
-    *,
-    owner: RingFeed | None = None,
-    slot: tuple[int, int] | None = None,
-) -> Batch:
-    """A :class:`Batch` of ``views`` and, when the batch carries them, its field columns."""
-    if fields is None:
-        return Batch(*views, epoch=epoch, number=number, owner=owner, slot=slot)
-    return Batch(
-        *views,
-        epoch=epoch,
-        number=number,
-        owner=owner,
-        slot=slot,
-        schema=fields.plan.schema,
-        fields=fields.columns,
-        lengths=fields.lengths,
-    )

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import mmap
 import os
@@ -60,7 +59,9 @@ SHM_DIR = "/dev/shm"
 PREFIX = "stoker_"
 MiB = 1 << 20
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+# the symbols the process already has (libc's among them): find_library("c") would run
+# ``ldconfig -p`` in a subprocess, in every process that imports this module
+_libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [
     ctypes.c_void_p,

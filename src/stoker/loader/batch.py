@@ -9,8 +9,9 @@ import numpy as np
 if TYPE_CHECKING:
     from stoker._core.schema import Schema
     from stoker.loader._feed import RingFeed
+    from stoker.loader._fields import FieldViews
 
-__all__ = ["Batch"]
+__all__ = ["Batch", "make_batch"]
 
 
 class Batch:
@@ -133,3 +134,27 @@ class Batch:
         self._retained = False
         if owner is not None and slot is not None:
             owner._free_slot(slot)
+
+
+def make_batch(
+    views: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    fields: FieldViews | None,
+    epoch: int,
+    number: int,
+    *,
+    owner: RingFeed | None = None,
+    slot: tuple[int, int] | None = None,
+) -> Batch:
+    """A :class:`Batch` of ``views`` and, when the batch carries them, its field columns."""
+    if fields is None:
+        return Batch(*views, epoch=epoch, number=number, owner=owner, slot=slot)
+    return Batch(
+        *views,
+        epoch=epoch,
+        number=number,
+        owner=owner,
+        slot=slot,
+        schema=fields.plan.schema,
+        fields=fields.columns,
+        lengths=fields.lengths,
+    )

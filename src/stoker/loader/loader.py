@@ -34,7 +34,7 @@ from stoker._core.system import usable_cores
 from stoker.formats.remote import RemoteOptions
 from stoker.loader import _elastic, _keep, _shm
 from stoker.loader._compact import compact, compact_fields, dims
-from stoker.loader._feed import Epoch, RingFeed, make_batch
+from stoker.loader._feed import Epoch, RingFeed
 from stoker.loader._fields import FieldPlan, plan_fields
 from stoker.loader._habits import DATALOADER_NAMES
 from stoker.loader._order import check_shuffle, claim_cache, default_sampler, sampler_args
@@ -48,7 +48,7 @@ from stoker.loader._state import (
 )
 from stoker.loader._worker import Task, fill_chunk
 from stoker.loader._worker_errors import rebuild
-from stoker.loader.batch import Batch
+from stoker.loader.batch import Batch, make_batch
 from stoker.loader.sources import ArraySource, Source, as_source
 from stoker.loader.sources.shape import input_spec
 from stoker.pipeline import DecodeOptions, Pipeline
@@ -148,6 +148,8 @@ class Loader(RingFeed):
         shuffle = check_shuffle(shuffle, sampler)
         self.drop_last = bool(drop_last)
         self.start_method: str | None = mp_context().get_start_method() if self.workers else None
+        if self.workers:  # the worker server boots while the source opens, and after
+            warm_up()  # that while the caller builds its model
 
         _shm.cleanup_stale()
         remote = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards)
@@ -187,8 +189,6 @@ class Loader(RingFeed):
         self._warned = 0
         self._closed = False
         _live.add(self)
-        if self.workers:
-            warm_up()  # the worker server boots while the caller builds its model
 
     def _blank(self, on_worker_death: str) -> None:
         """The state of a loader before its source, pipeline and workers exist."""

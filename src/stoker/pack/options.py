@@ -20,7 +20,7 @@ from stoker._core.schema import Schema
 from stoker._core.system import usable_cores
 from stoker.pack.images import DEFAULT_MAX_PIXELS, check_image
 
-__all__ = ["ENGINES", "JOURNAL_VERSION", "LABELS", "PackOptions", "output_prefix"]
+__all__ = ["ENGINES", "JOURNAL_VERSION", "LABELS", "LAYOUTS", "PackOptions", "output_prefix"]
 
 #: Version of the journal's fingerprint settings; a change starts interrupted runs over.
 JOURNAL_VERSION = 1
@@ -33,6 +33,12 @@ _OUTPUT_OPTIONS = ("resize", "quality", "shuffle", "seed", "shard_size", "max_pi
 #: folder of images without subfolders is refused); ``"none"``, no labels (every record 0, no
 #: class names).
 LABELS = ("folders", "none")
+
+#: How the records of a set lie: ``"plain"``, one record per image; ``"insightface"``, the
+#: images at keys ``1..N`` (one identity per class folder, each identity's images together),
+#: then insightface's header record 0 and one record per identity with its range of keys
+#: (``docs/pack.md``), one RecordIO file.
+LAYOUTS = ("plain", "insightface")
 
 #: What runs a pack's shards: this machine's process pool, or one Ray task per shard.
 ENGINES = ("local", "ray")
@@ -138,6 +144,8 @@ class PackOptions:
     #: the Ray cluster to use with ``engine="ray"`` (``None``: ``RAY_ADDRESS``, else a Ray
     #: started for this run on this machine)
     ray_address: str | None = None
+    #: how the records lie (:data:`LAYOUTS`)
+    layout: str = "plain"
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # a frozen dataclass normalises its own fields here
@@ -174,9 +182,31 @@ class PackOptions:
             raise TypeError(
                 f"source_options must be a dict, got {type(self.source_options).__name__}"
             )
+        check_choice("layout", self.layout, LAYOUTS)
+        if self.layout != "plain":
+            self._check_layout()
         prefix = self.prefix
         if not prefix or os.path.isdir(prefix):
             raise ValueError(f"out must name a file prefix (e.g. data/train), got {self.out!r}")
+
+    def _check_layout(self) -> None:
+        """What an insightface layout rules out: one RecordIO file of a folder's images in
+        folder order, every image kept (the identity ranges have no gaps)."""
+        clash = [
+            what
+            for what, bad in (
+                (f"format={self.format!r} (it is RecordIO's)", self.format != "recordio"),
+                ("shard_size (one .rec)", self.shard_size is not None),
+                ("shuffle (each identity's images lie together)", self.shuffle),
+                ("convert (it packs an image folder)", self.convert),
+                (f"labels={self.labels!r} (one identity per folder)", self.labels != "folders"),
+                (f"engine={self.engine!r} (this machine's pool)", self.engine != "local"),
+                ("max_rejects > 0 (any reject stops the run)", bool(self.max_rejects)),
+            )
+            if bad
+        ]
+        if clash:
+            raise ValueError(f"layout='insightface' (--layout insightface) rules out {clash[0]}")
 
     @property
     def prefix(self) -> str:
@@ -198,6 +228,8 @@ class PackOptions:
         out = {"journal": JOURNAL_VERSION, **self._output_json(), "check": name}
         if self.format != "recordio":  # absent for RecordIO: its journals stay as they were
             out["format"] = self.format
+        if self.layout != "plain":
+            out["layout"] = self.layout
         if self.convert:
             out["convert"] = self.source_format or "auto"
             out["source_options"] = json.loads(
@@ -228,4 +260,6 @@ class PackOptions:
         }
         if self.labels != "folders":  # absent by default: manifests stay as they were
             out["labels"] = self.labels
+        if self.layout != "plain":
+            out["layout"] = self.layout
         return out

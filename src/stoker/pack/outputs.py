@@ -269,6 +269,20 @@ class ShardWriters:
             except OSError as e:
                 raise write_error(e, _where(w), w.bytes_written) from None
 
+    def write_layout(self, layout: str, labels: np.ndarray) -> None:
+        """Append the records of ``layout`` after the images of the one shard (its writer's
+        ``write_layout``: RecordIO's insightface header and identity records)."""
+        w = self.get(0)
+        write = getattr(w, "write_layout", None)
+        if write is None:
+            raise PackError(f"{_where(w)}: format {self.paths.format!r} has no layout {layout!r}")
+        try:
+            write(layout, labels)
+        except OSError as e:
+            raise write_error(e, _where(w), w.bytes_written) from None
+        except ValueError as e:
+            raise PackError(str(e)) from None
+
     def commit(self) -> tuple[list[dict], int]:
         """Rename every shard into place; their manifest entries in shard order, and the
         bytes they hold."""

@@ -114,6 +114,7 @@ def pack(
     engine: str = "local",
     ray_address: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    layout: str = "plain",
     _check: Callable[..., Any] | None = None,
 ) -> PackReport:
     """Pack an image folder (one class per top-level subfolder), an im2rec ``.lst``, or a
@@ -140,7 +141,10 @@ def pack(
     ``RAY_ADDRESS``, else on a Ray started here; needs ``pip install stoker[ray]``); both
     write the same bytes (``docs/scale.md``). ``out`` may be a URL (``s3://``, ``gs://``, ...):
     the pack is staged locally, then uploaded, manifest last (``storage_options``: how to reach
-    it; ``docs/remote.md``). ``_check``: internal, a module-level stand-in for
+    it; ``docs/remote.md``). ``layout``: ``"plain"`` (default) or ``"insightface"``: one
+    ``.rec`` whose images are keys ``1..N``, one identity per class folder, followed by
+    insightface's header record 0 and one record per identity with its range of keys, as
+    insightface's training code reads them (any reject stops the run). ``_check``: internal, a module-level stand-in for
     ``check_image`` run in the workers (fault-injection tests). See ``docs/pack.md`` for the
     checks, the normalisation policy and resume.
 
@@ -171,6 +175,7 @@ def pack(
         labels=labels,
         engine=engine,
         ray_address=ray_address,
+        layout=layout,
     )
     return run_pack(options, storage_options=storage_options)
 
@@ -413,11 +418,16 @@ class _Run:
         n_rej = self.tally.n_rejected
         self.bar.set_postfix_str(f"rejected {n_rej}")
         max_rejects = self.options.max_rejects
+        if self.options.layout == "insightface":  # an identity's range has no gaps
+            max_rejects = 0
         if max_rejects is not None and n_rej > max_rejects:
             self.rejects.close()
             write_rejects(self.paths.rejects, self.plan.scan, self.plan, self.tally.item_rejects)
+            why = f"more than max_rejects={max_rejects}"
+            if self.options.layout == "insightface":
+                why = "an insightface layout keeps every image (an identity's range has no gaps)"
             raise TooManyRejectsError(
-                f"{n_rej} files rejected, more than max_rejects={max_rejects}; "
+                f"{n_rej} files rejected, {why}; "
                 f"see {self.paths.rejects} (partial output kept; rerun to resume)"
             )
 
@@ -425,6 +435,9 @@ class _Run:
         """Commit the shards, then the lists, then the manifest (last); the shards' manifest
         entries and the bytes they hold."""
         self.paths.mark_committing()
+        if self.options.layout != "plain":  # every item was written: no reject is let through
+            labels = np.asarray([float(it.label) for it in self.plan.items])  # type: ignore[arg-type]
+            self.shards.write_layout(self.options.layout, labels)
         entries, bytes_out = self.shards.commit()
         write_set_files(self.options, self.plan, self.paths, self.tally, entries, self.lengths)
         return entries, bytes_out
@@ -479,13 +492,12 @@ def write_set_files(
         "reasons": tally.reasons(),
         "file": os.path.basename(paths.rejects),
     }
-    schema = None
+    # every manifest states its samples' schema, the label's kind with it (a set of int64
+    # class ids is never turned float32 by one record's label, as an inferred kind could be)
     if plan.schema is not None:
         schema = plan.schema.with_max_len(max_lengths(plan.schema, plan.items, tally.written))
-    elif plan.reader is not None and plan.writer_schema is not None:
-        schema = manifest_schema(plan.writer_schema, lengths)
-    elif paths.format != "recordio" and plan.writer_schema is not None:  # a label vector
-        schema = manifest_schema(plan.writer_schema, {})
+    else:
+        schema = manifest_schema(plan.writer_schema, lengths if plan.reader is not None else {})
     if options.convert:
         pack_meta["source_format"] = plan.reader.format
     write_manifest(paths, entries, plan.scan.classes, pack_meta, rejects_meta, schema=schema)

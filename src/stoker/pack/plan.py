@@ -2,7 +2,8 @@
 before any image is read.
 
 For an image folder the key of a file is its position in the (sorted or shuffled) list of
-candidate image files; a file rejected while checking leaves a gap. For an im2rec list the key
+candidate image files (from 1 in an insightface layout, whose header record is key 0); a file
+rejected while checking leaves a gap. For an im2rec list the key
 is the list's index column, as im2rec does. Shard ``s`` (``shard_size=N``) holds positions
 ``[s*N, (s+1)*N)``, so rejects make shards slightly short.
 """
@@ -138,6 +139,8 @@ def make_plan(options: PackOptions) -> Plan:
             f"{[n for n, f in schema.items() if f.geometry or f.kind == 'mask']} fields; "
             "pack at the stored size and resize in the loader's transforms"
         )
+    if options.layout == "insightface":
+        scan = _identity_scan(options, scan, from_lst or schema is not None)
     items = scan.items
     if options.shuffle:
         perm = stream_rng(options.seed, _DOMAIN_SHUFFLE, len(items)).permutation(len(items))
@@ -146,8 +149,9 @@ def make_plan(options: PackOptions) -> Plan:
         keys = scan.items.keys  # type: ignore[attr-defined]
     elif from_lst or reader is not None:
         keys = np.asarray([it.key for it in items], dtype=np.int64)
-    else:
-        keys = np.arange(len(items), dtype=np.int64)
+    else:  # an insightface layout keeps key 0 for its header record
+        first = 1 if options.layout == "insightface" else 0
+        keys = np.arange(first, first + len(items), dtype=np.int64)
     if reader is not None:
         writer_schema = reader.schema
     else:
@@ -163,6 +167,18 @@ def make_plan(options: PackOptions) -> Plan:
         writer_schema,
         reader,
     )
+
+
+def _identity_scan(options: PackOptions, scan: ScanResult, listed: bool) -> ScanResult:
+    """A folder's walk in insightface record order (``identities.py``)."""
+    if listed or not os.path.isdir(os.fspath(options.src)):
+        raise PackError(
+            f"{options.src}: layout='insightface' (--layout insightface) packs an image folder "
+            "with one identity per subfolder, not a list"
+        )
+    from stoker.pack.identities import identity_order
+
+    return identity_order(os.fspath(options.src), scan)
 
 
 def geometric(schema: Schema) -> bool:

@@ -139,6 +139,11 @@ def write_plan(
     storage_options: Mapping[str, Any] | None = None,
 ) -> str:
     """Write the plan of ``options`` atomically (see the module NOTE); its path."""
+    if options.layout != "plain":
+        raise PackError(
+            f"layout={options.layout!r} (--layout) writes one file in one run; shard jobs "
+            "from a plan write plain sets"
+        )
     options = dataclasses.replace(
         options,
         src=_absolute(options.src),

@@ -126,13 +126,11 @@ def source_digest(reader: Reader, keys: np.ndarray, labels: np.ndarray) -> bytes
     return h.digest()
 
 
-def manifest_schema(schema: Schema, lengths: dict[str, int]) -> Schema | None:
-    """The schema a converted set's manifest declares: ``None`` for a plain classification
-    set (what a packed folder's manifest says by having none), else the source's with each
-    variable field's ``max_len`` over the records written."""
-    if schema == Schema.classification():
-        return None
-    return schema.with_max_len(lengths)
+def manifest_schema(schema: Schema | None, lengths: dict[str, int]) -> Schema:
+    """The schema a packed or converted set's manifest declares: the writer's (an image and
+    its int64 class id when there is none), with each variable field's ``max_len`` over the
+    records written."""
+    return (schema or Schema.classification()).with_max_len(lengths)
 
 
 def variable_lengths(schema: Schema, fields: dict[str, Any], into: dict[str, int]) -> None:

@@ -11,7 +11,8 @@
   fields.
 
 :mod:`stoker.torch.backend` is the prefetcher's device seam (streams, events, pinned memory);
-:mod:`stoker.torch.testing` holds the doubles that check its protocol without and with a GPU.
+the doubles that check its protocol without and with a GPU are test code
+(``tests/torch/torch_doubles.py``).
 """
 
 from __future__ import annotations

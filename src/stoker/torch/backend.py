@@ -3,8 +3,8 @@
 :class:`Backend` lists every stream, event and memory operation the prefetcher asks for;
 :class:`CudaBackend` does them with the CUDA streams, events and pinned memory of one device.
 ``CudaPrefetcher(loader, backend=...)`` takes any object with these methods, so the protocol
-can be checked with the fakes of :mod:`stoker.torch.testing` on a machine without CUDA, or
-with a CUDA backend whose copies are slowed down on a GPU machine.
+can be checked with the fakes of ``tests/torch/torch_doubles.py`` (test code) on a machine
+without CUDA, or with a CUDA backend whose copies are slowed down on a GPU machine.
 """
 
 from __future__ import annotations

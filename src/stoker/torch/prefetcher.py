@@ -170,7 +170,7 @@ class CudaPrefetcher:
     ``device=None`` picks CUDA when available, else the CPU; on the CPU the same conversion
     runs synchronously. See the NOTE at the top of this module for the stream protocol.
     ``backend`` replaces the CUDA streams and events (its ``device`` is used, ``device`` is
-    ignored): see :mod:`stoker.torch.backend` and :mod:`stoker.torch.testing`.
+    ignored): see :mod:`stoker.torch.backend` (the test doubles: ``tests/torch/torch_doubles.py``).
 
     Pinned staging buffers are kept per (shape, dtype): at most ``depth + 2`` per key and at
     most ``pool_shapes`` keys, or twice the distinct (shape, dtype) of one batch when a batch

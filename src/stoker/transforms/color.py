@@ -186,10 +186,11 @@ def _skewed_planes(h: int, w: int, c: int) -> list[np.ndarray]:
     return out
 
 
-def _lut_into(cv: Any, src: np.ndarray, lut: np.ndarray, dest: np.ndarray) -> None:
-    """``cv2.LUT(src, lut)`` written into contiguous ``dest`` (copied there should cv2 have
-    made a new array instead)."""
-    out = cv.LUT(src, lut, dst=dest)
+def _affine_into(cv: Any, src: np.ndarray, gain: float, bias: float, dest: np.ndarray) -> None:
+    """``src * gain + bias`` for a 2-D uint8 ``src``, written into float32 ``dest`` of its
+    shape in one vectorised pass (``cv2.addWeighted`` with ``src`` once weighted 0): each
+    value rounded once from the exact product and sum, as a fused multiply-add gives it."""
+    out = cv.addWeighted(src, gain, src, 0.0, bias, dst=dest, dtype=cv.CV_32F)
     if out is not dest:
         np.copyto(dest, out.reshape(dest.shape), casting="no")
 
@@ -209,8 +210,10 @@ class Normalize(Transform):
     ``"HWC"`` or ``"CHW"``: the seed-000 ``(x/255 - 0.5)/0.5`` for users who normalise on the
     CPU. (On a GPU, keep uint8 batches and normalise there: 4× less to copy.)
 
-    ``mean``/``std``: one number for all channels or one per channel. uint8 input goes through
-    a 256-entry lookup table (one pass); other dtypes through float arithmetic.
+    ``mean``/``std``: one number for all channels or one per channel. uint8 input becomes
+    ``x * gain + bias`` per channel (``gain = 1 / (scale * std)`` rounded to float32 toward
+    zero, ``bias = -mean / std`` in float32), each value rounded once, in one vectorised OpenCV
+    pass per plane (``write``); other dtypes go through float arithmetic.
     """
 
     mean: float | tuple[float, ...] = 0.5
@@ -219,8 +222,9 @@ class Normalize(Transform):
     scale: float = 255.0
     layout: str = "HWC"
     dtype: str = "float32"
-    _lut: np.ndarray = field(init=False, repr=False, compare=False, hash=False)
-    _planes: np.ndarray = field(init=False, repr=False, compare=False, hash=False)
+    _gain: tuple[float, ...] = field(init=False, repr=False, compare=False, hash=False)
+    _bias: tuple[float, ...] = field(init=False, repr=False, compare=False, hash=False)
+    _matrix: np.ndarray = field(init=False, repr=False, compare=False, hash=False)
 
     _builtin = True
     moves_geometry = False  # a colour op leaves boxes, points and masks where they are
@@ -252,15 +256,25 @@ class Normalize(Transform):
         n = max(len(mean), len(std))
         m = np.broadcast_to(np.asarray(mean, np.float64), (n,))
         s = np.broadcast_to(np.asarray(std, np.float64), (n,))
-        levels = np.arange(256, dtype=np.float64)[:, None]
-        lut = ((levels / float(self.scale) - m) / s).astype(np.float32)  # (256, n)
-        object.__setattr__(self, "_lut", lut)
-        object.__setattr__(self, "_planes", np.ascontiguousarray(lut.T).reshape(n, 256, 1))
+        exact = 1.0 / (float(self.scale) * s)
+        gain = exact.astype(np.float32)
+        # rounded toward zero: the brightest level never lands past the formula's own range
+        # (255 * float32(1 / 127.5) - 1 would be 1.0000001, not 1)
+        over = np.abs(gain.astype(np.float64)) > np.abs(exact)
+        gain[over] = np.nextafter(gain[over], np.float32(0))
+        bias = (-m / s).astype(np.float32)
+        object.__setattr__(self, "_gain", tuple(float(g) for g in gain))
+        object.__setattr__(self, "_bias", tuple(float(b) for b in bias))
+        # cv2.transform's per-pixel matrix for HWC: a diagonal of gains, the biases last
+        matrix = np.zeros((n, n + 1), np.float32)
+        matrix[np.arange(n), np.arange(n)] = gain
+        matrix[:, n] = bias
+        object.__setattr__(self, "_matrix", matrix)
 
     @property
     def channels(self) -> int:
         """Channels the statistics are given for (1: the same for every channel)."""
-        return int(self._lut.shape[1])
+        return len(self._gain)
 
     def _check_channels(self, c: int, where: str) -> None:
         if self.channels != 1 and c != self.channels:
@@ -296,9 +310,13 @@ class Normalize(Transform):
 
     def write(self, img: np.ndarray, dest: np.ndarray, *, chw: bool) -> None:
         """Normalise uint8 ``img`` (HW or HWC) into float32 ``dest``: ``(C, H, W)`` planes when
-        ``chw``, else the image's own shape. One table lookup per value, straight into place
-        (the loader hands a batch row here, so no intermediate array is made). The result is
-        the same bits whichever layout, and the same as calling the op."""
+        ``chw``, else the image's own shape, straight into place (the loader hands a batch row
+        here, so no intermediate float array is made). CHW: the image is split into uint8
+        scratch planes, then each plane is converted, scaled and shifted in one
+        ``cv2.addWeighted`` pass into its plane of ``dest``; HWC: the values are converted
+        into ``dest``, then scaled and shifted there in one ``cv2.transform`` pass. Both give
+        ``x * gain + bias`` rounded once, so the result is the same bits whichever layout, and
+        the same as calling the op."""
         if img.dtype != np.uint8 or dest.dtype != np.float32:
             raise TypeError(
                 f"Normalize.write: needs uint8 in and float32 out, got {img.dtype}, {dest.dtype}"
@@ -312,23 +330,35 @@ class Normalize(Transform):
         h, w = img.shape[:2]
         cv = cv2()
         src = cv_input(img)
+        gain, bias = self._gain, self._bias
         if chw:
             if dest.shape != (c, h, w):
                 raise ValueError(f"Normalize.write: dest {dest.shape} for CHW of {img.shape}")
             if c == 1:
-                _lut_into(cv, src.reshape(h, w), self._planes[0], dest[0])
+                _affine_into(cv, src.reshape(h, w), gain[0], bias[0], dest[0])
                 return
             planes = _scratch_planes(h, w, c)
             cv.split(src, planes)
             for i in range(c):
-                _lut_into(cv, planes[i], self._planes[i if self.channels > 1 else 0], dest[i])
+                k = i if self.channels > 1 else 0
+                _affine_into(cv, planes[i], gain[k], bias[k], dest[i])
             return
         if dest.shape != img.shape:
             raise ValueError(f"Normalize.write: dest {dest.shape} for HWC of {img.shape}")
-        if c == 1 or self.channels == 1:  # one table for every value: treat it as one plane
-            _lut_into(cv, src.reshape(h, -1), self._planes[0], dest.reshape(h, -1))
+        if c == 1 or self.channels == 1:  # one gain and bias for every value: one plane
+            _affine_into(cv, src.reshape(h, -1), gain[0], bias[0], dest.reshape(h, -1))
             return
-        _lut_into(cv, src, self._lut.reshape(256, 1, c), dest)
+        flat = dest.reshape(h, w, c)
+        np.copyto(flat, src.reshape(h, w, c), casting="unsafe")  # exact: uint8 fits float32
+        if c <= 4:  # what cv2.transform takes
+            out = cv.transform(flat, self._matrix, dst=flat)
+            if out is not flat:
+                np.copyto(flat, out.reshape(flat.shape), casting="no")
+            return
+        # more channels than OpenCV's transform takes: the same once-rounded values by way
+        # of float64, where the product and the sum are exact
+        exact = flat * np.asarray(gain, np.float64) + np.asarray(bias, np.float64)
+        np.copyto(flat, exact, casting="same_kind")
 
     def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
         h, w, c = image_spec_dims(in_spec, "Normalize")

@@ -26,7 +26,12 @@ def transform_ops(t: object) -> list[object]:
 
 
 def measure_transforms(
-    t: Any, images: list[np.ndarray], *, seconds: float, seed: int = 0
+    t: Any,
+    images: list[np.ndarray],
+    *,
+    seconds: float,
+    seed: int = 0,
+    max_seconds: float | None = None,
 ) -> tuple[Stage, list[tuple[str, float, float]], list[np.ndarray]]:
     """Apply ``t`` to decoded images with the per-sample generator the loader hands it.
 
@@ -44,8 +49,12 @@ def measure_transforms(
         if len(outputs) < len(images):
             outputs.append(np.asarray(y))
 
-    n, wall, cpu, queued = time_loop(run, idx, seconds=seconds, min_items=min(len(idx), 8))
-    stage = Stage("augment (transforms)", "augment", n, wall, cpu, 0, type(t).__name__, queued)
+    n, wall, cpu, queued, spread = time_loop(
+        run, idx, seconds=seconds, min_items=min(len(idx), 8), max_seconds=max_seconds
+    )
+    stage = Stage(
+        "augment (transforms)", "augment", n, wall, cpu, 0, type(t).__name__, queued, spread
+    )
     ops = transform_ops(t)
     breakdown = _op_breakdown(ops, images, seconds=seconds, seed=seed) if len(ops) > 1 else []
     return stage, breakdown, outputs
@@ -77,7 +86,13 @@ def _op_breakdown(
     return [(type(op).__name__, w / count, c / count) for op, (w, c) in zip(ops, per)]
 
 
-def measure_assemble(outputs: list[np.ndarray], *, batch_size: int, seconds: float) -> Stage | None:
+def measure_assemble(
+    outputs: list[np.ndarray],
+    *,
+    batch_size: int,
+    seconds: float,
+    max_seconds: float | None = None,
+) -> Stage | None:
     """What a worker adds per sample around the transforms: re-keying its per-sample generator
     (``SampleRngs.at``) and the write of the result into its batch slot."""
     from stoker._core.seeding import SampleRngs
@@ -95,6 +110,9 @@ def measure_assemble(outputs: list[np.ndarray], *, batch_size: int, seconds: flo
         at(i)
         np.copyto(slot[i % batch_size], outputs[i], casting="no")
 
-    n, wall, cpu, queued = time_loop(put, idx, seconds=seconds, min_items=min(len(idx), 8))
+    n, wall, cpu, queued, spread = time_loop(
+        put, idx, seconds=seconds, min_items=min(len(idx), 8), max_seconds=max_seconds
+    )
     nbytes = n * outputs[0].nbytes
-    return Stage("assemble (rng + batch slot write)", "loader", n, wall, cpu, nbytes, "", queued)
+    name = "assemble (rng + batch slot write)"
+    return Stage(name, "loader", n, wall, cpu, nbytes, "", queued, spread)

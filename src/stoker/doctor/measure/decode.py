@@ -129,6 +129,7 @@ def measure_decode(
     *,
     seconds: float,
     min_size: tuple[int, int] | None = None,
+    max_seconds: float | None = None,
 ) -> Stage | None:
     """Decode the payloads with ``fn``; ``None`` when the decoder takes none of them."""
     usable = payloads
@@ -143,10 +144,12 @@ def measure_decode(
         fn(b, min_size)
         nbytes += len(b)
 
-    n, wall, cpu, queued = time_loop(dec, usable, seconds=seconds, min_items=min(len(usable), 8))
+    n, wall, cpu, queued, spread = time_loop(
+        dec, usable, seconds=seconds, min_items=min(len(usable), 8), max_seconds=max_seconds
+    )
     note = f"{len(usable)} of {len(payloads)} payloads" if len(usable) < len(payloads) else ""
     label = f"decode {name}" + (f" at >= {min_size[0]}x{min_size[1]}" if min_size else "")
-    return Stage(label, "decode", n, wall, cpu, nbytes, note, queued)
+    return Stage(label, "decode", n, wall, cpu, nbytes, note, queued, spread)
 
 
 def resize_payloads(

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stoker.doctor.measure.load import Load, LoadMeter
+from stoker.doctor.measure.timing import Spread, spread_of
 
 if TYPE_CHECKING:
     from stoker.loader import Loader
@@ -67,6 +68,8 @@ class LoaderRun:
     load: Load | None = None  # what other processes took of the cores over the window
     skipped: tuple[dict[str, Any], ...] = ()  # {index, key, where, reason} per skipped sample
     seen: int = 0  # samples the run went through, warm-up and skipped ones included
+    #: seconds per sample over rounds of batches in the window: median and interval
+    spread: Spread | None = None
 
     @property
     def main_cpu_per_sample_s(self) -> float:
@@ -75,6 +78,14 @@ class LoaderRun:
     @property
     def rate(self) -> float:
         return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def rate_interval(self) -> tuple[float, float]:
+        """``(lo, hi)`` samples/s from the rounds' interval (the rate itself twice without)."""
+        sp = self.spread
+        if sp is None or sp.lo_s <= 0:
+            return (self.rate, self.rate)
+        return (1.0 / sp.hi_s, 1.0 / sp.lo_s)
 
 
 def loader_source(path: str, remote: Any = None) -> tuple[Any, bool]:
@@ -99,11 +110,14 @@ def measure_loader(
     seconds: float,
     cores: int = 1,
     warmup_batches: int | None = None,
+    max_seconds: float | None = None,
 ) -> LoaderRun:
     """Run ``stoker.Loader`` with ``workers`` workers; samples/s after the ring drained.
 
     The first ``2 * workers + 2`` batches are not counted: they include process start-up and
-    the batches prefetched while it ran. ``cores``: the usable cores, for the load figures.
+    the batches prefetched while it ran. The window lasts ``seconds``, then up to
+    ``max_seconds`` until the interval of its rounds of batches is tight. ``cores``: the
+    usable cores, for the load figures.
     """
     from stoker.loader import Loader
 
@@ -123,7 +137,8 @@ def measure_loader(
             max_bad_fraction=1.0,
         ) as loader,
     ):
-        window = _Window(warm, seconds, batch_size, LoadMeter(loader.worker_pids, cores))
+        meter = LoadMeter(loader.worker_pids, cores)
+        window = _Window(warm, seconds, batch_size, meter, max_seconds or seconds)
         window.run(loader)
         t_end = time.perf_counter()
         main_cpu = time.process_time() - window.p0 if window.t0 is not None else 0.0
@@ -156,6 +171,7 @@ def measure_loader(
         load,
         skipped,
         window.seen + len(skipped),
+        spread_of(window.rounds),
     )
 
 
@@ -182,13 +198,23 @@ def _skipped(loader: Loader) -> list[dict[str, Any]]:
     return out
 
 
+#: a round of the window: at least this many batches and this many seconds
+_ROUND_BATCHES, _ROUND_S = 4, 0.02
+
+
 class _Window:
     """The measured window of one loader run: it opens after ``warm`` batches and closes
-    ``seconds`` later (after at least three batches)."""
+    ``seconds`` later (after at least three batches), or, while the interval of its rounds is
+    not tight, up to ``max_seconds`` later."""
 
-    def __init__(self, warm: int, seconds: float, batch_size: int, meter: LoadMeter) -> None:
+    def __init__(
+        self, warm: int, seconds: float, batch_size: int, meter: LoadMeter, max_seconds: float
+    ) -> None:
         self.warm, self.seconds, self.batch_size = warm, seconds, batch_size
+        self.max_seconds = max(seconds, max_seconds)
         self.meter = meter
+        self.rounds: list[float] = []  # seconds per sample, round by round
+        self._r0, self._rn, self._rb = 0.0, 0, 0
         self.got = 0
         self.seen = 0  # samples delivered, warm-up included
         self.samples = 0
@@ -219,12 +245,23 @@ class _Window:
             self.threads = _worker_threads(loader.worker_pids())
             self.meter.start()
             self.p0 = time.process_time()
-            self.t0 = clock()
+            self.t0 = self._r0 = clock()
             return False
         if self.t0 is None:
             return False
         self.samples += len(batch.images)
-        return clock() >= self.t0 + self.seconds and self.samples >= self.batch_size * 3
+        now = clock()
+        self._rn += len(batch.images)
+        self._rb += 1
+        if self._rb >= _ROUND_BATCHES and now - self._r0 >= _ROUND_S:
+            self.rounds.append((now - self._r0) / self._rn)
+            self._r0, self._rn, self._rb = now, 0, 0
+        if now < self.t0 + self.seconds or self.samples < self.batch_size * 3:
+            return False
+        if now >= self.t0 + self.max_seconds:
+            return True
+        got = spread_of(self.rounds)
+        return got is not None and got.tight
 
 
 def _worker_threads(pids: list[int]) -> tuple[int, ...]:

@@ -29,7 +29,12 @@ def _scaled_decode(f: Findings, target: tuple[int, int]) -> Stage | None:
         with contextlib.suppress(Exception):
             st = f.add(
                 measure_decode(
-                    name, fn, f.decode.payloads, seconds=f.settings.quarter, min_size=target
+                    name,
+                    fn,
+                    f.decode.payloads,
+                    seconds=f.settings.quarter,
+                    min_size=target,
+                    max_seconds=f.settings.cap(f.settings.quarter),
                 )
             )
             if st is not None and (best is None or st.per_sample_s < best.per_sample_s):
@@ -46,7 +51,10 @@ def _resized_at_pack(
     quarter = f.settings.quarter
     try:
         small, label = resize_payloads(dec.full, dec.payloads, target)
-        d2 = measure_decode("resized at pack time", dec.pipeline_decode, small, seconds=quarter)
+        cap = f.settings.cap(quarter)
+        d2 = measure_decode(
+            "resized at pack time", dec.pipeline_decode, small, seconds=quarter, max_seconds=cap
+        )
         small_imgs = [dec.pipeline_decode(b, None) for b in small]
         a2, _, _ = measure_transforms(f.settings.transforms, small_imgs, seconds=quarter)
     except Exception as e:  # noqa: BLE001

@@ -34,7 +34,10 @@ def run(f: Findings) -> None:
     breakdown: list[tuple[str, float, float]] = []
     if t is not None and images:
         try:
-            stage, breakdown, outputs = measure_transforms(t, images, seconds=f.settings.half)
+            s = f.settings
+            stage, breakdown, outputs = measure_transforms(
+                t, images, seconds=s.half, max_seconds=s.cap(s.half)
+            )
             f.add(stage)
         except Exception as e:  # noqa: BLE001
             f.skip("augment", f"the transforms failed on a sample: {type(e).__name__}: {e}")

@@ -22,7 +22,12 @@ def run(f: Findings) -> None:
     """Fill ``f.cost`` (the consuming process's CPU comes later, from the loader runs)."""
     s = f.settings
     assemble = f.add(
-        measure_assemble(f.augment.outputs, batch_size=s.batch_size, seconds=s.quarter)
+        measure_assemble(
+            f.augment.outputs,
+            batch_size=s.batch_size,
+            seconds=s.quarter,
+            max_seconds=s.cap(s.quarter),
+        )
     )
     read, dec, aug = f.storage.read, f.decode.main, f.augment.stage
     used = [st for st in (read, dec, aug, assemble) if st is not None]

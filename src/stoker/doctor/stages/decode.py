@@ -38,12 +38,16 @@ def run(f: Findings) -> None:
             f.found_corrupt(key, where, f"{type(e).__name__}: {e}", "decode")
     for name, fn in decs.items():
         try:
-            f.add(measure_decode(name, fn, good, seconds=s.quarter))
+            f.add(measure_decode(name, fn, good, seconds=s.quarter, max_seconds=s.cap(s.quarter)))
         except Exception as e:  # noqa: BLE001
             f.skip(f"decode {name}", f"{type(e).__name__}: {e}")
     main = None
     try:
-        main = f.add(measure_decode("loader pipeline", pipeline_decode, good, seconds=s.half))
+        main = f.add(
+            measure_decode(
+                "loader pipeline", pipeline_decode, good, seconds=s.half, max_seconds=s.cap(s.half)
+            )
+        )
     except Exception as e:  # noqa: BLE001
         f.skip("decode (loader pipeline)", f"{type(e).__name__}: {e}")
     f.decode = Decode(decs, pipeline_decode, good, full, images, main)

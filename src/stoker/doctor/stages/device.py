@@ -52,7 +52,7 @@ def run_model(f: Findings) -> None:
 def _timed_model(f: Findings, shape: tuple[int, ...]) -> dict[str, Any] | None:
     s = f.settings
     try:
-        return time_model(s.model, batch_size=s.batch_size, shape=shape, seconds=s.seconds)
+        return time_model(s.model, batch_size=s.batch_size, shape=shape, seconds=s.step)
     except ImportError as e:
         f.skip("model", f"timing --model needs torch ({e})")
     except RuntimeError as e:  # the model refused the batch (shape, device, ...)

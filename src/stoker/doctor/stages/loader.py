@@ -59,16 +59,25 @@ def run(f: Findings, step: Callable[[str], None]) -> None:
             f.found_corrupt(x["key"], x["where"], x["reason"], "loader")
 
 
+def free_efficiency(cost: Cost, runs: list[LoaderRun]) -> float | None:
+    """The loader's efficiency calibrated on the one-worker run with the cores that run found
+    free (``None`` without a one-worker run whose load was measured): what the loader itself
+    costs, with the machine's load during that run taken out."""
+    one = next((r for r in runs if r.workers == 1 and r.load is not None and r.rate > 0), None)
+    if one is None or one.load is None:
+        return None
+    bare = replace(cost, main_cpu_s=0.0)
+    base = predict_free(bare, 1, free_cores=one.load.free_cores)
+    return min(1.5, max(0.05, one.rate / base)) if base > 0 else 1.0
+
+
 def _given_load(cost: Cost, runs: list[LoaderRun]) -> dict[int, float]:
     """For each run whose load was measured: the model with the cores left free during that
     run, calibrated the same way on the one-worker run (the one-worker figure is then the
     measured one by construction)."""
-    one = next((r for r in runs if r.workers == 1 and r.load is not None and r.rate > 0), None)
-    if one is None or one.load is None:
+    eff = free_efficiency(cost, runs)
+    if eff is None:
         return {}
-    bare = replace(cost, main_cpu_s=0.0)
-    base = predict_free(bare, 1, free_cores=one.load.free_cores)
-    eff = min(1.5, max(0.05, one.rate / base)) if base > 0 else 1.0
     return {
         r.workers: predict_free(cost, r.workers, free_cores=r.load.free_cores, efficiency=eff)
         for r in runs
@@ -90,8 +99,9 @@ def _sweep(f: Findings, step: Callable[[str], None]) -> list[LoaderRun]:
                         workers=k,
                         batch_size=s.batch_size,
                         transforms=s.transforms,
-                        seconds=s.seconds,
+                        seconds=s.step,
                         cores=s.cores,
+                        max_seconds=s.cap(s.step),
                     )
                 )
             except Exception as e:  # noqa: BLE001 - report, do not crash

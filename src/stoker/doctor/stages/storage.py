@@ -32,15 +32,17 @@ def run(f: Findings) -> None:
     _drop_unreadable(f)
     packed: tuple[Stage, Stage] | None = None
     if sample.kind == "folder":
-        cold, payloads = measure_read_files(sample, seconds=s.seconds, cold=True)
-        warm, _ = measure_read_files(sample, seconds=s.half, cold=False)
+        cold, payloads = measure_read_files(sample, seconds=s.step, cold=True)
+        warm, _ = measure_read_files(sample, seconds=s.half, cold=False, max_seconds=s.cap(s.half))
         f.stages += [cold, warm]
         directory = os.path.dirname(os.path.abspath(s.path.rstrip(os.sep)))
         packed = measure_read_packed(payloads, seconds=s.half, directory=directory)
         f.stages += list(packed)
     else:
-        cold, payloads = measure_read_records(sample, seconds=s.seconds, cold=True)
-        warm, _ = measure_read_records(sample, seconds=s.half, cold=False)
+        cold, payloads = measure_read_records(sample, seconds=s.step, cold=True)
+        warm, _ = measure_read_records(
+            sample, seconds=s.half, cold=False, max_seconds=s.cap(s.half)
+        )
         f.stages += [cold, warm]
     remote = _remote(f)
     use_cold = s.cache == "cold" or (s.cache == "auto" and not _fits(sample.total_bytes))

@@ -11,9 +11,17 @@ from stoker.doctor.changes import recommend
 from stoker.doctor.findings import Findings, Judgement
 from stoker.doctor.measure.augment import transform_ops
 from stoker.doctor.measure.timing import Stage
-from stoker.doctor.verdict import Verdict, assumption, load_gap, predict, verdict
+from stoker.doctor.stages.loader import free_efficiency
+from stoker.doctor.verdict import (
+    Verdict,
+    assumption,
+    load_gap,
+    loader_overhead_s,
+    predict,
+    verdict,
+)
 
-__all__ = ["run", "still_rising"]
+__all__ = ["more_workers", "run", "still_rising"]
 
 #: an op is worth naming when it takes this share of the augmentation time ...
 _OP_SHARE = 0.25
@@ -32,6 +40,13 @@ def still_rising(measured: dict[int, float], k: int) -> bool:
         return False
     below = [j for j in measured if j < k]
     return not below or measured[k] >= _RISING * measured[max(below)]
+
+
+def more_workers(measured: dict[int, float], k: int, *, capped: bool) -> int | None:
+    """The worker count the "more workers" change is judged at (twice ``k``), or ``None``
+    when it cannot help: the measured curve stopped rising, or the cores are the cap at
+    ``k`` (the verdict says so; more processes than cores then only share them)."""
+    return 2 * k if still_rising(measured, k) and not capped else None
 
 
 def run(f: Findings) -> None:
@@ -53,7 +68,12 @@ def run(f: Findings) -> None:
         h2d_rate=f.h2d.result["rate"] if f.h2d.result else None,
         model_rate=f.model["rate"] if f.model else None,
     )
-    v = _with_gap(f, verdict(cost, **rates, loader_basis=basis, why_predicted=why))
+    own = _own_efficiency(f)
+    spreads = _spreads(f, own)
+    v = verdict(
+        cost, **rates, loader_basis=basis, why_predicted=why, spreads=spreads, own_efficiency=own
+    )
+    v = _with_gap(f, v)
     normalize, costly = _augment_changes(f)
     recs = recommend(
         cost,
@@ -63,9 +83,52 @@ def run(f: Findings) -> None:
         resized=f.alternatives.resized,
         normalize=normalize,
         costly_op=costly,
-        more_workers=2 * k_run if still_rising(measured, k_run) else None,
+        more_workers=more_workers(measured, k_run, capped=v.cpu_capped),
     )
     f.judgement = Judgement(k_run, loader_rate, _more_did_not_help(v, measured), recs)
+
+
+def _factors(stage: Stage | None) -> tuple[float, float]:
+    """A stage's interval as factors of its figure."""
+    if stage is None or stage.per_sample_s <= 0:
+        return (1.0, 1.0)
+    lo, hi = stage.interval_s
+    return (lo / stage.per_sample_s, hi / stage.per_sample_s)
+
+
+def _own_efficiency(f: Findings) -> float:
+    """The efficiency the loader's own work is judged by: calibrated with the cores the
+    one-worker run found free when its load was measured, else the plain one."""
+    got = free_efficiency(f.cost, f.loader.runs)
+    return f.loader.efficiency if got is None else got
+
+
+def _spreads(f: Findings, own_efficiency: float) -> dict[str, tuple[float, float]]:
+    """Each part of the loader's work as ``(lo, hi)`` factors of its figure: the stages'
+    intervals, and for the loader's own work, the assemble step's with what the one-worker
+    run's interval says the loader adds (its efficiency) at either end."""
+    cost = f.cost
+    out = {
+        "storage": _factors(f.storage.read),
+        "decode": _factors(f.decode.main),
+        "augment": _factors(f.augment.stage),
+    }
+    assemble = next((st for st in f.stages if st.name.startswith("assemble")), None)
+    a_lo, a_hi = _factors(assemble)
+    one = next((r for r in f.loader.runs if r.workers == 1), None)
+    added = loader_overhead_s(cost, own_efficiency)
+    own = cost.assemble_s + added
+    if one is None or own <= 0 or one.rate <= 0:
+        out["loader"] = (a_lo, a_hi)
+        return out
+    r_lo, r_hi = one.rate_interval
+    # the efficiency moves with the one-worker rate: e * r_x / r
+    added_lo = loader_overhead_s(cost, own_efficiency * r_hi / one.rate)
+    added_hi = loader_overhead_s(cost, own_efficiency * r_lo / one.rate)
+    lo = (cost.assemble_s * a_lo + added_lo) / own
+    hi = (cost.assemble_s * a_hi + added_hi) / own
+    out["loader"] = (min(lo, 1.0), max(hi, 1.0))
+    return out
 
 
 def _why_predicted(f: Findings) -> str:

@@ -21,7 +21,7 @@ from stoker.formats.recordio.framing import (
 )
 from stoker.formats.recordio.header import IR_SIZE, IRHeader, pack_header, unpack_header
 from stoker.formats.recordio.index import IndexTable, load_index, parse_idx
-from stoker.formats.recordio.insightface import ImageRecords
+from stoker.formats.recordio.insightface import IDENTITY_TABLE, ImageRecords
 from stoker.formats.recordio.manifest import (
     MANIFEST_SUFFIX,
     load_manifest,
@@ -39,6 +39,7 @@ from stoker.formats.recordio.verify import Problem, VerifyReport, verify_records
 from stoker.formats.recordio.writer import RecordWriter, ShardInfo
 
 __all__ = [
+    "IDENTITY_TABLE",
     "IR_SIZE",
     "MAGIC",
     "MANIFEST_SUFFIX",

@@ -72,13 +72,21 @@ def unpack_header(buf: bytes | bytearray | memoryview) -> tuple[IRHeader, memory
     return IRHeader(flag, labels, id_, id2), mv[need:]
 
 
-def label_problem(header: IRHeader, classes: int = 0) -> str | None:
+def label_problem(header: IRHeader, classes: int = 0, *, whole: bool = False) -> str | None:
     """What is wrong with a record's label(s), or ``None``: a label that is NaN or infinite
-    (never a label), or, in a set whose manifest names ``classes`` classes, a one-label
-    record whose label is not one of their ids (a whole number in ``0..classes-1``)."""
+    (never a label); in a set whose manifest names ``classes`` classes, a one-label record
+    whose label is not one of their ids (a whole number in ``0..classes-1``); with ``whole``
+    (the manifest declares int64 labels), a label that is not a whole number within int64."""
     label = header.label
     if not np.all(np.isfinite(label)):
         return f"the IRHeader label {label} is not a finite number"
+    if whole and not (classes and header.flag == 0):
+        arr = np.asarray(label, dtype=np.float64)
+        if not (np.all(arr == np.round(arr)) and np.all(np.abs(arr) < 2.0**63)):
+            return (
+                f"the IRHeader label {label} is not a whole number within int64 (the manifest "
+                "declares int64 labels)"
+            )
     if classes and header.flag == 0:
         v = float(label)  # type: ignore[arg-type]
         if not (v.is_integer() and 0 <= v < classes):

@@ -7,7 +7,11 @@ end)`` image keys (``MXFaceDataset``, ``face_image_iter``). :func:`detect_layout
 it; ``RecordFile.identity_ranges``/``image_keys``/``image_positions`` expose it,
 :class:`ImageRecords` reads the image records alone and :func:`layout_table` gives the header
 and identity records as JSON (what ``stoker unpack`` keeps beside the images and ``stoker
-inspect`` counts as metadata records).
+inspect`` counts as metadata records). :func:`layout_records` makes the header and identity
+records for images keyed ``1..N`` (what ``stoker pack --layout insightface`` appends after the
+images, in the order insightface's ``face2rec``/``dir2rec`` write them: images, then the
+header, then the identities; ``id`` is 0 in the header and the record's key in an identity
+record, ``id2`` 0).
 """
 
 from __future__ import annotations
@@ -18,14 +22,26 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stoker._core.errors import CorruptRecordError
-from stoker.formats.recordio.header import IRHeader
+from stoker.formats.recordio.header import IRHeader, pack_header
 from stoker.formats.recordio.records import PlainRead, Records
 
 if TYPE_CHECKING:
     from stoker._core.schema import Schema
     from stoker.formats.recordio.reader import RecordFile
 
-__all__ = ["ImageRecords", "Layout", "detect_layout", "layout_table"]
+__all__ = [
+    "IDENTITY_TABLE",
+    "ImageRecords",
+    "Layout",
+    "detect_layout",
+    "layout_records",
+    "layout_table",
+]
+
+#: the file ``stoker unpack`` writes beside an insightface set's images (its header and
+#: identity records, :func:`layout_table`, with each identity's folder); ``stoker pack --layout
+#: insightface`` takes the identities' order from it
+IDENTITY_TABLE = "identities.json"
 
 
 class Layout:
@@ -115,6 +131,50 @@ def detect_layout(r: RecordFile) -> Layout | None:
         raise bad(f"labels ({a}, {b}) name keys the .idx lacks ({e.args[0]})") from None
     ranges = _identity_ranges(r, id_positions, a, b, bad)
     return Layout(ranges, np.arange(1, a, dtype=np.int64), image_positions)
+
+
+#: the largest key a float32 label holds exactly
+_EXACT_KEYS = 1 << 24
+
+
+def identity_runs(labels: np.ndarray) -> np.ndarray:
+    """The ``[start, end)`` positions of each run of equal labels, in order (int64 ``(k,
+    2)``); ``ValueError`` naming the label when an identity's images are not all in one run."""
+    lab = np.asarray(labels, dtype=np.float64).reshape(-1)
+    if lab.size == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    starts = np.concatenate([[0], np.flatnonzero(lab[1:] != lab[:-1]) + 1])
+    ends = np.concatenate([starts[1:], [lab.size]])
+    seen, first = np.unique(lab[starts], return_counts=True)
+    split = seen[first > 1]
+    if split.size:
+        raise ValueError(
+            f"the images labelled {split[0]:g} are not in one run of keys; an insightface "
+            "identity record holds one [start, end) range"
+        )
+    return np.stack([starts, ends], axis=1).astype(np.int64)
+
+
+def layout_records(labels: np.ndarray) -> list[tuple[int, bytes]]:
+    """``(key, payload)`` of the header record and the identity records for images keyed
+    ``1..N`` whose labels, in key order, are ``labels`` (each identity's images one run).
+
+    Header: key 0, ``IRHeader(flag=2, label=(N+1, N+1+K), id=0, id2=0)``, no image; identity
+    ``j``: key ``N+1+j``, ``IRHeader(2, (start_key, end_key), id=key, 0)``, no image.
+    """
+    runs = identity_runs(labels) + 1  # positions 0..N-1 are keys 1..N
+    a = int(np.asarray(labels).size) + 1
+    b = a + int(runs.shape[0])
+    if b > _EXACT_KEYS:
+        raise ValueError(
+            f"{a - 1} images and {b - a} identities need keys up to {b - 1}; the header's "
+            f"float32 labels hold keys exactly only up to {_EXACT_KEYS} (2**24)"
+        )
+    out = [(0, pack_header(IRHeader(2, np.array([a, b], np.float32), 0, 0)))]
+    for j, (s, e) in enumerate(runs.tolist()):
+        key = a + j
+        out.append((key, pack_header(IRHeader(2, np.array([s, e], np.float32), key, 0))))
+    return out
 
 
 def layout_table(r: Records) -> dict[str, Any] | None:

@@ -334,9 +334,9 @@ class RecordFile(Records):
                 "(a damaged length field, or an .idx that does not belong to this .rec)",
             )
         if self._crc is not None:
-            import crc32c
+            from stoker._core.crc import crc32c
 
-            got = crc32c.crc32c(payload)
+            got = crc32c(payload)
             want = int(self._crc[i])
             if got != want:
                 raise self._error(
@@ -432,9 +432,9 @@ class RecordFile(Records):
 
         crc = None
         if crcs is not None:
-            import crc32c
+            from stoker._core.crc import crc32c
 
-            crc = crc32c.crc32c
+            crc = crc32c
 
         def read(i: int) -> tuple[float, memoryview, int] | None:
             got = known.get(i) or where(i)

@@ -3,8 +3,12 @@
 registry's ``verify``.
 
 The samples are the image records (an insightface set's header and identity records are not
-samples); the label is the record's IRHeader label, int64 when every label is a whole number,
-else float32, as :meth:`RecordIOReader.labels` gives it in every process. A worker never holds
+samples); the label is the record's IRHeader label, of the kind the manifest declares (its
+schema's header field; int64 class ids for a manifest with classes and no schema): a record
+whose label does not fit it (2.5 in an int64 set, an id outside the classes) is a
+``CorruptRecordError`` and never changes the set's dtype. A set without a manifest has its kind
+inferred: int64 when every label is a whole number, else float32. :meth:`RecordIOReader.labels`
+gives the same in every process. A worker never holds
 the label array: it reads each label from the header it parses anyway, so its start-up and
 memory do not grow with the set (5.8M labels are 46 MB); the label's dtype and shape travel in
 the pickle instead.
@@ -47,6 +51,37 @@ def integral_labels(labels: np.ndarray) -> np.ndarray:
             return np.where(finite, labels, -1).astype(np.int64)
         return labels.astype(np.float32)
     return labels
+
+
+def declared_kind(records: Records) -> tuple[tuple[int, ...], str, int] | None:
+    """``(shape, dtype, classes)`` of the labels the set's manifest declares: its schema's
+    header field, or int64 class ids when it names classes without a schema (every folder
+    packed before schemas were written); ``None`` for a set without a manifest, whose kind is
+    inferred from its labels (:func:`integral_labels`)."""
+    names = records.class_names or ()
+    if records.manifest is None:
+        return None
+    declared = records._declared()
+    head = declared.header_name if declared is not None else None
+    if declared is not None and head is not None:
+        f = declared[head]
+        return tuple(f.shape), f.dtype, len(names) if not f.shape else 0
+    return ((), "int64", len(names)) if names else None
+
+
+def declared_labels(labels: np.ndarray, dtype: str, classes: int) -> np.ndarray:
+    """``labels`` as the manifest declares them: int64 labels that are not whole numbers
+    within int64 (or not class ids, with ``classes``) read as -1 (reading their record raises
+    ``CorruptRecordError``); float32 labels as they are."""
+    if dtype != "int64":
+        return labels.astype(dtype)
+    ok = np.isfinite(labels)
+    ok[ok] = (labels[ok] == np.round(labels[ok])) & (np.abs(labels[ok]) < 2.0**63)
+    if classes:
+        ok &= (labels >= 0) & (labels < classes)
+    if ok.ndim > 1:
+        ok = np.broadcast_to(ok.all(axis=tuple(range(1, ok.ndim)))[:, None], ok.shape)
+    return np.where(ok, labels, -1).astype(np.int64)
 
 
 def _sha(*parts: bytes) -> str:
@@ -127,6 +162,8 @@ class RecordIOReader(Reader):
         self._schema: Schema | None = None
         self._label_dtype = ""  # set when unpickled (see __getstate__)
         self._label_shape: tuple[int, ...] = ()
+        self._classes = 0  # class ids a declared int64 label must be one of (0: any)
+        self._whole = False  # the manifest declares int64 labels: a fraction is corrupt
         self._hints_on: bool | None = None  # decided at the first chunk in each process
         self._files = None
         self._len = len(self.records)
@@ -162,6 +199,8 @@ class RecordIOReader(Reader):
             "_len": self._len,
             "_label_dtype": dtype,
             "_label_shape": shape,
+            "_classes": self._classes,
+            "_whole": self._whole,
             "hints": self.hints,
             "remote": self.remote,
             # a remote set travels with what its opening learnt (sizes, the manifest's copy)
@@ -178,6 +217,8 @@ class RecordIOReader(Reader):
         self._len = state["_len"]
         self._label_dtype = state["_label_dtype"]
         self._label_shape = state["_label_shape"]
+        self._classes = state.get("_classes", 0)
+        self._whole = state.get("_whole", False)
         self.hints = state.get("hints", AccessHints())
         self.remote = state.get("remote")
         self._files = state.get("_files")
@@ -203,7 +244,11 @@ class RecordIOReader(Reader):
 
     def labels(self) -> np.ndarray:
         if self._labels is None:
-            self._labels = integral_labels(np.asarray(self.records.labels()))
+            raw = np.asarray(self.records.labels())
+            kind = declared_kind(self.records)
+            self._labels = (
+                integral_labels(raw) if kind is None else declared_labels(raw, kind[1], kind[2])
+            )
             self._let_go()
         return self._labels
 
@@ -225,12 +270,17 @@ class RecordIOReader(Reader):
             rec.focus(np.zeros(0, np.int64))
 
     def label_kind(self) -> tuple[tuple[int, ...], str]:
-        """``(shape, dtype)`` of one label. Local: from every label (:meth:`labels`); a set in
-        object storage: from its first shard's labels, so opening it does not download every
+        """``(shape, dtype)`` of one label: what the manifest declares (:func:`declared_kind`).
+        A set without a declaration, local: from every label (:meth:`labels`); in object
+        storage: from its first shard's labels, so opening it does not download every
         shard (a later shard whose labels are not whole numbers where the first shard's are
         is read as that dtype all the same)."""
         if not self._label_dtype:
-            if self.remote is None or self._labels is not None:
+            kind = declared_kind(self.records)
+            if kind is not None:  # stated by the manifest: never inferred from the records
+                self._label_shape, self._label_dtype, self._classes = kind
+                self._whole = self._label_dtype == "int64"
+            elif self.remote is None or self._labels is not None:
                 lab = self.labels()
                 return tuple(lab.shape[1:]), lab.dtype.name
             else:
@@ -239,7 +289,7 @@ class RecordIOReader(Reader):
                 lab = integral_labels(np.asarray(first.labels()))
                 if isinstance(rec, RecordSet):
                     rec.focus(np.zeros(0, np.int64))  # the main process keeps nothing pinned
-            self._label_dtype, self._label_shape = lab.dtype.name, tuple(lab.shape[1:])
+                self._label_dtype, self._label_shape = lab.dtype.name, tuple(lab.shape[1:])
         return self._label_shape, self._label_dtype
 
     @property
@@ -271,7 +321,7 @@ class RecordIOReader(Reader):
     def _label(self, i: int, header: Any) -> Any:
         """The label of position ``i`` as :meth:`labels` gives it, from its parsed header;
         ``CorruptRecordError`` naming the file, key and offset when it is NaN or infinite."""
-        bad = label_problem(header)
+        bad = label_problem(header, self._classes, whole=self._whole)
         if bad is not None:
             path, off = self.locate(i) or (self.path, None)
             raise CorruptRecordError(path, off, bad, key=int(self.records.key(i)))
@@ -340,14 +390,17 @@ class RecordIOReader(Reader):
         plain = rec.plain_reader(indices)  # None on sets of several shards
         if plain is None:
             return slow
-        as_label = self._scalar_label
+        as_label, whole, classes = self._scalar_label, self._whole, self._classes
+
+        def whole_label(v: float) -> bool:
+            return v.is_integer() and (0 <= v < classes if classes else abs(v) < 2.0**63)
 
         def get(i: int) -> tuple[Any, Any, int, dict[str, Any]]:
             got = plain(i)
             if got is None:
                 return slow(i)
             label, image, k = got
-            if not isfinite(label):
+            if not isfinite(label) or (whole and not whole_label(label)):
                 return slow(i)  # which names the record
             return image, as_label(label), k, {}
 

@@ -20,6 +20,7 @@ import numpy as np
 from stoker._core.schema import Schema
 from stoker.formats.base import ShardWriter
 from stoker.formats.recordio.header import IRHeader, pack_header
+from stoker.formats.recordio.insightface import layout_records
 from stoker.formats.recordio.manifest import make_manifest, shard_entry, write_manifest
 from stoker.formats.recordio.writer import RecordWriter
 
@@ -85,6 +86,23 @@ class RecordShardWriter(ShardWriter):
         if self._stores:
             self._w.write(key, payload, fields or {})
         else:
+            self._w.write(key, payload)
+
+    def write_layout(self, layout: str, labels: np.ndarray) -> None:
+        """Append the records of ``layout`` after the images: ``"insightface"``, the header
+        record and one identity record per run of equal ``labels`` (the images' labels in key
+        order; the images must be keys ``1..N``), as :func:`~.insightface.layout_records`
+        makes them."""
+        if layout != "insightface":
+            raise ValueError(f"layout {layout!r}: RecordIO writes 'plain' or 'insightface'")
+        keys = self._w.keys_written
+        n = int(np.asarray(labels).size)
+        if keys.shape[0] != n or not np.array_equal(keys, np.arange(1, n + 1)):
+            raise ValueError(
+                f"{self.rec_path}: an insightface layout needs the images at keys 1..{n}, "
+                f"in order; {keys.shape[0]} records were written"
+            )
+        for key, payload in layout_records(labels):
             self._w.write(key, payload)
 
     @property

@@ -63,6 +63,8 @@ class _Options:
     #: the number of classes the manifest names (each one-label record's label must be one
     #: of their ids); 0: no class map, any finite label
     classes: int = 0
+    #: the manifest declares int64 labels: each must be a whole number within int64
+    whole: bool = False
 
 
 def _nobody(off: int) -> tuple[int | None, int | None]:
@@ -111,7 +113,7 @@ def _walk(
     """Walk the ``.rec`` once, reporting framing and payload problems and resynchronising
     after each; returns the offsets of the records found and (with ``checksums``) their
     CRC32Cs. ``name``: the file's name on the progress bar."""
-    import crc32c
+    from stoker._core.crc import crc32c
 
     starts = array("q")
     crcs = array("I")
@@ -137,7 +139,7 @@ def _walk(
                             continue
                         starts.append(pos)
                         if opts.checksums:
-                            crcs.append(crc32c.crc32c(payload))
+                            crcs.append(crc32c(payload))
                         # with a decoder, the checks get a copy: a decoder may leave its
                         # frames, and the callers' above them, alive after it returns (a
                         # reference cycle), and a view of the map in one of them would keep
@@ -202,7 +204,7 @@ def _check_payload(
         key, line = who(pos)
         report.add(Problem(rec_path, key, pos, str(e), line))
         return
-    bad = label_problem(header, opts.classes)
+    bad = label_problem(header, opts.classes, whole=opts.whole)
     if bad is not None:
         key, line = who(pos)
         report.add(Problem(rec_path, key, pos, bad, line))
@@ -335,8 +337,15 @@ def _verify_shard(
 def _with_schema(opts: _Options, manifest: dict, path: str) -> _Options:
     """``opts`` with the manifest's schema when its records store fields, and its number of
     class names."""
-    opts = replace(opts, classes=len(manifest.get("classes") or {}))
     schema = manifest_schema(manifest, path)
+    head = schema.header_name if schema is not None else None
+    classes = len(manifest.get("classes") or {})
+    if schema is None:  # a manifest without a schema: its classes' ids, when it names any
+        whole = classes > 0
+    else:  # the declared label's kind (a vector of labels is no class id)
+        whole = head is not None and schema[head].dtype == "int64"
+        classes = 0 if head is not None and schema[head].shape else classes
+    opts = replace(opts, classes=classes, whole=whole)
     if schema is None or not schema.stored:
         return opts
     return replace(opts, stored=schema)

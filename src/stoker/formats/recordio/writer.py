@@ -228,7 +228,7 @@ class RecordWriter:
 
     @staticmethod
     def _fill_crc(rec_p: str, crc_p: str, offsets: np.ndarray, which: list[int]) -> None:
-        import crc32c
+        from stoker._core.crc import crc32c
 
         size = os.path.getsize(rec_p)
         with open(rec_p, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
@@ -237,7 +237,7 @@ class RecordWriter:
                 out = array("I")
                 for i in which:
                     payload, _ = read_record(mm, view, size, int(offsets[i]))
-                    out.append(crc32c.crc32c(payload))
+                    out.append(crc32c(payload))
                     del payload
             finally:
                 view.release()
@@ -298,9 +298,9 @@ class RecordWriter:
         offset = self.bytes_written
         self._rec.writelines(parts)
         if self._crcf is not None:
-            import crc32c
+            from stoker._core.crc import crc32c
 
-            self._crcf.write(crc32c.crc32c(data).to_bytes(4, "little"))
+            self._crcf.write(crc32c(data).to_bytes(4, "little"))
         line = f"{k}\t{offset}\n".encode()
         self._idx.write(line)
         self._sha.update(line)

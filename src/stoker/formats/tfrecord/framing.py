@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import struct
 
-import crc32c
 import numpy as np
+
+from stoker._core.crc import crc32c
 
 __all__ = [
     "HEADER",
@@ -59,7 +60,7 @@ def mask_crc(crc: int) -> int:
 
 def masked_crc(data: bytes | memoryview) -> int:
     """The masked CRC32C of ``data``."""
-    return mask_crc(crc32c.crc32c(data))
+    return mask_crc(crc32c(data))
 
 
 def frame(data: bytes) -> bytes:

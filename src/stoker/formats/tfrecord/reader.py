@@ -25,9 +25,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-import crc32c
 import numpy as np
 
+from stoker._core.crc import crc32c
 from stoker._core.errors import CorruptRecordError, SpecError, StokerFormatError
 from stoker._core.schema import Field, Schema
 from stoker.formats.base import Reader, ReadSample
@@ -509,7 +509,7 @@ class TFRecordReader(ReadsRemoteShards, Reader):
             cols = [c[pos].tolist() for c in table]
             known = dict(zip(pos.tolist(), zip(*cols, strict=True)))
         checked: set[int] = set()
-        unpack, u32, crc, delta = _FRAME.unpack_from, _U32.unpack_from, crc32c.crc32c, MASK_DELTA
+        unpack, u32, crc, delta = _FRAME.unpack_from, _U32.unpack_from, crc32c, MASK_DELTA
 
         def read(i: int) -> tuple[Any, Any, int, dict[str, Any]]:
             got = known.get(i)

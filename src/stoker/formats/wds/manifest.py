@@ -6,7 +6,8 @@ Version 1::
       "format": "stoker-wds", "version": 1, "records": 1200,
       "shards": [
         {"tar": "train-00000.tar", "records": 600, "tar_bytes": 2457600,
-         "sha256": "<64 hex>"},             # sha256 optional (written with checksums=True)
+         "sha256": "<64 hex>",              # optional (written with checksums=True)
+         "crc32c": "train-00000.crc32c"},   # optional: each sample's CRC32C (the writer's)
         ...
       ],                                     # paths relative to the manifest's folder
       "classes": {...}, "schema": {...}, "pack": {...}, "rejects": {...}
@@ -61,7 +62,9 @@ def validate_manifest(m: Any, path: str = "<manifest>") -> dict:
         sha = s.get("sha256")
         if sha is not None and (not isinstance(sha, str) or not _SHA_RE.match(sha)):
             raise fail(path, f"{w}.sha256 must be 64 lowercase hex digits")
-    check_distinct(path, shards, ("tar",))
+        if s.get("crc32c") is not None:
+            check_rel_path(path, f"{w}.crc32c", s.get("crc32c"))
+    check_distinct(path, shards, ("tar", "crc32c"))
     check_total(path, m, total)
     check_classes(path, m)
     return m

@@ -13,6 +13,12 @@ The shard is written to ``NAME.tar.partial`` one whole sample per write, and ren
 ``commit`` after the end-of-archive marker and the padding to 10240 bytes. ``resume=True``
 reopens the partial of a killed run, keeps its complete samples (every member the schema
 needs, whole) and cuts off the rest.
+
+``checksums=True`` (the default) also writes ``NAME.crc32c`` beside the tar: one little-endian
+uint32 per sample, in tar order, the CRC32C of the sample's member data chained in member
+order (:func:`sample_crc`; the layout of RecordIO's ``.crc32c``), which the reader checks on
+every read. It is written atomically on ``commit``, before the tar is renamed, and named by the
+manifest entry's ``crc32c``.
 """
 
 from __future__ import annotations
@@ -22,12 +28,13 @@ import hashlib
 import json
 import mmap
 import os
+import struct
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 import numpy as np
 
-from stoker._core.atomic import fsync_dir, partial_path
+from stoker._core.atomic import fsync_dir, partial_path, write_bytes_atomic
 from stoker._core.errors import OutputExistsError, SpecError
 from stoker._core.schema import Schema
 from stoker.formats.base import ShardWriter
@@ -37,7 +44,14 @@ from stoker.formats.wds.layout import LABEL_SUFFIX, field_suffixes, image_suffix
 from stoker.formats.wds.manifest import FORMAT_NAME, FORMAT_VERSION, validate_manifest
 from stoker.formats.wds.tarfmt import END_OF_ARCHIVE, RECORD, Walk, padding, ustar_header
 
-__all__ = ["WdsShardWriter", "open_writer", "shard_path", "write_set_manifest"]
+__all__ = [
+    "WdsShardWriter",
+    "crc_path",
+    "open_writer",
+    "sample_crc",
+    "shard_path",
+    "write_set_manifest",
+]
 
 _KEY_LIMIT = 1 << 63
 
@@ -46,6 +60,23 @@ def shard_path(prefix: str | os.PathLike[str], shard: int | None) -> str:
     """``prefix.tar`` for a single file, ``prefix-00003.tar`` for shard 3."""
     p = os.fspath(prefix)
     return f"{p}.tar" if shard is None else f"{p}-{shard:05d}.tar"
+
+
+def crc_path(tar: str) -> str:
+    """The per-sample checksum side-car of ``NAME.tar``: ``NAME.crc32c``."""
+    return (tar[:-4] if tar.endswith(".tar") else tar) + ".crc32c"
+
+
+def sample_crc(members: Sequence[bytes | memoryview]) -> int:
+    """The CRC32C of one sample: its members' data (image, ``.cls``, fields), chained in
+    member order. Tar headers and padding are not part of it: a flip there changes the
+    members the index finds, which the reader names on its own."""
+    import crc32c
+
+    value = 0
+    for data in members:
+        value = crc32c.crc32c(data, value=value)
+    return value
 
 
 def open_writer(
@@ -97,6 +128,7 @@ class WdsShardWriter(ShardWriter):
             raise OutputExistsError(f"{self.path} exists; pass overwrite=True to replace it")
         self._partial = partial_path(self.path)
         self._hash = hashlib.sha256() if checksums else None
+        self._crcs: list[int] | None = [] if checksums else None
         self._keys: list[int] = []
         self._seen: set[int] = set()
         self._max_len: dict[str, int] = {n: 0 for n, f in self._stored.items() if f.variable}
@@ -145,9 +177,11 @@ class WdsShardWriter(ShardWriter):
                 "(JPEG, PNG, WebP, GIF, BMP, TIFF, PPM, PGM); re-encode them"
             )
         stem = f"{key:09d}".encode("ascii")
-        parts = self._member(stem + b"." + suffix.encode(), bytes(image))
+        datas = [bytes(image)]
+        parts = self._member(stem + b"." + suffix.encode(), datas[0])
         if self.schema.header_name is not None:
-            parts += self._member(stem + b"." + LABEL_SUFFIX.encode(), self._label_text(label))
+            datas.append(self._label_text(label))
+            parts += self._member(stem + b"." + LABEL_SUFFIX.encode(), datas[-1])
         values = fields or {}
         for name, f in self._stored.items():
             if name not in values:
@@ -161,11 +195,14 @@ class WdsShardWriter(ShardWriter):
                 data = json.dumps(v.tolist(), allow_nan=False).encode("ascii")
             if name in self._max_len:
                 self._max_len[name] = max(self._max_len[name], f.length(v))
+            datas.append(data)
             parts += self._member(stem + b"." + self._suffixes[name].encode(), data)
         blob = b"".join(parts)
         self._f.write(blob)
         if self._hash is not None:
             self._hash.update(blob)
+        if self._crcs is not None:
+            self._crcs.append(sample_crc(datas))
         self._size += len(blob)
         self._keys.append(key)
         self._seen.add(key)
@@ -199,6 +236,11 @@ class WdsShardWriter(ShardWriter):
                     keys.append(int(name))
                     end, keep = stop, j + 1
                 self._rescan(view, index, keep)
+                if self._crcs is not None:  # the kept samples' checksums, from their bytes
+                    for j in range(keep):
+                        rows = range(int(index.starts[j]), int(index.starts[j + 1]))
+                        spans = [(int(index.m_data[r]), int(index.m_size[r])) for r in rows]
+                        self._crcs.append(sample_crc([view[o : o + n] for o, n in spans]))
             finally:
                 view.release()
                 if mm is not None:
@@ -253,6 +295,10 @@ class WdsShardWriter(ShardWriter):
         self._f.flush()
         os.fsync(self._f.fileno())
         self._f.close()
+        if self._crcs is not None:  # before the tar: a committed tar always has its side-car
+            write_bytes_atomic(
+                crc_path(self.path), struct.pack(f"<{len(self._crcs)}I", *self._crcs)
+            )
         os.replace(self._partial, self.path)
         fsync_dir(os.path.dirname(os.path.abspath(self.path)))
         self._done = True
@@ -264,6 +310,8 @@ class WdsShardWriter(ShardWriter):
         }
         if self._hash is not None:
             entry["sha256"] = self._hash.hexdigest()
+        if self._crcs is not None:
+            entry["crc32c"] = os.path.basename(crc_path(self.path))
         return entry
 
     def flush(self) -> None:
@@ -308,6 +356,8 @@ def write_set_manifest(
         e = {"tar": rel, "records": int(s["records"]), "tar_bytes": int(s["tar_bytes"])}
         if s.get("sha256"):
             e["sha256"] = s["sha256"]
+        if s.get("crc32c"):
+            e["crc32c"] = check_rel_path(p, f"shards[{j}].crc32c", s["crc32c"])
         for name, n in (s.get("max_len") or {}).items():
             seen[name] = max(seen.get(name, 0), int(n))
         entries.append(e)

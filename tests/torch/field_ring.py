@@ -1,4 +1,4 @@
-"""Loader doubles whose batches carry fields (re-exported by :mod:`stoker.torch.testing`)."""
+"""Loader doubles whose batches carry fields (re-exported by ``torch_doubles``)."""
 
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 import torch
+from field_ring import FIELD_SCHEMA, FieldRing, field_batch
 
-from stoker.torch._field_ring import FIELD_SCHEMA, FieldRing, field_batch
 from stoker.torch.backend import CudaBackend, Done
 
 __all__ = [
