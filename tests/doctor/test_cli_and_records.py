@@ -57,7 +57,9 @@ def test_cli_text_report(tmp_path, capsys):
     assert rc == 0
     out = capsys.readouterr().out
     assert out.startswith(f"stoker doctor: {src} (folder, 16 images")
-    assert "Verdict:" in out and "Give --step-time or --model" in out
+    # a verdict, or (a 0.1 s budget on a busy machine) the two largest parts overlapping
+    assert "Verdict:" in out or "Undecided:" in out
+    assert "Give --step-time or --model" in out
 
 
 def test_cli_bad_arguments_are_one_line(tmp_path, capsys):

@@ -1,5 +1,5 @@
-"""Loader test fixtures: tiny real datasets, and the worker server started once per session
-(it lives as long as the test process, so the leak check must see it before the first test)."""
+"""Loader test fixtures: tiny real datasets (the worker servers are started once per session by
+tests/conftest.py, before the first leak check)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,6 @@ import os
 import numpy as np
 import pytest
 from loader_helpers import make_arrays, make_folder
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _worker_server():
-    from stoker.loader import warm_up
-
-    warm_up()
-    yield
 
 
 @pytest.fixture(scope="session")

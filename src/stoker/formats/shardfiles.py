@@ -156,9 +156,9 @@ class RemoteShards:
                     )
         check_room_for(files, [sum(f.size for f in s) for s in self.entries])
 
-    def location(self, j: int) -> str:
-        """Where shard ``j`` lives, for messages: its first file's URL (without credentials)."""
-        return redact(self.url(j))
+    def location(self, j: int, k: int = 0) -> str:
+        """Where file ``k`` of shard ``j`` lives, for messages: its URL (without credentials)."""
+        return redact(self.url(j, k))
 
     def identity(self, j: int) -> str:
         """What shard ``j``'s bytes are filed under in the cache (its files' URLs, sizes and

@@ -163,7 +163,7 @@ class RecordIOReader(Reader):
         self._label_dtype = ""  # set when unpickled (see __getstate__)
         self._label_shape: tuple[int, ...] = ()
         self._classes = 0  # class ids a declared int64 label must be one of (0: any)
-        self._whole = False  # the manifest declares int64 labels: a fraction is corrupt
+        self._whole_labels = False  # the manifest declares int64 labels: a fraction is corrupt
         self._hints_on: bool | None = None  # decided at the first chunk in each process
         self._files = None
         self._len = len(self.records)
@@ -200,7 +200,7 @@ class RecordIOReader(Reader):
             "_label_dtype": dtype,
             "_label_shape": shape,
             "_classes": self._classes,
-            "_whole": self._whole,
+            "_whole_labels": self._whole_labels,
             "hints": self.hints,
             "remote": self.remote,
             # a remote set travels with what its opening learnt (sizes, the manifest's copy)
@@ -219,7 +219,7 @@ class RecordIOReader(Reader):
         self._label_dtype = state["_label_dtype"]
         self._label_shape = state["_label_shape"]
         self._classes = state.get("_classes", 0)
-        self._whole = state.get("_whole", False)
+        self._whole_labels = state.get("_whole_labels", False)
         self.hints = state.get("hints", AccessHints())
         self.remote = state.get("remote")
         self._files = state.get("_files")
@@ -280,7 +280,7 @@ class RecordIOReader(Reader):
             kind = declared_kind(self.records)
             if kind is not None:  # stated by the manifest: never inferred from the records
                 self._label_shape, self._label_dtype, self._classes = kind
-                self._whole = self._label_dtype == "int64"
+                self._whole_labels = self._label_dtype == "int64"
             elif self.remote is None or self._labels is not None:
                 lab = self.labels()
                 return tuple(lab.shape[1:]), lab.dtype.name
@@ -322,7 +322,7 @@ class RecordIOReader(Reader):
     def _label(self, i: int, header: Any) -> Any:
         """The label of position ``i`` as :meth:`labels` gives it, from its parsed header;
         ``CorruptRecordError`` naming the file, key and offset when it is NaN or infinite."""
-        bad = label_problem(header, self._classes, whole=self._whole)
+        bad = label_problem(header, self._classes, whole=self._whole_labels)
         if bad is not None:
             path, off = self.locate(i) or (self.path, None)
             raise CorruptRecordError(path, off, bad, key=int(self.records.key(i)))
@@ -391,7 +391,7 @@ class RecordIOReader(Reader):
         plain = rec.plain_reader(indices)  # None on sets of several shards
         if plain is None:
             return slow
-        as_label, whole, classes = self._scalar_label, self._whole, self._classes
+        as_label, whole, classes = self._scalar_label, self._whole_labels, self._classes
 
         def whole_label(v: float) -> bool:
             return v.is_integer() and (0 <= v < classes if classes else abs(v) < 2.0**63)

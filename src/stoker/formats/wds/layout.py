@@ -19,7 +19,9 @@ Consecutive members with one key form one sample.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
+from stoker._core.crc import crc32c
 from stoker._core.errors import SpecError
 from stoker._core.files import IMAGE_EXTENSIONS
 from stoker._core.schema import Field, Schema
@@ -29,10 +31,12 @@ __all__ = [
     "LABEL_SUFFIX",
     "MAX_CLS_BYTES",
     "RAW_FIELDS",
+    "crc_path",
     "field_suffixes",
     "image_suffix",
     "parse_cls",
     "raw_schema",
+    "sample_crc",
     "split_name",
 ]
 
@@ -123,3 +127,18 @@ def raw_schema(max_len: dict[str, int]) -> Schema:
         if name in max_len:
             fields[name] = Field.text(max_len=max_len[name])
     return Schema(fields)
+
+
+def crc_path(tar: str) -> str:
+    """The per-sample checksum side-car of ``NAME.tar``: ``NAME.crc32c``."""
+    return (tar[:-4] if tar.endswith(".tar") else tar) + ".crc32c"
+
+
+def sample_crc(members: Sequence[bytes | memoryview]) -> int:
+    """The CRC32C of one sample: its members' data (image, ``.cls``, fields), chained in
+    member order. Tar headers and padding are not part of it: a flip there changes the
+    members the index finds, which the reader names on its own."""
+    value = 0
+    for data in members:
+        value = crc32c(data, value)
+    return value

@@ -42,7 +42,7 @@ from stoker.formats.wds.layout import (
     raw_schema,
 )
 from stoker.formats.wds.manifest import FORMAT_NAME, load_manifest, shard_tar
-from stoker.formats.wds.shard import Shard, check_uncompressed, decode_field
+from stoker.formats.wds.shard import Shard, check_uncompressed, crc_problem, decode_field
 
 __all__ = ["MAX_OPEN_SHARDS", "WdsReader", "open_reader"]
 
@@ -171,12 +171,22 @@ class WdsReader(ReadsRemoteShards, Reader):
                 f"{manifest}: {tar} is {size} bytes but the manifest records {s['tar_bytes']}; "
                 "the shard was replaced or truncated"
             )
+        crc = None
+        if s.get("crc32c") is not None:  # checked at open: a side-car of another tar's size
+            crc = os.path.join(os.path.dirname(os.path.abspath(manifest)), s["crc32c"])
+            if not os.path.isfile(crc) or os.path.getsize(crc) != 4 * s["records"]:
+                got = f"{os.path.getsize(crc)} bytes" if os.path.isfile(crc) else "missing"
+                raise ManifestError(
+                    f"{manifest}: {crc} (the per-sample checksums of {s['tar']!r}) is {got}, "
+                    f"not 4 bytes for each of its {s['records']} samples"
+                )
         return Shard(
             tar,
             records=s["records"],
             tar_bytes=s["tar_bytes"],
             manifest=manifest,
             cache=self._cache,
+            crc=crc,
         )
 
     def __getstate__(self) -> dict:
@@ -342,6 +352,14 @@ class WdsReader(ReadsRemoteShards, Reader):
             index = shard.index()
             off, size = cols[""]
             o, n = int(off[j]), int(size[j])
+            crcs = shard.crcs()
+            if crcs is not None:
+                bad = crc_problem(view, index, j, int(crcs[j]))
+                if bad is not None:
+                    head = int(index.headers[j])
+                    raise CorruptRecordError(
+                        path_of[s], head, f"sample {index.key_name(j)!r}: {bad}", key=i
+                    )
             if n <= 0:
                 raise CorruptRecordError(
                     path_of[s],

@@ -18,7 +18,11 @@ __all__ = ["RemoteTar", "open_remote"]
 
 
 def _files(j: int, s: dict) -> list[ShardFile]:
-    return [ShardFile(s["tar"], f"shards[{j}].tar", int(s["tar_bytes"]), sha256=s.get("sha256"))]
+    """The tar, then its per-sample checksums when the manifest names them (4 bytes each)."""
+    tar = ShardFile(s["tar"], f"shards[{j}].tar", int(s["tar_bytes"]), sha256=s.get("sha256"))
+    if s.get("crc32c") is None:
+        return [tar]
+    return [tar, ShardFile(s["crc32c"], f"shards[{j}].crc32c", 4 * int(s["records"]))]
 
 
 def open_remote(
@@ -42,12 +46,16 @@ class RemoteTar(Shard):
             tar_bytes=entry["tar_bytes"],
             manifest=manifest,
             cache=cache,
+            crc=shards.location(j, 1) if entry.get("crc32c") is not None else None,
         )
         self.shards, self.j = shards, j
         self.identity = shards.identity(j)
 
     def local(self) -> str:
         return self.shards.hold(self.j)[0]
+
+    def local_crc(self) -> str:
+        return self.shards.hold(self.j)[1]
 
     def _drop(self) -> None:
         try:

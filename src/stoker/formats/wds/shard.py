@@ -17,7 +17,7 @@ import numpy as np
 from stoker._core.errors import CorruptRecordError, ManifestError, SpecError
 from stoker._core.schema import Field
 from stoker.formats.wds.index import TarIndex, load_index
-from stoker.formats.wds.layout import IMAGE_SUFFIXES
+from stoker.formats.wds.layout import IMAGE_SUFFIXES, sample_crc
 
 __all__ = ["Shard", "check_uncompressed", "decode_field"]
 
@@ -82,8 +82,34 @@ def decode_field(
     raise CorruptRecordError(path, at, f"sample {key!r}: {reason}", key=pos)
 
 
+def read_crcs(path: str, samples: int) -> np.ndarray:
+    """The per-sample CRC32Cs of a side-car (``layout.crc_path``) for a tar of ``samples``
+    samples; ``CorruptRecordError`` naming the side-car when its size is not 4 per sample."""
+    with open(path, "rb") as f:
+        data = f.read(4 * samples + 1)
+    if len(data) != 4 * samples:
+        raise CorruptRecordError(
+            path,
+            None,
+            f"holds {len(data)}{'+' if len(data) > 4 * samples else ''} bytes, not 4 per sample "
+            f"of its tar's {samples}: the checksums cannot be trusted",
+        )
+    return np.frombuffer(data, dtype="<u4")
+
+
+def crc_problem(view: memoryview, index: TarIndex, j: int, stored: int) -> str | None:
+    """Why sample ``j``'s members do not match its ``stored`` CRC32C, or ``None``."""
+    rows = range(int(index.starts[j]), int(index.starts[j + 1]))
+    spans = [(int(index.m_data[r]), int(index.m_size[r])) for r in rows]
+    got = sample_crc([view[o : o + n] for o, n in spans])
+    if got == stored:
+        return None
+    return f"checksum mismatch: stored crc32c {stored:#010x}, data has {got:#010x}"
+
+
 class Shard:
-    """One tar: ``index()``, ``view()``, per-sample ``columns`` for a suffix map."""
+    """One tar: ``index()``, ``view()``, per-sample ``columns`` for a suffix map, and its
+    samples' CRC32Cs (``crcs()``) when a side-car ``crc`` is named."""
 
     def __init__(
         self,
@@ -93,9 +119,11 @@ class Shard:
         tar_bytes: int | None = None,
         manifest: str | None = None,
         cache: bool = True,
+        crc: str | None = None,
     ) -> None:
         self.path, self.records, self.tar_bytes = path, records, tar_bytes
-        self.manifest, self.cache = manifest, cache
+        self.manifest, self.cache, self.crc = manifest, cache, crc
+        self._crcs: np.ndarray | None = None
         self._index: TarIndex | None = None
         self._mm: mmap.mmap | None = None
         self._view: memoryview | None = None
@@ -107,6 +135,20 @@ class Shard:
     def local(self) -> str:
         """The local file holding the tar (a shard in object storage: its pinned copy)."""
         return self.path
+
+    def local_crc(self) -> str:
+        """The local file holding the side-car (named by ``crc``)."""
+        assert self.crc is not None
+        return self.crc
+
+    def crcs(self) -> np.ndarray | None:
+        """Each sample's CRC32C from the side-car, read once per process; ``None`` without
+        one (a tar stoker did not write: its samples are read unchecked)."""
+        if self.crc is None:
+            return None
+        if self._crcs is None:
+            self._crcs = read_crcs(self.local_crc(), len(self.index()))
+        return self._crcs
 
     def _map(self) -> memoryview:
         with open(self.local(), "rb") as f:

@@ -5,7 +5,9 @@ Every header is walked and its checksum compared; every finding the reader would
 reported (sizes past the end, links and devices, unsafe names, a key that comes back, a
 sample without exactly one image, a bad ``.cls``, a missing end-of-archive marker); every
 image must be non-empty (and decode, with ``decode=f``); every field must parse. For a
-manifest: each shard's size and sample count, and its sha256 when recorded (``checksums``).
+manifest: each shard's size and sample count, its sha256 when recorded, and each sample's
+CRC32C against the shard's ``.crc32c`` side-car when it names one (``checksums``). A tar
+without a side-car (one stoker did not write) has no per-sample checksums: the report says so.
 A header that cannot be trusted ends the walk of its tar (nothing after it can be located).
 """
 
@@ -27,7 +29,7 @@ from stoker.formats.verify_remote import verify_shards
 from stoker.formats.wds.index import build_index
 from stoker.formats.wds.layout import IMAGE_SUFFIXES, RAW_FIELDS, field_suffixes, raw_schema
 from stoker.formats.wds.manifest import load_manifest, shard_tar, validate_manifest
-from stoker.formats.wds.shard import check_uncompressed, decode_field
+from stoker.formats.wds.shard import check_uncompressed, crc_problem, decode_field, read_crcs
 from stoker.formats.wds.tarfmt import Walk
 
 __all__ = ["verify"]
@@ -47,6 +49,7 @@ def _check_samples(
     index: Any,
     fields: tuple[Schema, Mapping[str, str]],
     decode: Decode | None,
+    crcs: Any = None,
 ) -> None:
     schema, suffixes = fields
     img_off, img_size = index.column(IMAGE_SUFFIXES)
@@ -55,6 +58,11 @@ def _check_samples(
     for j in range(len(index)):
         key = index.key_name(j)
         o, n = int(img_off[j]), int(img_size[j])
+        if crcs is not None and j < len(crcs):
+            report.checksummed += 1
+            bad = crc_problem(view, index, j, int(crcs[j]))
+            if bad is not None:
+                report.add(Problem(path, j, int(index.headers[j]), f"sample {key!r}: {bad}"))
         if o >= 0 and n == 0:
             report.add(Problem(path, j, o, f"sample {key!r}: its image member is empty"))
         elif o >= 0 and decode is not None:
@@ -84,6 +92,7 @@ def _verify_tar(
     fields: tuple[Schema, Mapping[str, str]],
     decode: Decode | None,
     expect: int | None,
+    crc: str | None = None,
 ) -> None:
     def on_problem(offset: int, reason: str) -> None:
         report.add(Problem(path, None, offset, reason))
@@ -109,7 +118,15 @@ def _verify_tar(
         report.checksummed += state.headers
         if expect is not None and len(index) != expect:
             on_problem(0, f"holds {len(index)} samples, the manifest says {expect}")
-        _check_samples(report, path, view, index, fields, decode)
+        crcs = None
+        if crc is not None:
+            try:
+                crcs = read_crcs(crc, len(index))
+            except CorruptRecordError as e:
+                report.add(Problem(crc, None, None, e.reason))
+            except OSError as e:
+                report.add(Problem(crc, None, None, f"cannot read: {e.strerror or e}"))
+        _check_samples(report, path, view, index, fields, decode, crcs)
     finally:
         view.release()
         if mm is not None:
@@ -145,10 +162,15 @@ def verify(
             verify_entry=entry,
             max_problems=max_problems,
         )
+        report.notes.append(
+            "per-sample CRC32Cs are compared by the loader as it reads; a URL's verify compares "
+            "each tar's size and sha256 and walks its samples"
+        )
         return _no_sums(report, checksums)
     report = VerifyReport(p, max_problems=max_problems)
     if not p.endswith(MANIFEST_SUFFIX):
         _verify_tar(report, p, _raw_fields(), decode, None)
+        report.notes.append(_UNCHECKED)
         return report
     m = load_manifest(p)
     fields = _fields(m, p)
@@ -159,10 +181,12 @@ def verify(
             if not os.path.isfile(tar):
                 report.add(Problem(tar, None, None, "the shard the manifest lists does not exist"))
                 continue
-            _verify_entry(report, tar, s, fields, checksums, decode)
+            _verify_entry(report, tar, s, fields, checksums, decode, p)
             bar.update(1)
     finally:
         bar.close()
+    if checksums and any(s.get("crc32c") is None for s in m["shards"]):
+        report.notes.append(_UNCHECKED)
     return _no_sums(report, checksums)
 
 
@@ -178,8 +202,10 @@ def _verify_entry(
     fields: tuple[Schema, dict[str, str]],
     checksums: bool,
     decode: Decode | None,
+    manifest: str | None = None,
 ) -> None:
-    """Check manifest entry ``s`` against file ``tar``: its size, sha256, every sample."""
+    """Check manifest entry ``s`` against file ``tar``: its size, sha256, every sample (and
+    its CRC32C, when the entry names a side-car and ``manifest`` locates it)."""
     size = os.path.getsize(tar)
     if size != s["tar_bytes"]:
         report.add(Problem(tar, None, None, f"is {size} bytes, the manifest says {s['tar_bytes']}"))
@@ -187,7 +213,16 @@ def _verify_entry(
         report.checksummed += 1
         if file_sha256(tar) != s["sha256"]:
             report.add(Problem(tar, None, None, "sha256 differs from the manifest's"))
-    _verify_tar(report, tar, fields, decode, s["records"])
+    crc = None
+    if checksums and manifest is not None and s.get("crc32c") is not None:
+        crc = os.path.join(os.path.dirname(os.path.abspath(manifest)), s["crc32c"])
+    _verify_tar(report, tar, fields, decode, s["records"], crc)
+
+
+_UNCHECKED = (
+    "no per-sample checksums (a tar without a stoker .crc32c side-car): its samples' bytes are "
+    "not checked, only its structure"
+)
 
 
 def _no_sums(report: VerifyReport, checksums: bool) -> VerifyReport:

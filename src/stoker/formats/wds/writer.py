@@ -40,18 +40,17 @@ from stoker._core.schema import Schema
 from stoker.formats.base import ShardWriter
 from stoker.formats.manifest import check_rel_path, fail, write_json
 from stoker.formats.wds.index import build_index
-from stoker.formats.wds.layout import LABEL_SUFFIX, field_suffixes, image_suffix
+from stoker.formats.wds.layout import (
+    LABEL_SUFFIX,
+    crc_path,
+    field_suffixes,
+    image_suffix,
+    sample_crc,
+)
 from stoker.formats.wds.manifest import FORMAT_NAME, FORMAT_VERSION, validate_manifest
 from stoker.formats.wds.tarfmt import END_OF_ARCHIVE, RECORD, Walk, padding, ustar_header
 
-__all__ = [
-    "WdsShardWriter",
-    "crc_path",
-    "open_writer",
-    "sample_crc",
-    "shard_path",
-    "write_set_manifest",
-]
+__all__ = ["WdsShardWriter", "open_writer", "shard_path", "write_set_manifest"]
 
 _KEY_LIMIT = 1 << 63
 
@@ -60,23 +59,6 @@ def shard_path(prefix: str | os.PathLike[str], shard: int | None) -> str:
     """``prefix.tar`` for a single file, ``prefix-00003.tar`` for shard 3."""
     p = os.fspath(prefix)
     return f"{p}.tar" if shard is None else f"{p}-{shard:05d}.tar"
-
-
-def crc_path(tar: str) -> str:
-    """The per-sample checksum side-car of ``NAME.tar``: ``NAME.crc32c``."""
-    return (tar[:-4] if tar.endswith(".tar") else tar) + ".crc32c"
-
-
-def sample_crc(members: Sequence[bytes | memoryview]) -> int:
-    """The CRC32C of one sample: its members' data (image, ``.cls``, fields), chained in
-    member order. Tar headers and padding are not part of it: a flip there changes the
-    members the index finds, which the reader names on its own."""
-    import crc32c
-
-    value = 0
-    for data in members:
-        value = crc32c.crc32c(data, value=value)
-    return value
 
 
 def open_writer(
