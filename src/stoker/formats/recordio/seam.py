@@ -179,7 +179,7 @@ class RecordIOReader(Reader):
                 cache=self.cache,
                 files=self._files,
                 max_open=getattr(self, "_max_open", None),
-                whole=getattr(self, "_whole", None),
+                whole=getattr(self, "_cache_whole", None),
             )
         if self._rec is None:
             self._rec = open_records(
@@ -205,9 +205,10 @@ class RecordIOReader(Reader):
             "remote": self.remote,
             # a remote set travels with what its opening learnt (sizes, the manifest's copy)
             # and how many shards a loader's claim on the cache lets each reader keep open
+            # (and whether it claimed the whole set)
             "_files": getattr(self._rec, "files", None),
             "_max_open": getattr(self._rec, "_planned_open", None),
-            "_whole": getattr(self._rec, "_planned_whole", None),
+            "_cache_whole": getattr(self._rec, "_planned_whole", None),
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -223,7 +224,7 @@ class RecordIOReader(Reader):
         self.remote = state.get("remote")
         self._files = state.get("_files")
         self._max_open = state.get("_max_open")
-        self._whole = state.get("_whole")
+        self._cache_whole = state.get("_cache_whole")
         self._hints_on = None
         self._rec = None
         self._labels = None

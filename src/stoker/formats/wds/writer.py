@@ -253,6 +253,12 @@ class WdsShardWriter(ShardWriter):
 
     # ------------------------------------------------------------------ contract
     @property
+    def files(self) -> tuple[str, ...]:
+        """The final files this shard writes: the tar, and its ``.crc32c`` with checksums (what
+        a pack into object storage uploads)."""
+        return (self.path,) if self._crcs is None else (self.path, crc_path(self.path))
+
+    @property
     def keys_written(self) -> np.ndarray:
         return np.array(self._keys, dtype=np.int64)
 
