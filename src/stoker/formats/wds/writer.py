@@ -270,11 +270,6 @@ class WdsShardWriter(ShardWriter):
     def count(self) -> int:
         return len(self._keys)
 
-    @property
-    def files(self) -> tuple[str, ...]:
-        """The final files of this shard: the tar, and its ``.crc32c`` when it is written."""
-        return (self.path, crc_path(self.path)) if self._crcs is not None else (self.path,)
-
     def commit(self) -> dict:
         """End the archive, fsync, rename over ``NAME.tar``; the manifest entry (the tar's
         name relative to its own folder, where the set's manifest goes)."""
