@@ -4,8 +4,8 @@ shard cache smaller than half the set, against the same set read from its local 
 
 The set: ``--classes`` x ``--per-class`` sample JPEGs of ``--size`` px packed in shards of
 ``--shard-size`` records, uploaded to a bucket of an S3 server started in this process
-(``stoker.storage.testing.S3Server``, in a child process: ``python -m
-stoker.storage.testing``). Each remote configuration reads it through a ``FaultProxy`` (in a
+(``S3Server`` of ``tests/storage_doubles.py``, in a child process: ``python
+tests/storage_doubles.py``). Each remote configuration reads it through a ``FaultProxy`` (in a
 child process of its own) (``--latencies`` ms added to every request, body bytes capped at
 ``--bandwidth-mb`` MB/s per connection; the proxy opens a fresh connection per request, so
 every request pays the delay) named by ``AWS_ENDPOINT_URL``, with a fresh ``cache_dir`` and
@@ -50,6 +50,9 @@ from _common import command_line, cpu_between, cpu_count, tree_cpu, warm_page_ca
 
 MB = 1_000_000
 TARGET_RATIO = 0.9  # steady remote at 25 ms over local
+#: the loopback S3 server and proxy: test code, run as a script in a child process
+DOUBLES = str(Path(__file__).resolve().parents[1] / "tests" / "storage_doubles.py")
+sys.path.insert(0, os.path.dirname(DOUBLES))  # for its fake credentials
 
 
 # ---------------------------------------------------------------------------- data
@@ -142,14 +145,14 @@ def run_local(folder: Path, args: argparse.Namespace) -> dict:
 
 
 class Served:
-    """``python -m stoker.storage.testing`` in a child process: the S3 server, or a proxy in
+    """``python tests/storage_doubles.py`` in a child process: the S3 server, or a proxy in
     front of it (the serving costs CPU in its own process, not in the loader's main one)."""
 
     def __init__(self, *args: str) -> None:
         import subprocess
 
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "stoker.storage.testing", *args],
+            [sys.executable, DOUBLES, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -267,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[dict]] = {}
     try:
         with Served() as server:
-            from stoker.storage.testing import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
+            from storage_doubles import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
 
             os.environ.update(
                 AWS_ACCESS_KEY_ID=FAKE_ACCESS_KEY_ID,

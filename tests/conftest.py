@@ -146,14 +146,14 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
-# The fake credentials of the loopback S3 server (stoker.storage.testing) must never show in
+# The fake credentials of the loopback S3 server (tests/storage_doubles.py) must never show in
 # anything a test prints or reports: captured output, logs and failure reports are scanned, and
 # a run where one shows fails at the end, naming the tests.
 _SECRETS_SEEN: list[str] = []
 
 
 def _fake_secrets() -> tuple[str, ...]:
-    from stoker.storage.testing import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
+    from storage_doubles import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
 
     return (FAKE_SECRET_ACCESS_KEY, FAKE_ACCESS_KEY_ID)
 
@@ -214,7 +214,7 @@ def s3_server():
     as long as the process) is started first, so the leak check sees both as already there."""
     import fsspec.asyn
 
-    from stoker.storage.testing import S3Server
+    from storage_doubles import S3Server
 
     fsspec.asyn.get_loop()
     with S3Server() as server:

@@ -11,7 +11,7 @@ import pytest
 
 import stoker
 from stoker.storage.remote import Remote, close_filesystems
-from stoker.storage.testing import FaultProxy, S3Server
+from storage_doubles import FaultProxy, S3Server
 
 
 def pytest_collection_modifyitems(config, items):

@@ -27,7 +27,7 @@ from stoker._core.schema import Schema
 from stoker.formats import registry
 from stoker.formats.protowire import LEN, VARINT, encode_field
 from stoker.storage.remote import Remote, close_filesystems
-from stoker.storage.testing import StaticServer
+from storage_doubles import StaticServer
 
 N, SHARD, CLASSES, BATCH, SEED = 30, 4, 4, 5, 7
 FORMATS = ("recordio", "tfrecord", "wds", "lmdb")

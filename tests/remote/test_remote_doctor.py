@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from stoker.doctor.measure.storage import RemoteStorage
-from stoker.storage.testing import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
+from storage_doubles import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
 
 pytestmark = pytest.mark.timeout(180)
 

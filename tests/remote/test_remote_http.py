@@ -13,7 +13,7 @@ import pytest
 
 import stoker
 from stoker.storage.remote import close_filesystems
-from stoker.storage.testing import StaticServer
+from storage_doubles import StaticServer
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import stoker
-from stoker.storage.testing import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
+from storage_doubles import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,7 +11,7 @@ import pytest
 
 import stoker
 from stoker.storage.remote import Remote
-from stoker.storage.testing import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
+from storage_doubles import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -18,7 +18,7 @@ from stoker._core.errors import PackError
 from stoker.cli import main
 from stoker.pack.steps import finalize_pack, pack_shards, plan_pack
 from stoker.storage.remote import Remote
-from stoker.storage.testing import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
+from storage_doubles import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from stoker.storage.remote import close_filesystems
-from stoker.storage.testing import FaultProxy, S3Server
+from storage_doubles import FaultProxy, S3Server
 
 
 @dataclass

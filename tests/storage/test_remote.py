@@ -14,7 +14,7 @@ import pytest
 
 from stoker._core.errors import ManifestError, StorageError
 from stoker.storage.remote import Remote
-from stoker.storage.testing import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
+from storage_doubles import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
 
 
 def _put(remote: Remote, tmp_path, url: str, data: bytes) -> None:

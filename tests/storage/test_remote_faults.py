@@ -12,7 +12,7 @@ import pytest
 
 from stoker._core.errors import StorageError
 from stoker.storage.remote import Remote
-from stoker.storage.testing import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
+from storage_doubles import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
 
 CHUNK = 256 * 1024
 SIZE = 4 * CHUNK + 12345  # five ranges, the last one short

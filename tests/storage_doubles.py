@@ -1,5 +1,5 @@
-"""Real storage on loopback for tests and benchmarks: an S3 server, a static HTTP server and a
-fault-injecting proxy.
+"""Real storage on loopback for tests and benchmarks (test code, not part of the package): an S3
+server, a static HTTP server and a fault-injecting proxy.
 
 :class:`S3Server` is moto's S3 server (``moto[server]``, a development dependency) in a
 thread of this process on ``127.0.0.1`` and a free port. Every instance in one process shares
@@ -416,7 +416,7 @@ def _header(headers: list[tuple[str, str]], name: str) -> str | None:
 
 
 def serve(argv: list[str] | None = None) -> int:
-    """``python -m stoker.storage.testing [--proxy-to URL --latency S --bandwidth B]``: the S3
+    """``python tests/storage_doubles.py [--proxy-to URL --latency S --bandwidth B]``: the S3
     server (or, with ``--proxy-to``, a :class:`FaultProxy` in front of that endpoint) in a
     process of its own, so that a benchmark's own process spends no time serving. Prints one
     JSON line ``{"endpoint": ...}``; then, for each line read on stdin, one JSON line
@@ -425,7 +425,7 @@ def serve(argv: list[str] | None = None) -> int:
     import json
     import sys
 
-    ap = argparse.ArgumentParser(prog="python -m stoker.storage.testing")
+    ap = argparse.ArgumentParser(prog="python tests/storage_doubles.py")
     ap.add_argument("--proxy-to", default=None, metavar="URL")
     ap.add_argument("--latency", type=float, default=0.0, metavar="SECONDS")
     ap.add_argument("--bandwidth", type=float, default=None, metavar="BYTES_PER_S")
