@@ -42,7 +42,7 @@ from stoker.formats.wds.layout import (
     raw_schema,
 )
 from stoker.formats.wds.manifest import FORMAT_NAME, load_manifest, shard_tar
-from stoker.formats.wds.shard import Shard, check_uncompressed, crc_problem, decode_field
+from stoker.formats.wds.shard import Shard, check_uncompressed, decode_field
 
 __all__ = ["MAX_OPEN_SHARDS", "WdsReader", "open_reader"]
 
@@ -352,9 +352,9 @@ class WdsReader(ReadsRemoteShards, Reader):
             index = shard.index()
             off, size = cols[""]
             o, n = int(off[j]), int(size[j])
-            crcs = shard.crcs()
-            if crcs is not None:
-                bad = crc_problem(view, index, j, int(crcs[j]))
+            check = shard.crcs()
+            if check is not None:
+                bad = check.problem(view, j)
                 if bad is not None:
                     head = int(index.headers[j])
                     raise CorruptRecordError(

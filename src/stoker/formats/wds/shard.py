@@ -97,14 +97,26 @@ def read_crcs(path: str, samples: int) -> np.ndarray:
     return np.frombuffer(data, dtype="<u4")
 
 
-def crc_problem(view: memoryview, index: TarIndex, j: int, stored: int) -> str | None:
-    """Why sample ``j``'s members do not match its ``stored`` CRC32C, or ``None``."""
-    rows = range(int(index.starts[j]), int(index.starts[j + 1]))
-    spans = [(int(index.m_data[r]), int(index.m_size[r])) for r in rows]
-    got = sample_crc([view[o : o + n] for o, n in spans])
-    if got == stored:
-        return None
-    return f"checksum mismatch: stored crc32c {stored:#010x}, data has {got:#010x}"
+class CrcCheck:
+    """Checks samples of one tar against its side-car: the index's member spans and the
+    stored CRC32Cs as Python lists, so one check is a CRC per member and no NumPy scalar."""
+
+    def __init__(self, index: TarIndex, crcs: np.ndarray) -> None:
+        self.crcs: list[int] = crcs.tolist()
+        self.starts: list[int] = index.starts.tolist()
+        self.data: list[int] = index.m_data.tolist()
+        self.size: list[int] = index.m_size.tolist()
+
+    def problem(self, view: memoryview, j: int) -> str | None:
+        """Why sample ``j``'s members do not match its stored CRC32C, or ``None``."""
+        data, size = self.data, self.size
+        got = sample_crc(
+            [view[data[r] : data[r] + size[r]] for r in range(*self.starts[j : j + 2])]
+        )
+        stored = self.crcs[j]
+        if got == stored:
+            return None
+        return f"checksum mismatch: stored crc32c {stored:#010x}, data has {got:#010x}"
 
 
 class Shard:
@@ -123,7 +135,7 @@ class Shard:
     ) -> None:
         self.path, self.records, self.tar_bytes = path, records, tar_bytes
         self.manifest, self.cache, self.crc = manifest, cache, crc
-        self._crcs: np.ndarray | None = None
+        self._crcs: CrcCheck | None = None
         self._index: TarIndex | None = None
         self._mm: mmap.mmap | None = None
         self._view: memoryview | None = None
@@ -141,13 +153,14 @@ class Shard:
         assert self.crc is not None
         return self.crc
 
-    def crcs(self) -> np.ndarray | None:
-        """Each sample's CRC32C from the side-car, read once per process; ``None`` without
-        one (a tar stoker did not write: its samples are read unchecked)."""
+    def crcs(self) -> CrcCheck | None:
+        """The check of each sample against the side-car, read once per process; ``None``
+        without one (a tar stoker did not write: its samples are read unchecked)."""
         if self.crc is None:
             return None
         if self._crcs is None:
-            self._crcs = read_crcs(self.local_crc(), len(self.index()))
+            index = self.index()
+            self._crcs = CrcCheck(index, read_crcs(self.local_crc(), len(index)))
         return self._crcs
 
     def _map(self) -> memoryview:

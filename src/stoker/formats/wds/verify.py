@@ -29,7 +29,7 @@ from stoker.formats.verify_remote import verify_shards
 from stoker.formats.wds.index import build_index
 from stoker.formats.wds.layout import IMAGE_SUFFIXES, RAW_FIELDS, field_suffixes, raw_schema
 from stoker.formats.wds.manifest import load_manifest, shard_tar, validate_manifest
-from stoker.formats.wds.shard import check_uncompressed, crc_problem, decode_field, read_crcs
+from stoker.formats.wds.shard import CrcCheck, check_uncompressed, decode_field, read_crcs
 from stoker.formats.wds.tarfmt import Walk
 
 __all__ = ["verify"]
@@ -58,9 +58,9 @@ def _check_samples(
     for j in range(len(index)):
         key = index.key_name(j)
         o, n = int(img_off[j]), int(img_size[j])
-        if crcs is not None and j < len(crcs):
+        if crcs is not None:
             report.checksummed += 1
-            bad = crc_problem(view, index, j, int(crcs[j]))
+            bad = crcs.problem(view, j)
             if bad is not None:
                 report.add(Problem(path, j, int(index.headers[j]), f"sample {key!r}: {bad}"))
         if o >= 0 and n == 0:
@@ -121,7 +121,7 @@ def _verify_tar(
         crcs = None
         if crc is not None:
             try:
-                crcs = read_crcs(crc, len(index))
+                crcs = CrcCheck(index, read_crcs(crc, len(index)))
             except CorruptRecordError as e:
                 report.add(Problem(crc, None, None, e.reason))
             except OSError as e:
