@@ -27,8 +27,8 @@ from stoker._core.errors import PackError
 from stoker.formats.remote import is_url
 from stoker.pack.options import PackOptions
 from stoker.pack.outputs import OutputPaths
-from stoker.pack.packer import check_listing_rejects, make_out_dir
 from stoker.pack.plan import Plan, fingerprint, make_plan
+from stoker.pack.setfiles import check_listing_rejects, make_out_dir
 
 __all__ = [
     "PLAN_SUFFIX",

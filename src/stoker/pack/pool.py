@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -34,9 +34,12 @@ __all__ = ["Pool", "results"]
 class Pool:
     """A process pool that can be replaced after a worker died, and torn down for sure."""
 
-    def __init__(self, workers: int, source: Any = None) -> None:
+    def __init__(
+        self, workers: int, source: Any = None, *, initializer: Callable[..., None] = init_worker
+    ) -> None:
         self.workers = workers
-        self.source = source  # a convert's reader, handed to each worker at its start
+        self.source = source  # a convert's reader (a shard job), given to each worker at start
+        self.initializer = initializer  # called with (main pid, source) in each worker
         self.pool: ProcessPoolExecutor | None = None
 
     def get(self) -> ProcessPoolExecutor:
@@ -44,7 +47,7 @@ class Pool:
             self.pool = ProcessPoolExecutor(
                 self.workers,
                 mp_context=pool_context(),
-                initializer=init_worker,
+                initializer=self.initializer,
                 initargs=(os.getpid(), self.source),
             )
         return self.pool

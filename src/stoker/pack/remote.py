@@ -51,10 +51,10 @@ from stoker._core.errors import OutputExistsError, TooManyRejectsError
 from stoker._core.progress import Progress, make_progress
 from stoker.formats.manifest import MANIFEST_SUFFIX
 from stoker.pack.options import PackOptions
-from stoker.pack.packer import make_out_dir
 from stoker.pack.plan import Plan
 from stoker.pack.planfile import output_paths, shard_bounds
 from stoker.pack.report import PackReport
+from stoker.pack.setfiles import make_out_dir
 from stoker.pack.steps import (
     ShardOutcome,
     commit_set,

@@ -30,9 +30,11 @@ from stoker.pack.options import PackOptions
 __all__ = [
     "SourceItem",
     "SourceItems",
+    "item_label",
     "manifest_schema",
     "open_source",
     "read_positions",
+    "reject_text",
     "set_source",
     "source_digest",
     "variable_lengths",
@@ -49,7 +51,7 @@ class SourceItem(Item):
     pos: int = 0
 
 
-def _label(row: Any) -> float | tuple[float, ...]:
+def item_label(row: Any) -> float | tuple[float, ...]:
     """A bulk label as an item holds it: an int or float, or a tuple for a label vector."""
     arr = np.asarray(row)
     if arr.ndim:
@@ -73,7 +75,7 @@ class SourceItems(Sequence[Item]):
 
     def _one(self, i: int) -> SourceItem:
         rel = f"{self.name}#{i}"
-        return SourceItem(self.path, rel, _label(self.labels[i]), int(self.keys[i]), i)
+        return SourceItem(self.path, rel, item_label(self.labels[i]), int(self.keys[i]), i)
 
     @overload
     def __getitem__(self, i: int) -> Item: ...
@@ -147,7 +149,7 @@ def set_source(reader: Reader | None) -> None:
     _SOURCE = reader
 
 
-def _detail(reader: Reader, i: int, e: BaseException) -> str:
+def reject_text(reader: Reader, i: int, e: BaseException) -> str:
     """The reject text of position ``i``: the error, with the file and byte offset of the
     record when the error does not say them."""
     msg = f"{type(e).__name__}: {e}"
@@ -176,14 +178,14 @@ def read_positions(positions: Sequence[int]) -> list[tuple]:
     try:
         f = reader.reader(idx, names)
     except Exception as e:  # noqa: BLE001 - the whole chunk is unreadable: each a reject
-        return [(1, "unreadable", _detail(reader, int(i), e)) for i in idx.tolist()]
+        return [(1, "unreadable", reject_text(reader, int(i), e)) for i in idx.tolist()]
     out: list[tuple] = []
     for i in idx.tolist():
         try:
             image, _label, _key, fields = f(i)
             data = bytes(image)
         except Exception as e:  # noqa: BLE001 - a bad record is a reject, never a crash
-            out.append((1, "unreadable", _detail(reader, i, e)))
+            out.append((1, "unreadable", reject_text(reader, i, e)))
             continue
         out.append((0, data, sniff(data), False, True, len(data), dict(fields)))
     return out

@@ -11,7 +11,7 @@ Shard job
     :func:`pack_shards` reads the plan, lists SRC again and refuses when the fingerprint
     differs (SRC or the check changed since the plan was made). Each shard it is given is
     packed into its final files, records in position order through the format's writer with
-    the labels and fields a one-machine pack gives them (``packer.sample_of``), each file
+    the labels and fields a one-machine pack gives them (``records.sample_of``), each file
     written as ``*.partial`` and renamed; then ``OUT-NNNNN.pack-shard.json`` (``OUT.pack-
     shard.json`` unsharded) is written atomically: the plan's fingerprint, the shard's manifest
     entry, its files and their sizes, what each record counts for in the manifest and the
@@ -26,7 +26,7 @@ Finalize
     :func:`finalize_pack` checks every shard as a rerun does and refuses, naming each shard
     that is missing or damaged; then merges the records' counts and the rejects in position
     order, applies ``max_rejects`` to the total, and writes the rejects list, the ``.lst``
-    and the manifest last through ``packer.write_set_files``, the code a one-machine pack
+    and the manifest last through ``setfiles.write_set_files``, the code a one-machine pack
     commits with: the set is byte for byte that pack's. The side-cars and locks are removed after the
     manifest; the plan file stays.
 
@@ -72,7 +72,6 @@ from stoker.pack.outputs import (
     WriteFailed,
     shard_main_files,
 )
-from stoker.pack.packer import reject_detail, sample_of, write_set_files
 from stoker.pack.plan import Plan, geometric
 from stoker.pack.planfile import (
     PLAN_SUFFIX,
@@ -84,7 +83,9 @@ from stoker.pack.planfile import (
     write_plan,
 )
 from stoker.pack.pool import results
-from stoker.pack.report import PackReport, Tally
+from stoker.pack.records import convert_range, reject_detail, sample_of
+from stoker.pack.report import PackReport, ShardCounts, Tally
+from stoker.pack.setfiles import write_set_files
 from stoker.pack.worker import process
 
 __all__ = [
@@ -110,7 +111,7 @@ __all__ = [
     "write_plan",
 ]
 
-_SIDECAR_VERSION = 1
+_SIDECAR_VERSION = 2
 
 
 def sidecar_path(paths: OutputPaths, s: int) -> str:
@@ -273,25 +274,16 @@ def _run_shard(
     with contextlib.suppress(FileNotFoundError):
         os.unlink(side_path)
     writers = ShardWriters(paths, plan.writer_schema, resume=False)
-    records: list[list] = []
+    counts = ShardCounts()
     rejects: list[list] = []
     lengths: dict[str, int] = {}
-    stream = _stream(options, plan, a, b, workers)
+    stream = None
     try:
-        for pos, r in stream:
-            if r[0] == 0:
-                key, data, label, fields = sample_of(plan, pos, r, lengths)
-                try:
-                    writers.write(s, key, data, label, fields)
-                except Unstorable as e:
-                    r = (1, "unstorable", str(e))
-                else:
-                    _, _, fmt, rotated, passthrough, size_in = r[:6]
-                    records.append([pos, fmt, int(rotated), int(passthrough), int(size_in)])
-            if r[0] == 1:
-                rejects.append([pos, r[1], reject_detail(plan, pos, r[2])])
-            if bar is not None:
-                bar.update(1)
+        if plan.reader is not None and workers == 0:  # a convert: read and written here
+            convert_range(plan, a, b, s, writers, counts, rejects, lengths, bar)
+        else:
+            stream = _stream(options, plan, a, b, workers)
+            _store(plan, s, stream, writers, counts, rejects, lengths, bar)
         nbytes = int(writers.get(s).bytes_written)
         entry, files = writers.commit_one(s)
     except WriteFailed as e:
@@ -302,7 +294,8 @@ def _run_shard(
             writers.abort(keep_partial=False)  # a partial shard is packed again from scratch
         raise
     finally:
-        stream.close()
+        if stream is not None:
+            stream.close()
     side = {
         "stoker_shard": _SIDECAR_VERSION,
         "fingerprint": fp,
@@ -312,13 +305,40 @@ def _run_shard(
         "bytes": nbytes,
         "files": {os.path.basename(p): os.path.getsize(p) for p in files},
         "main": os.path.basename(files[0]),
-        "records": records,
+        "counts": counts.to_json(),
         "rejects": rejects,
         "lengths": lengths,  # a convert's longest variable fields (finalize takes the max)
     }
     with atomic_write(side_path, "w") as f:
         json.dump(side, f)  # key order kept: the entry goes into the manifest as it is
-    return ShardOutcome(s, False, b - a, len(records), len(rejects), time.perf_counter() - t0)
+    return ShardOutcome(s, False, b - a, counts.n, len(rejects), time.perf_counter() - t0)
+
+
+def _store(
+    plan: Plan,
+    s: int,
+    stream: Generator,
+    writers: ShardWriters,
+    counts: ShardCounts,
+    rejects: list[list],
+    lengths: dict[str, int],
+    bar: Progress | None,
+) -> None:
+    """Write the checked files' results of ``stream`` into shard ``s`` in position order."""
+    for pos, r in stream:
+        if r[0] == 0:
+            key, data, label, fields = sample_of(plan, pos, r, lengths)
+            try:
+                writers.write(s, key, data, label, fields)
+            except Unstorable as e:
+                r = (1, "unstorable", str(e))
+            else:
+                _, _, fmt, rotated, passthrough, size_in = r[:6]
+                counts.add(pos, fmt, bool(rotated), bool(passthrough), int(size_in))
+        if r[0] == 1:
+            rejects.append([pos, r[1], reject_detail(plan, pos, r[2])])
+        if bar is not None:
+            bar.update(1)
 
 
 # ---------------------------------------------------------------- the steps
@@ -423,12 +443,21 @@ def not_ready(plan: Plan, problems: list[tuple[int, str | None]]) -> None:
 
 
 def finalize(
-    options: PackOptions, plan: Plan, fp: str, t0: float, *, resumed: Iterable[int] = ()
+    options: PackOptions,
+    plan: Plan,
+    fp: str,
+    t0: float,
+    *,
+    resumed: Iterable[int] = (),
+    check: bool = True,
 ) -> PackReport:
-    """:func:`finalize_pack` of a plan in hand (the Ray engine's last step); ``resumed``:
-    the shards a rerun found done, whose records the report counts as resumed."""
+    """:func:`finalize_pack` of a plan in hand (an engine's last step); ``resumed``: the
+    shards a rerun found done, whose records the report counts as resumed; ``check=False``:
+    each shard's side-car and file sizes are checked, not its records (the caller's own jobs
+    just wrote or verified every shard)."""
     paths = output_paths(options, plan)
-    not_ready(plan, [(s, shard_problem(options, plan, fp, s)) for s in range(plan.n_shards)])
+    problems = [(s, shard_problem(options, plan, fp, s, check=check)) for s in range(plan.n_shards)]
+    not_ready(plan, problems)
     sides = [read_sidecar(sidecar_path(paths, s)) or {} for s in range(plan.n_shards)]
     report = commit_set(options, plan, sides, t0, resumed=resumed)
     for s in range(plan.n_shards):
@@ -459,11 +488,7 @@ def commit_set(
     for s, side in enumerate(sides):
         entries.append(side["entry"])
         bytes_out += int(side["bytes"])
-        for pos, fmt, rotated, passthrough, size_in in side["records"]:
-            tally.wrote(pos, fmt, bool(rotated), bool(passthrough), size_in)
-            if s in resumed_set:
-                tally.resumed += 1
-                tally.resumed_bytes_in += size_in
+        ShardCounts.add_to(tally, side["counts"], resumed=s in resumed_set)
         tally.item_rejects.extend((pos, r, d) for pos, r, d in side["rejects"])
         for name, n in (side.get("lengths") or {}).items():
             lengths[name] = max(lengths.get(name, 0), int(n))
