@@ -73,7 +73,7 @@ def import_ray() -> Any:
     return ray
 
 
-def _shard_task(job: ShardJob, s: int) -> ShardOutcome:
+def shard_task(job: ShardJob, s: int) -> ShardOutcome:
     """One Ray task: shard ``s`` written (or found done) in the task's own process; a URL
     OUT: staged on the task's node and uploaded."""
     return job(s, workers=0)
@@ -140,7 +140,7 @@ class RayEngine:
         started = _init(ray, self.options)
         pending: list[Any] = []
         try:
-            task = ray.remote(max_retries=MAX_RETRIES, num_cpus=1)(_shard_task)
+            task = ray.remote(max_retries=MAX_RETRIES, num_cpus=1)(shard_task)
             job_ref = ray.put(job)  # the plan goes into the object store once
             refs = [task.remote(job_ref, s) for s in shards]
             shard_of = dict(zip(refs, shards))
