@@ -45,13 +45,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from stoker._core.progress import make_progress
-from stoker.formats.remote import is_url
+from stoker.pack.destination import destination
 from stoker.pack.options import PackOptions
 from stoker.pack.outputs import OutputPaths
 from stoker.pack.plan import Plan, fingerprint, make_plan
 from stoker.pack.report import PackReport
 from stoker.pack.setfiles import check_listing_rejects, make_out_dir
-from stoker.pack.steps import ShardOutcome, finalize, forget_shards, run_shard
+from stoker.pack.shardjob import ShardOutcome
 
 __all__ = ["Engine", "LocalEngine", "ShardJob", "run_jobs"]
 
@@ -66,18 +66,8 @@ class ShardJob:
     storage_options: Mapping[str, Any] | None = None
 
     def __call__(self, s: int, *, workers: int = 0) -> ShardOutcome:
-        if is_url(self.options.prefix):
-            from stoker.pack.remote import shard_to_url
-
-            return shard_to_url(
-                self.options,
-                self.plan,
-                self.fp,
-                s,
-                workers=workers,
-                storage_options=self.storage_options,
-            )
-        return run_shard(self.options, self.plan, self.fp, s, workers=workers)
+        dest = destination(self.options.prefix, self.storage_options)
+        return dest.shard(self.options, self.plan, self.fp, s, workers=workers)
 
 
 class Engine(Protocol):
@@ -143,28 +133,18 @@ def run_jobs(
     finalize (see the module NOTE); ``storage_options``: how a URL SRC or OUT is reached."""
     t0 = time.perf_counter()
     plan = make_plan(options)  # a missing or unusable source is named before the output
-    url = is_url(options.prefix)
-    here, here_plan = options, plan  # where this driver writes: a URL's staging folder
-    if url:
-        from stoker.pack.remote import forget_url, refuse_existing_url, staged
-
-        here, here_plan = staged(options, plan)
+    dest = destination(options.prefix, storage_options)
+    here, here_plan = dest.here(options, plan)  # where this driver writes (a URL: staging)
     make_out_dir(here.prefix)
     paths = OutputPaths.for_plan(here_plan, list_file=options.list_file, format=options.format)
     settings = options.journal_json()
     fp = fingerprint(plan, settings)
     same_plan = paths.journal_matches(fp)
     if not options.overwrite and not same_plan:
-        if url:
-            refuse_existing_url(options.prefix, storage_options)
-        else:
-            paths.refuse_existing()
+        dest.refuse_existing(options, paths)
     check_listing_rejects(here, here_plan, paths)
     if not (options.resume and same_plan):
-        if url:
-            forget_url(options, plan, storage_options)
-        else:
-            forget_shards(options, plan)
+        dest.forget(options, plan)
         paths.start_journal(fp, settings)
     what = "convert" if options.convert else "pack"
     bar = make_progress(len(plan.items), what, unit="img", enabled=options.progress)
@@ -182,14 +162,8 @@ def run_jobs(
         if close is not None:
             close()
         bar.close()
-    if url:
-        from stoker.pack.remote import finalize_url
-
-        report = finalize_url(
-            options, plan, fp, t0, storage_options=storage_options, resumed=resumed
-        )
-    else:
-        report = finalize(options, plan, fp, t0, resumed=resumed, check=False)
+    # check=False: every shard was just written or verified by its job; sizes are checked
+    report = dest.finalize(options, plan, fp, t0, resumed=resumed, check=False)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(paths.journal)
     return report

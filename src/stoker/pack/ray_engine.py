@@ -52,7 +52,7 @@ from stoker._core.errors import PackError, StokerError
 from stoker.pack.jobs import ShardJob, run_jobs
 from stoker.pack.options import PackOptions
 from stoker.pack.report import PackReport
-from stoker.pack.steps import ShardOutcome
+from stoker.pack.shardjob import ShardOutcome
 from stoker.storage.urls import redact
 
 __all__ = ["MAX_RETRIES", "RayEngine", "import_ray", "run_ray"]
