@@ -108,8 +108,8 @@ def child(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_child(rev: Revision, args: argparse.Namespace, what: str, **extra: str) -> dict:
-    cmd = [sys.executable, str(HERE), "--child", what, "--work", str(args.work)]
+def run_child(rev: Revision, args: argparse.Namespace, kind: str, **extra: str) -> dict:
+    cmd = [sys.executable, str(HERE), "--child", kind, "--work", str(args.work)]
     cmd += ["--images", str(args.images), "--records", str(args.records)]
     cmd += ["--workers", str(args.workers), "--shard-size", str(args.shard_size)]
     for k, v in extra.items():
@@ -119,7 +119,7 @@ def run_child(rev: Revision, args: argparse.Namespace, what: str, **extra: str) 
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=args.work)
     if out.returncode:
         sys.stderr.write(out.stdout[-3000:] + out.stderr[-3000:])
-        raise SystemExit(f"{rev.label} ({rev.name}): the {what} run failed")
+        raise SystemExit(f"{rev.label} ({rev.name}): the {kind} run failed")
     lines = out.stdout.splitlines()
     used = Path(next(s for s in lines if s.startswith("STOKER "))[7:]).resolve()
     if not used.is_relative_to(rev.src.resolve()):
