@@ -77,7 +77,6 @@ from stoker.pack.pool import results
 from stoker.pack.records import reject_detail, sample_of
 from stoker.pack.report import PackReport, Tally
 from stoker.pack.setfiles import check_listing_rejects, make_out_dir, write_set_files
-from stoker.pack.source import kept_lengths
 from stoker.pack.worker import process
 
 __all__ = ["PackOptions", "PackReport", "convert", "output_prefix", "pack", "run_pack"]
@@ -227,8 +226,6 @@ def run_pack(
     bar = make_progress(len(plan.items), what, unit="img", enabled=options.progress)
     bar.update(start)
     run = _Run(options, plan, paths, shards, tally, rejects, records, bar)
-    if resuming and plan.reader is not None and plan.writer_schema is not None:
-        kept_lengths(plan, tally.written, run.lengths)
     return run.go(start, n_workers, t0)
 
 
@@ -269,13 +266,7 @@ def _resume(
 def _recount(options: PackOptions, plan: Plan, pos: int) -> RecordRow:
     """The records-journal row of a kept record whose line was lost: its file checked again
     (what a worker did for it; the fingerprint vouches that path and options are the same)."""
-    if plan.reader is not None:
-        from stoker.pack.source import read_positions, set_source
-
-        set_source(plan.reader)
-        r = read_positions([plan.items[pos].pos])[0]  # type: ignore[attr-defined]
-    else:
-        r = process(plan.items[pos].path, options)
+    r = process(plan.items[pos].path, options)
     if r[0] == 0:
         return (int(pos), r[2], bool(r[3]), bool(r[4]), int(r[5]))
     return (int(pos), "unknown", False, False, 0)  # the file changed since: count what we can
@@ -311,7 +302,6 @@ class _Run:
             n_workers,
             chunk,
             upright=upright,
-            source=self.plan.reader,
         )
         try:
             for pos, r in stream:
@@ -361,7 +351,7 @@ class _Run:
     def _take(self, pos: int, r: tuple) -> None:
         """Store one worker result, or journal it as a reject."""
         if r[0] == 0:
-            key, data, label, fields = sample_of(self.plan, pos, r, self.lengths)
+            key, data, label, fields = sample_of(self.plan, pos, r)
             try:
                 self.shards.write(self.plan.shard_of(pos), key, data, label, fields)
             except Unstorable as e:

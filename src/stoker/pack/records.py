@@ -24,7 +24,7 @@ from stoker.pack.listing import ListingItem
 from stoker.pack.outputs import ShardWriters, Unstorable
 from stoker.pack.plan import Plan
 from stoker.pack.report import ShardCounts
-from stoker.pack.source import SourceItems, reject_text, variable_lengths
+from stoker.pack.source import SourceItems, reject_text
 
 __all__ = ["convert_range", "label_maker", "reject_detail", "sample_of"]
 
@@ -48,21 +48,14 @@ def label_maker(schema: Schema | None) -> Callable[[Any], Any]:
     return make
 
 
-def sample_of(plan: Plan, pos: int, r: tuple, lengths: dict[str, int]) -> tuple:
+def sample_of(plan: Plan, pos: int, r: tuple) -> tuple:
     """``(key, image bytes, label, fields)`` for the writer from a worker's result ``r`` for
-    position ``pos`` (a convert's variable field lengths go into ``lengths``)."""
-    data = r[1]
-    key = int(plan.keys[pos])
+    the file at position ``pos`` (a listing's row: its fields, and the masks a worker read)."""
     item = plan.items[pos]
-    schema = plan.writer_schema
     fields = None
-    if isinstance(item, ListingItem):  # a listing: its fields, masks read by a worker
+    if isinstance(item, ListingItem):
         fields = {**item.fields, **(r[6] if len(r) > 6 else {})}
-    elif plan.reader is not None:  # a convert: the source's stored fields
-        fields = r[6]
-        assert schema is not None
-        variable_lengths(schema, fields, lengths)
-    return key, data, label_maker(schema)(item.label), fields
+    return int(plan.keys[pos]), r[1], label_maker(plan.writer_schema)(item.label), fields
 
 
 def reject_detail(plan: Plan, pos: int, detail: str) -> str:

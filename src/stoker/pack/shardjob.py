@@ -140,16 +140,7 @@ def shard_problem(
 
 
 def _inline(plan: Plan, a: int, b: int, options: PackOptions, upright: bool) -> Generator:
-    """Each item's result, checked (a convert: read) in this process (a Ray task holds one
-    CPU)."""
-    if plan.reader is not None:
-        from stoker.pack.source import read_positions, set_source
-
-        set_source(plan.reader)
-        for c in range(a, b, 64):
-            chunk = plan.items[c : min(b, c + 64)]
-            yield from enumerate(read_positions([it.pos for it in chunk]), c)  # type: ignore[attr-defined]
-        return
+    """Each item's result, checked in this process (a Ray task holds one CPU)."""
     from PIL import Image, ImageFile
 
     Image.MAX_IMAGE_PIXELS = None  # check_image applies max_pixels from the header itself
@@ -166,7 +157,7 @@ def _stream(options: PackOptions, plan: Plan, a: int, b: int, workers: int) -> G
         return
     items = plan.items[a:b]
     chunk = max(1, min(64, len(items) // (workers * 8) or 1))
-    for pos, r in results(items, 0, options, workers, chunk, upright=upright, source=plan.reader):
+    for pos, r in results(items, 0, options, workers, chunk, upright=upright):
         yield a + pos, r
 
 
@@ -224,7 +215,7 @@ def _run_shard(
     lengths: dict[str, int] = {}
     stream = None
     try:
-        if plan.reader is not None and workers == 0:  # a convert: read and written here
+        if plan.reader is not None:  # a convert: read and written in this process
             convert_range(plan, a, b, s, writers, counts, rejects, lengths, bar)
         else:
             stream = _stream(options, plan, a, b, workers)
@@ -272,7 +263,7 @@ def _store(
     """Write the checked files' results of ``stream`` into shard ``s`` in position order."""
     for pos, r in stream:
         if r[0] == 0:
-            key, data, label, fields = sample_of(plan, pos, r, lengths)
+            key, data, label, fields = sample_of(plan, pos, r)
             try:
                 writers.write(s, key, data, label, fields)
             except Unstorable as e:

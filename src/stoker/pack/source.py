@@ -1,12 +1,12 @@
 """What ``stoker convert`` packs: the samples of a data set in any format the registry reads,
 taken by position and stored as they are.
 
-A convert is a pack whose items are a :class:`~stoker.formats.base.Reader`'s positions: the
-main process opens the source once for its length, keys, labels, classes and schema (the
-plan); each worker process gets the reader (it pickles as its configuration and opens itself
-lazily there) and reads chunks of positions, sending back the image bytes untouched and the
-stored fields (:func:`read_positions`). A record that fails to read is a reject naming its
-key, the file and the byte offset.
+A convert is shard jobs whose items are a :class:`~stoker.formats.base.Reader`'s positions:
+the driver opens the source once for its length, keys, labels, classes and schema (the plan);
+each shard job gets the reader (it pickles as its configuration and opens itself lazily in
+the job's process) and reads its positions, writing the image bytes untouched and the stored
+fields (``records.convert_range``). A record that fails to read is a reject naming its key,
+the file and the byte offset (:func:`reject_text`).
 """
 
 from __future__ import annotations
@@ -33,15 +33,10 @@ __all__ = [
     "item_label",
     "manifest_schema",
     "open_source",
-    "read_positions",
     "reject_text",
-    "set_source",
     "source_digest",
     "variable_lengths",
 ]
-
-#: the worker's reader of the source (set by the pool's initializer)
-_SOURCE: Reader | None = None
 
 
 @dataclass(frozen=True)
@@ -142,13 +137,6 @@ def variable_lengths(schema: Schema, fields: dict[str, Any], into: dict[str, int
             into[name] = max(into.get(name, 0), f.length(fields[name]))
 
 
-# ---------------------------------------------------------------- the worker side
-def set_source(reader: Reader | None) -> None:
-    """Pool initializer part: the reader this worker reads positions from."""
-    global _SOURCE
-    _SOURCE = reader
-
-
 def reject_text(reader: Reader, i: int, e: BaseException) -> str:
     """The reject text of position ``i``: the error, with the file and byte offset of the
     record when the error does not say them."""
@@ -162,48 +150,3 @@ def reject_text(reader: Reader, i: int, e: BaseException) -> str:
         if where is not None:
             msg += f" (record at byte {where[1]} of {where[0]})"
     return f"position {i}: {msg}"
-
-
-def read_positions(positions: Sequence[int]) -> list[tuple]:
-    """The result tuple of each position (``worker.py``'s layout; the seventh item holds the
-    stored fields): ``(0, image, source format, False, True, size, fields)`` or ``(1,
-    reason, detail)``."""
-    from stoker.codecs import sniff
-
-    reader = _SOURCE
-    if reader is None:  # pragma: no cover - a pool without its source is a bug
-        raise RuntimeError("no source reader in this worker")
-    names = tuple(reader.schema.stored)
-    idx = np.asarray(positions, dtype=np.int64)
-    try:
-        f = reader.reader(idx, names)
-    except Exception as e:  # noqa: BLE001 - the whole chunk is unreadable: each a reject
-        return [(1, "unreadable", reject_text(reader, int(i), e)) for i in idx.tolist()]
-    out: list[tuple] = []
-    for i in idx.tolist():
-        try:
-            image, _label, _key, fields = f(i)
-            data = bytes(image)
-        except Exception as e:  # noqa: BLE001 - a bad record is a reject, never a crash
-            out.append((1, "unreadable", reject_text(reader, i, e)))
-            continue
-        out.append((0, data, sniff(data), False, True, len(data), dict(fields)))
-    return out
-
-
-def kept_lengths(plan: Any, written: np.ndarray, into: dict[str, int]) -> None:
-    """A resumed convert: the variable fields' lengths of the records kept from the
-    interrupted run, read again from the source (only for fields whose source schema gives
-    no ``max_len``)."""
-    schema: Schema = plan.writer_schema
-    names = tuple(n for n, f in schema.stored.items() if f.variable and f.max_len is None)
-    for n, f in schema.stored.items():
-        if f.variable and f.max_len is not None:
-            into[n] = max(into.get(n, 0), f.max_len)
-    kept = np.flatnonzero(written)
-    if not names or not len(kept):
-        return
-    positions = np.asarray([plan.items[p].pos for p in kept.tolist()], dtype=np.int64)
-    f = plan.reader.reader(positions, names)
-    for i in positions.tolist():
-        variable_lengths(schema, f(i)[3], into)

@@ -34,7 +34,7 @@ Convert
     ``stoker convert`` runs the same steps: the plan records that it is a convert, the
     source's format and its reader's options (``source_options``; a URL source's
     ``RemoteOptions`` without ``storage_options``, which each step is given again); a shard
-    job reads the source's positions (``source.read_positions``) and its side-car keeps the
+    job reads the source's positions in its own process (``records.convert_range``) and its side-car keeps the
     longest variable field it wrote, which finalize merges into the manifest's schema.
 
 A URL OUT
@@ -57,6 +57,7 @@ from typing import Any
 
 from stoker._core.progress import make_progress
 from stoker.pack.destination import destination
+from stoker.pack.jobs import LocalEngine, ShardJob
 from stoker.pack.planfile import (
     PLAN_SUFFIX,
     load_plan,
@@ -153,9 +154,14 @@ def pack_shards(
     what = "convert" if options.convert else "pack"
     bar = make_progress(n_pos, what, unit="img", enabled=options.progress)
     dest = destination(options.prefix, storage_options)
-    outcomes = []
+    outcomes: list[ShardOutcome] = []
     try:
-        for s in todo:
+        if options.convert:  # each shard read and written by one process, several at once
+            job = ShardJob(options, p, fp, storage_options)
+            for got in LocalEngine(options.worker_count()).run(job, todo):
+                bar.update(got.positions)
+                outcomes.append(got)
+        for s in todo if not options.convert else ():  # images checked by a pool per shard
             got = dest.shard(options, p, fp, s, workers=options.worker_count(), bar=bar)
             if got.skipped:
                 bar.update(got.positions)
