@@ -26,6 +26,7 @@ revision and the ratio new/old with its spread over rounds.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -195,12 +196,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.images = args.images or (600 if args.quick else 3_000)
     args.records = args.records or (4_000 if args.quick else 20_000)
     args.shard_size = args.shard_size or max(1, args.records // 8)
-    if args.ray and not args.child:
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            print("# Ray is not installed: the local pool only", flush=True)
-            args.ray = False
     return args
 
 
@@ -208,6 +203,9 @@ def main() -> int:
     args = parse_args()
     if args.child:
         return child(args)
+    if args.ray and importlib.util.find_spec("ray") is None:
+        print("# Ray is not installed: the local pool only", flush=True)
+        args.ray = False
     base = Path(args.work or os.path.join(tempfile.gettempdir(), "stoker-bench-pack-path"))
     trees = Path(tempfile.mkdtemp(prefix="stoker-pack-path-"))
     worktrees: list[Path] = []
