@@ -13,6 +13,7 @@ manifest counts.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from typing import Any
 
@@ -105,6 +106,9 @@ def convert_range(
     keys = plan.keys[a:b].tolist()
     src, labels = _sources(plan, a, b)
     write = writers.write
+    stored: list[int] = []  # counted into ``counts`` at the end: nothing per record but this
+    formats: collections.Counter[str] = collections.Counter()
+    nbytes = 0
     for c in range(0, b - a, _CHUNK):
         idx = src[c : c + _CHUNK]
         try:
@@ -131,6 +135,9 @@ def convert_range(
             except Unstorable as e:
                 rejects.append([a + j, "unstorable", str(e)])
                 continue
-            counts.add(a + j, sniff(data), False, True, len(data))
+            stored.append(a + j)
+            formats[sniff(data)] += 1
+            nbytes += len(data)
         if bar is not None:
             bar.update(len(idx))
+    counts.add_stored(stored, formats, nbytes)

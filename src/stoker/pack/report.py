@@ -242,6 +242,22 @@ class ShardCounts(_Counts):
         self.count(fmt, rotated, passthrough, size_in)
         self.n += 1
 
+    def add_stored(
+        self, positions: list[int], formats: collections.Counter[str], bytes_in: int
+    ) -> None:
+        """Count records stored as they were read at ``positions`` (increasing, after any
+        counted before), ``formats`` their source formats, ``bytes_in`` their bytes."""
+        runs = self.runs
+        for pos in positions:
+            if runs and runs[-1][1] == pos:
+                runs[-1][1] = pos + 1
+            else:
+                runs.append([pos, pos + 1])
+        self.formats.update(formats)
+        self.bytes_in += bytes_in
+        self.passthrough += len(positions)
+        self.n += len(positions)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "written": self.runs,
