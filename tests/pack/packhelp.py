@@ -131,6 +131,21 @@ def assert_gone(procs: list[psutil.Process], timeout: float = 10.0) -> None:
     assert not alive, f"left running: {[p.pid for p in alive]}"
 
 
+def kill_group_at(proc: subprocess.Popen, at: float, sig: int = signal.SIGKILL) -> str:
+    """Send ``sig`` to ``proc``'s process group ``at`` seconds from now unless it ended
+    first, wait until it and its children are gone; where the signal landed."""
+    deadline = time.monotonic() + at
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.002)
+    procs = family(proc)
+    landed = "after the run" if proc.poll() is not None else "mid-run"
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+    proc.communicate(timeout=60)
+    assert_gone(procs)
+    return landed
+
+
 def semaphores() -> set[str]:
     """The POSIX semaphores multiprocessing has made on this machine (``/dev/shm/sem.mp-*``)."""
     return set(glob.glob("/dev/shm/sem.mp-*"))

@@ -17,6 +17,7 @@ import pytest
 from packhelp import (
     assert_gone,
     family,
+    kill_group_at,
     noise_tree,
     semaphores,
     sha,
@@ -66,15 +67,7 @@ def _kill_and_rerun(tmp_path, source, fmt: str, at: float, delay: float, n: int)
     sems = semaphores()
     args = [src, out, "--workers", "2", "--shard-size", str(SHARD), "--format", fmt]
     proc = start_driver(args, env={**os.environ, "PACK_DRIVER_DELAY_S": str(delay)})
-    deadline = time.monotonic() + at
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.002)
-    procs = family(proc)
-    landed = "after the run" if proc.poll() is not None else "mid-run"
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=30)
-    assert_gone(procs)
+    landed = kill_group_at(proc, at)
     unlink_orphan_semaphores(sems)  # the group's kill took the semaphores' tracker
     manifest = out + ".stoker.json"
     if os.path.exists(manifest):  # complete-looking: it must be the whole set

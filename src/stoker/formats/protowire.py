@@ -119,19 +119,21 @@ def unpack_packed(data: memoryview, wire_kind: str, *, base: int = 0) -> list:
     return out
 
 
+_ONE_BYTE = tuple(bytes((i,)) for i in range(128))
+
+
 def encode_varint(n: int) -> bytes:
     """Varint of ``n`` (a negative int64 is written as its 10-byte two's complement)."""
+    if 0 <= n < 128:  # most lengths, tags and small numbers: one byte
+        return _ONE_BYTE[n]
     if n < 0:
         n += 1 << 64
     out = bytearray()
-    while True:
-        b = n & 0x7F
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
         n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    out.append(n)
+    return bytes(out)
 
 
 def encode_field(number: int, wire: int, value: int | bytes) -> bytes:

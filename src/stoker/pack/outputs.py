@@ -29,6 +29,7 @@ from stoker._core.errors import OutputExistsError, PackError
 from stoker._core.schema import Schema
 from stoker.pack.plan import Plan
 from stoker.pack.scan import ScanResult, escape_name, unescape_name
+from stoker.pack.source import SourceItems
 
 __all__ = [
     "OutputPaths",
@@ -451,6 +452,16 @@ def class_counts(plan: Plan, written: np.ndarray) -> dict[str, int]:
     if plan.from_lst:
         return {}
     counts = np.zeros(len(plan.scan.classes), dtype=np.int64)
+    items = plan.items
+    if (
+        isinstance(items, SourceItems)
+        and items.labels.ndim == 1
+        and items.labels.dtype.kind in "iub"
+    ):
+        labels = items.labels[written].astype(np.int64)  # a convert in the source's order
+        labels = labels[(labels >= 0) & (labels < len(counts))]
+        counts += np.bincount(labels, minlength=len(counts)).astype(np.int64)
+        return {name: int(counts[i]) for name, i in plan.scan.classes.items()}
     for pos in np.flatnonzero(written).tolist():
         lab = plan.items[pos].label
         if not isinstance(lab, tuple) and 0 <= int(lab) < len(counts):

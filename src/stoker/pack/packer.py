@@ -53,12 +53,10 @@ from typing import Any
 
 import numpy as np
 
-from stoker._core.errors import PackError, TooManyRejectsError
+from stoker._core.errors import TooManyRejectsError
 from stoker._core.progress import Progress, make_progress
-from stoker._core.schema import Schema
 from stoker.formats.remote import is_url
 from stoker.pack.images import DEFAULT_MAX_PIXELS
-from stoker.pack.listing import ListingItem, max_lengths
 from stoker.pack.options import PackOptions, output_prefix
 from stoker.pack.outputs import (
     OutputPaths,
@@ -68,20 +66,17 @@ from stoker.pack.outputs import (
     ShardWriters,
     Unstorable,
     WriteFailed,
-    class_counts,
     read_record_journal,
     read_reject_journal,
     remove_partials,
     shard_main_files,
-    write_error,
-    write_lst,
-    write_manifest,
     write_rejects,
 )
 from stoker.pack.plan import Plan, fingerprint, geometric, make_plan
 from stoker.pack.pool import results
+from stoker.pack.records import reject_detail, sample_of
 from stoker.pack.report import PackReport, Tally
-from stoker.pack.source import kept_lengths, manifest_schema, variable_lengths
+from stoker.pack.setfiles import check_listing_rejects, make_out_dir, write_set_files
 from stoker.pack.worker import process
 
 __all__ = ["PackOptions", "PackReport", "convert", "output_prefix", "pack", "run_pack"]
@@ -188,6 +183,11 @@ def run_pack(
         from stoker.pack.ray_engine import run_ray
 
         return run_ray(options, storage_options=storage_options)
+    if options.convert:  # shard jobs, each reading its positions and writing its shard
+        from stoker.pack.jobs import LocalEngine, run_jobs
+
+        engine = LocalEngine(options.worker_count())
+        return run_jobs(options, engine, storage_options=storage_options)
     if is_url(options.prefix):
         from stoker.pack.remote import run_remote
 
@@ -226,36 +226,7 @@ def run_pack(
     bar = make_progress(len(plan.items), what, unit="img", enabled=options.progress)
     bar.update(start)
     run = _Run(options, plan, paths, shards, tally, rejects, records, bar)
-    if resuming and plan.reader is not None and plan.writer_schema is not None:
-        kept_lengths(plan, tally.written, run.lengths)
     return run.go(start, n_workers, t0)
-
-
-def check_listing_rejects(options: PackOptions, plan: Plan, paths: OutputPaths) -> None:
-    """A listing's bad rows count against ``max_rejects`` before any image is read."""
-    max_rejects = options.max_rejects
-    n_rej = len(plan.scan.rejects)
-    if plan.schema is None or max_rejects is None or n_rej <= max_rejects:
-        return
-    write_rejects(paths.rejects, plan.scan, plan, [])
-    raise TooManyRejectsError(
-        f"{n_rej} listing rows rejected, more than max_rejects={max_rejects}; see {paths.rejects}"
-    )
-
-
-def make_out_dir(prefix: str) -> None:
-    """The output's folder, created (with its parents) when missing, and writable."""
-    out_dir = os.path.dirname(os.path.abspath(prefix))
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-    except FileExistsError:
-        raise PackError(
-            f"{out_dir}: cannot create the output folder: a file is in the way"
-        ) from None
-    except OSError as e:
-        raise PackError(f"{out_dir}: cannot create the output folder: {e.strerror or e}") from None
-    if not os.access(out_dir, os.W_OK):
-        raise PackError(f"{out_dir}: output folder is not writable")
 
 
 def _resume(
@@ -295,27 +266,10 @@ def _resume(
 def _recount(options: PackOptions, plan: Plan, pos: int) -> RecordRow:
     """The records-journal row of a kept record whose line was lost: its file checked again
     (what a worker did for it; the fingerprint vouches that path and options are the same)."""
-    if plan.reader is not None:
-        from stoker.pack.source import read_positions, set_source
-
-        set_source(plan.reader)
-        r = read_positions([plan.items[pos].pos])[0]  # type: ignore[attr-defined]
-    else:
-        r = process(plan.items[pos].path, options)
+    r = process(plan.items[pos].path, options)
     if r[0] == 0:
         return (int(pos), r[2], bool(r[3]), bool(r[4]), int(r[5]))
     return (int(pos), "unknown", False, False, 0)  # the file changed since: count what we can
-
-
-def _writer_label(schema: Schema | None, label: Any) -> Any:
-    """An item's label as the writer takes it: the schema's header dtype (a class id as an
-    int), a vector as an array."""
-    head = schema[schema.header_name] if schema is not None and schema.header_name else None
-    if isinstance(label, tuple):
-        return np.asarray(label, np.float32 if head is None else head.dtype)
-    if head is not None and np.dtype(head.dtype).kind in "iu" and float(label).is_integer():
-        return int(label)
-    return float(label)
 
 
 @dataclass
@@ -348,7 +302,6 @@ class _Run:
             n_workers,
             chunk,
             upright=upright,
-            source=self.plan.reader,
         )
         try:
             for pos, r in stream:
@@ -398,7 +351,7 @@ class _Run:
     def _take(self, pos: int, r: tuple) -> None:
         """Store one worker result, or journal it as a reject."""
         if r[0] == 0:
-            key, data, label, fields = sample_of(self.plan, pos, r, self.lengths)
+            key, data, label, fields = sample_of(self.plan, pos, r)
             try:
                 self.shards.write(self.plan.shard_of(pos), key, data, label, fields)
             except Unstorable as e:
@@ -441,66 +394,6 @@ class _Run:
         entries, bytes_out = self.shards.commit()
         write_set_files(self.options, self.plan, self.paths, self.tally, entries, self.lengths)
         return entries, bytes_out
-
-
-def sample_of(plan: Plan, pos: int, r: tuple, lengths: dict[str, int]) -> tuple:
-    """``(key, image bytes, label, fields)`` for the writer from a worker's result ``r`` for
-    position ``pos`` (a convert's variable field lengths go into ``lengths``)."""
-    data = r[1]
-    key = int(plan.keys[pos])
-    item = plan.items[pos]
-    schema = plan.writer_schema
-    fields = None
-    if isinstance(item, ListingItem):  # a listing: its fields, masks read by a worker
-        fields = {**item.fields, **(r[6] if len(r) > 6 else {})}
-    elif plan.reader is not None:  # a convert: the source's stored fields
-        fields = r[6]
-        assert schema is not None
-        variable_lengths(schema, fields, lengths)
-    return key, data, _writer_label(schema, item.label), fields
-
-
-def reject_detail(plan: Plan, pos: int, detail: str) -> str:
-    """A reject's detail as the rejects list gives it (a listing's line number first)."""
-    item = plan.items[pos]
-    return (f"line {item.line}: " if isinstance(item, ListingItem) else "") + detail
-
-
-def write_set_files(
-    options: PackOptions,
-    plan: Plan,
-    paths: OutputPaths,
-    tally: Tally,
-    entries: list[dict],
-    lengths: dict[str, int],
-) -> None:
-    """After the shards: the rejects list, the ``.lst`` and the manifest (last), from the
-    plan, the run's counts and the shards' manifest entries in shard order."""
-    try:
-        write_rejects(paths.rejects, plan.scan, plan, tally.item_rejects)
-        if paths.lst:
-            write_lst(paths.lst, plan, tally.written)
-    except OSError as e:
-        raise write_error(e, paths.lst or paths.rejects, None) from None
-    pack_meta = {
-        **options.manifest_json(from_lst=plan.from_lst, listing=plan.schema is not None),
-        **tally.manifest_counts(),
-        "class_counts": class_counts(plan, tally.written),
-    }
-    rejects_meta = {
-        "count": tally.n_rejected,
-        "reasons": tally.reasons(),
-        "file": os.path.basename(paths.rejects),
-    }
-    # every manifest states its samples' schema, the label's kind with it (a set of int64
-    # class ids is never turned float32 by one record's label, as an inferred kind could be)
-    if plan.schema is not None:
-        schema = plan.schema.with_max_len(max_lengths(plan.schema, plan.items, tally.written))
-    else:
-        schema = manifest_schema(plan.writer_schema, lengths if plan.reader is not None else {})
-    if options.convert:
-        pack_meta["source_format"] = plan.reader.format
-    write_manifest(paths, entries, plan.scan.classes, pack_meta, rejects_meta, schema=schema)
 
 
 def convert(

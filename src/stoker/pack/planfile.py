@@ -25,10 +25,11 @@ from typing import Any
 from stoker._core.atomic import atomic_write
 from stoker._core.errors import PackError
 from stoker.formats.remote import is_url
+from stoker.pack.destination import destination
 from stoker.pack.options import PackOptions
-from stoker.pack.outputs import OutputPaths
-from stoker.pack.packer import check_listing_rejects, make_out_dir
 from stoker.pack.plan import Plan, fingerprint, make_plan
+from stoker.pack.setfiles import check_listing_rejects, make_out_dir
+from stoker.pack.shardjob import output_paths, shard_bounds
 
 __all__ = [
     "PLAN_SUFFIX",
@@ -60,19 +61,6 @@ _PLAN_OPTIONS = (
     "convert",
     "source_format",
 )
-
-
-def output_paths(options: PackOptions, plan: Plan) -> OutputPaths:
-    """Where the run of ``options`` writes, under the plan's prefix."""
-    return OutputPaths.for_plan(plan, list_file=options.list_file, format=options.format)
-
-
-def shard_bounds(plan: Plan, s: int) -> tuple[int, int]:
-    """The positions ``[a, b)`` shard ``s`` of ``plan`` holds."""
-    n = len(plan.items)
-    if plan.shard_size is None:
-        return 0, n
-    return min(n, s * plan.shard_size), min(n, (s + 1) * plan.shard_size)
 
 
 def plan_pack(
@@ -151,19 +139,12 @@ def write_plan(
         root=_absolute(options.root),
     )
     plan = make_plan(options)
-    url = is_url(options.prefix)
-    if url:
-        from stoker.pack.remote import refuse_existing_url, staged
-
-        if not options.overwrite:
-            refuse_existing_url(options.prefix, storage_options)
-        local_options, local_plan = staged(options, plan)
-    else:
-        local_options, local_plan = options, plan
+    dest = destination(options.prefix, storage_options)
+    local_options, local_plan = dest.here(options, plan)
     make_out_dir(local_options.prefix)
     paths = output_paths(local_options, local_plan)
-    if not options.overwrite and not url:
-        paths.refuse_existing()
+    if not options.overwrite:
+        dest.refuse_existing(options, paths)
     check_listing_rejects(local_options, local_plan, paths)
     doc = {
         "stoker_plan": PLAN_VERSION,
@@ -182,7 +163,7 @@ def write_plan(
     }
     if path is not None:
         target = os.fspath(path)
-    elif url:
+    elif local_options.prefix != options.prefix:  # a URL OUT: NAME.plan.json here
         target = options.prefix.rstrip("/").rsplit("/", 1)[-1] + PLAN_SUFFIX
     else:
         target = options.prefix + PLAN_SUFFIX

@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -25,7 +25,6 @@ from stoker.pack._procs import pool_context
 from stoker.pack.listing import ListingItem
 from stoker.pack.options import PackOptions
 from stoker.pack.scan import Item
-from stoker.pack.source import SourceItem
 from stoker.pack.worker import Task, init_worker, process_task
 
 __all__ = ["Pool", "results"]
@@ -34,9 +33,12 @@ __all__ = ["Pool", "results"]
 class Pool:
     """A process pool that can be replaced after a worker died, and torn down for sure."""
 
-    def __init__(self, workers: int, source: Any = None) -> None:
+    def __init__(
+        self, workers: int, source: Any = None, *, initializer: Callable[..., None] = init_worker
+    ) -> None:
         self.workers = workers
-        self.source = source  # a convert's reader, handed to each worker at its start
+        self.source = source  # given to each worker's initializer (a shard job), if any
+        self.initializer = initializer  # called with (main pid, source) in each worker
         self.pool: ProcessPoolExecutor | None = None
 
     def get(self) -> ProcessPoolExecutor:
@@ -44,8 +46,8 @@ class Pool:
             self.pool = ProcessPoolExecutor(
                 self.workers,
                 mp_context=pool_context(),
-                initializer=init_worker,
-                initargs=(os.getpid(), self.source),
+                initializer=self.initializer,
+                initargs=(os.getpid(),) if self.source is None else (os.getpid(), self.source),
             )
         return self.pool
 
@@ -81,8 +83,6 @@ def _chunks(n: int, size: int, start: int = 0) -> Generator[tuple[int, int], Non
 def _task(items: Sequence[Item], options: PackOptions, upright: bool) -> Task:
     """The task of a chunk of items: their paths, and a listing's masks (a convert's: the
     source positions)."""
-    if items and isinstance(items[0], SourceItem):
-        return Task((), options, positions=tuple(it.pos for it in items))  # type: ignore[attr-defined]
     paths = tuple(it.path for it in items)
     if not any(isinstance(it, ListingItem) and it.masks for it in items):
         return Task(paths, options, upright=upright)
@@ -90,12 +90,10 @@ def _task(items: Sequence[Item], options: PackOptions, upright: bool) -> Task:
     return Task(paths, options, masks, upright)
 
 
-def _isolate(
-    items: Sequence[Item], options: PackOptions, upright: bool, source: Any = None
-) -> list[tuple]:
+def _isolate(items: Sequence[Item], options: PackOptions, upright: bool) -> list[tuple]:
     """Run each item alone in a one-worker pool; one that kills it is ``decoder_crash``."""
     out: list[tuple] = []
-    single = Pool(1, source)
+    single = Pool(1)
     try:
         for it in items:
             try:
@@ -121,12 +119,10 @@ def results(
     chunk: int,
     *,
     upright: bool = False,
-    source: Any = None,
 ) -> Generator[tuple[int, tuple], None, None]:
     """(position, result) for positions ``start..`` in order, from a pool of workers
-    (``upright``: reject EXIF-turned images, see :class:`~stoker.pack.worker.Task`;
-    ``source``: a convert's reader, whose positions the items are)."""
-    pool = Pool(workers, source)
+    (``upright``: reject EXIF-turned images, see :class:`~stoker.pack.worker.Task`)."""
+    pool = Pool(workers)
     window = 4 * workers
     todo = _chunks(len(items), chunk, start)
     retry: collections.deque[tuple[int, int]] = collections.deque()
@@ -165,7 +161,7 @@ def results(
                         continue
                     r2 = f2.result() if exc is None else None
                     if r2 is None:
-                        r2 = _isolate(items[a2:b2], options, upright, source)
+                        r2 = _isolate(items[a2:b2], options, upright)
                     for i, r in enumerate(r2):
                         yield a2 + i, r
                 while len(pending) < window and submit():

@@ -4,13 +4,13 @@
 NOTE [ The Ray engine ]
 
 Driver
-    The process that calls :func:`stoker.pack` lists SRC and fixes the plan as a one-machine
-    pack does (``plan.make_plan``), puts it once into Ray's object store, and submits one task
-    per shard: ``steps.run_shard`` with the images checked in the task's own process (a task
-    holds one CPU). Results come back as tasks finish; one progress bar counts the positions
-    of the finished shards. When every task is back, the driver finalizes
-    (``steps.finalize``): every shard checked (sizes and CRCs), the rejects merged, the
-    manifest written last. The bytes equal a one-machine pack's, whatever ran where.
+    The process that calls :func:`stoker.pack` runs ``jobs.run_jobs`` with a
+    :class:`RayEngine`: the plan fixed as a local run fixes it, the job (its plan with it) put
+    once into Ray's object store, and one task per shard submitted: the shard job with the
+    images checked in the task's own process (a task holds one CPU). Outcomes come back as
+    tasks finish; when every task is back, the driver finalizes (the side-cars merged, every
+    count checked, the manifest written last). The bytes equal a local run's, whatever ran
+    where.
 
 Faults
     A task whose worker process dies (killed, out of memory, a node lost) is retried by Ray
@@ -44,21 +44,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from stoker._core.errors import PackError, StokerError
-from stoker._core.progress import make_progress
+from stoker.pack.jobs import ShardJob, run_jobs
 from stoker.pack.options import PackOptions
-from stoker.pack.outputs import OutputPaths
-from stoker.pack.packer import check_listing_rejects, make_out_dir
-from stoker.pack.plan import Plan, fingerprint, make_plan
 from stoker.pack.report import PackReport
-from stoker.pack.steps import ShardOutcome, finalize, forget_shards, run_shard
-from stoker.storage.urls import is_url, redact
+from stoker.pack.shardjob import ShardOutcome
+from stoker.storage.urls import redact
 
-__all__ = ["MAX_RETRIES", "import_ray", "run_ray"]
+__all__ = ["MAX_RETRIES", "RayEngine", "import_ray", "run_ray"]
 
 #: Times Ray runs a shard's task again after its worker process died.
 MAX_RETRIES = 3
@@ -76,16 +73,10 @@ def import_ray() -> Any:
     return ray
 
 
-def shard_task(
-    options: PackOptions, plan: Plan, fp: str, s: int, storage_options: Any = None
-) -> ShardOutcome:
-    """One Ray task: shard ``s`` packed (or found done) in the task's own process; a URL OUT:
-    staged on the task's node and uploaded."""
-    if is_url(options.prefix):
-        from stoker.pack.remote import shard_to_url
-
-        return shard_to_url(options, plan, fp, s, storage_options=storage_options)
-    return run_shard(options, plan, fp, s, workers=0)
+def shard_task(job: ShardJob, s: int) -> ShardOutcome:
+    """One Ray task: shard ``s`` written (or found done) in the task's own process; a URL
+    OUT: staged on the task's node and uploaded."""
+    return job(s, workers=0)
 
 
 def _init(ray: Any, options: PackOptions) -> bool:
@@ -122,14 +113,15 @@ def _quiet(name: str) -> Iterator[None]:
         log.setLevel(level)
 
 
-def _failure(ray: Any, e: BaseException, s: int, paths: OutputPaths, prefix: str) -> PackError:
+def _failure(ray: Any, e: BaseException, s: int, job: ShardJob) -> PackError:
     """The error of a shard's task that failed for good (its cause, without Ray's wrapper)."""
     cause = getattr(e, "cause", None)
     if isinstance(e, ray.exceptions.RayTaskError) and cause is not None:
         why = f"{type(cause).__name__}: {cause}"
     else:
         why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-    sid = paths.shard_ids[s]
+    sid = job.plan.shard_id(s)
+    prefix = job.options.prefix
     name = redact(prefix if sid is None else f"{prefix}-{sid:05d}")
     return PackError(
         f"shard {s} ({name}) failed on Ray (retried up to {MAX_RETRIES} times when its "
@@ -137,73 +129,42 @@ def _failure(ray: Any, e: BaseException, s: int, paths: OutputPaths, prefix: str
     )
 
 
+@dataclass(frozen=True)
+class RayEngine:
+    """Shard jobs as Ray tasks, one per shard, each holding one CPU (see the module NOTE)."""
+
+    options: PackOptions
+
+    def run(self, job: ShardJob, shards: Sequence[int]) -> Iterator[ShardOutcome]:
+        ray = import_ray()
+        started = _init(ray, self.options)
+        pending: list[Any] = []
+        try:
+            task = ray.remote(max_retries=MAX_RETRIES, num_cpus=1)(shard_task)
+            job_ref = ray.put(job)  # the plan goes into the object store once
+            refs = [task.remote(job_ref, s) for s in shards]
+            shard_of = dict(zip(refs, shards))
+            pending = list(refs)
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    try:
+                        got = ray.get(ref)
+                    except (ray.exceptions.RayError, StokerError) as e:
+                        raise _failure(ray, e, shard_of[ref], job) from None
+                    yield got
+        finally:
+            for ref in pending:  # a failure or Ctrl-C: the other shards' tasks stop
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref)
+            if started:
+                ray.shutdown()
+
+
 def run_ray(
     options: PackOptions, *, storage_options: Mapping[str, Any] | None = None
 ) -> PackReport:
     """Pack as ``options`` say, one Ray task per shard (see the module NOTE);
     ``storage_options``: how a URL SRC or OUT is reached."""
-    ray = import_ray()
-    t0 = time.perf_counter()
-    plan = make_plan(options)  # a missing or unusable source is named before the output
-    url = is_url(options.prefix)
-    here, here_plan = options, plan  # where this driver writes: a URL's staging folder
-    if url:
-        from stoker.pack.remote import finalize_url, forget_url, refuse_existing_url, staged
-
-        here, here_plan = staged(options, plan)
-    make_out_dir(here.prefix)
-    paths = OutputPaths.for_plan(here_plan, list_file=options.list_file, format=options.format)
-    settings = options.journal_json()
-    fp = fingerprint(plan, settings)
-    same_plan = paths.journal_matches(fp)
-    if not options.overwrite and not same_plan:
-        if url:
-            refuse_existing_url(options.prefix, storage_options)
-        else:
-            paths.refuse_existing()
-    check_listing_rejects(here, here_plan, paths)
-    if not (options.resume and same_plan):
-        if url:
-            forget_url(options, plan, storage_options)
-        else:
-            forget_shards(options, plan)
-        paths.start_journal(fp, settings)
-    started = _init(ray, options)
-    what = "convert" if options.convert else "pack"
-    bar = make_progress(len(plan.items), what, unit="img", enabled=options.progress)
-    pending: list[Any] = []
-    try:
-        task = ray.remote(max_retries=MAX_RETRIES, num_cpus=1)(shard_task)
-        plan_ref = ray.put(plan)
-        so = dict(storage_options) if storage_options is not None else None
-        refs = [task.remote(options, plan_ref, fp, s, so) for s in range(plan.n_shards)]
-        shard_of = dict(zip(refs, range(plan.n_shards)))
-        pending = list(shard_of)
-        resumed = []
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                try:
-                    got = ray.get(ref)
-                except (ray.exceptions.RayError, StokerError) as e:
-                    raise _failure(ray, e, shard_of[ref], paths, options.prefix) from None
-                if got.skipped:
-                    resumed.append(got.shard)
-                bar.update(got.positions)
-        bar.close()
-        if url:
-            report = finalize_url(
-                options, plan, fp, t0, storage_options=storage_options, resumed=resumed
-            )
-        else:
-            report = finalize(options, plan, fp, t0, resumed=resumed)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(paths.journal)
-        return report
-    finally:
-        for ref in pending:  # a failure or Ctrl-C: the other shards' tasks stop
-            with contextlib.suppress(Exception):
-                ray.cancel(ref)
-        bar.close()
-        if started:
-            ray.shutdown()
+    import_ray()  # Ray missing is said before anything is listed or written
+    return run_jobs(options, RayEngine(options), storage_options=storage_options)

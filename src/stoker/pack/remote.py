@@ -51,18 +51,19 @@ from stoker._core.errors import OutputExistsError, TooManyRejectsError
 from stoker._core.progress import Progress, make_progress
 from stoker.formats.manifest import MANIFEST_SUFFIX
 from stoker.pack.options import PackOptions
-from stoker.pack.packer import make_out_dir
 from stoker.pack.plan import Plan
-from stoker.pack.planfile import output_paths, shard_bounds
 from stoker.pack.report import PackReport
-from stoker.pack.steps import (
+from stoker.pack.setfiles import make_out_dir
+from stoker.pack.shardjob import (
     ShardOutcome,
     commit_set,
     lock_path,
     not_ready,
+    output_paths,
     parse_sidecar,
     read_sidecar,
     run_shard,
+    shard_bounds,
     shard_lock,
     sidecar_path,
 )

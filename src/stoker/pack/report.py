@@ -13,7 +13,7 @@ import numpy as np
 from stoker._core.errors import PackError
 from stoker.pack.scan import ScanResult
 
-__all__ = ["PackReport", "Tally"]
+__all__ = ["PackReport", "ShardCounts", "Tally"]
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,29 @@ class PackReport:
         return f"labels {self.labels} distinct (no class names)"
 
 
-class Tally:
+class _Counts:
+    """What stored records count for in the manifest: their source formats, the bytes read,
+    and how many were stored as is, re-encoded or turned upright."""
+
+    def __init__(self) -> None:
+        self.formats: collections.Counter[str] = collections.Counter()
+        self.bytes_in = 0
+        self.passthrough = 0
+        self.reencoded = 0
+        self.exif_rotated = 0
+
+    def count(self, fmt: str, rotated: bool, passthrough: bool, size_in: int) -> None:
+        """Count one stored record."""
+        self.formats[fmt] += 1
+        self.bytes_in += size_in
+        if passthrough:
+            self.passthrough += 1
+        else:
+            self.reencoded += 1
+        self.exif_rotated += int(rotated)
+
+
+class Tally(_Counts):
     """The counts of one run over ``len(items)`` planned positions.
 
     ``written`` marks the positions stored; it and the byte, format, rotation and
@@ -103,31 +125,17 @@ class Tally:
     """
 
     def __init__(self, scan: ScanResult, items: Any) -> None:
+        super().__init__()
         self.scan = scan
         self.items = items  # the plan's items, in record order
         self.written = np.zeros(len(items), dtype=bool)
         self.item_rejects: list[tuple[int, str, str]] = []  # (position, reason, detail)
-        self.formats: collections.Counter[str] = collections.Counter()
-        self.bytes_in = 0
-        self.passthrough = 0
-        self.reencoded = 0
-        self.exif_rotated = 0
         self.resumed = 0
         self.resumed_bytes_in = 0
 
     def wrote(self, pos: int, fmt: str, rotated: bool, passthrough: bool, size_in: int) -> None:
         self.written[pos] = True
         self.count(fmt, rotated, passthrough, size_in)
-
-    def count(self, fmt: str, rotated: bool, passthrough: bool, size_in: int) -> None:
-        """Count one stored record (:meth:`wrote` without marking its position)."""
-        self.formats[fmt] += 1
-        self.bytes_in += size_in
-        if passthrough:
-            self.passthrough += 1
-        else:
-            self.reencoded += 1
-        self.exif_rotated += int(rotated)
 
     @property
     def n_written(self) -> int:
@@ -212,3 +220,67 @@ class Tally:
 
 def _hashable(label: Any) -> Any:
     return tuple(label) if isinstance(label, (list, np.ndarray)) else label
+
+
+class ShardCounts(_Counts):
+    """What the records one shard job stored count for in the manifest, kept compact for its
+    side-car: the positions written (as runs ``[a, b)``, rejects being the gaps), the source
+    formats, the bytes read and the pass-through, re-encoded and rotated counts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[list[int]] = []
+        self.n = 0
+
+    def add(self, pos: int, fmt: str, rotated: bool, passthrough: bool, size_in: int) -> None:
+        """Count one record stored at ``pos`` (positions come in increasing order)."""
+        runs = self.runs
+        if runs and runs[-1][1] == pos:
+            runs[-1][1] = pos + 1
+        else:
+            runs.append([pos, pos + 1])
+        self.count(fmt, rotated, passthrough, size_in)
+        self.n += 1
+
+    def add_stored(
+        self, positions: list[int], formats: collections.Counter[str], bytes_in: int
+    ) -> None:
+        """Count records stored as they were read at ``positions`` (increasing, after any
+        counted before), ``formats`` their source formats, ``bytes_in`` their bytes."""
+        runs = self.runs
+        for pos in positions:
+            if runs and runs[-1][1] == pos:
+                runs[-1][1] = pos + 1
+            else:
+                runs.append([pos, pos + 1])
+        self.formats.update(formats)
+        self.bytes_in += bytes_in
+        self.passthrough += len(positions)
+        self.n += len(positions)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "written": self.runs,
+            "formats": dict(sorted(self.formats.items())),
+            "bytes_in": self.bytes_in,
+            "passthrough": self.passthrough,
+            "reencoded": self.reencoded,
+            "exif_rotated": self.exif_rotated,
+        }
+
+    @staticmethod
+    def add_to(tally: Tally, doc: dict[str, Any], *, resumed: bool) -> None:
+        """Count a side-car's ``to_json`` into ``tally`` (``resumed``: its shard was found
+        done by this run, its records count as resumed)."""
+        n = 0
+        for a, b in doc["written"]:
+            tally.written[int(a) : int(b)] = True
+            n += int(b) - int(a)
+        tally.formats.update({str(k): int(v) for k, v in doc["formats"].items()})
+        tally.bytes_in += int(doc["bytes_in"])
+        tally.passthrough += int(doc["passthrough"])
+        tally.reencoded += int(doc["reencoded"])
+        tally.exif_rotated += int(doc["exif_rotated"])
+        if resumed:
+            tally.resumed += n
+            tally.resumed_bytes_in += int(doc["bytes_in"])

@@ -1,12 +1,12 @@
 """What ``stoker convert`` packs: the samples of a data set in any format the registry reads,
 taken by position and stored as they are.
 
-A convert is a pack whose items are a :class:`~stoker.formats.base.Reader`'s positions: the
-main process opens the source once for its length, keys, labels, classes and schema (the
-plan); each worker process gets the reader (it pickles as its configuration and opens itself
-lazily there) and reads chunks of positions, sending back the image bytes untouched and the
-stored fields (:func:`read_positions`). A record that fails to read is a reject naming its
-key, the file and the byte offset.
+A convert is shard jobs whose items are a :class:`~stoker.formats.base.Reader`'s positions:
+the driver opens the source once for its length, keys, labels, classes and schema (the plan);
+each shard job gets the reader (it pickles as its configuration and opens itself lazily in
+the job's process) and reads its positions, writing the image bytes untouched and the stored
+fields (``records.convert_range``). A record that fails to read is a reject naming its key,
+the file and the byte offset (:func:`reject_text`).
 """
 
 from __future__ import annotations
@@ -30,16 +30,13 @@ from stoker.pack.options import PackOptions
 __all__ = [
     "SourceItem",
     "SourceItems",
+    "item_label",
     "manifest_schema",
     "open_source",
-    "read_positions",
-    "set_source",
+    "reject_text",
     "source_digest",
     "variable_lengths",
 ]
-
-#: the worker's reader of the source (set by the pool's initializer)
-_SOURCE: Reader | None = None
 
 
 @dataclass(frozen=True)
@@ -49,7 +46,7 @@ class SourceItem(Item):
     pos: int = 0
 
 
-def _label(row: Any) -> float | tuple[float, ...]:
+def item_label(row: Any) -> float | tuple[float, ...]:
     """A bulk label as an item holds it: an int or float, or a tuple for a label vector."""
     arr = np.asarray(row)
     if arr.ndim:
@@ -73,7 +70,7 @@ class SourceItems(Sequence[Item]):
 
     def _one(self, i: int) -> SourceItem:
         rel = f"{self.name}#{i}"
-        return SourceItem(self.path, rel, _label(self.labels[i]), int(self.keys[i]), i)
+        return SourceItem(self.path, rel, item_label(self.labels[i]), int(self.keys[i]), i)
 
     @overload
     def __getitem__(self, i: int) -> Item: ...
@@ -140,14 +137,7 @@ def variable_lengths(schema: Schema, fields: dict[str, Any], into: dict[str, int
             into[name] = max(into.get(name, 0), f.length(fields[name]))
 
 
-# ---------------------------------------------------------------- the worker side
-def set_source(reader: Reader | None) -> None:
-    """Pool initializer part: the reader this worker reads positions from."""
-    global _SOURCE
-    _SOURCE = reader
-
-
-def _detail(reader: Reader, i: int, e: BaseException) -> str:
+def reject_text(reader: Reader, i: int, e: BaseException) -> str:
     """The reject text of position ``i``: the error, with the file and byte offset of the
     record when the error does not say them."""
     msg = f"{type(e).__name__}: {e}"
@@ -160,48 +150,3 @@ def _detail(reader: Reader, i: int, e: BaseException) -> str:
         if where is not None:
             msg += f" (record at byte {where[1]} of {where[0]})"
     return f"position {i}: {msg}"
-
-
-def read_positions(positions: Sequence[int]) -> list[tuple]:
-    """The result tuple of each position (``worker.py``'s layout; the seventh item holds the
-    stored fields): ``(0, image, source format, False, True, size, fields)`` or ``(1,
-    reason, detail)``."""
-    from stoker.codecs import sniff
-
-    reader = _SOURCE
-    if reader is None:  # pragma: no cover - a pool without its source is a bug
-        raise RuntimeError("no source reader in this worker")
-    names = tuple(reader.schema.stored)
-    idx = np.asarray(positions, dtype=np.int64)
-    try:
-        f = reader.reader(idx, names)
-    except Exception as e:  # noqa: BLE001 - the whole chunk is unreadable: each a reject
-        return [(1, "unreadable", _detail(reader, int(i), e)) for i in idx.tolist()]
-    out: list[tuple] = []
-    for i in idx.tolist():
-        try:
-            image, _label, _key, fields = f(i)
-            data = bytes(image)
-        except Exception as e:  # noqa: BLE001 - a bad record is a reject, never a crash
-            out.append((1, "unreadable", _detail(reader, i, e)))
-            continue
-        out.append((0, data, sniff(data), False, True, len(data), dict(fields)))
-    return out
-
-
-def kept_lengths(plan: Any, written: np.ndarray, into: dict[str, int]) -> None:
-    """A resumed convert: the variable fields' lengths of the records kept from the
-    interrupted run, read again from the source (only for fields whose source schema gives
-    no ``max_len``)."""
-    schema: Schema = plan.writer_schema
-    names = tuple(n for n, f in schema.stored.items() if f.variable and f.max_len is None)
-    for n, f in schema.stored.items():
-        if f.variable and f.max_len is not None:
-            into[n] = max(into.get(n, 0), f.max_len)
-    kept = np.flatnonzero(written)
-    if not names or not len(kept):
-        return
-    positions = np.asarray([plan.items[p].pos for p in kept.tolist()], dtype=np.int64)
-    f = plan.reader.reader(positions, names)
-    for i in positions.tolist():
-        variable_lengths(schema, f(i)[3], into)

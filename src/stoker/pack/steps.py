@@ -11,7 +11,7 @@ Shard job
     :func:`pack_shards` reads the plan, lists SRC again and refuses when the fingerprint
     differs (SRC or the check changed since the plan was made). Each shard it is given is
     packed into its final files, records in position order through the format's writer with
-    the labels and fields a one-machine pack gives them (``packer.sample_of``), each file
+    the labels and fields a one-machine pack gives them (``records.sample_of``), each file
     written as ``*.partial`` and renamed; then ``OUT-NNNNN.pack-shard.json`` (``OUT.pack-
     shard.json`` unsharded) is written atomically: the plan's fingerprint, the shard's manifest
     entry, its files and their sizes, what each record counts for in the manifest and the
@@ -26,7 +26,7 @@ Finalize
     :func:`finalize_pack` checks every shard as a rerun does and refuses, naming each shard
     that is missing or damaged; then merges the records' counts and the rejects in position
     order, applies ``max_rejects`` to the total, and writes the rejects list, the ``.lst``
-    and the manifest last through ``packer.write_set_files``, the code a one-machine pack
+    and the manifest last through ``setfiles.write_set_files``, the code a one-machine pack
     commits with: the set is byte for byte that pack's. The side-cars and locks are removed after the
     manifest; the plan file stays.
 
@@ -34,7 +34,7 @@ Convert
     ``stoker convert`` runs the same steps: the plan records that it is a convert, the
     source's format and its reader's options (``source_options``; a URL source's
     ``RemoteOptions`` without ``storage_options``, which each step is given again); a shard
-    job reads the source's positions (``source.read_positions``) and its side-car keeps the
+    job reads the source's positions in its own process (``records.convert_range``) and its side-car keeps the
     longest variable field it wrote, which finalize merges into the manifest's schema.
 
 A URL OUT
@@ -49,43 +49,38 @@ which Ray retries and finally reports as the shard's failure.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import functools
-import json
 import os
 import time
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stoker._core.atomic import atomic_write
-from stoker._core.errors import PackError, TooManyRejectsError
-from stoker._core.progress import Progress, make_progress
-from stoker.formats.remote import is_url
-from stoker.pack.listing import ListingItem
-from stoker.pack.options import PackOptions
-from stoker.pack.outputs import (
-    OutputPaths,
-    ShardWriters,
-    Unstorable,
-    WriteFailed,
-    shard_main_files,
-)
-from stoker.pack.packer import reject_detail, sample_of, write_set_files
-from stoker.pack.plan import Plan, geometric
+from stoker._core.progress import make_progress
+from stoker.pack.destination import destination
+from stoker.pack.jobs import LocalEngine, ShardJob
 from stoker.pack.planfile import (
     PLAN_SUFFIX,
     load_plan,
-    output_paths,
     parse_shards,
     plan_pack,
-    shard_bounds,
     write_plan,
 )
-from stoker.pack.pool import results
-from stoker.pack.report import PackReport, Tally
-from stoker.pack.worker import process
+from stoker.pack.report import PackReport
+from stoker.pack.shardjob import (
+    ShardOutcome,
+    commit_set,
+    finalize,
+    forget_shards,
+    lock_path,
+    not_ready,
+    parse_sidecar,
+    read_sidecar,
+    run_shard,
+    shard_bounds,
+    shard_lock,
+    shard_problem,
+    sidecar_path,
+)
 
 __all__ = [
     "PLAN_SUFFIX",
@@ -109,216 +104,6 @@ __all__ = [
     "sidecar_path",
     "write_plan",
 ]
-
-_SIDECAR_VERSION = 1
-
-
-def sidecar_path(paths: OutputPaths, s: int) -> str:
-    """Shard ``s``'s side-car: ``OUT-NNNNN.pack-shard.json`` (``OUT.pack-shard.json``)."""
-    sid = paths.shard_ids[s]
-    stem = paths.prefix if sid is None else f"{paths.prefix}-{sid:05d}"
-    return stem + ".pack-shard.json"
-
-
-def forget_shards(options: PackOptions, plan: Plan) -> None:
-    """Remove every shard's side-car: each shard is then packed again."""
-    paths = output_paths(options, plan)
-    for s in range(plan.n_shards):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(sidecar_path(paths, s))
-
-
-# ---------------------------------------------------------------- one shard
-@dataclass(frozen=True)
-class ShardOutcome:
-    """What one shard job did: ``skipped`` (it was done and verified) or packed, and the
-    positions it covers, records written and rejects."""
-
-    shard: int
-    skipped: bool
-    positions: int
-    written: int
-    rejected: int
-    seconds: float
-
-
-def read_sidecar(path: str) -> dict | None:
-    """The side-car at ``path``; ``None`` when there is none or it is not one."""
-    try:
-        with open(path, "rb") as f:
-            return parse_sidecar(f.read())
-    except OSError:
-        return None
-
-
-def parse_sidecar(data: bytes) -> dict | None:
-    """A side-car's JSON; ``None`` when ``data`` is not one of this version."""
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) and doc.get("stoker_shard") == _SIDECAR_VERSION else None
-
-
-def shard_problem(
-    options: PackOptions, plan: Plan, fp: str, s: int, *, check: bool = True
-) -> str | None:
-    """Why shard ``s`` is not done (``None``: it is): no side-car of this plan, a file
-    missing or of another size, or (``check``) a record whose framing or CRC is wrong."""
-    paths = output_paths(options, plan)
-    side_path = sidecar_path(paths, s)
-    side = read_sidecar(side_path)
-    if side is None:
-        return f"not packed ({os.path.basename(side_path)} is missing)"
-    if side.get("fingerprint") != fp or side.get("shard") != s:
-        return f"packed from another plan ({os.path.basename(side_path)})"
-    folder = os.path.dirname(os.path.abspath(paths.prefix))
-    files = side.get("files") or {}
-    for name, size in files.items():
-        p = os.path.join(folder, name)
-        try:
-            got = os.path.getsize(p)
-        except OSError:
-            return f"{p} is missing"
-        if got != size:
-            return f"{p} is {got} bytes, the shard job wrote {size}"
-    if check and files:
-        from stoker.formats.registry import get
-
-        main = os.path.join(folder, str(side.get("main")))
-        report = get(options.format).load("verify")(main, max_problems=1, progress=False)
-        if not report.ok:
-            first = report.problems[0] if report.problems else "it does not verify"
-            return f"{first}"
-    return None
-
-
-def _inline(plan: Plan, a: int, b: int, options: PackOptions, upright: bool) -> Generator:
-    """Each item's result, checked (a convert: read) in this process (a Ray task holds one
-    CPU)."""
-    if plan.reader is not None:
-        from stoker.pack.source import read_positions, set_source
-
-        set_source(plan.reader)
-        for c in range(a, b, 64):
-            chunk = plan.items[c : min(b, c + 64)]
-            yield from enumerate(read_positions([it.pos for it in chunk]), c)  # type: ignore[attr-defined]
-        return
-    from PIL import Image, ImageFile
-
-    Image.MAX_IMAGE_PIXELS = None  # check_image applies max_pixels from the header itself
-    ImageFile.LOAD_TRUNCATED_IMAGES = False
-    for i, it in enumerate(plan.items[a:b], a):
-        masks = it.masks if isinstance(it, ListingItem) else ()
-        yield i, process(it.path, options, masks, upright=upright)
-
-
-def _stream(options: PackOptions, plan: Plan, a: int, b: int, workers: int) -> Generator:
-    upright = plan.schema is not None and geometric(plan.schema)
-    if workers == 0:
-        yield from _inline(plan, a, b, options, upright)
-        return
-    items = plan.items[a:b]
-    chunk = max(1, min(64, len(items) // (workers * 8) or 1))
-    for pos, r in results(items, 0, options, workers, chunk, upright=upright, source=plan.reader):
-        yield a + pos, r
-
-
-def run_shard(
-    options: PackOptions,
-    plan: Plan,
-    fp: str,
-    s: int,
-    *,
-    workers: int = 0,
-    bar: Progress | None = None,
-    lock: bool = True,
-) -> ShardOutcome:
-    """Pack shard ``s`` of ``plan`` unless it is done (see the module NOTE); ``workers``:
-    a local pool of that many processes checks the images (0: this process does);
-    ``lock=False``: the caller holds the shard's lock (:func:`lock_path`)."""
-    if not lock:
-        return _run_shard(options, plan, fp, s, workers, bar)
-    with shard_lock(lock_path(output_paths(options, plan), s)):
-        return _run_shard(options, plan, fp, s, workers, bar)
-
-
-def lock_path(paths: OutputPaths, s: int) -> str:
-    """Shard ``s``'s lock file, beside its side-car."""
-    return sidecar_path(paths, s)[: -len(".json")] + ".lock"
-
-
-@contextlib.contextmanager
-def shard_lock(path: str) -> Generator[None, None, None]:
-    """Hold an exclusive lock on ``path`` (made when missing): one job at a time per shard
-    (the task of a driver that was killed may still be running when a rerun's starts; the
-    lock goes with its process)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _run_shard(
-    options: PackOptions, plan: Plan, fp: str, s: int, workers: int, bar: Progress | None
-) -> ShardOutcome:
-    t0 = time.perf_counter()
-    a, b = shard_bounds(plan, s)
-    if shard_problem(options, plan, fp, s) is None:
-        return ShardOutcome(s, True, b - a, 0, 0, time.perf_counter() - t0)
-    paths = output_paths(options, plan)
-    side_path = sidecar_path(paths, s)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(side_path)
-    writers = ShardWriters(paths, plan.writer_schema, resume=False)
-    records: list[list] = []
-    rejects: list[list] = []
-    lengths: dict[str, int] = {}
-    stream = _stream(options, plan, a, b, workers)
-    try:
-        for pos, r in stream:
-            if r[0] == 0:
-                key, data, label, fields = sample_of(plan, pos, r, lengths)
-                try:
-                    writers.write(s, key, data, label, fields)
-                except Unstorable as e:
-                    r = (1, "unstorable", str(e))
-                else:
-                    _, _, fmt, rotated, passthrough, size_in = r[:6]
-                    records.append([pos, fmt, int(rotated), int(passthrough), int(size_in)])
-            if r[0] == 1:
-                rejects.append([pos, r[1], reject_detail(plan, pos, r[2])])
-            if bar is not None:
-                bar.update(1)
-        nbytes = int(writers.get(s).bytes_written)
-        entry, files = writers.commit_one(s)
-    except WriteFailed as e:
-        writers.abort(keep_partial=False)
-        raise e.error from None
-    except BaseException:
-        with contextlib.suppress(Exception):
-            writers.abort(keep_partial=False)  # a partial shard is packed again from scratch
-        raise
-    finally:
-        stream.close()
-    side = {
-        "stoker_shard": _SIDECAR_VERSION,
-        "fingerprint": fp,
-        "shard": s,
-        "positions": [a, b],
-        "entry": entry,
-        "bytes": nbytes,
-        "files": {os.path.basename(p): os.path.getsize(p) for p in files},
-        "main": os.path.basename(files[0]),
-        "records": records,
-        "rejects": rejects,
-        "lengths": lengths,  # a convert's longest variable fields (finalize takes the max)
-    }
-    with atomic_write(side_path, "w") as f:
-        json.dump(side, f)  # key order kept: the entry goes into the manifest as it is
-    return ShardOutcome(s, False, b - a, len(records), len(rejects), time.perf_counter() - t0)
 
 
 # ---------------------------------------------------------------- the steps
@@ -368,15 +153,16 @@ def pack_shards(
     n_pos = sum(b - a for a, b in (shard_bounds(p, s) for s in todo))
     what = "convert" if options.convert else "pack"
     bar = make_progress(n_pos, what, unit="img", enabled=options.progress)
-    job: Any = run_shard
-    if is_url(options.prefix):
-        from stoker.pack.remote import shard_to_url
-
-        job = functools.partial(shard_to_url, storage_options=storage_options)
-    outcomes = []
+    dest = destination(options.prefix, storage_options)
+    outcomes: list[ShardOutcome] = []
     try:
-        for s in todo:
-            got = job(options, p, fp, s, workers=options.worker_count(), bar=bar)
+        if options.convert:  # each shard read and written by one process, several at once
+            job = ShardJob(options, p, fp, storage_options)
+            for got in LocalEngine(options.worker_count()).run(job, todo):
+                bar.update(got.positions)
+                outcomes.append(got)
+        for s in todo if not options.convert else ():  # images checked by a pool per shard
+            got = dest.shard(options, p, fp, s, workers=options.worker_count(), bar=bar)
             if got.skipped:
                 bar.update(got.positions)
             outcomes.append(got)
@@ -403,91 +189,4 @@ def finalize_pack(
     manifest uploaded last (``storage_options``: how SRC and OUT URLs are reached)."""
     t0 = time.perf_counter()
     options, p, fp = load_plan(plan, progress=progress, storage_options=storage_options)
-    if is_url(options.prefix):
-        from stoker.pack.remote import finalize_url
-
-        return finalize_url(options, p, fp, t0, storage_options=storage_options)
-    return finalize(options, p, fp, t0)
-
-
-def not_ready(plan: Plan, problems: list[tuple[int, str | None]]) -> None:
-    """Raise a :class:`PackError` naming the shards with a problem (up to ten of them)."""
-    bad = [(s, why) for s, why in problems if why is not None]
-    if bad:
-        listed = "; ".join(f"shard {s}: {why}" for s, why in bad[:10])
-        more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
-        raise PackError(
-            f"{len(bad)} of {plan.n_shards} shard(s) not ready: {listed}{more}; pack them "
-            f"(--shards {bad[0][0]}...) and finalize again"
-        )
-
-
-def finalize(
-    options: PackOptions, plan: Plan, fp: str, t0: float, *, resumed: Iterable[int] = ()
-) -> PackReport:
-    """:func:`finalize_pack` of a plan in hand (the Ray engine's last step); ``resumed``:
-    the shards a rerun found done, whose records the report counts as resumed."""
-    paths = output_paths(options, plan)
-    not_ready(plan, [(s, shard_problem(options, plan, fp, s)) for s in range(plan.n_shards)])
-    sides = [read_sidecar(sidecar_path(paths, s)) or {} for s in range(plan.n_shards)]
-    report = commit_set(options, plan, sides, t0, resumed=resumed)
-    for s in range(plan.n_shards):
-        side_path = sidecar_path(paths, s)
-        for p in (side_path, lock_path(paths, s)):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(p)
-    return report
-
-
-def commit_set(
-    options: PackOptions,
-    plan: Plan,
-    sides: list[dict],
-    t0: float,
-    *,
-    resumed: Iterable[int] = (),
-) -> PackReport:
-    """From every shard's side-car (checked), in shard order: merge the records' counts and
-    the rejects, apply ``max_rejects`` to the total, and write the rejects list, the ``.lst``
-    and the manifest (last) under the plan's prefix; the set's report."""
-    paths = output_paths(options, plan)
-    tally = Tally(plan.scan, plan.items)
-    entries = []
-    bytes_out = 0
-    lengths: dict[str, int] = {}
-    resumed_set = set(resumed)
-    for s, side in enumerate(sides):
-        entries.append(side["entry"])
-        bytes_out += int(side["bytes"])
-        for pos, fmt, rotated, passthrough, size_in in side["records"]:
-            tally.wrote(pos, fmt, bool(rotated), bool(passthrough), size_in)
-            if s in resumed_set:
-                tally.resumed += 1
-                tally.resumed_bytes_in += size_in
-        tally.item_rejects.extend((pos, r, d) for pos, r, d in side["rejects"])
-        for name, n in (side.get("lengths") or {}).items():
-            lengths[name] = max(lengths.get(name, 0), int(n))
-    tally.item_rejects.sort()
-    if options.max_rejects is not None and tally.n_rejected > options.max_rejects:
-        from stoker.pack.outputs import write_rejects
-
-        write_rejects(paths.rejects, plan.scan, plan, tally.item_rejects)
-        raise TooManyRejectsError(
-            f"{tally.n_rejected} files rejected, more than max_rejects={options.max_rejects}; "
-            f"see {paths.rejects} (shards kept; no manifest written)"
-        )
-    try:
-        write_set_files(options, plan, paths, tally, entries, lengths)
-    except WriteFailed as e:
-        raise e.error from None
-    tally.check_accounting()
-    return tally.report(
-        shards=shard_main_files(paths, entries),
-        bytes_out=bytes_out,
-        seconds=time.perf_counter() - t0,
-        manifest=paths.manifest,
-        rejects_path=paths.rejects,
-        list_path=paths.lst,
-        format=options.format,
-        action="converted" if options.convert else "packed",
-    )
+    return destination(options.prefix, storage_options).finalize(options, p, fp, t0)

@@ -37,18 +37,11 @@ class Task:
     #: reject an image that an EXIF orientation would turn (its boxes, points or masks were
     #: drawn on the stored pixels, which a turn would move from under them)
     upright: bool = False
-    #: a convert's chunk: source positions to read (``paths`` is then empty; ``source.py``)
-    positions: tuple[int, ...] = ()
 
 
-def init_worker(main_pid: int, source: Any = None) -> None:
-    """Worker start: Ctrl-C is the main process's business; exit when it dies (``_procs``).
-    ``source``: a convert's reader, which this worker then reads positions from."""
+def init_worker(main_pid: int) -> None:
+    """Worker start: Ctrl-C is the main process's business; exit when it dies (``_procs``)."""
     worker_init(main_pid)
-    if source is not None:
-        from stoker.pack.source import set_source
-
-        set_source(source)
     from PIL import Image, ImageFile
 
     Image.MAX_IMAGE_PIXELS = None  # check_image applies max_pixels from the header itself
@@ -145,10 +138,6 @@ def _mask(name: str, path: str, image: Any, options: PackOptions) -> bytes:
 
 def process_task(task: Task) -> list[tuple]:
     """The result tuples of a chunk, in its order (what the pool runs)."""
-    if task.positions:
-        from stoker.pack.source import read_positions
-
-        return read_positions(task.positions)
     masks = task.masks or ((),) * len(task.paths)
     return [
         process(p, task.options, m, upright=task.upright)

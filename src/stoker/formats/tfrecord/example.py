@@ -17,10 +17,10 @@ the record's data; the caller adds the record's file offset.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Container, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -50,6 +50,7 @@ __all__ = [
 #: Feature kinds by their field number in ``Feature``.
 KINDS = {1: "bytes", 2: "float", 3: "int64"}
 _NUMBER = {v: k for k, v in KINDS.items()}
+_TAG = {kind: bytes(((n << 3) | LEN,)) for kind, n in _NUMBER.items()}  # a Feature's list
 
 
 @dataclass(frozen=True)
@@ -236,14 +237,18 @@ def value_count(mv: memoryview, f: RawFeature) -> int:
 
 def _list_body(kind: str, values: Sequence | np.ndarray | bytes) -> bytes:
     if kind == "bytes":
-        items: Sequence[Any] = (
-            [values] if isinstance(values, (bytes, bytearray, memoryview)) else list(values)
-        )
-        return b"".join(b"\x0a" + encode_varint(len(v)) + bytes(v) for v in items)
+        if isinstance(values, (bytes, bytearray, memoryview)):  # one value, the usual case
+            return b"\x0a" + encode_varint(len(values)) + bytes(values)
+        many: Sequence[bytes] = values  # type: ignore[assignment]
+        return b"".join(b"\x0a" + encode_varint(len(v)) + bytes(v) for v in many)
     if kind == "float":
         raw = np.ascontiguousarray(values, dtype="<f4").reshape(-1).tobytes()
     elif kind == "int64":
-        raw = b"".join(encode_varint(int(v)) for v in np.asarray(values).reshape(-1).tolist())
+        if type(values) is list and all(type(v) is int for v in values):
+            ints: list[int] = values  # a key, a height: no array needed
+        else:
+            ints = [int(v) for v in np.asarray(values).reshape(-1).tolist()]
+        raw = b"".join(map(encode_varint, ints))
     else:
         raise ValueError(f"feature kind must be one of {sorted(_NUMBER)}, got {kind!r}")
     return (b"\x0a" + encode_varint(len(raw)) + raw) if raw else b""
@@ -255,8 +260,15 @@ def encode_example(features: Sequence[tuple[str, str, Sequence | np.ndarray | by
     body = bytearray()
     for name, kind, values in features:
         lst = _list_body(kind, values)
-        feature = bytes([(_NUMBER[kind] << 3) | LEN]) + encode_varint(len(lst)) + lst
-        key = name.encode("utf-8")
-        entry = b"\x0a" + encode_varint(len(key)) + key + b"\x12" + encode_varint(len(feature))
+        feature = _TAG[kind] + encode_varint(len(lst)) + lst
+        key = _key_field(name)
+        entry = key + encode_varint(len(feature))
         body += b"\x0a" + encode_varint(len(entry) + len(feature)) + entry + feature
     return b"\x0a" + encode_varint(len(body)) + bytes(body)
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_field(name: str) -> bytes:
+    """A map entry's key field (``name``) and the value field's tag, before its length."""
+    key = name.encode("utf-8")
+    return b"\x0a" + encode_varint(len(key)) + key + b"\x12"

@@ -71,8 +71,18 @@ def _image_format(image: bytes) -> str | None:
     return None
 
 
+_IMAGE = Field.image()
+
+
 class TFRecordShardWriter(ShardWriter):
     """Writes one ``.tfrecord`` shard (see the module docstring)."""
+
+    def _head_kind(self, f: Field, value: Any) -> str:
+        """:func:`_kind` of the label: an integer header is ``int64`` whatever its value."""
+        kind = getattr(self, "_int_head", None)
+        if kind is None:
+            kind = self._int_head = np.dtype(f.dtype).kind in "iu" and f.dtype != "uint64"
+        return "int64" if kind else _kind(f, value, self._header or "label")
 
     def __init__(self, path: str, *, schema: Schema, resume: bool = False) -> None:
         self.path = os.fspath(path)
@@ -167,7 +177,7 @@ class TFRecordShardWriter(ShardWriter):
         self._bytes += len(data)
 
     def _example(self, key: int, image: bytes, label: Any, fields: dict[str, Any]) -> bytes:
-        Field.image().check(image, name="image")
+        _IMAGE.check(image, name="image")
         feats: list[tuple[str, str, Any]] = [("image/encoded", "bytes", image)]
         fmt = _image_format(image)
         if fmt is not None:
@@ -182,7 +192,7 @@ class TFRecordShardWriter(ShardWriter):
         if self._header is not None:
             f = self.schema[self._header]
             value = f.check(label, name=self._header)
-            feats.append((self.features[self._header], _kind(f, value, self._header), value))
+            feats.append((self.features[self._header], self._head_kind(f, value), value))
         elif label is not None and not (np.ndim(label) == 0 and label == -1):
             raise SpecError(f"a label {label!r} was given but the schema has no label field")
         feats.append((KEY_FEATURE, "int64", [key]))

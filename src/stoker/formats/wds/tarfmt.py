@@ -286,17 +286,35 @@ def ustar_header(name: bytes, size: int) -> bytes:
         raise ValueError(f"tar member name {name!r} must be 1..100 bytes without NUL")
     if size >= 8**11:
         raise ValueError(f"a tar member of {size} bytes is over ustar's 8 GiB limit")
+    size_field = _octal(size, 12)
+    total = _TEMPLATE_SUM + sum(name) + sum(size_field)  # the template's, checksum as spaces
+    return b"".join(
+        (
+            name,
+            bytes(100 - len(name)),
+            _TEMPLATE[100:124],
+            size_field,
+            _TEMPLATE[136:148],
+            f"{total:06o}".encode("ascii") + b"\x00 ",
+            _TEMPLATE[156:],
+        )
+    )
+
+
+def _template() -> bytes:
+    """A header with stoker's fixed metadata, no name, size and checksum (zeros there)."""
     h = bytearray(BLOCK)
-    h[0 : len(name)] = name
     h[100:108] = _octal(0o444, 8)
     h[108:116] = _octal(0, 8)
     h[116:124] = _octal(0, 8)
-    h[124:136] = _octal(size, 12)
     h[136:148] = _octal(0, 12)
     h[156:157] = b"0"
     h[257:263] = _USTAR
     h[263:265] = b"00"
     h[329:337] = _octal(0, 8)
     h[337:345] = _octal(0, 8)
-    h[148:156] = f"{unsigned_sum(h):06o}".encode("ascii") + b"\x00 "
     return bytes(h)
+
+
+_TEMPLATE = _template()
+_TEMPLATE_SUM = unsigned_sum(_TEMPLATE)

@@ -1,0 +1,169 @@
+"""A run as shard jobs placed by an engine: plan, shard jobs, finalize.
+
+NOTE [ Shard jobs and engines ]
+
+Driver
+    The process that calls :func:`run_jobs` lists SRC and fixes the plan (``plan.make_plan``),
+    makes the output folder ready (a URL OUT: this machine's staging folder), and checks the
+    journal ``OUT.pack-journal.partial``: a rerun whose plan has the same fingerprint keeps
+    every shard that is done (side-car of this plan, files of its sizes that verify) and packs
+    the others again from scratch; a different plan, or ``resume=False``, forgets every shard.
+    Then it hands one :class:`ShardJob` per shard to an engine and, when every job is back,
+    finalizes (``steps.finalize``, ``remote.finalize_url`` for a URL): the side-cars merged,
+    every count checked, the rejects list, the ``.lst`` and the manifest written last.
+
+Shard job
+    :class:`ShardJob` is a pure function of its plan: shard ``s`` written (``steps.run_shard``;
+    a URL OUT: staged and uploaded, ``remote.shard_to_url``) to the same bytes wherever it
+    runs. It is picklable (options, plan, fingerprint, ``storage_options``).
+
+Engine
+    An engine decides only where jobs run: ``run(job, shards)`` yields each shard's
+    :class:`~stoker.pack.steps.ShardOutcome` as it finishes, and stops the jobs not yet done
+    when the caller stops. :class:`LocalEngine` runs them in this process (one worker, or one
+    shard) or in a pool of processes, one job per process at a time; ``ray_engine.RayEngine``
+    runs one Ray task per shard. A scheduler of its own (a Slurm array, a Kubernetes job)
+    needs no engine: ``stoker pack --plan-only``, then ``--shards`` per job, then
+    ``--finalize`` (``docs/scale.md``).
+
+Shutdown (the local pool)
+    Normal end: the pool is shut down after the last job. Exception, Ctrl-C or a SIGTERM
+    handler's ``SystemExit``: jobs not started are cancelled, each worker finishes the shard
+    it holds (one still busy after a grace period is killed), the exception propagates; a
+    shard left without its side-car is packed again by the rerun. SIGKILL of the driver: each
+    worker watches it and exits (``_procs.py``); its shard's partial files are written again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from stoker._core.progress import make_progress
+from stoker.pack.destination import destination
+from stoker.pack.options import PackOptions
+from stoker.pack.outputs import OutputPaths
+from stoker.pack.plan import Plan, fingerprint, make_plan
+from stoker.pack.report import PackReport
+from stoker.pack.setfiles import check_listing_rejects, make_out_dir
+from stoker.pack.shardjob import ShardOutcome
+
+__all__ = ["Engine", "LocalEngine", "ShardJob", "run_jobs"]
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """Shard ``s`` of one plan, written wherever it is called (see the module NOTE)."""
+
+    options: PackOptions
+    plan: Plan
+    fp: str
+    storage_options: Mapping[str, Any] | None = None
+
+    def __call__(self, s: int, *, workers: int = 0) -> ShardOutcome:
+        dest = destination(self.options.prefix, self.storage_options)
+        return dest.shard(self.options, self.plan, self.fp, s, workers=workers)
+
+
+class Engine(Protocol):
+    """Where shard jobs run: every shard of ``shards`` run once (``job(s)``), outcomes
+    yielded as they finish; the jobs still running stop when the generator is closed."""
+
+    def run(self, job: ShardJob, shards: Sequence[int]) -> Iterator[ShardOutcome]: ...
+
+
+# ---------------------------------------------------------------- the local pool
+_JOB: ShardJob | None = None
+
+
+def _init_job(main_pid: int, job: ShardJob) -> None:
+    """Pool initializer: the worker's start (``worker.init_worker``) and its plan, once."""
+    from stoker.pack.worker import init_worker
+
+    global _JOB
+    init_worker(main_pid)
+    _JOB = job
+
+
+def _run_job(s: int) -> ShardOutcome:
+    assert _JOB is not None  # set by the initializer
+    return _JOB(s)
+
+
+@dataclass(frozen=True)
+class LocalEngine:
+    """Shard jobs on this machine: in this process when one process is asked for or there is
+    one shard, else in a pool of ``workers`` processes (one job each at a time)."""
+
+    workers: int
+
+    def run(self, job: ShardJob, shards: Sequence[int]) -> Iterator[ShardOutcome]:
+        n = min(self.workers, len(shards))
+        if n <= 1:
+            for s in shards:
+                yield job(s)
+            return
+        from stoker.pack.pool import Pool
+
+        pool = Pool(n, job, initializer=_init_job)
+        try:
+            ex = pool.get()
+            pending: set[Future] = {ex.submit(_run_job, s) for s in shards}
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    yield fut.result()
+        finally:
+            pool.close()
+
+
+# ---------------------------------------------------------------- the driver
+def run_jobs(
+    options: PackOptions,
+    engine: Engine,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+) -> PackReport:
+    """Pack (or convert) as ``options`` say, as shard jobs placed by ``engine``, then
+    finalize (see the module NOTE); ``storage_options``: how a URL SRC or OUT is reached."""
+    t0 = time.perf_counter()
+    plan = make_plan(options)  # a missing or unusable source is named before the output
+    dest = destination(options.prefix, storage_options)
+    here, here_plan = dest.here(options, plan)  # where this driver writes (a URL: staging)
+    make_out_dir(here.prefix)
+    paths = OutputPaths.for_plan(here_plan, list_file=options.list_file, format=options.format)
+    settings = options.journal_json()
+    fp = fingerprint(plan, settings)
+    same_plan = paths.journal_matches(fp)
+    if not options.overwrite and not same_plan:
+        dest.refuse_existing(options, paths)
+    check_listing_rejects(here, here_plan, paths)
+    if not (options.resume and same_plan):
+        dest.forget(options, plan)
+        paths.start_journal(fp, settings)
+    what = "convert" if options.convert else "pack"
+    bar = make_progress(len(plan.items), what, unit="img", enabled=options.progress)
+    so = dict(storage_options) if storage_options is not None else None
+    job = ShardJob(options, plan, fp, so)
+    resumed = []
+    outcomes = engine.run(job, range(plan.n_shards))
+    try:
+        for got in outcomes:
+            if got.skipped:
+                resumed.append(got.shard)
+            bar.update(got.positions)
+    finally:
+        close = getattr(outcomes, "close", None)
+        if close is not None:
+            close()
+        bar.close()
+    # check=False: every shard was just written or verified by its job; sizes are checked
+    report = dest.finalize(options, plan, fp, t0, resumed=resumed, check=False)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(paths.journal)
+    return report

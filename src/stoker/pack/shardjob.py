@@ -1,0 +1,378 @@
+"""One shard job and the finalize after all of them: the pieces every engine and destination
+share, below them (see ``steps.py``'s NOTE for the protocol, ``jobs.py`` for the engines).
+
+:func:`run_shard` writes shard ``s`` of a plan into its final files (each ``*.partial``, then
+renamed) and then its side-car ``OUT-NNNNN.pack-shard.json``, the shard's commit point, under
+an exclusive lock on ``OUT-NNNNN.pack-shard.lock``; a shard whose side-car is of this plan and
+whose files have its sizes and verify is done and skipped, any other state is written again
+from scratch, to the same bytes. :func:`finalize` checks every shard, merges the side-cars in
+shard order (:func:`commit_set`), applies ``max_rejects`` to the total, checks every count,
+and writes the rejects list, the ``.lst`` and the manifest last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass
+
+from stoker._core.atomic import atomic_write
+from stoker._core.errors import PackError, TooManyRejectsError
+from stoker._core.progress import Progress
+from stoker.pack.listing import ListingItem
+from stoker.pack.options import PackOptions
+from stoker.pack.outputs import (
+    OutputPaths,
+    ShardWriters,
+    Unstorable,
+    WriteFailed,
+    shard_main_files,
+)
+from stoker.pack.plan import Plan, geometric
+from stoker.pack.pool import results
+from stoker.pack.records import convert_range, reject_detail, sample_of
+from stoker.pack.report import PackReport, ShardCounts, Tally
+from stoker.pack.setfiles import write_set_files
+from stoker.pack.worker import process
+
+__all__ = [
+    "ShardOutcome",
+    "commit_set",
+    "finalize",
+    "forget_shards",
+    "lock_path",
+    "not_ready",
+    "output_paths",
+    "parse_sidecar",
+    "read_sidecar",
+    "run_shard",
+    "shard_bounds",
+    "shard_lock",
+    "shard_problem",
+    "sidecar_path",
+]
+
+_SIDECAR_VERSION = 2
+
+
+def sidecar_path(paths: OutputPaths, s: int) -> str:
+    """Shard ``s``'s side-car: ``OUT-NNNNN.pack-shard.json`` (``OUT.pack-shard.json``)."""
+    sid = paths.shard_ids[s]
+    stem = paths.prefix if sid is None else f"{paths.prefix}-{sid:05d}"
+    return stem + ".pack-shard.json"
+
+
+def forget_shards(options: PackOptions, plan: Plan) -> None:
+    """Remove every shard's side-car: each shard is then packed again."""
+    paths = output_paths(options, plan)
+    for s in range(plan.n_shards):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(sidecar_path(paths, s))
+
+
+# ---------------------------------------------------------------- one shard
+@dataclass(frozen=True)
+class ShardOutcome:
+    """What one shard job did: ``skipped`` (it was done and verified) or packed, and the
+    positions it covers, records written and rejects."""
+
+    shard: int
+    skipped: bool
+    positions: int
+    written: int
+    rejected: int
+    seconds: float
+
+
+def read_sidecar(path: str) -> dict | None:
+    """The side-car at ``path``; ``None`` when there is none or it is not one."""
+    try:
+        with open(path, "rb") as f:
+            return parse_sidecar(f.read())
+    except OSError:
+        return None
+
+
+def parse_sidecar(data: bytes) -> dict | None:
+    """A side-car's JSON; ``None`` when ``data`` is not one of this version."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) and doc.get("stoker_shard") == _SIDECAR_VERSION else None
+
+
+def shard_problem(
+    options: PackOptions, plan: Plan, fp: str, s: int, *, check: bool = True
+) -> str | None:
+    """Why shard ``s`` is not done (``None``: it is): no side-car of this plan, a file
+    missing or of another size, or (``check``) a record whose framing or CRC is wrong."""
+    paths = output_paths(options, plan)
+    side_path = sidecar_path(paths, s)
+    side = read_sidecar(side_path)
+    if side is None:
+        return f"not packed ({os.path.basename(side_path)} is missing)"
+    if side.get("fingerprint") != fp or side.get("shard") != s:
+        return f"packed from another plan ({os.path.basename(side_path)})"
+    folder = os.path.dirname(os.path.abspath(paths.prefix))
+    files = side.get("files") or {}
+    for name, size in files.items():
+        p = os.path.join(folder, name)
+        try:
+            got = os.path.getsize(p)
+        except OSError:
+            return f"{p} is missing"
+        if got != size:
+            return f"{p} is {got} bytes, the shard job wrote {size}"
+    if check and files:
+        from stoker.formats.registry import get
+
+        main = os.path.join(folder, str(side.get("main")))
+        report = get(options.format).load("verify")(main, max_problems=1, progress=False)
+        if not report.ok:
+            first = report.problems[0] if report.problems else "it does not verify"
+            return f"{first}"
+    return None
+
+
+def _inline(plan: Plan, a: int, b: int, options: PackOptions, upright: bool) -> Generator:
+    """Each item's result, checked in this process (a Ray task holds one CPU)."""
+    from PIL import Image, ImageFile
+
+    Image.MAX_IMAGE_PIXELS = None  # check_image applies max_pixels from the header itself
+    ImageFile.LOAD_TRUNCATED_IMAGES = False
+    for i, it in enumerate(plan.items[a:b], a):
+        masks = it.masks if isinstance(it, ListingItem) else ()
+        yield i, process(it.path, options, masks, upright=upright)
+
+
+def _stream(options: PackOptions, plan: Plan, a: int, b: int, workers: int) -> Generator:
+    upright = plan.schema is not None and geometric(plan.schema)
+    if workers == 0:
+        yield from _inline(plan, a, b, options, upright)
+        return
+    items = plan.items[a:b]
+    chunk = max(1, min(64, len(items) // (workers * 8) or 1))
+    for pos, r in results(items, 0, options, workers, chunk, upright=upright):
+        yield a + pos, r
+
+
+def run_shard(
+    options: PackOptions,
+    plan: Plan,
+    fp: str,
+    s: int,
+    *,
+    workers: int = 0,
+    bar: Progress | None = None,
+    lock: bool = True,
+) -> ShardOutcome:
+    """Pack shard ``s`` of ``plan`` unless it is done (see the module NOTE); ``workers``:
+    a local pool of that many processes checks the images (0: this process does);
+    ``lock=False``: the caller holds the shard's lock (:func:`lock_path`)."""
+    if not lock:
+        return _run_shard(options, plan, fp, s, workers, bar)
+    with shard_lock(lock_path(output_paths(options, plan), s)):
+        return _run_shard(options, plan, fp, s, workers, bar)
+
+
+def lock_path(paths: OutputPaths, s: int) -> str:
+    """Shard ``s``'s lock file, beside its side-car."""
+    return sidecar_path(paths, s)[: -len(".json")] + ".lock"
+
+
+@contextlib.contextmanager
+def shard_lock(path: str) -> Generator[None, None, None]:
+    """Hold an exclusive lock on ``path`` (made when missing): one job at a time per shard
+    (the task of a driver that was killed may still be running when a rerun's starts; the
+    lock goes with its process)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _run_shard(
+    options: PackOptions, plan: Plan, fp: str, s: int, workers: int, bar: Progress | None
+) -> ShardOutcome:
+    t0 = time.perf_counter()
+    a, b = shard_bounds(plan, s)
+    if shard_problem(options, plan, fp, s) is None:
+        return ShardOutcome(s, True, b - a, 0, 0, time.perf_counter() - t0)
+    paths = output_paths(options, plan)
+    side_path = sidecar_path(paths, s)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(side_path)
+    writers = ShardWriters(paths, plan.writer_schema, resume=False)
+    counts = ShardCounts()
+    rejects: list[list] = []
+    lengths: dict[str, int] = {}
+    stream = None
+    try:
+        if plan.reader is not None:  # a convert: read and written in this process
+            convert_range(plan, a, b, s, writers, counts, rejects, lengths, bar)
+        else:
+            stream = _stream(options, plan, a, b, workers)
+            _store(plan, s, stream, writers, counts, rejects, lengths, bar)
+        nbytes = int(writers.get(s).bytes_written)
+        entry, files = writers.commit_one(s)
+    except WriteFailed as e:
+        writers.abort(keep_partial=False)
+        raise e.error from None
+    except BaseException:
+        with contextlib.suppress(Exception):
+            writers.abort(keep_partial=False)  # a partial shard is packed again from scratch
+        raise
+    finally:
+        if stream is not None:
+            stream.close()
+    side = {
+        "stoker_shard": _SIDECAR_VERSION,
+        "fingerprint": fp,
+        "shard": s,
+        "positions": [a, b],
+        "entry": entry,
+        "bytes": nbytes,
+        "files": {os.path.basename(p): os.path.getsize(p) for p in files},
+        "main": os.path.basename(files[0]),
+        "counts": counts.to_json(),
+        "rejects": rejects,
+        "lengths": lengths,  # a convert's longest variable fields (finalize takes the max)
+    }
+    with atomic_write(side_path, "w") as f:
+        json.dump(side, f)  # key order kept: the entry goes into the manifest as it is
+    return ShardOutcome(s, False, b - a, counts.n, len(rejects), time.perf_counter() - t0)
+
+
+def _store(
+    plan: Plan,
+    s: int,
+    stream: Generator,
+    writers: ShardWriters,
+    counts: ShardCounts,
+    rejects: list[list],
+    lengths: dict[str, int],
+    bar: Progress | None,
+) -> None:
+    """Write the checked files' results of ``stream`` into shard ``s`` in position order."""
+    for pos, r in stream:
+        if r[0] == 0:
+            key, data, label, fields = sample_of(plan, pos, r)
+            try:
+                writers.write(s, key, data, label, fields)
+            except Unstorable as e:
+                r = (1, "unstorable", str(e))
+            else:
+                _, _, fmt, rotated, passthrough, size_in = r[:6]
+                counts.add(pos, fmt, bool(rotated), bool(passthrough), int(size_in))
+        if r[0] == 1:
+            rejects.append([pos, r[1], reject_detail(plan, pos, r[2])])
+        if bar is not None:
+            bar.update(1)
+
+
+def output_paths(options: PackOptions, plan: Plan) -> OutputPaths:
+    """Where the run of ``options`` writes, under the plan's prefix."""
+    return OutputPaths.for_plan(plan, list_file=options.list_file, format=options.format)
+
+
+def shard_bounds(plan: Plan, s: int) -> tuple[int, int]:
+    """The positions ``[a, b)`` shard ``s`` of ``plan`` holds."""
+    n = len(plan.items)
+    if plan.shard_size is None:
+        return 0, n
+    return min(n, s * plan.shard_size), min(n, (s + 1) * plan.shard_size)
+
+
+def not_ready(plan: Plan, problems: list[tuple[int, str | None]]) -> None:
+    """Raise a :class:`PackError` naming the shards with a problem (up to ten of them)."""
+    bad = [(s, why) for s, why in problems if why is not None]
+    if bad:
+        listed = "; ".join(f"shard {s}: {why}" for s, why in bad[:10])
+        more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
+        raise PackError(
+            f"{len(bad)} of {plan.n_shards} shard(s) not ready: {listed}{more}; pack them "
+            f"(--shards {bad[0][0]}...) and finalize again"
+        )
+
+
+def finalize(
+    options: PackOptions,
+    plan: Plan,
+    fp: str,
+    t0: float,
+    *,
+    resumed: Iterable[int] = (),
+    check: bool = True,
+) -> PackReport:
+    """:func:`finalize_pack` of a plan in hand (an engine's last step); ``resumed``: the
+    shards a rerun found done, whose records the report counts as resumed; ``check=False``:
+    each shard's side-car and file sizes are checked, not its records (the caller's own jobs
+    just wrote or verified every shard)."""
+    paths = output_paths(options, plan)
+    problems = [(s, shard_problem(options, plan, fp, s, check=check)) for s in range(plan.n_shards)]
+    not_ready(plan, problems)
+    sides = [read_sidecar(sidecar_path(paths, s)) or {} for s in range(plan.n_shards)]
+    report = commit_set(options, plan, sides, t0, resumed=resumed)
+    for s in range(plan.n_shards):
+        side_path = sidecar_path(paths, s)
+        for p in (side_path, lock_path(paths, s)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
+    return report
+
+
+def commit_set(
+    options: PackOptions,
+    plan: Plan,
+    sides: list[dict],
+    t0: float,
+    *,
+    resumed: Iterable[int] = (),
+) -> PackReport:
+    """From every shard's side-car (checked), in shard order: merge the records' counts and
+    the rejects, apply ``max_rejects`` to the total, and write the rejects list, the ``.lst``
+    and the manifest (last) under the plan's prefix; the set's report."""
+    paths = output_paths(options, plan)
+    tally = Tally(plan.scan, plan.items)
+    entries = []
+    bytes_out = 0
+    lengths: dict[str, int] = {}
+    resumed_set = set(resumed)
+    for s, side in enumerate(sides):
+        entries.append(side["entry"])
+        bytes_out += int(side["bytes"])
+        ShardCounts.add_to(tally, side["counts"], resumed=s in resumed_set)
+        tally.item_rejects.extend((pos, r, d) for pos, r, d in side["rejects"])
+        for name, n in (side.get("lengths") or {}).items():
+            lengths[name] = max(lengths.get(name, 0), int(n))
+    tally.item_rejects.sort()
+    if options.max_rejects is not None and tally.n_rejected > options.max_rejects:
+        from stoker.pack.outputs import write_rejects
+
+        write_rejects(paths.rejects, plan.scan, plan, tally.item_rejects)
+        raise TooManyRejectsError(
+            f"{tally.n_rejected} files rejected, more than max_rejects={options.max_rejects}; "
+            f"see {paths.rejects} (shards kept; no manifest written)"
+        )
+    try:
+        write_set_files(options, plan, paths, tally, entries, lengths)
+    except WriteFailed as e:
+        raise e.error from None
+    tally.check_accounting()
+    return tally.report(
+        shards=shard_main_files(paths, entries),
+        bytes_out=bytes_out,
+        seconds=time.perf_counter() - t0,
+        manifest=paths.manifest,
+        rejects_path=paths.rejects,
+        list_path=paths.lst,
+        format=options.format,
+        action="converted" if options.convert else "packed",
+    )

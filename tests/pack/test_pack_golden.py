@@ -1,0 +1,124 @@
+"""Golden outputs: a fixed small folder, listing and convert source packed in every format,
+sharded, with a reject, a re-encoded PNG and a shuffled order, give exactly the bytes
+recorded here (sha256 of every file: shards, indexes, ``.crc32c`` side-cars, rejects,
+``.lst`` and manifest), whatever the worker count, and the plan / shard-job / finalize
+steps run in a shuffled shard order give the same. Changing how a set is written changes
+these digests: that is a format change, and must be meant."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+
+import pytest
+from packhelp import image_bytes, write
+from packhelp import set_digests as digests
+
+import stoker
+from stoker.pack.steps import finalize_pack, pack_shards, plan_pack
+
+FORMATS = ("recordio", "tfrecord", "wds")
+OPTS = {"shard_size": 5, "shuffle": True, "seed": 7, "progress": False}
+
+
+def make_inputs(root: str) -> dict[str, str]:
+    """The inputs, the same bytes on every run: an image folder of two classes (13 JPEGs
+    of a few sizes, one PNG that is re-encoded, one empty file that is rejected) and a
+    ``.jsonl`` listing with a number, boxes and a caption."""
+    folder = os.path.join(root, "folder")
+    for c, n in (("cat", 8), ("dog", 5)):
+        for i in range(n):
+            size = (32 + 4 * (i % 3), 28 + 2 * (i % 4))
+            write(os.path.join(folder, c, f"{i:02d}.jpg"), image_bytes(size, seed=17 * i + n))
+    write(os.path.join(folder, "dog", "png.png"), image_bytes((20, 24), fmt="PNG", seed=3))
+    write(os.path.join(folder, "cat", "empty.jpg"), b"")
+    rows = []
+    for i in range(9):
+        write(os.path.join(root, "img", f"{i}.jpg"), image_bytes((40, 30 + i), seed=100 + i))
+        boxes = [[1.0 + j, 2.0, 20.0 + j, 25.0] for j in range(i % 3)]
+        rows.append(
+            {"image": f"img/{i}.jpg", "label": i % 3, "boxes": boxes, "text": "w" * (2 * i)}
+        )
+    rows.append({"image": "img/missing.jpg", "label": 0, "boxes": [], "text": ""})
+    listing = os.path.join(root, "rows.jsonl")
+    write(listing, "".join(json.dumps(r) + "\n" for r in rows).encode())
+    return {"folder": folder, "listing": listing}
+
+
+def _digest(prefix: str) -> str:
+    """One digest of every file of the set under ``prefix``, name and bytes."""
+    h = hashlib.sha256()
+    for name, d in digests(prefix).items():
+        h.update(f"{name}\t{d}\n".encode())
+    return h.hexdigest()[:16]
+
+
+#: (input, format) -> digest of the whole set, from the code before the pack path was unified
+GOLDEN = {
+    ("folder", "recordio"): "4c7c05b0e4d589c5",
+    ("folder", "tfrecord"): "e91beda805ca6d5c",
+    ("folder", "wds"): "d0bab23153f410c4",
+    ("listing", "recordio"): "f056893a15a940bb",
+    ("listing", "tfrecord"): "30a3c2e8ca54d270",
+    ("listing", "wds"): "40f606bacfce6515",
+    ("convert", "recordio"): "a5e3ce20b335b987",
+    ("convert", "tfrecord"): "5aae9c3526233bb5",
+    ("convert", "wds"): "7d940592f91b5f8a",
+}
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> dict[str, str]:
+    root = str(tmp_path_factory.mktemp("golden"))
+    got = make_inputs(root)
+    src = os.path.join(root, "source", "set")  # what the converts read: a TFRecord set
+    stoker.pack(got["folder"], src, workers=1, format="tfrecord", shard_size=4, progress=False)
+    got["convert"] = src + ".stoker.json"
+    return got
+
+
+def _run(kind: str, src: str, out: str, fmt: str, workers: int) -> None:
+    if kind == "convert":
+        stoker.convert(src, out, format=fmt, workers=workers, **OPTS)
+    else:
+        stoker.pack(src, out, format=fmt, workers=workers, list_file=True, **OPTS)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("kind", ["folder", "listing", "convert"])
+def test_a_local_run_gives_the_golden_bytes(inputs, tmp_path, kind, fmt):
+    out = str(tmp_path / "set")
+    _run(kind, inputs[kind], out, fmt, 2)
+    assert _digest(out) == GOLDEN[kind, fmt], (kind, fmt, digests(out))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 3, 4])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("kind", ["folder", "listing", "convert"])
+def test_any_worker_count_gives_the_golden_bytes(inputs, tmp_path, kind, fmt, workers):
+    out = str(tmp_path / "set")
+    _run(kind, inputs[kind], out, fmt, workers)
+    assert _digest(out) == GOLDEN[kind, fmt], (kind, fmt, workers, digests(out))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("kind", ["folder", "convert"])
+def test_steps_in_a_shuffled_order_give_the_golden_bytes(inputs, tmp_path, kind, fmt):
+    out = str(tmp_path / "set")
+    opts = {k: v for k, v in OPTS.items() if k != "progress"}
+    if kind == "convert":
+        plan = plan_pack(inputs[kind], out, convert=True, format=fmt, **opts)
+    else:
+        plan = plan_pack(inputs[kind], out, format=fmt, list_file=True, **opts)
+    with open(plan, encoding="utf-8") as f:
+        n = len(json.load(f)["shards"])
+    order = list(range(n))
+    random.Random(fmt).shuffle(order)
+    for s in order:
+        pack_shards(plan, str(s), workers=1, progress=False)
+    finalize_pack(plan, progress=False)
+    os.unlink(plan)
+    assert _digest(out) == GOLDEN[kind, fmt], (kind, fmt, digests(out))
