@@ -270,11 +270,6 @@ class WdsShardWriter(ShardWriter):
     def count(self) -> int:
         return len(self._keys)
 
-    @property
-    def files(self) -> tuple[str, ...]:
-        """The final files this shard writes: the tar, and its ``.crc32c`` with checksums."""
-        return (self.path,) if self._crcs is None else (self.path, crc_path(self.path))
-
     def commit(self) -> dict:
         """End the archive, fsync, rename over ``NAME.tar``; the manifest entry (the tar's
         name relative to its own folder, where the set's manifest goes)."""
