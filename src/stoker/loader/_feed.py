@@ -133,6 +133,7 @@ from stoker.loader._worker_errors import rebuild
 from stoker.loader.batch import Batch, make_batch
 
 if TYPE_CHECKING:
+    from stoker.loader._engine import Engine
     from stoker.loader.sources import Source
     from stoker.pipeline import Pipeline
 
@@ -202,7 +203,8 @@ class RingFeed:
     _inflight: dict[tuple[int, int], _Inflight]
     _ring_id: int
     _generation: int
-    _ring: _shm.SharedFd | None  # the ring's anonymous file (its descriptor: for new workers)
+    _ring: Any  # the ring's handle: the engine's (_engine.Engine.make_ring), for new workers
+    _engine: Engine  # how workers start and share the ring (_engine.py)
     _mem: np.ndarray | None
     _node_entry: _node.NodeEntry | None = None  # the ring's entry in the node's registry
     _ahead: SlotReservations | None = None  # the first slots, being reserved in a thread
@@ -271,9 +273,7 @@ class RingFeed:
                 # when it is first dispatched (_dispatch), while the workers make the batches
                 # before it, so the first batch does not wait for the whole ring. Nothing
                 # touches an unreserved slot: workers write only the slot a task names.
-                seg, mapping = _shm.SharedFd.create(
-                    layout.total_bytes, name="stoker-ring", reserved=False
-                )
+                seg, mapping = self._engine.make_ring(layout.total_bytes)
                 unreserved = set(range(slots))
             self._ring = seg
             self._mem = mapping.array()
@@ -300,7 +300,7 @@ class RingFeed:
             self._start_workers()
 
     def _take_kept(self) -> _keep.Kept | None:
-        if not (self.keep_workers or _keep.kept_count()):
+        if self._engine.portable or not (self.keep_workers or _keep.kept_count()):
             return None
         key = _keep.pool_key(self.source, self.pipeline, self.on_error, self.workers)
         return None if key is None else _keep.take(key)
@@ -329,7 +329,7 @@ class RingFeed:
                 return
             except OSError:  # a kept worker died since: new ones below
                 self._pool.stop(0.2)
-                self._pool = WorkerPool(self.on_worker_death)
+                self._pool = WorkerPool(self.on_worker_death, self._engine)
         try:
             self._pool.start(config, control, self.workers)
         except BaseException as e:
@@ -351,7 +351,7 @@ class RingFeed:
         the same configuration (``_keep``). Otherwise (a worker busy past the grace, dead, or a
         configuration that cannot be keyed) they are left to the teardown that follows."""
         pool = self._pool
-        if not pool.handles or self._layout is None:
+        if not pool.handles or self._layout is None or self._engine.portable:
             return
         key = _keep.pool_key(self.source, self.pipeline, self.on_error, self.workers)
         if key is None:
@@ -366,7 +366,7 @@ class RingFeed:
         if any(w.tasks for w in pool.handles) or not all(w.proc.is_alive() for w in pool.handles):
             return
         pool.park()
-        self._pool = WorkerPool(self.on_worker_death)
+        self._pool = WorkerPool(self.on_worker_death, self._engine)
         self._inflight.clear()
         self._slot_state = [_FREE if s is _WORK else s for s in self._slot_state]
         ring, ahead, self._ahead = None, self._ahead, None
