@@ -53,3 +53,21 @@ def test_this_machine_runs_the_linux_engine_by_default():
 def test_an_unknown_engine_is_refused():
     with pytest.raises(ValueError, match="engine must be one of 'linux', 'portable'"):
         stoker.Loader((X, None), batch_size=4, engine="fork")
+
+
+def test_a_folder_listing_crosses_by_name_without_memfd(windows, folder):
+    """Without memfd a folder's listing is a named segment that spawned workers map."""
+    from stoker.transforms import Resize
+
+    runs = []
+    for workers in (0, 2):
+        with stoker.Loader(
+            folder, batch_size=8, workers=workers, seed=2, transforms=Resize((16, 16))
+        ) as ld:
+            runs.append([(b.keys.copy(), b.images.copy()) for b in ld])
+            named = type(ld.source._shared).__name__ == "NamedRing"
+            assert named == bool(workers)
+    assert len(runs[0]) == len(runs[1]) == 6
+    for (k1, i1), (k2, i2) in zip(*runs):
+        np.testing.assert_array_equal(k1, k2)
+        np.testing.assert_array_equal(i1, i2)
