@@ -21,6 +21,9 @@ makes no ring (batches are fresh arrays). Named ``/dev/shm/stoker_*`` segments r
 array source's copy (``ArraySource.share``): it is made before any worker exists, pickled as
 part of the source and may be mapped by processes stoker does not start, so it needs a name;
 ``stoker cleanup`` and every loader start sweep those whose owner is dead.
+The portable engine (``_engine.py``) changes only the ring's kind and the workers' start: a
+named ``multiprocessing.shared_memory`` segment (``_named.NamedRing``; main creates, registers
+and unlinks it; workers map it by name, unregistered) and ``spawn``; the rest holds as written.
 Layout (see ``_ring.py``): a 64-byte control block (int64 *generation*: the live iteration;
 then, per worker, the global index it is processing, so a death names its sample) and
 ``Loader.slots`` (``prefetch + 2``) slots; each slot holds ``batch_size`` rows of images
@@ -86,7 +89,9 @@ opened (an in-memory array source unlinks its segment).
   and gets its unanswered chunks again (rows are rewritten in place, so nothing is lost or
   duplicated); a sample that was being processed at two deaths raises instead.
 - SIGKILL of main: workers die with it (PR_SET_PDEATHSIG on their parent, plus a 0.5 s
-  watchdog thread on main's pid and start time; a blocked ``recv`` also sees EOF). The ring
+  watchdog thread on main's pid and start time; a blocked ``recv`` also sees EOF; on the
+  portable engine, a thread on the lifeline pipe whose write end only main holds).
+  The portable ring is unlinked by the resource tracker, or swept at the next start. The ring
   goes with the last of them: nothing is left to sweep (an array source's named segment is
   swept at the next loader start or by ``stoker cleanup``). A respawned worker gets main's
   descriptor of the same ring, duplicated at its start.
