@@ -241,3 +241,32 @@ def test_a_script_without_the_main_guard(tmp_path, engine):
     assert "WorkerDiedError" in err and 'if __name__ == "__main__":' in err
     # each worker said why, once: no worker started workers of its own
     assert err.count("is being made while a worker process imports the main script") == 2, err
+
+
+def test_portable_workers_kept_serve_the_next_loader_and_a_new_ring_by_name(folder):
+    """keep_workers on the portable engine: the next loader of the same configuration takes
+    the workers (no interpreter started) and their ring; one with another ring hands them
+    the new ring's name; a Linux-engine loader of the same configuration gets its own. (A
+    folder: a loader's own copy of arrays is never kept.)"""
+    from stoker.loader import release_workers
+
+    kw = dict(KW, workers=2, engine="portable", keep_workers=30)
+    try:
+        with Loader(folder, **kw) as ld:
+            want = [(b.keys.copy(), b.images.copy(), b.labels.copy()) for b in ld]
+            pids, ring = ld.worker_pids(), ld._ring.name
+        with Loader(folder, **{**kw, "engine": "linux"}) as ld:
+            next(iter(ld))
+            assert set(ld.worker_pids()).isdisjoint(pids)  # not the portable pool
+        with Loader(folder, **kw) as ld:
+            _same([(b.keys.copy(), b.images.copy(), b.labels.copy()) for b in ld], want)
+            assert ld.worker_pids() == pids and ld._ring.name == ring  # workers and ring kept
+        with Loader(folder, **{**kw, "batch_size": 4, "keep_workers": 0}) as ld:
+            got = [(b.keys.copy(), b.images.copy(), b.labels.copy()) for b in ld]
+            assert ld.worker_pids() == pids and ld._ring.name != ring  # a new ring, by name
+            assert not os.path.exists(f"/dev/shm/{ring}")  # the kept one was unlinked
+        assert wait_gone(pids, 5) == []  # closed without keep_workers: stopped
+        keys = np.concatenate([k for k, _, _ in got])
+        np.testing.assert_array_equal(keys, np.concatenate([k for k, _, _ in want]))
+    finally:
+        release_workers()

@@ -12,7 +12,8 @@ ring            an anonymous ``memfd``, its descriptor   a named segment of
                                                          (``_named``), mapped by name
 parent's death  ``PR_SET_PDEATHSIG`` plus a watchdog     a lifeline: a pipe whose write end
                 on main's pid and start time             only main holds; EOF means main died
-kept pools      yes (``keep_workers``)                   no (``keep_workers`` is ignored)
+kept pools      yes; a new ring: its descriptor sent     yes; a new ring: its name sent
+                over the pipe (``SCM_RIGHTS``)           over the pipe
 ==============  ======================================  =====================================
 
 The default is ``"linux"`` where it runs (``engine_unsupported()`` is ``None``) and CUDA is not

@@ -305,9 +305,11 @@ class RingFeed:
             self._start_workers()
 
     def _take_kept(self) -> _keep.Kept | None:
-        if self._engine.portable or not (self.keep_workers or _keep.kept_count()):
+        if not (self.keep_workers or _keep.kept_count()):
             return None
-        key = _keep.pool_key(self.source, self.pipeline, self.on_error, self.workers)
+        key = _keep.pool_key(
+            self.source, self.pipeline, self.on_error, self.workers, self._engine.name
+        )
         return None if key is None else _keep.take(key)
 
     def _start_workers(self, *, adopt: bool = False, new_ring: bool = True) -> None:
@@ -356,9 +358,11 @@ class RingFeed:
         the same configuration (``_keep``). Otherwise (a worker busy past the grace, dead, or a
         configuration that cannot be keyed) they are left to the teardown that follows."""
         pool = self._pool
-        if not pool.handles or self._layout is None or self._engine.portable:
+        if not pool.handles or self._layout is None:
             return
-        key = _keep.pool_key(self.source, self.pipeline, self.on_error, self.workers)
+        key = _keep.pool_key(
+            self.source, self.pipeline, self.on_error, self.workers, self._engine.name
+        )
         if key is None:
             return
         self._cancel()  # workers drop their chunks at the next sample

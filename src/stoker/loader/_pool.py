@@ -241,7 +241,7 @@ class WorkerPool:
     ) -> None:
         """Serve another loader: its configuration (the same key: ``_keep.pool_key``) and the
         ring its workers map already, or (``new_ring``) a new one, whose descriptor goes to
-        each worker over its pipe (``SCM_RIGHTS``)."""
+        each worker over its pipe (``SCM_RIGHTS``; the portable engine's ring: its name)."""
         from multiprocessing.reduction import send_handle
 
         self._config, self._control, self.on_death = config, control, on_death
@@ -250,11 +250,15 @@ class WorkerPool:
         self._poller = None
         if not new_ring:
             return
-        fd = config.ring.fileno()
+        ring = config.ring
+        named = getattr(ring, "name", None)  # _named.NamedRing: mapped by name
         for w in self.handles:
             w.wrote.clear()
-            w.conn.send((RING, config.layout, config.ring.size))
-            send_handle(w.conn, fd, w.proc.pid)
+            if named is not None:
+                w.conn.send((RING, config.layout, ring.size, named))
+                continue
+            w.conn.send((RING, config.layout, ring.size))
+            send_handle(w.conn, ring.fileno(), w.proc.pid)
 
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self.handles if w.proc.pid is not None]

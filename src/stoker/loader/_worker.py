@@ -321,9 +321,14 @@ class _Ring:
 
 def _received_ring(conn: Any, msg: tuple, worker_id: int) -> _Ring:
     """The ring a new loader hands a kept worker: ``(RING, layout, size)`` on the pipe, then
-    its descriptor (``SCM_RIGHTS``), mapped here and closed."""
+    its descriptor (``SCM_RIGHTS``), mapped here and closed; or, from the portable engine,
+    ``(RING, layout, size, name)``: the segment mapped by name."""
     from multiprocessing.reduction import recv_handle
 
+    if len(msg) > 3:
+        from stoker.loader._named import NamedRing
+
+        return _Ring(NamedRing(msg[3], msg[2]).attach(), msg[1], worker_id)
     fd = recv_handle(conn)
     try:
         mapping = Mapping(fd, msg[2], writable=True)
