@@ -144,7 +144,7 @@ def test_a_lambda_is_a_clear_error_naming_it(arrays):
 
 # ----------------------------------------------------------------------------- main dies
 DRIVER = """
-import sys, time
+import os, signal, sys, time
 from loader_helpers import Misbehave, make_arrays
 from stoker.loader import Loader
 
@@ -156,15 +156,19 @@ if __name__ == "__main__":
     it = iter(ld)
     next(it)
     names = [ld.source.segment.name, getattr(ld._ring, "name", "-")]
+    if sys.argv[2:] == ["tracker"]:  # it dies too, as with a SIGKILL of the process group
+        from multiprocessing import resource_tracker
+
+        os.kill(resource_tracker._resource_tracker._pid, signal.SIGKILL)
     print(*names, *(w.proc.pid for w in ld._pool.handles), flush=True)
     for b in it:
         time.sleep(0.01)
 """
 
 
-def _start_driver(engine: str):
+def _start_driver(engine: str, *more: str):
     """The driver on ``engine``, after its first batch: (process, segment paths, worker pids)."""
-    proc = driver(DRIVER, engine)
+    proc = driver(DRIVER, engine, *more)
     line = proc.stdout.readline().split()
     assert line, proc.stderr.read()
     segs = [f"/dev/shm/{n}" for n in line[:2] if n != "-"]
@@ -208,6 +212,24 @@ def test_sigkill_of_main_leaves_no_worker_and_no_segment(engine):
     finally:
         cleanup_stale()  # what the next loader start does (the portable ring: or the tracker)
     assert not any(os.path.exists(s) for s in segs)
+
+
+def test_a_ring_left_by_main_and_its_tracker_is_swept_by_the_next_start():
+    """Main and its resource tracker SIGKILLed (a signal to the process group): the portable
+    ring's name is left; the next loader start (the node registry's scan, which works where
+    no shared-memory name can be listed, as on macOS) unlinks it."""
+    from stoker.loader import _node
+
+    proc, segs, pids = _start_driver("portable", "tracker")
+    ring = segs[1]
+    sigkill_driver(proc)
+    try:
+        assert wait_gone(pids, 10) == []
+        assert os.path.exists(ring)  # nobody else unlinked it
+        _node.live_rings()  # what every loader start does before its preflight
+        assert not os.path.exists(ring)
+    finally:
+        cleanup_stale()  # the array source's copy, and the ring should the scan have failed
 
 
 NO_GUARD = """

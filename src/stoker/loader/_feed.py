@@ -281,6 +281,9 @@ class RingFeed:
                 seg, mapping = self._engine.make_ring(layout.total_bytes)
                 unreserved = set(range(slots))
             self._ring = seg
+            named = getattr(seg, "name", None)  # the portable engine's ring
+            if self._node_entry is not None and isinstance(named, str):
+                self._node_entry.name_segment(named)  # swept should this process die
             self._mem = mapping.array()
             self._layout = layout
             self._ring_width = max_width

@@ -21,9 +21,10 @@ Names. ``stoker_<pid>_<start>_<rand>`` as for ``_shm.Segment`` (owner pid and st
 ``_shm.cleanup_stale`` sweeps a dead owner's segment on Linux), cut to 30 characters: macOS
 limits a POSIX shared-memory name, with its leading ``/``, to 31. After a SIGKILL of main the
 resource tracker (a process of its own, which sees main's end) unlinks what main had
-registered; where it could not (it was killed too), the next loader start on Linux sweeps the
-name from ``/dev/shm``; macOS lists no shared-memory names, so there only the tracker can. On
-Windows a mapping is no file at all: it vanishes with its last handle, so nothing is left.
+registered; where it could not (it was killed too), the next loader start on the node unlinks
+the name its ring's entry in the node registry lists (``_node``: no listing of names needed,
+which macOS has not), and on Linux ``_shm.cleanup_stale`` sweeps it from ``/dev/shm`` as well.
+On Windows a mapping is no file at all: it vanishes with its last handle, so nothing is left.
 
 Reservation. Where ``posix_fallocate`` exists (Linux), :meth:`NamedRing.reserve` backs a range
 of the segment before use, as the Linux engine does (a full ``/dev/shm`` is an error then, not
@@ -44,7 +45,7 @@ import numpy as np
 
 from stoker._core.errors import SharedMemoryError
 
-__all__ = ["NAME_MAX", "NamedRing", "segment_name"]
+__all__ = ["NAME_MAX", "NamedRing", "segment_name", "unlink_name"]
 
 NAME_MAX = 30  # characters, without the leading "/" that POSIX adds (macOS: 31 with it)
 _POSIX = os.name == "posix"
@@ -83,6 +84,16 @@ def _map(name: str, size: int) -> Any:
         return Mapping(fd, size, writable=True)
     finally:
         os.close(fd)
+
+
+def unlink_name(name: str) -> None:
+    """Unlink segment ``name`` left by a dead process (POSIX; gone already is fine)."""
+    if not _POSIX:
+        return  # a Windows mapping has no name left to unlink once its handles are gone
+    import _posixshmem
+
+    with contextlib.suppress(FileNotFoundError):
+        _posixshmem.shm_unlink("/" + name)
 
 
 class _Mapped:
