@@ -409,11 +409,11 @@ class WorkerPool:
         as WorkerDiedError instead."""
         w.proc.join(0.5)
         code = w.proc.exitcode
-        if not w.answered and code is not None and code > 0:
-            # it exited on its own before any report: at its start (a script without the
+        culprit = self._in_progress(w)
+        if not w.answered and culprit is None and code is not None and code > 0:
+            # it exited on its own before any sample: at its start (a script without the
             # __main__ guard under spawn, an import error); another would do the same
             self.raise_dead(w, prefix="at its start ")
-        culprit = self._in_progress(w)
         if culprit is not None:
             self._deaths[culprit] = self._deaths.get(culprit, 0) + 1
             if self._deaths[culprit] >= 2:
