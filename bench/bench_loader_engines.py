@@ -90,7 +90,8 @@ def table(runs: list[dict]) -> None:
     print("(median (min..max) over the rounds; ratios: portable / linux in the same round)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None):
+    """The command line (``--quick`` for a short smoke run); ``argv``: as for argparse."""
     ap = bench_parser(__doc__, "600 images, 2 epochs, 1 round (a smoke run)")
     ap.add_argument("--images", type=int, default=None, help="number of images (default 20000)")
     ap.add_argument("--epochs", type=int, default=None, help="epochs per loader (default 3)")
@@ -98,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--dir", default=None, help="work folder (default: a temporary one)")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     n = args.images or (600 if args.quick else 20000)
     rounds = args.rounds or (1 if args.quick else 3)
     args.epochs = max(2, args.epochs or (2 if args.quick else 3))
