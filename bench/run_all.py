@@ -4,10 +4,11 @@ Pass arguments through BENCH_ARGS, e.g. `make bench BENCH_ARGS="--only loader --
 Each benchmark measures its candidates side by side in one run and reports ratios
 (bench_formats.py: the loader on each format beside RecordIO, and `stoker convert` beside
 `cp`; `--only formats`; bench_engines.py: `stoker pack --engine ray` beside the local pool,
-1 and 2 workers each; `--only engines`; bench_loader_engines.py: the loader's portable
-engine beside its Linux engine, `--only loader_engines`).
+1 and 2 workers each; `--only engines`).
 bench_bigfile.py: shuffled reads of a .rec twice the page cache it may use, without and
 with access hints, beside the same file warm (`--only bigfile`).
+bench_loader_engines.py: the loader's portable engine beside its Linux engine on the same
+work (`--only loader_engines`).
 bench_revisions.py (old revision against new) runs only when asked for, with `--old REV`:
 `make bench BENCH_ARGS="--only revisions --old HEAD~3"`.
 """
