@@ -9,6 +9,8 @@ records per second, local pool and Ray, an older revision (default main) beside 
 `--only pack_path`).
 bench_bigfile.py: shuffled reads of a .rec twice the page cache it may use, without and
 with access hints, beside the same file warm (`--only bigfile`).
+bench_loader_engines.py: the loader's portable engine beside its Linux engine on the same
+work (`--only loader_engines`).
 bench_revisions.py (old revision against new) runs only when asked for, with `--old REV`:
 `make bench BENCH_ARGS="--only revisions --old HEAD~3"`.
 """

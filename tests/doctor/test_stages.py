@@ -133,3 +133,16 @@ def test_sample_of_a_folder_and_of_sharded_records(tmp_path):
         assert len(payloads) == 12 and all(p[:3] == b"\xff\xd8\xff" for p in payloads)
     finally:
         s.close()
+
+
+def test_the_checks_name_the_engine_the_loader_ran_on(folder):
+    f = Findings(_settings(folder, run_loader=True), sample_source(folder, n=12))
+    try:
+        for _, run in PARTS:
+            run(f)
+    finally:
+        f.sample.close()
+    assert [r.engine for r in f.loader.runs] == ["linux"]
+    check = next(c for c in f.checks if c.name == "start_method")
+    assert check.data["engine"] == "linux"
+    assert "forkserver (the loader's own, engine 'linux')" in check.message

@@ -10,6 +10,9 @@ import ctypes
 import io
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import time
 from dataclasses import dataclass
 
@@ -259,3 +262,40 @@ def sigkill_driver(proc) -> None:
     finally:
         proc.stdout.close()
         proc.stderr.close()
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SRC = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "src")
+
+
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default, so Python installs its
+    KeyboardInterrupt handler even when the test run itself was started with SIGINT ignored
+    (a background job of a non-interactive shell is), as a user's terminal job never is."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def driver(code: str | None = None, *args: str) -> subprocess.Popen:
+    """A Python subprocess (``-c code`` when ``code`` is given, then ``args``) that imports
+    stoker and these helpers, with pipes for its output."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([_SRC, _HERE]))
+    argv = [sys.executable, *(["-c", textwrap.dedent(code)] if code is not None else []), *args]
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=_default_sigint,
+    )
+
+
+def wait_gone(pids, seconds) -> list[int]:
+    """The ``pids`` still running after up to ``seconds`` (empty once all are gone)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if running(p)]
+        if not alive:
+            return []
+        time.sleep(0.05)
+    return alive

@@ -19,9 +19,10 @@ from loader_helpers import (
     CvThreads,
     KillOnce,
     Misbehave,
+    driver,
     make_arrays,
-    running,
     sigkill_driver,
+    wait_gone,
 )
 
 from stoker import (
@@ -302,25 +303,6 @@ def test_slots_that_cannot_be_reserved_stop_the_loader_cleanly(
     assert shm_names() == before
 
 
-def _default_sigint() -> None:
-    """In the child before exec: SIGINT back to its default, so Python installs its
-    KeyboardInterrupt handler even when the test run itself was started with SIGINT ignored
-    (a background job of a non-interactive shell is), as a user's terminal job never is."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _driver(code: str) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]))
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        preexec_fn=_default_sigint,
-    )
-
-
 DRIVER = """
 import os, sys, time
 import numpy as np
@@ -340,18 +322,8 @@ if __name__ == "__main__":
 """
 
 
-def _wait_gone(pids, seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        alive = [p for p in pids if running(p)]
-        if not alive:
-            return []
-        time.sleep(0.05)
-    return alive
-
-
 def test_ctrl_c_stops_everything():
-    proc = _driver(DRIVER)
+    proc = driver(DRIVER)
     try:
         line = proc.stdout.readline().split()
         assert line, proc.stderr.read()
@@ -367,12 +339,12 @@ def test_ctrl_c_stops_everything():
             proc.communicate()
     assert "KeyboardInterrupt" in err
     assert not os.path.exists(f"/dev/shm/{seg}")
-    assert _wait_gone(pids, 5) == []
+    assert wait_gone(pids, 5) == []
     assert "leaked" not in err and "resource_tracker" not in err
 
 
 def test_sigkill_of_main_workers_exit_and_cleanup_removes_segment():
-    proc = _driver(DRIVER)
+    proc = driver(DRIVER)
     try:
         line = proc.stdout.readline().split()
         assert line, proc.stderr.read()
@@ -381,7 +353,7 @@ def test_sigkill_of_main_workers_exit_and_cleanup_removes_segment():
     finally:
         sigkill_driver(proc)
     try:
-        assert _wait_gone(pids, 10) == []
+        assert wait_gone(pids, 10) == []
     finally:
         # nobody could unlink it; the sweep (here, or any loader starting meanwhile) removes it
         cleanup_stale()
@@ -492,7 +464,7 @@ if __name__ == "__main__":
 def test_fd_limit_is_a_clear_error():
     """A low ``ulimit -n`` is an error that names the limit, never a hang (in a subprocess:
     running out of descriptors mid-handshake can take the process's worker server down)."""
-    proc = _driver(FD_DRIVER)
+    proc = driver(FD_DRIVER)
     out, err = proc.communicate(timeout=60)
     assert "LoaderError" in out, out + err
     assert "too many open files (the limit, ulimit -n, is" in out
@@ -577,7 +549,7 @@ def test_sigterm_with_on_sigterm_saves_state_and_stops_cleanly(tmp_path):
     saved = json.loads(state.read_text())
     assert saved["epoch"] == 0 and saved["batch"] >= 1 and saved["seed"] == 3
     assert not os.path.exists(f"/dev/shm/{seg}")
-    assert _wait_gone(pids, 5) == []
+    assert wait_gone(pids, 5) == []
     assert "leaked" not in err and "Traceback" not in err
 
 

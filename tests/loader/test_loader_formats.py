@@ -90,10 +90,12 @@ def sets(tmp_path_factory) -> dict[str, object]:
     return out
 
 
-def _load(source: object, workers: int) -> list[tuple[np.ndarray, ...]]:
+def _load(source: object, workers: int, engine: str | None = None) -> list[tuple[np.ndarray, ...]]:
     if isinstance(source, tuple):  # LSUN-style: the labels come from a key list
         source = FormatSource(source[0], format="lmdb", layout="image", labels=source[1])
-    kw = dict(batch_size=7, transforms=TRANSFORMS, shuffle=True, seed=5, workers=workers)
+    kw = dict(
+        batch_size=7, transforms=TRANSFORMS, shuffle=True, seed=5, workers=workers, engine=engine
+    )
     with stoker.Loader(source, **kw) as ld:  # type: ignore[arg-type]
         return [(b.images.copy(), b.labels.copy(), b.keys.copy(), b.indices.copy()) for b in ld]
 
@@ -113,6 +115,19 @@ def test_every_format_gives_the_same_batches(sets, workers):
             for part, what in enumerate(("images", "labels", "keys", "indices")):
                 assert g[part].dtype == w[part].dtype, (name, b, what)
                 np.testing.assert_array_equal(g[part], w[part], err_msg=f"{name} {what} {b}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [*WRITTEN, "lmdb-datum", "lmdb-image"])
+def test_every_format_crosses_to_spawned_workers(sets, name):
+    """The portable engine's workers get each format's reader pickled as its configuration
+    and reopen it: the Linux engine's batches."""
+    want = _load(sets[name], 2, engine="linux")
+    got = _load(sets[name], 2, engine="portable")
+    assert len(got) == len(want) == -(-N // 7)
+    for g, w in zip(got, want):
+        for part in range(4):
+            np.testing.assert_array_equal(g[part], w[part])
 
 
 def test_every_format_reads_the_stored_bytes_and_labels(sets):

@@ -1,6 +1,6 @@
-"""Where the worker engine cannot run (not Linux: no memfd, no posix_fallocate, no fork
-server), the Loader says so in one sentence naming the fallback, before any process starts;
-with the default worker count it falls back to workers=0 and still gives the same batches."""
+"""Where the Linux engine cannot run (not Linux: no memfd, no posix_fallocate, no fork server),
+the default is the portable engine (spawn, named shared memory), with the same batches;
+asking for the Linux engine there is one sentence naming the engine that runs."""
 
 from __future__ import annotations
 
@@ -26,23 +26,48 @@ def windows(monkeypatch):
 
 def _batches(**kw):
     with stoker.Loader((X, np.arange(10)), batch_size=4, seed=1, shuffle=True, **kw) as ld:
-        return [b.images.copy() for b in ld], ld.workers
+        return [b.images.copy() for b in ld], ld.engine
 
 
-def test_asking_for_workers_is_one_clear_sentence(windows):
+def test_asking_for_the_linux_engine_is_one_clear_sentence(windows):
     assert "win32 lacks memfd_create, posix_fallocate" in _pool.engine_unsupported()
-    with pytest.raises(stoker.LoaderError, match=r"workers=2: .* need Linux .* pass workers=0"):
-        stoker.Loader((X, None), batch_size=4, workers=2)
+    with pytest.raises(stoker.LoaderError, match=r"engine='linux' needs Linux.*'portable' runs"):
+        stoker.Loader((X, None), batch_size=4, workers=2, engine="linux")
 
 
-def test_the_default_falls_back_to_the_main_process_with_the_same_batches(windows):
-    with pytest.warns(RuntimeWarning, match="using workers=0"):
-        got, workers = _batches()
-    assert workers == 0
+def test_the_default_is_the_portable_engine_with_the_same_batches(windows):
+    got, engine = _batches(workers=2)
+    assert engine == "portable"
     want, _ = _batches(workers=0)
+    assert len(got) == len(want) == 3
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
 
 
-def test_this_machine_runs_the_engine():
+def test_this_machine_runs_the_linux_engine_by_default():
     assert _pool.engine_unsupported() is None
+    with stoker.Loader((X, None), batch_size=4, workers=1) as ld:
+        assert (ld.engine, ld.start_method) == ("linux", "forkserver")
+
+
+def test_an_unknown_engine_is_refused():
+    with pytest.raises(ValueError, match="engine must be one of 'linux', 'portable'"):
+        stoker.Loader((X, None), batch_size=4, engine="fork")
+
+
+def test_a_folder_listing_crosses_by_name_without_memfd(windows, folder):
+    """Without memfd a folder's listing is a named segment that spawned workers map."""
+    from stoker.transforms import Resize
+
+    runs = []
+    for workers in (0, 2):
+        with stoker.Loader(
+            folder, batch_size=8, workers=workers, seed=2, transforms=Resize((16, 16))
+        ) as ld:
+            runs.append([(b.keys.copy(), b.images.copy()) for b in ld])
+            named = type(ld.source._shared).__name__ == "NamedRing"
+            assert named == bool(workers)
+    assert len(runs[0]) == len(runs[1]) == 6
+    for (k1, i1), (k2, i2) in zip(*runs):
+        np.testing.assert_array_equal(k1, k2)
+        np.testing.assert_array_equal(i1, i2)

@@ -45,6 +45,16 @@ def test_same_batches_as_local_disk(remote_set, cache_dir, workers, shuffle):
     _same(got, want)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("shuffle", [True, "shards"])
+def test_the_portable_engines_spawned_workers_read_the_remote_set(remote_set, cache_dir, shuffle):
+    """A remote set crosses to spawned workers as its configuration (URL, cache, claims)."""
+    kw = dict(batch_size=8, seed=11, shuffle=shuffle, workers=2)
+    want = _batches(stoker.Loader(remote_set.local, **kw))
+    got = _batches(stoker.Loader(remote_set.url, cache_dir=cache_dir, engine="portable", **kw))
+    _same(got, want)
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_ranks_read_what_they_read_locally_with_equal_steps(remote_set, cache_dir, world):
     counts = set()

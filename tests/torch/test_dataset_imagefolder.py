@@ -181,3 +181,18 @@ def test_in_a_dataloader_with_workers(faces):
     drawn = [int(t) for _, yb in DataLoader(ds, batch_size=8, sampler=sampler) for t in yb]
     assert len(drawn) == 40 and set(drawn) <= set(range(len(ds.classes)))
     ds.close()
+
+
+@pytest.mark.slow
+def test_in_a_spawned_dataloader(faces):
+    """Under spawn (macOS's and Windows's default) each DataLoader worker gets the dataset
+    pickled as its configuration and reopens the set: the same samples as without workers."""
+    rec, _, _ = faces
+    ds = st.RecordDataset(rec, transforms=Compose([flip_rows, CenterCrop(16)]), layout="CHW")
+    want = [(x.clone(), y.clone()) for x, y in DataLoader(ds, batch_size=4)]
+    dl = DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context="spawn")
+    got = list(dl)
+    assert len(got) == len(want) == 3
+    for (x1, y1), (x2, y2) in zip(got, want, strict=True):
+        assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    ds.close()

@@ -220,3 +220,39 @@ def test_gpu_check_quick():
     dev = torch.device("cuda")
     assert mod.check_bit_exact(dev, batches=100, sleep_cycles=2_000_000) == 0
     assert mod.check_memory_flat(dev, epochs=3, batches=20) == 0
+
+
+def test_the_loader_keeps_the_linux_engine_while_cuda_is_not_initialised(rec):
+    """torch imported is not CUDA initialised: the default engine stays the fork server."""
+    assert not torch.cuda.is_initialized()
+    with _loader(rec, workers=1) as ld:
+        assert (ld.engine, ld.start_method) == ("linux", "forkserver")
+
+
+_CUDA_FIRST = """
+import sys
+import torch
+import stoker
+
+if __name__ == "__main__":
+    torch.cuda.init()
+    with stoker.Loader(sys.argv[1], batch_size=8, workers=2, seed=7, transforms=None) as ld:
+        n = sum(len(b) for b in ld)
+    print(ld.engine, ld.start_method, n)
+"""
+
+
+@pytest.mark.gpu
+def test_a_loader_made_after_cuda_init_takes_the_portable_engine(rec):
+    """Forking a process that initialised CUDA is unsafe: the default engine is then spawn."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _CUDA_FIRST, str(rec)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.split()
+    assert out == ["portable", "spawn", "36"]

@@ -9,6 +9,7 @@ import contextlib
 import fcntl
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["live_bodies"]
@@ -16,9 +17,10 @@ __all__ = ["live_bodies"]
 _NOFOLLOW = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 
 
-def live_bodies(folder: str) -> list[Any]:
+def live_bodies(folder: str, on_dead: Callable[[Any], None] | None = None) -> list[Any]:
     """The JSON of every ``*.json`` file in ``folder`` that a live process holds, in name
-    order (a file that is not JSON reads as ``None``); the files nobody holds are removed.
+    order (a file that is not JSON reads as ``None``); the files nobody holds are removed,
+    each after ``on_dead(its JSON)`` when given (to free what a dead holder left behind).
     Call it under the lock that guards the folder's writers."""
     out: list[Any] = []
     try:
@@ -42,6 +44,9 @@ def live_bodies(folder: str) -> list[Any]:
                 except (OSError, ValueError):
                     out.append(None)
                 continue
+            if on_dead is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    on_dead(json.loads(os.pread(fd, 4096, 0)))
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
         finally:

@@ -258,11 +258,16 @@ def check_threads(
     return Check("threads", "ok", text + ".", data)
 
 
-def check_start_method(*, loader_method: str | None = None) -> Check:
+def check_start_method(
+    *, loader_method: str | None = None, loader_engine: str | None = None
+) -> Check:
+    """How the measured loader's workers started, and with which engine (``"linux"``: its
+    fork server; ``"portable"``: spawn; see ``stoker.loader._engine``)."""
     current = multiprocessing.get_start_method(allow_none=True)
     data = {
         "default": current,
         "loader": loader_method,
+        "engine": loader_engine,
         "available": multiprocessing.get_all_start_methods(),
     }
     method = (
@@ -270,8 +275,9 @@ def check_start_method(*, loader_method: str | None = None) -> Check:
         or current
         or ("fork" if sys.platform == "linux" and sys.version_info < (3, 14) else "spawn")
     )
+    own = f", engine {loader_engine!r}" if loader_engine else ""
     text = f"multiprocessing start method: {method}" + (
-        " (the loader's own)" if loader_method else " (process default)"
+        f" (the loader's own{own})" if loader_method else " (process default)"
     )
     if method == "fork":
         threaded = [m for m in ("torch", "cv2", "keras", "tensorflow") if m in sys.modules]

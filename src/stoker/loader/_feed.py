@@ -21,6 +21,9 @@ makes no ring (batches are fresh arrays). Named ``/dev/shm/stoker_*`` segments r
 array source's copy (``ArraySource.share``): it is made before any worker exists, pickled as
 part of the source and may be mapped by processes stoker does not start, so it needs a name;
 ``stoker cleanup`` and every loader start sweep those whose owner is dead.
+The portable engine (``_engine.py``) changes only the ring's kind and the workers' start: a
+named ``multiprocessing.shared_memory`` segment (``_named.NamedRing``; main creates, registers
+and unlinks it; workers map it by name, unregistered) and ``spawn``; the rest holds as written.
 Layout (see ``_ring.py``): a 64-byte control block (int64 *generation*: the live iteration;
 then, per worker, the global index it is processing, so a death names its sample) and
 ``Loader.slots`` (``prefetch + 2``) slots; each slot holds ``batch_size`` rows of images
@@ -86,7 +89,9 @@ opened (an in-memory array source unlinks its segment).
   and gets its unanswered chunks again (rows are rewritten in place, so nothing is lost or
   duplicated); a sample that was being processed at two deaths raises instead.
 - SIGKILL of main: workers die with it (PR_SET_PDEATHSIG on their parent, plus a 0.5 s
-  watchdog thread on main's pid and start time; a blocked ``recv`` also sees EOF). The ring
+  watchdog thread on main's pid and start time; a blocked ``recv`` also sees EOF; on the
+  portable engine, a thread on the lifeline pipe whose write end only main holds).
+  The portable ring is unlinked by the resource tracker, or swept at the next start. The ring
   goes with the last of them: nothing is left to sweep (an array source's named segment is
   swept at the next loader start or by ``stoker cleanup``). A respawned worker gets main's
   descriptor of the same ring, duplicated at its start.
@@ -133,6 +138,7 @@ from stoker.loader._worker_errors import rebuild
 from stoker.loader.batch import Batch, make_batch
 
 if TYPE_CHECKING:
+    from stoker.loader._engine import Engine
     from stoker.loader.sources import Source
     from stoker.pipeline import Pipeline
 
@@ -202,7 +208,8 @@ class RingFeed:
     _inflight: dict[tuple[int, int], _Inflight]
     _ring_id: int
     _generation: int
-    _ring: _shm.SharedFd | None  # the ring's anonymous file (its descriptor: for new workers)
+    _ring: Any  # the ring's handle: the engine's (_engine.Engine.make_ring), for new workers
+    _engine: Engine  # how workers start and share the ring (_engine.py)
     _mem: np.ndarray | None
     _node_entry: _node.NodeEntry | None = None  # the ring's entry in the node's registry
     _ahead: SlotReservations | None = None  # the first slots, being reserved in a thread
@@ -271,11 +278,12 @@ class RingFeed:
                 # when it is first dispatched (_dispatch), while the workers make the batches
                 # before it, so the first batch does not wait for the whole ring. Nothing
                 # touches an unreserved slot: workers write only the slot a task names.
-                seg, mapping = _shm.SharedFd.create(
-                    layout.total_bytes, name="stoker-ring", reserved=False
-                )
+                seg, mapping = self._engine.make_ring(layout.total_bytes)
                 unreserved = set(range(slots))
             self._ring = seg
+            named = getattr(seg, "name", None)  # the portable engine's ring
+            if self._node_entry is not None and isinstance(named, str):
+                self._node_entry.name_segment(named)  # swept should this process die
             self._mem = mapping.array()
             self._layout = layout
             self._ring_width = max_width
@@ -302,7 +310,9 @@ class RingFeed:
     def _take_kept(self) -> _keep.Kept | None:
         if not (self.keep_workers or _keep.kept_count()):
             return None
-        key = _keep.pool_key(self.source, self.pipeline, self.on_error, self.workers)
+        key = _keep.pool_key(
+            self.source, self.pipeline, self.on_error, self.workers, self._engine.name
+        )
         return None if key is None else _keep.take(key)
 
     def _start_workers(self, *, adopt: bool = False, new_ring: bool = True) -> None:
@@ -329,7 +339,7 @@ class RingFeed:
                 return
             except OSError:  # a kept worker died since: new ones below
                 self._pool.stop(0.2)
-                self._pool = WorkerPool(self.on_worker_death)
+                self._pool = WorkerPool(self.on_worker_death, self._engine)
         try:
             self._pool.start(config, control, self.workers)
         except BaseException as e:
@@ -353,7 +363,9 @@ class RingFeed:
         pool = self._pool
         if not pool.handles or self._layout is None:
             return
-        key = _keep.pool_key(self.source, self.pipeline, self.on_error, self.workers)
+        key = _keep.pool_key(
+            self.source, self.pipeline, self.on_error, self.workers, self._engine.name
+        )
         if key is None:
             return
         self._cancel()  # workers drop their chunks at the next sample
@@ -366,7 +378,7 @@ class RingFeed:
         if any(w.tasks for w in pool.handles) or not all(w.proc.is_alive() for w in pool.handles):
             return
         pool.park()
-        self._pool = WorkerPool(self.on_worker_death)
+        self._pool = WorkerPool(self.on_worker_death, self._engine)
         self._inflight.clear()
         self._slot_state = [_FREE if s is _WORK else s for s in self._slot_state]
         ring, ahead, self._ahead = None, self._ahead, None

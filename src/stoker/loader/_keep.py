@@ -54,7 +54,7 @@ class Kept:
 
     pool: WorkerPool
     timer: threading.Timer
-    ring: SharedFd | None = None
+    ring: SharedFd | Any = None  # the engine's ring (a SharedFd, or a NamedRing)
     mapping: Mapping | None = None
     layout: RingLayout | None = None
     unreserved: frozenset[int] = frozenset()
@@ -64,7 +64,9 @@ class Kept:
         pipeline and fields are the same under the same key), and nothing but this object
         refers to its mapping: no batch view of the loader that closed is alive."""
         old = self.layout
-        if old is None or self.mapping is None:
+        if old is None or not isinstance(self.mapping, Mapping):
+            # (a Windows mapping: its views refer to the mmap, not to it, so a live view
+            # cannot be told from none; the workers get a new ring)
             return False
         same = dataclasses.replace(old, pipeline=layout.pipeline, fields=layout.fields) == layout
         # references: this attribute and getrefcount's argument; a view adds its array
@@ -92,15 +94,18 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def pool_key(source: Source, pipeline: Pipeline, on_error: str, workers: int) -> bytes | None:
+def pool_key(
+    source: Source, pipeline: Pipeline, on_error: str, workers: int, engine: str = "linux"
+) -> bytes | None:
     """What fixes what a worker holds, as a digest: the source's pickled configuration (what
-    a worker unpickles) and its fingerprint (the data it names), the pipeline, ``on_error``
-    and the worker count (the seed travels with each task). ``None`` when that cannot be
-    pickled here (the pool is then neither kept nor taken)."""
+    a worker unpickles) and its fingerprint (the data it names), the pipeline, ``on_error``,
+    the worker count (the seed travels with each task) and the engine (how the workers
+    started and map their ring). ``None`` when that cannot be pickled here (the pool is then
+    neither kept nor taken)."""
     try:
         with probing():  # shared memory pickles as its size: this pickle is only compared
             blob = pickle.dumps(
-                (type(source), source, source.fingerprint(), pipeline, on_error, workers),
+                (type(source), source, source.fingerprint(), pipeline, on_error, workers, engine),
                 protocol=pickle.HIGHEST_PROTOCOL,
             )
     except Exception:  # noqa: BLE001
@@ -112,7 +117,7 @@ def park(
     key: bytes,
     pool: WorkerPool,
     seconds: float,
-    ring: tuple[SharedFd, Mapping, RingLayout, frozenset[int]] | None = None,
+    ring: tuple[SharedFd | Any, Mapping, RingLayout, frozenset[int]] | None = None,
 ) -> None:
     """Keep ``pool`` (already parked: idle, its source closed) and the ``ring`` its workers
     map (its descriptor, main's mapping, layout and slots not yet reserved) under ``key``

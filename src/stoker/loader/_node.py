@@ -8,9 +8,12 @@ Folder ``<temp dir>/stoker-loaders-<uid>/`` (a 0700 folder in the node's tempora
 ``$TMPDIR`` or ``/tmp``, which every process of the node, every rank of a job, sees; nothing in
 it is large, and ``/dev/shm`` stays free of names). ``lock`` is the registry's lock (flock). Each live ring has a file ``PID.RAND.json``
 that its loader holds ``LOCK_EX`` for as long as the ring lives, holding JSON: ``ring`` (its
-bytes), ``reserved`` (bytes reserved with ``posix_fallocate`` so far), ``workers``, ``pid``
-and ``what`` (the source). A file whose lock is free belongs to a dead process and is removed
-by the next reader.
+bytes), ``reserved`` (bytes reserved with ``posix_fallocate`` so far), ``workers``, ``pid``,
+``what`` (the source) and, for the portable engine's named ring, ``segment`` (its name). A
+file whose lock is free belongs to a dead process and is removed by the next reader, which
+first unlinks the named segment it lists: after a SIGKILL that took the resource tracker
+too (a signal to the process group), the next loader start on the node sweeps the ring, on
+macOS as well, where no shared-memory name can be listed.
 
 A ring's memory is taken when its slots are reserved, slot by slot, as the loader first
 dispatches to them (``_feed``), and what is reserved already shows in ``MemAvailable``. So a
@@ -81,6 +84,15 @@ class NodeEntry:
         if self._fd < 0 or self._pid != os.getpid():
             return
         self._body["reserved"] = min(self._body["ring"], self._body["reserved"] + int(nbytes))
+        with contextlib.suppress(OSError), _locked():
+            _write(self._fd, self._body)
+
+    def name_segment(self, name: str) -> None:
+        """The ring is the named segment ``name`` (the portable engine): whoever finds this
+        entry's process dead unlinks it."""
+        if self._fd < 0 or self._pid != os.getpid():
+            return
+        self._body["segment"] = name
         with contextlib.suppress(OSError), _locked():
             _write(self._fd, self._body)
 
@@ -198,7 +210,16 @@ def _write(fd: int, body: dict[str, Any]) -> None:
 
 def _scan(folder: str) -> list[Ring]:
     """The live entries (under the registry's lock); a dead process's file is removed."""
-    return [r for r in map(_ring_of, live_bodies(folder)) if r is not None]
+    return [r for r in map(_ring_of, live_bodies(folder, _unlink_segment)) if r is not None]
+
+
+def _unlink_segment(body: Any) -> None:
+    """Unlink the named ring a dead loader's entry lists (only a name stoker makes)."""
+    name = body.get("segment") if isinstance(body, dict) else None
+    if isinstance(name, str) and name.startswith(_shm.PREFIX) and "/" not in name:
+        from stoker.loader._named import unlink_name
+
+        unlink_name(name)
 
 
 def _ring_of(body: Any) -> Ring | None:

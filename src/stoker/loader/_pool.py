@@ -18,18 +18,27 @@ import select
 import signal
 import sys
 import time
-import warnings
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from stoker._core.errors import LoaderError, WorkerDiedError
-from stoker.loader._process import SERVER, worker_process
+from stoker._core.errors import WorkerDiedError
+from stoker.loader._process import SERVER
 from stoker.loader._worker import PARK, RING, Task, WorkerConfig, worker_main
 
-__all__ = ["WorkerHandle", "WorkerPool", "mp_context", "signal_name", "warm_up", "workers_here"]
+if TYPE_CHECKING:
+    from stoker.loader._engine import Engine
+
+__all__ = [
+    "WorkerHandle",
+    "WorkerPool",
+    "engine_unsupported",
+    "mp_context",
+    "signal_name",
+    "warm_up",
+]
 
 log = logging.getLogger("stoker.loader")
 
@@ -51,8 +60,8 @@ _NOTHING: tuple[Task, ...] = ()
 
 
 def engine_unsupported() -> str | None:
-    """Why the worker engine cannot run here, or ``None``: it needs Linux's anonymous shared
-    files (``memfd_create``), ``posix_fallocate`` and the fork server."""
+    """Why the Linux engine cannot run here, or ``None``: it needs Linux's anonymous shared
+    files (``memfd_create``), ``posix_fallocate`` and the fork server (``_engine``)."""
     missing = [
         name
         for name, ok in (
@@ -135,6 +144,15 @@ class WorkerHandle:
     queued: int = 0  # samples in those tasks
     per_sample: float = 0.0  # seconds a sample takes this worker, lately (0: not known yet)
     wrote: set = field(default_factory=set)  # (slot, first row) of the chunks sent to it
+    lifeline: Any = None  # main's end of the portable engine's lifeline (never written)
+    answered: int = 0  # reports received from it
+
+    def close(self) -> None:
+        """Close main's ends of its pipes (the worker sees EOF on both)."""
+        for conn in (self.conn, self.lifeline):
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.close()
 
     def push(self, task: Task) -> None:
         self.tasks.append(task)
@@ -158,8 +176,11 @@ class WorkerPool:
     dead one's place and gets its unanswered tasks of the live iteration again).
     """
 
-    def __init__(self, on_death: str) -> None:
+    def __init__(self, on_death: str, engine: Engine | None = None) -> None:
+        from stoker.loader._engine import LINUX
+
         self.on_death = on_death
+        self.engine = LINUX if engine is None else engine
         self.handles: list[WorkerHandle] = []
         self.respawns = 0
         self._deaths: dict[int, int] = {}  # global index -> worker deaths while processing it
@@ -174,6 +195,10 @@ class WorkerPool:
         """Start ``count`` workers of ``config``. On a failure the workers already started
         stay in ``handles`` (for :meth:`stop`) and the error propagates."""
         self._config, self._control = config, control
+        if self.engine.portable:  # spawn pickles it all: name what cannot be, up front
+            from stoker.loader._engine import check_picklable
+
+            check_picklable(config)
         for wid in range(count):
             self.handles.append(self._spawn(wid))
         self._poller = None
@@ -182,23 +207,25 @@ class WorkerPool:
         """Start worker ``wid`` (its config is pickled once; the ring is already allocated)."""
         assert self._config is not None
         cfg = dataclasses.replace(self._config, worker_id=wid)
-        ctx = mp_context()
+        engine = self.engine
+        ctx = engine.context()
         parent_conn, child_conn = ctx.Pipe(duplex=True)
-        proc = worker_process(
-            ctx,
-            target=worker_main,
-            args=(cfg, child_conn),
-            name=f"stoker-worker-{wid}",
-            data=(cfg,),
+        keep, give = engine.lifeline(ctx)
+        args = (cfg, child_conn) if give is None else (cfg, child_conn, give)
+        proc = engine.process(
+            ctx, target=worker_main, args=args, name=f"stoker-worker-{wid}", data=(cfg,)
         )
+        handle = WorkerHandle(wid, proc, parent_conn, lifeline=keep)
         try:
             _start(proc)
         except BaseException:
-            parent_conn.close()
+            handle.close()
             raise
         finally:
             child_conn.close()
-        return WorkerHandle(wid, proc, parent_conn)
+            if give is not None:
+                give.close()
+        return handle
 
     def park(self) -> None:
         """Make the idle workers close their source (see ``_keep``): none has a task in
@@ -214,7 +241,7 @@ class WorkerPool:
     ) -> None:
         """Serve another loader: its configuration (the same key: ``_keep.pool_key``) and the
         ring its workers map already, or (``new_ring``) a new one, whose descriptor goes to
-        each worker over its pipe (``SCM_RIGHTS``)."""
+        each worker over its pipe (``SCM_RIGHTS``; the portable engine's ring: its name)."""
         from multiprocessing.reduction import send_handle
 
         self._config, self._control, self.on_death = config, control, on_death
@@ -223,11 +250,15 @@ class WorkerPool:
         self._poller = None
         if not new_ring:
             return
-        fd = config.ring.fileno()
+        ring = config.ring
+        named = getattr(ring, "name", None)  # _named.NamedRing: mapped by name
         for w in self.handles:
             w.wrote.clear()
-            w.conn.send((RING, config.layout, config.ring.size))
-            send_handle(w.conn, fd, w.proc.pid)
+            if named is not None:
+                w.conn.send((RING, config.layout, ring.size, named))
+                continue
+            w.conn.send((RING, config.layout, ring.size))
+            send_handle(w.conn, ring.fileno(), w.proc.pid)
 
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self.handles if w.proc.pid is not None]
@@ -247,8 +278,7 @@ class WorkerPool:
         _signal_alive(workers, "kill")
         _join(workers, 5 * JOIN_S)  # SIGKILL cannot be ignored: only reaping is left
         for w in workers:
-            with contextlib.suppress(Exception):
-                w.conn.close()
+            w.close()
             if w.proc.exitcode is not None:
                 with contextlib.suppress(Exception):
                     w.proc.close()  # releases the sentinel fd
@@ -326,6 +356,7 @@ class WorkerPool:
         except (EOFError, OSError):
             return None
         w.pop(msg[5] if msg[0] == "done" else None)
+        w.answered += 1
         return msg
 
     def reports(self) -> list[tuple[int, tuple]]:
@@ -379,14 +410,17 @@ class WorkerPool:
         w.proc.join(0.5)
         code = w.proc.exitcode
         culprit = self._in_progress(w)
+        if not w.answered and culprit is None and code is not None and code > 0:
+            # it exited on its own before any sample: at its start (a script without the
+            # __main__ guard under spawn, an import error); another would do the same
+            self.raise_dead(w, prefix="at its start ")
         if culprit is not None:
             self._deaths[culprit] = self._deaths.get(culprit, 0) + 1
             if self._deaths[culprit] >= 2:
                 self.raise_dead(w, prefix="again ")
         keys = self._keys_of(w)
         tasks = list(w.tasks)
-        with contextlib.suppress(Exception):
-            w.conn.close()
+        w.close()
         if code is not None:
             with contextlib.suppress(Exception):
                 w.proc.close()
@@ -475,19 +509,3 @@ def _signal_alive(workers: list[WorkerHandle], method: str) -> None:
         if w.proc.is_alive():
             with contextlib.suppress(Exception):
                 getattr(w.proc, method)()
-
-
-def workers_here(workers: int, *, asked: bool) -> int:
-    """``workers`` where the worker engine runs; elsewhere 0 (decoding in the main process)
-    with a warning when the count was the default, a clear error when it was asked for."""
-    why = engine_unsupported() if workers else None
-    if why is None:
-        return workers
-    msg = (
-        f"stoker's worker processes need Linux ({why}); workers=0 runs the same pipeline in "
-        "the main process, with the same batches"
-    )
-    if asked:
-        raise LoaderError(f"workers={workers}: {msg}; pass workers=0")
-    warnings.warn(f"{msg}: using workers=0", RuntimeWarning, stacklevel=3)
-    return 0

@@ -375,12 +375,15 @@ def populate(arr: np.ndarray) -> None:
             _can_populate = False
 
 
-def reserve(seg: Segment | SharedFd, offset: int = 0, length: int | None = None) -> None:
+def reserve(seg: Segment | SharedFd | Any, offset: int = 0, length: int | None = None) -> None:
     """``posix_fallocate`` bytes ``[offset, offset + length)`` of ``seg`` (all of it by
     default): afterwards no page there can fault with SIGBUS for lack of space. Pages already
     reserved are left as they are, so reserving a range twice is harmless."""
     length = seg.size - offset if length is None else length
     if length <= 0:
+        return
+    if not isinstance(seg, (Segment, SharedFd)):  # the portable engine's ring (_named)
+        seg.reserve(offset, length)
         return
     if isinstance(seg, SharedFd):
         _reserve_fd(seg.fileno(), offset, length, seg.size, anonymous=True)

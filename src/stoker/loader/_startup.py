@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from typing import Any
 
 from stoker.loader import _shm
 from stoker.loader._ring import RingLayout
@@ -38,7 +39,7 @@ class SlotReservations:
     """``posix_fallocate`` of the given ``slots`` of ``ring``, one after another, in a daemon
     thread started at once; :meth:`wait` for one of them on the main thread."""
 
-    def __init__(self, ring: _shm.SharedFd, layout: RingLayout, slots: Iterable[int]) -> None:
+    def __init__(self, ring: Any, layout: RingLayout, slots: Iterable[int]) -> None:
         self._ring, self._layout = ring, layout
         self._done = {s: threading.Event() for s in slots}
         self._failed: dict[int, BaseException] = {}  # a slot -> why it is not reserved

@@ -106,7 +106,9 @@ class WorkerConfig:
     pipeline: Pipeline
     seed: int
     layout: RingLayout
-    ring: SharedFd  # the batch ring (its descriptor goes with the worker's start)
+    # the batch ring: a SharedFd (its descriptor goes with the worker's start) or, with the
+    # portable engine, a NamedRing (its name); either maps with attach()
+    ring: SharedFd | Any
     on_error: str
     main_pid: int
     main_start: int | None
@@ -288,6 +290,19 @@ def _die_with_parent(main_pid: int, main_start: int | None) -> None:
     threading.Thread(target=watch, name="stoker-parent-watchdog", daemon=True).start()
 
 
+def _watch_lifeline(lifeline: Any) -> None:
+    """The portable engine's parent-death watch: main never writes to ``lifeline``, so the
+    only thing it can ever report is EOF, when main's end closed with main. A thread blocks on
+    it and ends this process then (``PR_SET_PDEATHSIG`` exists on Linux only)."""
+
+    def watch() -> None:
+        with contextlib.suppress(Exception):
+            lifeline.poll(None)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="stoker-lifeline", daemon=True).start()
+
+
 class _Ring:
     """The batch ring as one worker sees it: its mapping, layout and control block, and the
     row ranges it has written (mapped) before. Replaced when a kept worker is handed another
@@ -306,9 +321,14 @@ class _Ring:
 
 def _received_ring(conn: Any, msg: tuple, worker_id: int) -> _Ring:
     """The ring a new loader hands a kept worker: ``(RING, layout, size)`` on the pipe, then
-    its descriptor (``SCM_RIGHTS``), mapped here and closed."""
+    its descriptor (``SCM_RIGHTS``), mapped here and closed; or, from the portable engine,
+    ``(RING, layout, size, name)``: the segment mapped by name."""
     from multiprocessing.reduction import recv_handle
 
+    if len(msg) > 3:
+        from stoker.loader._named import NamedRing
+
+        return _Ring(NamedRing(msg[3], msg[2]).attach(), msg[1], worker_id)
     fd = recv_handle(conn)
     try:
         mapping = Mapping(fd, msg[2], writable=True)
@@ -317,16 +337,20 @@ def _received_ring(conn: Any, msg: tuple, worker_id: int) -> _Ring:
     return _Ring(mapping, msg[1], worker_id)
 
 
-def worker_main(cfg: WorkerConfig, conn: Any) -> None:
+def worker_main(cfg: WorkerConfig, conn: Any, lifeline: Any = None) -> None:
     """Serve tasks from ``conn`` until ``None``, EOF (the main process is gone) or a signal.
     ``PARK`` closes the source (a kept, idle worker); ``(RING, layout, size)`` and a
-    descriptor hand it another ring, which replaces the one it maps."""
+    descriptor hand it another ring, which replaces the one it maps. ``lifeline``: the
+    portable engine's pipe from main (``_watch_lifeline``), in place of the Linux watch."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's business
     # SIGUSR1 prints this worker's Python stack on stderr (the stall watchdog of stoker.watch
     # asks for it through Loader.worker_pids()); the worker carries on afterwards.
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     _limit_threads()
-    _die_with_parent(cfg.main_pid, cfg.main_start)
+    if lifeline is None:
+        _die_with_parent(cfg.main_pid, cfg.main_start)
+    else:
+        _watch_lifeline(lifeline)
     wid = cfg.worker_id
     ring: _Ring | None = _Ring(cfg.ring.attach(writable=True), cfg.layout, wid)  # fd closed
     while True:

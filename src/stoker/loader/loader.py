@@ -34,11 +34,12 @@ from stoker._core.system import usable_cores
 from stoker.formats.remote import RemoteOptions
 from stoker.loader import _elastic, _keep, _shm
 from stoker.loader._compact import compact, compact_fields, dims
+from stoker.loader._engine import choose
 from stoker.loader._feed import Epoch, RingFeed
 from stoker.loader._fields import FieldPlan, plan_fields
 from stoker.loader._habits import DATALOADER_NAMES
 from stoker.loader._order import check_shuffle, claim_cache, default_sampler, sampler_args
-from stoker.loader._pool import WorkerPool, mp_context, warm_up, workers_here
+from stoker.loader._pool import WorkerPool, warm_up
 from stoker.loader._state import (
     MAX_COUNTER,
     LoaderState,
@@ -82,8 +83,8 @@ class Loader(RingFeed):
 
     See ``docs/loader.md`` for the knobs and the NOTE in ``_feed.py`` for the protocol.
 
-    ``start_method``: the ``multiprocessing`` start method of the workers (``"forkserver"``
-    where available, else ``"spawn"``); ``None`` when ``workers=0``.
+    ``engine``: ``"linux"`` or ``"portable"`` (any platform); ``None`` chooses (``_engine.py``).
+    ``start_method``: the workers' start method; ``None`` when ``workers=0``.
 
     ``shuffle``: ``False`` (the set's order), ``True`` (a permutation of the whole set each
     epoch) or ``"shards"`` (shard-aware order for sets read through a cache; see ``_order``).
@@ -116,6 +117,7 @@ class Loader(RingFeed):
         cache_dir: str | None = None,
         cache_limit: int | None = None,
         prefetch_shards: int = 2,
+        engine: str | None = None,
         **unknown: Any,
     ) -> None:
         # DataLoader habits get the stoker spelling by name, not a bare TypeError
@@ -132,7 +134,6 @@ class Loader(RingFeed):
             minimum=0,
             maximum=1024,
         )
-        self.workers = workers_here(self.workers, asked=workers is not None)
         self.prefetch = check_int("prefetch", prefetch, minimum=1, maximum=1024)
         self.timeout = check_timeout(timeout)
         self.on_worker_death = check_choice(
@@ -147,9 +148,9 @@ class Loader(RingFeed):
             )
         shuffle = check_shuffle(shuffle, sampler)
         self.drop_last = bool(drop_last)
-        self.start_method: str | None = mp_context().get_start_method() if self.workers else None
-        if self.workers:  # the worker server boots while the source opens, and after
-            warm_up()  # that while the caller builds its model
+        self._engine = self._pool.engine = choose(engine, self.workers)  # its server boots now
+        self.engine: str = self._engine.name
+        self.start_method: str | None = self._engine.start_method if self.workers else None
 
         _shm.cleanup_stale()
         remote = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards)

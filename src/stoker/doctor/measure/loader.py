@@ -70,6 +70,7 @@ class LoaderRun:
     seen: int = 0  # samples the run went through, warm-up and skipped ones included
     #: seconds per sample over rounds of batches in the window: median and interval
     spread: Spread | None = None
+    engine: str | None = None  # the loader's engine ("linux" or "portable"; None: no workers)
 
     @property
     def main_cpu_per_sample_s(self) -> float:
@@ -145,6 +146,7 @@ def measure_loader(
         load = window.meter.stop() if window.t0 is not None else None
         slots = loader.slots
         method = loader.start_method
+        engine = loader.engine if workers else None
         skipped = tuple(_skipped(loader))
     if window.t0 is None:
         why = ""
@@ -172,6 +174,7 @@ def measure_loader(
         skipped,
         window.seen + len(skipped),
         spread_of(window.rounds),
+        engine,
     )
 
 

@@ -30,7 +30,10 @@ def run(f: Findings) -> None:
             cores=s.cores,
             worker_threads=list(last.worker_threads) if last else None,
         ),
-        S.check_start_method(loader_method=last.start_method if last else None),
+        S.check_start_method(
+            loader_method=last.start_method if last else None,
+            loader_engine=last.engine if last else None,
+        ),
         S.check_load(cores=s.cores),
         S.check_node(),
     ]

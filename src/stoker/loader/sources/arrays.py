@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from stoker._core.specs import ArraySpec
-from stoker.loader._shm import Segment, create_segment, preflight
+from stoker.loader._named import NamedRing
+from stoker.loader._shm import SHM_DIR, Segment, create_segment, preflight
 from stoker.loader.sources.base import PositionKeyed, sha
 
 __all__ = ["ArraySource"]
@@ -18,7 +19,7 @@ __all__ = ["ArraySource"]
 _ARRAY_DTYPES = ("uint8", "float16", "float32")
 
 
-def _release(segment: Segment | None, pid: int) -> None:
+def _release(segment: Segment | NamedRing | None, pid: int) -> None:
     if segment is not None and os.getpid() == pid:  # not from a forked child
         segment.unlink()
 
@@ -29,7 +30,9 @@ class ArraySource(PositionKeyed):
 
     ``share()`` copies both once into a shared-memory segment (the loader calls it when it
     starts workers); workers then map it read-only and only the segment's name is pickled.
-    The segment is removed by ``close()`` or when the source is garbage-collected.
+    The segment is a file in ``/dev/shm`` where that and ``posix_fallocate`` exist (Linux),
+    else a ``multiprocessing.shared_memory`` segment (``_named``; macOS, Windows). It is
+    removed by ``close()`` or when the source is garbage-collected.
     """
 
     _unit = "arrays"
@@ -57,7 +60,7 @@ class ArraySource(PositionKeyed):
         self._x_dtype = x.dtype.name
         self._y_shape = tuple(y.shape)
         self._y_dtype = y.dtype.name
-        self.segment: Segment | None = None
+        self.segment: Segment | NamedRing | None = None
         self._finalizer: Any = None
         self._mapping: Any = None
         self._fp: dict | None = None
@@ -74,8 +77,13 @@ class ArraySource(PositionKeyed):
         if self.segment is not None:
             return
         size = self._y_offset() + self._y.nbytes
-        preflight(size, slots=1, what="array copies")
-        seg, mapping = create_segment(size)
+        seg: Segment | NamedRing
+        mapping: Any
+        if hasattr(os, "posix_fallocate") and os.path.isdir(SHM_DIR):
+            preflight(size, slots=1, what="array copies")
+            seg, mapping = create_segment(size)
+        else:
+            seg, mapping = NamedRing.create(max(size, 1))
         self._finalizer = weakref.finalize(self, _release, seg, os.getpid())
         mem = mapping.array()
         xs = mem[: self._x.nbytes].view(self._x_dtype).reshape(self._x_shape)

@@ -6,7 +6,8 @@ The listing is one packed blob: the relative paths, UTF-8 (``surrogateescape``),
 loader calls it before it starts workers) moves all three into one anonymous shared mapping
 (``_shm.SharedFd``): workers get its descriptor with their start and map it read-only, so the
 listing exists once however many workers read it and however many files the folder holds
-(docs/loader.md has the figures).
+(docs/loader.md has the figures). Where there is no ``memfd`` (macOS, Windows) the mapping is
+a named ``multiprocessing.shared_memory`` segment (``_named.NamedRing``), mapped by name.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from stoker._core.files import IMAGE_EXTENSIONS, scan_folder
 from stoker.loader import _shm
+from stoker.loader._named import NamedRing
 from stoker.loader.sources.base import PositionKeyed, sha
 
 __all__ = ["FileList", "FolderSource"]
@@ -88,7 +90,7 @@ class FileList(Sequence[str]):
         return f"FileList([{head}{', ...' if len(self) > 3 else ''}], {len(self)} files)"
 
 
-def _close(shared: _shm.SharedFd) -> None:
+def _close(shared: _shm.SharedFd | NamedRing) -> None:
     shared.close()
 
 
@@ -138,7 +140,7 @@ class FolderSource(PositionKeyed):
         self._labels = labels
         if len(labels) != len(self._offsets) - 1:
             raise ValueError(f"{len(labels)} labels for {len(self._offsets) - 1} files")
-        self._shared: _shm.SharedFd | None = None
+        self._shared: _shm.SharedFd | NamedRing | None = None
         self._mapping: Any = None
         self._finalizer: Any = None
         self._fp: dict | None = None
@@ -184,7 +186,11 @@ class FolderSource(PositionKeyed):
         for p in parts:
             starts.append(starts[-1] + (p.nbytes + 63) // 64 * 64)
         _shm.preflight(starts[-1], slots=1, what="folder listings", where="memory")
-        shared, mapping = _shm.SharedFd.create(starts[-1], name="stoker-listing")
+        shared: _shm.SharedFd | NamedRing
+        if hasattr(os, "memfd_create"):
+            shared, mapping = _shm.SharedFd.create(starts[-1], name="stoker-listing")
+        else:
+            shared, mapping = NamedRing.create(max(starts[-1], 1))
         mem = mapping.array()
         views = []
         for p, at in zip(parts, starts):
@@ -216,7 +222,7 @@ class FolderSource(PositionKeyed):
         if "arrays" in state:
             self._blob, self._offsets, self._labels = state["arrays"]
             return
-        shared: _shm.SharedFd = state["shared"]
+        shared: _shm.SharedFd | NamedRing = state["shared"]
         mapping = shared.attach(writable=False)  # the descriptor is closed once mapped
         mem = mapping.array()
         nb, no = state["n"]
