@@ -47,6 +47,7 @@ def test_detection_example_boxes_follow_the_image_and_the_loss_falls():
         assert float(agree) >= 98.0, out  # every crop and flip moved the boxes with the pixels
 
 
+@pytest.mark.slow  # 12 s; the detection example keeps an example training in the default run
 def test_ocr_example_trains_on_the_text_carried_in_the_batch():
     source = (ROOT / "examples" / "ocr_length_buckets.py").read_text()
     assert 'batch["text"]' in source and "batch.indices" not in source

@@ -30,9 +30,13 @@ FREEZE_S = 100  # the script dumps its stacks and exits past this (about 5-10 s 
 @pytest.mark.timeout(FREEZE_S + 40)
 @pytest.mark.parametrize(
     "backend",
-    # TensorFlow's run takes a minute (its import alone is most of it): under slow, while
-    # test_interrupt.py still fits on TensorFlow with workers in the default run
-    [pytest.param("tensorflow", marks=pytest.mark.slow), "torch"],
+    # a fresh process per backend, a minute for TensorFlow (its import is most of it) and 40 s
+    # for torch: under slow, while the default run fits with workers on torch in test_fit.py
+    # and on TensorFlow in test_interrupt.py
+    [
+        pytest.param("tensorflow", marks=pytest.mark.slow),
+        pytest.param("torch", marks=pytest.mark.slow),
+    ],
 )
 def test_fit_evaluate_predict_with_workers_leaves_nothing(backend):
     env = dict(

@@ -137,7 +137,7 @@ def _kill_cycles(folder: str, n: int, figures) -> None:
 
 @pytest.mark.timeout(300)
 def test_sigkill_of_main_leaves_nothing(folder, figures):
-    _kill_cycles(folder, 5, figures)  # a bounded sample; 100 under slow
+    _kill_cycles(folder, 3, figures)  # a bounded sample; 100 under slow
 
 
 @pytest.mark.slow

@@ -146,8 +146,6 @@ _MOMENTS += [f"mid:{s}" for s in range(N_SHARDS)]
 _MOMENTS += ["commit", "commit"]
 ALL_POINTS = [(m, sig) for m in _MOMENTS for sig in (signal.SIGTERM, signal.SIGKILL)]
 QUICK_POINTS = [  # a bounded sample (the random kills of every format are in _formats.py)
-    ("open:1", signal.SIGTERM),
-    ("mid:2", signal.SIGKILL),
     ("mid:5", signal.SIGTERM),
     ("commit", signal.SIGKILL),
 ]

@@ -44,6 +44,7 @@ def test_transient_faults_mid_shard_lose_and_repeat_nothing(
     assert len(hit) >= 3  # two failed tries, then the rest of the object
 
 
+@pytest.mark.slow  # 10 s of retries; the CLI and storage fault tests name failing URLs by default
 def test_a_shard_that_keeps_failing_is_named_with_its_url(
     remote_set, cache_dir, proxy, monkeypatch
 ):
