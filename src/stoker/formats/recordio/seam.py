@@ -391,21 +391,29 @@ class RecordIOReader(Reader):
         plain = rec.plain_reader(indices)  # None on sets of several shards
         if plain is None:
             return slow
-        as_label, whole, classes = self._scalar_label, self._whole_labels, self._classes
-
-        def whole_label(v: float) -> bool:
-            return v.is_integer() and (0 <= v < classes if classes else abs(v) < 2.0**63)
+        as_label, ok = self._scalar_label, self._label_ok()
 
         def get(i: int) -> tuple[Any, Any, int, dict[str, Any]]:
             got = plain(i)
             if got is None:
                 return slow(i)
             label, image, k = got
-            if not isfinite(label) or (whole and not whole_label(label)):
+            if not ok(label):
                 return slow(i)  # which names the record
             return image, as_label(label), k, {}
 
         return get
+
+    def _label_ok(self) -> Callable[[float], bool]:
+        """The fast path's one test of a one-float label: finite, and where the manifest
+        declares int64 labels a whole number within int64 (or one of its class ids). A label
+        that fails goes the slow way, whose ``label_problem`` names what is wrong."""
+        if not self._whole_labels:
+            return isfinite
+        lo, hi = (0.0, float(self._classes)) if self._classes else (-(2.0**63), 2.0**63)
+        if self._classes:
+            return lambda v: lo <= v < hi and v.is_integer()  # NaN and inf compare False
+        return lambda v: lo < v < hi and v.is_integer()
 
     def _field_reader(self, names: tuple[str, ...]) -> ReadSample:
         rec = self.records
