@@ -91,20 +91,10 @@ def _folder(label: Any, names: list[str] | None) -> str:
     return f"{int(v)}" if v.is_integer() else f"{v:g}"
 
 
-def unpack(
-    path: str,
-    out_dir: str,
-    *,
-    overwrite: bool = False,
-    progress: bool | None = None,
-    format: str | None = None,
-    remote: Any = None,
-) -> int:
-    """Write every image to ``out_dir``; returns the number written (see :func:`unpack_set`)."""
-    summary = unpack_set(
-        path, out_dir, overwrite=overwrite, progress=progress, format=format, remote=remote
-    )
-    return int(summary["images"])
+def unpack(path: str, out_dir: str, **options: Any) -> int:
+    """Write every image to ``out_dir``; returns the number written. The options are
+    :func:`unpack_set`'s."""
+    return int(unpack_set(path, out_dir, **options)["images"])
 
 
 def unpack_set(
