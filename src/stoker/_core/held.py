@@ -6,15 +6,16 @@ is gone (a flock goes with its process, whatever killed it), when the file is re
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 from collections.abc import Callable
 from typing import Any
 
+from stoker._core.oscompat import lock, read_at
+
 __all__ = ["live_bodies"]
 
-_NOFOLLOW = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+_NOFOLLOW = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
 def live_bodies(folder: str, on_dead: Callable[[Any], None] | None = None) -> list[Any]:
@@ -37,16 +38,16 @@ def live_bodies(folder: str, on_dead: Callable[[Any], None] | None = None) -> li
             continue
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                lock(fd, shared=True, block=False)
             except BlockingIOError:  # held: its process lives
                 try:
-                    out.append(json.loads(os.pread(fd, 4096, 0)))
+                    out.append(json.loads(read_at(fd, 4096, 0)))
                 except (OSError, ValueError):
                     out.append(None)
                 continue
             if on_dead is not None:
                 with contextlib.suppress(OSError, ValueError):
-                    on_dead(json.loads(os.pread(fd, 4096, 0)))
+                    on_dead(json.loads(read_at(fd, 4096, 0)))
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
         finally:
