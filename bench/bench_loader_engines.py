@@ -15,13 +15,17 @@ engine, dtype and round:
 - steady: images/s of the later epochs, workers warm (every epoch of a run after its first).
 
 The table gives the medians (min..max over the rounds) and the portable engine's ratio to the
-Linux engine's of the same round (its aim: at least 0.85 of the steady rate).
+Linux engine's of the same round (its aim: at least 0.85 of the steady rate). Each round also
+times what every spawned worker pays before its first sample: a fresh interpreter that imports
+the worker's modules (``stoker.loader._worker``, and ``cv2`` for the resize), the floor of the
+portable engine's first batch.
 """
 
 from __future__ import annotations
 
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -67,11 +71,21 @@ def run(rec: str, engine: str, dtype: str, args) -> dict[str, float]:
     }
 
 
+WORKER_IMPORTS = "import stoker.loader._worker, cv2"
+
+
+def worker_start() -> float:
+    """Seconds a fresh interpreter takes to import what a spawned worker needs, and exit."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", WORKER_IMPORTS], check=True)
+    return time.perf_counter() - t0
+
+
 def _med(values: list[float], fmt: str) -> str:
     return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}..{max(values):{fmt}})"
 
 
-def table(runs: list[dict]) -> None:
+def table(runs: list[dict], starts: list[float]) -> None:
     print(
         f"\n{'dtype':<8} {'engine':<9} {'first batch s':>22} {'whole epoch img/s':>24} "
         f"{'steady img/s':>24} {'steady / linux':>22} {'epoch / linux':>22}"
@@ -88,6 +102,10 @@ def table(runs: list[dict]) -> None:
                 f"{_med(ratios, '.3f'):>22} {_med(whole, '.3f'):>22}"
             )
     print("(median (min..max) over the rounds; ratios: portable / linux in the same round)")
+    print(
+        f"a fresh interpreter that runs `{WORKER_IMPORTS}`: {_med(starts, '.2f')} s "
+        "(each spawned worker pays it before its first sample)"
+    )
 
 
 def parse_args(argv: list[str] | None = None):
@@ -119,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         runs: list[dict] = []
+        starts: list[float] = []
         for r in range(rounds):
+            starts.append(worker_start())
             got = {}
             for dtype in DTYPES:
                 for engine in ENGINES if r % 2 == 0 else ENGINES[::-1]:
@@ -130,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
             runs.append(got)
-        table(runs)
+        table(runs, starts)
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
