@@ -1,9 +1,10 @@
 """stoker where ``fcntl`` and ``ctypes.CDLL(None)`` do not exist (Windows has neither), proven
 on Linux: a child interpreter whose ``sitecustomize`` makes ``import fcntl`` an ImportError,
 ``ctypes.CDLL(None)`` a TypeError (what Windows raises) and removes ``os.register_at_fork``,
-``os.getuid``, ``os.pwrite`` and ``signal.SIGUSR1`` (also missing there). The child, and the
-workers it spawns, import the package and run the portable engine with 2 workers over a
-folder and a RecordIO set: the batches equal a normal process's.
+``os.getuid``, ``os.pwrite``, ``os.memfd_create``, ``os.posix_fallocate``,
+``os.sched_getaffinity``, ``signal.SIGUSR1`` and ``select.poll`` (also missing there). The
+child, and the workers it spawns, import the package and run the default engine (portable
+there) with 2 workers over a folder and a RecordIO set: the batches equal a normal process's.
 
 What this does not prove: Windows's own pieces (``LockFileEx``, a named file mapping, the
 console's Ctrl-C) run only on Windows; see docs/loader.md, Engines.
@@ -45,9 +46,13 @@ class _CDLLNoNone(_CDLL):
         super().__init__(name, *args, **kwargs)
 
 ctypes.CDLL = _CDLLNoNone
-for _attr in ("register_at_fork", "getuid", "pwrite"):
+for _attr in (
+    "register_at_fork", "getuid", "pwrite", "memfd_create", "posix_fallocate", "sched_getaffinity"
+):
     delattr(os, _attr)
 del signal.SIGUSR1
+import select
+del select.poll
 """
 
 CHILD = r"""
@@ -65,8 +70,8 @@ from stoker.transforms import Resize
 
 def digest(source):
     keys, h = [], hashlib.sha256()
-    with stoker.Loader(source, batch_size=8, workers=2, engine="portable", shuffle=True,
-                       seed=3, transforms=Resize((16, 16))) as ld:
+    with stoker.Loader(source, batch_size=8, workers=2, shuffle=True, seed=3,
+                       transforms=Resize((16, 16))) as ld:
         engine = ld.engine
         for b in ld:
             keys += [str(k) for k in b.keys.tolist()]

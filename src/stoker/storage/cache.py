@@ -73,6 +73,7 @@ import errno
 import json
 import os
 import secrets
+import shutil
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -546,8 +547,7 @@ class ShardCache:
 
     def _disk_full(self, want: _Want) -> CacheFullError:
         try:
-            st = os.statvfs(self.root)
-            free = f"{st.f_bavail * st.f_frsize} bytes free there"
+            free = f"{shutil.disk_usage(self.root).free} bytes free there"
         except OSError:
             free = "free space unknown"
         return CacheFullError(
@@ -569,8 +569,6 @@ class ShardCache:
         )
 
 
-# -- lock descriptors and fork --------------------------------------------------------------
-
 # -- helpers ----------------------------------------------------------------------------------
 
 
@@ -579,12 +577,11 @@ def default_limit(root: str) -> int:
     probe = root
     while not os.path.isdir(probe) and os.path.dirname(probe) != probe:
         probe = os.path.dirname(probe)
-    st = os.statvfs(probe)
     held = 0
     if os.path.isdir(root):
         for sub in ("entries", "tmp"):
             held += sum(s.st_size for _, s in listing(os.path.join(root, sub)))
-    room = st.f_bavail * st.f_frsize + held
+    room = shutil.disk_usage(probe).free + held  # statvfs's f_bavail, on every platform
     return max(1, min(DEFAULT_LIMIT_MAX, int(room * DEFAULT_LIMIT_FRACTION)))
 
 
