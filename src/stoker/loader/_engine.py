@@ -78,9 +78,8 @@ class Engine:
         return _shm.SharedFd.create(size, name="stoker-ring", reserved=False)
 
     def process(self, ctx: Any, *, target: Any, args: tuple, name: str, data: tuple) -> Any:
-        """A daemon worker process of ``ctx`` (not started)."""
-        if self.portable:
-            return ctx.Process(target=target, args=args, name=name, daemon=True)
+        """A daemon worker process of ``ctx`` (not started); it skips the import of the main
+        script where it can (``_process``)."""
         return worker_process(ctx, target=target, args=args, name=name, data=data)
 
     def lifeline(self, ctx: Any) -> tuple[Any, Any]:
