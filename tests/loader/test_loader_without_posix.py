@@ -2,7 +2,8 @@
 on Linux: a child interpreter whose ``sitecustomize`` makes ``import fcntl`` an ImportError,
 ``ctypes.CDLL(None)`` a TypeError (what Windows raises) and removes ``os.register_at_fork``,
 ``os.getuid``, ``os.pwrite``, ``os.memfd_create``, ``os.posix_fallocate``,
-``os.sched_getaffinity``, ``signal.SIGUSR1`` and ``select.poll`` (also missing there). The
+``os.sched_getaffinity``, ``os.O_CLOEXEC``, ``os.O_NOFOLLOW``, ``signal.SIGUSR1`` and
+``select.poll`` (also missing there). The
 child, and the workers it spawns, import the package and run the default engine (portable
 there) with 2 workers over a folder and a RecordIO set: the batches equal a normal process's.
 
@@ -47,7 +48,8 @@ class _CDLLNoNone(_CDLL):
 
 ctypes.CDLL = _CDLLNoNone
 for _attr in (
-    "register_at_fork", "getuid", "pwrite", "memfd_create", "posix_fallocate", "sched_getaffinity"
+    "register_at_fork", "getuid", "pwrite", "memfd_create", "posix_fallocate", "sched_getaffinity",
+    "O_CLOEXEC", "O_NOFOLLOW",
 ):
     delattr(os, _attr)
 del signal.SIGUSR1

@@ -11,11 +11,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from stoker._core.oscompat import lock, read_at
+from stoker._core.oscompat import OWN_FILE, lock, read_at
 
 __all__ = ["live_bodies"]
-
-_NOFOLLOW = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
 def live_bodies(folder: str, on_dead: Callable[[Any], None] | None = None) -> list[Any]:
@@ -33,7 +31,7 @@ def live_bodies(folder: str, on_dead: Callable[[Any], None] | None = None) -> li
             continue
         path = os.path.join(folder, name)
         try:
-            fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+            fd = os.open(path, os.O_RDONLY | OWN_FILE)
         except OSError:
             continue
         try:

@@ -44,6 +44,7 @@ from typing import Any
 from stoker._core.errors import SharedMemoryError
 from stoker._core.held import live_bodies
 from stoker._core.oscompat import (
+    OWN_FILE,
     at_fork_child,
     lock,
     locks_available,
@@ -56,7 +57,6 @@ from stoker.loader import _shm
 __all__ = ["NodeEntry", "live_rings", "node_loaders", "preflight_and_register", "registry_dir"]
 
 MiB = 2**20
-_NOFOLLOW = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 _HELD: set[int] = set()  # this process's entry descriptors (closed in a forked child)
 
 
@@ -138,7 +138,7 @@ def preflight_and_register(
         if check:
             _check(ring, slots, others)
         path = os.path.join(folder, f"{os.getpid()}.{secrets.token_hex(6)}.json")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | OWN_FILE, 0o600)
         _HELD.add(fd)
         body: dict[str, Any] = {"v": 1, "pid": os.getpid(), "ring": int(ring)}
         body.update(reserved=int(reserved), workers=int(workers), what=what[:300])
@@ -203,7 +203,7 @@ def _ensure_dir() -> str:
 
 @contextlib.contextmanager
 def _locked() -> Iterator[None]:
-    fd = os.open(os.path.join(registry_dir(), "lock"), os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
+    fd = os.open(os.path.join(registry_dir(), "lock"), os.O_RDWR | os.O_CREAT | OWN_FILE, 0o600)
     try:
         lock(fd)
         yield

@@ -15,13 +15,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from stoker._core.checksum import file_crc32c, file_sha256
-from stoker._core.oscompat import libc_function
+from stoker._core.oscompat import OWN_FILE, libc_function
 
 __all__: list[str] = []  # private to stoker.storage.cache
 
 _KEY = re.compile(r"[A-Za-z0-9._-]{1,200}")
 DATA, MARK, PART, MARK_TMP = ".data", ".ok", ".part", ".mark"
-NOFOLLOW = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+NOFOLLOW = OWN_FILE
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW
 LOCK_FILE = os.O_RDWR | os.O_CREAT | NOFOLLOW
 _FALLOC_FL_KEEP_SIZE = 1
