@@ -11,6 +11,9 @@ bench_bigfile.py: shuffled reads of a .rec twice the page cache it may use, with
 with access hints, beside the same file warm (`--only bigfile`).
 bench_loader_engines.py: the loader's portable engine beside its Linux engine on the same
 work (`--only loader_engines`).
+bench_remote_http.py: TFRecord and WebDataset over `http://` from nginx behind a proxy adding
+0 and 25 ms per request, `shuffle="shards"`, a cache of 0.45 x the set, beside local disk
+(`--only remote_http`; says it is skipped when nginx is not installed).
 bench_revisions.py (old revision against new) runs only when asked for, with `--old REV`:
 `make bench BENCH_ARGS="--only revisions --old HEAD~3"`.
 """
