@@ -202,11 +202,12 @@ def report(args: argparse.Namespace, results: dict, old: Revision, new: Revision
     print()
     print(f"command: {command_line()}")
     print(f"old: {old.name} = {old.commit}; new: {new.name} = {new.commit}")
-    print(
-        f"loader: {args.epochs} epoch(s) of {args.images} 112x112 JPEGs, batch 256, "
-        f"{args.workers} workers; pack: {args.pack_images} JPEGs, {args.workers} workers; "
-        f"{args.pairs} pair(s)"
-    )
+    what = {
+        "loader": f"loader: {args.epochs} epoch(s) of {args.images} 112x112 JPEGs, batch 256, "
+        f"{args.workers} workers",
+        "pack": f"pack: {args.pack_images} JPEGs, {args.workers} workers",
+    }
+    print("; ".join([*(what[c] for c in args.costs), f"{args.pairs} pair(s)"]))
     print("| cost | old CPU us/image | new CPU us/image | new/old | per-pair new/old min..max |")
     print("|---|---:|---:|---:|---|")
     for cost in args.costs:
