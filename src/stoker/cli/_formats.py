@@ -7,7 +7,14 @@ import sys
 
 from stoker.cli._remote import remote_options, scrub
 
-__all__ = ["format_name"]
+__all__ = ["format_name", "format_names"]
+
+
+def format_names() -> list[str]:
+    """The registry's format names: what ``--format`` accepts."""
+    from stoker.formats import registry
+
+    return registry.names()
 
 
 def format_name(args: argparse.Namespace, command: str) -> str | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -37,7 +37,7 @@ from stoker.formats.recordio.labelcache import read_label_cache, write_label_cac
 from stoker.formats.recordio.paths import default_crc_path, default_idx_path
 from stoker.formats.recordio.records import PlainRead, Records
 
-__all__ = ["Checksums", "RecordFile"]
+__all__ = ["Checksums", "RecordFile", "open_file"]
 
 #: ``verify_checksums``: ``True`` (the ``.crc32c`` must exist), ``False`` (never read it) or
 #: ``"auto"`` (checked when it exists; a file a manifest names must exist).
@@ -584,3 +584,9 @@ class RecordFile(Records):
             crc_path=kwargs.get("crc_path"),
         )
         return self
+
+
+def open_file(paths: Mapping[str, Any], **options: Any) -> RecordFile:
+    """The reader of one shard from its files by role (``data``: the ``.rec``, ``index``:
+    its ``.idx``, ``crc``: its ``.crc32c`` or ``None``); ``options``: :class:`RecordFile`'s."""
+    return RecordFile(paths["data"], paths.get("index"), crc_path=paths.get("crc"), **options)

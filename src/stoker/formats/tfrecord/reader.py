@@ -22,7 +22,7 @@ import mmap
 import os
 import struct
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -65,7 +65,7 @@ from stoker.formats.tfrecord.index import (
 )
 from stoker.formats.tfrecord.manifest import FORMAT_NAME, load_manifest, shard_files
 
-__all__ = ["MAX_OPEN_SHARDS", "TFRecordReader", "check_not_gzip", "manifest_plan"]
+__all__ = ["MAX_OPEN_SHARDS", "TFRecordReader", "check_not_gzip", "manifest_plan", "open_shard"]
 
 MAX_OPEN_SHARDS = 64
 #: ``TFRecordReader``'s feature keys when none are asked for.
@@ -153,6 +153,14 @@ class _Shard:
                 f"bytes now, {self.size} at open); replace files (os.replace), do not rewrite them",
                 key=key,
             )
+
+
+def open_shard(
+    paths: Mapping[str, Any], *, plan: FeaturePlan | None = None, cache: bool = True
+) -> _Shard:
+    """One ``.tfrecord`` (``paths["data"]``) mapped and indexed, read as ``plan`` says (the
+    usual features when ``None``)."""
+    return _Shard(paths["data"], default_plan() if plan is None else plan, cache=cache)
 
 
 class TFRecordReader(ReadsRemoteShards, Reader):
