@@ -42,7 +42,6 @@ import numpy as np
 from stoker._core.system import page_cache_budget
 
 if TYPE_CHECKING:
-    from stoker.formats.recordio.reader import RecordFile
     from stoker.formats.recordio.records import Records
 
 __all__ = [
@@ -121,9 +120,7 @@ def advise_ranges(mm: Any, starts: np.ndarray, ends: np.ndarray) -> None:
         return  # advice only: the reads that follow are correct without it
 
 
-def chunk_by_shard(
-    records: Records, indices: np.ndarray
-) -> Iterator[tuple[RecordFile, np.ndarray]]:
+def chunk_by_shard(records: Records, indices: np.ndarray) -> Iterator[tuple[Any, np.ndarray]]:
     """The positions of a chunk (positions of ``records``) grouped by the ``.rec`` that holds
     them, as ``(shard reader, positions inside that shard)``: one file (an insightface set's
     image positions mapped to its file positions) or the shards of a ``RecordSet`` (by the

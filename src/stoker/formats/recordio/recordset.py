@@ -433,10 +433,6 @@ class RecordSet(Records):
                 p.close()
         self._pins.clear()
 
-    def images(self) -> RecordSet:
-        """Every record of a stoker-packed set is an image: ``self``."""
-        return self
-
     def locate(self, i: int) -> tuple[int, int]:
         """``(shard index, position inside that shard)`` of global position ``i``."""
         i = self._check_index(i)
