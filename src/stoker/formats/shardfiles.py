@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,6 +46,7 @@ from stoker.formats.remote import (
     redact,
     with_marks,
 )
+from stoker.formats.shards import OpenShards
 
 if TYPE_CHECKING:
     from stoker.storage.cache import Pin
@@ -101,7 +101,7 @@ class RemoteShards:
     def _setup(self) -> None:
         self.on_release: Callable[[int], None] | None = None
         self._pins: dict[int, list[Pin]] = {}
-        self._held: OrderedDict[int, None] = OrderedDict()
+        self._held: OpenShards[None] = OpenShards(max(self.cap, 1))
         self._claim: Any = None
         self._keep = False  # holding a shard: a release meanwhile keeps the claim
         per = max((len(s) for s in self.entries), default=1)
@@ -173,13 +173,13 @@ class RemoteShards:
         """The local paths of shard ``j``'s files, downloaded (once per node) and pinned until
         :meth:`release`; room is made first by letting go of the least recently held."""
         if j in self._held:
-            self._held.move_to_end(j)
+            self._held.get(j)  # used now
             return [p.path for p in self._pins[j]]
         self._keep = True
         pins: list[Pin] = []
         try:
             while len(self._held) >= self.max_open:
-                self._drop(next(iter(self._held)))
+                self._drop(self._held.oldest())
             if self._claim is None and self._planned_open is None:
                 self._claim = self._own_claim()
             for k, f in enumerate(self.entries[j]):
@@ -194,12 +194,12 @@ class RemoteShards:
             raise
         self._keep = False
         self._pins[j] = pins
-        self._held[j] = None
+        self._held.use(j)
         return [p.path for p in pins]
 
     def release(self, j: int) -> None:
         """Let go of shard ``j`` (its pins close); the reader has unmapped it."""
-        self._held.pop(j, None)
+        self._held.pop(j)
         for p in self._pins.pop(j, ()):
             p.close()
         self._maybe_unclaim()
@@ -234,7 +234,7 @@ class RemoteShards:
         self.max_open = self.cap if self.whole else min(self.cap, pinned)
         self._planned_open, self._planned_whole = self.max_open, self.whole
         while len(self._held) > self.max_open:
-            self._drop(next(iter(self._held)))
+            self._drop(self._held.oldest())
         return claim
 
     def _own_claim(self) -> Any:
@@ -278,7 +278,7 @@ class RemoteShards:
     def close(self) -> None:
         self._release_claim()
         while self._held:
-            self._drop(next(iter(self._held)))
+            self._drop(self._held.oldest())
 
 
 def open_remote_set(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -46,19 +45,13 @@ from stoker.formats.remote import (
     shard_bytes,
     with_marks,
 )
-from stoker.formats.shardfiles import ShardsAhead
+from stoker.formats.shardfiles import MAX_OPEN_REMOTE_SHARDS, ShardsAhead
+from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardSet
 
 if TYPE_CHECKING:
     from stoker.storage.cache import Pin
 
 __all__ = ["MAX_OPEN_SHARDS", "RecordSet", "open_shard", "precheck_shards"]
-
-#: Shards a ``RecordSet`` keeps open at once (per process); the least recently used one is
-#: closed when another must open.
-MAX_OPEN_SHARDS = 64
-#: The same for a set in object storage: an open shard pins its cached copy, and a pinned copy
-#: cannot make room for the next shards, so few stay open.
-MAX_OPEN_REMOTE_SHARDS = 4
 
 
 def _check_shard(r: RecordFile, shard: dict, manifest_path: str) -> None:
@@ -261,15 +254,15 @@ class RecordSet(Records):
         self.class_names = class_names(manifest)
         self._entries: list[dict] = manifest["shards"]
         counts = [int(s["records"]) for s in self._entries]
-        self._starts = np.cumsum([0, *counts]).astype(np.int64)
-        self._open_shards: OrderedDict[int, RecordFile] = OrderedDict()
+        self._set = ShardSet(counts)
+        self._starts = self._set.starts
+        self._open_shards: OpenShards[RecordFile] = OpenShards(MAX_OPEN_SHARDS)
         self._keys: np.ndarray | None = None
 
     def shard(self, j: int) -> RecordFile:
         """The reader of shard ``j`` (opened and checked on first use; cached)."""
         got = self._open_shards.get(j)
         if got is not None:
-            self._open_shards.move_to_end(j)
             return got
         entries = self._entries
         if not -len(entries) <= j < len(entries):
@@ -281,15 +274,15 @@ class RecordSet(Records):
         else:
             # room first: a reader never waits for room that its own pins hold
             while len(self._open_shards) >= self._max_open:
-                self._drop(next(iter(self._open_shards)), close=False, keep_claim=True)
+                self._drop(self._open_shards.oldest(), close=False, keep_claim=True)
             if self._claim is None and self._planned_open is None:
                 self._claim = self._own_claim()
             r, self._pins[j] = open_remote_shard(self.files, entries[j], j, **kw)
         # the shard reads its records as the set's manifest declares them (a field trailer)
         r.manifest, r.class_names = self.manifest, self.class_names
-        self._open_shards[j] = r
-        while len(self._open_shards) > self._max_open:
-            self._drop(next(iter(self._open_shards)), close=False)
+        self._open_shards.limit = self._max_open
+        for old, _ in self._open_shards.use(j, r):
+            self._drop(old, close=False)  # forgotten already: its pins go
         return r
 
     def _drop(self, j: int, *, close: bool = True, keep_claim: bool = False) -> None:
@@ -298,7 +291,7 @@ class RecordSet(Records):
         from the LRU: unmapped once nobody holds it or a view of its records). A process that
         reads outside a loader's plan gives its claim back once it holds no shard (unless
         ``keep_claim``: it is about to open another)."""
-        r = self._open_shards.pop(j, None)
+        r = self._open_shards.pop(j)
         try:
             if r is not None and close:
                 r.close()
@@ -323,7 +316,7 @@ class RecordSet(Records):
         self._max_open = MAX_OPEN_SHARDS if self._whole else min(MAX_OPEN_SHARDS, pinned)
         self._planned_open, self._planned_whole = self._max_open, self._whole
         while len(self._open_shards) > self._max_open:
-            self._drop(next(iter(self._open_shards)))
+            self._drop(self._open_shards.oldest())
         return claim
 
     def _own_claim(self) -> Any:
@@ -381,7 +374,7 @@ class RecordSet(Records):
         if self._whole and pos.size:
             return  # the cache holds the whole set: shards stay open (under shuffle=True a
             # chunk reads from most of them, and reopening one costs more than the read)
-        wanted = set((np.searchsorted(self._starts, pos, side="right") - 1).tolist())
+        wanted = self._set.shards_read(pos)
         for j in [j for j in self._open_shards if j not in wanted]:
             self._drop(j)
 
@@ -427,7 +420,7 @@ class RecordSet(Records):
     def close(self) -> None:
         self._release_claim()
         while self._open_shards:
-            self._drop(next(iter(self._open_shards)))
+            self._drop(self._open_shards.oldest())
         for pins in self._pins.values():  # none left but a failed open's
             for p in pins:
                 p.close()
@@ -435,9 +428,7 @@ class RecordSet(Records):
 
     def locate(self, i: int) -> tuple[int, int]:
         """``(shard index, position inside that shard)`` of global position ``i``."""
-        i = self._check_index(i)
-        j = int(np.searchsorted(self._starts, i, side="right")) - 1
-        return j, i - int(self._starts[j])
+        return self._set.locate(self._check_index(i))
 
     def shard_of(self, i: int) -> int:
         return self.locate(i)[0]
@@ -490,7 +481,7 @@ class RecordSet(Records):
         pos = np.where(pos < 0, pos + n, pos)
         if pos.size == 0:
             return np.zeros(0, dtype=np.float32)
-        shard = np.searchsorted(self._starts, pos, side="right") - 1
+        shard = self._set.shard_of(pos)
         pieces: list[tuple[np.ndarray, np.ndarray]] = []
         for j in np.unique(shard).tolist():
             sel = np.flatnonzero(shard == j)
