@@ -7,14 +7,19 @@ import sys
 
 from stoker.cli._remote import remote_options, scrub
 
-__all__ = ["format_name", "format_names"]
+__all__ = ["add_format_argument", "format_name"]
 
 
-def format_names() -> list[str]:
-    """The registry's format names: what ``--format`` accepts."""
+def add_format_argument(p: argparse.ArgumentParser) -> None:
+    """``--format NAME`` of a command that reads any set: the registry's names."""
     from stoker.formats import registry
 
-    return registry.names()
+    p.add_argument(
+        "--format",
+        default=None,
+        choices=registry.names(),
+        help="the format, when FILE does not tell it",
+    )
 
 
 def format_name(args: argparse.Namespace, command: str) -> str | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker.cli._formats import format_name, format_names
+from stoker.cli._formats import add_format_argument, format_name
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 
 __all__ = ["add_parser", "inspect_records", "inspect_set", "run"]
@@ -37,12 +37,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         ),
     )
     p.add_argument("file", help="a data set: manifest, data file or database folder")
-    p.add_argument(
-        "--format",
-        default=None,
-        choices=format_names(),
-        help="the format, when FILE does not tell it",
-    )
+    add_format_argument(p)
     p.add_argument(
         "--sample",
         type=int,

@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any
 
-from stoker.cli._formats import format_name, format_names
+from stoker.cli._formats import add_format_argument, format_name
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 from stoker.formats import recordio
 
@@ -46,12 +46,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     )
     p.add_argument("file", help="a data set: manifest, data file or database folder")
     p.add_argument("dir", help="output folder (created if missing)")
-    p.add_argument(
-        "--format",
-        default=None,
-        choices=format_names(),
-        help="the format, when FILE does not tell it",
-    )
+    add_format_argument(p)
     p.add_argument("--overwrite", action="store_true", help="replace files that exist")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (no bar)")
