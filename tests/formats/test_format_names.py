@@ -40,7 +40,10 @@ def format_literals(root: pathlib.Path = SRC) -> list[str]:
         rel = path.relative_to(root).as_posix()
         if rel == "formats/registry.py":
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        if not any(n in text for n in names):
+            continue  # no name anywhere in the file: nothing to parse
+        tree = ast.parse(text)
         skip = _docstrings(tree)
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
