@@ -75,10 +75,8 @@ __all__ = [
     "check_room_for",
     "check_sizes",
     "claim_plan",
-    "claim_room",
     "claim_shards",
     "fits_all",
-    "fits_whole",
     "shard_bytes",
     "with_marks",
     "is_url",
@@ -333,7 +331,7 @@ def check_room_for(files: RemoteFiles, sizes: list[int]) -> None:
 
 @dataclass(frozen=True)
 class ReadPlan:
-    """How one loader reads a remote set, for the room it claims (:func:`claim_room`).
+    """How one loader reads a remote set, for the room it claims (:func:`claim_shards`).
 
     ``span``: at most how many shards the batches being made at once touch (a sampler's
     ``shard_span`` of the records in flight; ``None``: any shard, an order that draws from the
@@ -348,21 +346,11 @@ class ReadPlan:
     run: str
 
 
-def _with_marks(sizes: list[int]) -> list[int]:
-    """Each RecordIO shard's bytes with its files' verification markers (three at most)."""
-    return with_marks(sizes, 3)
-
-
 def with_marks(sizes: list[int], files: int) -> list[int]:
     """Each shard's bytes with the verification markers of its ``files`` files."""
     from stoker.storage.cache import MARKER_RESERVE
 
     return [n + files * MARKER_RESERVE for n in sizes]
-
-
-def claim_room(files: RemoteFiles, manifest: dict, plan: ReadPlan) -> tuple[Any, int]:
-    """:func:`claim_shards` for a RecordIO manifest's shards (``.rec``, ``.idx``, ``.crc32c``)."""
-    return claim_shards(files, _with_marks(shard_bytes(files, manifest["shards"])), plan)
 
 
 def claim_plan(
@@ -437,12 +425,6 @@ def claim_shards(files: RemoteFiles, sizes: list[int], plan: ReadPlan) -> tuple[
 
 #: ``ReadPlan.order`` of a process that reads a set by position outside a loader.
 BY_POSITION = "reads by position"
-
-
-def fits_whole(files: RemoteFiles, manifest: dict) -> bool:
-    """Whether the cache's budget holds every file the manifest names (with room for their
-    markers and one more shard): then a reader may keep every shard pinned."""
-    return fits_all(files, _with_marks(shard_bytes(files, manifest["shards"])))
 
 
 def fits_all(files: RemoteFiles, sizes: list[int]) -> bool:

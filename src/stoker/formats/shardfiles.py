@@ -46,7 +46,7 @@ from stoker.formats.remote import (
     redact,
     with_marks,
 )
-from stoker.formats.shards import OpenShards
+from stoker.formats.shards import OpenShards, ShardSet
 
 if TYPE_CHECKING:
     from stoker.storage.cache import Pin
@@ -90,10 +90,12 @@ class RemoteShards:
         cap: int,
         max_open: int | None = None,
         whole: bool | None = None,
+        marks: int | None = None,
     ) -> None:
         self.files = files
         self.entries = [tuple(s) for s in shards]
         self.cap = cap
+        self.marks = marks  # files per shard the cache reserves markers for (default: most)
         self._planned_open = max_open  # what a loader's claim on the cache allows
         self._planned_whole = whole  # whether that claim is the whole set
         self._setup()
@@ -104,7 +106,7 @@ class RemoteShards:
         self._held: OpenShards[None] = OpenShards(max(self.cap, 1))
         self._claim: Any = None
         self._keep = False  # holding a shard: a release meanwhile keeps the claim
-        per = max((len(s) for s in self.entries), default=1)
+        per = self.marks or max((len(s) for s in self.entries), default=1)
         self.sizes = with_marks([sum(f.size for f in s) for s in self.entries], per)
         planned = self._planned_whole
         self.whole = fits_all(self.files, self.sizes) if planned is None else planned
@@ -121,12 +123,14 @@ class RemoteShards:
             "files": self.files,
             "entries": self.entries,
             "cap": self.cap,
+            "marks": self.marks,
             "max_open": self._planned_open,
             "whole": self._planned_whole,
         }
 
     def __setstate__(self, state: dict) -> None:
         self.files, self.entries, self.cap = state["files"], state["entries"], state["cap"]
+        self.marks = state.get("marks")
         self._planned_open, self._planned_whole = state["max_open"], state["whole"]
         self._setup()
 
@@ -357,11 +361,11 @@ class ReadsRemoteShards:
     """What a format reader over :class:`RemoteShards` offers the loader (the hooks a
     RecordIO set offers too): ``claim_cache``, ``let_go``, ``read_ahead``,
     ``probe_positions``, and ``_focus`` for each chunk it reads. A reader sets ``_remote``
-    (``None`` for a local set) and gives each shard's first position (``_shard_starts``)."""
+    (``None`` for a local set) and gives its shards' positions (``_shard_set``, opened)."""
 
     _remote: RemoteShards | None
 
-    def _shard_starts(self) -> np.ndarray:
+    def _shard_set(self) -> ShardSet:
         raise NotImplementedError
 
     def __len__(self) -> int:
@@ -370,7 +374,7 @@ class ReadsRemoteShards:
     def claim_cache(self, plan: ReadPlan) -> Any:
         """For a set in object storage, claim the room a loader's ``plan`` needs in the node's
         shard cache (:meth:`RemoteShards.claim`); ``None`` for a local set."""
-        self._shard_starts()  # opened
+        self._shard_set()  # opened
         return None if self._remote is None else self._remote.claim(plan)
 
     def let_go(self) -> None:
@@ -380,13 +384,13 @@ class ReadsRemoteShards:
 
     def read_ahead(self, order: np.ndarray, start: int = 0) -> ShardsAhead | None:
         """Downloads ahead of ``order`` for a set in object storage (``None`` otherwise)."""
-        starts = self._shard_starts()
+        starts = self._shard_set().starts
         return None if self._remote is None else self._remote.read_ahead(order, starts, start)
 
     def probe_positions(self, probes: int) -> list[int] | None:
         """For a set in object storage, the first ``probes`` positions (its first shard, which
         the loader reads anyway) instead of a spread that would fetch a shard per probe."""
-        self._shard_starts()
+        self._shard_set()
         return None if self._remote is None else list(range(min(probes, len(self))))
 
     def _focus(self, indices: np.ndarray | None) -> None:
@@ -394,6 +398,4 @@ class ReadsRemoteShards:
         shards it holds, so that their cached copies can make room."""
         if self._remote is None or indices is None:
             return
-        pos = np.asarray(indices, dtype=np.int64).reshape(-1)
-        starts = self._shard_starts()
-        self._remote.focus(set((np.searchsorted(starts, pos, side="right") - 1).tolist()))
+        self._remote.focus(self._shard_set().shards_read(indices))

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from stoker._core.system import page_cache_budget
+from stoker.formats.shards import ShardSet
 
 if TYPE_CHECKING:
     from stoker.formats.recordio.records import Records
@@ -140,7 +141,7 @@ def chunk_by_shard(records: Records, indices: np.ndarray) -> Iterator[tuple[Any,
     counts = [int(e["records"]) for e in manifest.get("shards", [])]
     if len(counts) != len(shards):
         return  # no manifest to place positions by: no hints
-    starts = np.cumsum([0, *counts]).astype(np.int64)
-    which = np.searchsorted(starts, pos, side="right") - 1
+    placed = ShardSet(counts)
+    which = placed.shard_of(pos)
     for j in np.unique(which).tolist():
-        yield shards[j], pos[which == j] - starts[j]
+        yield shards[j], pos[which == j] - placed.starts[j]

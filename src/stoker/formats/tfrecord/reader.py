@@ -352,9 +352,9 @@ class TFRecordReader(ReadsRemoteShards, Reader):
         self._open.pop(j)
         self._shards[j].unmap()
 
-    def _shard_starts(self) -> np.ndarray:
+    def _shard_set(self) -> ShardSet:
         self._ensure()
-        return self._starts
+        return self._set
 
     def close(self) -> None:
         for sh in self._shards:

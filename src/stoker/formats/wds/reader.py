@@ -126,8 +126,8 @@ class WdsReader(ReadsRemoteShards, Reader):
         self._mapped.pop(j)
         self._shards[j].close()
 
-    def _shard_starts(self) -> np.ndarray:
-        return self.shard_set.starts
+    def _shard_set(self) -> ShardSet:
+        return self.shard_set
 
     def files(self) -> list[str]:
         """The tar files, in position order (a set in object storage: their URLs)."""
