@@ -149,7 +149,9 @@ class RemoteShards:
         what reading needs at once (:class:`CacheFullError` otherwise)."""
         files = self.files
         urls = [files.url_of(f.name, f.field) for s in self.entries for f in s]
-        listed = files.list_sizes(urls)
+        listed = files.sizes
+        if any(u not in listed for u in urls):  # not yet listed by this opening
+            listed = files.list_sizes(urls)
         for s in self.entries:
             for f in s:
                 url = files.url_of(f.name, f.field)

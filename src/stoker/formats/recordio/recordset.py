@@ -32,7 +32,7 @@ from stoker.formats.recordio.manifest import (
 )
 from stoker.formats.recordio.reader import Checksums, RecordFile
 from stoker.formats.recordio.records import Records
-from stoker.formats.remote import ReadPlan, RemoteFiles, check_room, check_sizes, redact
+from stoker.formats.remote import ReadPlan, RemoteFiles, redact
 from stoker.formats.shardfiles import RemoteShards, ShardFile, ShardsAhead
 from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardSet
 
@@ -88,20 +88,26 @@ def open_shard(manifest_path: str, shard: dict, **kw: Any) -> RecordFile:
     return r
 
 
+def _side_files(shard: dict, checksums: Any) -> tuple[str, ...]:
+    """The fields naming a shard's side files that are read: ``idx``, and ``crc32c`` when
+    the manifest names one and checksums are read."""
+    return ("idx", "crc32c") if shard.get("crc32c") and checksums else ("idx",)
+
+
 def remote_files(files: RemoteFiles, shard: dict, j: int, checksums: Any) -> list[ShardFile]:
     """The files of shard ``j`` of a remote set as the shard cache fetches them: its ``.rec``
-    (checked against ``rec_crc32c`` where the manifest has it), its ``.idx`` and, when
-    checksums are read, its ``.crc32c`` (sizes as listed at open)."""
+    (its size and ``rec_crc32c`` from the manifest), its ``.idx`` (its size as listed at
+    open) and, when checksums are read, its ``.crc32c`` (4 bytes per record)."""
     out = [
         ShardFile(
             shard["rec"], f"shards[{j}].rec", int(shard["rec_bytes"]), shard.get("rec_crc32c")
         )
     ]
-    names = ("idx", "crc32c") if shard.get("crc32c") and checksums else ("idx",)
-    for name in names:
+    for name in _side_files(shard, checksums):
         field = f"shards[{j}].{name}"
+        size = 4 * int(shard["records"]) if name == "crc32c" else None
         out.append(
-            ShardFile(shard[name], field, files.sizes.get(files.url_of(shard[name], field), 0))
+            ShardFile(shard[name], field, size or files.size_of(files.url_of(shard[name], field)))
         )
     return out
 
@@ -238,9 +244,14 @@ class RecordSet(Records):
         if self._opened is not None:
             self._remote = self._opened
         else:
-            if not files.sizes:
-                check_sizes(files, manifest, bool(self.verify_checksums))
-                check_room(files, manifest)
+            fresh = not files.sizes  # a set as a process other than the first opens it: listed
+            if fresh:  # every file with one listing per folder, then checked against it
+                names = [
+                    (s[f], f"shards[{j}].{f}")
+                    for j, s in enumerate(manifest["shards"])
+                    for f in ("rec", *_side_files(s, self.verify_checksums))
+                ]
+                files.list_sizes(files.url_of(n, field) for n, field in names)
             shards = [
                 remote_files(files, s, j, self.verify_checksums)
                 for j, s in enumerate(manifest["shards"])
@@ -249,6 +260,8 @@ class RecordSet(Records):
             self._remote = RemoteShards(
                 files, shards, cap=MAX_OPEN_SHARDS, max_open=max_open, whole=whole, marks=3
             )
+            if fresh:
+                self._remote.check()
         self._remote.on_release = self._released
         return manifest
 
