@@ -65,13 +65,13 @@ def test_plain_sets_have_no_identity_ranges(tmp_path):
     with RecordWriter(rec) as w:
         for k in range(5):
             w.write(k, pack_header(IRHeader(0, [k, k + 1], 0, 0), b"img"))  # 2 labels, images
-    with RecordFile(rec) as r:
+    with open_records(rec) as r:
         assert r.identity_ranges is None and r.image_keys is None and r.image_positions is None
     rec2 = tmp_path / "plain2.rec"
     with RecordWriter(rec2) as w:
         w.write(0, pack_header(IRHeader(0, [0.5, 2.25], 0, 0), b""))  # not integers
         w.write(1, pack_header(IRHeader(0, 1.0, 0, 0), b"img"))
-    with RecordFile(rec2) as r:
+    with open_records(rec2) as r:
         assert r.identity_ranges is None
 
 
@@ -81,8 +81,8 @@ def test_identity_record_out_of_range_is_reported(tmp_path):
 
     rec = tmp_path / "bad.rec"
     a, _ = face_set(rec, breaker=breaker)
-    with RecordFile(rec) as r, pytest.raises(CorruptRecordError) as ei:
-        _ = r.identity_ranges
+    with pytest.raises(CorruptRecordError) as ei:
+        open_records(rec)  # the layout is checked when the set is opened
     assert ei.value.key == a + 1 and "outside the image keys" in str(ei.value)
 
 
@@ -92,8 +92,18 @@ def test_header_naming_missing_keys_is_reported(tmp_path):
 
     rec = tmp_path / "missing.rec"
     face_set(rec, breaker=breaker)
-    with RecordFile(rec) as r, pytest.raises(CorruptRecordError, match="insightface header"):
-        _ = r.identity_ranges
+    with pytest.raises(CorruptRecordError, match="insightface header"):
+        open_records(rec)
+
+
+def test_a_file_reader_knows_no_layout_the_opened_set_does(tmp_path):
+    # RecordFile reads the file; open_records recognises insightface's layout
+    rec = tmp_path / "faces.rec"
+    face_set(rec, per_identity=(2, 3))
+    with RecordFile(rec) as r:
+        assert r.identity_ranges is None and r.images() is r and len(r) == 8
+    with open_records(rec) as r:
+        assert isinstance(r, RecordFile) and r.image_keys.tolist() == [1, 2, 3, 4, 5]
 
 
 @pytest.mark.parametrize("header_last", [True, False])

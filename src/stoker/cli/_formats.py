@@ -7,7 +7,19 @@ import sys
 
 from stoker.cli._remote import remote_options, scrub
 
-__all__ = ["format_name"]
+__all__ = ["add_format_argument", "format_name"]
+
+
+def add_format_argument(p: argparse.ArgumentParser) -> None:
+    """``--format NAME`` of a command that reads any set: the registry's names."""
+    from stoker.formats import registry
+
+    p.add_argument(
+        "--format",
+        default=None,
+        choices=registry.names(),
+        help="the format, when FILE does not tell it",
+    )
 
 
 def format_name(args: argparse.Namespace, command: str) -> str | None:

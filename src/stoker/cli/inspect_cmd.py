@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker.cli._formats import format_name
+from stoker.cli._formats import add_format_argument, format_name
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "inspect_records", "inspect_set", "run"]
@@ -34,7 +34,7 @@ read through the shard cache."""
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a data set: manifest, data file or database folder")
-    p.add_argument("--format", default=None, help="the format, when FILE does not tell it")
+    add_format_argument(p)
     p.add_argument(
         "--sample",
         type=int,

@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any
 
-from stoker.cli._formats import format_name
+from stoker.cli._formats import add_format_argument, format_name
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 from stoker.formats import recordio
 
@@ -53,7 +53,7 @@ manifest (s3://, gs://, az://, http(s)://): its shards are read through the shar
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a data set: manifest, data file or database folder")
     p.add_argument("dir", help="output folder (created if missing)")
-    p.add_argument("--format", default=None, help="the format, when FILE does not tell it")
+    add_format_argument(p)
     p.add_argument("--overwrite", action="store_true", help="replace files that exist")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (no bar)")

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from stoker.cli._formats import format_name
+from stoker.cli._formats import add_format_argument, format_name
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "report_json", "run"]
@@ -26,7 +26,7 @@ set larger than --cache-limit verifies); problems name the shard's URL."""
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a data set: manifest, data file or database folder")
-    p.add_argument("--format", default=None, help="the format, when FILE does not tell it")
+    add_format_argument(p)
     p.add_argument("--decode", action="store_true", help="also decode every image")
     p.add_argument("--no-checksums", action="store_true", help="skip the CRC32C comparison")
     p.add_argument(

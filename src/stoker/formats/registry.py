@@ -1,9 +1,11 @@
 """The format registry: ``stoker.formats.open(path)`` returns the :class:`~stoker.formats.Reader`
 of whatever format ``path`` is, and pack and convert find a format's writer here.
 
-A format is one folder under ``stoker/formats`` plus one :class:`Format` line below. Every
-callable is named as ``"module:attribute"`` and imported on first use, so ``import
-stoker.formats`` stays cheap and a format's own dependencies (``lmdb``) load only when used.
+A format is one folder under ``stoker/formats`` that exports one :class:`~stoker.formats.spec.
+Format` (``FORMAT``), plus one line below that registers it. Every callable of a format is named
+as ``"module:attribute"`` and imported on first use, so a format's own dependencies (``lmdb``)
+load only when used. Nothing outside a format's folder and this module names a format: it asks
+for ``names()``, ``writable()``, ``DEFAULT`` or ``get(name)``.
 
 How ``open`` decides: ``format=`` when given; a ``*.stoker.json`` manifest by its ``format``
 field; a file by its extension; a folder by asking each format's ``sniff``.
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass
 from typing import Any
 
 from stoker.formats.base import Reader
@@ -40,29 +41,19 @@ from stoker.formats.remote import (
     local_path,
     remote_url,
 )
+from stoker.formats.spec import Format
 
-__all__ = ["FORMATS", "Format", "format_of", "get", "open_reader", "register"]
-
-
-@dataclass(frozen=True)
-class Format:
-    name: str
-    reader: str
-    extensions: tuple[str, ...] = ()
-    manifest_format: str | None = None
-    writer: str | None = None
-    manifest: str | None = None
-    verify: str | None = None
-    sniff: str | None = None
-    remote: bool = False
-
-    def load(self, what: str) -> Any:
-        """The callable named by field ``what`` (``"reader"``, ``"writer"``, ...)."""
-        target = getattr(self, what)
-        if target is None:
-            raise NotImplementedError(f"the {self.name} format has no {what}")
-        module, _, attr = target.partition(":")
-        return getattr(importlib.import_module(module), attr)
+__all__ = [
+    "DEFAULT",
+    "FORMATS",
+    "Format",
+    "format_of",
+    "get",
+    "names",
+    "open_reader",
+    "register",
+    "writable",
+]
 
 
 FORMATS: dict[str, Format] = {}
@@ -73,15 +64,24 @@ def register(fmt: Format) -> Format:
     return fmt
 
 
-_R = "stoker.formats.recordio"
-_T = "stoker.formats.tfrecord"
-_W = "stoker.formats.wds"
-_L = "stoker.formats.lmdb"
-# One line per format.
-register(Format("recordio", f"{_R}.seam:open_reader", (".rec", ".idx"), "stoker-recordio", f"{_R}.shardwriter:open_writer", f"{_R}.shardwriter:write_set_manifest", f"{_R}.seam:verify", remote=True))  # fmt: skip
-register(Format("tfrecord", f"{_T}:open_reader", (".tfrecord", ".tfrecords", ".tfrec", ".tfrecord.gz", ".tfrecords.gz"), "stoker-tfrecord", f"{_T}:open_writer", f"{_T}:write_set_manifest", f"{_T}:verify", remote=True))  # fmt: skip
-register(Format("wds", f"{_W}:open_reader", (".tar",), "stoker-wds", f"{_W}:open_writer", f"{_W}:write_set_manifest", f"{_W}:verify", remote=True))  # fmt: skip
-register(Format("lmdb", f"{_L}:open_reader", (".mdb", ".lmdb"), None, None, None, f"{_L}:verify", f"{_L}:sniff"))  # fmt: skip
+# One line per format: the folder's FORMAT (stoker.formats.spec).
+register(importlib.import_module("stoker.formats.recordio").FORMAT)
+register(importlib.import_module("stoker.formats.tfrecord").FORMAT)
+register(importlib.import_module("stoker.formats.wds").FORMAT)
+register(importlib.import_module("stoker.formats.lmdb").FORMAT)
+
+#: What pack and convert write when no format is named.
+DEFAULT = "recordio"
+
+
+def names() -> list[str]:
+    """Every format's registry name, in registration order."""
+    return list(FORMATS)
+
+
+def writable() -> list[str]:
+    """The names of the formats pack and convert can write, in registration order."""
+    return [name for name, fmt in FORMATS.items() if fmt.writable()]
 
 
 def get(name: str) -> Format:

@@ -29,7 +29,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from stoker._core.atomic import atomic_write
-from stoker._core.errors import CacheFullError, ManifestError
+from stoker._core.errors import CacheFullError
 from stoker.formats.manifest import MAX_MANIFEST_BYTES
 
 if TYPE_CHECKING:
@@ -71,14 +71,10 @@ __all__ = [
     "RemoteFiles",
     "RemoteOptions",
     "ReadPlan",
-    "check_room",
     "check_room_for",
-    "check_sizes",
     "claim_plan",
-    "claim_room",
     "claim_shards",
     "fits_all",
-    "fits_whole",
     "shard_bytes",
     "with_marks",
     "is_url",
@@ -261,36 +257,9 @@ class RemoteFiles:
         return self.item(url, crc32c=crc32c, what=what, sha256=sha256).get(self.cache)
 
 
-def check_sizes(files: RemoteFiles, manifest: dict, checksums: bool) -> None:
-    """What can be checked of every shard of a RecordIO manifest before any is read: each
-    named file exists (one listing per folder) and each ``.rec`` has the manifest's size."""
-    urls = []
-    for j, s in enumerate(manifest["shards"]):
-        urls.append(files.url_of(s["rec"], f"shards[{j}].rec"))
-        urls.append(files.url_of(s["idx"], f"shards[{j}].idx"))
-        if s.get("crc32c") and checksums:
-            urls.append(files.url_of(s["crc32c"], f"shards[{j}].crc32c"))
-    sizes = files.list_sizes(urls)
-    for j, s in enumerate(manifest["shards"]):
-        rec = files.url_of(s["rec"], f"shards[{j}].rec")
-        if sizes[rec] != s["rec_bytes"]:
-            raise ManifestError(
-                f"{redact(files.url)}: {redact(rec)} is {sizes[rec]} bytes but the manifest "
-                f"records {s['rec_bytes']}; the .rec was replaced or truncated"
-            )
-        if s.get("crc32c") and checksums:
-            crc = files.url_of(s["crc32c"], f"shards[{j}].crc32c")
-            if sizes[crc] != 4 * s["records"]:
-                raise ManifestError(
-                    f"{redact(files.url)}: the checksum file {redact(crc)} holds {sizes[crc]} "
-                    f"bytes; the {s['records']} records of shard {s['rec']!r} need "
-                    f"{4 * s['records']}"
-                )
-
-
 def shard_bytes(files: RemoteFiles, entries: list[dict]) -> list[int]:
-    """Each shard's bytes in the cache: its ``.rec`` (the manifest's size), ``.idx`` and
-    ``.crc32c`` (their listed sizes; 0 for a file not listed)."""
+    """Each RecordIO shard's bytes in the cache: its ``.rec`` (the manifest's size), ``.idx``
+    and ``.crc32c`` (their listed sizes; 0 for a file not listed)."""
     out = []
     for j, s in enumerate(entries):
         n = int(s["rec_bytes"])
@@ -301,15 +270,10 @@ def shard_bytes(files: RemoteFiles, entries: list[dict]) -> list[int]:
     return out
 
 
-def check_room(files: RemoteFiles, manifest: dict) -> None:
+def check_room_for(files: RemoteFiles, sizes: list[int]) -> None:
     """:class:`CacheFullError` at open when the cache cannot hold what reading needs at once:
     the shards a batch reads while the next ``prefetch_shards`` download (at least two shards
-    beside those, each with its side files)."""
-    check_room_for(files, shard_bytes(files, manifest["shards"]))
-
-
-def check_room_for(files: RemoteFiles, sizes: list[int]) -> None:
-    """:func:`check_room` for shards of ``sizes`` bytes each (their side files included)."""
+    beside those), for shards of ``sizes`` bytes each (their side files included)."""
     if not sizes:
         return
     need = (files.options.prefetch_shards + 2) * max(sizes)
@@ -325,7 +289,7 @@ def check_room_for(files: RemoteFiles, sizes: list[int]) -> None:
 
 @dataclass(frozen=True)
 class ReadPlan:
-    """How one loader reads a remote set, for the room it claims (:func:`claim_room`).
+    """How one loader reads a remote set, for the room it claims (:func:`claim_shards`).
 
     ``span``: at most how many shards the batches being made at once touch (a sampler's
     ``shard_span`` of the records in flight; ``None``: any shard, an order that draws from the
@@ -340,21 +304,11 @@ class ReadPlan:
     run: str
 
 
-def _with_marks(sizes: list[int]) -> list[int]:
-    """Each RecordIO shard's bytes with its files' verification markers (three at most)."""
-    return with_marks(sizes, 3)
-
-
 def with_marks(sizes: list[int], files: int) -> list[int]:
     """Each shard's bytes with the verification markers of its ``files`` files."""
     from stoker.storage.cache import MARKER_RESERVE
 
     return [n + files * MARKER_RESERVE for n in sizes]
-
-
-def claim_room(files: RemoteFiles, manifest: dict, plan: ReadPlan) -> tuple[Any, int]:
-    """:func:`claim_shards` for a RecordIO manifest's shards (``.rec``, ``.idx``, ``.crc32c``)."""
-    return claim_shards(files, _with_marks(shard_bytes(files, manifest["shards"])), plan)
 
 
 def claim_plan(
@@ -429,12 +383,6 @@ def claim_shards(files: RemoteFiles, sizes: list[int], plan: ReadPlan) -> tuple[
 
 #: ``ReadPlan.order`` of a process that reads a set by position outside a loader.
 BY_POSITION = "reads by position"
-
-
-def fits_whole(files: RemoteFiles, manifest: dict) -> bool:
-    """Whether the cache's budget holds every file the manifest names (with room for their
-    markers and one more shard): then a reader may keep every shard pinned."""
-    return fits_all(files, _with_marks(shard_bytes(files, manifest["shards"])))
 
 
 def fits_all(files: RemoteFiles, sizes: list[int]) -> bool:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,12 +46,14 @@ from stoker.formats.remote import (
     redact,
     with_marks,
 )
+from stoker.formats.shards import OpenShards, ShardSet
 
 if TYPE_CHECKING:
     from stoker.storage.cache import Pin
 
 __all__ = [
     "MAX_OPEN_REMOTE_SHARDS",
+    "HeldShard",
     "ReadsRemoteShards",
     "RemoteShards",
     "ShardFile",
@@ -90,10 +91,12 @@ class RemoteShards:
         cap: int,
         max_open: int | None = None,
         whole: bool | None = None,
+        marks: int | None = None,
     ) -> None:
         self.files = files
         self.entries = [tuple(s) for s in shards]
         self.cap = cap
+        self.marks = marks  # files per shard the cache reserves markers for (default: most)
         self._planned_open = max_open  # what a loader's claim on the cache allows
         self._planned_whole = whole  # whether that claim is the whole set
         self._setup()
@@ -101,10 +104,10 @@ class RemoteShards:
     def _setup(self) -> None:
         self.on_release: Callable[[int], None] | None = None
         self._pins: dict[int, list[Pin]] = {}
-        self._held: OrderedDict[int, None] = OrderedDict()
+        self._held: OpenShards[None] = OpenShards(max(self.cap, 1))
         self._claim: Any = None
         self._keep = False  # holding a shard: a release meanwhile keeps the claim
-        per = max((len(s) for s in self.entries), default=1)
+        per = self.marks or max((len(s) for s in self.entries), default=1)
         self.sizes = with_marks([sum(f.size for f in s) for s in self.entries], per)
         planned = self._planned_whole
         self.whole = fits_all(self.files, self.sizes) if planned is None else planned
@@ -121,12 +124,14 @@ class RemoteShards:
             "files": self.files,
             "entries": self.entries,
             "cap": self.cap,
+            "marks": self.marks,
             "max_open": self._planned_open,
             "whole": self._planned_whole,
         }
 
     def __setstate__(self, state: dict) -> None:
         self.files, self.entries, self.cap = state["files"], state["entries"], state["cap"]
+        self.marks = state.get("marks")
         self._planned_open, self._planned_whole = state["max_open"], state["whole"]
         self._setup()
 
@@ -144,7 +149,9 @@ class RemoteShards:
         what reading needs at once (:class:`CacheFullError` otherwise)."""
         files = self.files
         urls = [files.url_of(f.name, f.field) for s in self.entries for f in s]
-        listed = files.list_sizes(urls)
+        listed = files.sizes
+        if any(u not in listed for u in urls):  # not yet listed by this opening
+            listed = files.list_sizes(urls)
         for s in self.entries:
             for f in s:
                 url = files.url_of(f.name, f.field)
@@ -173,13 +180,13 @@ class RemoteShards:
         """The local paths of shard ``j``'s files, downloaded (once per node) and pinned until
         :meth:`release`; room is made first by letting go of the least recently held."""
         if j in self._held:
-            self._held.move_to_end(j)
+            self._held.get(j)  # used now
             return [p.path for p in self._pins[j]]
         self._keep = True
         pins: list[Pin] = []
         try:
             while len(self._held) >= self.max_open:
-                self._drop(next(iter(self._held)))
+                self._drop(self._held.oldest())
             if self._claim is None and self._planned_open is None:
                 self._claim = self._own_claim()
             for k, f in enumerate(self.entries[j]):
@@ -194,12 +201,12 @@ class RemoteShards:
             raise
         self._keep = False
         self._pins[j] = pins
-        self._held[j] = None
+        self._held.use(j)
         return [p.path for p in pins]
 
     def release(self, j: int) -> None:
         """Let go of shard ``j`` (its pins close); the reader has unmapped it."""
-        self._held.pop(j, None)
+        self._held.pop(j)
         for p in self._pins.pop(j, ()):
             p.close()
         self._maybe_unclaim()
@@ -234,7 +241,7 @@ class RemoteShards:
         self.max_open = self.cap if self.whole else min(self.cap, pinned)
         self._planned_open, self._planned_whole = self.max_open, self.whole
         while len(self._held) > self.max_open:
-            self._drop(next(iter(self._held)))
+            self._drop(self._held.oldest())
         return claim
 
     def _own_claim(self) -> Any:
@@ -278,7 +285,7 @@ class RemoteShards:
     def close(self) -> None:
         self._release_claim()
         while self._held:
-            self._drop(next(iter(self._held)))
+            self._drop(self._held.oldest())
 
 
 def open_remote_set(
@@ -355,15 +362,29 @@ class ShardsAhead:
             self._fetcher.close()
 
 
+class HeldShard:
+    """What a format's shard reads of a remote set: its files' local paths, pinned cached
+    copies held while the reader maps them (``local()``), let go with ``let_go()``."""
+
+    shards: RemoteShards
+    j: int
+
+    def local(self) -> str:
+        return self.shards.hold(self.j)[0]
+
+    def let_go(self) -> None:
+        self.shards.release(self.j)
+
+
 class ReadsRemoteShards:
     """What a format reader over :class:`RemoteShards` offers the loader (the hooks a
     RecordIO set offers too): ``claim_cache``, ``let_go``, ``read_ahead``,
     ``probe_positions``, and ``_focus`` for each chunk it reads. A reader sets ``_remote``
-    (``None`` for a local set) and gives each shard's first position (``_shard_starts``)."""
+    (``None`` for a local set) and gives its shards' positions (``_shard_set``, opened)."""
 
     _remote: RemoteShards | None
 
-    def _shard_starts(self) -> np.ndarray:
+    def _shard_set(self) -> ShardSet:
         raise NotImplementedError
 
     def __len__(self) -> int:
@@ -372,7 +393,7 @@ class ReadsRemoteShards:
     def claim_cache(self, plan: ReadPlan) -> Any:
         """For a set in object storage, claim the room a loader's ``plan`` needs in the node's
         shard cache (:meth:`RemoteShards.claim`); ``None`` for a local set."""
-        self._shard_starts()  # opened
+        self._shard_set()  # opened
         return None if self._remote is None else self._remote.claim(plan)
 
     def let_go(self) -> None:
@@ -382,13 +403,13 @@ class ReadsRemoteShards:
 
     def read_ahead(self, order: np.ndarray, start: int = 0) -> ShardsAhead | None:
         """Downloads ahead of ``order`` for a set in object storage (``None`` otherwise)."""
-        starts = self._shard_starts()
+        starts = self._shard_set().starts
         return None if self._remote is None else self._remote.read_ahead(order, starts, start)
 
     def probe_positions(self, probes: int) -> list[int] | None:
         """For a set in object storage, the first ``probes`` positions (its first shard, which
         the loader reads anyway) instead of a spread that would fetch a shard per probe."""
-        self._shard_starts()
+        self._shard_set()
         return None if self._remote is None else list(range(min(probes, len(self))))
 
     def _focus(self, indices: np.ndarray | None) -> None:
@@ -396,6 +417,4 @@ class ReadsRemoteShards:
         shards it holds, so that their cached copies can make room."""
         if self._remote is None or indices is None:
             return
-        pos = np.asarray(indices, dtype=np.int64).reshape(-1)
-        starts = self._shard_starts()
-        self._remote.focus(set((np.searchsorted(starts, pos, side="right") - 1).tolist()))
+        self._remote.focus(self._shard_set().shards_read(indices))

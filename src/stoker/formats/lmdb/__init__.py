@@ -15,8 +15,10 @@ from stoker.formats.lmdb.datum import Datum, encode_png, image_kind, parse_datum
 from stoker.formats.lmdb.env import LmdbFormatError, show_key
 from stoker.formats.lmdb.reader import LmdbReader, open_reader
 from stoker.formats.lmdb.verify import verify
+from stoker.formats.spec import Format
 
 __all__ = [
+    "FORMAT",
     "Datum",
     "LmdbFormatError",
     "LmdbReader",
@@ -30,6 +32,16 @@ __all__ = [
 ]
 
 _SUFFIXES = (".mdb", ".lmdb")
+_L = "stoker.formats.lmdb"
+#: The format, as the registry lists it (:mod:`stoker.formats.spec`): read only, local only.
+FORMAT = Format(
+    "lmdb",
+    f"{_L}:open_reader",
+    _SUFFIXES,
+    verify=f"{_L}:verify",
+    sniff=f"{_L}:sniff",
+    roles={"data": "data.mdb"},
+)
 
 
 def sniff(path: str | os.PathLike[str]) -> bool:

@@ -37,8 +37,26 @@ from stoker.formats.recordio.records import Records
 from stoker.formats.recordio.recordset import RecordSet
 from stoker.formats.recordio.verify import Problem, VerifyReport, verify_records
 from stoker.formats.recordio.writer import RecordWriter, ShardInfo
+from stoker.formats.spec import Format
+
+_R = "stoker.formats.recordio"
+#: The format, as the registry lists it (:mod:`stoker.formats.spec`).
+FORMAT = Format(
+    "recordio",
+    f"{_R}.seam:open_reader",
+    (".rec", ".idx"),
+    "stoker-recordio",
+    f"{_R}.shardwriter:open_writer",
+    f"{_R}.shardwriter:write_set_manifest",
+    f"{_R}.seam:verify",
+    remote=True,
+    roles={"data": ".rec", "index": ".idx", "crc": ".crc32c"},
+    shard_path=f"{_R}.shardwriter:shard_path",
+    open_shard=f"{_R}.reader:open_file",
+)
 
 __all__ = [
+    "FORMAT",
     "IDENTITY_TABLE",
     "IR_SIZE",
     "MAGIC",

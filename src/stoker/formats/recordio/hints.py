@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from stoker._core.system import page_cache_budget
+from stoker.formats.shards import ShardSet
 
 if TYPE_CHECKING:
-    from stoker.formats.recordio.reader import RecordFile
     from stoker.formats.recordio.records import Records
 
 __all__ = [
@@ -121,9 +121,7 @@ def advise_ranges(mm: Any, starts: np.ndarray, ends: np.ndarray) -> None:
         return  # advice only: the reads that follow are correct without it
 
 
-def chunk_by_shard(
-    records: Records, indices: np.ndarray
-) -> Iterator[tuple[RecordFile, np.ndarray]]:
+def chunk_by_shard(records: Records, indices: np.ndarray) -> Iterator[tuple[Any, np.ndarray]]:
     """The positions of a chunk (positions of ``records``) grouped by the ``.rec`` that holds
     them, as ``(shard reader, positions inside that shard)``: one file (an insightface set's
     image positions mapped to its file positions) or the shards of a ``RecordSet`` (by the
@@ -143,7 +141,7 @@ def chunk_by_shard(
     counts = [int(e["records"]) for e in manifest.get("shards", [])]
     if len(counts) != len(shards):
         return  # no manifest to place positions by: no hints
-    starts = np.cumsum([0, *counts]).astype(np.int64)
-    which = np.searchsorted(starts, pos, side="right") - 1
+    placed = ShardSet(counts)
+    which = placed.shard_of(pos)
     for j in np.unique(which).tolist():
-        yield shards[j], pos[which == j] - starts[j]
+        yield shards[j], pos[which == j] - placed.starts[j]

@@ -4,7 +4,8 @@ insightface's ``face2rec`` writes a header record with key 0: ``flag = 2``, labe
 and no image. Keys ``1 .. a-1`` are the images (each labelled with its identity); keys
 ``a .. b-1`` are one record per identity whose two labels give that identity's ``[start,
 end)`` image keys (``MXFaceDataset``, ``face_image_iter``). :func:`detect_layout` recognises
-it; ``RecordFile.identity_ranges``/``image_keys``/``image_positions`` expose it,
+it when a set is opened (:func:`with_layout`: the file becomes an :class:`InsightfaceFile`,
+whose ``identity_ranges``/``image_keys``/``image_positions`` expose it),
 :class:`ImageRecords` reads the image records alone and :func:`layout_table` gives the header
 and identity records as JSON (what ``stoker unpack`` keeps beside the images and ``stoker
 inspect`` counts as metadata records). :func:`layout_records` makes the header and identity
@@ -23,19 +24,21 @@ import numpy as np
 
 from stoker._core.errors import CorruptRecordError
 from stoker.formats.recordio.header import IRHeader, pack_header
+from stoker.formats.recordio.reader import RecordFile
 from stoker.formats.recordio.records import PlainRead, Records
 
 if TYPE_CHECKING:
     from stoker._core.schema import Schema
-    from stoker.formats.recordio.reader import RecordFile
 
 __all__ = [
     "IDENTITY_TABLE",
     "ImageRecords",
+    "InsightfaceFile",
     "Layout",
     "detect_layout",
     "layout_records",
     "layout_table",
+    "with_layout",
 ]
 
 #: the file ``stoker unpack`` writes beside an insightface set's images (its header and
@@ -66,7 +69,10 @@ def _header_labels(r: RecordFile) -> tuple[int, int, int] | None:
         p0 = r.position(0)
     except KeyError:
         return None
-    h, img = r.read_header(p0)
+    try:
+        h, img = r.read_header(p0)
+    except CorruptRecordError:  # no IRHeader record (raw payloads): reads report it, if any
+        return None
     if h.flag != 2 or len(img) != 0:
         return None
     a, b = (float(x) for x in np.asarray(h.label))
@@ -131,6 +137,57 @@ def detect_layout(r: RecordFile) -> Layout | None:
         raise bad(f"labels ({a}, {b}) name keys the .idx lacks ({e.args[0]})") from None
     ranges = _identity_ranges(r, id_positions, a, b, bad)
     return Layout(ranges, np.arange(1, a, dtype=np.int64), image_positions)
+
+
+class InsightfaceFile(RecordFile):
+    """A ``.rec`` with insightface's layout: a :class:`RecordFile` that also gives the
+    layout (re-detected after unpickling, in the process that reads) and its image records
+    alone (:meth:`images`)."""
+
+    def _open(self) -> None:
+        super()._open()
+        self._identity: Layout | None = None
+
+    def _layout(self) -> Layout | None:
+        if self._identity is None:
+            self._identity = detect_layout(self)
+        return self._identity
+
+    @property
+    def identity_ranges(self) -> np.ndarray | None:
+        """int64 ``(n_identities, 2)`` of ``[start_key, end_key)`` image key ranges, row ``j``
+        for identity record key ``first_identity_key + j``."""
+        layout = self._layout()
+        return None if layout is None else layout.ranges
+
+    @property
+    def image_keys(self) -> np.ndarray | None:
+        """The keys that are images (``1..first_identity_key-1``)."""
+        layout = self._layout()
+        return None if layout is None else layout.image_keys
+
+    @property
+    def image_positions(self) -> np.ndarray | None:
+        """The positions of the image records (for ``read``/``labels``)."""
+        layout = self._layout()
+        return None if layout is None else layout.image_positions
+
+    def images(self) -> Records:
+        """A view of the image records alone, positions ``0..M-1`` mapped to
+        ``image_positions`` (the header and identity records skipped)."""
+        return ImageRecords(self) if self.image_positions is not None else self
+
+
+def with_layout(r: RecordFile) -> RecordFile:
+    """``r`` as an :class:`InsightfaceFile` when its record 0 is insightface's header (the
+    layout checked now: :class:`CorruptRecordError` when it is malformed), else ``r``. The
+    open file is kept: only its class changes."""
+    layout = detect_layout(r)
+    if layout is None:
+        return r
+    r.__class__ = InsightfaceFile
+    r._identity = layout  # type: ignore[attr-defined]
+    return r
 
 
 #: the largest key a float32 label holds exactly

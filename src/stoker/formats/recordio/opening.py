@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from stoker.formats.recordio.insightface import with_layout
 from stoker.formats.recordio.manifest import (
     MANIFEST_SUFFIX,
     class_names,
@@ -24,7 +25,16 @@ __all__ = ["open_records"]
 
 def _with_manifest(r: RecordFile, manifest: dict) -> RecordFile:
     r.manifest, r.class_names = manifest, class_names(manifest)
-    return r
+    return _with_layout(r)
+
+
+def _with_layout(r: RecordFile) -> RecordFile:
+    """``r`` with insightface's layout recognised (closed when its layout is malformed)."""
+    try:
+        return with_layout(r)
+    except BaseException:
+        r.close()
+        raise
 
 
 def open_records(
@@ -44,7 +54,9 @@ def open_records(
     :class:`ManifestError`. ``verify_checksums`` checks each read against the CRC32C side
     file: ``True`` requires it, ``"auto"`` uses it when it exists (a ``.crc32c`` a manifest
     names must exist: :class:`ManifestError` otherwise), ``False`` ignores it. A ``.crc32c``
-    whose size is not 4 bytes per record is an error at open. ``identity_ranges``/``image_keys`` are set for insightface-layout files.
+    whose size is not 4 bytes per record is an error at open. A single file with insightface's
+    layout is an :class:`~stoker.formats.recordio.insightface.InsightfaceFile`
+    (``identity_ranges``, ``image_keys``, ``images()``); a malformed layout is an error here.
 
     ``path`` may be a URL: ``file://`` reads in place; ``s3://``, ``gs://``, ``az://`` and
     ``http(s)://`` name a manifest read through the shard cache (``remote``: its options;
@@ -85,9 +97,11 @@ def open_records(
                 precheck_shards(mpath, {"shards": [shard]}, verify_checksums)
                 return _with_manifest(open_shard(mpath, shard, **kw), manifest)
     crc = default_crc_path(p)
-    return RecordFile(
-        p,
-        idx,
-        crc_path=crc if os.path.exists(crc) else None,
-        **kw,  # type: ignore[arg-type]
+    return _with_layout(
+        RecordFile(
+            p,
+            idx,
+            crc_path=crc if os.path.exists(crc) else None,
+            **kw,  # type: ignore[arg-type]
+        )
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -32,12 +32,11 @@ from stoker.formats.recordio.framing import (
 from stoker.formats.recordio.header import IR_FORMAT, IR_SIZE, IRHeader, unpack_header
 from stoker.formats.recordio.hints import advise_ranges
 from stoker.formats.recordio.index import IndexTable, load_index
-from stoker.formats.recordio.insightface import ImageRecords, Layout, detect_layout
 from stoker.formats.recordio.labelcache import read_label_cache, write_label_cache
 from stoker.formats.recordio.paths import default_crc_path, default_idx_path
 from stoker.formats.recordio.records import PlainRead, Records
 
-__all__ = ["Checksums", "RecordFile"]
+__all__ = ["Checksums", "RecordFile", "open_file"]
 
 #: ``verify_checksums``: ``True`` (the ``.crc32c`` must exist), ``False`` (never read it) or
 #: ``"auto"`` (checked when it exists; a file a manifest names must exist).
@@ -59,9 +58,9 @@ class RecordFile(Records):
     ``cache=False`` skips the binary index cache.
 
     Keeps the :class:`Records` contract: ``shards`` is ``[self]``; ``class_names`` and
-    ``manifest`` are set by :func:`open_records` when a manifest names the file, and
-    ``identity_ranges``/``image_keys``/``image_positions`` are ``None`` but for the
-    insightface layout.
+    ``manifest`` are set by :func:`open_records` when a manifest names the file. It reads
+    the file and knows no layout: ``open_records`` recognises insightface's
+    (``insightface.py``) when it opens a set.
     """
 
     def __init__(
@@ -113,7 +112,6 @@ class RecordFile(Records):
         self._crc: np.ndarray | None = None
         self._next: np.ndarray | None = None  # sorted distinct offsets (unsorted .idx only)
         self._sorted: bool | None = None  # offsets strictly increasing (not yet looked at)
-        self._identity: Any = False  # not yet looked at
         self._key_pos: tuple[np.ndarray, np.ndarray | None] | None = None
         self._closed = False
         with open(self.path, "rb") as f:
@@ -540,38 +538,6 @@ class RecordFile(Records):
             f"{int(flags.shape[0])} records read have {usual}",
         )
 
-    # ------------------------------------------------------------------ insightface
-    def _layout(self) -> Layout | None:
-        if self._identity is False:
-            self._identity = detect_layout(self)
-        return self._identity
-
-    @property
-    def identity_ranges(self) -> np.ndarray | None:
-        """insightface layout: int64 ``(n_identities, 2)`` of ``[start_key, end_key)`` image
-        key ranges, row ``j`` for identity record key ``first_identity_key + j``; else None."""
-        layout = self._layout()
-        return None if layout is None else layout.ranges
-
-    @property
-    def image_keys(self) -> np.ndarray | None:
-        """insightface layout: the keys that are images (``1..first_identity_key-1``)."""
-        layout = self._layout()
-        return None if layout is None else layout.image_keys
-
-    @property
-    def image_positions(self) -> np.ndarray | None:
-        """insightface layout: positions of the image records (for ``read``/``labels``)."""
-        layout = self._layout()
-        return None if layout is None else layout.image_positions
-
-    def images(self) -> Records:
-        """The image records only: for insightface sets a view that skips the header and
-        identity records (positions ``0..M-1`` map to ``image_positions``); else ``self``."""
-        if self.image_positions is None:
-            return self
-        return ImageRecords(self)
-
     @classmethod
     def scan(cls, rec_path: str | os.PathLike[str], **kwargs: Any) -> RecordFile:
         """Open a ``.rec`` without its ``.idx``: walk it; keys are positions ``0..N-1``."""
@@ -584,3 +550,9 @@ class RecordFile(Records):
             crc_path=kwargs.get("crc_path"),
         )
         return self
+
+
+def open_file(paths: Mapping[str, Any], **options: Any) -> RecordFile:
+    """The reader of one shard from its files by role (``data``: the ``.rec``, ``index``:
+    its ``.idx``, ``crc``: its ``.crc32c`` or ``None``); ``options``: :class:`RecordFile`'s."""
+    return RecordFile(paths["data"], paths.get("index"), crc_path=paths.get("crc"), **options)

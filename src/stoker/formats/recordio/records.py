@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -38,9 +38,6 @@ from stoker._core.schema import Schema
 from stoker.formats.base import RecordReader
 from stoker.formats.recordio.header import IRHeader
 from stoker.formats.recordio.manifest import manifest_schema
-
-if TYPE_CHECKING:
-    from stoker.formats.recordio.reader import RecordFile
 
 __all__ = ["PlainRead", "Records"]
 
@@ -62,7 +59,7 @@ class Records(RecordReader):
 
     @property
     @abc.abstractmethod
-    def shards(self) -> Sequence[RecordFile]:
+    def shards(self) -> Sequence[Any]:
         """The single-file readers holding the records, in position order (a
         ``RecordSet`` opens them as they are asked for)."""
 
@@ -121,9 +118,9 @@ class Records(RecordReader):
     def labels(self, positions: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
         """Labels of all records (or of ``positions``) without decoding images."""
 
-    @abc.abstractmethod
     def images(self) -> Records:
         """The image records only: ``self`` unless the set has the insightface layout."""
+        return self
 
     @property
     def identity_ranges(self) -> np.ndarray | None:

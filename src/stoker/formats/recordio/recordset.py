@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import os
 import stat
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -33,32 +32,11 @@ from stoker.formats.recordio.manifest import (
 )
 from stoker.formats.recordio.reader import Checksums, RecordFile
 from stoker.formats.recordio.records import Records
-from stoker.formats.remote import (
-    BY_POSITION,
-    ReadPlan,
-    RemoteFiles,
-    check_room,
-    check_sizes,
-    claim_plan,
-    claim_room,
-    fits_whole,
-    redact,
-    shard_bytes,
-    with_marks,
-)
-from stoker.formats.shardfiles import ShardsAhead
-
-if TYPE_CHECKING:
-    from stoker.storage.cache import Pin
+from stoker.formats.remote import ReadPlan, RemoteFiles, redact
+from stoker.formats.shardfiles import RemoteShards, ShardFile, ShardsAhead
+from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardSet
 
 __all__ = ["MAX_OPEN_SHARDS", "RecordSet", "open_shard", "precheck_shards"]
-
-#: Shards a ``RecordSet`` keeps open at once (per process); the least recently used one is
-#: closed when another must open.
-MAX_OPEN_SHARDS = 64
-#: The same for a set in object storage: an open shard pins its cached copy, and a pinned copy
-#: cannot make room for the next shards, so few stay open.
-MAX_OPEN_REMOTE_SHARDS = 4
 
 
 def _check_shard(r: RecordFile, shard: dict, manifest_path: str) -> None:
@@ -110,38 +88,48 @@ def open_shard(manifest_path: str, shard: dict, **kw: Any) -> RecordFile:
     return r
 
 
-def open_remote_shard(
-    files: RemoteFiles, shard: dict, j: int, **kw: Any
-) -> tuple[RecordFile, list[Pin]]:
-    """The ``RecordFile`` of shard ``j`` of a remote set, read from pinned cached copies (the
-    ``.rec`` checked against ``rec_crc32c`` where the manifest has it), and the pins."""
-    what = f"shard {j} ({shard['rec']})"
-    pins: list[Pin] = []
+def _side_files(shard: dict, checksums: Any) -> tuple[str, ...]:
+    """The fields naming a shard's side files that are read: ``idx``, and ``crc32c`` when
+    the manifest names one and checksums are read."""
+    return ("idx", "crc32c") if shard.get("crc32c") and checksums else ("idx",)
+
+
+def remote_files(files: RemoteFiles, shard: dict, j: int, checksums: Any) -> list[ShardFile]:
+    """The files of shard ``j`` of a remote set as the shard cache fetches them: its ``.rec``
+    (its size and ``rec_crc32c`` from the manifest), its ``.idx`` (its size as listed at
+    open) and, when checksums are read, its ``.crc32c`` (4 bytes per record)."""
+    out = [
+        ShardFile(
+            shard["rec"], f"shards[{j}].rec", int(shard["rec_bytes"]), shard.get("rec_crc32c")
+        )
+    ]
+    for name in _side_files(shard, checksums):
+        field = f"shards[{j}].{name}"
+        size = 4 * int(shard["records"]) if name == "crc32c" else None
+        out.append(
+            ShardFile(shard[name], field, size or files.size_of(files.url_of(shard[name], field)))
+        )
+    return out
+
+
+def open_remote_shard(remote: RemoteShards, shard: dict, j: int, **kw: Any) -> RecordFile:
+    """The ``RecordFile`` of shard ``j`` of a remote set, read from the pinned cached copies
+    ``remote`` holds (let go of again when the shard does not match its entry)."""
+    paths = remote.hold(j)
     try:
-        rec_url = files.url_of(shard["rec"], f"shards[{j}].rec")
-        pins.append(files.fetch(rec_url, crc32c=shard.get("rec_crc32c"), what=what))
-        pins.append(files.fetch(files.url_of(shard["idx"], f"shards[{j}].idx"), what=what))
-        crc = None
-        if shard.get("crc32c") and kw.get("verify_checksums"):
-            pins.append(
-                files.fetch(files.url_of(shard["crc32c"], f"shards[{j}].crc32c"), what=what)
-            )
-            crc = pins[2].path
+        crc = paths[2] if len(paths) > 2 else None
         if kw.get("verify_checksums") == "auto" and crc is None:
             kw = {**kw, "verify_checksums": False}
-        r = RecordFile(pins[0].path, pins[1].path, crc_path=crc, **kw)
+        r = RecordFile(paths[0], paths[1], crc_path=crc, **kw)
+        try:
+            _check_shard(r, shard, redact(remote.files.url))
+        except BaseException:
+            r.close()
+            raise
     except BaseException:
-        for p in pins:
-            p.close()
+        remote.release(j)
         raise
-    try:
-        _check_shard(r, shard, redact(files.url))
-    except BaseException:
-        r.close()
-        for p in pins:
-            p.close()
-        raise
-    return r, pins
+    return r
 
 
 def precheck_shards(manifest_path: str, manifest: dict, checksums: Checksums) -> None:
@@ -229,168 +217,135 @@ class RecordSet(Records):
         self.verify_checksums = verify_checksums
         self._cache = cache
         self.files = files
-        self._planned_open = max_open  # what a loader's claim on the cache allows
-        self._planned_whole = whole  # whether that claim is the whole set
+        self._opened: RemoteShards | None = None
+        self._planned = (max_open, whole)  # what a loader's claim on the cache allows
         self._open()
 
     def _open(self) -> None:
-        self._pins: dict[int, list[Pin]] = {}
-        self._claim: Any = None  # this process's claim on the shard cache (remote sets)
-        self._whole = False
+        self._remote: RemoteShards | None = None
         if self.files is None:
             manifest = load_manifest(self.manifest_path)
             precheck_shards(self.manifest_path, manifest, self.verify_checksums)
-            self._max_open = MAX_OPEN_SHARDS
         else:
-            manifest = validate_manifest(
-                read_json(self.files.manifest_copy()), redact(self.files.url)
-            )
-            if not self.files.sizes:
-                check_sizes(self.files, manifest, bool(self.verify_checksums))
-                check_room(self.files, manifest)
-            planned = self._planned_whole
-            self._whole = fits_whole(self.files, manifest) if planned is None else planned
-            if self._whole:  # every shard may stay pinned: nothing ever needs evicting
-                self._max_open = MAX_OPEN_SHARDS
-            elif self._planned_open is not None:  # a loader claimed room for this many
-                self._max_open = self._planned_open
-            else:  # no more pins than the room check_room asked the cache for
-                ahead = self.files.options.prefetch_shards
-                self._max_open = min(MAX_OPEN_REMOTE_SHARDS, ahead + 2)
+            manifest = self._open_remote(self.files)
         self.manifest = manifest
         self.class_names = class_names(manifest)
         self._entries: list[dict] = manifest["shards"]
-        counts = [int(s["records"]) for s in self._entries]
-        self._starts = np.cumsum([0, *counts]).astype(np.int64)
-        self._open_shards: OrderedDict[int, RecordFile] = OrderedDict()
+        self._set = ShardSet([int(s["records"]) for s in self._entries])
+        self._starts = self._set.starts
+        self._open_shards: OpenShards[RecordFile] = OpenShards(MAX_OPEN_SHARDS)
         self._keys: np.ndarray | None = None
+
+    def _open_remote(self, files: RemoteFiles) -> dict:
+        """The manifest of a set in object storage, checked (each file listed with its size,
+        the cache's room), and its opener (:class:`RemoteShards`); as another process opened
+        it when this one was unpickled (nothing listed again)."""
+        manifest = validate_manifest(read_json(files.manifest_copy()), redact(files.url))
+        if self._opened is not None:
+            self._remote = self._opened
+        else:
+            fresh = not files.sizes  # a set as a process other than the first opens it: listed
+            if fresh:  # every file with one listing per folder, then checked against it
+                names = [
+                    (s[f], f"shards[{j}].{f}")
+                    for j, s in enumerate(manifest["shards"])
+                    for f in ("rec", *_side_files(s, self.verify_checksums))
+                ]
+                files.list_sizes(files.url_of(n, field) for n, field in names)
+            shards = [
+                remote_files(files, s, j, self.verify_checksums)
+                for j, s in enumerate(manifest["shards"])
+            ]
+            max_open, whole = self._planned
+            self._remote = RemoteShards(
+                files, shards, cap=MAX_OPEN_SHARDS, max_open=max_open, whole=whole, marks=3
+            )
+            if fresh:
+                self._remote.check()
+        self._remote.on_release = self._released
+        return manifest
+
+    def _released(self, j: int) -> None:
+        """The opener lets go of shard ``j`` (room, focus, a claim's cap): forget its reader,
+        which stays usable to whoever still holds it (unmapped once nobody does)."""
+        self._open_shards.pop(j)
+
+    @property
+    def _planned_open(self) -> int | None:
+        """How many shards a loader's claim lets this set keep open (``None``: no claim)."""
+        return None if self._remote is None else self._remote._planned_open
+
+    @property
+    def _planned_whole(self) -> bool | None:
+        return None if self._remote is None else self._remote._planned_whole
 
     def shard(self, j: int) -> RecordFile:
         """The reader of shard ``j`` (opened and checked on first use; cached)."""
         got = self._open_shards.get(j)
         if got is not None:
-            self._open_shards.move_to_end(j)
             return got
         entries = self._entries
         if not -len(entries) <= j < len(entries):
             raise IndexError(f"shard {j} out of range for {len(entries)} shards")
         j %= len(entries)
         kw = {"verify_checksums": self.verify_checksums, "cache": self._cache}
-        if self.files is None:
+        if self._remote is None:
             r = open_shard(self.manifest_path, entries[j], **kw)
-        else:
-            # room first: a reader never waits for room that its own pins hold
-            while len(self._open_shards) >= self._max_open:
-                self._drop(next(iter(self._open_shards)), close=False, keep_claim=True)
-            if self._claim is None and self._planned_open is None:
-                self._claim = self._own_claim()
-            r, self._pins[j] = open_remote_shard(self.files, entries[j], j, **kw)
+        else:  # the opener makes room first: a reader never waits for its own pins
+            r = open_remote_shard(self._remote, entries[j], j, **kw)
         # the shard reads its records as the set's manifest declares them (a field trailer)
         r.manifest, r.class_names = self.manifest, self.class_names
-        self._open_shards[j] = r
-        while len(self._open_shards) > self._max_open:
-            self._drop(next(iter(self._open_shards)), close=False)
+        self._open_shards.limit = self.max_open
+        for old, _ in self._open_shards.use(j, r):
+            self._drop(old, close=False)  # forgotten already; a remote one's pins go
         return r
 
-    def _drop(self, j: int, *, close: bool = True, keep_claim: bool = False) -> None:
-        """Forget open shard ``j`` and release its pins: the one place a shard's pins go.
-        ``close=False`` leaves the reader to whoever still holds it (a local shard dropped
-        from the LRU: unmapped once nobody holds it or a view of its records). A process that
-        reads outside a loader's plan gives its claim back once it holds no shard (unless
-        ``keep_claim``: it is about to open another)."""
-        r = self._open_shards.pop(j, None)
+    def _drop(self, j: int, *, close: bool = True) -> None:
+        """Forget open shard ``j`` and let the opener release its pins. ``close=False`` leaves
+        the reader to whoever still holds it (a local shard dropped from the LRU: unmapped
+        once nobody holds it or a view of its records)."""
+        r = self._open_shards.pop(j)
         try:
             if r is not None and close:
                 r.close()
         finally:
-            for p in self._pins.pop(j, ()):
-                p.close()
-            if not (self._open_shards or keep_claim or self._planned_open is not None):
-                self._release_claim()
+            if self._remote is not None:
+                self._remote.release(j)
 
     def claim(self, plan: ReadPlan) -> Any:
         """For a remote set, claim the room ``plan`` needs in the node's shard cache
-        (:func:`~stoker.formats.remote.claim_plan`; :class:`CacheFullError` when it cannot
-        be had) and keep at most as many shards open as it allows; ``None`` for a local
-        set. The processes that read for the loader (its workers) then claim nothing of
-        their own. Release the claim with its ``close()``."""
-        if self.files is None:
-            return None
-        self._release_claim()  # the loader's claim covers what this process reads
-        assert self.manifest is not None
-        sizes = with_marks(shard_bytes(self.files, self.manifest["shards"]), 3)
-        claim, pinned, self._whole = claim_plan(self.files, sizes, plan, self._whole)
-        self._max_open = MAX_OPEN_SHARDS if self._whole else min(MAX_OPEN_SHARDS, pinned)
-        self._planned_open, self._planned_whole = self._max_open, self._whole
-        while len(self._open_shards) > self._max_open:
-            self._drop(next(iter(self._open_shards)))
-        return claim
-
-    def _own_claim(self) -> Any:
-        """The claim of a process that reads this remote set outside a loader's plan (a
-        ``RecordDataset`` in a ``DataLoader`` worker, ``verify``): the shards it keeps open."""
-        assert self.files is not None and self.manifest is not None
-        # room for the shards it keeps open; nothing is downloaded ahead of it
-        ahead = self.files.options.prefetch_shards
-        span = None if self._whole else max(self._max_open - ahead, 1)
-        plan = ReadPlan(span, False, BY_POSITION, f"process {os.getpid()}")
-        return claim_room(self.files, self.manifest, plan)[0]
-
-    def _release_claim(self) -> None:
-        claim, self._claim = self._claim, None
-        if claim is not None:
-            claim.close()
+        (:meth:`RemoteShards.claim`; :class:`CacheFullError` when it cannot be had) and keep
+        at most as many shards open as it allows; ``None`` for a local set. The processes
+        that read for the loader (its workers) then claim nothing of their own. Release the
+        claim with its ``close()``."""
+        return None if self._remote is None else self._remote.claim(plan)
 
     @property
     def max_open(self) -> int:
         """Shards this set keeps open at most in this process."""
-        return self._max_open
+        return MAX_OPEN_SHARDS if self._remote is None else self._remote.max_open
 
     def read_ahead(self, order: np.ndarray, start: int = 0) -> ShardsAhead | None:
         """For a remote set with ``prefetch_shards`` > 0: a :class:`~stoker.formats.
         shardfiles.ShardsAhead` that downloads the shards of ``order`` (global positions, in
         reading order) ahead of position ``start``; ``None`` for a local set."""
-        files = self.files
-        if files is None or files.options.prefetch_shards == 0 or len(order) == 0:
+        if self._remote is None:
             return None
-        order = np.asarray(order, dtype=np.int64)
-        ahead, per = files.options.prefetch_shards, 3 if self.verify_checksums else 2
-        return ShardsAhead(
-            files.cache, self._ahead_items, order, self._starts, start, ahead=ahead, per=per
-        )
-
-    def _ahead_items(self, j: int) -> list[Any]:
-        """The downloads of shard ``j``: its ``.rec``, ``.idx`` and (when read) ``.crc32c``."""
-        files, e = self.files, self._entries[j]
-        assert files is not None
-        what = f"shard {j} ({e['rec']})"
-        rec = files.url_of(e["rec"], f"shards[{j}].rec")
-        out = [files.item(rec, crc32c=e.get("rec_crc32c"), what=what)]
-        out.append(files.item(files.url_of(e["idx"], f"shards[{j}].idx"), what=what))
-        if e.get("crc32c") and self.verify_checksums:
-            out.append(files.item(files.url_of(e["crc32c"], f"shards[{j}].crc32c"), what=what))
-        return out
+        return self._remote.read_ahead(order, self._starts, start)
 
     def focus(self, positions: np.ndarray) -> None:
         """A remote set about to read ``positions`` (a chunk of a batch) closes the other
         shards it holds open, so their cached copies are unpinned and can make room: what a
-        process pins is what its current chunk reads. A local set keeps its shards open."""
-        if self.files is None or not self._open_shards:
-            return
-        pos = np.asarray(positions, dtype=np.int64)
-        if self._whole and pos.size:
-            return  # the cache holds the whole set: shards stay open (under shuffle=True a
-            # chunk reads from most of them, and reopening one costs more than the read)
-        wanted = set((np.searchsorted(self._starts, pos, side="right") - 1).tolist())
-        for j in [j for j in self._open_shards if j not in wanted]:
-            self._drop(j)
+        process pins is what its current chunk reads (all stay open when the cache holds the
+        whole set). A local set keeps its shards open."""
+        if self._remote is not None and self._open_shards:
+            self._remote.focus(self._set.shards_read(positions))
 
     def shard_location(self, j: int) -> str:
         """Where shard ``j``'s ``.rec`` lives, for messages: a local path or a URL."""
-        entry = self._entries[j]
-        if self.files is None:
-            return shard_paths(self.manifest_path, entry)[0]
-        return redact(self.files.url_of(entry["rec"], f"shards[{j}].rec"))
+        if self._remote is None:
+            return shard_paths(self.manifest_path, self._entries[j])[0]
+        return self._remote.location(j)
 
     @property
     def shards(self) -> Sequence[RecordFile]:
@@ -398,13 +353,13 @@ class RecordSet(Records):
         return _Shards(self)
 
     def __getstate__(self) -> dict:
+        # a remote set travels with its opener: what opening learnt and what a claim allows
         return {
             "manifest_path": self.manifest_path,
             "verify_checksums": self.verify_checksums,
             "cache": self._cache,
             "files": self.files,
-            "max_open": self._planned_open,
-            "whole": self._planned_whole,
+            "opened": self._remote,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -412,12 +367,12 @@ class RecordSet(Records):
         self.verify_checksums = state["verify_checksums"]
         self._cache = state["cache"]
         self.files = state.get("files")
-        self._planned_open = state.get("max_open")
-        self._planned_whole = state.get("whole")
+        self._opened = state.get("opened")
+        self._planned = (None, None)
         self._open()
 
     def __len__(self) -> int:
-        return int(self._starts[-1])
+        return len(self._set)
 
     def __repr__(self) -> str:
         return (
@@ -425,23 +380,14 @@ class RecordSet(Records):
         )
 
     def close(self) -> None:
-        self._release_claim()
         while self._open_shards:
-            self._drop(next(iter(self._open_shards)))
-        for pins in self._pins.values():  # none left but a failed open's
-            for p in pins:
-                p.close()
-        self._pins.clear()
-
-    def images(self) -> RecordSet:
-        """Every record of a stoker-packed set is an image: ``self``."""
-        return self
+            self._drop(self._open_shards.oldest())
+        if self._remote is not None:
+            self._remote.close()
 
     def locate(self, i: int) -> tuple[int, int]:
         """``(shard index, position inside that shard)`` of global position ``i``."""
-        i = self._check_index(i)
-        j = int(np.searchsorted(self._starts, i, side="right")) - 1
-        return j, i - int(self._starts[j])
+        return self._set.locate(self._check_index(i))
 
     def shard_of(self, i: int) -> int:
         return self.locate(i)[0]
@@ -455,7 +401,7 @@ class RecordSet(Records):
                 try:
                     parts.append(np.array(self.shard(j).keys, dtype=np.int64))
                 finally:  # a remote set pins one shard at a time for its keys
-                    if self.files is not None and not was_open and not self._whole:
+                    if self._remote is not None and not was_open and not self._remote.whole:
                         self._drop(j)
             self._keys = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         return self._keys
@@ -494,7 +440,7 @@ class RecordSet(Records):
         pos = np.where(pos < 0, pos + n, pos)
         if pos.size == 0:
             return np.zeros(0, dtype=np.float32)
-        shard = np.searchsorted(self._starts, pos, side="right") - 1
+        shard = self._set.shard_of(pos)
         pieces: list[tuple[np.ndarray, np.ndarray]] = []
         for j in np.unique(shard).tolist():
             sel = np.flatnonzero(shard == j)
@@ -502,7 +448,7 @@ class RecordSet(Records):
             try:
                 lab = self.shard(j).labels(pos[sel] - self._starts[j])
             finally:  # a remote set pins one shard at a time for its labels
-                if self.files is not None and not was_open and not self._whole:
+                if self._remote is not None and not was_open and not self._remote.whole:
                     self._drop(j)
             if pieces and lab.shape[1:] != pieces[0][1].shape[1:]:
                 raise self._mixed_labels(j, int(pos[sel[0]] - self._starts[j]), pieces, lab)

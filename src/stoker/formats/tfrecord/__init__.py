@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from stoker.formats.spec import Format
 from stoker.formats.tfrecord.example import encode_example, parse_features
 from stoker.formats.tfrecord.features import feature_names, image_hw
 from stoker.formats.tfrecord.framing import frame, mask_crc, masked_crc
@@ -23,6 +24,7 @@ from stoker.formats.tfrecord.writer import (
 )
 
 __all__ = [
+    "FORMAT",
     "MAX_OPEN_SHARDS",
     "TFRecordReader",
     "TFRecordShardWriter",
@@ -39,6 +41,22 @@ __all__ = [
     "verify",
     "write_set_manifest",
 ]
+
+_T = "stoker.formats.tfrecord"
+#: The format, as the registry lists it (:mod:`stoker.formats.spec`).
+FORMAT = Format(
+    "tfrecord",
+    f"{_T}:open_reader",
+    (".tfrecord", ".tfrecords", ".tfrec", ".tfrecord.gz", ".tfrecords.gz"),
+    "stoker-tfrecord",
+    f"{_T}:open_writer",
+    f"{_T}:write_set_manifest",
+    f"{_T}:verify",
+    remote=True,
+    roles={"data": ".tfrecord"},
+    shard_path=f"{_T}.writer:shard_path",
+    open_shard=f"{_T}.reader:open_shard",
+)
 
 
 def open_reader(path: str | os.PathLike[str], **options: Any) -> TFRecordReader:

@@ -7,9 +7,9 @@ image spans come from one scan cached in the cache directory
 (``checksums=True``, the default) its data CRC, and takes the image bytes as a view of the
 mapping: a read of the image and the label alone slices the span the scan found (after
 checking that the bytes before it still frame a bytes value of that length), a read of fields
-parses the Example, as does a record whose span is unknown or does not check. At most ``MAX_OPEN_SHARDS`` files
-stay mapped per reader (least recently used closed first), so sets of thousands of shards
-stay within the file-descriptor limit.
+parses the Example, as does a record whose span is unknown or does not check. Positions and
+the files kept mapped (``MAX_OPEN_SHARDS``, least recently used unmapped first) are the shard
+layer's (:mod:`stoker.formats.shards`).
 
 The reader pickles as its configuration and reopens in the process that uses it: no mapping
 crosses a fork.
@@ -17,12 +17,10 @@ crosses a fork.
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import os
 import struct
-from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -35,6 +33,7 @@ from stoker.formats.manifest import MANIFEST_SUFFIX, class_names, same_file, sib
 from stoker.formats.protowire import WireError, read_varint
 from stoker.formats.remote import RemoteOptions, remote_url
 from stoker.formats.shardfiles import ReadsRemoteShards
+from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardSet, digest
 from stoker.formats.tfrecord.example import parse_features
 from stoker.formats.tfrecord.features import (
     KEY_FEATURE,
@@ -65,9 +64,8 @@ from stoker.formats.tfrecord.index import (
 )
 from stoker.formats.tfrecord.manifest import FORMAT_NAME, load_manifest, shard_files
 
-__all__ = ["MAX_OPEN_SHARDS", "TFRecordReader", "check_not_gzip", "manifest_plan"]
+__all__ = ["MAX_OPEN_SHARDS", "TFRecordReader", "check_not_gzip", "manifest_plan", "open_shard"]
 
-MAX_OPEN_SHARDS = 64
 #: ``TFRecordReader``'s feature keys when none are asked for.
 _DEFAULT_KEYS = {
     "image_key": "image/encoded",
@@ -155,6 +153,14 @@ class _Shard:
             )
 
 
+def open_shard(
+    paths: Mapping[str, Any], *, plan: FeaturePlan | None = None, cache: bool = True
+) -> _Shard:
+    """One ``.tfrecord`` (``paths["data"]``) mapped and indexed, read as ``plan`` says (the
+    usual features when ``None``)."""
+    return _Shard(paths["data"], default_plan() if plan is None else plan, cache=cache)
+
+
 class TFRecordReader(ReadsRemoteShards, Reader):
     """TFRecord data set; see the module docstring and the package README.
 
@@ -203,7 +209,7 @@ class TFRecordReader(ReadsRemoteShards, Reader):
         self.checksums = self._config["checksums"]
         self._ready = False
         self._shards: list[_Shard] = []
-        self._open: OrderedDict[int, None] = OrderedDict()
+        self._open: OpenShards[None] = OpenShards(MAX_OPEN_SHARDS)
         self._class_names: list[str] | None = None
         self._spans: tuple[np.ndarray, ...] | None = None
         self._remote = None
@@ -301,10 +307,7 @@ class TFRecordReader(ReadsRemoteShards, Reader):
 
     def _touch(self, j: int, sh: _Shard) -> None:
         """Mark shard ``j`` used; unmap the least recently used beyond the limit."""
-        self._open[j] = None
-        self._open.move_to_end(j)
-        while len(self._open) > MAX_OPEN_SHARDS:
-            old, _ = self._open.popitem(last=False)
+        for old, _ in self._open.use(j):
             self._shards[old].unmap()  # the newest, ``sh``, is never the oldest
 
     def _combine(self) -> None:
@@ -314,7 +317,8 @@ class TFRecordReader(ReadsRemoteShards, Reader):
         total = int(counts.sum())
         if total == 0:
             raise StokerFormatError(f"{self.path}: the data set has 0 records")
-        self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self._set = ShardSet(counts)
+        self._starts = self._set.starts
         first = next(j for j, m in enumerate(metas) if m.resolved is not None)
         res = metas[first].resolved
         assert res is not None
@@ -345,17 +349,17 @@ class TFRecordReader(ReadsRemoteShards, Reader):
 
     def _released(self, j: int) -> None:
         """A remote set lets go of shard ``j``: unmap it first."""
-        self._open.pop(j, None)
+        self._open.pop(j)
         self._shards[j].unmap()
 
-    def _shard_starts(self) -> np.ndarray:
+    def _shard_set(self) -> ShardSet:
         self._ensure()
-        return self._starts
+        return self._set
 
     def close(self) -> None:
         for sh in self._shards:
             sh.unmap()
-        self._open.clear()
+        self._open.clear()  # every shard is unmapped above
         if self._remote is not None:
             self._remote.close()
 
@@ -396,17 +400,12 @@ class TFRecordReader(ReadsRemoteShards, Reader):
     def shard_sizes(self) -> np.ndarray:
         """Records per ``.tfrecord`` file, in manifest order (a single file is one shard)."""
         self._ensure()
-        return np.diff(self._starts)
+        return self._set.shard_sizes()
 
     def where(self, i: int) -> tuple[int, int]:
         """``(shard number, record number in that file)`` of position ``i``."""
         self._ensure()
-        n = int(self._starts[-1])
-        if not -n <= i < n:
-            raise IndexError(f"position {i} out of range for {n} records of {self.path}")
-        i = i + n if i < 0 else i
-        j = int(np.searchsorted(self._starts, i, side="right")) - 1
-        return j, i - int(self._starts[j])
+        return self._set.locate(i, self.path)
 
     def locate(self, i: int) -> tuple[str, int]:
         """``(file, byte offset of the record's header)`` of position ``i``."""
@@ -442,9 +441,8 @@ class TFRecordReader(ReadsRemoteShards, Reader):
 
     def fingerprint(self) -> dict:
         self._ensure()
-        h = hashlib.sha256(np.ascontiguousarray(self._keys, dtype="<i8").tobytes())
-        h.update(np.ascontiguousarray(self._labels).tobytes())
-        return {"format": self.format, "records": len(self), "sha256": h.hexdigest()}
+        sha = digest([np.ascontiguousarray(self._keys, dtype="<i8"), self._labels])
+        return {"format": self.format, "records": len(self), "sha256": sha}
 
     def _mapped(self, j: int) -> _Shard:
         sh = self._shards[j]

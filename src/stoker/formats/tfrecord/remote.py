@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from stoker.formats.remote import RemoteOptions
-from stoker.formats.shardfiles import RemoteShards, ShardFile, open_remote_set
+from stoker.formats.shardfiles import HeldShard, RemoteShards, ShardFile, open_remote_set
 from stoker.formats.tfrecord.features import FeaturePlan
 from stoker.formats.tfrecord.index import cached_meta, cached_offsets, load_meta, load_offsets
 from stoker.formats.tfrecord.manifest import validate_manifest
@@ -34,7 +34,7 @@ def open_remote(
     return open_remote_set(url, options, opened, validate_manifest, _files, cap=MAX_OPEN_SHARDS)
 
 
-class RemoteShard(_Shard):
+class RemoteShard(HeldShard, _Shard):
     """Shard ``j`` of a remote set: mapped from its pinned cached copy while the reader holds
     it; its offsets and scan results from the index cache, else from one scan of the copy."""
 
@@ -57,14 +57,11 @@ class RemoteShard(_Shard):
                 self.unmap()
         self.offsets, self.meta = offsets, meta
 
-    def local(self) -> str:
-        return self.shards.hold(self.j)[0]
-
     def unmap(self) -> None:
         try:
             super().unmap()
         finally:
-            self.shards.release(self.j)
+            self.let_go()
 
 
 def remote_shard(shards: RemoteShards, j: int, plan: FeaturePlan, *, cache: bool) -> RemoteShard:

@@ -14,6 +14,7 @@ safety rules.
 
 from __future__ import annotations
 
+from stoker.formats.spec import Format
 from stoker.formats.wds.layout import IMAGE_SUFFIXES, LABEL_SUFFIX, field_suffixes, split_name
 from stoker.formats.wds.manifest import FORMAT_NAME, load_manifest, validate_manifest
 from stoker.formats.wds.reader import MAX_OPEN_SHARDS, WdsReader, open_reader
@@ -22,6 +23,7 @@ from stoker.formats.wds.verify import verify
 from stoker.formats.wds.writer import WdsShardWriter, open_writer, shard_path, write_set_manifest
 
 __all__ = [
+    "FORMAT",
     "FORMAT_NAME",
     "IMAGE_SUFFIXES",
     "LABEL_SUFFIX",
@@ -41,3 +43,19 @@ __all__ = [
     "verify",
     "write_set_manifest",
 ]
+
+_W = "stoker.formats.wds"
+#: The format, as the registry lists it (:mod:`stoker.formats.spec`).
+FORMAT = Format(
+    "wds",
+    f"{_W}:open_reader",
+    (".tar",),
+    FORMAT_NAME,
+    f"{_W}:open_writer",
+    f"{_W}:write_set_manifest",
+    f"{_W}:verify",
+    remote=True,
+    roles={"data": ".tar", "crc": ".crc32c"},
+    shard_path=f"{_W}.writer:shard_path",
+    open_shard=f"{_W}.shard:open_shard",
+)

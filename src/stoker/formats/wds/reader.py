@@ -13,11 +13,8 @@ of a set without any ``.cls``.
 
 from __future__ import annotations
 
-import bisect
-import hashlib
 import os
 import warnings
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -34,6 +31,7 @@ from stoker.formats.manifest import (
 )
 from stoker.formats.remote import RemoteOptions, redact, remote_url
 from stoker.formats.shardfiles import ReadsRemoteShards
+from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardSet, digest
 from stoker.formats.wds.layout import (
     IMAGE_SUFFIXES,
     LABEL_SUFFIX,
@@ -45,9 +43,6 @@ from stoker.formats.wds.manifest import FORMAT_NAME, load_manifest, shard_tar
 from stoker.formats.wds.shard import Shard, check_uncompressed, decode_field
 
 __all__ = ["MAX_OPEN_SHARDS", "WdsReader", "open_reader"]
-
-#: Shards whose tar stays mapped at once per reader (least recently used unmapped first).
-MAX_OPEN_SHARDS = 64
 
 
 def open_reader(
@@ -83,10 +78,10 @@ class WdsReader(ReadsRemoteShards, Reader):
         self._shards: list[Shard] = []
         self._class_names: list[str] | None = None
         self._declared: Schema | None = None
-        self._cum: list[int] | None = None
+        self._set: ShardSet | None = None
         self._schema: Schema | None = None
         self._suffixes: dict[str, str] | None = None
-        self._mapped: OrderedDict[int, None] = OrderedDict()
+        self._mapped: OpenShards[None] = OpenShards(MAX_OPEN_SHARDS)
         if remote_url(path) is not None:
             self._open_remote(path, opened)
             return
@@ -128,11 +123,11 @@ class WdsReader(ReadsRemoteShards, Reader):
 
     def _released(self, j: int) -> None:
         """A remote set lets go of shard ``j``: unmap it first."""
-        self._mapped.pop(j, None)
+        self._mapped.pop(j)
         self._shards[j].close()
 
-    def _shard_starts(self) -> np.ndarray:
-        return np.asarray(self._cumulative(), dtype=np.int64)
+    def _shard_set(self) -> ShardSet:
+        return self.shard_set
 
     def files(self) -> list[str]:
         """The tar files, in position order (a set in object storage: their URLs)."""
@@ -207,28 +202,29 @@ class WdsReader(ReadsRemoteShards, Reader):
     def shards(self) -> list[Shard]:
         return self._shards
 
-    def _cumulative(self) -> list[int]:
-        if self._cum is None:
+    @property
+    def shard_set(self) -> ShardSet:
+        """The shards' positions (:mod:`stoker.formats.shards`): their counts from the
+        manifest, or the one tar's index."""
+        if self._set is None:
             if self.manifest is not None:
                 counts = [int(s["records"]) for s in self.manifest["shards"]]
             else:
                 counts = [len(self._shards[0].index())]
-            self._cum = [0, *np.cumsum(counts).tolist()]
-        return self._cum
+            self._set = ShardSet(counts)
+        return self._set
 
     def __len__(self) -> int:
-        return self._cumulative()[-1]
+        return len(self.shard_set)
 
     def shard_sizes(self) -> np.ndarray:
         """Samples per ``.tar`` shard, in manifest order (a single tar is one shard)."""
-        return np.diff(np.asarray(self._cumulative(), dtype=np.int64))
+        return self.shard_set.shard_sizes()
 
     def _locate(self, i: int) -> tuple[int, int]:
-        cum = self._cumulative()
-        if not 0 <= i < cum[-1]:
-            raise IndexError(f"sample position {i} out of range for {cum[-1]} samples")
-        s = bisect.bisect_right(cum, i) - 1
-        return s, i - cum[s]
+        if i < 0:
+            raise IndexError(f"sample position {i} out of range for {len(self)} samples")
+        return self.shard_set.locate(i, self.path)
 
     def keys(self) -> np.ndarray:
         return np.arange(len(self), dtype=np.int64)
@@ -310,23 +306,18 @@ class WdsReader(ReadsRemoteShards, Reader):
 
     def fingerprint(self) -> dict:
         """Format, count, and a sha256 of every shard's key names and labels."""
-        h = hashlib.sha256()
+        parts: list[Any] = []
         for shard in self._shards:
             index = shard.index()
-            h.update(len(index).to_bytes(8, "little"))
-            h.update(index.key_offs.astype("<i8").tobytes())
-            h.update(index.keys)
-            h.update(index.labels.astype("<i8").tobytes())
-        return {"format": self.format, "count": len(self), "sha256": h.hexdigest()}
+            parts += [len(index).to_bytes(8, "little"), index.key_offs.astype("<i8")]
+            parts += [index.keys, index.labels.astype("<i8")]
+        return {"format": self.format, "count": len(self), "sha256": digest(parts)}
 
     # ------------------------------------------------------------------ reading
     def _shard_view(self, s: int) -> memoryview:
         shard = self._shards[s]
         if len(self._shards) > 1:
-            self._mapped[s] = None
-            self._mapped.move_to_end(s)
-            while len(self._mapped) > MAX_OPEN_SHARDS:
-                old, _ = self._mapped.popitem(last=False)
+            for old, _ in self._mapped.use(s):
                 self._shards[old].close()
         return shard.view()
 

@@ -10,7 +10,7 @@ manifest, and every label is an int64, so opening the set reads no shard.
 from __future__ import annotations
 
 from stoker.formats.remote import RemoteOptions
-from stoker.formats.shardfiles import RemoteShards, ShardFile, open_remote_set
+from stoker.formats.shardfiles import HeldShard, RemoteShards, ShardFile, open_remote_set
 from stoker.formats.wds.manifest import validate_manifest
 from stoker.formats.wds.shard import Shard
 
@@ -33,7 +33,7 @@ def open_remote(
     return open_remote_set(url, options, opened, validate_manifest, _files, cap=cap)
 
 
-class RemoteTar(Shard):
+class RemoteTar(HeldShard, Shard):
     """Shard ``j`` of a remote set: mapped from its pinned cached copy while the reader holds
     it (``manifest``: the set's URL, for messages)."""
 
@@ -51,9 +51,6 @@ class RemoteTar(Shard):
         self.shards, self.j = shards, j
         self.identity = shards.identity(j)
 
-    def local(self) -> str:
-        return self.shards.hold(self.j)[0]
-
     def local_crc(self) -> str:
         return self.shards.hold(self.j)[1]
 
@@ -61,4 +58,4 @@ class RemoteTar(Shard):
         try:
             super()._drop()
         finally:
-            self.shards.release(self.j)
+            self.let_go()

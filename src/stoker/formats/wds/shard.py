@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from stoker._core.schema import Field
 from stoker.formats.wds.index import TarIndex, load_index
 from stoker.formats.wds.layout import IMAGE_SUFFIXES, sample_crc
 
-__all__ = ["Shard", "check_uncompressed", "decode_field"]
+__all__ = ["Shard", "check_uncompressed", "decode_field", "open_shard"]
 
 _COMPRESSED = (
     (b"\x1f\x8b", "gzip"),
@@ -261,3 +262,9 @@ class Shard:
     @property
     def is_open(self) -> bool:
         return self._view is not None
+
+
+def open_shard(paths: Mapping[str, Any], *, cache: bool = True) -> Shard:
+    """The reader of one tar from its files by role (``data``: the ``.tar``, ``crc``: its
+    per-sample checksums or ``None``)."""
+    return Shard(paths["data"], cache=cache, crc=paths.get("crc"))

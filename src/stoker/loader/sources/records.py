@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from stoker.formats.recordio import FORMAT as RECORDIO
 from stoker.loader.sources.formats import FormatSource
 
 __all__ = ["RecordSource"]
@@ -26,5 +27,5 @@ class RecordSource(FormatSource):
     def __init__(self, path: str | os.PathLike[str], *, checksums: bool = True) -> None:
         if not isinstance(checksums, bool):
             raise TypeError(f"checksums must be True or False, got {checksums!r}")
-        super().__init__(path, format="recordio", checksums=checksums)
+        super().__init__(path, format=RECORDIO.name, checksums=checksums)
         self.checksums = checksums

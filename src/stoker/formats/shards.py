@@ -1,0 +1,161 @@
+"""The shard layer: what every format made of shards shares, kept once.
+
+A set is a sequence of shards; a shard is a :class:`ShardEntry` (its files by role, its record
+count, bytes and checksum). A :class:`ShardSet` over the entries owns:
+
+- the positions: ``len``, each shard's first position (``starts``), :meth:`ShardSet.locate`
+  (a global position -> ``(shard, position inside it)``) and :meth:`ShardSet.shard_of` for a
+  batch of positions; ``shard_sizes()`` (records per shard, what ``shuffle="shards"`` deals);
+- the one LRU of open shards (:class:`OpenShards`, at most :data:`MAX_OPEN_SHARDS` per set and
+  process): a reader marks the shard it reads (``use``) and closes what it hands back, so a set
+  of 100,000 shards read by 8 workers stays within ``ulimit -n`` and ``vm.max_map_count``;
+- sizes: records and bytes per shard, what the shard cache's fit checks and read-ahead take
+  (:class:`~stoker.formats.shardfiles.RemoteShards`, the opener of a set in object storage,
+  hands out local paths or pinned cached copies; a reader never opens a URL);
+- :func:`digest`: the sha256 a reader's fingerprint is made of.
+
+A format gives the rest: how one shard's files are opened (its ``FORMAT.open_shard``) and read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+__all__ = ["MAX_OPEN_SHARDS", "OpenShards", "ShardEntry", "ShardSet", "digest"]
+
+#: Shards a set keeps open at once per process; the least recently used one is closed when
+#: another must open (an open shard holds a file descriptor and a memory map or two).
+MAX_OPEN_SHARDS = 64
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard as a manifest lists it: ``files`` by role (``{"data": "x-00000.rec",
+    "index": ...}``, names relative to the manifest), ``records``, ``bytes`` (of its data
+    file, ``None`` where unknown) and ``checksum`` (of its data file, where recorded)."""
+
+    records: int
+    files: Mapping[str, str] = field(default_factory=dict)
+    bytes: int | None = None
+    checksum: str | int | None = None
+
+
+class OpenShards(Generic[T]):
+    """The open shards of one set in one process, least recently used first: ``j -> T``
+    (what the reader keeps of an open shard, or ``None``). :meth:`use` marks shard ``j``
+    used and returns the shards to close to stay within ``limit`` (never ``j``); the caller
+    closes them: it knows how."""
+
+    def __init__(self, limit: int = MAX_OPEN_SHARDS) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1 open shard, got {limit}")
+        self.limit = limit
+        self._open: OrderedDict[int, T | None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def __contains__(self, j: object) -> bool:
+        return j in self._open
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(list(self._open))
+
+    def get(self, j: int) -> T | None:
+        """What is kept of open shard ``j`` (marked used), or ``None``."""
+        got = self._open.get(j)
+        if j in self._open:
+            self._open.move_to_end(j)
+        return got
+
+    def use(self, j: int, value: T | None = None) -> list[tuple[int, T | None]]:
+        """Mark shard ``j`` used (kept with ``value`` when given); the shards beyond the limit,
+        least recently used first, are forgotten and returned for the caller to close."""
+        if value is not None or j not in self._open:
+            self._open[j] = value
+        self._open.move_to_end(j)
+        return self.over(self.limit)
+
+    def over(self, limit: int) -> list[tuple[int, T | None]]:
+        """Forget and return the least recently used shards beyond ``limit``."""
+        out = []
+        while len(self._open) > max(limit, 0):
+            out.append(self._open.popitem(last=False))
+        return out
+
+    def oldest(self) -> int:
+        return next(iter(self._open))
+
+    def pop(self, j: int) -> T | None:
+        return self._open.pop(j, None)
+
+    def clear(self) -> list[tuple[int, T | None]]:
+        """Forget every shard; returns them for the caller to close."""
+        return self.over(0)
+
+
+class ShardSet:
+    """The positions and sizes of a set's shards (see the module docstring): ``entries`` in
+    position order, or plain record ``counts``."""
+
+    def __init__(self, entries: Sequence[ShardEntry] | Sequence[int] | np.ndarray) -> None:
+        items = list(entries)
+        self.entries: list[ShardEntry] = [
+            e if isinstance(e, ShardEntry) else ShardEntry(int(e)) for e in items
+        ]
+        counts = np.asarray([e.records for e in self.entries], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.starts.setflags(write=False)
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    @property
+    def shards(self) -> int:
+        return len(self.entries)
+
+    def shard_sizes(self) -> np.ndarray:
+        """int64 records per shard, in position order."""
+        return np.diff(self.starts)
+
+    def bytes(self) -> list[int]:
+        """Bytes per shard's data file, as the entries record them (0 where unknown)."""
+        return [int(e.bytes or 0) for e in self.entries]
+
+    def locate(self, i: int, what: str = "") -> tuple[int, int]:
+        """``(shard, position inside it)`` of global position ``i`` (negative counts from the
+        end); ``IndexError`` naming ``what`` (the set) when out of range."""
+        n = int(self.starts[-1])
+        if not -n <= i < n:
+            where = f" of {what}" if what else ""
+            raise IndexError(f"position {i} out of range for {n} records{where}")
+        i = i + n if i < 0 else i
+        j = int(np.searchsorted(self.starts, i, side="right")) - 1
+        return j, i - int(self.starts[j])
+
+    def shard_of(self, positions: np.ndarray | Sequence[int]) -> np.ndarray:
+        """The shard of each of ``positions`` (in range, non-negative)."""
+        pos = np.asarray(positions, dtype=np.int64)
+        return np.searchsorted(self.starts, pos, side="right") - 1
+
+    def shards_read(self, positions: np.ndarray | Sequence[int] | None) -> set[int]:
+        """The shards that ``positions`` read from."""
+        if positions is None:
+            return set()
+        return set(self.shard_of(np.asarray(positions, dtype=np.int64).reshape(-1)).tolist())
+
+
+def digest(parts: Iterable[Any]) -> str:
+    """The sha256 (hex) of ``parts`` (bytes, or arrays as their bytes), in order."""
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p if isinstance(p, bytes | memoryview) else np.ascontiguousarray(p).tobytes())
+    return h.hexdigest()

@@ -1,0 +1,72 @@
+"""What a format folder exports: one :class:`Format`, registered by one line in
+:mod:`stoker.formats.registry`.
+
+A :class:`Format` is the format's name and the facts everything above the formats asks about
+it, so that no other room spells a format's name or its files:
+
+- ``name``: the registry name (``--format NAME``, ``format=NAME``);
+- ``roles``: each file of a shard by role and suffix (``{"data": ".rec", "index": ".idx",
+  "crc": ".crc32c"}``); ``data`` is the file that holds the records;
+- ``extensions``: the file endings that tell the format of a bare file;
+- ``manifest_format``: the ``format`` field of its ``NAME.stoker.json`` (``None``: it has
+  no manifest);
+- callables, named ``"module:attribute"`` and imported on first use (:meth:`Format.load`):
+  ``reader(path, **options) -> Reader``, ``open_shard(paths, **options)`` (one shard's
+  reader from its files by role, what a :class:`~stoker.formats.shards.ShardSet` opens),
+  ``shard_path(prefix, shard) -> str`` (the data file of shard ``shard``, ``None``: the one
+  unsharded file), ``writer``, ``manifest``, ``verify`` and ``sniff`` (see the registry);
+- ``remote``: whether its sets are read in place from object storage and HTTP(S).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Format"]
+
+
+@dataclass(frozen=True)
+class Format:
+    """One format; see the module docstring."""
+
+    name: str
+    reader: str
+    extensions: tuple[str, ...] = ()
+    manifest_format: str | None = None
+    writer: str | None = None
+    manifest: str | None = None
+    verify: str | None = None
+    sniff: str | None = None
+    remote: bool = False
+    roles: Mapping[str, str] = field(default_factory=dict)
+    shard_path: str | None = None
+    open_shard: str | None = None
+
+    def load(self, what: str) -> Any:
+        """The callable named by field ``what`` (``"reader"``, ``"writer"``, ...)."""
+        target = getattr(self, what)
+        if target is None:
+            raise NotImplementedError(f"the {self.name} format has no {what}")
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def writable(self) -> bool:
+        """Whether pack and convert can write this format."""
+        return self.writer is not None
+
+    def shard_names(self, prefix: str | os.PathLike[str], shards: int | None) -> list[dict]:
+        """The files of a set written under ``prefix`` by role, one dict per shard (``shards``
+        of them; ``None``: the one unsharded file). Each role's name is the data file's with
+        the role's suffix in place of the data suffix."""
+        path = self.load("shard_path")
+        data = self.roles.get("data", "")
+        out = []
+        for j in [None] if shards is None else range(shards):
+            p = path(os.fspath(prefix), j)
+            base = p[: len(p) - len(data)] if data and p.endswith(data) else p
+            out.append({role: base + suffix for role, suffix in self.roles.items()})
+        return out
