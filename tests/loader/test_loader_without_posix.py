@@ -1,7 +1,7 @@
 """stoker where ``fcntl`` and ``ctypes.CDLL(None)`` do not exist (Windows has neither), proven
 on Linux: a child interpreter whose ``sitecustomize`` makes ``import fcntl`` an ImportError,
 ``ctypes.CDLL(None)`` a TypeError (what Windows raises) and removes ``os.register_at_fork``,
-``os.getuid``, ``os.pwrite``, ``os.memfd_create``, ``os.posix_fallocate``,
+``os.getuid``, ``os.pwrite``, ``os.pread``, ``os.memfd_create``, ``os.posix_fallocate``,
 ``os.sched_getaffinity``, ``os.O_CLOEXEC``, ``os.O_NOFOLLOW``, ``signal.SIGUSR1`` and
 ``select.poll`` (also missing there). The
 child, and the workers it spawns, import the package and run the default engine (portable
@@ -48,7 +48,7 @@ class _CDLLNoNone(_CDLL):
 
 ctypes.CDLL = _CDLLNoNone
 for _attr in (
-    "register_at_fork", "getuid", "pwrite", "memfd_create", "posix_fallocate", "sched_getaffinity",
+    "register_at_fork", "getuid", "pwrite", "pread", "memfd_create", "posix_fallocate", "sched_getaffinity",
     "O_CLOEXEC", "O_NOFOLLOW",
 ):
     delattr(os, _attr)
@@ -83,6 +83,7 @@ def digest(source):
 
 if __name__ == "__main__":
     out = {name: digest(path) for name, path in zip(("folder", "recordio"), sys.argv[1:3])}
+    out["again"] = digest(sys.argv[2])  # the second open reads the index cache
     out["fcntl"] = "fcntl" in sys.modules
     print(json.dumps(out))
 """
@@ -140,6 +141,7 @@ def test_the_portable_engine_runs_without_fcntl_and_libc(tmp_path, folder, recor
         assert got[name]["keys"] == want["keys"], name
         assert sorted(got[name]["keys"]) == sorted(set(want["keys"])), name
         assert got[name]["sha"] == want["sha"], name
+    assert got["again"] == got["recordio"]
     assert "Traceback" not in proc.stderr, proc.stderr
 
 

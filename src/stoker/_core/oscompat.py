@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = [
+    "BINARY",
     "OWN_FILE",
     "WINDOWS_LOCK_OFFSET",
     "at_fork_child",
@@ -53,6 +54,8 @@ except ImportError:  # Windows
 #: ``os.open`` flags for the small files stoker keeps for itself (locks, markers, registry
 #: entries): close-on-exec and no symlink followed where those exist, binary on Windows
 OWN_FILE = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+#: ``os.open``'s binary mode on Windows (text mode translates line ends); 0 elsewhere
+BINARY = getattr(os, "O_BINARY", 0)
 WINDOWS_LOCK_OFFSET = 1 << 62  # the byte a Windows lock covers: past any file's content
 _LOCKFILE_FAIL_IMMEDIATELY = 0x1
 _LOCKFILE_EXCLUSIVE_LOCK = 0x2

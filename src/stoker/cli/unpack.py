@@ -19,6 +19,7 @@ import os
 import sys
 from typing import Any
 
+from stoker._core.oscompat import OWN_FILE
 from stoker.cli._formats import add_format_argument, format_name
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 from stoker.formats import recordio
@@ -213,7 +214,7 @@ def _write(
         made.add(folder)
     ext = _EXT.get(sniff_format(bytes(img[:12])) or "", "bin")
     target = os.path.join(target_dir, f"{key}.{ext}")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | OWN_FILE
     if overwrite and os.path.lexists(target):
         os.unlink(target)
     fd = os.open(target, flags, 0o644)

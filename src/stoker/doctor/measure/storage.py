@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from stoker._core.oscompat import BINARY, read_at
 from stoker.doctor.measure.source import SourceSample
 from stoker.doctor.measure.timing import Stage, time_loop
 
@@ -64,7 +65,7 @@ def evict(fd: int, offset: int = 0, length: int = 0) -> bool:
 def _evict_ranges(path: str, ranges: Sequence[tuple[int, int]]) -> None:
     """Evict ``(offset, length)`` ranges of one file (length 0: to the end)."""
     with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | BINARY)
         try:
             for offset, length in ranges:
                 evict(fd, offset, length)
@@ -205,7 +206,7 @@ def measure_read_packed(
                 pos += len(b)
             f.flush()
             os.fsync(f.fileno())
-        fd = os.open(tmp, os.O_RDONLY)
+        fd = os.open(tmp, os.O_RDONLY | BINARY)
         try:
             evict(fd)
             where = os.path.dirname(tmp)
@@ -226,7 +227,7 @@ def _packed_pass(
 
     def read(item: tuple[int, int]) -> None:
         nonlocal nbytes
-        nbytes += len(os.pread(fd, item[1], item[0]))
+        nbytes += len(read_at(fd, item[1], item[0]))
 
     n, wall, cpu, queued, spread = time_loop(read, offsets, seconds=seconds, cycle=not cold)
     if cold:

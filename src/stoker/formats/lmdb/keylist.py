@@ -38,6 +38,7 @@ import numpy as np
 
 from stoker._core.atomic import write_cache_file
 from stoker._core.cache import cache_file
+from stoker._core.oscompat import BINARY
 from stoker.formats.lmdb.env import damaged, import_lmdb
 
 __all__ = ["KeyList", "load_keys"]
@@ -99,7 +100,7 @@ def build_keys(env: Any, data_file: str) -> KeyList:
 
 def _read_cache(path: str, entries: int, txnid: int) -> KeyList | None:
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | BINARY)
     except OSError:
         return None
     try:

@@ -47,6 +47,7 @@ import numpy as np
 from stoker._core.atomic import write_cache_file
 from stoker._core.cache import cache_file
 from stoker._core.errors import IndexFormatError
+from stoker._core.oscompat import OWN_FILE, read_at
 
 __all__ = [
     "CACHE_SUFFIX",
@@ -270,14 +271,14 @@ def stat_sig(st: os.stat_result) -> tuple[int, int, int]:
 
 def _read_cache(cpath: str, idx_st: os.stat_result, rec_size: int) -> IndexTable | None:
     try:
-        fd = os.open(cpath, os.O_RDONLY)
+        fd = os.open(cpath, os.O_RDONLY | OWN_FILE)
     except OSError:
         return None
     try:
         size = os.fstat(fd).st_size
         if size < _CACHE_HEAD.size:
             return None
-        head = os.pread(fd, _CACHE_HEAD.size, 0)
+        head = read_at(fd, _CACHE_HEAD.size, 0)
         magic, version, flags, n, isz, imt, ino, rsz, sha = _CACHE_HEAD.unpack(head)
         if magic != _CACHE_MAGIC or version != _CACHE_VERSION or flags & ~3:
             return None
