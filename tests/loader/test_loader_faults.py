@@ -454,7 +454,8 @@ if __name__ == "__main__":
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 6, hard))
     try:
-        next(iter(ld))
+        for _ in ld:  # the first batches may come from the main process while workers start
+            pass
     except Exception as e:
         print(type(e).__name__, e, flush=True)
     ld.close()

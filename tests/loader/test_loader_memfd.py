@@ -35,8 +35,10 @@ if __name__ == "__main__":
     t = Compose([Resize((112, 112)), Normalize()])
     ld = Loader(sys.argv[1], batch_size=64, workers=2, transforms=t, shuffle=True)
     it = iter(ld)
-    next(it)
-    print(*ld.worker_pids(), flush=True)
+    next(it)  # in a fresh process, made by the main process while the workers start
+    pids = ld.worker_pids()
+    next(iter(ld))  # a new iteration, made by the workers: each maps the ring
+    print(*pids, flush=True)
     while True:
         for b in ld:
             time.sleep(0.005)

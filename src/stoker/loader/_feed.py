@@ -541,6 +541,7 @@ class RingFeed(PoolStart):
 
     def _teardown_workers(self, grace: float = JOIN_S) -> None:
         """Stop the workers (the NOTE's shutdown order); their slots are free again."""
+        self._abandon_start()  # what kept a worker from starting is not this call's error
         if not self._pool.handles:
             return
         self._generation += 1

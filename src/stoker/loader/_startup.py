@@ -284,6 +284,13 @@ class PoolStart:
         if error is not None:
             self._start_failed(error)
 
+    def _abandon_start(self) -> None:
+        """Wait for a start in flight without raising what it met (a teardown stops whatever
+        of the pool started)."""
+        start, self._starting = self._starting, None
+        if start is not None and not start.here():
+            start.join()
+
     def _start_pool(self, config: Any, control: np.ndarray) -> None:
         """Start the workers of ``config``: in a thread when the server is still importing
         and the main process may run the samples (:func:`own_code`), else here."""
