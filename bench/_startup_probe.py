@@ -63,7 +63,8 @@ def install_main() -> None:
     timed(_shm.SharedFd, "create", "main: ring memfd")
     timed(_shm, "reserve", "main: reserve a ring range (fallocate)")
     timed(_pool.WorkerPool, "_spawn", "main: start a worker (connect, server forks)")
-    timed(_startup, "first_here", "main: a batch made here while the workers start")
+    if hasattr(_startup, "first_here"):  # an older tree (--against) makes none
+        timed(_startup, "first_here", "main: a batch made here while the workers start")
 
 
 def _install_worker() -> None:
