@@ -15,13 +15,23 @@ engine, dtype and round:
 - steady: images/s of the later epochs, workers warm (every epoch of a run after its first).
 
 The table gives the medians (min..max over the rounds) and the portable engine's ratio to the
-Linux engine's of the same round (its aim: at least 0.85 of the steady rate).
+Linux engine's of the same round (its aim: at least 0.85 of the steady rate). Each round also
+times what every spawned worker pays before its first sample: a fresh interpreter that imports
+the worker's modules (``stoker.loader._worker``, and ``cv2`` for the resize), the floor of the
+portable engine's first batch.
+
+Last, what a training script's own imports cost the portable engine's first batch: a script
+that imports torch at its top starts a portable loader (uint8, 2 workers) whose workers skip
+the script (nothing they need is defined there) and, alternating, one whose transforms include
+a step defined in the script (so each spawned worker must import the script, torch with it).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -67,11 +77,73 @@ def run(rec: str, engine: str, dtype: str, args) -> dict[str, float]:
     }
 
 
+WORKER_IMPORTS = "import stoker.loader._worker, cv2"
+
+
+def worker_start() -> float:
+    """Seconds a fresh interpreter takes to import what a spawned worker needs, and exit."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", WORKER_IMPORTS], check=True)
+    return time.perf_counter() - t0
+
+
+SCRIPT = """
+import json, sys, time
+import torch  # a training script's top-level import
+from stoker.transforms import Transform
+
+class Here(Transform):  # defined in the script: a worker must import the script to unpickle it
+    def __call__(self, img, rng):
+        return img
+
+    def output_spec(self, spec):
+        return spec
+
+if __name__ == "__main__":
+    sys.path.insert(0, sys.argv[3])
+    from _common import stoker_transforms
+    from stoker import Loader
+    from stoker.transforms import Compose
+
+    base = stoker_transforms("112", normalize=False)
+    cases = {"skip": base, "import": Compose([*base.transforms, Here()])}
+    out = {"skip": [], "import": []}
+    for r in range(int(sys.argv[2])):
+        for name in ("skip", "import") if r % 2 == 0 else ("import", "skip"):
+            t0 = time.perf_counter()
+            with Loader(sys.argv[1], batch_size=64, transforms=cases[name], shuffle=True,
+                        seed=0, workers=2, engine="portable") as loader:
+                next(iter(loader))
+                out[name].append(time.perf_counter() - t0)
+    print(json.dumps(out))
+"""
+
+
+def script_first_batch(rec: str, work: Path, rounds: int) -> dict[str, list[float]] | None:
+    """First-batch seconds of portable loaders started by a script that imports torch:
+    ``skip`` (workers never import the script) and ``import`` (they must); None without
+    torch."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return None
+    script = work / "train_script.py"
+    script.write_text(SCRIPT)
+    here = str(Path(__file__).resolve().parent)
+    done = subprocess.run(
+        [sys.executable, str(script), rec, str(rounds), here],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 def _med(values: list[float], fmt: str) -> str:
     return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}..{max(values):{fmt}})"
 
 
-def table(runs: list[dict]) -> None:
+def table(runs: list[dict], starts: list[float]) -> None:
     print(
         f"\n{'dtype':<8} {'engine':<9} {'first batch s':>22} {'whole epoch img/s':>24} "
         f"{'steady img/s':>24} {'steady / linux':>22} {'epoch / linux':>22}"
@@ -88,6 +160,10 @@ def table(runs: list[dict]) -> None:
                 f"{_med(ratios, '.3f'):>22} {_med(whole, '.3f'):>22}"
             )
     print("(median (min..max) over the rounds; ratios: portable / linux in the same round)")
+    print(
+        f"a fresh interpreter that runs `{WORKER_IMPORTS}`: {_med(starts, '.2f')} s "
+        "(each spawned worker pays it before its first sample)"
+    )
 
 
 def parse_args(argv: list[str] | None = None):
@@ -119,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         runs: list[dict] = []
+        starts: list[float] = []
         for r in range(rounds):
+            starts.append(worker_start())
             got = {}
             for dtype in DTYPES:
                 for engine in ENGINES if r % 2 == 0 else ENGINES[::-1]:
@@ -130,7 +208,16 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
             runs.append(got)
-        table(runs)
+        table(runs, starts)
+        scripted = script_first_batch(rec, work, rounds)
+        if scripted is None:
+            print("(torch is not installed: the script's first batch is not measured)")
+        else:
+            print(
+                "a script that imports torch at its top, portable engine, first batch s: "
+                f"workers that skip the script {_med(scripted['skip'], '.2f')}, workers "
+                f"that import it {_med(scripted['import'], '.2f')}"
+            )
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -96,22 +96,32 @@ def upload(folder: Path, bucket: str) -> str:
 
 
 # ---------------------------------------------------------------------------- one run
-def run_epochs(source: str, args: argparse.Namespace, **remote: object) -> list[dict]:
-    """One loader over ``source``, ``args.epochs`` epochs: per epoch its images, seconds,
-    images/s and the seconds the main process waited in ``next()``."""
+def shard_order(args: argparse.Namespace) -> dict:
+    """The loader's order: shard-aware (``ShardOrder``, seed 7, window ``args.window``) over
+    the shards of ``args.manifest``."""
     import stoker
-    from stoker.transforms import Compose, HorizontalFlip, RandomCrop
 
     with open(args.manifest) as f:
         counts = np.array([s["records"] for s in json.load(f)["shards"]])
-    order = stoker.sampling.ShardOrder(counts, seed=7, window=args.window)
+    return {"sampler": stoker.sampling.ShardOrder(counts, seed=7, window=args.window)}
+
+
+def run_epochs(
+    source: str, args: argparse.Namespace, order: dict | None = None, **remote: object
+) -> list[dict]:
+    """One loader over ``source``, ``args.epochs`` epochs: per epoch its images, seconds,
+    images/s and the seconds the main process waited in ``next()``. ``order``: the loader's
+    order arguments (default :func:`shard_order`)."""
+    import stoker
+    from stoker.transforms import Compose, HorizontalFlip, RandomCrop
+
     ld = stoker.Loader(
         source,
         batch_size=args.batch,
         workers=args.workers,
-        sampler=order,
         transforms=Compose([RandomCrop(96), HorizontalFlip()]),
         prefetch_shards=args.prefetch_shards,
+        **(shard_order(args) if order is None else order),
         **remote,  # type: ignore[arg-type]
     )
     out = []
@@ -214,21 +224,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--quick", action="store_true", help="1000 images, 2 epochs, 1 round: a smoke run"
     )
+    set_and_loader_args(ap, per_class=300, shard_size=200, prefetch_shards=2)
+    ap.add_argument("--window", type=int, default=2)
+    ap.add_argument("--latencies", default="0,25,100", help="ms added per request")
+    ap.add_argument("--bandwidth-mb", type=float, default=50.0, help="MB/s per connection")
+    return ap.parse_args(argv)
+
+
+def set_and_loader_args(
+    ap: argparse.ArgumentParser, *, per_class: int, shard_size: int, prefetch_shards: int
+) -> None:
+    """The options of the set (``--classes`` x ``--per-class`` images of ``--size`` px in
+    shards of ``--shard-size``), of each run's loader and cache, the rounds and the work
+    folder, which every remote bench takes."""
     ap.add_argument("--classes", type=int, default=10)
-    ap.add_argument("--per-class", type=int, default=300)
+    ap.add_argument("--per-class", type=int, default=per_class)
     ap.add_argument("--size", type=int, default=112)
-    ap.add_argument("--shard-size", type=int, default=200)
+    ap.add_argument("--shard-size", type=int, default=shard_size)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--window", type=int, default=2)
-    ap.add_argument("--prefetch-shards", type=int, default=2)
-    ap.add_argument("--latencies", default="0,25,100", help="ms added per request")
-    ap.add_argument("--bandwidth-mb", type=float, default=50.0, help="MB/s per connection")
+    ap.add_argument("--prefetch-shards", type=int, default=prefetch_shards)
     ap.add_argument("--cache-fraction", type=float, default=0.45)
     ap.add_argument("--dir", help="work folder (default: a temporary one, removed)")
-    return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

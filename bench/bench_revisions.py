@@ -3,6 +3,7 @@
 
     python bench/bench_revisions.py --old HEAD~3                    # 5 pairs of full-size runs
     python bench/bench_revisions.py --old HEAD~3 --quick --pairs 1  # a smoke run
+    python bench/bench_revisions.py --old 7e6a25c --costs loader    # the RecordIO loader only
 
 The old revision (``--old``, required) is checked out into a temporary ``git worktree``; the
 new one is the working tree as it is (uncommitted changes included) unless ``--new`` names a
@@ -29,7 +30,8 @@ runs old then new when ``i`` is even and new then old when odd, so a slow drift 
 machine cancels; the page cache holds the inputs before every run (read just before it, in a
 separate process); no memory sampler runs. Printed: each pair's old and new CPU us/image and
 their ratio new/old; then the medians over pairs, with the spread (min..max) of the per-pair
-ratios, and the command.
+ratios, and the command; and whether the loader's median new/old is within
+``--loader-limit`` (default 1.03: issue 28's bound on the RecordIO loader path).
 """
 
 from __future__ import annotations
@@ -175,10 +177,10 @@ def run_pairs(args: argparse.Namespace, old: Revision, new: Revision, data: dict
     """``args.pairs`` pairs of runs of each cost; pair i runs old first when i is even."""
     inputs = {"loader": data["rec"], "pack": data["folder"]}
     extra = {"loader": {"rec": data["rec"]}, "pack": {"folder": data["folder"]}}
-    results: dict[str, list[dict[str, dict]]] = {c: [] for c in COSTS}
+    results: dict[str, list[dict[str, dict]]] = {c: [] for c in args.costs}
     for i in range(args.pairs):
         order = (old, new) if i % 2 == 0 else (new, old)
-        for cost in COSTS:
+        for cost in args.costs:
             pair: dict[str, dict] = {}
             for rev in order:
                 warm_page_cache(inputs[cost])
@@ -200,14 +202,15 @@ def report(args: argparse.Namespace, results: dict, old: Revision, new: Revision
     print()
     print(f"command: {command_line()}")
     print(f"old: {old.name} = {old.commit}; new: {new.name} = {new.commit}")
-    print(
-        f"loader: {args.epochs} epoch(s) of {args.images} 112x112 JPEGs, batch 256, "
-        f"{args.workers} workers; pack: {args.pack_images} JPEGs, {args.workers} workers; "
-        f"{args.pairs} pair(s)"
-    )
+    what = {
+        "loader": f"loader: {args.epochs} epoch(s) of {args.images} 112x112 JPEGs, batch 256, "
+        f"{args.workers} workers",
+        "pack": f"pack: {args.pack_images} JPEGs, {args.workers} workers",
+    }
+    print("; ".join([*(what[c] for c in args.costs), f"{args.pairs} pair(s)"]))
     print("| cost | old CPU us/image | new CPU us/image | new/old | per-pair new/old min..max |")
     print("|---|---:|---:|---:|---|")
-    for cost in COSTS:
+    for cost in args.costs:
         pairs = results[cost]
         olds = [p["old"]["cpu_us"] for p in pairs]
         news = [p["new"]["cpu_us"] for p in pairs]
@@ -217,6 +220,11 @@ def report(args: argparse.Namespace, results: dict, old: Revision, new: Revision
             f"{statistics.median(ratios):.3f} | {min(ratios):.3f}..{max(ratios):.3f} |"
         )
     print("(medians over pairs; new/old is the median of the per-pair ratios)")
+    if "loader" in results:
+        pairs = results["loader"]
+        r = statistics.median(p["new"]["cpu_us"] / p["old"]["cpu_us"] for p in pairs)
+        verdict = "met" if r <= args.loader_limit else "not met"
+        print(f"target: loader CPU us/image new/old <= {args.loader_limit}: {r:.3f}, {verdict}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -236,6 +244,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--work", default=None, help="data folder (default: a temporary one, reused by name)"
     )
+    ap.add_argument(
+        "--costs", default=",".join(COSTS), help="which costs, comma-separated (loader,pack)"
+    )
+    ap.add_argument(
+        "--loader-limit", type=float, default=1.03, help="the loader's new/old bound (1.03)"
+    )
     ap.add_argument("--child", choices=("data", *COSTS), help=argparse.SUPPRESS)
     ap.add_argument("--rec", help=argparse.SUPPRESS)
     ap.add_argument("--folder", help=argparse.SUPPRESS)
@@ -244,6 +258,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.pack_images = args.pack_images or (600 if args.quick else 3_000)
     if not args.child and not args.old:
         ap.error("--old REV is required (e.g. --old HEAD~3)")
+    args.costs = [c for c in args.costs.split(",") if c.strip()]
+    if not args.costs or set(args.costs) - set(COSTS):
+        ap.error(f"--costs takes a comma-separated subset of {', '.join(COSTS)}")
     return args
 
 

@@ -11,8 +11,13 @@ bench_bigfile.py: shuffled reads of a .rec twice the page cache it may use, with
 with access hints, beside the same file warm (`--only bigfile`).
 bench_loader_engines.py: the loader's portable engine beside its Linux engine on the same
 work (`--only loader_engines`).
+bench_remote_http.py: TFRecord and WebDataset over `http://` from nginx behind a proxy adding
+0 and 25 ms per request, `shuffle="shards"`, a cache of 0.45 x the set, beside local disk
+(`--only remote_http`; says it is skipped when nginx is not installed).
 bench_revisions.py (old revision against new) runs only when asked for, with `--old REV`:
-`make bench BENCH_ARGS="--only revisions --old HEAD~3"`.
+`make bench BENCH_ARGS="--only revisions --old HEAD~3"`; `--costs loader` measures only the
+RecordIO loader path's CPU us per image, new/old, against its 1.03 bound:
+`make bench BENCH_ARGS="--only revisions --old 7e6a25c --costs loader"`.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ def main() -> int:
     ap.add_argument(
         "--old", metavar="REV", help="also run bench_revisions.py against this revision"
     )
+    ap.add_argument(
+        "--costs", help="bench_revisions.py's costs (loader,pack; default both)", default=None
+    )
     args = ap.parse_args()
     benches = sorted(HERE.glob("bench_*.py"))
     if not args.old:  # it needs a revision to compare against
@@ -47,7 +55,7 @@ def main() -> int:
         t0 = time.perf_counter()
         cmd = [sys.executable, str(b)] + (["--quick"] if args.quick else [])
         if b.stem == "bench_revisions":
-            cmd += ["--old", args.old]
+            cmd += ["--old", args.old] + (["--costs", args.costs] if args.costs else [])
         rc = subprocess.call(cmd)
         print(f"######## {b.stem}: exit {rc}, {time.perf_counter() - t0:.0f} s", flush=True)
         if rc:

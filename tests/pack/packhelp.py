@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import glob
 import hashlib
@@ -158,16 +157,24 @@ def unlink_orphan_semaphores(before: set[str]) -> None:
     new = semaphores() - before
     if not new:
         return
-    mapped: set[str] = set()
+    # a live semaphore is mapped under glibc's temporary name (``sem.XXXXXX (deleted)``), not
+    # under its own: what a process maps is told by the file's inode
+    mapped: set[int] = set()
     for pid in psutil.pids():
         try:
             with open(f"/proc/{pid}/maps") as f:
-                mapped.update(line.split()[-1] for line in f if "/dev/shm/sem.mp-" in line)
-        except OSError:
+                for line in f:
+                    if "/dev/shm/sem." in line:
+                        mapped.add(int(line.split()[4]))
+        except (OSError, ValueError, IndexError):
             continue
-    for left in new - mapped:
-        with contextlib.suppress(FileNotFoundError):
+    for left in new:
+        try:
+            if os.stat(left).st_ino in mapped:
+                continue
             os.unlink(left)
+        except FileNotFoundError:
+            continue
 
 
 def file_size(path: str) -> int:

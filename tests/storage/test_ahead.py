@@ -205,3 +205,26 @@ def test_threads_download_that_many_at_once_within_the_window(tmp_path, threads)
         f.reached(3)
         until(lambda: all(pinned(str(tmp_path / "c"), it.key) for it in plan[3:]))
     assert st["most"] == threads
+
+
+def test_shards_ahead_start_after_the_shards_already_handed_out(tmp_path, log):
+    """A loader's downloads ahead (``ShardsAhead``, 4 shards of 10 positions read in order,
+    ``ahead=2``): once position 5 is handed out, shard 0 is the workers' and the two shards
+    downloaded ahead are 1 and 2; once every position is handed out, none is held ahead."""
+    import numpy as np
+
+    from stoker.formats.shardfiles import ShardsAhead
+
+    root = str(tmp_path / "cache")
+    plan = items(log, 4)
+    starts, order = np.array([0, 10, 20, 30, 40]), np.arange(40)
+    cache = ShardCache(root, 2**20)
+    ahead = ShardsAhead(cache, lambda j: [plan[j]], order, starts, 0, ahead=2, per=1)
+    try:
+        until(lambda: held(root, plan) == ["s0", "s1"])
+        ahead.reached(5)
+        until(lambda: held(root, plan) == ["s1", "s2"])
+        ahead.reached(40)
+        until(lambda: held(root, plan) == [])
+    finally:
+        ahead.close()

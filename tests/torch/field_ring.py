@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from stoker._core.schema import Field, Schema
 from stoker.loader import Batch
+from stoker.loader.batch import SlotLease
 
 __all__ = ["FIELD_SCHEMA", "FieldRing", "field_batch"]
 
@@ -121,8 +122,7 @@ class FieldRing:
             src.indices.copy(),
             self.epoch,
             number,
-            cast(Any, self),
-            (0, slot),
+            SlotLease(self._free_slot, (0, slot)),
             schema=src.schema,
             fields=fields,
             lengths=lengths,

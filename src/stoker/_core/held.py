@@ -6,15 +6,14 @@ is gone (a flock goes with its process, whatever killed it), when the file is re
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["live_bodies"]
+from stoker._core.oscompat import OWN_FILE, lock, read_at
 
-_NOFOLLOW = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+__all__ = ["live_bodies"]
 
 
 def live_bodies(folder: str, on_dead: Callable[[Any], None] | None = None) -> list[Any]:
@@ -32,21 +31,21 @@ def live_bodies(folder: str, on_dead: Callable[[Any], None] | None = None) -> li
             continue
         path = os.path.join(folder, name)
         try:
-            fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+            fd = os.open(path, os.O_RDONLY | OWN_FILE)
         except OSError:
             continue
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                lock(fd, shared=True, block=False)
             except BlockingIOError:  # held: its process lives
                 try:
-                    out.append(json.loads(os.pread(fd, 4096, 0)))
+                    out.append(json.loads(read_at(fd, 4096, 0)))
                 except (OSError, ValueError):
                     out.append(None)
                 continue
             if on_dead is not None:
                 with contextlib.suppress(OSError, ValueError):
-                    on_dead(json.loads(os.pread(fd, 4096, 0)))
+                    on_dead(json.loads(read_at(fd, 4096, 0)))
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
         finally:

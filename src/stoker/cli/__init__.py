@@ -1,5 +1,6 @@
-"""The ``stoker`` command. Each subcommand lives in its own module with ``add_parser(sub)``
-and ``run(args) -> int``; nothing heavy is imported until a subcommand runs.
+"""The ``stoker`` command. Each subcommand lives in its own module with ``HELP`` (its line in
+``stoker --help``), ``DESCRIPTION`` (its ``--help`` text), ``add_arguments(parser)`` and
+``run(args) -> int``; nothing heavy is imported until a subcommand runs.
 
 A mistyped option is refused by the subcommand's own parser (the closest options it has), and
 a mistyped command names the closest commands. Every error is one line on stderr that names the
@@ -101,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=SubcommandParser)
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(f"stoker.cli.{module_name}")
-        module.add_parser(sub, name)
+        p = sub.add_parser(name, help=module.HELP, description=module.DESCRIPTION)
+        module.add_arguments(p)
+        p.set_defaults(func=module.run)
     return parser
 
 

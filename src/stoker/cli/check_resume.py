@@ -11,24 +11,20 @@ from typing import Any
 
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 
-__all__ = ["add_parser", "loader_spec", "run"]
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "loader_spec", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        name,
-        help="prove that a loader resumes exactly: SIGKILL it at random steps and compare",
-        description=(
-            "Run the loader configuration given by SOURCE and the options (or by --factory) in "
-            "child processes: first without interruption, then saving state_dict() every few "
-            "steps as a checkpointing loop does, SIGKILLed at --kills random steps and resumed "
-            "each time from the last saved state, on --world-size ranks or, from the first "
-            "kill on, on --resume-on ranks. The samples delivered across the kills must be the "
-            "uninterrupted run's, each with byte-identical pixels, label and fields; the "
-            "verdict names the first sample that differs and why. Exit status 0: exact; 1: not "
-            "exact, or a run could not finish (the message says which); 2: a bad argument."
-        ),
-    )
+HELP = "prove that a loader resumes exactly: SIGKILL it at random steps and compare"
+DESCRIPTION = """Run the loader configuration given by SOURCE and the options (or by --factory)
+in child processes: first without interruption, then saving state_dict() every few steps as a
+checkpointing loop does, SIGKILLed at --kills random steps and resumed each time from the last
+saved state, on --world-size ranks or, from the first kill on, on --resume-on ranks. The
+samples delivered across the kills must be the uninterrupted run's, each with byte-identical
+pixels, label and fields; the verdict names the first sample that differs and why. Exit status
+0: exact; 1: not exact, or a run could not finish (the message says which); 2: a bad argument."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "source",
         metavar="SOURCE",
@@ -100,8 +96,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     )
     c.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     add_remote_arguments(p, prefetch=True)
-    p.set_defaults(func=run)
-    return p
 
 
 def run(args: argparse.Namespace) -> int:

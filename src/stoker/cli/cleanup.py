@@ -8,29 +8,23 @@ from __future__ import annotations
 import argparse
 import json
 
-__all__ = ["add_parser", "run"]
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        name,
-        help="remove /dev/shm/stoker_* segments whose owner process is dead",
-        description=(
-            "Remove /dev/shm/stoker_* segments left behind by a loader whose process was killed "
-            "(SIGKILL, OOM killer, a scheduler's killpg): an in-memory array source's copy, or "
-            "the batch ring of an older stoker (rings are anonymous now and vanish with their "
-            "processes). Segments of running processes are kept. Loaders also do this sweep "
-            "when they start."
-        ),
-    )
+HELP = "remove /dev/shm/stoker_* segments whose owner process is dead"
+DESCRIPTION = """Remove /dev/shm/stoker_* segments left behind by a loader whose process was
+killed (SIGKILL, OOM killer, a scheduler's killpg): an in-memory array source's copy, or the
+batch ring of an older stoker (rings are anonymous now and vanish with their processes).
+Segments of running processes are kept. Loaders also do this sweep when they start."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="list what would be removed")
     p.add_argument(
         "--json",
         action="store_true",
         help='print {"dry_run", "removed": [paths], "count"} as JSON on stdout',
     )
-    p.set_defaults(func=run)
-    return p
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from stoker.cli.pack import (
     write_plan_step,
 )
 
-__all__ = ["add_parser", "run"]
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run"]
 
 #: Options a convert's plan file holds: refused beside --plan (dest, flag, default).
 _PLAN_HELD = (
@@ -34,26 +34,22 @@ _PLAN_HELD = (
 )
 
 
-def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
+HELP = "convert a data set between formats (RecordIO, TFRecord, WebDataset, LMDB)"
+DESCRIPTION = """Copy every sample of SRC (a .rec with or without its manifest, MXNet and
+insightface sets included; TFRecord files; WebDataset .tar shards; an LMDB folder; any
+*.stoker.json manifest) into OUT in --format: the original image bytes, labels, keys and
+fields, in the source's order. Like pack: workers, progress, --shard-size, OUT.rejects.tsv (a
+record that fails to read, with its key, file and byte offset), OUT's folder created when
+missing, outputs renamed into place only at the end, and an interrupted run resumes. SRC may be
+the URL of a RecordIO set's manifest (s3://, gs://, az://, http(s)://): its shards are read
+through the shard cache. OUT may be a URL: staged locally, uploaded, manifest last. As for
+pack: --engine ray, and the steps --plan-only, --plan PLAN --shards A:B, --plan PLAN --finalize
+(docs/scale.md)."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     from stoker.formats.registry import FORMATS
 
-    p = sub.add_parser(
-        name,
-        help="convert a data set between formats (RecordIO, TFRecord, WebDataset, LMDB)",
-        description=(
-            "Copy every sample of SRC (a .rec with or without its manifest, MXNet and "
-            "insightface sets included; TFRecord files; WebDataset .tar shards; an LMDB folder; "
-            "any *.stoker.json manifest) into OUT in --format: the original image bytes, "
-            "labels, keys and fields, in the source's order. Like pack: workers, progress, "
-            "--shard-size, OUT.rejects.tsv (a record that fails to read, with its key, file and "
-            "byte offset), OUT's folder created when missing, outputs renamed into place only "
-            "at the end, and an interrupted run resumes. SRC may be the URL of a RecordIO set's "
-            "manifest (s3://, gs://, az://, http(s)://): its shards are read through the shard "
-            "cache. OUT may be a URL: staged locally, uploaded, manifest last. As for pack: "
-            "--engine ray, and the steps --plan-only, --plan PLAN --shards A:B, "
-            "--plan PLAN --finalize (docs/scale.md)."
-        ),
-    )
     p.add_argument(
         "src",
         nargs="?",
@@ -96,8 +92,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     )
     add_scale_options(p, "convert")
     add_remote_arguments(p)
-    p.set_defaults(func=run)
-    return p
 
 
 def run(args: argparse.Namespace) -> int:

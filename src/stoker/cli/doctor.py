@@ -10,29 +10,25 @@ from typing import Any
 
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options, scrub
 
-__all__ = ["add_parser", "run"]
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        name,
-        help="why does the GPU wait? measure read, decode, augment, loader, copy and model rates",
-        description=(
-            "Measure, on this machine, each stage of the input pipeline for SOURCE (an image "
-            "folder, a .rec or a .stoker.json): storage reads (many files vs one packed file, "
-            "cold and warm), decode per decoder, the transforms, stoker's loader at 1..N "
-            "workers, the copy to the GPU (CUDA only) and the model's consumption. Then name "
-            "the stage that bounds the run, the expected GPU busy share and the changes ranked "
-            "by their gain. Files that do not decode are named (key and path) as a finding of "
-            "their own; the loader is measured with on_error='skip' so they do not stop it. "
-            "Figures from the model rather than a measurement are marked as predictions. "
-            "SOURCE may be the URL of a RecordIO set's manifest (s3://, gs://, az://, "
-            "http(s)://): then one shard is also downloaded without the cache (MB/s, time to "
-            "first byte), and the report says whether the shard cache bounds the run under "
-            "--shuffle (a loader with shuffle=True over a set larger than --cache-limit is "
-            "refused at open; shuffle='shards' needs 2 x --window + --prefetch-shards shards)."
-        ),
-    )
+HELP = "why does the GPU wait? measure read, decode, augment, loader, copy and model rates"
+DESCRIPTION = """Measure, on this machine, each stage of the input pipeline for SOURCE (an
+image folder, a .rec or a .stoker.json): storage reads (many files vs one packed file, cold and
+warm), decode per decoder, the transforms, stoker's loader at 1..N workers, the copy to the GPU
+(CUDA only) and the model's consumption. Then name the stage that bounds the run, the expected
+GPU busy share and the changes ranked by their gain. Files that do not decode are named (key
+and path) as a finding of their own; the loader is measured with on_error='skip' so they do not
+stop it. Figures from the model rather than a measurement are marked as predictions. SOURCE may
+be the URL of a RecordIO set's manifest (s3://, gs://, az://, http(s)://): then one shard is
+also downloaded without the cache (MB/s, time to first byte), and the report says whether the
+shard cache bounds the run under --shuffle (a loader with shuffle=True over a set larger than
+--cache-limit is refused at open; shuffle='shards' needs 2 x --window + --prefetch-shards
+shards)."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "source",
         metavar="SOURCE",
@@ -110,8 +106,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         'pip install "stoker[plot]")',
     )
     _add_storage_arguments(p)
-    p.set_defaults(func=run)
-    return p
 
 
 def _add_storage_arguments(p: argparse.ArgumentParser) -> None:

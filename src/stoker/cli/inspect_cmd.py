@@ -20,22 +20,19 @@ import numpy as np
 from stoker.cli._formats import format_name
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 
-__all__ = ["add_parser", "inspect_records", "inspect_set", "run"]
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "inspect_records", "inspect_set", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        name,
-        help="show records, classes, label and image-size statistics of a data set",
-        description=(
-            "Summarise FILE (a .stoker.json manifest, a .rec/.idx, a TFRecord file, a "
-            "WebDataset .tar, an LMDB folder: any format stoker reads): records, shards, bytes, "
-            "classes, label counts, and image formats and sizes read from the image headers of "
-            "a sample of records. Exit 1 when an image header of the sample cannot be read. "
-            "FILE may be the URL of a RecordIO set's manifest (s3://, gs://, az://, "
-            "http(s)://): its shards are read through the shard cache."
-        ),
-    )
+HELP = "show records, classes, label and image-size statistics of a data set"
+DESCRIPTION = """Summarise FILE (a .stoker.json manifest, a .rec/.idx, a TFRecord file, a
+WebDataset .tar, an LMDB folder: any format stoker reads): records, shards, bytes, classes,
+label counts, and image formats and sizes read from the image headers of a sample of records.
+Exit 1 when an image header of the sample cannot be read. FILE may be the URL of a set's
+manifest (RecordIO, TFRecord or WebDataset; s3://, gs://, az://, http(s)://): its shards are
+read through the shard cache."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a data set: manifest, data file or database folder")
     p.add_argument("--format", default=None, help="the format, when FILE does not tell it")
     p.add_argument(
@@ -47,8 +44,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     add_remote_arguments(p)
-    p.set_defaults(func=run)
-    return p
 
 
 def _stats(a: np.ndarray) -> dict[str, float]:

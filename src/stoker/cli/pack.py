@@ -10,7 +10,9 @@ import sys
 from typing import Any
 
 __all__ = [
-    "add_parser",
+    "DESCRIPTION",
+    "HELP",
+    "add_arguments",
     "add_scale_options",
     "make_options",
     "run",
@@ -22,21 +24,19 @@ __all__ = [
 ]
 
 
-def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        name,
-        help="pack an image folder, an im2rec .lst or a .jsonl/.csv listing into RecordIO "
-        "(or TFRecord, WebDataset) shards",
-        description=(
-            "Pack SRC (an image folder with one class per top-level subfolder, an im2rec "
-            ".lst file, or a .jsonl/.csv listing of images with fields: label, boxes, text, "
-            "masks...; see docs/pack.md) into OUT.rec/OUT.idx (OUT-NNNNN.* with --shard-size), "
-            "OUT.crc32c, OUT.stoker.json and OUT.rejects.tsv (--format tfrecord: OUT.tfrecord; "
-            "--format wds: OUT.tar, WebDataset). Original JPEG bytes are kept "
-            "unless --resize or --quality asks for a re-encode. OUT's folder is created when "
-            "missing. An interrupted run resumes."
-        ),
-    )
+HELP = (
+    "pack an image folder, an im2rec .lst or a .jsonl/.csv listing into RecordIO "
+    "(or TFRecord, WebDataset) shards"
+)
+DESCRIPTION = """Pack SRC (an image folder with one class per top-level subfolder, an im2rec
+.lst file, or a .jsonl/.csv listing of images with fields: label, boxes, text, masks...; see
+docs/pack.md) into OUT.rec/OUT.idx (OUT-NNNNN.* with --shard-size), OUT.crc32c, OUT.stoker.json
+and OUT.rejects.tsv (--format tfrecord: OUT.tfrecord; --format wds: OUT.tar, WebDataset).
+Original JPEG bytes are kept unless --resize or --quality asks for a re-encode. OUT's folder is
+created when missing. An interrupted run resumes."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "src", nargs="?", help="image folder, an im2rec .lst file, or a .jsonl/.csv listing"
     )
@@ -113,8 +113,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument(
         "--json", action="store_true", help="print the report as JSON on stdout (no bar)"
     )
-    p.set_defaults(func=run)
-    return p
 
 
 def _storage_arguments(p: argparse.ArgumentParser) -> None:

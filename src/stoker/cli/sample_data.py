@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-__all__ = ["add_parser", "run"]
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run"]
 
 
 def _size(text: str) -> int | tuple[int, int]:
@@ -18,12 +18,12 @@ def _size(text: str) -> int | tuple[int, int]:
         raise argparse.ArgumentTypeError(f"expected S or HxW, got {text!r}") from None
 
 
-def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        name,
-        help="make a folder of sample images to try things on",
-        description="Make DIR/class_NN/*.jpg: N classes x K photo-like images a small CNN can learn.",
-    )
+HELP = "make a folder of sample images to try things on"
+DESCRIPTION = """Make DIR/class_NN/*.jpg: N classes x K photo-like images a small CNN can
+learn."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", help="output folder")
     p.add_argument("--classes", type=int, default=10, help="number of classes (default 10)")
     p.add_argument("--per-class", type=int, default=100, help="images per class (default 100)")
@@ -32,8 +32,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--format", choices=("jpg", "png"), default="jpg", help="file format")
     p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     p.add_argument("--overwrite", action="store_true", help="write into a non-empty folder")
-    p.set_defaults(func=run)
-    return p
 
 
 def run(args: argparse.Namespace) -> int:

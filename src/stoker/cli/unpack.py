@@ -23,7 +23,16 @@ from stoker.cli._formats import format_name
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 from stoker.formats import recordio
 
-__all__ = ["IDENTITY_TABLE", "add_parser", "run", "safe_name", "unpack", "unpack_set"]
+__all__ = [
+    "DESCRIPTION",
+    "HELP",
+    "IDENTITY_TABLE",
+    "add_arguments",
+    "run",
+    "safe_name",
+    "unpack",
+    "unpack_set",
+]
 
 #: the file beside an insightface set's unpacked images that keeps its identity table
 IDENTITY_TABLE = recordio.IDENTITY_TABLE
@@ -34,16 +43,14 @@ _CHUNK = 1024
 _EXT = {"JPEG": "jpg", "PNG": "png", "GIF": "gif", "BMP": "bmp", "WEBP": "webp", "TIFF": "tif"}
 
 
-def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        name,
-        help="write the images of a data set back to a class folder tree",
-        description="Write each record's image to DIR/<class>/<key>.<ext> (labels without a "
-        "class map become folders named by the label). An insightface .rec gives its images "
-        f"only, one folder per identity, and its identity table in DIR/{IDENTITY_TABLE}. FILE "
-        "may be the URL of a RecordIO set's manifest (s3://, gs://, az://, http(s)://): its "
-        "shards are read through the shard cache.",
-    )
+HELP = "write the images of a data set back to a class folder tree"
+DESCRIPTION = f"""Write each record's image to DIR/<class>/<key>.<ext> (labels without a class
+map become folders named by the label). An insightface .rec gives its images only, one folder
+per identity, and its identity table in DIR/{IDENTITY_TABLE}. FILE may be the URL of a set's
+manifest (s3://, gs://, az://, http(s)://): its shards are read through the shard cache."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a data set: manifest, data file or database folder")
     p.add_argument("dir", help="output folder (created if missing)")
     p.add_argument("--format", default=None, help="the format, when FILE does not tell it")
@@ -51,8 +58,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (no bar)")
     add_remote_arguments(p)
-    p.set_defaults(func=run)
-    return p
 
 
 def safe_name(name: str, *, what: str = "name") -> str:
@@ -86,20 +91,10 @@ def _folder(label: Any, names: list[str] | None) -> str:
     return f"{int(v)}" if v.is_integer() else f"{v:g}"
 
 
-def unpack(
-    path: str,
-    out_dir: str,
-    *,
-    overwrite: bool = False,
-    progress: bool | None = None,
-    format: str | None = None,
-    remote: Any = None,
-) -> int:
-    """Write every image to ``out_dir``; returns the number written (see :func:`unpack_set`)."""
-    summary = unpack_set(
-        path, out_dir, overwrite=overwrite, progress=progress, format=format, remote=remote
-    )
-    return int(summary["images"])
+def unpack(path: str, out_dir: str, **options: Any) -> int:
+    """Write every image to ``out_dir``; returns the number written. The options are
+    :func:`unpack_set`'s."""
+    return int(unpack_set(path, out_dir, **options)["images"])
 
 
 def unpack_set(

@@ -11,24 +11,20 @@ from typing import Any
 from stoker.cli._formats import format_name
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 
-__all__ = ["add_parser", "report_json", "run"]
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "report_json", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        name,
-        help="check framing, indexes, checksums (and optionally decode every image)",
-        description=(
-            "Walk FILE (a NAME.stoker.json with all its shards, a .rec/.idx, a TFRecord file, a "
-            "WebDataset .tar, an LMDB folder: any format stoker reads): the record framing, the "
-            "index against the real record boundaries, the checksums, and with --decode every "
-            "image. Exit 1 listing the file, key, byte offset and reason of each problem. FILE "
-            "may be the URL of a RecordIO set's manifest (s3://, gs://, az://, http(s)://): "
-            "each shard is downloaded through the shard cache, checked against the manifest's "
-            "size and CRC32C, and walked, one shard at a time (a set larger than --cache-limit "
-            "verifies); problems name the shard's URL."
-        ),
-    )
+HELP = "check framing, indexes, checksums (and optionally decode every image)"
+DESCRIPTION = """Walk FILE (a NAME.stoker.json with all its shards, a .rec/.idx, a TFRecord
+file, a WebDataset .tar, an LMDB folder: any format stoker reads): the record framing, the
+index against the real record boundaries, the checksums, and with --decode every image. Exit 1
+listing the file, key, byte offset and reason of each problem. FILE may be the URL of a set's
+manifest (RecordIO, TFRecord or WebDataset; s3://, gs://, az://, http(s)://): each shard is
+downloaded through the shard cache, checked against the manifest's size and checksum, and walked, one shard at a time (a
+set larger than --cache-limit verifies); problems name the shard's URL."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a data set: manifest, data file or database folder")
     p.add_argument("--format", default=None, help="the format, when FILE does not tell it")
     p.add_argument("--decode", action="store_true", help="also decode every image")
@@ -59,8 +55,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         help="print the report as JSON on stdout (no bar; the exit status is the same)",
     )
     add_remote_arguments(p)
-    p.set_defaults(func=run)
-    return p
 
 
 def _format(args: argparse.Namespace) -> str | None:

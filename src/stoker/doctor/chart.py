@@ -121,6 +121,11 @@ def _stage_bars(ax: Any, d: dict[str, Any], meas: list[tuple[int, float]]) -> No
     ax.tick_params(axis="y", labelsize=8)
 
 
+def _points(ax: Any, points: list[tuple[int, float]], style: str, **kw: Any) -> None:
+    """``points`` (workers, samples/s) in the loader's colour."""
+    ax.plot([p[0] for p in points], [p[1] for p in points], style, color=COLORS["loader"], **kw)
+
+
 def _scaling(
     ax: Any,
     d: dict[str, Any],
@@ -128,37 +133,15 @@ def _scaling(
     pred: list[tuple[int, float]],
 ) -> None:
     if pred:
-        ax.plot(
-            [p[0] for p in pred],
-            [p[1] for p in pred],
-            "--",
-            color=COLORS["loader"],
-            alpha=0.7,
-            label="predicted (model)",
-        )
+        _points(ax, pred, "--", alpha=0.7, label="predicted (model)")
     ld = d.get("loader") or {}
     given = sorted(
         (int(p["workers"]), p["given_load"]) for p in ld.get("measured", []) if p.get("given_load")
     )
     if given:
-        ax.plot(
-            [p[0] for p in given],
-            [p[1] for p in given],
-            "x",
-            color=COLORS["loader"],
-            markersize=8,
-            label="predicted for the cores left free in each run",
-        )
+        _points(ax, given, "x", markersize=8, label="predicted for the cores left free in each run")
     if meas:
-        ax.plot(
-            [p[0] for p in meas],
-            [p[1] for p in meas],
-            "o",
-            color=COLORS["loader"],
-            markersize=7,
-            linestyle="none",
-            label="measured",
-        )
+        _points(ax, meas, "o", markersize=7, linestyle="none", label="measured")
     else:
         ax.text(
             0.5,

@@ -522,13 +522,19 @@ def _device(out: _Lines, h2d: dict[str, Any] | None, model: dict[str, Any] | Non
         out.append("")
 
 
-def _system(out: _Lines, checks: list[dict[str, Any]]) -> None:
-    if not checks:
+def _listing(out: _Lines, title: str, lines: list[str]) -> None:
+    """A section of one wrapped line per item, under ``title``; nothing when there are none."""
+    if not lines:
         return
-    out.append("System")
-    for c in checks:
-        out.wrap(f"{c['status'].upper():<5} {c['name']}: {c['message']}")
+    out.append(title)
+    for line in lines:
+        out.wrap(line)
     out.append("")
+
+
+def _system(out: _Lines, checks: list[dict[str, Any]]) -> None:
+    lines = [f"{c['status'].upper():<5} {c['name']}: {c['message']}" for c in checks]
+    _listing(out, "System", lines)
 
 
 def _verdict(out: _Lines, v: dict[str, Any] | None) -> None:
@@ -561,9 +567,4 @@ def _changes(out: _Lines, recs: list[dict[str, Any]]) -> None:
 
 
 def _not_measured(out: _Lines, nm: list[dict[str, str]]) -> None:
-    if not nm:
-        return
-    out.append("Not measured")
-    for x in nm:
-        out.wrap(f"{x['stage']}: {x['reason']}")
-    out.append("")
+    _listing(out, "Not measured", [f"{x['stage']}: {x['reason']}" for x in nm])

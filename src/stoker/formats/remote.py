@@ -258,15 +258,7 @@ class RemoteFiles:
         self, url: str, *, crc32c: int | None = None, what: str = "", sha256: str | None = None
     ) -> Pin:
         """A pinned, checked local copy of ``url`` (downloaded once per node)."""
-        it = self.item(url, crc32c=crc32c, what=what, sha256=sha256)
-        return self.cache.get(
-            it.key,
-            size=it.size,
-            crc32c=it.crc32c,
-            fetch=it.fetch,
-            name=it.name,
-            sha256=it.sha256,
-        )
+        return self.item(url, crc32c=crc32c, what=what, sha256=sha256).get(self.cache)
 
 
 def check_sizes(files: RemoteFiles, manifest: dict, checksums: bool) -> None:

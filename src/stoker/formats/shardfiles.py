@@ -336,15 +336,17 @@ class ShardsAhead:
         for j in seq.tolist():
             begins.append(len(items))
             items.extend(items_of(j))
-        self._begins = np.asarray(begins, dtype=np.int64)
+        self._begins = np.asarray([*begins, len(items)], dtype=np.int64)
         # as many downloads at once as files ahead: the requests' latencies overlap
         self._fetcher = AheadFetcher(cache, ahead=per * ahead, threads=per * ahead)
         self._fetcher.plan(items)
         self.reached(start)
 
     def reached(self, p: int) -> None:
-        if p < len(self._rank):
-            self._fetcher.reached(int(self._begins[self._rank[p]]))
+        """The records before position ``p`` are handed out: the shards they begin are the
+        readers' to hold, and the downloads ahead are the next ``ahead`` shards not begun yet."""
+        begun = 0 if p <= 0 else int(self._rank[min(p, len(self._rank)) - 1]) + 1
+        self._fetcher.reached(int(self._begins[begun]))
 
     def close(self) -> None:
         """Stop the downloads; a background download's error is not raised here (the reader

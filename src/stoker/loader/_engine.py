@@ -21,9 +21,10 @@ initialised in this process (forking a process that initialised CUDA is unsafe; 
 itself was started clean, but a ``Loader`` made after ``torch.cuda.init()`` takes the engine
 that needs no fork at all); ``"portable"`` otherwise. ``Loader(engine=...)`` chooses either.
 
-Under ``spawn`` every worker imports the user's script as ``__mp_main__``: a script that makes
-a ``Loader`` with workers outside an ``if __name__ == "__main__":`` guard would make one in
-each worker, which would start workers of its own. :func:`choose` refuses that in the worker,
+A worker imports the user's script (as ``__mp_main__``) when its configuration names something
+defined there, and under ``spawn`` on Windows always (``_process`` skips it otherwise): a
+script that makes a ``Loader`` with workers outside an ``if __name__ == "__main__":`` guard
+would then make one in each worker, which would start workers of its own. :func:`choose` refuses that in the worker,
 naming the guard, and the worker's death is reported to main with the same advice
 (``_pool.signal_name``). Everything a worker needs is pickled: :func:`check_picklable` names
 the part of the source or pipeline that cannot be (a lambda, a local function).
@@ -78,9 +79,8 @@ class Engine:
         return _shm.SharedFd.create(size, name="stoker-ring", reserved=False)
 
     def process(self, ctx: Any, *, target: Any, args: tuple, name: str, data: tuple) -> Any:
-        """A daemon worker process of ``ctx`` (not started)."""
-        if self.portable:
-            return ctx.Process(target=target, args=args, name=name, daemon=True)
+        """A daemon worker process of ``ctx`` (not started); it skips the import of the main
+        script where it can (``_process``)."""
         return worker_process(ctx, target=target, args=args, name=name, data=data)
 
     def lifeline(self, ctx: Any) -> tuple[Any, Any]:

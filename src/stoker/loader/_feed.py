@@ -136,7 +136,7 @@ from stoker.loader._ring import RingLayout
 from stoker.loader._startup import NOT_MADE, PoolStart, SlotReservations
 from stoker.loader._worker import Task, WorkerConfig
 from stoker.loader._worker_errors import rebuild
-from stoker.loader.batch import Batch, make_batch
+from stoker.loader.batch import Batch, SlotLease, make_batch
 
 if TYPE_CHECKING:
     from stoker.loader._engine import Engine
@@ -500,9 +500,8 @@ class RingFeed(PoolStart):
             self._slot_state[info.slot] = _FREE
             return None
         self._slot_state[info.slot] = _USER
-        return make_batch(
-            views, fviews, ep.epoch, number, owner=self, slot=(self._ring_id, info.slot)
-        )
+        lease = SlotLease(self._free_slot, (self._ring_id, info.slot))
+        return make_batch(views, fviews, ep.epoch, number, lease=lease)
 
     def _pump(self, timeout: float) -> None:
         """Wait up to ``timeout`` for worker reports or deaths and handle them."""

@@ -25,6 +25,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from stoker._core.oscompat import at_fork_child
 from stoker.loader._shm import Mapping, SharedFd, probing, process_start_time
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+at_fork_child(_after_fork_in_child)
 
 
 def pool_key(

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import secrets
@@ -44,17 +43,25 @@ from typing import Any
 
 from stoker._core.errors import SharedMemoryError
 from stoker._core.held import live_bodies
+from stoker._core.oscompat import (
+    OWN_FILE,
+    at_fork_child,
+    lock,
+    locks_available,
+    owned_by_user,
+    user_id,
+    write_at,
+)
 from stoker.loader import _shm
 
 __all__ = ["NodeEntry", "live_rings", "node_loaders", "preflight_and_register", "registry_dir"]
 
 MiB = 2**20
-_NOFOLLOW = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 _HELD: set[int] = set()  # this process's entry descriptors (closed in a forked child)
 
 
 def registry_dir() -> str:
-    return os.path.join(tempfile.gettempdir(), f"stoker-loaders-{os.getuid()}")
+    return os.path.join(tempfile.gettempdir(), f"stoker-loaders-{user_id()}")
 
 
 @dataclass(frozen=True)
@@ -131,11 +138,11 @@ def preflight_and_register(
         if check:
             _check(ring, slots, others)
         path = os.path.join(folder, f"{os.getpid()}.{secrets.token_hex(6)}.json")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | OWN_FILE, 0o600)
         _HELD.add(fd)
         body: dict[str, Any] = {"v": 1, "pid": os.getpid(), "ring": int(ring)}
         body.update(reserved=int(reserved), workers=int(workers), what=what[:300])
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock(fd, block=False)
         _write(fd, body)
     return NodeEntry(path, fd, body)
 
@@ -184,19 +191,21 @@ def _check(ring: int, slots: int, others: list[Ring]) -> None:
 
 
 def _ensure_dir() -> str:
+    if not locks_available():
+        raise OSError(errno.ENOSYS, "no file locks here: the node registry is off")
     folder = registry_dir()
     os.makedirs(folder, mode=0o700, exist_ok=True)
     st = os.lstat(folder)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+    if not stat.S_ISDIR(st.st_mode) or not owned_by_user(st):
         raise OSError(errno.EPERM, f"{folder} is not this user's folder")
     return folder
 
 
 @contextlib.contextmanager
 def _locked() -> Iterator[None]:
-    fd = os.open(os.path.join(registry_dir(), "lock"), os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
+    fd = os.open(os.path.join(registry_dir(), "lock"), os.O_RDWR | os.O_CREAT | OWN_FILE, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock(fd)
         yield
     finally:
         os.close(fd)
@@ -204,7 +213,7 @@ def _locked() -> Iterator[None]:
 
 def _write(fd: int, body: dict[str, Any]) -> None:
     raw = json.dumps(body).encode()
-    os.pwrite(fd, raw, 0)
+    write_at(fd, raw, 0)
     os.ftruncate(fd, len(raw))
 
 
@@ -242,4 +251,4 @@ def _forget() -> None:
     _HELD.clear()
 
 
-os.register_at_fork(after_in_child=_forget)
+at_fork_child(_forget)

@@ -348,7 +348,17 @@ class WorkerPool:
         """``(is the pipe, worker)`` for each worker pipe with a message (or EOF) and each
         worker sentinel that fired, waiting up to ``timeout`` s. One ``poll`` object for the
         life of a worker set: a selector built per wait costs more than the rest of a batch's
-        bookkeeping."""
+        bookkeeping. Where there is no ``select.poll`` (Windows), ``multiprocessing``'s own
+        ``wait`` over the same pipes and sentinels."""
+        if not hasattr(select, "poll"):
+            from multiprocessing.connection import wait
+
+            objs = {
+                o: (k, w)
+                for w in self.handles
+                for k, o in ((True, w.conn), (False, w.proc.sentinel))
+            }
+            return [objs[o] for o in wait(list(objs), max(0.0, timeout))]
         if self._poller is None:
             self._poller = select.poll()
             self._fds = {}

@@ -1,4 +1,4 @@
-"""Worker processes from the fork server that do not import the user's main script.
+"""Worker processes (from the fork server, or spawned) that do not import the user's main script.
 
 A process started through ``multiprocessing``'s fork server (or spawn) first imports the
 parent's ``__main__`` module, so that objects defined there can be unpickled. For a training
@@ -6,12 +6,13 @@ script that means every worker runs the script's imports (``import torch``, say)
 makes its first sample, although a loader worker needs nothing from it unless the transforms
 or the source were defined there (docs/loader.md has the cost).
 
-:func:`worker_process` gives a fork-server process that skips that import when the pickled
-arguments name nothing in ``__main__``; otherwise (or where the fork server's launch code is
-not the one this was written against) an ordinary ``ctx.Process``. The launch below is the
-standard library's ``popen_forkserver.Popen._launch`` (docs/loader.md names the Python
-versions it matches) with the two ``init_main_*`` keys removed from the preparation data; the
-child still gets the parent's ``sys.path``, working directory and process name.
+:func:`worker_process` gives a fork-server or a spawned (POSIX) process that skips that import
+when the pickled arguments name nothing in ``__main__``; otherwise (or on Windows, or where
+the launch code is not the one this was written against) an ordinary ``ctx.Process``. The
+launches below are the standard library's ``popen_forkserver.Popen._launch`` and
+``popen_spawn_posix.Popen._launch`` (the same in Python 3.10 to 3.13) with the two
+``init_main_*`` keys removed from the preparation data; the child still gets the parent's
+``sys.path``, working directory and process name.
 """
 
 from __future__ import annotations
@@ -50,6 +51,24 @@ try:  # the fork server's launch machinery (POSIX); internal, so typed loosely h
 except (ImportError, AttributeError):  # pragma: no cover - not on this platform/version
     _LAUNCH_PARTS = None
 
+_SPAWN_PARTS: tuple | None
+try:  # spawn's launch on POSIX (macOS's default start method; the portable engine's)
+    import multiprocessing.popen_spawn_posix as _popen_spawn_posix
+    import multiprocessing.resource_tracker as _resource_tracker
+
+    popen_spawn_posix: Any = _popen_spawn_posix
+    resource_tracker: Any = _resource_tracker
+    _SPAWN_PARTS = (
+        popen_spawn_posix.Popen,
+        resource_tracker.getfd,
+        _spawn.get_command_line,
+        _spawn.get_executable,
+        _util.spawnv_passfds,
+        _context.SpawnProcess,
+    )
+except (ImportError, AttributeError, NameError):  # Windows: no popen_spawn_posix
+    _SPAWN_PARTS = None
+
 _MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
 
 #: The loader's own fork server (for the workers that skip ``__main__``), apart from
@@ -75,20 +94,35 @@ def names_main(*objects: Any) -> bool:
     return b"__main__" in blob or b"__mp_main__" in blob
 
 
+def _lean_preparation(name: str) -> dict:
+    """What a child gets to prepare itself (``sys.path``, working directory, ...), without
+    the keys that make it import ``__main__``."""
+    prep_data = spawn.get_preparation_data(name)
+    for key in _MAIN_KEYS:
+        prep_data.pop(key, None)
+    return prep_data
+
+
+def _lean_pickle(popen: Any, process_obj: Any) -> io.BytesIO:
+    """What the child reads from its pipe: the lean preparation data, then the process
+    object, pickled while ``popen`` is the process being started (its descriptors go along)."""
+    buf = io.BytesIO()
+    context.set_spawning_popen(popen)
+    try:
+        context.reduction.dump(_lean_preparation(process_obj._name), buf)
+        context.reduction.dump(process_obj, buf)
+    finally:
+        context.set_spawning_popen(None)
+    return buf
+
+
+_LEAN: dict[str, Any] = {}  # start method -> the process class that skips __main__
+
 if _LAUNCH_PARTS is not None:
 
     class _LeanPopen(popen_forkserver.Popen):  # type: ignore[misc]
         def _launch(self, process_obj: Any) -> None:
-            prep_data = spawn.get_preparation_data(process_obj._name)
-            for key in _MAIN_KEYS:
-                prep_data.pop(key, None)
-            buf = io.BytesIO()
-            context.set_spawning_popen(self)
-            try:
-                context.reduction.dump(prep_data, buf)
-                context.reduction.dump(process_obj, buf)
-            finally:
-                context.set_spawning_popen(None)
+            buf = _lean_pickle(self, process_obj)
             self.sentinel, w = SERVER.connect_to_new_process(self._fds)
             # as the standard library does: a duplicate of the data pipe's write end is the
             # child's sentinel of this process
@@ -103,15 +137,46 @@ if _LAUNCH_PARTS is not None:
         def _Popen(process_obj: Any) -> Any:  # noqa: N802 - the standard library's name
             return _LeanPopen(process_obj)
 
+    _LEAN["forkserver"] = _LeanProcess
+
+
+if _SPAWN_PARTS is not None:
+
+    class _LeanSpawnPopen(popen_spawn_posix.Popen):  # type: ignore[misc]
+        def _launch(self, process_obj: Any) -> None:
+            tracker_fd = resource_tracker.getfd()
+            self._fds.append(tracker_fd)
+            buf = _lean_pickle(self, process_obj)
+            parent_r = child_w = child_r = parent_w = None
+            try:
+                parent_r, child_w = os.pipe()
+                child_r, parent_w = os.pipe()
+                cmd = spawn.get_command_line(tracker_fd=tracker_fd, pipe_handle=child_r)
+                self._fds.extend([child_r, child_w])
+                self.pid = util.spawnv_passfds(spawn.get_executable(), cmd, self._fds)
+                self.sentinel = parent_r
+                with open(parent_w, "wb", closefd=False) as f:
+                    f.write(buf.getbuffer())
+            finally:
+                mine = [fd for fd in (parent_r, parent_w) if fd is not None]
+                self.finalizer = util.Finalize(self, util.close_fds, mine)
+                for fd in (child_r, child_w):
+                    if fd is not None:
+                        os.close(fd)
+
+    class _LeanSpawnProcess(context.SpawnProcess):  # type: ignore[misc]
+        @staticmethod
+        def _Popen(process_obj: Any) -> Any:  # noqa: N802 - the standard library's name
+            return _LeanSpawnPopen(process_obj)
+
+    _LEAN["spawn"] = _LeanSpawnProcess
+
 
 def worker_process(ctx: Any, *, target: Any, args: tuple, name: str, data: tuple) -> Any:
     """A daemon process of ``ctx`` running ``target(*args)``, started without importing
     ``__main__`` when neither ``target`` nor ``data`` (the arguments that are plain data, not
     pipes) names anything there (see the module docstring)."""
-    lean = (
-        _LAUNCH_PARTS is not None
-        and ctx.get_start_method() == "forkserver"
-        and not names_main(target, *data)
-    )
-    cls = _LeanProcess if lean else ctx.Process
+    cls = _LEAN.get(ctx.get_start_method())
+    if cls is None or names_main(target, *data):
+        cls = ctx.Process
     return cls(target=target, args=args, name=name, daemon=True)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from stoker._core.errors import SharedMemoryError
+from stoker._core.oscompat import at_fork_child, libc_function
 from stoker._core.system import memory_available_bytes
 
 __all__ = [
@@ -59,26 +60,18 @@ SHM_DIR = "/dev/shm"
 PREFIX = "stoker_"
 MiB = 1 << 20
 
-# the symbols the process already has (libc's among them): find_library("c") would run
-# ``ldconfig -p`` in a subprocess, in every process that imports this module
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [
-    ctypes.c_void_p,
-    ctypes.c_size_t,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_long,
-]
-_libc.munmap.restype = ctypes.c_int
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.madvise.restype = ctypes.c_int
-_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+# libc's mmap, munmap and madvise (None where the process has no libc to open: Mapping then
+# maps with Python's mmap, and populate() is a no-op)
+_c_void_p, _c_size_t, _c_int = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+_mmap = libc_function(
+    "mmap", _c_void_p, [_c_void_p, _c_size_t, _c_int, _c_int, _c_int, ctypes.c_long]
+)
+_munmap = libc_function("munmap", _c_int, [_c_void_p, _c_size_t])
+_madvise = libc_function("madvise", _c_int, [_c_void_p, _c_size_t, _c_int])
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+
 _PAGE = mmap.PAGESIZE
-_can_populate = True
+_can_populate = _madvise is not None
 
 # Segments this process created and has not unlinked yet (for the atexit sweep).
 _owned: set[str] = set()
@@ -93,7 +86,7 @@ def _after_fork_in_child() -> None:
     _owned_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+at_fork_child(_after_fork_in_child)
 
 
 def process_start_time(pid: int) -> int | None:
@@ -117,16 +110,23 @@ def _segment_name() -> str:
 
 
 class Mapping:
-    """A shared mapping of ``size`` bytes; ``array()`` gives a uint8 view that keeps it alive."""
+    """A shared mapping of ``size`` bytes; ``array()`` gives a uint8 view that keeps it alive.
+    Made with libc's ``mmap`` (no descriptor kept), or with Python's ``mmap`` where there is no
+    libc to call (it keeps a duplicate descriptor, closed with the mapping)."""
 
     def __init__(self, fd: int, size: int, *, writable: bool) -> None:
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
         self.size = size
         self.writable = writable
         self.addr: int | None = None
+        self._py: mmap.mmap | None = None
         if size == 0:
             return
-        addr = _libc.mmap(None, size, prot, mmap.MAP_SHARED, fd, 0)
+        if _mmap is None:
+            self._py = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=prot)
+            self.addr = np.frombuffer(self._py, dtype=np.uint8).ctypes.data
+            return
+        addr = _mmap(None, size, prot, mmap.MAP_SHARED, fd, 0)
         if addr is None or addr == _MAP_FAILED:
             err = ctypes.get_errno()
             raise SharedMemoryError(err, f"mmap of {size} bytes failed: {os.strerror(err)}")
@@ -147,9 +147,9 @@ class Mapping:
         return np.asarray(self)
 
     def __del__(self) -> None:
-        if self.addr is not None:
-            _libc.munmap(self.addr, self.size)
-            self.addr = None
+        if self.addr is not None and self._py is None:
+            _munmap(self.addr, self.size)
+        self.addr = None  # a Python mmap goes with this object (no array refers to it now)
 
 
 @dataclass(frozen=True)
@@ -370,7 +370,7 @@ def populate(arr: np.ndarray) -> None:
     start = arr.__array_interface__["data"][0]
     lo = start - start % _PAGE
     hi = start + arr.nbytes
-    if _libc.madvise(lo, hi - lo, _MADV_POPULATE_WRITE) != 0:
+    if _madvise(lo, hi - lo, _MADV_POPULATE_WRITE) != 0:
         if ctypes.get_errno() == errno.EINVAL:  # older kernel: never ask again
             _can_populate = False
 

@@ -272,10 +272,9 @@ def _die_with_parent(main_pid: int, main_start: int | None) -> None:
     """PR_SET_PDEATHSIG on the direct parent plus a watchdog thread on the loader's process."""
     parent = os.getppid()
     try:
-        import ctypes
+        from stoker._core.oscompat import libc
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        libc().prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     except Exception:  # noqa: BLE001 - not Linux: the watchdog below still works
         pass
 
@@ -345,7 +344,8 @@ def worker_main(cfg: WorkerConfig, conn: Any, lifeline: Any = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's business
     # SIGUSR1 prints this worker's Python stack on stderr (the stall watchdog of stoker.watch
     # asks for it through Loader.worker_pids()); the worker carries on afterwards.
-    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    if hasattr(signal, "SIGUSR1"):  # not on Windows
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     _limit_threads()
     if lifeline is None:
         _die_with_parent(cfg.main_pid, cfg.main_start)

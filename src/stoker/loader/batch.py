@@ -1,17 +1,38 @@
-"""What a loader yields: one batch, as views of a shared-memory slot (or of its own arrays)."""
+"""What a loader yields: one batch, as views of a shared-memory slot (or of its own arrays).
+
+The slot is lent to the batch as a :class:`SlotLease`: the loader hands in the function that
+frees its slots, so a batch gives its slot back without knowing the loader that made it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
     from stoker._core.schema import Schema
-    from stoker.loader._feed import RingFeed
     from stoker.loader._fields import FieldViews
 
-__all__ = ["Batch", "make_batch"]
+__all__ = ["Batch", "SlotLease", "make_batch"]
+
+
+class SlotLease:
+    """A ring slot lent to a batch: ``slot`` is ``(ring id, slot number)`` and ``free`` the
+    lender's function that takes it back (a slot of a ring rebuilt since is left alone there).
+    :meth:`release` calls it once; later calls do nothing."""
+
+    __slots__ = ("_free", "slot")
+
+    def __init__(self, free: Callable[[tuple[int, int]], None], slot: tuple[int, int]) -> None:
+        self._free: Callable[[tuple[int, int]], None] | None = free
+        self.slot = slot
+
+    def release(self) -> None:
+        free, self._free = self._free, None
+        if free is not None:
+            free(self.slot)
 
 
 class Batch:
@@ -42,8 +63,7 @@ class Batch:
         "fields",
         "lengths",
         "schema",
-        "_owner",
-        "_slot",
+        "_lease",
         "_retained",
         "__weakref__",
     )
@@ -56,8 +76,7 @@ class Batch:
         indices: np.ndarray,
         epoch: int,
         number: int,
-        owner: RingFeed | None = None,  # the loader whose ring slot the views are
-        slot: tuple[int, int] | None = None,
+        lease: SlotLease | None = None,  # the ring slot the views are in
         *,
         schema: Schema | None = None,
         fields: dict[str, np.ndarray] | None = None,
@@ -69,8 +88,7 @@ class Batch:
         self.indices = indices
         self.epoch = epoch
         self.number = number
-        self._owner = owner
-        self._slot = slot  # (ring id, slot): a slot of a ring since rebuilt is not freed
+        self._lease = lease
         self._retained = False
         self.schema = schema
         self.fields = fields if fields is not None else {}
@@ -129,11 +147,10 @@ class Batch:
 
     def release(self) -> None:
         """Give the slot back to the ring (idempotent)."""
-        owner, slot = self._owner, self._slot
-        self._owner = self._slot = None
+        lease, self._lease = self._lease, None
         self._retained = False
-        if owner is not None and slot is not None:
-            owner._free_slot(slot)
+        if lease is not None:
+            lease.release()
 
 
 def make_batch(
@@ -142,18 +159,16 @@ def make_batch(
     epoch: int,
     number: int,
     *,
-    owner: RingFeed | None = None,
-    slot: tuple[int, int] | None = None,
+    lease: SlotLease | None = None,
 ) -> Batch:
     """A :class:`Batch` of ``views`` and, when the batch carries them, its field columns."""
     if fields is None:
-        return Batch(*views, epoch=epoch, number=number, owner=owner, slot=slot)
+        return Batch(*views, epoch=epoch, number=number, lease=lease)
     return Batch(
         *views,
         epoch=epoch,
         number=number,
-        owner=owner,
-        slot=slot,
+        lease=lease,
         schema=fields.plan.schema,
         fields=fields.columns,
         lengths=fields.lengths,

@@ -13,7 +13,6 @@ and writes the rejects list, the ``.lst`` and the manifest last.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import time
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 
 from stoker._core.atomic import atomic_write
 from stoker._core.errors import PackError, TooManyRejectsError
+from stoker._core.oscompat import lock
 from stoker._core.progress import Progress
 from stoker.pack.listing import ListingItem
 from stoker.pack.options import PackOptions
@@ -192,7 +192,7 @@ def shard_lock(path: str) -> Generator[None, None, None]:
     lock goes with its process)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock(fd)
         yield
     finally:
         os.close(fd)

@@ -15,12 +15,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from stoker._core.checksum import file_crc32c, file_sha256
+from stoker._core.oscompat import OWN_FILE, libc_function
 
 __all__: list[str] = []  # private to stoker.storage.cache
 
 _KEY = re.compile(r"[A-Za-z0-9._-]{1,200}")
 DATA, MARK, PART, MARK_TMP = ".data", ".ok", ".part", ".mark"
-NOFOLLOW = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+NOFOLLOW = OWN_FILE
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW
 LOCK_FILE = os.O_RDWR | os.O_CREAT | NOFOLLOW
 _FALLOC_FL_KEEP_SIZE = 1
@@ -49,13 +50,9 @@ def check_file(path: str, size: int, crc: int | None, sha256: str | None = None)
 
 @functools.cache
 def _fallocate() -> Any:
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).fallocate
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    fn.restype = ctypes.c_int
-    return fn
+    return libc_function(
+        "fallocate", ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    )
 
 
 def preallocate(fd: int, size: int) -> None:
@@ -71,6 +68,8 @@ def preallocate(fd: int, size: int) -> None:
         err = ctypes.get_errno()
         if err not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
             raise OSError(err, os.strerror(err))
+    if not hasattr(os, "fstatvfs"):  # Windows: the write itself reports a full disk
+        return
     st = os.fstatvfs(fd)
     if st.f_bavail * st.f_frsize < size:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -10,6 +10,7 @@ import contextlib
 import os
 from typing import Any
 
+from stoker._core.oscompat import at_fork_child
 from stoker.storage._cachefiles import LOCK_FILE
 
 __all__ = ["Held", "close_lock", "open_lock"]
@@ -78,4 +79,4 @@ def _forget_locks() -> None:
     LOCKS_HELD.clear()
 
 
-os.register_at_fork(after_in_child=_forget_locks)
+at_fork_child(_forget_locks)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from stoker.storage.cache import Pin, ShardCache
 
@@ -53,6 +53,19 @@ class Item:
     name: str
     fetch: Callable[[BinaryIO], None]
     sha256: str | None = None
+
+    def get(self, cache: ShardCache) -> Pin:
+        """A pinned, checked copy of this shard in ``cache``, downloaded when missing
+        (:meth:`ShardCache.get`: waits for room)."""
+        return cache.get(self.key, **self._checks())
+
+    def try_get(self, cache: ShardCache) -> Pin | None:
+        """As :meth:`get`, or ``None`` when the room is pinned (:meth:`ShardCache.try_get`)."""
+        return cache.try_get(self.key, **self._checks())
+
+    def _checks(self) -> dict[str, Any]:
+        """What the cache checks a download against, and how it downloads."""
+        return {k: getattr(self, k) for k in ("size", "crc32c", "fetch", "name", "sha256")}
 
 
 class AheadFetcher:
@@ -177,14 +190,7 @@ class AheadFetcher:
             pin: Pin | None = None
             error: BaseException | None = None
             try:
-                pin = self._cache.try_get(
-                    item.key,
-                    size=item.size,
-                    crc32c=item.crc32c,
-                    fetch=item.fetch,
-                    name=item.name,
-                    sha256=item.sha256,
-                )
+                pin = item.try_get(self._cache)
             except Exception as exc:  # kept for close(); the reader's own get raises it too
                 error = exc
             with self._cond:

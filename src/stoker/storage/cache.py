@@ -70,10 +70,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import secrets
+import shutil
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -83,6 +83,7 @@ from typing import Any, BinaryIO
 from stoker._core.atomic import fsync_dir
 from stoker._core.cache import cache_dir
 from stoker._core.errors import CacheFullError, CorruptRecordError, StorageError
+from stoker._core.oscompat import lock, owned_by_user, unlock
 from stoker.storage._cachefiles import (
     DATA,
     MARK,
@@ -288,7 +289,7 @@ class ShardCache:
             path = os.path.join(self.root, sub) if sub else self.root
             os.makedirs(path, mode=0o700, exist_ok=True)
             st = os.stat(path)
-            if stat.S_IMODE(st.st_mode) != 0o700 and st.st_uid == os.getuid():
+            if stat.S_IMODE(st.st_mode) != 0o700 and owned_by_user(st):
                 os.chmod(path, 0o700)
         self._ready = True
 
@@ -299,16 +300,16 @@ class ShardCache:
     def _accounting(self) -> Iterator[None]:
         fd = open_lock(os.path.join(self.root, "lock"))
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            lock(fd)
             yield
         finally:
             close_lock(fd)
 
-    def _try_lock(self, key: str, how: int) -> int | None:
-        """The entry's lock file descriptor locked ``how | LOCK_NB``, or None when held."""
+    def _try_lock(self, key: str, *, shared: bool) -> int | None:
+        """The entry's lock file descriptor, locked without waiting, or None when held."""
         fd = self._open_lock(key)
         try:
-            fcntl.flock(fd, how | fcntl.LOCK_NB)
+            lock(fd, shared=shared, block=False)
         except BlockingIOError:
             close_lock(fd)
             return None
@@ -339,14 +340,14 @@ class ShardCache:
     def _lock_and_fill(self, fd: int, want: _Want) -> Pin | None:
         poll = _Poll(self.wait)
         while True:
-            fcntl.flock(fd, fcntl.LOCK_SH)  # waits while another process downloads the key
+            lock(fd, shared=True)  # waits while another process downloads the key
             if self._valid(want):
                 with contextlib.suppress(OSError):
                     os.utime(self._path(want.key, MARK))
                 return Pin(self._path(want.key, DATA), want.key, fd)
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            unlock(fd)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                lock(fd, block=False)
             except BlockingIOError:
                 if poll.expired():
                     raise StorageError(
@@ -357,7 +358,7 @@ class ShardCache:
                     ) from None
                 continue
             if self._valid(want):  # another process finished it between our two locks
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                unlock(fd)
                 continue
             return self._fill(fd, want)
 
@@ -395,7 +396,7 @@ class ShardCache:
                 os.replace(part, self._path(want.key, DATA))
                 os.replace(mark, self._path(want.key, MARK))
                 fsync_dir(os.path.join(self.root, "entries"))
-                fcntl.flock(fd, fcntl.LOCK_SH)  # no evictor runs while the lock changes kind
+                lock(fd, shared=True)  # no evictor runs while the lock changes kind
         except BaseException as exc:
             for path in (part, mark):
                 if path is not None:
@@ -498,7 +499,7 @@ class ShardCache:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self.root, "entries", key[1:]))
             return True
-        fd = self._try_lock(key, fcntl.LOCK_EX)
+        fd = self._try_lock(key, shared=False)
         if fd is None:
             return False
         try:
@@ -537,7 +538,7 @@ class ShardCache:
             if key is not None and (parsed is None or parsed[0] != key):
                 continue
             if key is None and parsed is not None:
-                fd = self._try_lock(parsed[0], fcntl.LOCK_SH)
+                fd = self._try_lock(parsed[0], shared=True)
                 if fd is None:
                     continue
                 close_lock(fd)
@@ -546,8 +547,7 @@ class ShardCache:
 
     def _disk_full(self, want: _Want) -> CacheFullError:
         try:
-            st = os.statvfs(self.root)
-            free = f"{st.f_bavail * st.f_frsize} bytes free there"
+            free = f"{shutil.disk_usage(self.root).free} bytes free there"
         except OSError:
             free = "free space unknown"
         return CacheFullError(
@@ -569,8 +569,6 @@ class ShardCache:
         )
 
 
-# -- lock descriptors and fork --------------------------------------------------------------
-
 # -- helpers ----------------------------------------------------------------------------------
 
 
@@ -579,12 +577,11 @@ def default_limit(root: str) -> int:
     probe = root
     while not os.path.isdir(probe) and os.path.dirname(probe) != probe:
         probe = os.path.dirname(probe)
-    st = os.statvfs(probe)
     held = 0
     if os.path.isdir(root):
         for sub in ("entries", "tmp"):
             held += sum(s.st_size for _, s in listing(os.path.join(root, sub)))
-    room = st.f_bavail * st.f_frsize + held
+    room = shutil.disk_usage(probe).free + held  # statvfs's f_bavail, on every platform
     return max(1, min(DEFAULT_LIMIT_MAX, int(room * DEFAULT_LIMIT_FRACTION)))
 
 

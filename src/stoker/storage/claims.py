@@ -7,7 +7,6 @@ functions here run under the cache's accounting lock (:meth:`ShardCache.claim`).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import secrets
@@ -15,6 +14,7 @@ from typing import Any
 
 from stoker._core.errors import CacheFullError
 from stoker._core.held import live_bodies
+from stoker._core.oscompat import lock
 from stoker.storage._locks import Held, close_lock, open_lock
 
 __all__ = ["Claim", "claim", "live_claims"]
@@ -62,7 +62,7 @@ def claim(root: str, limit: int, nbytes: int, *, what: str, group: str | None, f
     path = os.path.join(folder, f"{os.getpid()}.{secrets.token_hex(6)}.json")
     fd = open_lock(path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock(fd, block=False)
         os.write(fd, json.dumps(mine).encode())
     except BaseException:
         close_lock(fd)
