@@ -33,7 +33,7 @@ def run(workers, **kw):
     with ld:
         it = iter(ld)
         first = next(it)
-        here = first._slot is None  # made into fresh arrays, not a ring slot
+        here = first._lease is None  # made into fresh arrays, not a ring slot
         pids = ld.worker_pids()
         rows = [(first.images.copy(), first.labels.copy(), first.keys.copy())]
         rows += [(b.images.copy(), b.labels.copy(), b.keys.copy()) for b in it]
