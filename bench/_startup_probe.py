@@ -53,8 +53,9 @@ def timed(owner: Any, attr: str, name: str, *, first_only: bool = False) -> None
 
 def install_main() -> None:
     """The main process's steps: the constructor, the worker server's start, the ring (its
-    preflight, the anonymous file, each reservation) and each worker's start."""
-    from stoker.loader import _node, _pool, _shm, loader
+    preflight, the anonymous file, each reservation), each worker's start (in a thread while
+    the server is still importing) and each batch the main process makes meanwhile."""
+    from stoker.loader import _node, _pool, _shm, _startup, loader
 
     timed(loader.Loader, "__init__", "main: Loader() constructor")
     timed(loader, "warm_up", "main: start the worker server (spawn)")
@@ -62,6 +63,8 @@ def install_main() -> None:
     timed(_shm.SharedFd, "create", "main: ring memfd")
     timed(_shm, "reserve", "main: reserve a ring range (fallocate)")
     timed(_pool.WorkerPool, "_spawn", "main: start a worker (connect, server forks)")
+    if hasattr(_startup, "first_here"):  # an older tree (--against) makes none
+        timed(_startup, "first_here", "main: a batch made here while the workers start")
 
 
 def _install_worker() -> None:

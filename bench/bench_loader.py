@@ -889,8 +889,9 @@ def print_notes(rounds: Rounds, d: Data) -> None:
         cold = mem[0]["first"] if mem else float("nan")
         print(
             f"\nfirst batch (c): median {median_range([r['first'] for r in cs])[0]:.2f} s, "
-            f"{cold:.2f} s in the memory round (the first loader of this process also started "
-            "the worker server)  (target < 0.5 s)"
+            f"{cold:.2f} s in the memory round (the process's first loader: its first batches "
+            "made by the main process while the workers start); a fresh process's, target "
+            "< 0.3 s, is below"
         )
     for name in (C, C8):
         runs = rounds.of(name)

@@ -454,7 +454,9 @@ if __name__ == "__main__":
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 6, hard))
     try:
-        next(iter(ld))
+        for _ in range(2):  # the main process may make the first epoch while workers start
+            for _ in ld:
+                pass
     except Exception as e:
         print(type(e).__name__, e, flush=True)
     ld.close()

@@ -35,8 +35,10 @@ if __name__ == "__main__":
     t = Compose([Resize((112, 112)), Normalize()])
     ld = Loader(sys.argv[1], batch_size=64, workers=2, transforms=t, shuffle=True)
     it = iter(ld)
-    next(it)
-    print(*ld.worker_pids(), flush=True)
+    next(it)  # in a fresh process, made by the main process while the workers start
+    pids = ld.worker_pids()
+    next(iter(ld))  # a new iteration, made by the workers: each maps the ring
+    print(*pids, flush=True)
     while True:
         for b in ld:
             time.sleep(0.005)
@@ -154,18 +156,21 @@ def test_ring_is_anonymous_and_workers_close_its_descriptor(folder, shm_names):
     gc.collect()  # a ring an earlier test's garbage still maps is not this loader's
     earlier = _ring_inodes(me)
     with Loader(folder, batch_size=8, workers=2, transforms=Resize((16, 16))) as ld:
-        first = next(iter(ld))
+        it = iter(ld)
+        next(it)  # a process's first loader may make it itself while its workers start,
+        ld.worker_pids()  # which this waits for
+        first = next(it)  # made by the workers, in the ring
         inodes = _ring_inodes(me) - earlier
         assert len(inodes) == 1 and shm_names() == before  # nothing named in /dev/shm
         assert len(_ring_fds(me)) == 1  # main keeps one, for workers started later
         for pid in ld.worker_pids():
             assert _ring_inodes(pid) == inodes  # mapped ...
             assert _ring_fds(pid) == []  # ... and the descriptor closed
-        assert sum(1 for _ in ld) == 5
+        assert sum(1 for _ in ld) == 4
     assert _ring_fds(me) == []
     assert _ring_inodes(me) - earlier == inodes  # the kept batch still maps it: still valid
     assert first.images.shape == (8, 16, 16, 3)
-    del first
+    del first, it
     assert _ring_inodes(me) - earlier == set()  # gone with the last view
 
 

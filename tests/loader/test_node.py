@@ -35,6 +35,7 @@ RANK = (
     with stoker.Loader(manifest, **kw) as ld:
         it = iter(ld)
         n = len(next(it).labels)
+        ld.worker_pids()  # waits for the workers: a fresh process's first batch may come first
         open(os.path.join(folder, f"ready-{rank}"), "w").close()
         def wait(name):
             deadline = time.monotonic() + 120

@@ -22,18 +22,19 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 # The least of FRESH_RUNS first batches (s): under FIRST_BATCH_CEILING_S, or, on a machine
 # busy enough to slow every process down, under YARDSTICK_RATIO times the least time a fresh
-# interpreter takes to import NumPy and OpenCV, timed between them (the worker server's
-# least work before the first batch, slowed down as much). Recorded: 0.26-0.59 s, 1.3-2.3x
-# the yardstick, with the machine's load between 1 and 4.5; the start-up before the worker
-# server's imports were trimmed took 0.7-0.9 s on that machine when quiet.
+# interpreter takes to import NumPy and OpenCV, timed between them (slowed down as much).
+# Recorded with the first batch made by the main process while the workers start: 0.37 s at
+# a load of 8-14, 1.1x the yardstick; the start-up that waited for the worker server's
+# imports gave 0.79 s, 2.3x, in the same hour (docs/loader.md, "Speed floors").
 FRESH_RUNS = 4
-FIRST_BATCH_CEILING_S = 0.55
-YARDSTICK_RATIO = 4.0
+FIRST_BATCH_CEILING_S = 0.3
+YARDSTICK_RATIO = 2.0
 # stoker's float32 loader in a steady epoch (its second: workers and ring up) against the
 # chain, medians of PAIRS alternated pairs: its rate over the chain's, and the chain's CPU per
 # image over its own (the tree's), which moves far less on a shared machine. Either at the
 # floor passes. Recorded at a load of 4-5: medians 0.67-1.0 by rate (single pairs 0.32-1.52)
-# and 0.80-0.95 by CPU (pairs 0.76-1.35); a loss of a fifth of the steady speed fails.
+# and 0.80-0.95 by CPU (pairs 0.76-1.35); at a load of 7, 0.98 and 1.07; a loss of a fifth
+# of the steady speed fails.
 PAIRS = 3
 RATE_FLOOR = 0.7
 

@@ -11,7 +11,9 @@ behind. A preflight compares its size with the memory available (``MemAvailable`
 the cgroup's room), and each range is reserved with ``posix_fallocate`` before use (memory
 that ran out fails there, never as a SIGBUS later). The control block is reserved before the
 workers start, the first ``prefetch`` slots in a thread while they start (``_startup.py``),
-each other slot just before its first task. No task names an unreserved slot. Before its first
+each other slot just before its first task. No task names an unreserved slot. While the
+worker server of a process's first loader is still importing, the workers start in a thread
+and the main process makes the batches in fresh arrays until they are up (``_startup.py``). Before its first
 write to a range of rows, a worker maps those pages in one ``MADV_POPULATE_WRITE`` call.
 Ownership of the descriptor: main holds it from creation to teardown (to reserve slots and
 to start workers, respawned ones included); each worker gets a duplicate with its start (the
@@ -115,7 +117,6 @@ which needs a worker that ignores SIGTERM).
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import time
 from collections import deque
@@ -132,7 +133,7 @@ from stoker.loader._compact import compact, compact_fields, dims
 from stoker.loader._fields import FieldPlan
 from stoker.loader._pool import JOIN_S, WorkerPool
 from stoker.loader._ring import RingLayout
-from stoker.loader._startup import SlotReservations
+from stoker.loader._startup import NOT_MADE, PoolStart, SlotReservations
 from stoker.loader._worker import Task, WorkerConfig
 from stoker.loader._worker_errors import rebuild
 from stoker.loader.batch import Batch, SlotLease, make_batch
@@ -185,7 +186,7 @@ class _Inflight:
     error: tuple[dict, int] | None = None
 
 
-class RingFeed:
+class RingFeed(PoolStart):
     """The ring-and-workers half of :class:`~stoker.loader.Loader` (its base class): the state
     below is the loader's, set in its ``__init__``."""
 
@@ -200,7 +201,6 @@ class RingFeed:
     timeout: float | None
     _label_spec: ArraySpec
     _fields: FieldPlan | None
-    _pool: WorkerPool
     _slot_state: list[SlotState]
     _unreserved: set[int]  # slots not yet posix_fallocate'd
     _ring_width: int | None
@@ -213,7 +213,6 @@ class RingFeed:
     _mem: np.ndarray | None
     _node_entry: _node.NodeEntry | None = None  # the ring's entry in the node's registry
     _ahead: SlotReservations | None = None  # the first slots, being reserved in a thread
-
     if TYPE_CHECKING:
 
         @property
@@ -340,20 +339,7 @@ class RingFeed:
             except OSError:  # a kept worker died since: new ones below
                 self._pool.stop(0.2)
                 self._pool = WorkerPool(self.on_worker_death, self._engine)
-        try:
-            self._pool.start(config, control, self.workers)
-        except BaseException as e:
-            started = len(self._pool.handles)
-            self._teardown_workers(grace=0.2)
-            if isinstance(e, OSError) and e.errno == errno.EMFILE:
-                import resource
-
-                soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-                raise LoaderError(
-                    f"cannot start loader worker {started} of {self.workers}: too many open "
-                    f"files (the limit, ulimit -n, is {soft}); raise it or use fewer workers"
-                ) from e
-            raise
+        self._start_pool(config, control)
 
     def _park_workers(self) -> None:
         """``close()`` with ``keep_workers``: once every chunk in flight has reported, the
@@ -413,6 +399,8 @@ class RingFeed:
         ``prefetch`` batches are being made. The spare slot is used, and reserved, only while
         the consumer has a batch retained."""
         assert self._layout is not None
+        if self._starting is not None and not self._starting.done():
+            return  # no worker to send a chunk to yet: _wait makes the batch here
         if not self._can_dispatch(ep.pending):
             return
         self._take_reports()  # so the queue lengths are current
@@ -468,6 +456,9 @@ class RingFeed:
 
     def _wait(self, ep: Epoch, number: int) -> Batch | None:
         assert self._layout is not None and self._mem is not None
+        made = self._made_here(ep, number)  # while the workers start (_startup.py)
+        if made is not NOT_MADE:
+            return made  # type: ignore[return-value]
         started = time.monotonic()
         key = (ep.generation, number)
         while True:
@@ -549,6 +540,7 @@ class RingFeed:
 
     def _teardown_workers(self, grace: float = JOIN_S) -> None:
         """Stop the workers (the NOTE's shutdown order); their slots are free again."""
+        self._abandon_start()  # what kept a worker from starting is not this call's error
         if not self._pool.handles:
             return
         self._generation += 1

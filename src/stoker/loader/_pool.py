@@ -36,6 +36,7 @@ __all__ = [
     "WorkerPool",
     "engine_unsupported",
     "mp_context",
+    "server_booting",
     "signal_name",
     "warm_up",
 ]
@@ -57,6 +58,9 @@ _PRELOAD = [
     "stoker.transforms",
 ]
 _NOTHING: tuple[Task, ...] = ()
+# whether the loader's fork server was started by this process and has forked no worker yet
+# (so it may still be importing): server_booting()
+_BOOTING = False
 
 
 def engine_unsupported() -> str | None:
@@ -93,18 +97,29 @@ def mp_context() -> multiprocessing.context.BaseContext:
 def warm_up() -> None:
     """Start the worker server now (it lives as long as this process), so that the first
     ``Loader`` with workers starts without paying for it. Optional."""
+    global _BOOTING
     ctx = mp_context()
     if ctx.get_start_method() == "forkserver" and SERVER is not None:
         # the loader's own server (workers that skip __main__: _process); the workers of a
         # transform defined in the script come from multiprocessing's, started when needed
+        if getattr(SERVER, "_forkserver_pid", 0) is None:
+            _BOOTING = True
         SERVER.ensure_running()
+
+
+def server_booting() -> bool:
+    """Whether the loader's worker server was started by this process and has not forked a
+    worker yet: a worker started now may wait for the server's imports (``_startup``)."""
+    return _BOOTING
 
 
 def _start(proc: Any) -> None:
     """``proc.start()``; if the fork server died (killed, or a failed handshake took it down),
     start a fresh one and try once more."""
+    global _BOOTING
     try:
         proc.start()
+        _BOOTING = False
     except (ConnectionRefusedError, FileNotFoundError, EOFError):
         import multiprocessing.forkserver as fs
 

@@ -33,13 +33,13 @@ from stoker._core.specs import ArraySpec
 from stoker._core.system import usable_cores
 from stoker.formats.remote import RemoteOptions
 from stoker.loader import _elastic, _keep, _shm
-from stoker.loader._compact import compact, compact_fields, dims
 from stoker.loader._engine import choose
 from stoker.loader._feed import Epoch, RingFeed
 from stoker.loader._fields import FieldPlan, plan_fields
 from stoker.loader._habits import DATALOADER_NAMES
 from stoker.loader._order import check_shuffle, claim_cache, default_sampler, sampler_args
 from stoker.loader._pool import WorkerPool, warm_up
+from stoker.loader._startup import make_local
 from stoker.loader._state import (
     MAX_COUNTER,
     LoaderState,
@@ -47,9 +47,7 @@ from stoker.loader._state import (
     check_fraction,
     check_timeout,
 )
-from stoker.loader._worker import Task, fill_chunk
-from stoker.loader._worker_errors import rebuild
-from stoker.loader.batch import Batch, make_batch
+from stoker.loader.batch import Batch
 from stoker.loader.sources import ArraySource, Source, as_source
 from stoker.loader.sources.shape import input_spec
 from stoker.pipeline import DecodeOptions, Pipeline
@@ -564,33 +562,7 @@ class Loader(RingFeed):
 
     def _make_local(self, ep: Epoch, number: int) -> Batch | None:
         """workers=0: build batch ``number`` in this process, into fresh arrays."""
-        bidx, width, height, half, rows = self._batch_plan(ep, number)
-        shape = (rows, *self.pipeline.row_shape(width, height))
-        images = np.empty(shape, dtype=self.pipeline.dtype)
-        labels = np.empty((rows, *dims(self._label_spec)), dtype=self._label_spec.dtype)
-        keys = np.empty(rows, dtype=np.int64)
-        indices = np.empty(rows, dtype=np.int64)
-        fields = None
-        if self._fields is not None:
-            fields = self._fields.arrays(rows, self.pipeline.frame(width, height))
-        task = Task(ep.generation, number, -1, ep.epoch, width, rows, 0, bidx, half, height)
-        status, payload = fill_chunk(
-            task,
-            source=self.source,
-            pipeline=self.pipeline,
-            seed=self.seed,
-            views=(images, labels, keys, indices),
-            on_error=self.on_error,
-            fields=fields,
-        )
-        if status == "error":
-            raise rebuild(payload, None)
-        views = compact((images, labels, keys, indices), payload, half)
-        fields = compact_fields(fields, payload)
-        self._account(ep.epoch, payload)
-        if len(views[0]) == 0:
-            return None
-        return make_batch(views, fields, ep.epoch, number)
+        return make_local(self, ep, number)  # type: ignore[return-value]
 
 
 def _describe_fp(fp: dict) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
@@ -337,11 +337,7 @@ class Normalize(Transform):
             if c == 1:
                 _affine_into(cv, src.reshape(h, w), gain[0], bias[0], dest[0])
                 return
-            planes = _scratch_planes(h, w, c)
-            cv.split(src, planes)
-            for i in range(c):
-                k = i if self.channels > 1 else 0
-                _affine_into(cv, planes[i], gain[k], bias[k], dest[i])
+            self.planes_writer(c)(src, dest)
             return
         if dest.shape != img.shape:
             raise ValueError(f"Normalize.write: dest {dest.shape} for HWC of {img.shape}")
@@ -359,6 +355,29 @@ class Normalize(Transform):
         # of float64, where the product and the sum are exact
         exact = flat * np.asarray(gain, np.float64) + np.asarray(bias, np.float64)
         np.copyto(flat, exact, casting="same_kind")
+
+    def planes_writer(self, c: int) -> Callable[[np.ndarray, np.ndarray], None]:
+        """``f(img, dest)``: :meth:`write` of a uint8 ``(H, W, c)`` image (``c`` > 1, pixels
+        packed, rows at any stride: a crop's view will do) into a C-contiguous float32
+        ``(c, H, W)`` ``dest``, checked by the caller: one ``cv2.split`` into this thread's
+        scratch planes, then one ``cv2.addWeighted`` per plane into ``dest``, with the gains,
+        biases and OpenCV's functions looked up once (a loader's row writer makes one per
+        process)."""
+        self._check_channels(c, f"an image of {c} channels")
+        cv = cv2()
+        split, weighted, f32 = cv.split, cv.addWeighted, cv.CV_32F
+        one = self.channels == 1
+        coefs = [(self._gain[0 if one else k], self._bias[0 if one else k]) for k in range(c)]
+
+        def write(img: np.ndarray, dest: np.ndarray) -> None:
+            planes = _scratch_planes(img.shape[0], img.shape[1], c)
+            split(img, planes)
+            for plane, (g, b), row in zip(planes, coefs, dest):
+                out = weighted(plane, g, plane, 0.0, b, dst=row, dtype=f32)
+                if out is not row:  # OpenCV made an array of its own
+                    np.copyto(row, out.reshape(row.shape), casting="no")
+
+        return write
 
     def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
         h, w, c = image_spec_dims(in_spec, "Normalize")

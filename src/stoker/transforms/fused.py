@@ -303,6 +303,10 @@ class FusedCrop:
         flip_draws = 0.0 < flip_p < 1.0  # HorizontalFlip.params draws only then
         # _split_planes straight from the head: a CHW uint8 row, no Normalize after the head
         planar = chw and tail is None
+        # a float32 CHW row through a trailing Normalize: its split and per-plane pass, set up
+        # once (Normalize.planes_writer) instead of through write_head per sample
+        planes_into = tail.planes_writer(channels) if chw and tail is not None else None
+        f32 = np.dtype(np.float32)
         local = _WriterState()  # per thread: plans and the buffers they view
 
         def plan(sh: int, sw: int, rh: int, rw: int, top: int, left: int) -> _HeadPlan:
@@ -351,6 +355,13 @@ class FusedCrop:
                     head = out[kys, kxs]
             if planar and dest.flags.c_contiguous:
                 _split_planes(head, dest, flip, local.scratch(head.shape))
+            elif (
+                planes_into is not None
+                and dest.dtype == f32
+                and dest.shape == row_shape
+                and dest.flags.c_contiguous
+            ):
+                planes_into(mirror(head, local.scratch(head.shape)) if flip else head, dest)
             else:
                 write_head(head, dest, flip=flip, chw=chw, tail=tail)
             return True

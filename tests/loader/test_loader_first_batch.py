@@ -1,0 +1,113 @@
+"""A process's first loader makes its first batch in the main process while the worker server
+is still importing (``loader/_startup.py``): the same bytes as the workers make, workers up
+after it, a failing sample still reported by a worker, and only for stoker's own code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from stoker.transforms import Compose, HorizontalFlip, Normalize, RandomCrop, Resize, Transform
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "src")
+
+# a fresh process, whose loader starts the worker server itself
+SCRIPT = """
+import json, sys
+import numpy as np
+from stoker.loader import Loader
+from stoker.transforms import Compose, HorizontalFlip, Normalize, RandomCrop, Resize
+
+def run(workers, **kw):
+    chain = Compose([Resize(40), RandomCrop(32), HorizontalFlip(), Normalize()])
+    ld = Loader(sys.argv[1], batch_size=8, transforms=chain, layout="NCHW", shuffle=True,
+                seed=5, workers=workers, **kw)
+    with ld:
+        it = iter(ld)
+        first = next(it)
+        here = first._lease is None  # made into fresh arrays, not a ring slot
+        pids = ld.worker_pids()
+        rows = [(first.images.copy(), first.labels.copy(), first.keys.copy())]
+        rows += [(b.images.copy(), b.labels.copy(), b.keys.copy()) for b in it]
+    return here, pids, rows
+
+mode = sys.argv[2]
+if mode == "same":
+    here, pids, got = run(2)
+    _, _, want = run(0)
+    same = len(got) == len(want) and all(
+        all(np.array_equal(a, b) for a, b in zip(g, w)) for g, w in zip(got, want))
+    print(json.dumps({"here": here, "workers": len(pids), "same": same}))
+else:
+    try:
+        run(2)
+        print(json.dumps({"raised": None}))
+    except Exception as e:
+        print(json.dumps({"raised": [c.__name__ for c in type(e).__mro__], "text": str(e)}))
+"""
+
+
+def _fresh(path: str, mode: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=SRC)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT), path, mode],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_first_batch_made_here_is_the_workers_bytes(folder):
+    out = _fresh(folder, "same")
+    assert out["here"], "the first batch of a fresh process came from a worker"
+    assert out["workers"] == 2  # started meanwhile: up once the first batch is out
+    assert out["same"]  # every batch, the first included, equal to workers=0's
+
+
+@pytest.mark.slow
+def test_a_failing_first_sample_is_reported_by_a_worker(tmp_path):
+    from loader_helpers import make_folder
+
+    make_folder(str(tmp_path), n=12)
+    for name in os.listdir(tmp_path / "class_0"):
+        (tmp_path / "class_0" / name).write_bytes(b"\xff\xd8 not a jpeg")
+    out = _fresh(str(tmp_path), "error")
+    assert out["raised"] is not None and "WorkerError" in out["raised"]
+
+
+@dataclass(frozen=True)
+class _Mine(Transform):
+    """A transform of the user's: never run in the main process for the workers."""
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return img
+
+    def output_spec(self, in_spec):
+        return in_spec
+
+
+def _plain(img, rng):
+    return img
+
+
+def test_only_stokers_own_code_runs_in_the_main_process(folder):
+    from stoker.loader import Loader
+    from stoker.loader._startup import own_code
+
+    chain = [Resize(40), RandomCrop(32), HorizontalFlip(), Normalize()]
+    with Loader(folder, batch_size=8, transforms=Compose(chain), workers=0) as ld:
+        assert own_code(ld.source, ld.pipeline)
+    with Loader(folder, batch_size=8, transforms=Compose([_Mine(), *chain]), workers=0) as ld:
+        assert not own_code(ld.source, ld.pipeline)
+        assert not own_code(ld.source, Compose([_plain]))  # a plain function of the user's
