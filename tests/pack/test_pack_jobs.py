@@ -221,7 +221,7 @@ def test_convert_steps_give_the_one_machine_convert_bytes(tmp_path, fmt):
         assert '"convert": true' in f.read()
     options, p, fp = load_plan(plan)
     for s in (1, 2):  # read in this process, as a Ray task does
-        assert not run_shard(options, p, fp, s, workers=0).skipped
+        assert not run_shard(options, p, fp, s).skipped
     assert pack_shards(plan, "0", workers=1, progress=False).packed == (0,)  # a pool
     report = finalize_pack(plan, progress=False)
     assert report.written == 7 and report.action == "converted"

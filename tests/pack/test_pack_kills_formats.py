@@ -121,10 +121,11 @@ def test_forty_random_kills_per_format(tmp_path, source, fmt):
     print(f"\n{fmt}: 40 SIGKILLs, {landed.count('mid-run')} mid-run, all reruns equal a clean run")
 
 
-def test_a_lost_tail_before_a_later_shard_starts_the_run_over(tmp_path, source):
-    """Partials that are not one run of whole records (shard 0 lost its last records while
-    shard 1 holds some: a disk that dropped a buffered tail) cannot be resumed in place: the
-    rerun starts over and still gives a clean run's bytes, never a short set."""
+@pytest.mark.parametrize("damage", ["tail", "byte"])
+def test_a_kept_shard_that_no_longer_verifies_is_written_again(tmp_path, source, damage):
+    """A shard committed before the kill that lost its tail (a disk that dropped a buffered
+    tail) or has a flipped byte is not kept: the rerun writes it again and gives a clean
+    run's bytes, never a short set."""
     src, clean = source
     out = str(tmp_path / "gap" / "out")
     os.makedirs(os.path.dirname(out))
@@ -141,10 +142,17 @@ def test_a_lost_tail_before_a_later_shard_starts_the_run_over(tmp_path, source):
     proc.communicate(timeout=30)
     assert_gone(procs)
     unlink_orphan_semaphores(sems)
-    first = f"{out}-00000.tfrecord.partial"
+    first = f"{out}-00000.tfrecord"  # committed, with its side-car
+    assert os.path.exists(f"{out}-00000.pack-shard.json")
     size = os.path.getsize(first)
-    with open(first, "r+b") as f:  # drop the tail of shard 0: its last records are gone
-        f.truncate(size - 30_000)
+    with open(first, "r+b") as f:
+        if damage == "tail":  # its last records are gone
+            f.truncate(size - 30_000)
+        else:  # one bit of a record's payload flipped: the size still matches
+            f.seek(size // 2)
+            b = f.read(1)
+            f.seek(size // 2)
+            f.write(bytes([b[0] ^ 1]))
     rerun = start_driver(args, env={**os.environ, "PACK_DRIVER_DELAY_S": "0"})
     _, err = rerun.communicate(timeout=120)
     assert rerun.returncode == 0, err.decode()

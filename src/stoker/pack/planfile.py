@@ -139,7 +139,7 @@ def write_plan(
         root=_absolute(options.root),
     )
     plan = make_plan(options)
-    dest = destination(options.prefix, storage_options)
+    dest = destination(options, storage_options)
     local_options, local_plan = dest.here(options, plan)
     make_out_dir(local_options.prefix)
     paths = output_paths(local_options, local_plan)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,17 @@ class PackReport:
     format: str = "recordio"  # the format written
     action: str = "packed"  # or "converted"
     labels: int | None = None  # distinct labels among the records written, when counted
+
+    def moved(self, at: Callable[[str], str]) -> PackReport:
+        """The report with each output path ``p`` replaced by ``at(p)`` (the set moved from
+        a staging folder to where it is committed)."""
+        return dataclasses.replace(
+            self,
+            manifest=at(self.manifest),
+            shards=tuple(at(s) for s in self.shards),
+            rejects_path=at(self.rejects_path),
+            list_path=None if self.list_path is None else at(self.list_path),
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON-safe dict, with the rates (``--json``)."""

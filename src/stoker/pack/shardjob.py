@@ -20,6 +20,8 @@ import time
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from stoker._core.atomic import atomic_write
 from stoker._core.errors import PackError, TooManyRejectsError
 from stoker._core.progress import Progress
@@ -31,9 +33,10 @@ from stoker.pack.outputs import (
     Unstorable,
     WriteFailed,
     shard_main_files,
+    write_rejects,
 )
 from stoker.pack.plan import Plan, geometric
-from stoker.pack.pool import results
+from stoker.pack.pool import Pool, results
 from stoker.pack.records import convert_range, reject_detail, sample_of
 from stoker.pack.report import PackReport, ShardCounts, Tally
 from stoker.pack.setfiles import write_set_files
@@ -66,12 +69,20 @@ def sidecar_path(paths: OutputPaths, s: int) -> str:
     return stem + ".pack-shard.json"
 
 
-def forget_shards(options: PackOptions, plan: Plan) -> None:
-    """Remove every shard's side-car: each shard is then packed again."""
+def forget_shards(options: PackOptions, plan: Plan, *, journal: str | None = None) -> bool:
+    """Remove every shard's side-car: each shard is then packed again. ``journal``: only when
+    no shard has one, remove the run's journal at that path and the shards' lock files too;
+    whether it did."""
     paths = output_paths(options, plan)
-    for s in range(plan.n_shards):
+    sides = [sidecar_path(paths, s) for s in range(plan.n_shards)]
+    if journal is not None:
+        if any(os.path.exists(p) for p in sides):
+            return False
+        sides += [journal, *(lock_path(paths, s) for s in range(plan.n_shards))]
+    for p in sides:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(sidecar_path(paths, s))
+            os.unlink(p)
+    return True
 
 
 # ---------------------------------------------------------------- one shard
@@ -150,14 +161,12 @@ def _inline(plan: Plan, a: int, b: int, options: PackOptions, upright: bool) -> 
         yield i, process(it.path, options, masks, upright=upright)
 
 
-def _stream(options: PackOptions, plan: Plan, a: int, b: int, workers: int) -> Generator:
+def _stream(options: PackOptions, plan: Plan, a: int, b: int, pool: Pool | None) -> Generator:
     upright = plan.schema is not None and geometric(plan.schema)
-    if workers == 0:
+    if pool is None:
         yield from _inline(plan, a, b, options, upright)
         return
-    items = plan.items[a:b]
-    chunk = max(1, min(64, len(items) // (workers * 8) or 1))
-    for pos, r in results(items, 0, options, workers, chunk, upright=upright):
+    for pos, r in results(plan.items[a:b], options, pool, upright=upright):
         yield a + pos, r
 
 
@@ -167,17 +176,18 @@ def run_shard(
     fp: str,
     s: int,
     *,
-    workers: int = 0,
+    pool: Pool | None = None,
     bar: Progress | None = None,
     lock: bool = True,
 ) -> ShardOutcome:
-    """Pack shard ``s`` of ``plan`` unless it is done (see the module NOTE); ``workers``:
-    a local pool of that many processes checks the images (0: this process does);
+    """Pack shard ``s`` of ``plan`` unless it is done (see the module NOTE); ``pool``: the
+    local pool whose workers check the images (``None``: this process does); ``bar``:
+    advanced by each position done, or by all of them when the shard is done already;
     ``lock=False``: the caller holds the shard's lock (:func:`lock_path`)."""
     if not lock:
-        return _run_shard(options, plan, fp, s, workers, bar)
+        return _run_shard(options, plan, fp, s, pool, bar)
     with shard_lock(lock_path(output_paths(options, plan), s)):
-        return _run_shard(options, plan, fp, s, workers, bar)
+        return _run_shard(options, plan, fp, s, pool, bar)
 
 
 def lock_path(paths: OutputPaths, s: int) -> str:
@@ -199,11 +209,13 @@ def shard_lock(path: str) -> Generator[None, None, None]:
 
 
 def _run_shard(
-    options: PackOptions, plan: Plan, fp: str, s: int, workers: int, bar: Progress | None
+    options: PackOptions, plan: Plan, fp: str, s: int, pool: Pool | None, bar: Progress | None
 ) -> ShardOutcome:
     t0 = time.perf_counter()
     a, b = shard_bounds(plan, s)
     if shard_problem(options, plan, fp, s) is None:
+        if bar is not None:
+            bar.update(b - a)
         return ShardOutcome(s, True, b - a, 0, 0, time.perf_counter() - t0)
     paths = output_paths(options, plan)
     side_path = sidecar_path(paths, s)
@@ -218,8 +230,10 @@ def _run_shard(
         if plan.reader is not None:  # a convert: read and written in this process
             convert_range(plan, a, b, s, writers, counts, rejects, lengths, bar)
         else:
-            stream = _stream(options, plan, a, b, workers)
+            stream = _stream(options, plan, a, b, pool)
             _store(plan, s, stream, writers, counts, rejects, lengths, bar)
+            if options.layout != "plain":
+                _write_layout(options, plan, paths, writers, rejects)
         nbytes = int(writers.get(s).bytes_written)
         entry, files = writers.commit_one(s)
     except WriteFailed as e:
@@ -275,6 +289,22 @@ def _store(
             rejects.append([pos, r[1], reject_detail(plan, pos, r[2])])
         if bar is not None:
             bar.update(1)
+
+
+def _write_layout(
+    options: PackOptions, plan: Plan, paths: OutputPaths, writers: ShardWriters, rejects: list
+) -> None:
+    """Append the layout's records after the images of the one shard; a reject stops the
+    run first (an insightface identity's range has no gaps), with the rejects list written."""
+    if rejects:
+        item_rejects = [(int(p), str(r), str(d)) for p, r, d in rejects]
+        write_rejects(paths.rejects, plan.scan, plan, item_rejects)
+        raise TooManyRejectsError(
+            f"{len(rejects)} files rejected, an insightface layout keeps every image (an "
+            f"identity's range has no gaps); see {paths.rejects} (nothing committed)"
+        )
+    labels = np.asarray([float(it.label) for it in plan.items])  # type: ignore[arg-type]
+    writers.write_layout(options.layout, labels)
 
 
 def output_paths(options: PackOptions, plan: Plan) -> OutputPaths:
@@ -354,18 +384,16 @@ def commit_set(
             lengths[name] = max(lengths.get(name, 0), int(n))
     tally.item_rejects.sort()
     if options.max_rejects is not None and tally.n_rejected > options.max_rejects:
-        from stoker.pack.outputs import write_rejects
-
         write_rejects(paths.rejects, plan.scan, plan, tally.item_rejects)
         raise TooManyRejectsError(
             f"{tally.n_rejected} files rejected, more than max_rejects={options.max_rejects}; "
-            f"see {paths.rejects} (shards kept; no manifest written)"
+            f"see {paths.rejects} (shards kept; no manifest written; rerun to resume)"
         )
+    tally.check_accounting()  # before anything of the set is written: never a short set
     try:
         write_set_files(options, plan, paths, tally, entries, lengths)
     except WriteFailed as e:
         raise e.error from None
-    tally.check_accounting()
     return tally.report(
         shards=shard_main_files(paths, entries),
         bytes_out=bytes_out,
