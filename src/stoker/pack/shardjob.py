@@ -221,7 +221,7 @@ def _run_shard(
     side_path = sidecar_path(paths, s)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(side_path)
-    writers = ShardWriters(paths, plan.writer_schema, resume=False)
+    writers = ShardWriters(paths, plan.writer_schema)
     counts = ShardCounts()
     rejects: list[list] = []
     lengths: dict[str, int] = {}
@@ -237,11 +237,11 @@ def _run_shard(
         nbytes = int(writers.get(s).bytes_written)
         entry, files = writers.commit_one(s)
     except WriteFailed as e:
-        writers.abort(keep_partial=False)
+        writers.abort()
         raise e.error from None
     except BaseException:
         with contextlib.suppress(Exception):
-            writers.abort(keep_partial=False)  # a partial shard is packed again from scratch
+            writers.abort()  # a partial shard is packed again from scratch
         raise
     finally:
         if stream is not None:
