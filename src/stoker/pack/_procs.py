@@ -10,8 +10,8 @@ globals.
 Pools run on multiprocessing's forkserver by default. The forkserver keeps running as long as any
 process it forked holds its "alive" pipe, and every worker holds it, so a worker cannot rely on
 its parent (the forkserver) dying when the main process is killed. Each worker therefore
-watches the main process itself (a pidfd, or polling where pidfds do not exist) and exits when
-it is gone; then the forkserver sees its pipe close and exits too.
+watches the main process itself (a pidfd, or polling where pidfds do not exist; on Windows,
+where workers are spawned by the main process, its process handle) and exits when it is gone; then the forkserver sees its pipe close and exits too.
 
 SIGTERM. A terminal, a job scheduler or ``kill -TERM -PGID`` signals the whole process group,
 workers included. A worker that died of it at once could die half-way through sending a
@@ -87,6 +87,10 @@ def pool_context(start_method: str | None = None) -> BaseContext:
 
 
 def _watch(pid: int) -> None:
+    parent = multiprocessing.parent_process()
+    if os.name == "nt" and parent is not None:  # spawned by the main process itself
+        parent.join()  # its handle is signalled when it exits, however it ends
+        os._exit(1)
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):

@@ -13,7 +13,6 @@ and writes the rejects list, the ``.lst`` and the manifest last.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import time
@@ -200,12 +199,28 @@ def shard_lock(path: str) -> Generator[None, None, None]:
     """Hold an exclusive lock on ``path`` (made when missing): one job at a time per shard
     (the task of a driver that was killed may still be running when a rerun's starts; the
     lock goes with its process)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _lock(fd)
         yield
     finally:
         os.close(fd)
+
+
+def _lock(fd: int) -> None:
+    """An exclusive lock on ``fd``, waited for; it goes with the descriptor."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: a lock on the file's first byte
+        import msvcrt
+
+        while True:
+            try:
+                msvcrt.locking(fd, msvcrt.LK_LOCK, 1)  # type: ignore[attr-defined]
+                return
+            except OSError:  # LK_LOCK gives up after 10 s: wait on
+                continue
+    fcntl.flock(fd, fcntl.LOCK_EX)
 
 
 def _run_shard(
