@@ -41,7 +41,10 @@ from stoker.formats.remote import (
     remote_url,
 )
 
-__all__ = ["FORMATS", "Format", "format_of", "get", "open_reader", "register"]
+__all__ = ["DEFAULT_FORMAT", "FORMATS", "Format", "format_of", "get", "open_reader", "register"]
+
+#: the format pack and convert write when none is named
+DEFAULT_FORMAT = "recordio"
 
 
 @dataclass(frozen=True)
