@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from stoker._core.atomic import atomic_write, partial_path
+from stoker._core.atomic import atomic_write
 from stoker._core.errors import OutputExistsError, PackError
 from stoker._core.schema import Schema
+from stoker.formats.registry import DEFAULT_FORMAT, get
 from stoker.pack.plan import Plan
 from stoker.pack.scan import ScanResult, escape_name
 from stoker.pack.source import SourceItems
@@ -42,15 +43,6 @@ __all__ = [
     "write_manifest",
     "write_rejects",
 ]
-
-
-def _shard_stem(prefix: str, shard: int | None) -> str:
-    return prefix if shard is None else f"{prefix}-{shard:05d}"
-
-
-def _recordio_files(prefix: str, shard: int | None) -> tuple[str, ...]:
-    stem = _shard_stem(prefix, shard)
-    return stem + ".rec", stem + ".idx", stem + ".crc32c"
 
 
 def _outputs_like(prefix: str, suffixes: tuple[str, ...]) -> list[str]:
@@ -71,9 +63,9 @@ def _outputs_like(prefix: str, suffixes: tuple[str, ...]) -> list[str]:
 
 @dataclass(frozen=True)
 class OutputPaths:
-    """The paths of every output and journal of one run. Shard files are the format's: exact
-    for RecordIO (``.rec``/``.idx``/``.crc32c``), for another format the files named
-    ``PREFIX[-N].ext`` with one of its extensions."""
+    """The paths of every output and journal of one run. Shard files are the format's: the
+    files named ``PREFIX[-N].ext`` with one of its extensions (``.rec``, ``.tfrecord``, ...)
+    or ``.crc32c``."""
 
     format: str
     prefix: str
@@ -84,7 +76,7 @@ class OutputPaths:
     journal: str
 
     @classmethod
-    def for_plan(cls, plan: Plan, *, list_file: bool, format: str = "recordio") -> OutputPaths:
+    def for_plan(cls, plan: Plan, *, list_file: bool, format: str = DEFAULT_FORMAT) -> OutputPaths:
         p = plan.prefix
         return cls(
             format=format,
@@ -98,12 +90,10 @@ class OutputPaths:
 
     def shard_files(self) -> list[str]:
         """The final shard files of this run's format (see the class docstring)."""
-        if self.format == "recordio":
-            return [f for s in self.shard_ids for f in _recordio_files(self.prefix, s)]
-        from stoker.formats.registry import get
-
-        # a format's shards and their per-shard checksum side-cars (a WebDataset tar's)
-        return _outputs_like(self.prefix, (*get(self.format).extensions, ".crc32c"))
+        # a format's shards, then their per-shard side files (an index, CRC32Cs)
+        suffixes = (*get(self.format).extensions, ".crc32c")
+        found = _outputs_like(self.prefix, suffixes)
+        return sorted(found, key=lambda p: [p.lower().endswith(x) for x in suffixes].index(True))
 
     def finals(self) -> list[str]:
         """The files a finished run leaves."""
@@ -166,13 +156,7 @@ def write_error(e: OSError, path: str, nbytes: int | None) -> WriteFailed:
 
 def remove_partials(paths: OutputPaths) -> None:
     """Remove the partial shards and the journals."""
-    if paths.format == "recordio":
-        shard_parts = [
-            partial_path(f) for s in paths.shard_ids for f in _recordio_files(paths.prefix, s)
-        ]
-    else:
-        shard_parts = _outputs_like(paths.prefix, (".partial",))
-    for p in (*shard_parts, paths.journal):
+    for p in (*_outputs_like(paths.prefix, (".partial",)), paths.journal):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(p)
 

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from stoker.formats.registry import DEFAULT_FORMAT
 from stoker.pack.images import DEFAULT_MAX_PIXELS
 from stoker.pack.options import PackOptions, output_prefix
 from stoker.pack.report import PackReport
@@ -42,7 +43,7 @@ def pack(
     allow_outside_root: bool = False,
     progress: bool | None = None,
     schema: Any = None,
-    format: str = "recordio",
+    format: str = DEFAULT_FORMAT,
     labels: str = "folders",
     engine: str = "local",
     ray_address: str | None = None,
@@ -131,7 +132,7 @@ def convert(
     src: str | os.PathLike[str],
     out: str | os.PathLike[str],
     *,
-    format: str = "recordio",
+    format: str = DEFAULT_FORMAT,
     source_format: str | None = None,
     source_options: dict[str, Any] | None = None,
     workers: int | None = None,

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from stoker._core.errors import PackError
+from stoker.formats.registry import DEFAULT_FORMAT
 from stoker.pack.scan import ScanResult
 
 __all__ = ["PackReport", "ShardCounts", "Tally"]
@@ -41,7 +42,7 @@ class PackReport:
     unclassified: int = 0
     formats: dict[str, int] = field(default_factory=dict)
     resumed_bytes_in: int = 0  # the part of bytes_in that the resumed records were read from
-    format: str = "recordio"  # the format written
+    format: str = DEFAULT_FORMAT  # the format written
     action: str = "packed"  # or "converted"
     labels: int | None = None  # distinct labels among the records written, when counted
 
@@ -194,7 +195,7 @@ class Tally(_Counts):
         manifest: str,
         rejects_path: str,
         list_path: str | None,
-        format: str = "recordio",
+        format: str = DEFAULT_FORMAT,
         action: str = "packed",
     ) -> PackReport:
         """The :class:`PackReport` of a finished run that committed ``shards`` (each shard's
