@@ -92,7 +92,7 @@ class WdsShardWriter(ShardWriter):
     ) -> None:
         self.path = os.fspath(path)
         self.schema = schema if schema is not None else Schema.classification()
-        head = self.schema.header_name
+        head = self._head = self.schema.header_name
         if head is not None and self.schema[head].shape != ():
             raise SpecError(
                 f"field {head!r}: WebDataset keeps one integer class per sample in '.cls', "
@@ -118,6 +118,9 @@ class WdsShardWriter(ShardWriter):
         return [ustar_header(name, len(data)), data, bytes(padding(len(data)))]
 
     def _label_text(self, label: Any) -> bytes:
+        t = type(label)
+        if t is int or (t is float and label.is_integer()):  # the usual labels: no array
+            return str(int(label)).encode("ascii")
         arr = np.asarray(label)
         if arr.size != 1 or arr.dtype.kind not in "biuf":
             raise SpecError(f"a WebDataset label is one whole number, got {label!r}")
@@ -152,7 +155,7 @@ class WdsShardWriter(ShardWriter):
         stem = f"{key:09d}".encode("ascii")
         datas = [bytes(image)]
         parts = self._member(stem + b"." + suffix.encode(), datas[0])
-        if self.schema.header_name is not None:
+        if self._head is not None:
             datas.append(self._label_text(label))
             parts += self._member(stem + b"." + LABEL_SUFFIX.encode(), datas[-1])
         values = fields or {}
