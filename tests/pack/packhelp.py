@@ -270,7 +270,8 @@ def kill_and_rerun(args: list[str], out: str, clean: str, sig: int, at: float, d
 
     sems = semaphores()
     landed = kill_group_at(start_slowed(args, delay), at, sig)
-    unlink_orphan_semaphores(sems)  # a group's SIGKILL took the semaphores' tracker
+    if sig == signal.SIGKILL:  # the group's SIGKILL took the semaphores' tracker
+        unlink_orphan_semaphores(sems)
     manifest = out + ".stoker.json"
     what = (args[0], sig, at)
     if os.path.exists(manifest):  # a manifest names the whole set, every shard whole
