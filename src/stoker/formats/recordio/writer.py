@@ -113,6 +113,9 @@ class RecordWriter:
             self._rec = open(partial_path(self.rec_path), "wb", buffering=1 << 20)  # noqa: SIM115
             self._idx = open(partial_path(self.idx_path), "wb", buffering=1 << 16)  # noqa: SIM115
             if self.crc_path is not None:
+                from stoker._core.crc import crc32c
+
+                self._crc = crc32c
                 self._crcf = open(partial_path(self.crc_path), "wb", buffering=1 << 16)  # noqa: SIM115
         except BaseException:
             self._close_files()
@@ -172,14 +175,12 @@ class RecordWriter:
         offset = self.bytes_written
         self._rec.writelines(parts)
         if self._crcf is not None:
-            from stoker._core.crc import crc32c
-
-            self._crcf.write(crc32c(data).to_bytes(4, "little"))
+            self._crcf.write(self._crc(data).to_bytes(4, "little"))
         line = f"{k}\t{offset}\n".encode()
         self._idx.write(line)
         self._sha.update(line)
         self._keys.append(k)
-        self.bytes_written = offset + sum(len(p) for p in parts)
+        self.bytes_written = offset + sum(map(len, parts))
         return offset
 
     def _trailer(self, key: int, stored: dict, fields: Mapping[str, Any] | None) -> bytes:
