@@ -154,20 +154,23 @@ def semaphores() -> set[str]:
 def unlink_orphan_semaphores(before: set[str]) -> None:
     """Remove the semaphores made since ``before`` that no live process maps: those of a
     process group killed with SIGKILL, whose resource tracker died with it. A semaphore a
-    running process still maps (another test run or program on the machine) is kept."""
+    running process maps (another test run or program on the machine) is kept. Mappings are
+    matched by inode: the process that makes a semaphore maps it under a temporary name it
+    then links to the ``sem.mp-*`` one."""
     new = semaphores() - before
     if not new:
         return
-    mapped: set[str] = set()
+    mapped: set[int] = set()
     for pid in psutil.pids():
         try:
             with open(f"/proc/{pid}/maps") as f:
-                mapped.update(line.split()[-1] for line in f if "/dev/shm/sem.mp-" in line)
-        except OSError:
+                mapped.update(int(line.split()[4]) for line in f if "/dev/shm/sem." in line)
+        except (OSError, ValueError, IndexError):
             continue
-    for left in new - mapped:
+    for left in new:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(left)
+            if os.stat(left).st_ino not in mapped:
+                os.unlink(left)
 
 
 def file_size(path: str) -> int:

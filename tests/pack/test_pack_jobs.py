@@ -248,3 +248,23 @@ def test_convert_cli_steps(tmp_path, capsys):
     assert "--format: the plan holds" in capsys.readouterr().err
     assert main(["convert", "--plan", plan, "--finalize", "--quiet"]) == 0
     assert digests(out) == digests(ref)
+
+
+def test_an_overwrite_by_steps_replaces_the_set_only_at_finalize(src, tmp_path):
+    """The steps over a committed set with overwrite: the plan file beside OUT, the shards
+    staged beside the set, which stays whole (the old bytes) until finalize moves the new one
+    in, manifest last."""
+    out = str(tmp_path / "out" / "set")
+    stoker.pack(src, out, workers=1, progress=False, shard_size=4)
+    old = digests(out)
+    ref = str(tmp_path / "ref" / "set")
+    stoker.pack(src, ref, workers=1, progress=False, **OPTS)
+    plan = plan_pack(src, out, overwrite=True, **OPTS)
+    assert plan == out + ".plan.json"
+    pack_shards(plan, workers=1, progress=False)
+    assert {n: d for n, d in digests(out).items() if n in old} == old  # untouched so far
+    finalize_pack(plan, progress=False)
+    os.unlink(plan)
+    got = digests(out)
+    assert got == digests(ref)
+    assert not [n for n in os.listdir(os.path.dirname(out)) if n.startswith(".")]

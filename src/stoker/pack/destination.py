@@ -58,6 +58,10 @@ class Folder:
         """An :class:`OutputExistsError` when a set is there already."""
         paths.refuse_existing()
 
+    def local_prefix(self, options: PackOptions) -> str:
+        """OUT as a local path prefix, for the files that stay on this machine (a plan)."""
+        return options.prefix
+
     def forget(self, options: PackOptions, plan: Plan) -> None:
         """Every shard's commit point removed: each shard is written again."""
         forget_shards(*self.here(options, plan))
@@ -117,6 +121,10 @@ class Url(Folder):
         from stoker.pack.remote import staged
 
         return staged(options, plan)
+
+    def local_prefix(self, options: PackOptions) -> str:
+        """OUT's last name, in the current folder."""
+        return options.prefix.rstrip("/").rsplit("/", 1)[-1]
 
     def refuse_existing(self, options: PackOptions, paths: OutputPaths) -> None:
         from stoker.pack.remote import refuse_existing_url
