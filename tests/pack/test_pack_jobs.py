@@ -268,3 +268,27 @@ def test_an_overwrite_by_steps_replaces_the_set_only_at_finalize(src, tmp_path):
     got = digests(out)
     assert got == digests(ref)
     assert not [n for n in os.listdir(os.path.dirname(out)) if n.startswith(".")]
+
+
+def test_a_stop_between_a_shards_rename_and_its_sidecar_reruns_clean(src, tmp_path, monkeypatch):
+    """Ctrl-C (or a SIGTERM's exit) after a shard's files were renamed but before its side-car:
+    the journal stays, so the rerun writes that shard again instead of refusing its files."""
+    import stoker.pack.shardjob as shardjob
+
+    ref = str(tmp_path / "ref" / "set")
+    stoker.pack(src, ref, workers=1, progress=False, **OPTS)
+    real = shardjob.atomic_write
+
+    def stop_at_the_sidecar(path, *a, **k):
+        if str(path).endswith(".pack-shard.json"):
+            raise KeyboardInterrupt
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(shardjob, "atomic_write", stop_at_the_sidecar)
+    out = str(tmp_path / "out" / "set")
+    with pytest.raises(KeyboardInterrupt):
+        stoker.pack(src, out, workers=1, progress=False, **OPTS)
+    assert os.path.exists(out + "-00000.rec") and os.path.exists(out + ".pack-journal.partial")
+    monkeypatch.undo()
+    stoker.pack(src, out, workers=1, progress=False, **OPTS)
+    assert digests(out) == digests(ref)

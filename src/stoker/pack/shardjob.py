@@ -70,12 +70,13 @@ def sidecar_path(paths: OutputPaths, s: int) -> str:
 
 def forget_shards(options: PackOptions, plan: Plan, *, journal: str | None = None) -> bool:
     """Remove every shard's side-car: each shard is then packed again. ``journal``: only when
-    no shard has one, remove the run's journal at that path and the shards' lock files too;
-    whether it did."""
+    no shard has one and no shard file is final (a stop between a shard's rename and its
+    side-car leaves files a rerun of this plan replaces), remove the run's journal at that
+    path and the shards' lock files too; whether it did."""
     paths = output_paths(options, plan)
     sides = [sidecar_path(paths, s) for s in range(plan.n_shards)]
     if journal is not None:
-        if any(os.path.exists(p) for p in sides):
+        if any(os.path.exists(p) for p in sides) or paths.shard_files():
             return False
         sides += [journal, *(lock_path(paths, s) for s in range(plan.n_shards))]
     for p in sides:
