@@ -108,10 +108,10 @@ def test_a_kept_shard_that_no_longer_verifies_is_written_again(tmp_path, sources
     args += ["--format", "tfrecord", "--quiet"]
     sems = semaphores()
     proc = start_driver(args, env={**os.environ, "PACK_DRIVER_DELAY_S": str(DELAY_S)})
-    second = f"{out}-00001.tfrecord.partial"
+    committed = f"{out}-00000.pack-shard.json"  # shard 0's commit point: kill just after it
     deadline = time.monotonic() + 60
-    while not (os.path.exists(second) and os.path.getsize(second) > 0):
-        assert proc.poll() is None and time.monotonic() < deadline, "shard 1 never started"
+    while not os.path.exists(committed):
+        assert proc.poll() is None and time.monotonic() < deadline, "shard 0 never committed"
         time.sleep(0.002)
     procs = family(proc)
     os.killpg(proc.pid, signal.SIGKILL)
