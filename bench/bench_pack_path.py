@@ -12,11 +12,11 @@ bench). The data is made once by the old revision: a folder of ``--images`` 64x6
 (10 classes), and a RecordIO set of ``--records`` records packed from a folder of that many.
 Candidates, each with ``--workers`` processes (Ray: a Ray started in the child with that many
 CPUs, its start and its workers' first start outside the clock, one task per shard of
-``--shard-size``):
+``--shard-size``, default an eighth of the records):
 
-  pack       the folder into RecordIO
+  pack       the folder into RecordIO (one file, and in shards), TFRecord and WebDataset
   convert    the RecordIO set into TFRecord, WebDataset and RecordIO (one call each, no
-             shards: what ``bench_formats.py`` times)
+             shards: what ``bench_formats.py`` times; and RecordIO in shards)
 
 Wall time of the call (the page cache holds the inputs before each run), as records per
 second; rounds alternate old-first and new-first. Printed: the median records/s of each
@@ -41,13 +41,18 @@ from _common import command_line, make_images, warm_page_cache
 from bench_revisions import Revision, _git, byte_compile, checkout
 
 HERE = Path(__file__).resolve()
+#: (run, engine, into, in shards); Ray's runs are always in shards
 CANDIDATES = (
-    ("pack", "local", "recordio"),
-    ("pack", "ray", "recordio"),
-    ("convert", "local", "tfrecord"),
-    ("convert", "local", "wds"),
-    ("convert", "local", "recordio"),
-    ("convert", "ray", "tfrecord"),
+    ("pack", "local", "recordio", False),
+    ("pack", "local", "recordio", True),
+    ("pack", "local", "tfrecord", False),
+    ("pack", "local", "wds", False),
+    ("pack", "ray", "recordio", True),
+    ("convert", "local", "tfrecord", False),
+    ("convert", "local", "wds", False),
+    ("convert", "local", "recordio", False),
+    ("convert", "local", "recordio", True),
+    ("convert", "ray", "tfrecord", True),
 )
 
 
@@ -79,8 +84,9 @@ def child_run(args: argparse.Namespace) -> dict:
             warm = ray.remote(num_cpus=1)(_noop)
             ray.get([warm.remote() for _ in range(args.workers)])
         common = {"workers": args.workers, "engine": args.engine, "progress": False}
-        if args.engine == "ray":
-            common["shard_size"] = args.shard_size
+        if args.sharded:
+            n = args.images if args.what == "pack" else args.records
+            common["shard_size"] = args.shard_size or max(1, n // 8)
         t0 = time.perf_counter()
         if args.what == "pack":
             r = stoker.pack(args.input, os.path.join(out, "o"), **common)
@@ -109,12 +115,15 @@ def child(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_child(rev: Revision, args: argparse.Namespace, kind: str, **extra: str) -> dict:
+def run_child(rev: Revision, args: argparse.Namespace, kind: str, **extra: str | bool) -> dict:
     cmd = [sys.executable, str(HERE), "--child", kind, "--work", str(args.work)]
     cmd += ["--images", str(args.images), "--records", str(args.records)]
-    cmd += ["--workers", str(args.workers), "--shard-size", str(args.shard_size)]
+    cmd += ["--workers", str(args.workers), "--shard-size", str(args.shard_size or 0)]
     for k, v in extra.items():
-        cmd += [f"--{k}", v]
+        if v is True:
+            cmd.append(f"--{k}")
+        elif v is not False:
+            cmd += [f"--{k}", v]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(rev.src), env.get("PYTHONPATH")]))
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=args.work)
@@ -135,16 +144,20 @@ def run_rounds(args: argparse.Namespace, old: Revision, new: Revision, data: dic
     for i in range(args.rounds):
         order = (old, new) if i % 2 == 0 else (new, old)
         for c in cands:
-            what, engine, fmt = c
+            what, engine, fmt, sharded = c
             src = data["folder"] if what == "pack" else data["set"]
             got = {}
             for rev in order:
                 warm_page_cache(src if what == "pack" else src[: -len(".stoker.json")] + ".rec")
-                r = run_child(rev, args, "run", what=what, engine=engine, format=fmt, input=src)
+                r = run_child(
+                    rev, args, "run", what=what, engine=engine, format=fmt, input=src,
+                    sharded=sharded,
+                )  # fmt: skip
                 got[rev.label] = r["rate"]
             results[c].append(got)
+            into = fmt + (" shards" if sharded else "")
             print(
-                f"round {i + 1} {what:<7} {engine:<5} {fmt:<8} old {got['old']:9,.0f}  "
+                f"round {i + 1} {what:<7} {engine:<5} {into:<15} old {got['old']:9,.0f}  "
                 f"new {got['new']:9,.0f} records/s  new/old {got['new'] / got['old']:.2f}",
                 flush=True,
             )
@@ -158,14 +171,16 @@ def report(args: argparse.Namespace, results: dict, old: Revision, new: Revision
     print(f"old: {old.name} = {old.commit}; new: {new.name} = {new.commit}")
     print(
         f"pack: {args.images} 64x64 JPEGs; convert: a RecordIO set of {args.records} records; "
-        f"{args.workers} workers; Ray: {args.shard_size} records a shard; {args.rounds} round(s)"
+        f"{args.workers} workers; in shards: {args.shard_size or 'an eighth of the records'} "
+        f"a shard; {args.rounds} round(s)"
     )
     print("| run | engine | into | old records/s | new records/s | new/old | min..max |")
     print("|---|---|---|---:|---:|---:|---|")
-    for (what, engine, fmt), rows in results.items():
+    for (what, engine, fmt, sharded), rows in results.items():
         ratios = [r["new"] / r["old"] for r in rows]
+        into = fmt + (" shards" if sharded else "")
         print(
-            f"| {what} | {engine} | {fmt} | {med(r['old'] for r in rows):,.0f} | "
+            f"| {what} | {engine} | {into} | {med(r['old'] for r in rows):,.0f} | "
             f"{med(r['new'] for r in rows):,.0f} | {med(ratios):.2f} | "
             f"{min(ratios):.2f}..{max(ratios):.2f} |"
         )
@@ -183,7 +198,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--images", type=int, default=None, help="images packed (3,000; quick 600)")
     ap.add_argument("--records", type=int, default=None, help="records converted (20,000)")
     ap.add_argument("--workers", type=int, default=2, help="processes (default 2)")
-    ap.add_argument("--shard-size", type=int, default=None, help="Ray's shard size")
+    ap.add_argument(
+        "--shard-size", type=int, default=0, help="records a shard (default: an eighth)"
+    )
     ap.add_argument("--no-ray", dest="ray", action="store_false", help="the local pool only")
     ap.add_argument("--work", default=None, help="data folder (default: a temporary one)")
     ap.add_argument("--child", choices=("data", "run"), help=argparse.SUPPRESS)
@@ -191,11 +208,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--engine", help=argparse.SUPPRESS)
     ap.add_argument("--format", help=argparse.SUPPRESS)
     ap.add_argument("--input", help=argparse.SUPPRESS)
+    ap.add_argument("--sharded", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.images = args.images or (600 if args.quick else 3_000)
     args.records = args.records or (4_000 if args.quick else 20_000)
-    args.shard_size = args.shard_size or max(1, args.records // 8)
     return args
 
 

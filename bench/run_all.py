@@ -5,8 +5,8 @@ Each benchmark measures its candidates side by side in one run and reports ratio
 (bench_formats.py: the loader on each format beside RecordIO, and `stoker convert` beside
 `cp`; `--only formats`; bench_engines.py: `stoker pack --engine ray` beside the local pool,
 1 and 2 workers each; `--only engines`; bench_pack_path.py: `stoker pack` and `stoker convert`
-records per second, local pool and Ray, an older revision (default main) beside the working tree;
-`--only pack_path`).
+records per second, local pool and Ray, an older revision (default main, the current release)
+beside the working tree, 1,500 images and 8,000 records here; `--only pack_path`).
 bench_bigfile.py: shuffled reads of a .rec twice the page cache it may use, without and
 with access hints, beside the same file warm (`--only bigfile`).
 bench_loader_engines.py: the loader's portable engine beside its Linux engine on the same
@@ -29,6 +29,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+
+#: what a bench is given beside ``--quick`` in a full run: a size that keeps ``make bench`` short
+SIZES = {"bench_pack_path": ["--images", "1500", "--records", "8000"]}
 
 
 def main() -> int:
@@ -53,7 +56,7 @@ def main() -> int:
     for b in benches:
         print(f"\n######## {b.stem} ########", flush=True)
         t0 = time.perf_counter()
-        cmd = [sys.executable, str(b)] + (["--quick"] if args.quick else [])
+        cmd = [sys.executable, str(b)] + (["--quick"] if args.quick else SIZES.get(b.stem, []))
         if b.stem == "bench_revisions":
             cmd += ["--old", args.old] + (["--costs", args.costs] if args.costs else [])
         rc = subprocess.call(cmd)

@@ -341,30 +341,6 @@ def test_reads_without_a_cache_directory(tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------- writer
-def test_resume_keeps_the_whole_records_of_a_killed_run(tmp_path):
-    schema = Schema.classification()
-    images = [jpeg(i) for i in range(6)]
-    w = open_writer(tmp_path / "r", 3, schema=schema)
-    for i in range(4):
-        w.write(i, images[i], i)
-    w.flush()
-    part = tmp_path / "r-00003.tfrecord.partial"
-    size = part.stat().st_size
-    del w  # killed: the partial stays, the final name never appears
-    with open(part, "r+b") as f:
-        f.truncate(size - 7)  # the last record is torn
-    assert not (tmp_path / "r-00003.tfrecord").exists()
-    w = open_writer(tmp_path / "r", 3, schema=schema, resume=True)
-    assert w.keys_written.tolist() == [0, 1, 2]
-    for i in range(3, 6):
-        w.write(i, images[i], i)
-    entry = w.commit()
-    assert not part.exists()
-    with TFRecordReader(entry["path"]) as r:
-        assert r.keys().tolist() == list(range(6))
-        assert [bytes(r.reader()(i)[0]) for i in range(6)] == images
-
-
 def test_abort_leaves_nothing_and_writer_refuses_what_it_cannot_store(tmp_path):
     w = open_writer(tmp_path / "a", None, schema=Schema.classification())
     w.write(0, jpeg(0), 0)

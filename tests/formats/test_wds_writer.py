@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _wds_util import jpeg, png
+from _wds_util import jpeg
 
 from stoker._core.errors import ManifestError, SpecError
 from stoker._core.schema import Field, Schema
@@ -40,43 +40,6 @@ def test_nothing_final_until_commit_and_abort_leaves_nothing(tmp_path):
     assert (tmp_path / "a.tar.partial").exists()
     w.abort()
     assert list(tmp_path.iterdir()) == []
-
-
-def test_resume_keeps_the_complete_samples_of_a_killed_run(tmp_path):
-    w = open_writer(tmp_path / "r", 0, schema=SCHEMA)
-    for i in range(6):
-        w.write(i, jpeg(i), i, fields(i))
-    w.abort(keep_partial=True)
-    partial = tmp_path / "r-00000.tar.partial"
-    data = partial.read_bytes()
-    # a kill in the middle of sample 4: its image and label are there, its fields are not
-    full = WdsShardWriter(tmp_path / "probe.tar", schema=SCHEMA, checksums=False)
-    for i in range(4):
-        full.write(i, jpeg(i), i, fields(i))
-    cut = full.bytes_written + 512 + len(jpeg(4)) + 700
-    full.abort()
-    partial.write_bytes(data[:cut])
-
-    w = open_writer(tmp_path / "r", 0, schema=SCHEMA, resume=True)
-    assert w.keys_written.tolist() == [0, 1, 2, 3]
-    for i in range(4, 7):
-        w.write(i, jpeg(i), i, fields(i))
-    entry = w.commit()
-    assert entry["records"] == 7 and entry["max_len"] == {"txt": 2, "pts": 2}
-
-    fresh = open_writer(tmp_path / "f", 0, schema=SCHEMA)
-    for i in range(7):
-        fresh.write(i, jpeg(i), i, fields(i))
-    want = fresh.commit()
-    assert (tmp_path / "r-00000.tar").read_bytes() == (tmp_path / "f-00000.tar").read_bytes()
-    assert entry["sha256"] == want["sha256"]
-
-
-def test_resume_without_a_partial_starts_fresh(tmp_path):
-    w = open_writer(tmp_path / "n", 2, schema=SCHEMA, resume=True)
-    assert w.keys_written.tolist() == []
-    w.write(5, png(5), 0, fields(5))
-    assert w.commit()["tar"] == "n-00002.tar"
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import hashlib
@@ -153,28 +154,23 @@ def semaphores() -> set[str]:
 def unlink_orphan_semaphores(before: set[str]) -> None:
     """Remove the semaphores made since ``before`` that no live process maps: those of a
     process group killed with SIGKILL, whose resource tracker died with it. A semaphore a
-    running process still maps (another test run or program on the machine) is kept."""
+    running process maps (another test run or program on the machine) is kept. Mappings are
+    matched by inode: the process that makes a semaphore maps it under a temporary name it
+    then links to the ``sem.mp-*`` one."""
     new = semaphores() - before
     if not new:
         return
-    # a live semaphore is mapped under glibc's temporary name (``sem.XXXXXX (deleted)``), not
-    # under its own: what a process maps is told by the file's inode
     mapped: set[int] = set()
     for pid in psutil.pids():
         try:
             with open(f"/proc/{pid}/maps") as f:
-                for line in f:
-                    if "/dev/shm/sem." in line:
-                        mapped.add(int(line.split()[4]))
+                mapped.update(int(line.split()[4]) for line in f if "/dev/shm/sem." in line)
         except (OSError, ValueError, IndexError):
             continue
     for left in new:
-        try:
-            if os.stat(left).st_ino in mapped:
-                continue
-            os.unlink(left)
-        except FileNotFoundError:
-            continue
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(left).st_ino not in mapped:
+                os.unlink(left)
 
 
 def file_size(path: str) -> int:
@@ -219,3 +215,79 @@ def set_digests(prefix: str) -> dict[str, str]:
         for n in sorted(os.listdir(folder))
         if n.startswith(base) and not n.endswith(".plan.json")
     }
+
+
+# --------------------------------------------------------------------------- kill and rerun
+#: ``stoker COMMAND ARGS --quiet`` in a child, each record's write slowed down by
+#: ``STOKER_WRITE_DELAY_S`` seconds (in the process that writes: pack's and convert's driver)
+SLOWED_WRITES = """
+import os, sys, time
+import stoker.pack.outputs as outputs
+delay = float(os.environ.get("STOKER_WRITE_DELAY_S", "0"))
+if delay:
+    write = outputs.ShardWriters.write
+    def slow(self, *a, **k):
+        time.sleep(delay)
+        return write(self, *a, **k)
+    outputs.ShardWriters.write = slow
+from stoker.cli import main
+sys.exit(main([*sys.argv[1:], "--quiet"]))
+"""
+
+
+def start_slowed(args: list[str], delay: float) -> subprocess.Popen:
+    """``stoker ARGS`` (``["pack", SRC, OUT, ...]``) in its own process group, each record's
+    write ``delay`` s slower."""
+    return subprocess.Popen(
+        [sys.executable, "-c", SLOWED_WRITES, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=_default_sigint,
+        env={**os.environ, "STOKER_WRITE_DELAY_S": str(delay)},
+    )
+
+
+def random_moments(seed: int, k: int, last: float) -> list[float]:
+    """``k`` seeded moments (seconds) from 0.05 to ``last``."""
+    import random
+
+    rng = random.Random(seed)
+    return [round(rng.uniform(0.05, last), 3) for _ in range(k)]
+
+
+def folder_files(prefix: str) -> dict[str, str]:
+    """sha256 of every file in ``prefix``'s folder, by name."""
+    folder = os.path.dirname(prefix)
+    return {n: sha(os.path.join(folder, n)) for n in sorted(os.listdir(folder))}
+
+
+def kill_and_rerun(args: list[str], out: str, clean: str, sig: int, at: float, delay: float):
+    """Run ``stoker ARGS`` (writing the set ``out``) slowed by ``delay`` s per record, send
+    ``sig`` to its group ``at`` s in, then check: a manifest that is there names the clean
+    set whole; a rerun finishes it; the folder then holds the clean set's bytes, file for
+    file (``clean``: its prefix, alone in its folder). Where the signal landed."""
+    import json
+
+    from stoker.formats import registry
+
+    sems = semaphores()
+    landed = kill_group_at(start_slowed(args, delay), at, sig)
+    if sig == signal.SIGKILL:  # the group's SIGKILL took the semaphores' tracker
+        unlink_orphan_semaphores(sems)
+    manifest = out + ".stoker.json"
+    what = (args[0], sig, at)
+    if os.path.exists(manifest):  # a manifest names the whole set, every shard whole
+        with open(manifest) as f:
+            got = json.load(f)
+        with open(clean + ".stoker.json") as f:
+            assert got == json.load(f), (*what, "a short set committed")
+    if not os.path.exists(manifest) or glob.glob(out + ".pack-journal*"):  # not finished
+        rerun = start_slowed(args, 0.0)
+        _, err = rerun.communicate(timeout=120)
+        assert rerun.returncode == 0, (*what, err.decode())
+    else:
+        landed = "after the commit"
+    assert registry.format_of(manifest).load("verify")(manifest, progress=False).ok, what
+    assert folder_files(out) == folder_files(clean), what
+    return landed

@@ -7,39 +7,18 @@ default; 40 per format and signal under ``slow``."""
 
 from __future__ import annotations
 
-import glob
-import json
 import os
-import random
 import signal
-import subprocess
-import sys
 
 import pytest
-from packhelp import kill_group_at, noise_tree, sha
+from packhelp import kill_and_rerun, noise_tree, random_moments
 
-from stoker.formats import registry
 from stoker.pack import convert, pack
 
 N = 240
 SHARD = 40
 FORMATS = ("recordio", "tfrecord", "wds")
 DELAY_S = 0.004  # per record in the driver: a run takes about 1 s
-
-#: ``stoker convert`` with each record's write slowed down by ``CONVERT_DELAY_S``
-DRIVER = """
-import os, sys, time
-import stoker.pack.outputs as outputs
-delay = float(os.environ.get("CONVERT_DELAY_S", "0"))
-if delay:
-    write = outputs.ShardWriters.write
-    def slow(self, *a, **k):
-        time.sleep(delay)
-        return write(self, *a, **k)
-    outputs.ShardWriters.write = slow
-from stoker.cli import main
-sys.exit(main(["convert", *sys.argv[1:], "--quiet"]))
-"""
 
 
 @pytest.fixture(scope="module")
@@ -56,48 +35,16 @@ def source(tmp_path_factory):
     return src + ".stoker.json", clean
 
 
-def _files(prefix: str) -> dict[str, str]:
-    folder = os.path.dirname(prefix)
-    return {n: sha(os.path.join(folder, n)) for n in sorted(os.listdir(folder))}
-
-
-def _start(args: list[str], delay: float) -> subprocess.Popen:
-    env = {**os.environ, "CONVERT_DELAY_S": str(delay)}
-    return subprocess.Popen(
-        [sys.executable, "-c", DRIVER, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        env=env,
-    )
-
-
 def _kill_and_rerun(tmp_path, source, fmt: str, sig: int, at: float, n: int) -> str:
     src, clean = source
     out = str(tmp_path / f"{fmt}-{sig}-{n:02d}" / "out")
     os.makedirs(os.path.dirname(out))
-    args = [src, out, "--format", fmt, "--workers", "1", "--shard-size", str(SHARD)]
-    landed = kill_group_at(_start(args, DELAY_S), at, sig)
-    manifest = out + ".stoker.json"
-    if os.path.exists(manifest):  # a manifest names the whole set, every shard whole
-        with open(manifest) as f:
-            got = json.load(f)
-        with open(clean[fmt] + ".stoker.json") as f:
-            assert got == json.load(f), (fmt, sig, at, "a short set committed")
-    if not os.path.exists(manifest) or glob.glob(out + ".pack-journal*"):  # not finished
-        rerun = _start(args, 0.0)
-        _, err = rerun.communicate(timeout=120)
-        assert rerun.returncode == 0, (fmt, sig, at, err.decode())
-    else:
-        landed = "after the commit"
-    assert registry.format_of(manifest).load("verify")(manifest, progress=False).ok
-    assert _files(out) == _files(clean[fmt]), (fmt, sig, at)
-    return landed
+    args = ["convert", src, out, "--format", fmt, "--workers", "1", "--shard-size", str(SHARD)]
+    return kill_and_rerun(args, out, clean[fmt], sig, at, DELAY_S)
 
 
 def _points(seed: int, k: int) -> list[float]:
-    rng = random.Random(seed)
-    return [round(rng.uniform(0.05, 1.6), 3) for _ in range(k)]
+    return random_moments(seed, k, 1.6)
 
 
 def test_a_convert_killed_then_rerun_gives_a_clean_convert(tmp_path, source):

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 import pytest
-from packhelp import image_bytes, make_tree, sha, write
+from packhelp import image_bytes, make_tree, set_digests, sha, write
 from PIL import Image
 
 from stoker import OutputExistsError, PackError, TooManyRejectsError
@@ -214,9 +214,9 @@ def test_max_rejects_writes_the_list_then_fails(tmp_path):
         write(str(src / "a" / f"zero{i}.jpg"), b"")
     with pytest.raises(TooManyRejectsError, match="rejects.tsv"):
         pack(src, tmp_path / "out", workers=1, max_rejects=1)
-    assert not os.path.exists(tmp_path / "out.rec")
+    assert not os.path.exists(tmp_path / "out.stoker.json")  # no set: the shard is not named
     rows = read_text(tmp_path / "out.rejects.tsv").splitlines()
-    assert len(rows) == 1 + 2 and all("empty" in row for row in rows[1:])
+    assert len(rows) == 1 + 3 and all("empty" in row for row in rows[1:])  # every reject
     r = pack(src, tmp_path / "out", workers=1, max_rejects=3, overwrite=True)
     assert r.written == 3 and r.rejected == 3
 
@@ -235,15 +235,14 @@ def _mixed_tree(src) -> None:
         write(str(src / "c" / f"r{i}.jpg"), image_bytes(seed=9 + i, exif=exif.tobytes()))
 
 
-@pytest.mark.parametrize("lose_journal", [False, True])
-def test_resumed_manifest_equals_a_clean_runs(tmp_path, lose_journal):
-    """A run stopped part-way (here by max_rejects) and resumed counts the records the first
-    run wrote too: the manifest equals a clean run's byte for byte. With the records journal
-    lost, the kept records are checked again."""
+@pytest.mark.parametrize("shard_size", [None, 5])
+def test_resumed_manifest_equals_a_clean_runs(tmp_path, shard_size):
+    """A run stopped before its manifest (here by max_rejects) and resumed counts the records
+    of the shards it keeps too: the manifest equals a clean run's byte for byte."""
     src = tmp_path / "src"
     _mixed_tree(src)
     (tmp_path / "clean").mkdir()
-    clean = pack(src, tmp_path / "clean" / "out", workers=1)
+    clean = pack(src, tmp_path / "clean" / "out", workers=1, shard_size=shard_size)
     assert (
         clean.passthrough == 5
         and clean.reencoded == 7
@@ -255,14 +254,12 @@ def test_resumed_manifest_equals_a_clean_runs(tmp_path, lose_journal):
     )
     out = tmp_path / "out"
     with pytest.raises(TooManyRejectsError):
-        pack(src, out, workers=1, max_rejects=0)
-    if lose_journal:
-        os.unlink(str(out) + ".pack-records.partial")
-    r = pack(src, out, workers=1)
-    assert r.resumed == 8  # a/ and b/p0..p2 were kept
+        pack(src, out, workers=1, max_rejects=0, shard_size=shard_size)
+    r = pack(src, out, workers=1, shard_size=shard_size)
+    assert r.resumed == 12  # every shard was written, and is kept
     assert (r.passthrough, r.reencoded, r.formats) == (5, 7, {"JPEG": 8, "PNG": 4})
     assert r.bytes_in == clean.bytes_in
-    assert outputs(str(out)) == outputs(str(tmp_path / "clean" / "out"))
+    assert set_digests(str(out)) == set_digests(str(tmp_path / "clean" / "out"))
     pack_block = load_manifest(r.manifest)["pack"]
     assert (pack_block["exif_rotated"], pack_block["written"]) == (3, 12)
 

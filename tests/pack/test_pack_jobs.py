@@ -221,7 +221,7 @@ def test_convert_steps_give_the_one_machine_convert_bytes(tmp_path, fmt):
         assert '"convert": true' in f.read()
     options, p, fp = load_plan(plan)
     for s in (1, 2):  # read in this process, as a Ray task does
-        assert not run_shard(options, p, fp, s, workers=0).skipped
+        assert not run_shard(options, p, fp, s).skipped
     assert pack_shards(plan, "0", workers=1, progress=False).packed == (0,)  # a pool
     report = finalize_pack(plan, progress=False)
     assert report.written == 7 and report.action == "converted"
@@ -247,4 +247,48 @@ def test_convert_cli_steps(tmp_path, capsys):
     assert main(["convert", "--plan", plan, "--shards", "0", "--format", "wds"]) == 2
     assert "--format: the plan holds" in capsys.readouterr().err
     assert main(["convert", "--plan", plan, "--finalize", "--quiet"]) == 0
+    assert digests(out) == digests(ref)
+
+
+def test_an_overwrite_by_steps_replaces_the_set_only_at_finalize(src, tmp_path):
+    """The steps over a committed set with overwrite: the plan file beside OUT, the shards
+    staged beside the set, which stays whole (the old bytes) until finalize moves the new one
+    in, manifest last."""
+    out = str(tmp_path / "out" / "set")
+    stoker.pack(src, out, workers=1, progress=False, shard_size=4)
+    old = digests(out)
+    ref = str(tmp_path / "ref" / "set")
+    stoker.pack(src, ref, workers=1, progress=False, **OPTS)
+    plan = plan_pack(src, out, overwrite=True, **OPTS)
+    assert plan == out + ".plan.json"
+    pack_shards(plan, workers=1, progress=False)
+    assert {n: d for n, d in digests(out).items() if n in old} == old  # untouched so far
+    finalize_pack(plan, progress=False)
+    os.unlink(plan)
+    got = digests(out)
+    assert got == digests(ref)
+    assert not [n for n in os.listdir(os.path.dirname(out)) if n.startswith(".")]
+
+
+def test_a_stop_between_a_shards_rename_and_its_sidecar_reruns_clean(src, tmp_path, monkeypatch):
+    """Ctrl-C (or a SIGTERM's exit) after a shard's files were renamed but before its side-car:
+    the journal stays, so the rerun writes that shard again instead of refusing its files."""
+    import stoker.pack.shardjob as shardjob
+
+    ref = str(tmp_path / "ref" / "set")
+    stoker.pack(src, ref, workers=1, progress=False, **OPTS)
+    real = shardjob.atomic_write
+
+    def stop_at_the_sidecar(path, *a, **k):
+        if str(path).endswith(".pack-shard.json"):
+            raise KeyboardInterrupt
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(shardjob, "atomic_write", stop_at_the_sidecar)
+    out = str(tmp_path / "out" / "set")
+    with pytest.raises(KeyboardInterrupt):
+        stoker.pack(src, out, workers=1, progress=False, **OPTS)
+    assert os.path.exists(out + "-00000.rec") and os.path.exists(out + ".pack-journal.partial")
+    monkeypatch.undo()
+    stoker.pack(src, out, workers=1, progress=False, **OPTS)
     assert digests(out) == digests(ref)

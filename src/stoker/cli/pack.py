@@ -9,6 +9,8 @@ import signal
 import sys
 from typing import Any
 
+from stoker.formats.registry import DEFAULT as DEFAULT_FORMAT
+
 __all__ = [
     "DESCRIPTION",
     "HELP",
@@ -45,9 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--format",
-        default="recordio",
+        default=DEFAULT_FORMAT,
         choices=writable_formats(),
-        help="what to write (default: recordio)",
+        help=f"what to write (default: {DEFAULT_FORMAT})",
     )
     p.add_argument(
         "--labels",
@@ -171,7 +173,7 @@ def add_scale_options(p: argparse.ArgumentParser, what: str = "pack") -> None:
 
 #: Options a plan file holds: refused beside --plan (dest, flag, default).
 _PLAN_HELD = (
-    ("format", "--format", "recordio"),
+    ("format", "--format", DEFAULT_FORMAT),
     ("labels", "--labels", "folders"),
     ("layout", "--layout", "plain"),
     ("resize", "--resize", None),

@@ -38,8 +38,7 @@ data, so read-only and shared sets work.
 A :class:`ShardWriter` writes one shard: ``write(key, image, label, fields)`` appends one
 sample (the encoded image bytes kept as they are), ``commit() -> dict`` makes the shard's files
 final (written as ``*.partial`` and renamed) and returns its manifest entry, ``abort()``
-removes what was written; ``resume=True`` keeps a complete prefix of a killed run
-(``keys_written``).
+removes what was written (a shard that is not whole is written again from scratch).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ field; a file by its extension; a folder by asking each format's ``sniff``.
 A format's callables:
 
 - ``reader(path, **options) -> Reader``: open a file, folder or manifest of this format;
-- ``writer(prefix, shard, *, schema, resume, checksums) -> ShardWriter``: shard ``shard``
+- ``writer(prefix, shard, *, schema, checksums) -> ShardWriter``: shard ``shard``
   (``None``: a single unsharded file) of a set written under output prefix ``prefix``;
 - ``manifest(manifest_path, shards, *, classes, schema, pack, rejects) -> None``: write the
   set's ``NAME.stoker.json`` from its shards' ``commit()`` entries (atomically, last);

@@ -1,10 +1,17 @@
-"""Worker-process set-up shared by the packer and the sample-data maker.
+"""Worker-process set-up shared by the packer and the sample-data maker, and the one place
+that chooses how their processes start.
 
-Pools run on multiprocessing's forkserver. The forkserver keeps running as long as any
+Start method. :func:`default_start_method` is ``forkserver`` where the platform has it
+(Linux, macOS) and ``spawn`` elsewhere (Windows); a pool may ask for ``spawn`` anywhere
+(``LocalEngine(start_method="spawn")``). Either way everything a worker gets crosses as a
+pickle (a shard job, a task of paths and options): nothing is inherited from the parent's
+globals.
+
+Pools run on multiprocessing's forkserver by default. The forkserver keeps running as long as any
 process it forked holds its "alive" pipe, and every worker holds it, so a worker cannot rely on
 its parent (the forkserver) dying when the main process is killed. Each worker therefore
-watches the main process itself (a pidfd, or polling where pidfds do not exist) and exits when
-it is gone; then the forkserver sees its pipe close and exits too.
+watches the main process itself (a pidfd, or polling where pidfds do not exist; on Windows,
+where workers are spawned by the main process, its process handle) and exits when it is gone; then the forkserver sees its pipe close and exits too.
 
 SIGTERM. A terminal, a job scheduler or ``kill -TERM -PGID`` signals the whole process group,
 workers included. A worker that died of it at once could die half-way through sending a
@@ -22,33 +29,68 @@ and the kernel may hand the signal to one of them.)
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.context as mpc
 import os
 import select
 import signal
 import threading
 import time
-from multiprocessing.context import ForkServerContext, ForkServerProcess
+from multiprocessing.context import BaseContext, SpawnContext, SpawnProcess
 
-__all__ = ["WorkerProcess", "pool_context", "worker_init"]
+__all__ = ["START_METHODS", "default_start_method", "pool_context", "worker_init"]
+
+#: the start methods a pack pool takes
+START_METHODS = ("forkserver", "spawn")
 
 
-class WorkerProcess(ForkServerProcess):
-    """A forkserver process whose ``terminate()`` kills: pool workers ignore SIGTERM."""
+class _SpawnWorker(SpawnProcess):
+    """A spawned process whose ``terminate()`` kills: pool workers ignore SIGTERM."""
 
     def terminate(self) -> None:
         self.kill()
 
 
-class _PoolContext(ForkServerContext):
-    Process = WorkerProcess
+class _SpawnPool(SpawnContext):
+    Process = _SpawnWorker
 
 
-def pool_context() -> ForkServerContext:
-    """The forkserver context for pools whose workers run :func:`worker_init`."""
-    return _PoolContext()
+_FORKSERVER: type[BaseContext] | None = None
+if hasattr(mpc, "ForkServerContext"):  # not on Windows
+
+    class _ForkServerWorker(mpc.ForkServerProcess):  # type: ignore[name-defined,misc]
+        """A forkserver process whose ``terminate()`` kills."""
+
+        def terminate(self) -> None:
+            self.kill()
+
+    class _ForkServerPool(mpc.ForkServerContext):  # type: ignore[name-defined,misc]
+        Process = _ForkServerWorker
+
+    _FORKSERVER = _ForkServerPool
+
+
+def default_start_method() -> str:
+    """``forkserver`` where this platform has it, else ``spawn``."""
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+def pool_context(start_method: str | None = None) -> BaseContext:
+    """The context for pools whose workers run :func:`worker_init`, started by
+    ``start_method`` (default: :func:`default_start_method`)."""
+    method = start_method or default_start_method()
+    if method not in START_METHODS:
+        raise ValueError(f"start_method must be one of {', '.join(START_METHODS)}, got {method!r}")
+    if method == "spawn" or _FORKSERVER is None:
+        return _SpawnPool()
+    return _FORKSERVER()
 
 
 def _watch(pid: int) -> None:
+    parent = multiprocessing.parent_process()
+    if os.name == "nt" and parent is not None:  # spawned by the main process itself
+        parent.join()  # its handle is signalled when it exits, however it ends
+        os._exit(1)
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):

@@ -18,11 +18,17 @@ Shard job
     runs. It is picklable (options, plan, fingerprint, ``storage_options``).
 
 Engine
-    An engine decides only where jobs run: ``run(job, shards)`` yields each shard's
-    :class:`~stoker.pack.steps.ShardOutcome` as it finishes, and stops the jobs not yet done
-    when the caller stops. :class:`LocalEngine` runs them in this process (one worker, or one
-    shard) or in a pool of processes, one job per process at a time; ``ray_engine.RayEngine``
-    runs one Ray task per shard. A scheduler of its own (a Slurm array, a Kubernetes job)
+    An engine decides only where jobs run: ``run(job, shards, bar)`` yields each shard's
+    :class:`~stoker.pack.shardjob.ShardOutcome` as it finishes, advances the progress bar by
+    the positions done, and stops the jobs not yet done when the caller stops.
+    :class:`LocalEngine` runs a pack's shards one after another in this process, which writes
+    them, while one pool of processes checks the images of all of them (the output bytes do
+    not depend on the worker count, and a decoder that crashes a worker costs only its file:
+    ``pool.py``); a convert's shards, each read and written by one process, run in a pool of
+    processes, one job per process at a time (in this process when there is one worker or one
+    shard). ``ray_engine.RayEngine`` runs one Ray task per shard. Processes start by the one
+    start method the engine is given (``_procs.default_start_method``: ``forkserver``, or
+    ``spawn`` where there is none); every job and task crosses as a pickle. A scheduler of its own (a Slurm array, a Kubernetes job)
     needs no engine: ``stoker pack --plan-only``, then ``--shards`` per job, then
     ``--finalize`` (``docs/scale.md``).
 
@@ -42,9 +48,10 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from stoker._core.progress import make_progress
+from stoker._core.progress import Progress, make_progress
+from stoker.pack._procs import START_METHODS
 from stoker.pack.destination import destination
 from stoker.pack.options import PackOptions
 from stoker.pack.outputs import OutputPaths
@@ -52,6 +59,9 @@ from stoker.pack.plan import Plan, fingerprint, make_plan
 from stoker.pack.report import PackReport
 from stoker.pack.setfiles import check_listing_rejects, make_out_dir
 from stoker.pack.shardjob import ShardOutcome
+
+if TYPE_CHECKING:
+    from stoker.pack.pool import Pool
 
 __all__ = ["Engine", "LocalEngine", "ShardJob", "run_jobs"]
 
@@ -65,16 +75,29 @@ class ShardJob:
     fp: str
     storage_options: Mapping[str, Any] | None = None
 
-    def __call__(self, s: int, *, workers: int = 0) -> ShardOutcome:
-        dest = destination(self.options.prefix, self.storage_options)
-        return dest.shard(self.options, self.plan, self.fp, s, workers=workers)
+    def __call__(
+        self, s: int, *, pool: Pool | None = None, bar: Progress | None = None
+    ) -> ShardOutcome:
+        """Shard ``s`` written; ``pool``: the processes that check its images (``None``: this
+        process does); ``bar``: advanced by each position done."""
+        dest = destination(self.options, self.storage_options)
+        return dest.shard(self.options, self.plan, self.fp, s, pool=pool, bar=bar)
+
+    @property
+    def per_item(self) -> bool:
+        """Whether a shard's items can be spread over processes (a pack's images: checked
+        apart, written in order), or are read and written by one process (a convert)."""
+        return self.plan.reader is None
 
 
 class Engine(Protocol):
     """Where shard jobs run: every shard of ``shards`` run once (``job(s)``), outcomes
-    yielded as they finish; the jobs still running stop when the generator is closed."""
+    yielded as they finish, ``bar`` advanced by the positions done; the jobs still running
+    stop when the generator is closed."""
 
-    def run(self, job: ShardJob, shards: Sequence[int]) -> Iterator[ShardOutcome]: ...
+    def run(
+        self, job: ShardJob, shards: Sequence[int], bar: Progress | None = None
+    ) -> Iterator[ShardOutcome]: ...
 
 
 # ---------------------------------------------------------------- the local pool
@@ -97,32 +120,58 @@ def _run_job(s: int) -> ShardOutcome:
 
 @dataclass(frozen=True)
 class LocalEngine:
-    """Shard jobs on this machine: in this process when one process is asked for or there is
-    one shard, else in a pool of ``workers`` processes (one job each at a time)."""
+    """Shard jobs on this machine, with ``workers`` processes started by ``start_method``
+    (``None``: ``_procs.default_start_method``); see the module NOTE."""
 
     workers: int
+    start_method: str | None = None
 
-    def run(self, job: ShardJob, shards: Sequence[int]) -> Iterator[ShardOutcome]:
+    def __post_init__(self) -> None:
+        if self.start_method is not None and self.start_method not in START_METHODS:
+            raise ValueError(
+                f"start_method must be one of {', '.join(START_METHODS)}, got {self.start_method!r}"
+            )
+
+    def run(
+        self, job: ShardJob, shards: Sequence[int], bar: Progress | None = None
+    ) -> Iterator[ShardOutcome]:
+        from stoker.pack.pool import Pool
+
+        if job.per_item:  # written here, shard after shard; one pool checks every image
+            images = Pool(max(1, self.workers), start_method=self.start_method)
+            try:
+                for s in shards:
+                    yield job(s, pool=images, bar=bar)
+            finally:
+                images.close()
+            return
         n = min(self.workers, len(shards))
         if n <= 1:
             for s in shards:
-                yield job(s)
+                yield job(s, bar=bar)
             return
-        from stoker.pack.pool import Pool
-
-        pool = Pool(n, job, initializer=_init_job)
+        pool = Pool(n, job, initializer=_init_job, start_method=self.start_method)
         try:
             ex = pool.get()
             pending: set[Future] = {ex.submit(_run_job, s) for s in shards}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    yield fut.result()
+                    got = fut.result()
+                    if bar is not None:
+                        bar.update(got.positions)
+                    yield got
         finally:
             pool.close()
 
 
 # ---------------------------------------------------------------- the driver
+def _close(outcomes: Iterator[ShardOutcome]) -> None:
+    close = getattr(outcomes, "close", None)
+    if close is not None:
+        close()
+
+
 def run_jobs(
     options: PackOptions,
     engine: Engine,
@@ -133,7 +182,7 @@ def run_jobs(
     finalize (see the module NOTE); ``storage_options``: how a URL SRC or OUT is reached."""
     t0 = time.perf_counter()
     plan = make_plan(options)  # a missing or unusable source is named before the output
-    dest = destination(options.prefix, storage_options)
+    dest = destination(options, storage_options)
     here, here_plan = dest.here(options, plan)  # where this driver writes (a URL: staging)
     make_out_dir(here.prefix)
     paths = OutputPaths.for_plan(here_plan, list_file=options.list_file, format=options.format)
@@ -151,16 +200,18 @@ def run_jobs(
     so = dict(storage_options) if storage_options is not None else None
     job = ShardJob(options, plan, fp, so)
     resumed = []
-    outcomes = engine.run(job, range(plan.n_shards))
+    outcomes = engine.run(job, range(plan.n_shards), bar)
     try:
         for got in outcomes:
             if got.skipped:
                 resumed.append(got.shard)
-            bar.update(got.positions)
+    except BaseException:
+        _close(outcomes)  # every job stopped before the shards are looked at
+        with contextlib.suppress(Exception):
+            dest.abandon(options, plan, paths.journal)
+        raise
     finally:
-        close = getattr(outcomes, "close", None)
-        if close is not None:
-            close()
+        _close(outcomes)
         bar.close()
     # check=False: every shard was just written or verified by its job; sizes are checked
     report = dest.finalize(options, plan, fp, t0, resumed=resumed, check=False)

@@ -18,6 +18,7 @@ from typing import Any
 from stoker._core.checks import check_choice, check_int, check_optional_int
 from stoker._core.schema import Schema
 from stoker._core.system import usable_cores
+from stoker.formats.registry import DEFAULT_FORMAT
 from stoker.pack.images import DEFAULT_MAX_PIXELS, check_image
 
 __all__ = ["ENGINES", "JOURNAL_VERSION", "LABELS", "LAYOUTS", "PackOptions", "output_prefix"]
@@ -129,7 +130,7 @@ class PackOptions:
     # None means check_image; a stand-in must be module-level (fault-injection tests)
     check: Callable[..., Any] | None = None
     #: the format written: a registry name whose format has a writer
-    format: str = "recordio"
+    format: str = DEFAULT_FORMAT
     #: ``stoker convert``: ``src`` is a data set read through ``stoker.formats.open``, its
     #: samples copied as they are (``source_format`` names its format when the path cannot)
     convert: bool = False
@@ -195,7 +196,8 @@ class PackOptions:
         clash = [
             what
             for what, bad in (
-                (f"format={self.format!r} (it is RecordIO's)", self.format != "recordio"),
+                # the layout is the default format's own (RecordIO's)
+                (f"format={self.format!r} (it is RecordIO's)", self.format != DEFAULT_FORMAT),
                 ("shard_size (one .rec)", self.shard_size is not None),
                 ("shuffle (each identity's images lie together)", self.shuffle),
                 ("convert (it packs an image folder)", self.convert),
@@ -226,7 +228,7 @@ class PackOptions:
         check = self.check or check_image
         name = f"{check.__module__}.{check.__qualname__}"
         out = {"journal": JOURNAL_VERSION, **self._output_json(), "check": name}
-        if self.format != "recordio":  # absent for RecordIO: its journals stay as they were
+        if self.format != DEFAULT_FORMAT:  # absent for the default: its journals stay as they were
             out["format"] = self.format
         if self.layout != "plain":
             out["layout"] = self.layout

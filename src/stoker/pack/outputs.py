@@ -1,15 +1,13 @@
-"""Every file a run writes, kept as ``*.partial`` until the run commits: the shards, the
-journals, the rejects list, the ``.lst`` and the manifest.
+"""Every file a run writes: the shards, the journal, the rejects list, the ``.lst`` and the
+manifest.
 
-Every output is renamed into place only when the whole run succeeded: the shards (each
-format's :class:`~stoker.formats.base.ShardWriter` keeps its own ``*.partial`` files until its
-``commit``), ``.stoker.json`` (written last), ``.rejects.tsv`` and
-``.lst``. The journal ``OUT.pack-journal.partial`` holds the plan's fingerprint,
-``OUT.rejects.tsv.partial`` the rejects found so far (one flushed line each) and
-``OUT.pack-records.partial`` what each record written so far counts for in the manifest
-(source format, rotated, stored as is, bytes read), so that a resumed run's counts cover every
-record, not only the ones it wrote itself. A write error
-(ENOSPC, EFBIG) becomes a :class:`WriteFailed` that names the output path.
+A shard is written as ``*.partial`` files (each format's
+:class:`~stoker.formats.base.ShardWriter` keeps its own until its ``commit``) and renamed into
+place when it is whole; the shard job then commits it with its side-car (``shardjob.py``).
+The set's files, ``.rejects.tsv``, ``.lst`` and ``.stoker.json`` (last), are written at
+finalize. The journal ``OUT.pack-journal.partial`` holds the plan's fingerprint: a rerun of
+the same plan keeps the shards that are done. A write error (ENOSPC, EFBIG) becomes a
+:class:`WriteFailed` that names the output path.
 """
 
 from __future__ import annotations
@@ -24,24 +22,20 @@ from typing import Any
 
 import numpy as np
 
-from stoker._core.atomic import atomic_write, partial_path
+from stoker._core.atomic import atomic_write
 from stoker._core.errors import OutputExistsError, PackError
 from stoker._core.schema import Schema
+from stoker.formats.registry import DEFAULT_FORMAT, get
 from stoker.pack.plan import Plan
-from stoker.pack.scan import ScanResult, escape_name, unescape_name
+from stoker.pack.scan import ScanResult, escape_name
 from stoker.pack.source import SourceItems
 
 __all__ = [
     "OutputPaths",
-    "RecordLog",
-    "RecordRow",
-    "RejectLog",
     "ShardWriters",
     "Unstorable",
     "WriteFailed",
     "class_counts",
-    "read_record_journal",
-    "read_reject_journal",
     "remove_partials",
     "write_error",
     "write_lst",
@@ -49,15 +43,6 @@ __all__ = [
     "write_manifest",
     "write_rejects",
 ]
-
-
-def _shard_stem(prefix: str, shard: int | None) -> str:
-    return prefix if shard is None else f"{prefix}-{shard:05d}"
-
-
-def _recordio_files(prefix: str, shard: int | None) -> tuple[str, ...]:
-    stem = _shard_stem(prefix, shard)
-    return stem + ".rec", stem + ".idx", stem + ".crc32c"
 
 
 def _outputs_like(prefix: str, suffixes: tuple[str, ...]) -> list[str]:
@@ -78,9 +63,9 @@ def _outputs_like(prefix: str, suffixes: tuple[str, ...]) -> list[str]:
 
 @dataclass(frozen=True)
 class OutputPaths:
-    """The paths of every output and journal of one run. Shard files are the format's: exact
-    for RecordIO (``.rec``/``.idx``/``.crc32c``), for another format the files named
-    ``PREFIX[-N].ext`` with one of its extensions."""
+    """The paths of every output and journal of one run. Shard files are the format's: the
+    files named ``PREFIX[-N].ext`` with one of its extensions (``.rec``, ``.tfrecord``, ...)
+    or ``.crc32c``."""
 
     format: str
     prefix: str
@@ -89,11 +74,9 @@ class OutputPaths:
     rejects: str
     lst: str | None
     journal: str
-    rej_journal: str
-    rec_journal: str
 
     @classmethod
-    def for_plan(cls, plan: Plan, *, list_file: bool, format: str = "recordio") -> OutputPaths:
+    def for_plan(cls, plan: Plan, *, list_file: bool, format: str = DEFAULT_FORMAT) -> OutputPaths:
         p = plan.prefix
         return cls(
             format=format,
@@ -103,18 +86,14 @@ class OutputPaths:
             rejects=p + ".rejects.tsv",
             lst=p + ".lst" if list_file else None,
             journal=p + ".pack-journal.partial",
-            rej_journal=partial_path(p + ".rejects.tsv"),
-            rec_journal=p + ".pack-records.partial",
         )
 
     def shard_files(self) -> list[str]:
         """The final shard files of this run's format (see the class docstring)."""
-        if self.format == "recordio":
-            return [f for s in self.shard_ids for f in _recordio_files(self.prefix, s)]
-        from stoker.formats.registry import get
-
-        # a format's shards and their per-shard checksum side-cars (a WebDataset tar's)
-        return _outputs_like(self.prefix, (*get(self.format).extensions, ".crc32c"))
+        # a format's shards, then their per-shard side files (an index, CRC32Cs)
+        suffixes = (*get(self.format).extensions, ".crc32c")
+        found = _outputs_like(self.prefix, suffixes)
+        return sorted(found, key=lambda p: [p.lower().endswith(x) for x in suffixes].index(True))
 
     def finals(self) -> list[str]:
         """The files a finished run leaves."""
@@ -147,29 +126,11 @@ class OutputPaths:
                 "pass overwrite=True (--overwrite) to replace them"
             )
 
-    def committed_some(self) -> bool:
-        """Whether a run was killed while committing (its shards may be renamed already):
-        the journal says so, or a RecordIO shard is final while others are partial."""
-        if self._journal().get("committing"):
-            return True
-        if self.format != "recordio":
-            return False
-        recs = [_recordio_files(self.prefix, s)[0] for s in self.shard_ids]
-        return any(os.path.exists(r) and not os.path.exists(partial_path(r)) for r in recs)
-
     def start_journal(self, fp: str, settings: dict[str, Any]) -> None:
         """Remove the partials of any earlier run and record this plan's fingerprint."""
         remove_partials(self)
         with atomic_write(self.journal, "w") as jf:
             json.dump({"fingerprint": fp, "settings": settings}, jf)
-
-    def mark_committing(self) -> None:
-        """Say in the journal that renaming has begun: a run killed from here on starts over
-        (some shards may be final already, others not)."""
-        got = self._journal()
-        got["committing"] = True
-        with atomic_write(self.journal, "w") as jf:
-            json.dump(got, jf)
 
 
 class WriteFailed(Exception):
@@ -195,13 +156,7 @@ def write_error(e: OSError, path: str, nbytes: int | None) -> WriteFailed:
 
 def remove_partials(paths: OutputPaths) -> None:
     """Remove the partial shards and the journals."""
-    if paths.format == "recordio":
-        shard_parts = [
-            partial_path(f) for s in paths.shard_ids for f in _recordio_files(paths.prefix, s)
-        ]
-    else:
-        shard_parts = _outputs_like(paths.prefix, (".partial",))
-    for p in (*shard_parts, paths.rej_journal, paths.rec_journal, paths.journal):
+    for p in (*_outputs_like(paths.prefix, (".partial",)), paths.journal):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(p)
 
@@ -219,34 +174,19 @@ class ShardWriters:
     """One :class:`~stoker.formats.base.ShardWriter` of the run's format per shard, opened on
     first use."""
 
-    def __init__(
-        self,
-        paths: OutputPaths,
-        schema: Schema | None,
-        *,
-        resume: bool,
-    ) -> None:
+    def __init__(self, paths: OutputPaths, schema: Schema | None) -> None:
         from stoker.formats.registry import get
 
         self.open_writer = get(paths.format).load("writer")
         self.paths = paths
         self.schema = schema
-        self.resume = resume
         self.writers: dict[int, Any] = {}
 
     def get(self, s: int) -> Any:
         w = self.writers.get(s)
         if w is None:
-            # the shards before it reach their files first: a later shard never holds records
-            # on disk while an earlier one's last records sit in a buffer, so what a kill
-            # leaves is a run of whole records, resumed from where it ends
-            self.flush()
             w = self.open_writer(
-                self.paths.prefix,
-                self.paths.shard_ids[s],
-                schema=self.schema,
-                resume=self.resume,
-                checksums=True,
+                self.paths.prefix, self.paths.shard_ids[s], schema=self.schema, checksums=True
             )
             self.writers[s] = w
         return w
@@ -259,17 +199,6 @@ class ShardWriters:
             raise write_error(e, _where(w), w.bytes_written) from None
         except ValueError as e:
             raise Unstorable(str(e)) from None
-
-    def flush(self) -> None:
-        """Flush every open shard (bounds the work a kill can lose)."""
-        for w in self.writers.values():
-            flush = getattr(w, "flush", None)
-            if flush is None:
-                continue
-            try:
-                flush()
-            except OSError as e:
-                raise write_error(e, _where(w), w.bytes_written) from None
 
     def write_layout(self, layout: str, labels: np.ndarray) -> None:
         """Append the records of ``layout`` after the images of the one shard (its writer's
@@ -285,19 +214,6 @@ class ShardWriters:
         except ValueError as e:
             raise PackError(str(e)) from None
 
-    def commit(self) -> tuple[list[dict], int]:
-        """Rename every shard into place; their manifest entries in shard order, and the
-        bytes they hold."""
-        entries, total = [], 0
-        for s in range(len(self.paths.shard_ids)):
-            w = self.get(s)
-            try:
-                total += int(w.bytes_written)
-                entries.append(w.commit())
-            except OSError as e:
-                raise write_error(e, _where(w), w.bytes_written) from None
-        return entries, total
-
     def commit_one(self, s: int) -> tuple[dict, tuple[str, ...]]:
         """Rename shard ``s`` alone into place (a shard job); its manifest entry and its
         final files."""
@@ -309,118 +225,11 @@ class ShardWriters:
         files = tuple(getattr(w, "files", None) or (getattr(w, "path", None) or _where(w),))
         return entry, files
 
-    def abort(self, *, keep_partial: bool) -> None:
-        """Close every shard: keep the partials for a resume (errors ignored, the first
-        failure is what propagates), or remove them (after a write error)."""
+    def abort(self) -> None:
+        """Close every shard and remove its partial files: a shard that is not whole is
+        written again from scratch."""
         for w in self.writers.values():
-            if keep_partial:
-                with contextlib.suppress(Exception):
-                    flush = getattr(w, "flush", None)
-                    if flush is not None:
-                        flush()
-                with contextlib.suppress(Exception):
-                    w.abort(keep_partial=True)  # a writer without the keyword keeps its files
-            else:
-                w.abort()
-
-
-def _reject_line(pos: int, reason: str, detail: str) -> str:
-    return f"{pos}\t{reason}\t{escape_name(detail)}\n"
-
-
-def read_reject_journal(path: str) -> list[tuple[int, str, str]]:
-    """The ``(position, reason, detail)`` rows of a rejects journal; a torn last line is cut."""
-    out = []
-    try:
-        with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
-            for line in f:
-                if not line.endswith("\n"):
-                    break  # torn last line
-                parts = line[:-1].split("\t")
-                if len(parts) == 3 and parts[0].isdigit():
-                    out.append((int(parts[0]), parts[1], unescape_name(parts[2])))
-    except FileNotFoundError:
-        pass
-    return out
-
-
-class RejectLog:
-    """The rejects journal, open for appending: one flushed line per reject."""
-
-    def __init__(self, path: str, kept: list[tuple[int, str, str]] | None = None) -> None:
-        """Open ``path``; with ``kept`` (a resume), first rewrite it to hold exactly those."""
-        self.path = path
-        if kept is not None:
-            with open(path, "w", encoding="utf-8", newline="\n") as f:
-                for row in kept:
-                    f.write(_reject_line(*row))
-        self.f = open(path, "a", encoding="utf-8", newline="\n")  # noqa: SIM115
-
-    def add(self, pos: int, reason: str, detail: str) -> None:
-        try:
-            self.f.write(_reject_line(pos, reason, detail))
-            self.f.flush()
-        except OSError as e:
-            raise write_error(e, self.path, None) from None
-
-    def close(self) -> None:
-        self.f.close()
-
-
-#: One written record's counts: (position, source format, rotated, stored as is, bytes read).
-RecordRow = tuple[int, str, bool, bool, int]
-
-
-def _record_line(pos: int, fmt: str, rotated: bool, passthrough: bool, size_in: int) -> str:
-    return f"{pos}\t{fmt}\t{int(rotated)}\t{int(passthrough)}\t{size_in}\n"
-
-
-def read_record_journal(path: str) -> dict[int, RecordRow]:
-    """The rows of a records journal by position; a torn or malformed line is skipped."""
-    out: dict[int, RecordRow] = {}
-    try:
-        with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
-            for line in f:
-                parts = line[:-1].split("\t")
-                if not line.endswith("\n") or len(parts) != 5:
-                    continue
-                pos, fmt, rot, thru, size = parts
-                if pos.isdigit() and rot in "01" and thru in "01" and size.isdigit():
-                    out[int(pos)] = (int(pos), fmt, rot == "1", thru == "1", int(size))
-    except FileNotFoundError:
-        pass
-    return out
-
-
-class RecordLog:
-    """The records journal, open for appending: one line per record written, buffered and
-    flushed with the shards (:meth:`flush`). A record whose line a kill lost is checked again
-    on resume (see ``packer._resume``)."""
-
-    def __init__(self, path: str, kept: list[RecordRow] | None = None) -> None:
-        """Open ``path``; with ``kept`` (a resume), first rewrite it to hold exactly those."""
-        self.path = path
-        mode = "a"
-        if kept is not None:
-            mode = "w"
-        self.f = open(path, mode, encoding="utf-8", newline="\n")  # noqa: SIM115
-        if kept:
-            self.f.writelines(_record_line(*row) for row in kept)
-
-    def add(self, pos: int, fmt: str, rotated: bool, passthrough: bool, size_in: int) -> None:
-        try:
-            self.f.write(_record_line(pos, fmt, rotated, passthrough, size_in))
-        except OSError as e:
-            raise write_error(e, self.path, None) from None
-
-    def flush(self) -> None:
-        try:
-            self.f.flush()
-        except OSError as e:
-            raise write_error(e, self.path, None) from None
-
-    def close(self) -> None:
-        self.f.close()
+            w.abort()
 
 
 def write_rejects(

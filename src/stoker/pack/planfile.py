@@ -139,7 +139,7 @@ def write_plan(
         root=_absolute(options.root),
     )
     plan = make_plan(options)
-    dest = destination(options.prefix, storage_options)
+    dest = destination(options, storage_options)
     local_options, local_plan = dest.here(options, plan)
     make_out_dir(local_options.prefix)
     paths = output_paths(local_options, local_plan)
@@ -163,10 +163,8 @@ def write_plan(
     }
     if path is not None:
         target = os.fspath(path)
-    elif local_options.prefix != options.prefix:  # a URL OUT: NAME.plan.json here
-        target = options.prefix.rstrip("/").rsplit("/", 1)[-1] + PLAN_SUFFIX
-    else:
-        target = options.prefix + PLAN_SUFFIX
+    else:  # beside OUT; a URL OUT's in this folder
+        target = dest.local_prefix(options) + PLAN_SUFFIX
     if is_url(target):
         raise PackError(f"{target}: the plan file is a local path (copy it to each shard job)")
     with atomic_write(target, "w") as f:

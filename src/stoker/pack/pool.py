@@ -34,18 +34,24 @@ class Pool:
     """A process pool that can be replaced after a worker died, and torn down for sure."""
 
     def __init__(
-        self, workers: int, source: Any = None, *, initializer: Callable[..., None] = init_worker
+        self,
+        workers: int,
+        source: Any = None,
+        *,
+        initializer: Callable[..., None] = init_worker,
+        start_method: str | None = None,
     ) -> None:
         self.workers = workers
         self.source = source  # given to each worker's initializer (a shard job), if any
         self.initializer = initializer  # called with (main pid, source) in each worker
+        self.start_method = start_method  # None: the platform's default (``_procs``)
         self.pool: ProcessPoolExecutor | None = None
 
     def get(self) -> ProcessPoolExecutor:
         if self.pool is None:
             self.pool = ProcessPoolExecutor(
                 self.workers,
-                mp_context=pool_context(),
+                mp_context=pool_context(self.start_method),
                 initializer=self.initializer,
                 initargs=(os.getpid(),) if self.source is None else (os.getpid(), self.source),
             )
@@ -54,7 +60,7 @@ class Pool:
     def close(self, *, grace: float = 30.0) -> None:
         """Stop the pool: queued chunks are cancelled, workers finish the chunk they hold
         and exit; a worker still busy after ``grace`` seconds is killed (``terminate()`` of a
-        :class:`~stoker.pack._procs.WorkerProcess`: workers ignore SIGTERM). (Killing first
+        process of ``_procs.pool_context``: workers ignore SIGTERM). (Killing first
         could cut a result half sent, or leave the executor's queue feeder blocked on a pipe
         nobody reads, and its shutdown hanging.)"""
         pool, self.pool = self.pool, None
@@ -75,8 +81,8 @@ class Pool:
                 p.join(5)
 
 
-def _chunks(n: int, size: int, start: int = 0) -> Generator[tuple[int, int], None, None]:
-    for a in range(start, n, size):
+def _chunks(n: int, size: int) -> Generator[tuple[int, int], None, None]:
+    for a in range(0, n, size):
         yield a, min(n, a + size)
 
 
@@ -90,10 +96,12 @@ def _task(items: Sequence[Item], options: PackOptions, upright: bool) -> Task:
     return Task(paths, options, masks, upright)
 
 
-def _isolate(items: Sequence[Item], options: PackOptions, upright: bool) -> list[tuple]:
+def _isolate(
+    items: Sequence[Item], options: PackOptions, upright: bool, start_method: str | None
+) -> list[tuple]:
     """Run each item alone in a one-worker pool; one that kills it is ``decoder_crash``."""
     out: list[tuple] = []
-    single = Pool(1)
+    single = Pool(1, start_method=start_method)
     try:
         for it in items:
             try:
@@ -113,18 +121,18 @@ class _NotSubmitted(Exception):
 
 def results(
     items: Sequence[Item],
-    start: int,
     options: PackOptions,
-    workers: int,
-    chunk: int,
+    pool: Pool,
     *,
     upright: bool = False,
 ) -> Generator[tuple[int, tuple], None, None]:
-    """(position, result) for positions ``start..`` in order, from a pool of workers
-    (``upright``: reject EXIF-turned images, see :class:`~stoker.pack.worker.Task`)."""
-    pool = Pool(workers)
+    """(position, result) for every item in order, from ``pool``'s workers (``upright``:
+    reject EXIF-turned images, see :class:`~stoker.pack.worker.Task`). The pool is the
+    caller's: it stays up for the next items (a broken one is replaced)."""
+    workers = pool.workers
+    chunk = max(1, min(64, len(items) // (workers * 8) or 1))
     window = 4 * workers
-    todo = _chunks(len(items), chunk, start)
+    todo = _chunks(len(items), chunk)
     retry: collections.deque[tuple[int, int]] = collections.deque()
     pending: collections.deque[tuple[int, int, Future]] = collections.deque()
 
@@ -161,7 +169,7 @@ def results(
                         continue
                     r2 = f2.result() if exc is None else None
                     if r2 is None:
-                        r2 = _isolate(items[a2:b2], options, upright)
+                        r2 = _isolate(items[a2:b2], options, upright, pool.start_method)
                     for i, r in enumerate(r2):
                         yield a2 + i, r
                 while len(pending) < window and submit():
@@ -172,4 +180,5 @@ def results(
             for i, r in enumerate(res):
                 yield a + i, r
     finally:
-        pool.close()
+        if pending:  # left early: what is queued is dropped with the pool
+            pool.close()

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stoker._core.errors import PackError, StokerError
+from stoker._core.progress import Progress
 from stoker.pack.jobs import ShardJob, run_jobs
 from stoker.pack.options import PackOptions
 from stoker.pack.report import PackReport
@@ -76,7 +77,7 @@ def import_ray() -> Any:
 def shard_task(job: ShardJob, s: int) -> ShardOutcome:
     """One Ray task: shard ``s`` written (or found done) in the task's own process; a URL
     OUT: staged on the task's node and uploaded."""
-    return job(s, workers=0)
+    return job(s)  # no pool: the images are checked in this process
 
 
 def _init(ray: Any, options: PackOptions) -> bool:
@@ -135,7 +136,9 @@ class RayEngine:
 
     options: PackOptions
 
-    def run(self, job: ShardJob, shards: Sequence[int]) -> Iterator[ShardOutcome]:
+    def run(
+        self, job: ShardJob, shards: Sequence[int], bar: Progress | None = None
+    ) -> Iterator[ShardOutcome]:
         ray = import_ray()
         started = _init(ray, self.options)
         pending: list[Any] = []
@@ -152,6 +155,8 @@ class RayEngine:
                         got = ray.get(ref)
                     except (ray.exceptions.RayError, StokerError) as e:
                         raise _failure(ray, e, shard_of[ref], job) from None
+                    if bar is not None:
+                        bar.update(got.positions)
                     yield got
         finally:
             for ref in pending:  # a failure or Ctrl-C: the other shards' tasks stop

@@ -1,17 +1,14 @@
 """Packing into object storage: ``stoker pack SRC s3://bucket/sets/train``.
 
-One machine
-    The pack runs as it does locally, into a staging folder in the cache directory
-    (``<cache>/staging/<hash of the URL>/``, so a rerun finds it and resumes there); then the
-    files are uploaded under their final names, shards first, and the manifest last. The
-    manifest is the commit point: a reader that finds it finds every shard it names, whole (an
-    object store's PUT is atomic, and nothing names a shard before the manifest is written).
-    An existing manifest at the URL is refused unless ``overwrite`` (as locally). The staging
-    folder is removed once the manifest is up.
+The destination ``destination.Url``: every engine (the local pool, Ray, the step commands)
+writes a URL OUT through these functions, shard by shard. The manifest is the commit point: a
+reader that finds it finds every shard it names, whole (an object store's PUT is atomic, and
+nothing names a shard before the manifest is written). An existing manifest at the URL is
+refused unless ``overwrite`` (as locally).
 
-Shard jobs and the Ray engine (``steps.py``)
+Shard jobs
     :func:`shard_to_url` packs one shard into the staging folder of the machine it runs on
-    (under a lock there), uploads the shard's files, then its side-car
+    (``<cache>/staging/<hash of the URL>/``, under a lock there), uploads the shard's files, then its side-car
     ``OUT-NNNNN.pack-shard.json`` with the size, CRC32C and MD5 of each file: the side-car is
     the shard's commit point at the URL. Then the staged copy is removed (its empty lock file
     stays). A shard whose side-car at the URL is of this plan and whose objects hold the
@@ -41,14 +38,14 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from stoker._core.atomic import atomic_write
 from stoker._core.cache import cache_dir
 from stoker._core.checksum import file_crc32c_md5, stream_crc32c
 from stoker._core.errors import OutputExistsError, TooManyRejectsError
-from stoker._core.progress import Progress, make_progress
+from stoker._core.progress import Progress
 from stoker.formats.manifest import MANIFEST_SUFFIX
 from stoker.pack.options import PackOptions
 from stoker.pack.plan import Plan
@@ -70,11 +67,13 @@ from stoker.pack.shardjob import (
 from stoker.storage.remote import Remote
 from stoker.storage.urls import check_url, redact
 
+if TYPE_CHECKING:
+    from stoker.pack.pool import Pool
+
 __all__ = [
     "finalize_url",
     "forget_url",
     "refuse_existing_url",
-    "run_remote",
     "shard_to_url",
     "staged",
     "staging_prefix",
@@ -159,55 +158,14 @@ def refuse_existing_url(url: str, storage_options: Mapping[str, Any] | None = No
         )
 
 
-def run_remote(
-    options: PackOptions,
-    run_local: Callable[[PackOptions], PackReport],
-    *,
-    storage_options: Mapping[str, Any] | None = None,
-) -> PackReport:
-    """Pack as ``options`` say into the URL ``options.out`` (see the module docstring)."""
-    url = check_url(options.prefix)
-    remote = Remote(url, storage_options)
-    manifest_url = url + MANIFEST_SUFFIX
-    if not options.overwrite:
-        refuse_existing_url(url, storage_options)
-    prefix = staging_prefix(url)
-    os.makedirs(os.path.dirname(prefix), mode=0o700, exist_ok=True)
-    report = run_local(dataclasses.replace(options, out=prefix))
-    files, manifest = _outputs(prefix)
-    folder = _folder_url(url)
-    present = _present(remote, url)
-    bar = make_progress(len(files) + 1, "upload", unit="file", enabled=options.progress)
-    try:
-        for path in files:
-            target = f"{folder}/{os.path.basename(path)}"
-            if not _same(remote, target, path, present):
-                remote.upload(path, target)
-            bar.update(1)
-        remote.upload(manifest, manifest_url)  # last: the commit point
-        bar.update(1)
-    finally:
-        bar.close()
-    shutil.rmtree(os.path.dirname(prefix), ignore_errors=True)
-    return _at_url(report, prefix, url)
-
-
 def _at_url(report: PackReport, prefix: str, url: str) -> PackReport:
     """The report with the staged paths replaced by their URLs."""
+    folder = _folder_url(url)
 
-    def at(path: str | None) -> str | None:
-        if path is None:
-            return None
-        folder = _folder_url(url)
+    def at(path: str) -> str:
         return redact(f"{folder}/{os.path.basename(path)}") if path.startswith(prefix) else path
 
-    return dataclasses.replace(
-        report,
-        manifest=at(report.manifest) or report.manifest,
-        shards=tuple(at(s) or s for s in report.shards),
-        rejects_path=at(report.rejects_path) or report.rejects_path,
-        list_path=at(report.list_path),
-    )
+    return report.moved(at)
 
 
 # ---------------------------------------------------------------- shard jobs to a URL
@@ -262,7 +220,7 @@ def shard_to_url(
     fp: str,
     s: int,
     *,
-    workers: int = 0,
+    pool: Pool | None = None,
     bar: Progress | None = None,
     storage_options: Mapping[str, Any] | None = None,
 ) -> ShardOutcome:
@@ -279,10 +237,11 @@ def shard_to_url(
         present = _present(remote, url)
         if _problem(remote, url, fp, s, side_name, present) is None:
             a, b = shard_bounds(plan, s)
+            if bar is not None:
+                bar.update(b - a)
             return ShardOutcome(s, True, b - a, 0, 0, time.perf_counter() - t0)
-        got = run_shard(local_options, local_plan, fp, s, workers=workers, bar=bar, lock=False)
-        if got.skipped and bar is not None:
-            bar.update(got.positions)  # packed here before; its upload was cut short
+        # skipped here too when it was packed here before and its upload was cut short
+        got = run_shard(local_options, local_plan, fp, s, pool=pool, bar=bar, lock=False)
         side = read_sidecar(side_path)
         assert side is not None  # run_shard wrote or checked it
         folder = os.path.dirname(side_path)

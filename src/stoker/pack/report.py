@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from stoker._core.errors import PackError
+from stoker.formats.registry import DEFAULT as DEFAULT_FORMAT
 from stoker.pack.scan import ScanResult
 
 __all__ = ["PackReport", "ShardCounts", "Tally"]
@@ -40,9 +42,20 @@ class PackReport:
     unclassified: int = 0
     formats: dict[str, int] = field(default_factory=dict)
     resumed_bytes_in: int = 0  # the part of bytes_in that the resumed records were read from
-    format: str = "recordio"  # the format written
+    format: str = DEFAULT_FORMAT  # the format written
     action: str = "packed"  # or "converted"
     labels: int | None = None  # distinct labels among the records written, when counted
+
+    def moved(self, at: Callable[[str], str]) -> PackReport:
+        """The report with each output path ``p`` replaced by ``at(p)`` (the set moved from
+        a staging folder to where it is committed)."""
+        return dataclasses.replace(
+            self,
+            manifest=at(self.manifest),
+            shards=tuple(at(s) for s in self.shards),
+            rejects_path=at(self.rejects_path),
+            list_path=None if self.list_path is None else at(self.list_path),
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON-safe dict, with the rates (``--json``)."""
@@ -182,7 +195,7 @@ class Tally(_Counts):
         manifest: str,
         rejects_path: str,
         list_path: str | None,
-        format: str = "recordio",
+        format: str = DEFAULT_FORMAT,
         action: str = "packed",
     ) -> PackReport:
         """The :class:`PackReport` of a finished run that committed ``shards`` (each shard's

@@ -19,9 +19,11 @@ import time
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from stoker._core.atomic import atomic_write
 from stoker._core.errors import PackError, TooManyRejectsError
-from stoker._core.oscompat import lock
+from stoker._core.oscompat import OWN_FILE, lock
 from stoker._core.progress import Progress
 from stoker.pack.listing import ListingItem
 from stoker.pack.options import PackOptions
@@ -31,9 +33,10 @@ from stoker.pack.outputs import (
     Unstorable,
     WriteFailed,
     shard_main_files,
+    write_rejects,
 )
 from stoker.pack.plan import Plan, geometric
-from stoker.pack.pool import results
+from stoker.pack.pool import Pool, results
 from stoker.pack.records import convert_range, reject_detail, sample_of
 from stoker.pack.report import PackReport, ShardCounts, Tally
 from stoker.pack.setfiles import write_set_files
@@ -66,12 +69,21 @@ def sidecar_path(paths: OutputPaths, s: int) -> str:
     return stem + ".pack-shard.json"
 
 
-def forget_shards(options: PackOptions, plan: Plan) -> None:
-    """Remove every shard's side-car: each shard is then packed again."""
+def forget_shards(options: PackOptions, plan: Plan, *, journal: str | None = None) -> bool:
+    """Remove every shard's side-car: each shard is then packed again. ``journal``: only when
+    no shard has one and no shard file is final (a stop between a shard's rename and its
+    side-car leaves files a rerun of this plan replaces), remove the run's journal at that
+    path and the shards' lock files too; whether it did."""
     paths = output_paths(options, plan)
-    for s in range(plan.n_shards):
+    sides = [sidecar_path(paths, s) for s in range(plan.n_shards)]
+    if journal is not None:
+        if any(os.path.exists(p) for p in sides) or paths.shard_files():
+            return False
+        sides += [journal, *(lock_path(paths, s) for s in range(plan.n_shards))]
+    for p in sides:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(sidecar_path(paths, s))
+            os.unlink(p)
+    return True
 
 
 # ---------------------------------------------------------------- one shard
@@ -150,14 +162,12 @@ def _inline(plan: Plan, a: int, b: int, options: PackOptions, upright: bool) -> 
         yield i, process(it.path, options, masks, upright=upright)
 
 
-def _stream(options: PackOptions, plan: Plan, a: int, b: int, workers: int) -> Generator:
+def _stream(options: PackOptions, plan: Plan, a: int, b: int, pool: Pool | None) -> Generator:
     upright = plan.schema is not None and geometric(plan.schema)
-    if workers == 0:
+    if pool is None:
         yield from _inline(plan, a, b, options, upright)
         return
-    items = plan.items[a:b]
-    chunk = max(1, min(64, len(items) // (workers * 8) or 1))
-    for pos, r in results(items, 0, options, workers, chunk, upright=upright):
+    for pos, r in results(plan.items[a:b], options, pool, upright=upright):
         yield a + pos, r
 
 
@@ -167,17 +177,18 @@ def run_shard(
     fp: str,
     s: int,
     *,
-    workers: int = 0,
+    pool: Pool | None = None,
     bar: Progress | None = None,
     lock: bool = True,
 ) -> ShardOutcome:
-    """Pack shard ``s`` of ``plan`` unless it is done (see the module NOTE); ``workers``:
-    a local pool of that many processes checks the images (0: this process does);
+    """Pack shard ``s`` of ``plan`` unless it is done (see the module NOTE); ``pool``: the
+    local pool whose workers check the images (``None``: this process does); ``bar``:
+    advanced by each position done, or by all of them when the shard is done already;
     ``lock=False``: the caller holds the shard's lock (:func:`lock_path`)."""
     if not lock:
-        return _run_shard(options, plan, fp, s, workers, bar)
+        return _run_shard(options, plan, fp, s, pool, bar)
     with shard_lock(lock_path(output_paths(options, plan), s)):
-        return _run_shard(options, plan, fp, s, workers, bar)
+        return _run_shard(options, plan, fp, s, pool, bar)
 
 
 def lock_path(paths: OutputPaths, s: int) -> str:
@@ -190,7 +201,7 @@ def shard_lock(path: str) -> Generator[None, None, None]:
     """Hold an exclusive lock on ``path`` (made when missing): one job at a time per shard
     (the task of a driver that was killed may still be running when a rerun's starts; the
     lock goes with its process)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | OWN_FILE, 0o644)
     try:
         lock(fd)
         yield
@@ -199,17 +210,19 @@ def shard_lock(path: str) -> Generator[None, None, None]:
 
 
 def _run_shard(
-    options: PackOptions, plan: Plan, fp: str, s: int, workers: int, bar: Progress | None
+    options: PackOptions, plan: Plan, fp: str, s: int, pool: Pool | None, bar: Progress | None
 ) -> ShardOutcome:
     t0 = time.perf_counter()
     a, b = shard_bounds(plan, s)
     if shard_problem(options, plan, fp, s) is None:
+        if bar is not None:
+            bar.update(b - a)
         return ShardOutcome(s, True, b - a, 0, 0, time.perf_counter() - t0)
     paths = output_paths(options, plan)
     side_path = sidecar_path(paths, s)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(side_path)
-    writers = ShardWriters(paths, plan.writer_schema, resume=False)
+    writers = ShardWriters(paths, plan.writer_schema)
     counts = ShardCounts()
     rejects: list[list] = []
     lengths: dict[str, int] = {}
@@ -218,16 +231,18 @@ def _run_shard(
         if plan.reader is not None:  # a convert: read and written in this process
             convert_range(plan, a, b, s, writers, counts, rejects, lengths, bar)
         else:
-            stream = _stream(options, plan, a, b, workers)
+            stream = _stream(options, plan, a, b, pool)
             _store(plan, s, stream, writers, counts, rejects, lengths, bar)
+            if options.layout != "plain":
+                _write_layout(options, plan, paths, writers, rejects)
         nbytes = int(writers.get(s).bytes_written)
         entry, files = writers.commit_one(s)
     except WriteFailed as e:
-        writers.abort(keep_partial=False)
+        writers.abort()
         raise e.error from None
     except BaseException:
         with contextlib.suppress(Exception):
-            writers.abort(keep_partial=False)  # a partial shard is packed again from scratch
+            writers.abort()  # a partial shard is packed again from scratch
         raise
     finally:
         if stream is not None:
@@ -275,6 +290,22 @@ def _store(
             rejects.append([pos, r[1], reject_detail(plan, pos, r[2])])
         if bar is not None:
             bar.update(1)
+
+
+def _write_layout(
+    options: PackOptions, plan: Plan, paths: OutputPaths, writers: ShardWriters, rejects: list
+) -> None:
+    """Append the layout's records after the images of the one shard; a reject stops the
+    run first (an insightface identity's range has no gaps), with the rejects list written."""
+    if rejects:
+        item_rejects = [(int(p), str(r), str(d)) for p, r, d in rejects]
+        write_rejects(paths.rejects, plan.scan, plan, item_rejects)
+        raise TooManyRejectsError(
+            f"{len(rejects)} files rejected, an insightface layout keeps every image (an "
+            f"identity's range has no gaps); see {paths.rejects} (nothing committed)"
+        )
+    labels = np.asarray([float(it.label) for it in plan.items])  # type: ignore[arg-type]
+    writers.write_layout(options.layout, labels)
 
 
 def output_paths(options: PackOptions, plan: Plan) -> OutputPaths:
@@ -354,18 +385,16 @@ def commit_set(
             lengths[name] = max(lengths.get(name, 0), int(n))
     tally.item_rejects.sort()
     if options.max_rejects is not None and tally.n_rejected > options.max_rejects:
-        from stoker.pack.outputs import write_rejects
-
         write_rejects(paths.rejects, plan.scan, plan, tally.item_rejects)
         raise TooManyRejectsError(
             f"{tally.n_rejected} files rejected, more than max_rejects={options.max_rejects}; "
-            f"see {paths.rejects} (shards kept; no manifest written)"
+            f"see {paths.rejects} (shards kept; no manifest written; rerun to resume)"
         )
+    tally.check_accounting()  # before anything of the set is written: never a short set
     try:
         write_set_files(options, plan, paths, tally, entries, lengths)
     except WriteFailed as e:
         raise e.error from None
-    tally.check_accounting()
     return tally.report(
         shards=shard_main_files(paths, entries),
         bytes_out=bytes_out,

@@ -153,19 +153,10 @@ def pack_shards(
     n_pos = sum(b - a for a, b in (shard_bounds(p, s) for s in todo))
     what = "convert" if options.convert else "pack"
     bar = make_progress(n_pos, what, unit="img", enabled=options.progress)
-    dest = destination(options.prefix, storage_options)
+    job = ShardJob(options, p, fp, storage_options)
     outcomes: list[ShardOutcome] = []
     try:
-        if options.convert:  # each shard read and written by one process, several at once
-            job = ShardJob(options, p, fp, storage_options)
-            for got in LocalEngine(options.worker_count()).run(job, todo):
-                bar.update(got.positions)
-                outcomes.append(got)
-        for s in todo if not options.convert else ():  # images checked by a pool per shard
-            got = dest.shard(options, p, fp, s, workers=options.worker_count(), bar=bar)
-            if got.skipped:
-                bar.update(got.positions)
-            outcomes.append(got)
+        outcomes.extend(LocalEngine(options.worker_count()).run(job, todo, bar))
     finally:
         bar.close()
     return ShardsReport(
@@ -189,4 +180,4 @@ def finalize_pack(
     manifest uploaded last (``storage_options``: how SRC and OUT URLs are reached)."""
     t0 = time.perf_counter()
     options, p, fp = load_plan(plan, progress=progress, storage_options=storage_options)
-    return destination(options.prefix, storage_options).finalize(options, p, fp, t0)
+    return destination(options, storage_options).finalize(options, p, fp, t0)

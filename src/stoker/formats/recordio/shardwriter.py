@@ -43,15 +43,13 @@ def header_payload(key: int, label: Any, image: bytes | memoryview) -> bytes:
 
 class RecordShardWriter(ShardWriter):
     """One ``.rec`` + ``.idx`` (+ ``.crc32c``) shard written through :class:`RecordWriter`
-    (atomic ``*.partial`` until :meth:`commit`; ``resume=True`` keeps a killed run's complete
-    prefix)."""
+    (atomic ``*.partial`` until :meth:`commit`)."""
 
     def __init__(
         self,
         rec_path: str,
         *,
         schema: Schema | None,
-        resume: bool = False,
         checksums: bool = True,
     ) -> None:
         self.rec_path = rec_path
@@ -61,7 +59,6 @@ class RecordShardWriter(ShardWriter):
         self._w = RecordWriter(
             rec_path,
             overwrite=True,
-            resume=resume,
             checksums=checksums,
             schema=schema if stores else None,
         )
@@ -113,19 +110,15 @@ class RecordShardWriter(ShardWriter):
     def bytes_written(self) -> int:
         return int(self._w.bytes_written)
 
-    def flush(self) -> None:
-        """Push buffered records to the partial files (bounds what a kill loses)."""
-        self._w.flush()
-
     def commit(self) -> dict:
         """Rename the shard's files into place; its manifest entry (paths relative to the
         folder of the shard, which is the manifest's)."""
         info = self._w.commit()
         return shard_entry(info, info.rec)
 
-    def abort(self, *, keep_partial: bool = False) -> None:
-        """Stop; remove the partials, or keep them (flushed) for a later ``resume=True``."""
-        self._w.abort(keep_partial=keep_partial)
+    def abort(self) -> None:
+        """Stop and remove the partials."""
+        self._w.abort()
 
 
 def open_writer(
@@ -133,12 +126,11 @@ def open_writer(
     shard: int | None,
     *,
     schema: Schema | None,
-    resume: bool = False,
     checksums: bool = True,
 ) -> RecordShardWriter:
     """The writer of shard ``shard`` (``PREFIX-NNNNN.rec``; ``None``: ``PREFIX.rec``)."""
     return RecordShardWriter(
-        shard_path(os.fspath(prefix), shard), schema=schema, resume=resume, checksums=checksums
+        shard_path(os.fspath(prefix), shard), schema=schema, checksums=checksums
     )
 
 

@@ -1,9 +1,8 @@
-"""Writing TFRecord shards of ``tf.train.Example`` records, atomically and resumably.
+"""Writing TFRecord shards of ``tf.train.Example`` records, atomically.
 
 Records go to ``NAME.tfrecord.partial``; ``commit()`` flushes, fsyncs and renames it, so a
-killed run never leaves a complete-looking shard. ``resume=True`` reopens the partial a
-killed run left, keeps every record that is whole (both CRCs right, the Example parses, its
-key readable), cuts the torn tail, and reports the kept keys in ``keys_written``.
+killed run never leaves a complete-looking shard (a shard that is not whole is written again
+from scratch: ``docs/pack.md``, "Resume").
 
 Each record holds ``image/encoded``, ``image/format`` (``jpeg``, ``png``, ... when the bytes
 say so), ``image/height`` and ``image/width`` (from the image's header), the label in
@@ -25,24 +24,19 @@ from typing import Any
 import numpy as np
 
 from stoker._core.atomic import fsync_dir, partial_path
-from stoker._core.errors import CorruptRecordError, SpecError
+from stoker._core.errors import SpecError
 from stoker._core.schema import Field, Schema
 from stoker.formats.base import ShardWriter
 from stoker.formats.manifest import check_rel_path, fail, write_json
-from stoker.formats.protowire import WireError
-from stoker.formats.tfrecord.example import encode_example, int64_values, parse_features
+from stoker.formats.tfrecord.example import encode_example
 from stoker.formats.tfrecord.features import (
     BOX_SUFFIXES,
     KEY_FEATURE,
-    FieldError,
-    Resolved,
     feature_names,
-    field_value,
     image_hw,
     lengths_of,
-    wanted_features,
 )
-from stoker.formats.tfrecord.framing import FrameError, frame, read_frame
+from stoker.formats.tfrecord.framing import frame
 from stoker.formats.tfrecord.manifest import FORMAT_NAME, FORMAT_VERSION, validate_manifest
 
 __all__ = ["TFRecordShardWriter", "open_writer", "shard_path", "write_set_manifest"]
@@ -84,7 +78,7 @@ class TFRecordShardWriter(ShardWriter):
             kind = self._int_head = np.dtype(f.dtype).kind in "iu" and f.dtype != "uint64"
         return "int64" if kind else _kind(f, value, self._header or "label")
 
-    def __init__(self, path: str, *, schema: Schema, resume: bool = False) -> None:
+    def __init__(self, path: str, *, schema: Schema) -> None:
         self.path = os.fspath(path)
         self.schema = schema
         self.features = feature_names(schema)  # refuses what TFRecord cannot hold
@@ -96,45 +90,7 @@ class TFRecordShardWriter(ShardWriter):
         self._bytes = 0
         self._done = False
         self._file: Any = None  # the partial file, opened for appending
-        part = partial_path(self.path)
-        if resume and os.path.exists(part):
-            self._resume(part)
-            self._file = open(part, "ab", buffering=1 << 20)  # noqa: SIM115
-        else:
-            self._file = open(part, "wb", buffering=1 << 20)  # noqa: SIM115
-
-    # ------------------------------------------------------------------ resume
-    def _resume(self, part: str) -> None:
-        """Keep the whole records of a killed run's partial; cut the rest."""
-        entries = tuple((n, ft, f) for n, ft, f in self._stored)
-        wanted = wanted_features(Resolved(entries, None, True)) | {KEY_FEATURE}
-        with open(part, "rb") as rf:
-            raw = rf.read()
-        view, size, off = memoryview(raw), len(raw), 0
-        try:
-            while off < size:
-                try:
-                    data, end = read_frame(view, size, off)
-                    feats = parse_features(data, wanted)
-                    key = _one_key(data, feats)
-                    for n, ft, fld in entries:
-                        if fld.variable:
-                            value = field_value(n, ft, fld, data, feats)
-                            self._max_len[n] = max(self._max_len[n], lengths_of(fld, value))
-                except (FrameError, WireError, FieldError):
-                    break  # the torn tail (or whatever the kill left): written again
-                if key in self._key_set:
-                    raise CorruptRecordError(
-                        part, off, f"cannot resume: key {key} appears twice; start over"
-                    )
-                self._keys.append(key)
-                self._key_set.add(key)
-                off = end
-        finally:
-            view.release()
-        with open(part, "r+b") as tf:
-            tf.truncate(off)
-        self._bytes = off
+        self._file = open(partial_path(self.path), "wb", buffering=1 << 20)  # noqa: SIM115
 
     # ------------------------------------------------------------------ writing
     @property
@@ -233,11 +189,6 @@ class TFRecordShardWriter(ShardWriter):
             "max_len": dict(self._max_len),
         }
 
-    def flush(self) -> None:
-        """Push buffered records to the partial file (for a later ``resume``)."""
-        if self._file is not None:
-            self._file.flush()
-
     def abort(self) -> None:
         """Stop and remove the partial; the final file is never touched."""
         if self._done:
@@ -255,14 +206,6 @@ class TFRecordShardWriter(ShardWriter):
         if f is not None:
             with contextlib.suppress(Exception):
                 f.close()
-
-
-def _one_key(data: memoryview, feats: dict) -> int:
-    raw = feats.get(KEY_FEATURE)
-    vals = int64_values(data, raw) if raw is not None and raw.kind == "int64" else []
-    if len(vals) != 1 or vals[0] < 0:
-        raise FieldError(KEY_FEATURE, "no key")
-    return vals[0]
 
 
 def _kind(f: Field, value: Any, name: str) -> str:
@@ -304,14 +247,13 @@ def open_writer(
     shard: int | None,
     *,
     schema: Schema,
-    resume: bool = False,
     checksums: bool = True,
 ) -> TFRecordShardWriter:
     """The registry's writer: shard ``shard`` of the set under ``prefix`` (``None``: one
     unsharded ``PREFIX.tfrecord``). ``checksums`` is accepted for the common signature:
     every TFRecord carries its own CRCs."""
     del checksums
-    return TFRecordShardWriter(shard_path(prefix, shard), schema=schema, resume=resume)
+    return TFRecordShardWriter(shard_path(prefix, shard), schema=schema)
 
 
 def write_set_manifest(

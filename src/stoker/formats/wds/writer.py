@@ -10,9 +10,8 @@ values as a JSON array in ``.<name>.json``). Headers are plain ustar with fixed 
 (``tarfmt.ustar_header``), so the same samples give the same bytes.
 
 The shard is written to ``NAME.tar.partial`` one whole sample per write, and renamed on
-``commit`` after the end-of-archive marker and the padding to 10240 bytes. ``resume=True``
-reopens the partial of a killed run, keeps its complete samples (every member the schema
-needs, whole) and cuts off the rest.
+``commit`` after the end-of-archive marker and the padding to 10240 bytes (a shard that is
+not whole is written again from scratch: ``docs/pack.md``, "Resume").
 
 ``checksums=True`` (the default) also writes ``NAME.crc32c`` beside the tar: one little-endian
 uint32 per sample, in tar order, the CRC32C of the sample's member data chained in member
@@ -26,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import mmap
 import os
 import struct
 from collections.abc import Mapping, Sequence
@@ -39,7 +37,6 @@ from stoker._core.errors import OutputExistsError, SpecError
 from stoker._core.schema import Schema
 from stoker.formats.base import ShardWriter
 from stoker.formats.manifest import check_rel_path, fail, write_json
-from stoker.formats.wds.index import build_index
 from stoker.formats.wds.layout import (
     LABEL_SUFFIX,
     crc_path,
@@ -48,7 +45,7 @@ from stoker.formats.wds.layout import (
     sample_crc,
 )
 from stoker.formats.wds.manifest import FORMAT_NAME, FORMAT_VERSION, validate_manifest
-from stoker.formats.wds.tarfmt import END_OF_ARCHIVE, RECORD, Walk, padding, ustar_header
+from stoker.formats.wds.tarfmt import END_OF_ARCHIVE, RECORD, padding, ustar_header
 
 __all__ = ["WdsShardWriter", "open_writer", "shard_path", "write_set_manifest"]
 
@@ -66,7 +63,6 @@ def open_writer(
     shard: int | None,
     *,
     schema: Schema | None = None,
-    resume: bool = False,
     checksums: bool = True,
     overwrite: bool = True,
 ) -> WdsShardWriter:
@@ -76,7 +72,6 @@ def open_writer(
     return WdsShardWriter(
         shard_path(prefix, shard),
         schema=schema,
-        resume=resume,
         checksums=checksums,
         overwrite=overwrite,
     )
@@ -92,13 +87,12 @@ class WdsShardWriter(ShardWriter):
         path: str | os.PathLike[str],
         *,
         schema: Schema | None = None,
-        resume: bool = False,
         checksums: bool = True,
         overwrite: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         self.schema = schema if schema is not None else Schema.classification()
-        head = self.schema.header_name
+        head = self._head = self.schema.header_name
         if head is not None and self.schema[head].shape != ():
             raise SpecError(
                 f"field {head!r}: WebDataset keeps one integer class per sample in '.cls', "
@@ -116,10 +110,7 @@ class WdsShardWriter(ShardWriter):
         self._max_len: dict[str, int] = {n: 0 for n, f in self._stored.items() if f.variable}
         self._size = 0
         self._done = False
-        if resume and os.path.exists(self._partial):
-            self._resume()
-        else:
-            self._f: IO[bytes] = open(self._partial, "wb")  # noqa: SIM115 - commit/abort close it
+        self._f: IO[bytes] = open(self._partial, "wb")  # noqa: SIM115 - commit/abort close it
 
     # ------------------------------------------------------------------ writing
     @staticmethod
@@ -127,6 +118,9 @@ class WdsShardWriter(ShardWriter):
         return [ustar_header(name, len(data)), data, bytes(padding(len(data)))]
 
     def _label_text(self, label: Any) -> bytes:
+        t = type(label)
+        if t is int or (t is float and label.is_integer()):  # the usual labels: no array
+            return str(int(label)).encode("ascii")
         arr = np.asarray(label)
         if arr.size != 1 or arr.dtype.kind not in "biuf":
             raise SpecError(f"a WebDataset label is one whole number, got {label!r}")
@@ -161,7 +155,7 @@ class WdsShardWriter(ShardWriter):
         stem = f"{key:09d}".encode("ascii")
         datas = [bytes(image)]
         parts = self._member(stem + b"." + suffix.encode(), datas[0])
-        if self.schema.header_name is not None:
+        if self._head is not None:
             datas.append(self._label_text(label))
             parts += self._member(stem + b"." + LABEL_SUFFIX.encode(), datas[-1])
         values = fields or {}
@@ -188,68 +182,6 @@ class WdsShardWriter(ShardWriter):
         self._size += len(blob)
         self._keys.append(key)
         self._seen.add(key)
-
-    # ------------------------------------------------------------------ resume
-    def _resume(self) -> None:
-        """Keep the leading complete samples of the partial; cut off the torn rest."""
-        want = 1 + (self.schema.header_name is not None) + len(self._stored)
-        need = set(self._suffixes.values())
-        if self.schema.header_name is not None:
-            need.add(LABEL_SUFFIX)
-        size = os.path.getsize(self._partial)
-        keep, keys, end = 0, [], 0
-        with open(self._partial, "rb") as f:
-            mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else None
-            view = memoryview(mm) if mm is not None else memoryview(b"")
-            try:
-                index = build_index(view, size, lambda off, why: None, Walk(self._partial, size))
-                for j in range(len(index)):
-                    a, b = int(index.starts[j]), int(index.starts[j + 1])
-                    name = index.key_name(j)
-                    last = b - 1
-                    got = {index.suffixes[k] for k in index.m_suffix[a:b].tolist()}
-                    digits = name.isascii() and name.isdigit()
-                    if b - a != want or not need <= got or not digits:
-                        break
-                    stop = int(index.m_data[last] + index.m_size[last])
-                    stop += padding(stop)
-                    if stop > size:
-                        break
-                    keys.append(int(name))
-                    end, keep = stop, j + 1
-                self._rescan(view, index, keep)
-                if self._crcs is not None:  # the kept samples' checksums, from their bytes
-                    for j in range(keep):
-                        rows = range(int(index.starts[j]), int(index.starts[j + 1]))
-                        spans = [(int(index.m_data[r]), int(index.m_size[r])) for r in rows]
-                        self._crcs.append(sample_crc([view[o : o + n] for o, n in spans]))
-            finally:
-                view.release()
-                if mm is not None:
-                    mm.close()
-        self._f = open(self._partial, "r+b")  # noqa: SIM115 - closed by commit/abort
-        self._f.truncate(end)
-        self._f.seek(end)
-        self._size = end
-        self._keys, self._seen = keys, set(keys)
-        if self._hash is not None:
-            self._f.seek(0)
-            while chunk := self._f.read(1 << 20):
-                self._hash.update(chunk)
-            self._f.seek(end)
-
-    def _rescan(self, view: memoryview, index: Any, keep: int) -> None:
-        """``max_len`` of the kept samples' variable fields (sizes; rows for ragged)."""
-        for name in self._max_len:
-            f, suffix = self._stored[name], self._suffixes[name]
-            off, size = index.column({suffix})
-            for j in range(keep):
-                if f.kind == "ragged":
-                    rows = json.loads(bytes(view[int(off[j]) : int(off[j] + size[j])]))
-                    n = len(rows)
-                else:
-                    n = int(size[j])
-                self._max_len[name] = max(self._max_len[name], n)
 
     # ------------------------------------------------------------------ contract
     @property
@@ -302,26 +234,15 @@ class WdsShardWriter(ShardWriter):
             entry["crc32c"] = os.path.basename(crc_path(self.path))
         return entry
 
-    def flush(self) -> None:
-        """Push written samples to the partial file (bounds what a kill loses)."""
-        if not self._done:
-            self._f.flush()
-            os.fsync(self._f.fileno())
-
-    def abort(self, *, keep_partial: bool = False) -> None:
-        """Stop: remove the partial, or keep it (flushed) for a later ``resume=True``; the
-        final file (if any) is untouched."""
+    def abort(self) -> None:
+        """Stop and remove the partial; the final file (if any) is untouched."""
         if self._done:
             return
         self._done = True
-        if keep_partial:
-            with contextlib.suppress(OSError):
-                self._f.flush()
         with contextlib.suppress(OSError):
             self._f.close()
-        if not keep_partial:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._partial)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._partial)
 
 
 def write_set_manifest(

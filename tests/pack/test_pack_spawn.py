@@ -1,0 +1,49 @@
+"""Pack and convert on the ``spawn`` start method, the one macOS and Windows pools get (no
+fork there): every shard job and image task crosses to the workers as a pickle, nothing is
+inherited from the parent, and the bytes are the golden ones (``test_pack_golden.py``)."""
+
+from __future__ import annotations
+
+import pytest
+from packhelp import set_digests
+from test_pack_golden import GOLDEN, OPTS, _digest, inputs  # noqa: F401 - the fixture
+
+from stoker.pack._procs import default_start_method, pool_context
+from stoker.pack.jobs import LocalEngine, run_jobs
+from stoker.pack.options import PackOptions
+
+
+@pytest.mark.parametrize(
+    ("kind", "fmt"), [("folder", "recordio"), ("listing", "tfrecord"), ("convert", "wds")]
+)
+def test_spawned_workers_give_the_golden_bytes(
+    inputs,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+    kind,
+    fmt,
+):
+    import stoker.pack.pool as pool
+
+    started: list[str] = []
+
+    def context(method=None):
+        ctx = pool_context(method)
+        started.append(ctx.get_start_method())
+        return ctx
+
+    monkeypatch.setattr(pool, "pool_context", context)
+    out = str(tmp_path / "set")
+    extra = {"convert": True} if kind == "convert" else {"list_file": True}
+    options = PackOptions(inputs[kind], out, format=fmt, workers=2, **OPTS, **extra)
+    engine = LocalEngine(2, start_method="spawn")
+    run_jobs(options, engine)
+    assert started and set(started) == {"spawn"}  # the pools that ran were spawned
+    assert _digest(out) == GOLDEN[kind, fmt], (kind, fmt, set_digests(out))
+
+
+def test_the_start_method_is_chosen_in_one_place():
+    assert default_start_method() in ("forkserver", "spawn")
+    assert pool_context("spawn").get_start_method() == "spawn"
+    with pytest.raises(ValueError, match="start_method must be one of"):
+        LocalEngine(2, start_method="fork")
