@@ -12,8 +12,8 @@ import stoker
 from stoker.formats import registry
 
 SRC = pathlib.Path(stoker.__file__).parent
-#: Where literals wait for the packer's move to the registry (pack/ and its two commands);
-#: empty this once they ask the registry.
+
+
 def _docstrings(tree: ast.AST) -> set[int]:
     out = set()
     for node in ast.walk(tree):
