@@ -18,7 +18,7 @@ from typing import Any
 from stoker._core.checks import check_choice, check_int, check_optional_int
 from stoker._core.schema import Schema
 from stoker._core.system import usable_cores
-from stoker.formats.registry import DEFAULT_FORMAT
+from stoker.formats.registry import DEFAULT as DEFAULT_FORMAT
 from stoker.pack.images import DEFAULT_MAX_PIXELS, check_image
 
 __all__ = ["ENGINES", "JOURNAL_VERSION", "LABELS", "LAYOUTS", "PackOptions", "output_prefix"]

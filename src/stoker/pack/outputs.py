@@ -25,7 +25,8 @@ import numpy as np
 from stoker._core.atomic import atomic_write
 from stoker._core.errors import OutputExistsError, PackError
 from stoker._core.schema import Schema
-from stoker.formats.registry import DEFAULT_FORMAT, get
+from stoker.formats.registry import DEFAULT as DEFAULT_FORMAT
+from stoker.formats.registry import get
 from stoker.pack.plan import Plan
 from stoker.pack.scan import ScanResult, escape_name
 from stoker.pack.source import SourceItems
