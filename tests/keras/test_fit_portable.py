@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import glob
 import os
+import random
 
 import keras
 import numpy as np
 import psutil
 import pytest
+import torch
 from backend_run import cnn
 from keras_data import quadrant_images
 
@@ -21,7 +23,11 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def _model(weights=None) -> keras.Model:
-    keras.utils.set_random_seed(0)
+    # the seeds set_random_seed sets, without it: it imports TensorFlow where that is
+    # installed, whose protos clash with the tfrecord package's in one test process
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
     model = cnn(keras)
     if weights is not None:
         model.set_weights(weights)

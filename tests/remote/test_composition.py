@@ -95,7 +95,7 @@ def _write_set(name: str, folder: str, blobs: list[bytes], labels: list[int]) ->
     schema = Schema.classification((), "int64")
     entries = []
     for j, start in enumerate(range(0, N, SHARD)):
-        w = open_writer(prefix, j, schema=schema, resume=False, checksums=True)
+        w = open_writer(prefix, j, schema=schema, checksums=True)
         for k in range(start, min(start + SHARD, N)):
             w.write(k, blobs[k], labels[k], {})
         entries.append(w.commit())
