@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from stoker._core.atomic import write_bytes_atomic
@@ -40,6 +40,8 @@ __all__ = [
     "check_head",
     "check_total",
     "check_rel_path",
+    "check_sha256",
+    "check_shards",
     "class_names",
     "fail",
     "manifest_format",
@@ -51,6 +53,7 @@ __all__ = [
 MANIFEST_SUFFIX = ".stoker.json"
 #: Refused before reading: a manifest for tens of thousands of shards stays far below this.
 MAX_MANIFEST_BYTES = 64 << 20
+_SHA_RE = re.compile(r"[0-9a-f]{64}\Z")
 
 
 def fail(path: str, reason: str) -> ManifestError:
@@ -118,6 +121,47 @@ def check_head(path: str, m: Any, format_name: str, version: int) -> list[dict]:
         if not isinstance(s, dict):
             raise fail(path, f"shards[{j}] must be an object")
     return shards
+
+
+def check_sha256(path: str, where: str, v: Any) -> str:
+    """64 lowercase hex digits, or ``ManifestError`` naming ``where``."""
+    if not isinstance(v, str) or not _SHA_RE.match(v):
+        raise fail(path, f"{where} must be 64 lowercase hex digits")
+    return v
+
+
+def check_shards(
+    path: str,
+    m: Any,
+    format_name: str,
+    version: int,
+    *,
+    files: tuple[str, ...],
+    size: str,
+    optional_files: tuple[str, ...] = (),
+    check_entry: Callable[[str, dict], None] | None = None,
+) -> dict:
+    """The checks of a whole manifest whose shard entries name their ``files`` (and perhaps
+    ``optional_files``) relative to the manifest, count their ``records`` and their bytes
+    under ``size``; ``check_entry(where, entry)`` checks what else a format's entry holds.
+    Returns ``m``; :class:`ManifestError` names the field at fault."""
+    shards = check_head(path, m, format_name, version)
+    total = 0
+    for j, s in enumerate(shards):
+        w = f"shards[{j}]"
+        for name in files:
+            check_rel_path(path, f"{w}.{name}", s.get(name))
+        total += check_count(path, f"{w}.records", s.get("records"))
+        check_count(path, f"{w}.{size}", s.get(size))
+        for name in optional_files:
+            if s.get(name) is not None:
+                check_rel_path(path, f"{w}.{name}", s.get(name))
+        if check_entry is not None:
+            check_entry(w, s)
+    check_distinct(path, shards, files + optional_files)
+    check_total(path, m, total)
+    check_classes(path, m)
+    return m
 
 
 def check_total(path: str, m: Mapping[str, Any], total: int) -> None:
