@@ -42,6 +42,7 @@ __all__ = [
     "check_rel_path",
     "check_sha256",
     "check_shards",
+    "check_u32",
     "class_names",
     "fail",
     "manifest_format",
@@ -130,36 +131,38 @@ def check_sha256(path: str, where: str, v: Any) -> str:
     return v
 
 
+def check_u32(path: str, where: str, v: Any) -> int:
+    """An unsigned 32-bit int (a CRC), or ``ManifestError`` naming ``where``."""
+    if type(v) is not int or not 0 <= v < 1 << 32:
+        raise fail(path, f"{where} must be an unsigned 32-bit integer")
+    return v
+
+
+#: what a shard entry's field may hold, by the kind a format's entry table gives it
+_KINDS: dict[str, Callable[[str, str, Any], Any]] = {
+    "file": check_rel_path,
+    "count": check_count,
+    "sha256": check_sha256,
+    "u32": check_u32,
+}
+
+
 def check_shards(
-    path: str,
-    m: Any,
-    format_name: str,
-    version: int,
-    *,
-    files: tuple[str, ...],
-    size: str,
-    optional_files: tuple[str, ...] = (),
-    check_entry: Callable[[str, dict], None] | None = None,
+    path: str, m: Any, format_name: str, version: int, entry: Mapping[str, str]
 ) -> dict:
-    """The checks of a whole manifest whose shard entries name their ``files`` (and perhaps
-    ``optional_files``) relative to the manifest, count their ``records`` and their bytes
-    under ``size``; ``check_entry(where, entry)`` checks what else a format's entry holds.
-    Returns ``m``; :class:`ManifestError` names the field at fault."""
+    """Check a whole manifest whose shard entries hold the fields of ``entry``, a table
+    ``{field: kind}`` in the order they are checked: ``"file"`` (a relative path, listed once
+    across the shards), ``"count"``, ``"sha256"`` or ``"u32"``, optional when the kind ends
+    in ``?``. Every entry has ``records``; their sum is the manifest's. Returns ``m``;
+    :class:`ManifestError` names the field at fault."""
     shards = check_head(path, m, format_name, version)
-    total = 0
     for j, s in enumerate(shards):
-        w = f"shards[{j}]"
-        for name in files:
-            check_rel_path(path, f"{w}.{name}", s.get(name))
-        total += check_count(path, f"{w}.records", s.get("records"))
-        check_count(path, f"{w}.{size}", s.get(size))
-        for name in optional_files:
-            if s.get(name) is not None:
-                check_rel_path(path, f"{w}.{name}", s.get(name))
-        if check_entry is not None:
-            check_entry(w, s)
-    check_distinct(path, shards, files + optional_files)
-    check_total(path, m, total)
+        for name, kind in entry.items():
+            if kind.endswith("?") and s.get(name) is None:
+                continue
+            _KINDS[kind.rstrip("?")](path, f"shards[{j}].{name}", s.get(name))
+    check_distinct(path, shards, [n for n, k in entry.items() if k.rstrip("?") == "file"])
+    check_total(path, m, sum(s["records"] for s in shards))
     check_classes(path, m)
     return m
 

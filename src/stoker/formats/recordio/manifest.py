@@ -34,10 +34,8 @@ from typing import Any
 from stoker.formats.manifest import (
     MANIFEST_SUFFIX,
     MAX_MANIFEST_BYTES,
-    check_sha256,
     check_shards,
     class_names,
-    fail,
     manifest_schema,
     read_json,
     write_json,
@@ -62,25 +60,21 @@ FORMAT_NAME = "stoker-recordio"
 FORMAT_VERSION = 1
 
 
+#: the fields of a ``shards[]`` entry (see :func:`stoker.formats.manifest.check_shards`)
+_ENTRY = {
+    "rec": "file",
+    "idx": "file",
+    "records": "count",
+    "rec_bytes": "count",
+    "idx_sha256": "sha256",
+    "crc32c": "file?",
+    "rec_crc32c": "u32?",
+}
+
+
 def validate_manifest(m: Any, path: str = "<manifest>") -> dict:
     """Check the schema; returns ``m``. Raises :class:`ManifestError` naming the field."""
-
-    def check_entry(w: str, s: dict) -> None:
-        check_sha256(path, f"{w}.idx_sha256", s.get("idx_sha256"))
-        whole = s.get("rec_crc32c")
-        if whole is not None and (type(whole) is not int or not 0 <= whole < 1 << 32):
-            raise fail(path, f"{w}.rec_crc32c must be an unsigned 32-bit integer")
-
-    return check_shards(
-        path,
-        m,
-        FORMAT_NAME,
-        FORMAT_VERSION,
-        files=("rec", "idx"),
-        size="rec_bytes",
-        optional_files=("crc32c",),
-        check_entry=check_entry,
-    )
+    return check_shards(path, m, FORMAT_NAME, FORMAT_VERSION, _ENTRY)
 
 
 def load_manifest(path: str | os.PathLike[str], *, max_bytes: int = MAX_MANIFEST_BYTES) -> dict:

@@ -38,9 +38,13 @@ FORMAT_NAME = "stoker-tfrecord"
 FORMAT_VERSION = 1
 
 
+#: the fields of a ``shards[]`` entry (see :func:`stoker.formats.manifest.check_shards`)
+_ENTRY = {"path": "file", "records": "count", "bytes": "count"}
+
+
 def validate_manifest(m: Any, path: str = "<manifest>") -> dict:
     """Check a TFRecord set's manifest; returns it. ``ManifestError`` names the entry."""
-    check_shards(path, m, FORMAT_NAME, FORMAT_VERSION, files=("path",), size="bytes")
+    check_shards(path, m, FORMAT_NAME, FORMAT_VERSION, _ENTRY)
     schema = manifest_schema(m, path) or Schema.classification()
     features = m.get("features")
     if not isinstance(features, dict) or any(
