@@ -19,6 +19,7 @@ import numpy as np
 
 from stoker.cli._formats import add_format_argument, format_name
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options
+from stoker.formats.report import spread
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "inspect_records", "inspect_set", "run"]
 
@@ -46,17 +47,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_remote_arguments(p)
 
 
-def _stats(a: np.ndarray) -> dict[str, float]:
-    if a.size == 0:
-        return {}
-    return {
-        "min": float(a.min()),
-        "median": float(np.median(a)),
-        "mean": round(float(a.mean()), 2),
-        "max": float(a.max()),
-    }
-
-
 def _labels(reader: Any, out: dict[str, Any]) -> None:
     """The label statistics (and records per class) of ``reader`` into ``out``."""
     names = reader.class_names
@@ -73,7 +63,7 @@ def _labels(reader: Any, out: dict[str, Any]) -> None:
             "distinct": int(values.size),
             "min": float(values.min()),
             "max": float(values.max()),
-            "per_label": _stats(counts),
+            "per_label": spread(counts),
         }
         if names:
             per_class = {name: 0 for name in names}
@@ -115,8 +105,8 @@ def _images(reader: Any, sample: int) -> dict[str, Any]:
     return {
         "sampled": int(take.size),
         "formats": formats,
-        "height": _stats(np.asarray(hs)),
-        "width": _stats(np.asarray(ws)),
+        "height": spread(np.asarray(hs)),
+        "width": spread(np.asarray(ws)),
         "unreadable_headers": bad,
     }
 

@@ -6,7 +6,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["Problem", "VerifyReport", "decode_failure"]
+import numpy as np
+
+__all__ = ["Problem", "VerifyReport", "decode_failure", "spread"]
+
+
+def spread(a: np.ndarray) -> dict[str, float]:
+    """``min``, ``median``, ``mean`` (2 decimals) and ``max`` of ``a``, as ``stoker inspect``
+    shows them (bytes per record, records per label, image sides); ``{}`` when empty."""
+    if a.size == 0:
+        return {}
+    return {
+        "min": float(a.min()),
+        "median": float(np.median(a)),
+        "mean": round(float(a.mean()), 2),
+        "max": float(a.max()),
+    }
 
 
 def decode_failure(decode: Callable[[bytes], object], image: bytes) -> str | None:

@@ -32,6 +32,7 @@ from stoker.formats.base import Reader, ReadSample
 from stoker.formats.manifest import MANIFEST_SUFFIX, class_names, same_file, sibling_manifest
 from stoker.formats.protowire import WireError, read_varint
 from stoker.formats.remote import RemoteOptions, remote_url
+from stoker.formats.report import spread
 from stoker.formats.shardfiles import ReadsRemoteShards
 from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardSet, digest
 from stoker.formats.tfrecord.example import parse_features
@@ -423,12 +424,7 @@ class TFRecordReader(ReadsRemoteShards, Reader):
         return {
             "shards": len(self._shards),
             "bytes": int(sum(s.size for s in self._shards)),
-            "bytes_per_record": {
-                "min": float(sizes.min()),
-                "median": float(np.median(sizes)),
-                "mean": round(float(sizes.mean()), 2),
-                "max": float(sizes.max()),
-            },
+            "bytes_per_record": spread(sizes),
             "features": {n: ft for n, ft, _f in res.entries},
             "label_feature": next((ft for n, ft, _f in res.entries if n == res.label), None),
             "keys": res.key_feature if res.keyed else "record positions",
