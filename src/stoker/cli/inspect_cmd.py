@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from stoker.cli._formats import add_format_argument, format_name
-from stoker.cli._remote import add_remote_arguments, guarded, remote_options
+from stoker.cli._formats import add_format_argument, run_on_set
+from stoker.cli._remote import add_remote_arguments, remote_options
 from stoker.formats.report import spread
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "inspect_records", "inspect_set", "run"]
@@ -161,19 +161,12 @@ def _fmt_stats(s: dict[str, float], unit: str = "") -> str:
     )
 
 
-def _format(args: argparse.Namespace) -> str | None:
-    return format_name(args, "inspect")
-
-
 def run(args: argparse.Namespace) -> int:
     """Print the summary; exit 1 when an image header in the sample could not be read."""
-    return guarded("inspect", args, lambda: _run(args))
+    return run_on_set("inspect", args, lambda name: _run(args, name))
 
 
-def _run(args: argparse.Namespace) -> int:
-    name = _format(args)
-    if name is None:
-        return 2
+def _run(args: argparse.Namespace, name: str) -> int:
     info = inspect_set(args.file, sample=args.sample, format=name, remote=remote_options(args))
     status = 1 if info["images"]["unreadable_headers"] else 0
     if args.json:
