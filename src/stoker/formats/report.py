@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from stoker._core.errors import located
+
 __all__ = ["Problem", "VerifyReport", "decode_failure", "spread"]
 
 
@@ -49,14 +51,13 @@ class Problem:
     idx_line: int | None = None
 
     def __str__(self) -> str:
-        where = [self.path]
-        if self.key is not None:
-            where.append(f"key {self.key}")
-        if self.offset is not None:
-            where.append(f"byte offset {self.offset}")
-        if self.idx_line is not None:
-            where.append(f".idx line {self.idx_line}")
-        return f"{', '.join(where)}: {self.reason}"
+        return located(
+            self.reason,
+            self.path,
+            ("key {}", self.key),
+            ("byte offset {}", self.offset),
+            (".idx line {}", self.idx_line),
+        )
 
 
 @dataclass
