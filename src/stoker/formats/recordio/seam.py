@@ -527,25 +527,15 @@ def open_reader(
 def verify(
     path: str | os.PathLike[str],
     *,
-    checksums: bool = True,
-    decode: Callable[[bytes], object] | None = None,
-    max_problems: int = 1000,
-    progress: bool | None = None,
-    allow_missing_checksums: bool = False,
     idx_path: str | os.PathLike[str] | None = None,
     remote: RemoteOptions | None = None,
+    **kw: Any,
 ) -> VerifyReport:
     """The registry's ``verify``: :func:`~stoker.formats.recordio.verify_records` on ``path``
-    (an ``.idx`` is verified with the ``.rec`` beside it). A manifest's URL is verified shard by
-    shard through the shard cache (``remote``: how to reach and cache it; see
-    :func:`~stoker.formats.recordio.verify_remote.verify_remote`)."""
-    kw: dict[str, Any] = {
-        "checksums": checksums,
-        "decode": decode,
-        "max_problems": max_problems,
-        "progress": progress,
-        "allow_missing_checksums": allow_missing_checksums,
-    }
+    (an ``.idx`` is verified with the ``.rec`` beside it), with its options ``kw``
+    (``checksums``, ``decode``, ``max_problems``, ``progress``, ``allow_missing_checksums``). A
+    manifest's URL is verified shard by shard through the shard cache (``remote``: how to
+    reach and cache it; see :func:`~stoker.formats.recordio.verify_remote.verify_remote`)."""
     url = remote_url(os.fspath(path))
     if url is not None:
         if idx_path is not None:
