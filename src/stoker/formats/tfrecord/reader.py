@@ -216,14 +216,8 @@ class TFRecordReader(ReadsRemoteShards, Reader):
         self._remote = None
 
     # ------------------------------------------------------------------ lifecycle
-    def __getstate__(self) -> dict:
-        # a remote set travels with what its opening learnt (sizes, the manifest's copy, the
-        # room a loader claimed), so that no worker lists or checks it again
-        return {**self._config, "_opened": self._remote}
-
-    def __setstate__(self, state: dict) -> None:
-        self._config = dict(state)
-        self._opened = self._config.pop("_opened", None)
+    def _reopen(self, config: dict[str, Any], opened: Any) -> None:
+        self._config, self._opened = config, opened
         self._init_state()  # reopened on first use, in the process that uses it
 
     def _ensure(self) -> None:
