@@ -53,7 +53,7 @@ import time
 import traceback
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import IO, Any, Generic, TypeVar
 
 from stoker._core.system import dist_rank
@@ -406,10 +406,8 @@ def watch(
     )
 
 
-_NUMBERS = (
-    "epoch", "steps", "wait_s", "work_s", "elapsed_s", "first_wait_s", "wait_p50_s",
-    "wait_p99_s", "wait_max_s", "stalls", "rank", "world_size",
-)  # fmt: skip
+#: what crosses the wire between ranks: every field of WatchStats, each a plain number
+_NUMBERS = tuple(f.name for f in fields(WatchStats))
 
 
 def gather_stats(stats: WatchStats) -> list[WatchStats]:
