@@ -57,7 +57,20 @@ __all__ = [
     "TooManyRejectsError",
     "WorkerDiedError",
     "WorkerError",
+    "located",
 ]
+
+
+def located(reason: str, *where: str | tuple[str, object]) -> str:
+    """``"PLACE, PLACE: reason"``, the way every error and problem names where it is: each
+    place a string, or ``(template, value)`` filled with ``template.format(value)`` and left
+    out when the value is ``None`` (not known)."""
+    parts = [
+        w if isinstance(w, str) else w[0].format(w[1])
+        for w in where
+        if isinstance(w, str) or w[1] is not None
+    ]
+    return f"{', '.join(parts)}: {reason}" if parts else reason
 
 
 class StokerError(Exception):
@@ -89,14 +102,15 @@ class CorruptRecordError(StokerFormatError):
         self.key = key
         self.idx_line = idx_line
         self.reason = reason
-        where = [self.path]
-        if key is not None:
-            where.append(f"key {key}")
-        if offset is not None:
-            where.append(f"byte offset {offset}")
-        if idx_line is not None:
-            where.append(f".idx line {idx_line}")
-        super().__init__(f"{', '.join(where)}: {reason}")
+        super().__init__(
+            located(
+                reason,
+                self.path,
+                ("key {}", key),
+                ("byte offset {}", offset),
+                (".idx line {}", idx_line),
+            )
+        )
 
     def __reduce__(self):  # keep it picklable across worker processes
         return (

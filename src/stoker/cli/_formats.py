@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
-from stoker.cli._remote import remote_options, scrub
+from stoker.cli._remote import guarded, remote_options, scrub
 
-__all__ = ["add_format_argument", "format_name"]
+__all__ = ["add_format_argument", "format_name", "run_on_set"]
 
 
 def add_format_argument(p: argparse.ArgumentParser) -> None:
@@ -63,3 +64,14 @@ def format_name(args: argparse.Namespace, command: str) -> str | None:
         print(f"stoker {command}: error: {scrub(e, args)}", file=sys.stderr)
         return None
     return fmt.name
+
+
+def run_on_set(command: str, args: argparse.Namespace, body: Callable[[str], int]) -> int:
+    """``body(name)`` with the registry name of ``args.file``'s format, :func:`guarded`; exit
+    2 when it has none (:func:`format_name` said why on stderr)."""
+
+    def run() -> int:
+        name = format_name(args, command)
+        return 2 if name is None else body(name)
+
+    return guarded(command, args, run)

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from stoker.cli._formats import add_format_argument, format_name
-from stoker.cli._remote import add_remote_arguments, guarded, remote_options
+from stoker.cli._formats import add_format_argument, run_on_set
+from stoker.cli._remote import add_remote_arguments, remote_options
+from stoker.formats.report import spread
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "inspect_records", "inspect_set", "run"]
 
@@ -46,17 +47,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_remote_arguments(p)
 
 
-def _stats(a: np.ndarray) -> dict[str, float]:
-    if a.size == 0:
-        return {}
-    return {
-        "min": float(a.min()),
-        "median": float(np.median(a)),
-        "mean": round(float(a.mean()), 2),
-        "max": float(a.max()),
-    }
-
-
 def _labels(reader: Any, out: dict[str, Any]) -> None:
     """The label statistics (and records per class) of ``reader`` into ``out``."""
     names = reader.class_names
@@ -73,7 +63,7 @@ def _labels(reader: Any, out: dict[str, Any]) -> None:
             "distinct": int(values.size),
             "min": float(values.min()),
             "max": float(values.max()),
-            "per_label": _stats(counts),
+            "per_label": spread(counts),
         }
         if names:
             per_class = {name: 0 for name in names}
@@ -115,8 +105,8 @@ def _images(reader: Any, sample: int) -> dict[str, Any]:
     return {
         "sampled": int(take.size),
         "formats": formats,
-        "height": _stats(np.asarray(hs)),
-        "width": _stats(np.asarray(ws)),
+        "height": spread(np.asarray(hs)),
+        "width": spread(np.asarray(ws)),
         "unreadable_headers": bad,
     }
 
@@ -171,19 +161,12 @@ def _fmt_stats(s: dict[str, float], unit: str = "") -> str:
     )
 
 
-def _format(args: argparse.Namespace) -> str | None:
-    return format_name(args, "inspect")
-
-
 def run(args: argparse.Namespace) -> int:
     """Print the summary; exit 1 when an image header in the sample could not be read."""
-    return guarded("inspect", args, lambda: _run(args))
+    return run_on_set("inspect", args, lambda name: _run(args, name))
 
 
-def _run(args: argparse.Namespace) -> int:
-    name = _format(args)
-    if name is None:
-        return 2
+def _run(args: argparse.Namespace, name: str) -> int:
     info = inspect_set(args.file, sample=args.sample, format=name, remote=remote_options(args))
     status = 1 if info["images"]["unreadable_headers"] else 0
     if args.json:

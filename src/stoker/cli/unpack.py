@@ -20,8 +20,8 @@ import sys
 from typing import Any
 
 from stoker._core.oscompat import OWN_FILE
-from stoker.cli._formats import add_format_argument, format_name
-from stoker.cli._remote import add_remote_arguments, guarded, remote_options
+from stoker.cli._formats import add_format_argument, run_on_set
+from stoker.cli._remote import add_remote_arguments, remote_options
 from stoker.formats import recordio
 
 __all__ = [
@@ -222,20 +222,13 @@ def _write(
         f.write(img)
 
 
-def _format(args: argparse.Namespace) -> str | None:
-    return format_name(args, "unpack")
-
-
 def run(args: argparse.Namespace) -> int:
-    return guarded("unpack", args, lambda: _run(args))
+    return run_on_set("unpack", args, lambda name: _run(args, name))
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, name: str) -> int:
     from stoker.cli._errors import folder_problem
 
-    name = _format(args)
-    if name is None:
-        return 2
     problem = folder_problem(args.dir, "DIR")
     if problem is not None:
         print(f"stoker unpack: error: {problem}", file=sys.stderr)

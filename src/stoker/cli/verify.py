@@ -8,8 +8,8 @@ import json
 import sys
 from typing import Any
 
-from stoker.cli._formats import add_format_argument, format_name
-from stoker.cli._remote import add_remote_arguments, guarded, remote_options
+from stoker.cli._formats import add_format_argument, run_on_set
+from stoker.cli._remote import add_remote_arguments, remote_options
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "report_json", "run"]
 
@@ -57,10 +57,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_remote_arguments(p)
 
 
-def _format(args: argparse.Namespace) -> str | None:
-    return format_name(args, "verify")
-
-
 def report_json(report: Any, format: str) -> dict[str, Any]:
     """A verify report as JSON: the counts, every problem listed (file, key, byte offset,
     ``.idx`` line, reason) and the notes."""
@@ -90,16 +86,13 @@ def report_json(report: Any, format: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded("verify", args, lambda: _run(args))
+    return run_on_set("verify", args, lambda name: _run(args, name))
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, name: str) -> int:
     from stoker.formats import registry
     from stoker.formats.remote import remote_url
 
-    name = _format(args)
-    if name is None:
-        return 2
     decode = None
     if args.decode:
         from stoker import codecs

@@ -4,7 +4,7 @@ figure, re-predicted at the same worker count and ranked by what the whole run w
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from stoker.doctor.verdict import Cost, delivered, predict
@@ -37,17 +37,7 @@ class Recommendation:
         return self.loader_after / self.loader_before if self.loader_before > 0 else 1.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "action": self.action,
-            "detail": self.detail,
-            "basis": self.basis,
-            "loader_before": self.loader_before,
-            "loader_after": self.loader_after,
-            "loader_gain": self.loader_gain,
-            "delivered_before": self.delivered_before,
-            "delivered_after": self.delivered_after,
-            "gain": self.gain,
-        }
+        return {**asdict(self), "loader_gain": self.loader_gain, "gain": self.gain}
 
 
 def rank(recs: list[Recommendation]) -> list[Recommendation]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -185,12 +185,7 @@ class Corrupt:
     found_by: str  # "read" | "decode" (the doctor's sample) | "loader" (skipped in a run)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "where": self.where,
-            "reason": self.reason,
-            "found_by": self.found_by,
-        }
+        return asdict(self)
 
 
 @dataclass

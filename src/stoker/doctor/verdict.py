@@ -46,7 +46,7 @@ deliver.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 __all__ = [
@@ -210,24 +210,10 @@ class Verdict:
     intervals: dict[str, tuple[float, float]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "bound": self.bound,
-            "workers": self.workers,
-            "loader_rate": self.loader_rate,
-            "loader_basis": self.loader_basis,
-            "h2d_rate": self.h2d_rate,
-            "model_rate": self.model_rate,
-            "delivered": self.delivered,
-            "gpu_busy_share": self.gpu_busy_share,
-            "cpu_capped": self.cpu_capped,
-            "shares": self.shares,
-            "decided": self.decided,
-            "runner_up": self.runner_up,
-            "intervals_ms": {
-                k: [1e3 * lo, 1e3 * hi] for k, (lo, hi) in (self.intervals or {}).items()
-            },
-            "text": self.text,
-        }
+        d = asdict(self)
+        intervals = d.pop("intervals") or {}
+        d["intervals_ms"] = {k: [1e3 * lo, 1e3 * hi] for k, (lo, hi) in intervals.items()}
+        return d
 
 
 def delivered(loader: float, h2d: float | None, model: float | None) -> float:

@@ -53,7 +53,7 @@ import time
 import traceback
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import IO, Any, Generic, TypeVar
 
 from stoker._core.system import dist_rank
@@ -101,22 +101,7 @@ class WatchStats:
         return self.steps / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
     def to_dict(self) -> dict[str, float | int]:
-        return {
-            "epoch": self.epoch,
-            "steps": self.steps,
-            "wait_s": self.wait_s,
-            "work_s": self.work_s,
-            "elapsed_s": self.elapsed_s,
-            "first_wait_s": self.first_wait_s,
-            "wait_p50_s": self.wait_p50_s,
-            "wait_p99_s": self.wait_p99_s,
-            "wait_max_s": self.wait_max_s,
-            "wait_share": self.wait_share,
-            "batches_per_s": self.batches_per_s,
-            "stalls": self.stalls,
-            "rank": self.rank,
-            "world_size": self.world_size,
-        }
+        return {**asdict(self), "wait_share": self.wait_share, "batches_per_s": self.batches_per_s}
 
     def summary(self) -> str:
         """One line, e.g. ``epoch 0: 120 steps, data wait 42.0 % ...``."""
@@ -421,10 +406,8 @@ def watch(
     )
 
 
-_NUMBERS = (
-    "epoch", "steps", "wait_s", "work_s", "elapsed_s", "first_wait_s", "wait_p50_s",
-    "wait_p99_s", "wait_max_s", "stalls", "rank", "world_size",
-)  # fmt: skip
+#: what crosses the wire between ranks: every field of WatchStats, each a plain number
+_NUMBERS = tuple(f.name for f in fields(WatchStats))
 
 
 def gather_stats(stats: WatchStats) -> list[WatchStats]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from stoker._core.atomic import write_bytes_atomic
@@ -40,6 +40,9 @@ __all__ = [
     "check_head",
     "check_total",
     "check_rel_path",
+    "check_sha256",
+    "check_shards",
+    "check_u32",
     "class_names",
     "fail",
     "manifest_format",
@@ -51,6 +54,7 @@ __all__ = [
 MANIFEST_SUFFIX = ".stoker.json"
 #: Refused before reading: a manifest for tens of thousands of shards stays far below this.
 MAX_MANIFEST_BYTES = 64 << 20
+_SHA_RE = re.compile(r"[0-9a-f]{64}\Z")
 
 
 def fail(path: str, reason: str) -> ManifestError:
@@ -118,6 +122,49 @@ def check_head(path: str, m: Any, format_name: str, version: int) -> list[dict]:
         if not isinstance(s, dict):
             raise fail(path, f"shards[{j}] must be an object")
     return shards
+
+
+def check_sha256(path: str, where: str, v: Any) -> str:
+    """64 lowercase hex digits, or ``ManifestError`` naming ``where``."""
+    if not isinstance(v, str) or not _SHA_RE.match(v):
+        raise fail(path, f"{where} must be 64 lowercase hex digits")
+    return v
+
+
+def check_u32(path: str, where: str, v: Any) -> int:
+    """An unsigned 32-bit int (a CRC), or ``ManifestError`` naming ``where``."""
+    if type(v) is not int or not 0 <= v < 1 << 32:
+        raise fail(path, f"{where} must be an unsigned 32-bit integer")
+    return v
+
+
+#: what a shard entry's field may hold, by the kind a format's entry table gives it
+_KINDS: dict[str, Callable[[str, str, Any], Any]] = {
+    "file": check_rel_path,
+    "count": check_count,
+    "sha256": check_sha256,
+    "u32": check_u32,
+}
+
+
+def check_shards(
+    path: str, m: Any, format_name: str, version: int, entry: Mapping[str, str]
+) -> dict:
+    """Check a whole manifest whose shard entries hold the fields of ``entry``, a table
+    ``{field: kind}`` in the order they are checked: ``"file"`` (a relative path, listed once
+    across the shards), ``"count"``, ``"sha256"`` or ``"u32"``, optional when the kind ends
+    in ``?``. Every entry has ``records``; their sum is the manifest's. Returns ``m``;
+    :class:`ManifestError` names the field at fault."""
+    shards = check_head(path, m, format_name, version)
+    for j, s in enumerate(shards):
+        for name, kind in entry.items():
+            if kind.endswith("?") and s.get(name) is None:
+                continue
+            _KINDS[kind.rstrip("?")](path, f"shards[{j}].{name}", s.get(name))
+    check_distinct(path, shards, [n for n, k in entry.items() if k.rstrip("?") == "file"])
+    check_total(path, m, sum(s["records"] for s in shards))
+    check_classes(path, m)
+    return m
 
 
 def check_total(path: str, m: Mapping[str, Any], total: int) -> None:

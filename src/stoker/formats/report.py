@@ -6,7 +6,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["Problem", "VerifyReport", "decode_failure"]
+import numpy as np
+
+from stoker._core.errors import located
+
+__all__ = ["Problem", "VerifyReport", "decode_failure", "spread"]
+
+
+def spread(a: np.ndarray) -> dict[str, float]:
+    """``min``, ``median``, ``mean`` (2 decimals) and ``max`` of ``a``, as ``stoker inspect``
+    shows them (bytes per record, records per label, image sides); ``{}`` when empty."""
+    if a.size == 0:
+        return {}
+    return {
+        "min": float(a.min()),
+        "median": float(np.median(a)),
+        "mean": round(float(a.mean()), 2),
+        "max": float(a.max()),
+    }
 
 
 def decode_failure(decode: Callable[[bytes], object], image: bytes) -> str | None:
@@ -34,14 +51,13 @@ class Problem:
     idx_line: int | None = None
 
     def __str__(self) -> str:
-        where = [self.path]
-        if self.key is not None:
-            where.append(f"key {self.key}")
-        if self.offset is not None:
-            where.append(f"byte offset {self.offset}")
-        if self.idx_line is not None:
-            where.append(f".idx line {self.idx_line}")
-        return f"{', '.join(where)}: {self.reason}"
+        return located(
+            self.reason,
+            self.path,
+            ("key {}", self.key),
+            ("byte offset {}", self.offset),
+            (".idx line {}", self.idx_line),
+        )
 
 
 @dataclass

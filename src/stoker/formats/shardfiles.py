@@ -56,6 +56,7 @@ __all__ = [
     "HeldShard",
     "ReadsRemoteShards",
     "RemoteShards",
+    "Reopens",
     "ShardFile",
     "ShardsAhead",
     "open_remote_set",
@@ -376,7 +377,26 @@ class HeldShard:
         self.shards.release(self.j)
 
 
-class ReadsRemoteShards:
+class Reopens:
+    """A reader that pickles as the arguments that open it (``_config``) and what opening a
+    set in object storage learnt (``_remote``: the sizes, the manifest's copy, the room a
+    loader claimed), so that no worker lists or checks the set again; unpickling hands both
+    to :meth:`_reopen`."""
+
+    _config: dict[str, Any]
+    _remote: RemoteShards | None
+
+    def __getstate__(self) -> dict:
+        return {"config": self._config, "opened": self._remote}
+
+    def __setstate__(self, state: dict) -> None:
+        self._reopen(dict(state["config"]), state["opened"])
+
+    def _reopen(self, config: dict[str, Any], opened: RemoteShards | None) -> None:
+        raise NotImplementedError
+
+
+class ReadsRemoteShards(Reopens):
     """What a format reader over :class:`RemoteShards` offers the loader (the hooks a
     RecordIO set offers too): ``claim_cache``, ``let_go``, ``read_ahead``,
     ``probe_positions``, and ``_focus`` for each chunk it reads. A reader sets ``_remote``

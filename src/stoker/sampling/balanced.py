@@ -41,8 +41,7 @@ from stoker.sampling._checks import (
     check_rank,
     check_seed,
 )
-from stoker.sampling.base import Sampler
-from stoker.sampling.order import _dropped, _padding, _per_rank, split_for_rank
+from stoker.sampling.order import SplitSampler, split_for_rank
 
 __all__ = ["ClassBalanced"]
 
@@ -63,7 +62,7 @@ def _check_weight(w: object, what: str) -> float:
     return f
 
 
-class ClassBalanced(Sampler):
+class ClassBalanced(SplitSampler):
     """A weighted draw of ``num_samples`` positions per epoch, split across ranks.
 
     ``labels``: one class per sample (ints, whole floats or strings). ``num_samples`` is the
@@ -145,18 +144,8 @@ class ClassBalanced(Sampler):
             "drop_last": self.drop_last,
         }
 
-    @property
-    def padding(self) -> int:
-        """Duplicates the rank split adds per epoch, over all ranks (0 with ``drop_last``)."""
-        return _padding(self.num_samples, self.world_size, self.drop_last)
-
-    @property
-    def dropped(self) -> int:
-        """Drawn positions the rank split leaves out per epoch (0 without ``drop_last``)."""
-        return _dropped(self.num_samples, self.world_size, self.drop_last)
-
-    def __len__(self) -> int:
-        return _per_rank(self.num_samples, self.world_size, self.drop_last)
+    def global_size(self) -> int:
+        return self.num_samples
 
     def global_draw(self, epoch: int) -> np.ndarray:
         """The draw of all ranks for ``epoch`` (``num_samples`` positions), before the split."""

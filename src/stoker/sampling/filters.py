@@ -15,7 +15,7 @@ the kept texts, so frequent characters are thinned out and texts with rare ones 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -49,16 +49,10 @@ class FrequencyReport:
 
     def to_dict(self) -> dict:
         """JSON-safe form (keys as strings)."""
-        return {
-            "by": self.by,
-            "total": self.total,
-            "kept": self.kept,
-            "dropped": self.dropped,
-            "min_count": self.min_count,
-            "max_count": self.max_count,
-            "rare": {str(k): int(v) for k, v in self.rare.items()},
-            "capped": {str(k): int(v) for k, v in self.capped.items()},
-        }
+        d = asdict(self)
+        for k in ("rare", "capped"):
+            d[k] = {str(c): int(n) for c, n in d[k].items()}
+        return {**d, "dropped": self.dropped}
 
     def __str__(self) -> str:
         return (

@@ -8,6 +8,8 @@ the order is padded by wrapping (at most ``world_size - 1`` duplicates per epoch
 
 from __future__ import annotations
 
+import abc
+
 import numpy as np
 
 from stoker._core.seeding import stream_rng
@@ -21,7 +23,7 @@ from stoker.sampling._checks import (
 )
 from stoker.sampling.base import Sampler
 
-__all__ = ["EpochOrder", "Subset", "split_for_rank"]
+__all__ = ["EpochOrder", "SplitSampler", "Subset", "split_for_rank"]
 
 _DOMAIN_ORDER = 1
 _DOMAIN_SUBSET = 4
@@ -82,19 +84,35 @@ def runs_touched(run: int, smallest: np.ndarray, per_group: int, *, short: bool 
     return inside + 2
 
 
-def _padding(n: int, world_size: int, drop_last: bool) -> int:
-    return 0 if drop_last or n == 0 else (-n) % world_size
+class SplitSampler(Sampler):
+    """A sampler whose epoch is one global order of :meth:`global_size` positions, split
+    across ranks by :func:`split_for_rank`: its length, padding and dropped counts."""
+
+    world_size: int
+    drop_last: bool
+
+    @abc.abstractmethod
+    def global_size(self) -> int:
+        """Positions in one epoch's global order, before the rank split."""
+
+    @property
+    def padding(self) -> int:
+        """Duplicates the rank split adds per epoch, over all ranks (0 with ``drop_last``)."""
+        n = self.global_size()
+        return 0 if self.drop_last or n == 0 else (-n) % self.world_size
+
+    @property
+    def dropped(self) -> int:
+        """Positions the rank split leaves out per epoch, over all ranks (0 without
+        ``drop_last``)."""
+        return self.global_size() % self.world_size if self.drop_last else 0
+
+    def __len__(self) -> int:
+        n = self.global_size()
+        return n // self.world_size if self.drop_last else -(-n // self.world_size)
 
 
-def _dropped(n: int, world_size: int, drop_last: bool) -> int:
-    return n % world_size if drop_last else 0
-
-
-def _per_rank(n: int, world_size: int, drop_last: bool) -> int:
-    return n // world_size if drop_last else -(-n // world_size)
-
-
-class EpochOrder(Sampler):
+class EpochOrder(SplitSampler):
     """``indices(epoch)``: a permutation of ``range(n)`` from (seed, epoch) when ``shuffle``,
     else ``range(n)``; then this rank's share (see :func:`split_for_rank`).
 
@@ -121,18 +139,8 @@ class EpochOrder(Sampler):
         self.drop_last = bool(drop_last)
         self.epoch = 0
 
-    @property
-    def padding(self) -> int:
-        """Duplicates the rank split adds per epoch, over all ranks (0 with ``drop_last``)."""
-        return _padding(self.n, self.world_size, self.drop_last)
-
-    @property
-    def dropped(self) -> int:
-        """Samples the rank split leaves out per epoch, over all ranks (0 without ``drop_last``)."""
-        return _dropped(self.n, self.world_size, self.drop_last)
-
-    def __len__(self) -> int:
-        return _per_rank(self.n, self.world_size, self.drop_last)
+    def global_size(self) -> int:
+        return self.n
 
     def global_order(self, epoch: int) -> np.ndarray:
         """The order of all ``n`` samples for ``epoch``, before the rank split."""

@@ -113,16 +113,7 @@ class EarlyStopping:
 
     def state_dict(self) -> dict:
         """JSON-safe state (the configuration is included so a mismatch is caught on load)."""
-        return {
-            "patience": self.patience,
-            "min_delta": self.min_delta,
-            "mode": self.mode,
-            "best": self.best,
-            "best_epoch": self.best_epoch,
-            "counter": self.counter,
-            "steps": self.steps,
-            "should_stop": self.should_stop,
-        }
+        return {k: getattr(self, k) for k in ("patience", "min_delta", "mode", *_STATE_KEYS)}
 
     def load_state_dict(self, state: dict) -> None:
         if not isinstance(state, dict):

@@ -17,7 +17,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 __all__ = ["Load", "LoadMeter"]
 
@@ -37,13 +37,7 @@ class Load:
         return max(0.0, self.cores - self.others_cores)
 
     def to_dict(self) -> dict[str, float | None]:
-        return {
-            "cores": self.cores,
-            "others_cores": self.others_cores,
-            "steal_cores": self.steal_cores,
-            "free_cores": self.free_cores,
-            "load1": self.load1,
-        }
+        return {**asdict(self), "free_cores": self.free_cores}
 
 
 def _cpus() -> list[int]:

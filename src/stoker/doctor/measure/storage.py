@@ -20,7 +20,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -363,28 +363,17 @@ class RemoteStorage:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        del d["record_bytes"]
+        ttfb = d.pop("ttfb_s")
         return {
-            "url": self.url,
-            "shard": self.shard,
-            "shard_bytes": self.shard_bytes,
-            "download_s": self.download_s,
+            **d,
+            "ttfb_ms": None if ttfb is None else 1e3 * ttfb,
             "mb_per_s": self.mb_per_s,
-            "ttfb_ms": None if self.ttfb_s is None else 1e3 * self.ttfb_s,
             "samples_per_s": self.samples_per_s,
-            "cache_dir": self.cache_dir,
-            "cache_limit": self.cache_limit,
-            "cache_used": self.cache_used,
-            "cache_free": self.cache_free,
-            "set_bytes": self.set_bytes,
-            "shards": self.shards,
-            "largest_shard_bytes": self.largest_shard_bytes,
-            "shuffle": self.shuffle,
-            "window": self.window,
-            "prefetch_shards": self.prefetch_shards,
             "shards_need": self.shards_need,
             "holds_set": self.holds_set,
             "bounds": self.bounds,
-            "skipped": self.skipped,
             "text": self.verdict(),
         }
 

@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from stoker._core.errors import CorruptRecordError, StokerFormatError
+from stoker._core.errors import CorruptRecordError, StokerFormatError, located
 
 __all__ = [
     "INSTALL_HINT",
@@ -86,14 +86,19 @@ class LmdbFormatError(StokerFormatError):
     ) -> None:
         self.path, self.reason = path, reason
         self.key, self.position, self.offset = key, position, offset
-        where = [path]
-        if key is not None:
-            where.append(f"LMDB key {show_key(key)}")
-        if position is not None:
-            where.append(f"position {position}")
-        if offset is not None:
-            where.append(f"byte {offset} of the value")
-        super().__init__(f"{', '.join(where)}: {reason}")
+        super().__init__(located(reason, path, *self._where()))
+
+    def _where(self) -> tuple[tuple[str, object], ...]:
+        key = None if self.key is None else show_key(self.key)
+        return (
+            ("LMDB key {}", key),
+            ("position {}", self.position),
+            ("byte {} of the value", self.offset),
+        )
+
+    def detail(self) -> str:
+        """The message without the database's path: where in it, and the reason."""
+        return located(self.reason, *self._where())
 
     def __reduce__(self):  # crosses worker processes as data
         return (_rebuild, (self.path, self.reason, self.key, self.position, self.offset))

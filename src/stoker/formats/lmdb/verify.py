@@ -34,15 +34,7 @@ __all__ = ["verify"]
 
 
 def _problem(report: VerifyReport, e: LmdbFormatError) -> None:
-    where = []
-    if e.key is not None:
-        where.append(f"LMDB key {show_key(e.key)}")
-    if e.position is not None:
-        where.append(f"position {e.position}")
-    if e.offset is not None:
-        where.append(f"byte {e.offset} of the value")
-    reason = f"{', '.join(where)}: {e.reason}" if where else e.reason
-    report.add(Problem(e.path, e.position, None, reason))
+    report.add(Problem(e.path, e.position, None, e.detail()))
 
 
 def verify(

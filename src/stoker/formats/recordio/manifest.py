@@ -28,21 +28,14 @@ Other top-level keys are kept and ignored (room for later versions to add fields
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from stoker.formats.manifest import (
     MANIFEST_SUFFIX,
     MAX_MANIFEST_BYTES,
-    check_classes,
-    check_count,
-    check_distinct,
-    check_head,
-    check_rel_path,
-    check_total,
+    check_shards,
     class_names,
-    fail,
     manifest_schema,
     read_json,
     write_json,
@@ -65,37 +58,23 @@ __all__ = [
 
 FORMAT_NAME = "stoker-recordio"
 FORMAT_VERSION = 1
-_SHA_RE = re.compile(r"[0-9a-f]{64}\Z")
 
 
-def _check_distinct(path: str, shards: list) -> None:
-    """Each shard listed once: no ``.rec`` (or ``.idx``, or ``.crc32c``) named twice."""
-    check_distinct(path, shards, ("rec", "idx", "crc32c"))
+#: the fields of a ``shards[]`` entry (see :func:`stoker.formats.manifest.check_shards`)
+_ENTRY = {
+    "rec": "file",
+    "idx": "file",
+    "records": "count",
+    "rec_bytes": "count",
+    "idx_sha256": "sha256",
+    "crc32c": "file?",
+    "rec_crc32c": "u32?",
+}
 
 
 def validate_manifest(m: Any, path: str = "<manifest>") -> dict:
     """Check the schema; returns ``m``. Raises :class:`ManifestError` naming the field."""
-    shards = check_head(path, m, FORMAT_NAME, FORMAT_VERSION)
-    total = 0
-    for j, s in enumerate(shards):
-        w = f"shards[{j}]"
-        check_rel_path(path, f"{w}.rec", s.get("rec"))
-        check_rel_path(path, f"{w}.idx", s.get("idx"))
-        total += check_count(path, f"{w}.records", s.get("records"))
-        check_count(path, f"{w}.rec_bytes", s.get("rec_bytes"))
-        sha = s.get("idx_sha256")
-        if not isinstance(sha, str) or not _SHA_RE.match(sha):
-            raise fail(path, f"{w}.idx_sha256 must be 64 lowercase hex digits")
-        crc = s.get("crc32c")
-        if crc is not None:
-            check_rel_path(path, f"{w}.crc32c", crc)
-        whole = s.get("rec_crc32c")
-        if whole is not None and (type(whole) is not int or not 0 <= whole < 1 << 32):
-            raise fail(path, f"{w}.rec_crc32c must be an unsigned 32-bit integer")
-    _check_distinct(path, shards)
-    check_total(path, m, total)
-    check_classes(path, m)
-    return m
+    return check_shards(path, m, FORMAT_NAME, FORMAT_VERSION, _ENTRY)
 
 
 def load_manifest(path: str | os.PathLike[str], *, max_bytes: int = MAX_MANIFEST_BYTES) -> dict:

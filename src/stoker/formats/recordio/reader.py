@@ -345,11 +345,7 @@ class RecordFile(Records):
     def read_header(self, i: int) -> tuple[IRHeader, memoryview]:
         """``(IRHeader, image bytes)`` of position ``i`` (without a field trailer)."""
         i = self._check_index(i)
-        payload = self._payload(i)
-        try:
-            header, rest = unpack_header(payload)
-        except ValueError as e:
-            raise self._error(i, int(self._table.offsets[i]), str(e)) from None
+        payload, header, rest = self._unpack(i)
         if self._stored() is None:
             return header, rest
         return header, self._split(i, payload, rest)[0]
@@ -361,11 +357,7 @@ class RecordFile(Records):
         (all when ``None``) from the record's trailer; a set without stored fields has none."""
         i = self._check_index(i)
         stored = self._check_field_names(names)
-        payload = self._payload(i)
-        try:
-            header, rest = unpack_header(payload)
-        except ValueError as e:
-            raise self._error(i, int(self._table.offsets[i]), str(e)) from None
+        payload, header, rest = self._unpack(i)
         if stored is None:
             return header, rest, {}
         image, body = self._split(i, payload, rest)
@@ -374,6 +366,15 @@ class RecordFile(Records):
         except TrailerError as e:
             raise self._trailer_error(i, payload, rest, e) from None
         return header, image, fields
+
+    def _unpack(self, i: int) -> tuple[memoryview, IRHeader, memoryview]:
+        """The payload of (checked) position ``i``, its IRHeader and the bytes after it."""
+        payload = self._payload(i)
+        try:
+            header, rest = unpack_header(payload)
+        except ValueError as e:
+            raise self._error(i, int(self._table.offsets[i]), str(e)) from None
+        return payload, header, rest
 
     def _split(
         self, i: int, payload: memoryview, rest: memoryview

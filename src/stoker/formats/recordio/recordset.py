@@ -33,7 +33,7 @@ from stoker.formats.recordio.manifest import (
 from stoker.formats.recordio.reader import Checksums, RecordFile
 from stoker.formats.recordio.records import Records
 from stoker.formats.remote import ReadPlan, RemoteFiles, redact
-from stoker.formats.shardfiles import RemoteShards, ShardFile, ShardsAhead
+from stoker.formats.shardfiles import RemoteShards, Reopens, ShardFile, ShardsAhead
 from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardSet
 
 __all__ = ["MAX_OPEN_SHARDS", "RecordSet", "open_shard", "precheck_shards"]
@@ -194,7 +194,7 @@ class _Shards(Sequence[RecordFile]):
             yield self._owner.shard(j)
 
 
-class RecordSet(Records):
+class RecordSet(Reopens, Records):
     """Several shards read as one: global positions ``0..N-1`` run through the shards in
     manifest order. ``key(i)`` is the key inside its shard; ``shard_of(i)`` names the shard
     (keys of different shards may repeat). Same reading API as :class:`RecordFile`.
@@ -213,15 +213,23 @@ class RecordSet(Records):
         max_open: int | None = None,
         whole: bool | None = None,
     ) -> None:
-        self.manifest_path = os.fspath(manifest_path) if files is None else redact(files.url)
-        self.verify_checksums = verify_checksums
-        self._cache = cache
-        self.files = files
-        self._opened: RemoteShards | None = None
-        self._planned = (max_open, whole)  # what a loader's claim on the cache allows
-        self._open()
+        config = {
+            "manifest_path": os.fspath(manifest_path),
+            "verify_checksums": verify_checksums,
+            "cache": cache,
+            "files": files,
+            "max_open": max_open,  # what a loader's claim on the cache allows
+            "whole": whole,
+        }
+        self._reopen(config, None)
 
-    def _open(self) -> None:
+    def _reopen(self, config: dict[str, Any], opened: RemoteShards | None) -> None:
+        self._config = config
+        files = self.files = config["files"]
+        self.manifest_path = config["manifest_path"] if files is None else redact(files.url)
+        self.verify_checksums = config["verify_checksums"]
+        self._cache = config["cache"]
+        self._opened = opened
         self._remote: RemoteShards | None = None
         if self.files is None:
             manifest = load_manifest(self.manifest_path)
@@ -256,9 +264,14 @@ class RecordSet(Records):
                 remote_files(files, s, j, self.verify_checksums)
                 for j, s in enumerate(manifest["shards"])
             ]
-            max_open, whole = self._planned
+            c = self._config
             self._remote = RemoteShards(
-                files, shards, cap=MAX_OPEN_SHARDS, max_open=max_open, whole=whole, marks=3
+                files,
+                shards,
+                cap=MAX_OPEN_SHARDS,
+                max_open=c["max_open"],
+                whole=c["whole"],
+                marks=3,
             )
             if fresh:
                 self._remote.check()
@@ -351,25 +364,6 @@ class RecordSet(Records):
     def shards(self) -> Sequence[RecordFile]:
         """The shards' readers, in manifest order (opened as they are asked for)."""
         return _Shards(self)
-
-    def __getstate__(self) -> dict:
-        # a remote set travels with its opener: what opening learnt and what a claim allows
-        return {
-            "manifest_path": self.manifest_path,
-            "verify_checksums": self.verify_checksums,
-            "cache": self._cache,
-            "files": self.files,
-            "opened": self._remote,
-        }
-
-    def __setstate__(self, state: dict) -> None:
-        self.manifest_path = state["manifest_path"]
-        self.verify_checksums = state["verify_checksums"]
-        self._cache = state["cache"]
-        self.files = state.get("files")
-        self._opened = state.get("opened")
-        self._planned = (None, None)
-        self._open()
 
     def __len__(self) -> int:
         return len(self._set)

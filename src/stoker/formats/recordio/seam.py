@@ -35,7 +35,7 @@ from stoker.formats.recordio.records import Records
 from stoker.formats.recordio.recordset import RecordSet
 from stoker.formats.recordio.verify import verify_records
 from stoker.formats.remote import RemoteOptions, local_path, remote_url
-from stoker.formats.report import VerifyReport
+from stoker.formats.report import VerifyReport, spread
 
 __all__ = ["RecordIOReader", "integral_labels", "open_reader", "verify"]
 
@@ -103,17 +103,6 @@ def _record_sizes(shards: Sequence[Any]) -> np.ndarray:
         order = np.sort(offs)
         parts.append(np.append(order[1:], s.size) - order)
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-
-
-def _stats(a: np.ndarray) -> dict[str, float]:
-    if a.size == 0:
-        return {}
-    return {
-        "min": float(a.min()),
-        "median": float(np.median(a)),
-        "mean": round(float(a.mean()), 2),
-        "max": float(a.max()),
-    }
 
 
 def _offset(rec: Records, i: int) -> int:
@@ -469,7 +458,7 @@ class RecordIOReader(Reader):
                 "records": len(full),
                 "shards": len(shards),
                 "rec_bytes": int(sum(s.size for s in shards)),
-                "bytes_per_record": _stats(_record_sizes(shards)),
+                "bytes_per_record": spread(_record_sizes(shards)),
             }
             if len(full) != self._len:
                 out["metadata_records"] = len(full) - self._len
@@ -538,25 +527,15 @@ def open_reader(
 def verify(
     path: str | os.PathLike[str],
     *,
-    checksums: bool = True,
-    decode: Callable[[bytes], object] | None = None,
-    max_problems: int = 1000,
-    progress: bool | None = None,
-    allow_missing_checksums: bool = False,
     idx_path: str | os.PathLike[str] | None = None,
     remote: RemoteOptions | None = None,
+    **kw: Any,
 ) -> VerifyReport:
     """The registry's ``verify``: :func:`~stoker.formats.recordio.verify_records` on ``path``
-    (an ``.idx`` is verified with the ``.rec`` beside it). A manifest's URL is verified shard by
-    shard through the shard cache (``remote``: how to reach and cache it; see
-    :func:`~stoker.formats.recordio.verify_remote.verify_remote`)."""
-    kw: dict[str, Any] = {
-        "checksums": checksums,
-        "decode": decode,
-        "max_problems": max_problems,
-        "progress": progress,
-        "allow_missing_checksums": allow_missing_checksums,
-    }
+    (an ``.idx`` is verified with the ``.rec`` beside it), with its options ``kw``
+    (``checksums``, ``decode``, ``max_problems``, ``progress``, ``allow_missing_checksums``). A
+    manifest's URL is verified shard by shard through the shard cache (``remote``: how to
+    reach and cache it; see :func:`~stoker.formats.recordio.verify_remote.verify_remote`)."""
     url = remote_url(os.fspath(path))
     if url is not None:
         if idx_path is not None:

@@ -54,9 +54,9 @@ Who = Callable[[int], tuple[int | None, int | None]]
 class _Options:
     """What :func:`verify_records` was asked to check beyond the framing and the ``.idx``."""
 
-    checksums: bool
-    decode: Callable[[bytes], object] | None
-    progress: bool | None
+    checksums: bool = True
+    decode: Callable[[bytes], object] | None = None
+    progress: bool | None = None
     allow_missing_checksums: bool = False
     #: the manifest's schema when its records end in a field trailer (each is parsed)
     stored: Schema | None = None

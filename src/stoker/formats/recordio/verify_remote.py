@@ -9,8 +9,8 @@ checked against the manifest's size and, where it records one, the whole file's 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from stoker._core.checksum import file_crc32c
 from stoker._core.errors import CorruptRecordError
@@ -30,14 +30,13 @@ def verify_remote(
     url: str,
     *,
     remote: RemoteOptions | None = None,
-    checksums: bool = True,
-    decode: Callable[[bytes], object] | None = None,
     max_problems: int = 1000,
-    progress: bool | None = None,
-    allow_missing_checksums: bool = False,
+    **options: Any,
 ) -> VerifyReport:
     """Verify a RecordIO set in object storage by its manifest's URL (``remote``: how to reach
-    it, and the cache folder and budget to download through; see the module docstring).
+    it, and the cache folder and budget to download through; see the module docstring), with
+    :func:`~stoker.formats.recordio.verify_records`' ``options`` (``checksums``, ``decode``,
+    ``progress``, ``allow_missing_checksums``).
 
     Each shard's ``.rec``, ``.idx`` and checksum file are downloaded and walked as
     :func:`~stoker.formats.recordio.verify_records` walks a local shard, one shard at a time.
@@ -51,24 +50,16 @@ def verify_remote(
     """
     if max_problems < 0:
         raise ValueError(f"max_problems must be >= 0, got {max_problems}")
+    opts = _Options(**options)
     with fresh_files(url, remote) as files:
-        return _verify(files, checksums, decode, max_problems, progress, allow_missing_checksums)
+        return _verify(files, opts, max_problems)
 
 
-def _verify(
-    files: RemoteFiles,
-    checksums: bool,
-    decode: Callable[[bytes], object] | None,
-    max_problems: int,
-    progress: bool | None,
-    allow_missing_checksums: bool,
-) -> VerifyReport:
+def _verify(files: RemoteFiles, options: _Options, max_problems: int) -> VerifyReport:
     shown = redact(files.url)
     report = VerifyReport(shown, max_problems=max_problems)
     manifest = validate_manifest(read_json(files.manifest_copy()), shown)
-    opts = _with_schema(
-        _Options(checksums, decode, progress, allow_missing_checksums), manifest, shown
-    )
+    opts = _with_schema(options, manifest, shown)
     urls = [
         tuple(
             files.url_of(e[f], f"shards[{j}].{f}") if e.get(f) else None

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -150,54 +151,67 @@ def _feature(mv: memoryview, span: tuple[int, int] | None) -> RawFeature:
     return RawFeature(kind, start, end)
 
 
-def bytes_values(mv: memoryview, f: RawFeature) -> list[memoryview]:
-    """The values of a bytes feature, as views of ``mv``."""
-    out = []
+def _byte_spans(mv: memoryview, f: RawFeature) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` in ``mv`` of each value of a BytesList feature."""
     pos, end = f.start, f.end
     while pos < end:
         at = pos
         tag, pos = read_varint(mv, pos, end)
         if tag == 0x0A:
             s, pos = _len(mv, pos, end, at, "a BytesList value")
-            out.append(mv[s:pos])
+            yield s, pos
         else:
             pos = _skip(mv, tag, pos, end, at)
-    return out
+
+
+def bytes_values(mv: memoryview, f: RawFeature) -> list[memoryview]:
+    """The values of a bytes feature, as views of ``mv``."""
+    return [mv[s:e] for s, e in _byte_spans(mv, f)]
 
 
 def one_bytes_span(mv: memoryview, f: RawFeature) -> tuple[int, int] | None:
     """``(start, end)`` in ``mv`` of the one value of a bytes feature (what
     :func:`bytes_values` gives as its only item), or ``None`` when it holds another count."""
-    span = None
-    count = 0
-    pos, end = f.start, f.end
-    while pos < end:
-        at = pos
-        tag, pos = read_varint(mv, pos, end)
-        if tag == 0x0A:
-            s, pos = _len(mv, pos, end, at, "a BytesList value")
-            span, count = (s, pos), count + 1
-        else:
-            pos = _skip(mv, tag, pos, end, at)
-    return span if count == 1 and f.kind == "bytes" else None
+    spans = list(_byte_spans(mv, f))
+    return spans[0] if len(spans) == 1 and f.kind == "bytes" else None
 
 
-def float_values(mv: memoryview, f: RawFeature) -> list[float]:
-    """The values of a float feature (packed or not)."""
-    out: list[float] = []
+def _numbers(
+    mv: memoryview,
+    f: RawFeature,
+    wire_one: int,
+    what: str,
+    packed: Callable[[int, int, int], Iterable[Any]],
+    one: Callable[[Any], Any],
+) -> list:
+    """The values of a FloatList or Int64List feature: field 1, packed (``packed(start,
+    end, at)``) or one value a field of wire type ``wire_one`` (``one(value)``)."""
+    out: list = []
     for number, wire, value, at in iter_fields(mv, f.start, f.end):
         if number != 1:
             continue
         if wire == LEN:
             s, e = value  # type: ignore[misc]
-            if (e - s) % 4:
-                raise WireError(at, f"packed floats of {e - s} bytes (not a multiple of 4)")
-            out.extend(struct.unpack_from(f"<{(e - s) // 4}f", mv, s))
-        elif wire == I32:
-            out.append(struct.unpack("<f", int(value).to_bytes(4, "little"))[0])  # type: ignore[arg-type]
+            out.extend(packed(s, e, at))
+        elif wire == wire_one:
+            out.append(one(value))
         else:
-            raise WireError(at, f"a float value of wire type {wire}")
+            raise WireError(at, f"{what} value of wire type {wire}")
     return out
+
+
+def float_values(mv: memoryview, f: RawFeature) -> list[float]:
+    """The values of a float feature (packed or not)."""
+
+    def packed(s: int, e: int, at: int) -> tuple[float, ...]:
+        if (e - s) % 4:
+            raise WireError(at, f"packed floats of {e - s} bytes (not a multiple of 4)")
+        return struct.unpack_from(f"<{(e - s) // 4}f", mv, s)
+
+    def one(value: int) -> float:
+        return struct.unpack("<f", int(value).to_bytes(4, "little"))[0]
+
+    return _numbers(mv, f, I32, "a float", packed, one)
 
 
 def _signed(v: int) -> int:
@@ -208,20 +222,13 @@ def _signed(v: int) -> int:
 
 def int64_values(mv: memoryview, f: RawFeature) -> list[int]:
     """The values of an int64 feature (packed or not), as signed ints."""
-    out: list[int] = []
-    for number, wire, value, at in iter_fields(mv, f.start, f.end):
-        if number != 1:
-            continue
-        if wire == LEN:
-            pos, end = value  # type: ignore[misc]
-            while pos < end:
-                v, pos = read_varint(mv, pos, end)
-                out.append(_signed(v))
-        elif wire == VARINT:
-            out.append(_signed(value))  # type: ignore[arg-type]
-        else:
-            raise WireError(at, f"an int64 value of wire type {wire}")
-    return out
+
+    def packed(pos: int, end: int, at: int) -> Iterator[int]:
+        while pos < end:
+            v, pos = read_varint(mv, pos, end)
+            yield _signed(v)
+
+    return _numbers(mv, f, VARINT, "an int64", packed, _signed)
 
 
 def value_count(mv: memoryview, f: RawFeature) -> int:

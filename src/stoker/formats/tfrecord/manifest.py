@@ -26,12 +26,7 @@ from typing import Any
 
 from stoker._core.schema import Schema
 from stoker.formats.manifest import (
-    check_classes,
-    check_count,
-    check_distinct,
-    check_head,
-    check_rel_path,
-    check_total,
+    check_shards,
     fail,
     manifest_schema,
     read_json,
@@ -43,18 +38,13 @@ FORMAT_NAME = "stoker-tfrecord"
 FORMAT_VERSION = 1
 
 
+#: the fields of a ``shards[]`` entry (see :func:`stoker.formats.manifest.check_shards`)
+_ENTRY = {"path": "file", "records": "count", "bytes": "count"}
+
+
 def validate_manifest(m: Any, path: str = "<manifest>") -> dict:
     """Check a TFRecord set's manifest; returns it. ``ManifestError`` names the entry."""
-    shards = check_head(path, m, FORMAT_NAME, FORMAT_VERSION)
-    total = 0
-    for j, s in enumerate(shards):
-        w = f"shards[{j}]"
-        check_rel_path(path, f"{w}.path", s.get("path"))
-        total += check_count(path, f"{w}.records", s.get("records"))
-        check_count(path, f"{w}.bytes", s.get("bytes"))
-    check_distinct(path, shards, ("path",))
-    check_total(path, m, total)
-    check_classes(path, m)
+    check_shards(path, m, FORMAT_NAME, FORMAT_VERSION, _ENTRY)
     schema = manifest_schema(m, path) or Schema.classification()
     features = m.get("features")
     if not isinstance(features, dict) or any(

@@ -32,6 +32,7 @@ from stoker.formats.base import Reader, ReadSample
 from stoker.formats.manifest import MANIFEST_SUFFIX, class_names, same_file, sibling_manifest
 from stoker.formats.protowire import WireError, read_varint
 from stoker.formats.remote import RemoteOptions, remote_url
+from stoker.formats.report import spread
 from stoker.formats.shardfiles import ReadsRemoteShards
 from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardSet, digest
 from stoker.formats.tfrecord.example import parse_features
@@ -215,14 +216,8 @@ class TFRecordReader(ReadsRemoteShards, Reader):
         self._remote = None
 
     # ------------------------------------------------------------------ lifecycle
-    def __getstate__(self) -> dict:
-        # a remote set travels with what its opening learnt (sizes, the manifest's copy, the
-        # room a loader claimed), so that no worker lists or checks it again
-        return {**self._config, "_opened": self._remote}
-
-    def __setstate__(self, state: dict) -> None:
-        self._config = dict(state)
-        self._opened = self._config.pop("_opened", None)
+    def _reopen(self, config: dict[str, Any], opened: Any) -> None:
+        self._config, self._opened = config, opened
         self._init_state()  # reopened on first use, in the process that uses it
 
     def _ensure(self) -> None:
@@ -423,12 +418,7 @@ class TFRecordReader(ReadsRemoteShards, Reader):
         return {
             "shards": len(self._shards),
             "bytes": int(sum(s.size for s in self._shards)),
-            "bytes_per_record": {
-                "min": float(sizes.min()),
-                "median": float(np.median(sizes)),
-                "mean": round(float(sizes.mean()), 2),
-                "max": float(sizes.max()),
-            },
+            "bytes_per_record": spread(sizes),
             "features": {n: ft for n, ft, _f in res.entries},
             "label_feature": next((ft for n, ft, _f in res.entries if n == res.label), None),
             "keys": res.key_feature if res.keyed else "record positions",

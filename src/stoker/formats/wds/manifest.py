@@ -20,21 +20,10 @@ entries and names the field at fault.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from stoker.formats.manifest import (
-    check_classes,
-    check_count,
-    check_distinct,
-    check_head,
-    check_rel_path,
-    check_total,
-    fail,
-    read_json,
-    write_json,
-)
+from stoker.formats.manifest import check_shards, read_json, write_json
 
 __all__ = [
     "FORMAT_NAME",
@@ -47,27 +36,21 @@ __all__ = [
 
 FORMAT_NAME = "stoker-wds"
 FORMAT_VERSION = 1
-_SHA_RE = re.compile(r"[0-9a-f]{64}\Z")
+
+
+#: the fields of a ``shards[]`` entry (see :func:`stoker.formats.manifest.check_shards`)
+_ENTRY = {
+    "tar": "file",
+    "records": "count",
+    "tar_bytes": "count",
+    "sha256": "sha256?",
+    "crc32c": "file?",
+}
 
 
 def validate_manifest(m: Any, path: str = "<manifest>") -> dict:
     """Check a stoker-wds manifest; returns it. :class:`ManifestError` names the field."""
-    shards = check_head(path, m, FORMAT_NAME, FORMAT_VERSION)
-    total = 0
-    for j, s in enumerate(shards):
-        w = f"shards[{j}]"
-        check_rel_path(path, f"{w}.tar", s.get("tar"))
-        total += check_count(path, f"{w}.records", s.get("records"))
-        check_count(path, f"{w}.tar_bytes", s.get("tar_bytes"))
-        sha = s.get("sha256")
-        if sha is not None and (not isinstance(sha, str) or not _SHA_RE.match(sha)):
-            raise fail(path, f"{w}.sha256 must be 64 lowercase hex digits")
-        if s.get("crc32c") is not None:
-            check_rel_path(path, f"{w}.crc32c", s.get("crc32c"))
-    check_distinct(path, shards, ("tar", "crc32c"))
-    check_total(path, m, total)
-    check_classes(path, m)
-    return m
+    return check_shards(path, m, FORMAT_NAME, FORMAT_VERSION, _ENTRY)
 
 
 def load_manifest(path: str | os.PathLike[str]) -> dict:

@@ -67,12 +67,12 @@ class WdsReader(ReadsRemoteShards, Reader):
         cache: bool = True,
         remote: RemoteOptions | None = None,
     ) -> None:
-        self._setup(os.fspath(path), bool(cache), remote, None)
+        self._reopen({"path": os.fspath(path), "cache": bool(cache), "remote": remote}, None)
 
-    def _setup(self, path: str, cache: bool, remote: RemoteOptions | None, opened: Any) -> None:
-        self.path = path
-        self._cache = cache
-        self._options = remote
+    def _reopen(self, config: dict[str, Any], opened: Any) -> None:
+        self._config = config
+        path, cache = config["path"], config["cache"]
+        self.path, self._cache, self._options = path, cache, config["remote"]
         self._remote = None
         self.manifest: dict | None = None
         self._shards: list[Shard] = []
@@ -183,19 +183,6 @@ class WdsReader(ReadsRemoteShards, Reader):
             cache=self._cache,
             crc=crc,
         )
-
-    def __getstate__(self) -> dict:
-        # a remote set travels with what its opening learnt (sizes, the manifest's copy, the
-        # room a loader claimed), so that no worker lists or checks it again
-        return {
-            "path": self.path,
-            "cache": self._cache,
-            "remote": self._options,
-            "opened": self._remote,
-        }
-
-    def __setstate__(self, state: dict) -> None:
-        self._setup(state["path"], state["cache"], state.get("remote"), state.get("opened"))
 
     # ------------------------------------------------------------------ sizes
     @property
