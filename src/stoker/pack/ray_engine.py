@@ -42,7 +42,6 @@ Cluster
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -50,6 +49,7 @@ from typing import Any
 
 from stoker._core.errors import PackError, StokerError
 from stoker._core.progress import Progress
+from stoker._core.quiet import quiet_logger
 from stoker.pack.jobs import ShardJob, run_jobs
 from stoker.pack.options import PackOptions
 from stoker.pack.report import PackReport
@@ -91,7 +91,7 @@ def _init(ray: Any, options: PackOptions) -> bool:
         kw.update(num_cpus=options.worker_count(), include_dashboard=False)
         # A Ray started here turns token authentication on (RAY_AUTH_MODE unset) and says so
         # with a warning in every pack's output; the setting stays, the warning is left out.
-        with _quiet(_AUTH_LOGGER):
+        with quiet_logger(_AUTH_LOGGER):
             ray.init(**kw)
         return True
     ray.init(**kw)
@@ -100,18 +100,6 @@ def _init(ray: Any, options: PackOptions) -> bool:
 
 #: the logger of Ray's notice that a cluster it starts uses token authentication
 _AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
-
-
-@contextlib.contextmanager
-def _quiet(name: str) -> Iterator[None]:
-    """Logger ``name`` at ERROR while the block runs (its level before, after)."""
-    log = logging.getLogger(name)
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
 
 
 def _failure(ray: Any, e: BaseException, s: int, job: ShardJob) -> PackError:

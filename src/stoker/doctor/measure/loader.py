@@ -14,11 +14,11 @@ What the doctor needs of a :class:`stoker.Loader`: ``slots`` (its ring's batch s
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from stoker._core.quiet import quiet_logger
 from stoker.doctor.measure.load import Load, LoadMeter
 from stoker.doctor.measure.timing import Spread, spread_of
 
@@ -125,7 +125,7 @@ def measure_loader(
     warm = warmup_batches if warmup_batches is not None else 2 * workers + 2
     t_start = time.perf_counter()
     with (
-        _quiet_skips(),
+        quiet_logger("stoker.loader"),  # the report lists the skipped samples
         Loader(
             source,
             batch_size=batch_size,
@@ -176,18 +176,6 @@ def measure_loader(
         spread_of(window.rounds),
         engine,
     )
-
-
-@contextlib.contextmanager
-def _quiet_skips() -> Any:
-    """Hold back the loader's per-sample "skipped" warnings: the report lists them."""
-    log = logging.getLogger("stoker.loader")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
 
 
 def _skipped(loader: Loader) -> list[dict[str, Any]]:
