@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from doctor_bottlenecks import make_folder
 
 from stoker.cli import main
@@ -94,3 +95,15 @@ def test_records_source(tmp_path):
     assert "read files (warm)" not in names  # nothing to pack: no "pack the folder" change
     assert not any(rec["action"].startswith("pack the folder") for rec in r.recommendations)
     assert r.loader_measured.get(1, 0) > 0, r.not_measured
+
+
+@pytest.mark.parametrize("width", range(20, 90))
+def test_the_report_never_splits_an_option_across_lines(width):
+    # a user copies "--step-time" from the report: a wrap at its hyphen would print "--step-"
+    # and "time" on two lines (it did, for some widths the figures gave)
+    from stoker.doctor.report import _Lines
+
+    lines = _Lines(width)
+    lines.wrap("x " * 30 + "Give --step-time or --model to compare, or --seconds 10.")
+    words = "\n".join(lines).split()
+    assert {"--step-time", "--model", "--seconds"} <= set(words)

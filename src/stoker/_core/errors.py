@@ -57,7 +57,6 @@ __all__ = [
     "TooManyRejectsError",
     "WorkerDiedError",
     "WorkerError",
-    "located",
 ]
 
 

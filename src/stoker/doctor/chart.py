@@ -183,7 +183,7 @@ def _load_note(ld: dict[str, Any]) -> list[str]:
     if taken:
         cores = next(p["load"]["cores"] for p in ld["measured"] if p.get("load"))
         text += f" Other processes took, of the {cores} usable core(s): {', '.join(taken)}."
-    return textwrap.wrap(text, width=62)
+    return textwrap.wrap(text, width=62, break_on_hyphens=False)
 
 
 def _title(d: dict[str, Any]) -> str:

@@ -373,7 +373,11 @@ class _Lines(list[str]):
     def wrap(self, text: str, indent: str = "  ") -> None:
         self.extend(
             textwrap.wrap(
-                text, width=self.width, initial_indent=indent, subsequent_indent=indent + "  "
+                text,
+                width=self.width,
+                initial_indent=indent,
+                subsequent_indent=indent + "  ",
+                break_on_hyphens=False,  # an option such as --step-time stays whole
             )
         )
 
