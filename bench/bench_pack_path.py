@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 from _common import command_line, make_images, warm_page_cache
-from bench_revisions import Revision, _git, byte_compile, checkout
+from bench_revisions import Revision, two_revisions
 
 HERE = Path(__file__).resolve()
 #: (run, engine, into, in shards); Ray's runs are always in shards
@@ -223,27 +223,12 @@ def main() -> int:
     if args.ray and importlib.util.find_spec("ray") is None:
         print("# Ray is not installed: the local pool only", flush=True)
         args.ray = False
-    base = Path(args.work or os.path.join(tempfile.gettempdir(), "stoker-bench-pack-path"))
-    trees = Path(tempfile.mkdtemp(prefix="stoker-pack-path-"))
-    worktrees: list[Path] = []
-    try:
-        old = checkout("old", args.old, trees, worktrees)
-        new = checkout("new", args.new, trees, worktrees)
-        args.work = base / old.commit.split()[0]
-        args.work.mkdir(parents=True, exist_ok=True)
-        print(f"# old {old.name} = {old.commit}: {old.src}", flush=True)
-        print(f"# new {new.name} = {new.commit}: {new.src}", flush=True)
-        for rev in (old, new):
-            byte_compile(rev)
+    with two_revisions(args, "pack-path") as (old, new):
         t = time.perf_counter()
         data = run_child(old, args, "data")
         print(f"# data ready in {time.perf_counter() - t:.0f} s: {data}", flush=True)
         results = run_rounds(args, old, new, data)
         report(args, results, old, new)
-    finally:
-        for path in worktrees:
-            _git("worktree", "remove", "--force", str(path))
-        shutil.rmtree(trees, ignore_errors=True)
     return 0
 
 

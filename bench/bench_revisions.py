@@ -37,6 +37,7 @@ ratios, and the command; and whether the loader's median new/old is within
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -45,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -264,32 +266,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main() -> int:
-    args = parse_args()
-    if args.child:
-        return child(args)
-    base = Path(args.work or os.path.join(tempfile.gettempdir(), "stoker-bench-revisions"))
-    trees = Path(tempfile.mkdtemp(prefix="stoker-revisions-"))
+@contextlib.contextmanager
+def two_revisions(args: argparse.Namespace, name: str) -> Iterator[tuple[Revision, Revision]]:
+    """Worktrees of ``--old`` and ``--new``, byte-compiled, removed at the end; ``args.work``
+    becomes the data folder of the old commit (made by it, reused by the next run against it)."""
+    base = Path(args.work or os.path.join(tempfile.gettempdir(), f"stoker-bench-{name}"))
+    trees = Path(tempfile.mkdtemp(prefix=f"stoker-{name}-"))
     worktrees: list[Path] = []
     try:
         old = checkout("old", args.old, trees, worktrees)
         new = checkout("new", args.new, trees, worktrees)
-        # the data of this old commit: made by it, reused by the next run against it
         args.work = base / old.commit.split()[0]
         args.work.mkdir(parents=True, exist_ok=True)
         print(f"# old {old.name} = {old.commit}: {old.src}", flush=True)
         print(f"# new {new.name} = {new.commit}: {new.src}", flush=True)
         for rev in (old, new):
             byte_compile(rev)
+        yield old, new
+    finally:
+        for path in worktrees:
+            _git("worktree", "remove", "--force", str(path))
+        shutil.rmtree(trees, ignore_errors=True)
+
+
+def main() -> int:
+    args = parse_args()
+    if args.child:
+        return child(args)
+    with two_revisions(args, "revisions") as (old, new):
         t = time.perf_counter()
         data = old.run("data", args)
         print(f"# data ready in {time.perf_counter() - t:.0f} s: {data}", flush=True)
         results = run_pairs(args, old, new, data)
         report(args, results, old, new)
-    finally:
-        for path in worktrees:
-            _git("worktree", "remove", "--force", str(path))
-        shutil.rmtree(trees, ignore_errors=True)
     return 0
 
 
