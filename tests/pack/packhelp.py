@@ -230,6 +230,16 @@ if delay:
         time.sleep(delay)
         return write(self, *a, **k)
     outputs.ShardWriters.write = slow
+    write_many = outputs.ShardWriters.write_many
+    def slow_many(self, s, keys, images, labels, fields):
+        errors = []  # one record a call, each slowed: a kill can land between any two
+        for j in range(len(keys)):
+            time.sleep(delay)
+            got = write_many(self, s, keys[j:j + 1], images[j:j + 1], labels[j:j + 1],
+                             fields[j:j + 1])
+            errors += [(j, why) for _, why in got]
+        return errors
+    outputs.ShardWriters.write_many = slow_many
 from stoker.cli import main
 sys.exit(main([*sys.argv[1:], "--quiet"]))
 """

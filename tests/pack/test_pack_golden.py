@@ -66,6 +66,10 @@ GOLDEN = {
     ("convert", "recordio"): "a5e3ce20b335b987",
     ("convert", "tfrecord"): "5aae9c3526233bb5",
     ("convert", "wds"): "7d940592f91b5f8a",
+    ("convert_recordio", "recordio"): "8d960e4b1df6b8e7",
+    ("convert_recordio", "tfrecord"): "31b7a95db29e72d8",
+    ("convert_recordio", "wds"): "6572d9173a7e13a9",
+    ("convert_wds", "recordio"): "f4088b32bebe91cf",
 }
 
 
@@ -76,11 +80,15 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     src = os.path.join(root, "source", "set")  # what the converts read: a TFRecord set
     stoker.pack(got["folder"], src, workers=1, format="tfrecord", shard_size=4, progress=False)
     got["convert"] = src + ".stoker.json"
+    for fmt in ("recordio", "wds"):  # the other sources a convert reads
+        src = os.path.join(root, f"source_{fmt}", "set")
+        stoker.pack(got["folder"], src, workers=1, format=fmt, shard_size=4, progress=False)
+        got[f"convert_{fmt}"] = src + ".stoker.json"
     return got
 
 
 def _run(kind: str, src: str, out: str, fmt: str, workers: int) -> None:
-    if kind == "convert":
+    if kind.startswith("convert"):
         stoker.convert(src, out, format=fmt, workers=workers, **OPTS)
     else:
         stoker.pack(src, out, format=fmt, workers=workers, list_file=True, **OPTS)
@@ -92,6 +100,19 @@ def test_a_local_run_gives_the_golden_bytes(inputs, tmp_path, kind, fmt):
     out = str(tmp_path / "set")
     _run(kind, inputs[kind], out, fmt, 2)
     assert _digest(out) == GOLDEN[kind, fmt], (kind, fmt, digests(out))
+
+
+@pytest.mark.parametrize(
+    ("kind", "fmt"),
+    [("convert_recordio", "recordio"), ("convert_recordio", "tfrecord"),
+     ("convert_recordio", "wds"), ("convert_wds", "recordio")],
+)  # fmt: skip
+def test_a_convert_from_each_format_gives_the_golden_bytes(inputs, tmp_path, kind, fmt):
+    """Each source format's reader into each writer (RecordIO's records framed many at a
+    time) gives the bytes the record-at-a-time writers gave."""
+    out = str(tmp_path / "set")
+    _run(kind, inputs[kind], out, fmt, 2)
+    assert _digest(out) == GOLDEN[kind, fmt], (kind, fmt, _digest(out), digests(out))
 
 
 @pytest.mark.slow

@@ -36,7 +36,9 @@ key caches live in the cache directory (:mod:`stoker._core.cache`), never requir
 data, so read-only and shared sets work.
 
 A :class:`ShardWriter` writes one shard: ``write(key, image, label, fields)`` appends one
-sample (the encoded image bytes kept as they are), ``commit() -> dict`` makes the shard's files
+sample (the encoded image bytes kept as they are), ``write_many(keys, images, labels, fields)``
+appends many in order (a format may write them in one go; by default one ``write`` each) and
+returns the ``(index, reason)`` of each it could not store, ``commit() -> dict`` makes the shard's files
 final (written as ``*.partial`` and renamed) and returns its manifest entry, ``abort()``
 removes what was written (a shard that is not whole is written again from scratch).
 """
@@ -45,7 +47,7 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -174,6 +176,24 @@ class ShardWriter(_Closing, abc.ABC):
         label: Any,
         fields: Mapping[str, Any] | None = None,
     ) -> None: ...
+
+    def write_many(
+        self,
+        keys: Sequence[int],
+        images: Sequence[bytes],
+        labels: Sequence[Any],
+        fields: Sequence[Mapping[str, Any] | None] | None = None,
+    ) -> list[tuple[int, str]]:
+        """Append sample ``j`` for each ``j`` in order (``fields``: one mapping a sample, or
+        ``None``); the ``(j, reason)`` of each sample that cannot be stored (the ``ValueError``
+        :meth:`write` raises for it), the others written as :meth:`write` writes them."""
+        errors = []
+        for j, key in enumerate(keys):
+            try:
+                self.write(key, images[j], labels[j], None if fields is None else fields[j])
+            except ValueError as e:
+                errors.append((j, str(e)))
+        return errors
 
     @property
     @abc.abstractmethod

@@ -201,6 +201,17 @@ class ShardWriters:
         except ValueError as e:
             raise Unstorable(str(e)) from None
 
+    def write_many(
+        self, s: int, keys: list[int], images: list[bytes], labels: list[Any], fields: list[Any]
+    ) -> list[tuple[int, str]]:
+        """:meth:`write` of each sample in order, through the writer's ``write_many``; the
+        ``(index, reason)`` of each the format cannot store (rejects, not failures)."""
+        w = self.get(s)
+        try:
+            return w.write_many(keys, images, labels, fields)
+        except OSError as e:
+            raise write_error(e, _where(w), w.bytes_written) from None
+
     def write_layout(self, layout: str, labels: np.ndarray) -> None:
         """Append the records of ``layout`` after the images of the one shard (its writer's
         ``write_layout``: RecordIO's insightface header and identity records)."""

@@ -21,8 +21,9 @@ import numpy as np
 
 from stoker._core.progress import Progress
 from stoker._core.schema import Schema
+from stoker.codecs import sniff_counts
 from stoker.pack.listing import ListingItem
-from stoker.pack.outputs import ShardWriters, Unstorable
+from stoker.pack.outputs import ShardWriters
 from stoker.pack.plan import Plan
 from stoker.pack.report import ShardCounts
 from stoker.pack.source import SourceItems, reject_text
@@ -30,6 +31,7 @@ from stoker.pack.source import SourceItems, reject_text
 __all__ = ["convert_range", "label_maker", "reject_detail", "sample_of"]
 
 _CHUNK = 64  # positions per reader call (a reader that fails on a call rejects them all)
+_BATCH = 1024  # records per writer call (at least: whole reader calls)
 
 
 def label_maker(schema: Schema | None) -> Callable[[Any], Any]:
@@ -94,21 +96,16 @@ def convert_range(
 ) -> None:
     """Read the source's records of plan positions ``[a, b)`` and write them into shard
     ``s`` in this process: each stored record counted into ``counts``, each one that cannot
-    be read or stored a ``[position, reason, detail]`` row of ``rejects``, the variable
-    fields' longest lengths into ``lengths``."""
-    from stoker.codecs import sniff
-
+    be read or stored a ``[position, reason, detail]`` row of ``rejects`` (in position
+    order), the variable fields' longest lengths into ``lengths``."""
     reader = plan.reader
     schema = plan.writer_schema
     assert reader is not None and schema is not None
     names = tuple(reader.schema.stored)
     variable = [(n, f) for n, f in schema.stored.items() if f.variable]
-    keys = plan.keys[a:b].tolist()
     src, labels = _sources(plan, a, b)
-    write = writers.write
-    stored: list[int] = []  # counted into ``counts`` at the end: nothing per record but this
-    formats: collections.Counter[str] = collections.Counter()
-    nbytes = 0
+    out = _Batch(writers, s, a, plan.keys[a:b].tolist(), labels, rejects)
+    first_reject = len(rejects)
     for c in range(0, b - a, _CHUNK):
         idx = src[c : c + _CHUNK]
         try:
@@ -119,6 +116,7 @@ def convert_range(
                 for j, i in enumerate(idx.tolist())
             )
             continue
+        js, images, fieldss = out.js, out.images, out.fields
         for j, i in enumerate(idx.tolist(), c):
             try:
                 image, _label, _key, fields = f(i)
@@ -126,18 +124,59 @@ def convert_range(
             except Exception as e:  # noqa: BLE001 - a bad record is a reject, never a crash
                 rejects.append([a + j, "unreadable", reject_text(reader, i, e)])
                 continue
-            fields = dict(fields)
             for n, fld in variable:
                 if n in fields:
                     lengths[n] = max(lengths.get(n, 0), fld.length(fields[n]))
-            try:
-                write(s, keys[j], data, labels[j], fields)
-            except Unstorable as e:
-                rejects.append([a + j, "unstorable", str(e)])
-                continue
-            stored.append(a + j)
-            formats[sniff(data)] += 1
-            nbytes += len(data)
+            js.append(j)
+            images.append(data)
+            fieldss.append(fields)
+        if len(js) >= _BATCH:
+            out.flush()
         if bar is not None:
             bar.update(len(idx))
-    counts.add_stored(stored, formats, nbytes)
+    out.flush()
+    rejects[first_reject:] = sorted(rejects[first_reject:])
+    counts.add_stored(out.stored, out.formats, out.nbytes)
+
+
+class _Batch:
+    """The records read and not yet written (their offsets ``js`` from the shard's first
+    position, bytes and fields), written ``_BATCH`` or so at a time through the writer's
+    ``write_many``; what was stored, counted once for the shard."""
+
+    def __init__(
+        self,
+        writers: ShardWriters,
+        s: int,
+        a: int,
+        keys: list[int],
+        labels: list[Any],
+        rejects: list[list],
+    ) -> None:
+        self.writers, self.s, self.a, self.keys, self.labels = writers, s, a, keys, labels
+        self.rejects = rejects
+        self.js: list[int] = []
+        self.images: list[bytes] = []
+        self.fields: list[Any] = []
+        self.stored: list[int] = []
+        self.formats: collections.Counter[str] = collections.Counter()
+        self.nbytes = 0
+
+    def flush(self) -> None:
+        js, images = self.js, self.images
+        if not js:
+            return
+        keys, labels = self.keys, self.labels
+        errors = self.writers.write_many(
+            self.s, [keys[j] for j in js], images, [labels[j] for j in js], self.fields
+        )
+        if errors:
+            bad = {j for j, _ in errors}
+            self.rejects.extend([self.a + js[j], "unstorable", why] for j, why in errors)
+            images = [d for j, d in enumerate(images) if j not in bad]
+            js = [x for j, x in enumerate(js) if j not in bad]
+        a = self.a
+        self.stored.extend([a + j for j in js])
+        self.formats.update(sniff_counts(images))
+        self.nbytes += sum(map(len, images))
+        self.js, self.images, self.fields = [], [], []

@@ -14,11 +14,21 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["IR_FORMAT", "IR_SIZE", "IRHeader", "label_problem", "pack_header", "unpack_header"]
+__all__ = [
+    "IR_FORMAT",
+    "IR_SIZE",
+    "IRHeader",
+    "label_problem",
+    "pack_header",
+    "pack_headers",
+    "unpack_header",
+]
 
 IR_FORMAT = "<IfQQ"
 IR_SIZE = struct.calcsize(IR_FORMAT)  # 24
 _IR = struct.Struct(IR_FORMAT)
+#: ``IR_FORMAT`` as a numpy record, for many headers at once
+IR_DTYPE = np.dtype([("flag", "<u4"), ("label", "<f4"), ("id", "<u8"), ("id2", "<u8")])
 
 
 class IRHeader(NamedTuple):
@@ -47,6 +57,27 @@ def pack_header(header: IRHeader | tuple, data: bytes | bytearray | memoryview =
     if labels.size == 0 or labels.size > 0xFFFFFFFF:
         raise ValueError(f"a label array needs 1..2**32-1 values, got {labels.size}")
     return _IR.pack(labels.size, 0.0, int(id_), int(id2)) + labels.tobytes() + bytes(data)
+
+
+def pack_headers(keys: np.ndarray, labels: np.ndarray) -> bytes | None:
+    """The IRHeaders ``(0, labels[i], keys[i], 0)`` of many records, 24 bytes each, one after
+    another: what :func:`pack_header` packs for each one-number label and key. ``None`` when
+    a label is out of float32's range (:func:`pack_header` names it) or a key is not an
+    integer in ``[0, 2**63)``."""
+    keys = np.asarray(keys)
+    values = np.asarray(labels).astype(np.float64)
+    if keys.dtype.kind not in "iu" or keys.shape != values.shape or keys.ndim != 1:
+        return None
+    if keys.size and (int(keys.min()) < 0 or int(keys.max()) >= 1 << 63):
+        return None
+    with np.errstate(over="ignore"):
+        narrow = values.astype("<f4")
+    if not np.array_equal(np.isinf(narrow), np.isinf(values)):
+        return None  # struct refuses a finite label that overflows float32
+    out = np.zeros(keys.shape[0], dtype=IR_DTYPE)
+    out["label"] = narrow
+    out["id"] = keys
+    return out.tobytes()
 
 
 def unpack_header(buf: bytes | bytearray | memoryview) -> tuple[IRHeader, memoryview]:

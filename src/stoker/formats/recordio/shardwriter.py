@@ -19,7 +19,7 @@ import numpy as np
 
 from stoker._core.schema import Schema
 from stoker.formats.base import ShardWriter
-from stoker.formats.recordio.header import IRHeader, pack_header
+from stoker.formats.recordio.header import IR_SIZE, IRHeader, pack_header, pack_headers
 from stoker.formats.recordio.insightface import layout_records
 from stoker.formats.recordio.manifest import make_manifest, shard_entry, write_manifest
 from stoker.formats.recordio.writer import RecordWriter
@@ -84,6 +84,27 @@ class RecordShardWriter(ShardWriter):
             self._w.write(key, payload, fields or {})
         else:
             self._w.write(key, payload)
+
+    def write_many(
+        self,
+        keys: Sequence[int],
+        images: Sequence[bytes],
+        labels: Sequence[Any],
+        fields: Any = None,
+    ) -> list[tuple[int, str]]:
+        """:meth:`write` of each sample in order, the records of one-number labels framed in
+        one go (:meth:`RecordWriter.write_batch`: the same bytes); the ``(index, reason)`` of
+        each that cannot be stored."""
+        if not self._stores and len(keys):
+            try:
+                k, lab = np.asarray(keys), np.asarray(labels)
+            except (ValueError, OverflowError):  # ragged label vectors, keys past int64
+                k = lab = np.zeros(0)
+            ok = k.dtype.kind in "iu" and lab.dtype.kind in "iufb"  # one number a label
+            heads = pack_headers(k, lab) if ok else None
+            if heads is not None and self._w.write_batch(k, heads, IR_SIZE, images):
+                return []
+        return super().write_many(keys, images, labels, fields)
 
     def write_layout(self, layout: str, labels: np.ndarray) -> None:
         """Append the records of ``layout`` after the images: ``"insightface"``, the header

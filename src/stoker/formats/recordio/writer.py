@@ -14,7 +14,7 @@ import hashlib
 import operator
 import os
 from array import array
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -30,6 +30,8 @@ from stoker._core.errors import (
 from stoker._core.schema import Schema
 from stoker.formats.fields import encode_trailer
 from stoker.formats.recordio.framing import (
+    MAGIC,
+    MAGIC_BYTES,
     MAX_RECORD_BYTES,
     frame_parts,
 )
@@ -38,6 +40,7 @@ from stoker.formats.recordio.paths import default_crc_path, default_idx_path
 __all__ = ["RecordWriter", "ShardInfo"]
 
 _KEY_LIMIT = 1 << 63
+_PADS = (b"", b"\x00", b"\x00\x00", b"\x00\x00\x00")  # by (-length) & 3
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,61 @@ class RecordWriter:
         self._keys.append(k)
         self.bytes_written = offset + sum(map(len, parts))
         return offset
+
+    def write_batch(
+        self, keys: np.ndarray, heads: bytes, width: int, images: Sequence[bytes]
+    ) -> bool:
+        """Append one record per key whose payload is ``heads[j * width : (j + 1) * width]``
+        followed by ``images[j]``, the bytes :meth:`write` writes for each, in one join and
+        one write per file. ``False``, with nothing written, when the batch needs
+        :meth:`write` record by record: keys not increasing past the last one written, a
+        record over the size limit, a payload that holds the magic at an aligned offset (a
+        record dmlc splits into parts), or a schema that stores fields."""
+        if self._done or self._rec is None:
+            raise ValueError(f"{self.rec_path}: the writer is already committed or aborted")
+        n = len(images)
+        k = np.asarray(keys, dtype=np.int64)
+        if n == 0 or (self.schema is not None and self.schema.stored) or k.shape != (n,):
+            return n == 0
+        last = self._keys[-1] if self._keys else -1
+        if self._key_set is not None or k[0] <= last or (n > 1 and np.diff(k).min() <= 0):
+            return False
+        length = np.fromiter(map(len, images), np.int64, n) + width
+        if int(length.max()) > MAX_RECORD_BYTES or len(heads) != n * width:
+            return False
+        step = 8 + width
+        front = np.empty((n, step), np.uint8)
+        words = front[:, :8].view("<u4")
+        words[:, 0] = MAGIC
+        words[:, 1] = length  # cflag 0: one part
+        front[:, 8:] = np.frombuffer(heads, np.uint8).reshape(n, width)
+        fb = front.tobytes()
+        parts: list[Any] = [None] * (3 * n)
+        parts[0::3] = [fb[o : o + step] for o in range(0, n * step, step)]
+        parts[1::3] = images
+        parts[2::3] = [_PADS[p] for p in ((-length) & 3).tolist()]
+        out = b"".join(parts)
+        if out.count(MAGIC_BYTES) != n:  # a magic besides the framing's: a split record
+            return False
+        framed = 8 + ((length + 3) & ~3)
+        starts = np.cumsum(framed) - framed
+        mv = memoryview(out)
+        if self._crcf is not None:
+            crc = self._crc
+            sums = [crc(mv[a : a + m]) for a, m in zip((starts + 8).tolist(), length.tolist())]
+            self._crcf.write(np.asarray(sums, "<u4").tobytes())
+        mv.release()
+        offsets = starts + self.bytes_written
+        cols: list[int] = [0] * (2 * n)
+        cols[0::2] = k.tolist()
+        cols[1::2] = offsets.tolist()
+        lines = (("%d\t%d\n" * n) % tuple(cols)).encode()
+        self._rec.write(out)
+        self._idx.write(lines)
+        self._sha.update(lines)
+        self._keys.frombytes(k.tobytes())
+        self.bytes_written += len(out)
+        return True
 
     def _trailer(self, key: int, stored: dict, fields: Mapping[str, Any] | None) -> bytes:
         if not stored:
