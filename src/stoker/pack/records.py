@@ -34,10 +34,15 @@ _CHUNK = 64  # positions per reader call (a reader that fails on a call rejects 
 _BATCH = 1024  # records per writer call (at least: whole reader calls)
 
 
+def _head(schema: Schema | None) -> Any:
+    """The schema's header field (the label), or ``None``."""
+    return schema[schema.header_name] if schema is not None and schema.header_name else None
+
+
 def label_maker(schema: Schema | None) -> Callable[[Any], Any]:
     """Turns an item's label into what the writer takes: the schema's header dtype (a
     class id as an int), a vector as an array."""
-    head = schema[schema.header_name] if schema is not None and schema.header_name else None
+    head = _head(schema)
     int_head = head is not None and np.dtype(head.dtype).kind in "iu"
     vec_dtype = np.float32 if head is None else head.dtype
 
@@ -67,19 +72,32 @@ def reject_detail(plan: Plan, pos: int, detail: str) -> str:
     return (f"line {item.line}: " if isinstance(item, ListingItem) else "") + detail
 
 
+def _bulk_labels(schema: Schema | None, rows: np.ndarray) -> list[Any]:
+    """:func:`label_maker`'s label of each number of ``rows`` (1-d, bool, integer or
+    float), converted as whole arrays: an int for an integer header where the number is
+    whole, else a float."""
+    head = _head(schema)
+    if head is None or np.dtype(head.dtype).kind not in "iu":
+        return rows.astype(np.float64).tolist()
+    if rows.dtype.kind in "iub":
+        return rows.astype(np.int64 if rows.dtype.kind == "b" else rows.dtype).tolist()
+    if (np.isfinite(rows) & (rows == np.floor(rows)) & (np.abs(rows) < 2.0**62)).all():
+        return rows.astype(np.int64).tolist()
+    return [label_maker(schema)(v) for v in rows.tolist()]
+
+
 def _sources(plan: Plan, a: int, b: int) -> tuple[np.ndarray, list[Any]]:
     """The source positions of plan positions ``[a, b)`` and the writer's label of each."""
-    make = label_maker(plan.writer_schema)
     items = plan.items
     if isinstance(items, SourceItems):  # in the source's order: bulk labels, no item made
         rows = items.labels[a:b]
         if rows.ndim == 1 and rows.dtype.kind in "iubf":
-            conv = int if rows.dtype.kind in "iub" else float
-            return np.arange(a, b, dtype=np.int64), [make(conv(v)) for v in rows.tolist()]
+            return np.arange(a, b, dtype=np.int64), _bulk_labels(plan.writer_schema, rows)
         chunk = items[a:b]
     else:
         chunk = list(items[a:b])
     pos = np.asarray([it.pos for it in chunk], dtype=np.int64)  # type: ignore[attr-defined]
+    make = label_maker(plan.writer_schema)
     return pos, [make(it.label) for it in chunk]
 
 
