@@ -32,15 +32,19 @@ def jpeg(seed: int, size: int) -> bytes:
     return buf.getvalue()
 
 
-def samples(n: int, seed: int = 0) -> tuple[list[int], list[bytes], list]:
-    """``n`` samples of a few sizes (lengths of every remainder mod 4), int and float labels;
-    image 3 holds the magic at an aligned offset of its payload (after the 24-byte header)."""
+def samples(
+    n: int, seed: int = 0, *, fractions: bool = True
+) -> tuple[list[int], list[bytes], list]:
+    """``n`` samples of a few sizes (lengths of every remainder mod 4), int labels and
+    (``fractions``) fractional ones; image 3 holds the magic at an aligned offset of its
+    RecordIO payload (after the 24-byte header)."""
     rng = np.random.default_rng(seed)
     images = [jpeg(seed * 1000 + i, 8 + i % 7) + b"\0" * (i % 4) for i in range(n)]
     if n > 3:
         images[3] = images[3] + b"\0" * (-len(images[3]) % 4) + MAGIC + b"tail"
     labels: list = [int(x) for x in rng.integers(0, 10, n)]
-    labels[1::5] = [float(x) + 0.25 for x in labels[1::5]]
+    if fractions:
+        labels[1::5] = [float(x) + 0.25 for x in labels[1::5]]
     keys = [int(k) for k in np.cumsum(rng.integers(1, 5, n))]
     return keys, images, labels
 
@@ -95,10 +99,23 @@ def _same(tmp_path, fmt, keys, images, labels, sizes) -> list:
 def test_batches_give_the_bytes_of_one_write_each(tmp_path, fmt):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    keys, images, labels = samples(150)
-    errors = _same(tmp_path, fmt, keys, images, labels, [1, 2, 64, 3, 100])
-    # RecordIO stores a fractional label; the other two refuse it in a classification set
-    assert len(errors) == (0 if fmt == "recordio" else 30)
+    keys, images, labels = samples(150, fractions=fmt == "recordio")
+    assert _same(tmp_path, fmt, keys, images, labels, [1, 2, 64, 3, 100]) == []
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "wds"])
+def test_a_batch_with_a_sample_the_format_refuses(tmp_path, fmt):
+    """A fractional label (refused in a classification set) and a PNG among JPEGs: the
+    other samples of the batch are written as one write each writes them."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    keys, images, labels = samples(40, fractions=False)
+    labels[7] = 2.5
+    buf = io.BytesIO()
+    Image.new("RGB", (5, 4)).save(buf, "PNG")
+    images[30] = buf.getvalue()
+    errors = _same(tmp_path, fmt, keys, images, labels, [20, 20])
+    assert [j for j, _ in errors] == [7]
 
 
 @pytest.mark.parametrize(

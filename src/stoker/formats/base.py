@@ -37,8 +37,8 @@ data, so read-only and shared sets work.
 
 A :class:`ShardWriter` writes one shard: ``write(key, image, label, fields)`` appends one
 sample (the encoded image bytes kept as they are), ``write_many(keys, images, labels, fields)``
-appends many in order (a format may write them in one go; by default one ``write`` each) and
-returns the ``(index, reason)`` of each it could not store, ``commit() -> dict`` makes the shard's files
+appends many in order (in one go where the format's ``write_batch`` can, else one ``write``
+each) and returns the ``(index, reason)`` of each it could not store, ``commit() -> dict`` makes the shard's files
 final (written as ``*.partial`` and renamed) and returns its manifest entry, ``abort()``
 removes what was written (a shard that is not whole is written again from scratch).
 """
@@ -186,7 +186,10 @@ class ShardWriter(_Closing, abc.ABC):
     ) -> list[tuple[int, str]]:
         """Append sample ``j`` for each ``j`` in order (``fields``: one mapping a sample, or
         ``None``); the ``(j, reason)`` of each sample that cannot be stored (the ``ValueError``
-        :meth:`write` raises for it), the others written as :meth:`write` writes them."""
+        :meth:`write` raises for it), the others written as :meth:`write` writes them: in one
+        go where :meth:`write_batch` can, else one :meth:`write` each."""
+        if len(keys) and self.write_batch(keys, images, labels):
+            return []
         errors = []
         for j, key in enumerate(keys):
             try:
@@ -194,6 +197,14 @@ class ShardWriter(_Closing, abc.ABC):
             except ValueError as e:
                 errors.append((j, str(e)))
         return errors
+
+    def write_batch(
+        self, keys: Sequence[int], images: Sequence[bytes], labels: Sequence[Any]
+    ) -> bool:
+        """Write these samples (their fields, if any, left to :meth:`write`) in one go, to the
+        bytes :meth:`write` gives each; ``False``, with nothing written, when this format
+        cannot (the default: it never does)."""
+        return False
 
     @property
     @abc.abstractmethod

@@ -85,26 +85,21 @@ class RecordShardWriter(ShardWriter):
         else:
             self._w.write(key, payload)
 
-    def write_many(
-        self,
-        keys: Sequence[int],
-        images: Sequence[bytes],
-        labels: Sequence[Any],
-        fields: Any = None,
-    ) -> list[tuple[int, str]]:
-        """:meth:`write` of each sample in order, the records of one-number labels framed in
-        one go (:meth:`RecordWriter.write_batch`: the same bytes); the ``(index, reason)`` of
-        each that cannot be stored."""
-        if not self._stores and len(keys):
-            try:
-                k, lab = np.asarray(keys), np.asarray(labels)
-            except (ValueError, OverflowError):  # ragged label vectors, keys past int64
-                k = lab = np.zeros(0)
-            ok = k.dtype.kind in "iu" and lab.dtype.kind in "iufb"  # one number a label
-            heads = pack_headers(k, lab) if ok else None
-            if heads is not None and self._w.write_batch(k, heads, IR_SIZE, images):
-                return []
-        return super().write_many(keys, images, labels, fields)
+    def write_batch(
+        self, keys: Sequence[int], images: Sequence[bytes], labels: Sequence[Any]
+    ) -> bool:
+        """Samples of one-number labels in a set without stored fields, framed in one go
+        (:meth:`RecordWriter.write_batch`: the same bytes); ``False`` for any other batch."""
+        if self._stores:
+            return False
+        try:
+            k, lab = np.asarray(keys), np.asarray(labels)
+        except (ValueError, OverflowError):  # ragged label vectors, keys past int64
+            return False
+        if k.dtype.kind not in "iu" or lab.dtype.kind not in "iufb":  # one number a label
+            return False
+        heads = pack_headers(k, lab)
+        return heads is not None and self._w.write_batch(k, heads, IR_SIZE, images)
 
     def write_layout(self, layout: str, labels: np.ndarray) -> None:
         """Append the records of ``layout`` after the images: ``"insightface"``, the header

@@ -39,17 +39,26 @@ from stoker.formats.base import ShardWriter
 from stoker.formats.manifest import check_rel_path, fail, write_json
 from stoker.formats.wds.layout import (
     LABEL_SUFFIX,
+    common_suffix,
     crc_path,
     field_suffixes,
     image_suffix,
     sample_crc,
 )
 from stoker.formats.wds.manifest import FORMAT_NAME, FORMAT_VERSION, validate_manifest
-from stoker.formats.wds.tarfmt import END_OF_ARCHIVE, RECORD, padding, ustar_header
+from stoker.formats.wds.tarfmt import (
+    BLOCK,
+    END_OF_ARCHIVE,
+    RECORD,
+    padding,
+    ustar_header,
+    ustar_headers,
+)
 
 __all__ = ["WdsShardWriter", "open_writer", "shard_path", "write_set_manifest"]
 
 _KEY_LIMIT = 1 << 63
+_ZEROS = bytes(BLOCK)
 
 
 def shard_path(prefix: str | os.PathLike[str], shard: int | None) -> str:
@@ -182,6 +191,52 @@ class WdsShardWriter(ShardWriter):
         self._size += len(blob)
         self._keys.append(key)
         self._seen.add(key)
+
+    def write_batch(
+        self, keys: Sequence[int], images: Sequence[bytes], labels: Sequence[Any]
+    ) -> bool:
+        """The samples of a set with a ``.cls`` label and no stored fields, JPEG images, int
+        labels and new keys, in one go (every member header made as one array, one write:
+        the same bytes); ``False`` for any other batch."""
+        suffix = common_suffix(images) if self._batchable(keys, labels) else None
+        if suffix is None:
+            return False
+        stems = [b"%09d" % k for k in keys]
+        texts = [b"%d" % v for v in labels]
+        n = len(stems)
+        names: list[bytes] = [b""] * (2 * n)
+        dot_image, dot_cls = f".{suffix}".encode(), f".{LABEL_SUFFIX}".encode()
+        names[0::2] = [s + dot_image for s in stems]
+        names[1::2] = [s + dot_cls for s in stems]
+        datas: list[bytes] = [b""] * (2 * n)
+        datas[0::2] = images
+        datas[1::2] = texts
+        sizes = np.fromiter(map(len, datas), np.int64, 2 * n)
+        heads = ustar_headers(names, sizes)
+        parts: list[Any] = [None] * (6 * n)
+        parts[0::3] = [heads[o : o + BLOCK] for o in range(0, 2 * n * BLOCK, BLOCK)]
+        parts[1::3] = datas
+        parts[2::3] = [_ZEROS[:p] for p in ((-sizes) % BLOCK).tolist()]
+        blob = b"".join(parts)
+        self._f.write(blob)
+        if self._hash is not None:
+            self._hash.update(blob)
+        if self._crcs is not None:
+            self._crcs.extend(map(sample_crc, zip(images, texts, strict=True)))
+        self._size += len(blob)
+        self._keys.extend(keys)
+        self._seen.update(keys)
+        return True
+
+    def _batchable(self, keys: Sequence[int], labels: Sequence[Any]) -> bool:
+        """Whether :meth:`write_batch` can write these samples in one go: a ``.cls`` label and
+        no stored fields, int keys in range and new, int labels."""
+        if self._done or self._head is None or self._stored or not len(keys):
+            return False
+        if not all(type(k) is int for k in keys) or not all(type(v) is int for v in labels):
+            return False
+        fresh = len(set(keys)) == len(keys) and self._seen.isdisjoint(keys)
+        return fresh and min(keys) >= 0 and max(keys) < _KEY_LIMIT
 
     # ------------------------------------------------------------------ contract
     @property
