@@ -188,7 +188,8 @@ class ShardWriter(_Closing, abc.ABC):
         ``None``); the ``(j, reason)`` of each sample that cannot be stored (the ``ValueError``
         :meth:`write` raises for it), the others written as :meth:`write` writes them: in one
         go where :meth:`write_batch` can, else one :meth:`write` each."""
-        if len(keys) and self.write_batch(keys, images, labels):
+        plain = fields is None or not any(fields)  # no sample has a field for write to check
+        if len(keys) and plain and self.write_batch(keys, images, labels):
             return []
         errors = []
         for j, key in enumerate(keys):
@@ -205,6 +206,15 @@ class ShardWriter(_Closing, abc.ABC):
         bytes :meth:`write` gives each; ``False``, with nothing written, when this format
         cannot (the default: it never does)."""
         return False
+
+    @staticmethod
+    def _new_keys(keys: Sequence[int], seen: set[int]) -> bool:
+        """Whether ``keys`` are plain ints in ``[0, 2**63)``, distinct and none in ``seen``:
+        what a format's :meth:`write_batch` asks before writing them in one go."""
+        if not all(type(k) is int for k in keys):
+            return False
+        fresh = len(set(keys)) == len(keys) and seen.isdisjoint(keys)
+        return fresh and min(keys) >= 0 and max(keys) < 1 << 63
 
     @property
     @abc.abstractmethod

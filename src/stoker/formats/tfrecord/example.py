@@ -40,7 +40,9 @@ __all__ = [
     "KINDS",
     "RawFeature",
     "bytes_values",
+    "bytes_entry_head",
     "encode_example",
+    "feature_entry",
     "one_bytes_span",
     "float_values",
     "int64_values",
@@ -264,14 +266,27 @@ def _list_body(kind: str, values: Sequence | np.ndarray | bytes) -> bytes:
 def encode_example(features: Sequence[tuple[str, str, Sequence | np.ndarray | bytes]]) -> bytes:
     """A serialised Example of ``(name, kind, values)`` features, numbers packed (as
     TensorFlow writes them); a ``bytes`` value may be one bytes object or a list of them."""
-    body = bytearray()
-    for name, kind, values in features:
-        lst = _list_body(kind, values)
-        feature = _TAG[kind] + encode_varint(len(lst)) + lst
-        key = _key_field(name)
-        entry = key + encode_varint(len(feature))
-        body += b"\x0a" + encode_varint(len(entry) + len(feature)) + entry + feature
-    return b"\x0a" + encode_varint(len(body)) + bytes(body)
+    body = b"".join([feature_entry(name, kind, values) for name, kind, values in features])
+    return b"\x0a" + encode_varint(len(body)) + body
+
+
+def feature_entry(name: str, kind: str, values: Sequence | np.ndarray | bytes) -> bytes:
+    """One feature's map entry, as :func:`encode_example` writes it into an Example."""
+    lst = _list_body(kind, values)
+    feature = _TAG[kind] + encode_varint(len(lst)) + lst
+    entry = _key_field(name) + encode_varint(len(feature))
+    return b"\x0a" + encode_varint(len(entry) + len(feature)) + entry + feature
+
+
+def bytes_entry_head(name: str, size: int) -> bytes:
+    """What :func:`feature_entry` of one ``bytes`` value of ``size`` bytes writes before the
+    value itself (the value follows it, and nothing after)."""
+    lst_head = b"\x0a" + encode_varint(size)
+    lst_len = len(lst_head) + size
+    feature_head = _TAG["bytes"] + encode_varint(lst_len) + lst_head
+    feature_len = len(feature_head) + size
+    entry = _key_field(name) + encode_varint(feature_len)
+    return b"\x0a" + encode_varint(len(entry) + feature_len) + entry + feature_head
 
 
 @functools.lru_cache(maxsize=4096)

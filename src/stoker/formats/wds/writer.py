@@ -233,10 +233,7 @@ class WdsShardWriter(ShardWriter):
         no stored fields, int keys in range and new, int labels."""
         if self._done or self._head is None or self._stored or not len(keys):
             return False
-        if not all(type(k) is int for k in keys) or not all(type(v) is int for v in labels):
-            return False
-        fresh = len(set(keys)) == len(keys) and self._seen.isdisjoint(keys)
-        return fresh and min(keys) >= 0 and max(keys) < _KEY_LIMIT
+        return all(type(v) is int for v in labels) and self._new_keys(keys, self._seen)
 
     # ------------------------------------------------------------------ contract
     @property
