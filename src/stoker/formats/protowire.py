@@ -126,6 +126,8 @@ def encode_varint(n: int) -> bytes:
     """Varint of ``n`` (a negative int64 is written as its 10-byte two's complement)."""
     if 0 <= n < 128:  # most lengths, tags and small numbers: one byte
         return _ONE_BYTE[n]
+    if 0 < n < 1 << 14:  # an image's length and the lengths around it: two bytes
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     if n < 0:
         n += 1 << 64
     out = bytearray()
