@@ -37,11 +37,13 @@ def samples(
 ) -> tuple[list[int], list[bytes], list]:
     """``n`` samples of a few sizes (lengths of every remainder mod 4), int labels and
     (``fractions``) fractional ones; image 3 holds the magic at an aligned offset of its
-    RecordIO payload (after the 24-byte header)."""
+    RecordIO payload (after the 24-byte header), image 5 is a JPEG with a broken header."""
     rng = np.random.default_rng(seed)
     images = [jpeg(seed * 1000 + i, 8 + i % 7) + b"\0" * (i % 4) for i in range(n)]
     if n > 3:
         images[3] = images[3] + b"\0" * (-len(images[3]) % 4) + MAGIC + b"tail"
+    if n > 5:  # a JPEG's first bytes and no readable header: TFRecord leaves out its size
+        images[5] = b"\xff\xd8\xff" + bytes(range(40))
     labels: list = [int(x) for x in rng.integers(0, 10, n)]
     if fractions:
         labels[1::5] = [float(x) + 0.25 for x in labels[1::5]]

@@ -43,6 +43,7 @@ __all__ = [
     "bytes_entry_head",
     "encode_example",
     "feature_entry",
+    "int_entry",
     "one_bytes_span",
     "float_values",
     "int64_values",
@@ -281,9 +282,27 @@ def feature_entry(name: str, kind: str, values: Sequence | np.ndarray | bytes) -
 def bytes_entry_head(name: str, size: int) -> bytes:
     """What :func:`feature_entry` of one ``bytes`` value of ``size`` bytes writes before the
     value itself (the value follows it, and nothing after)."""
+    return _one_value_head(name, "bytes", size)
+
+
+def int_entry(name: str, value: int) -> bytes:
+    """:func:`feature_entry` of one ``int64`` value (``[value]``), from a head made once per
+    name and varint length."""
+    raw = encode_varint(value)
+    return _int_head(name, len(raw)) + raw
+
+
+@functools.lru_cache(maxsize=256)
+def _int_head(name: str, size: int) -> bytes:
+    return _one_value_head(name, "int64", size)
+
+
+def _one_value_head(name: str, kind: str, size: int) -> bytes:
+    """The bytes of a one-entry feature before its list's ``size`` bytes of payload: one
+    bytes value, or the packed varint of one int64."""
     lst_head = b"\x0a" + encode_varint(size)
     lst_len = len(lst_head) + size
-    feature_head = _TAG["bytes"] + encode_varint(lst_len) + lst_head
+    feature_head = _TAG[kind] + encode_varint(lst_len) + lst_head
     feature_len = len(feature_head) + size
     entry = _key_field(name) + encode_varint(feature_len)
     return b"\x0a" + encode_varint(len(entry) + feature_len) + entry + feature_head

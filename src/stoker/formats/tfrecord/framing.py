@@ -25,6 +25,7 @@ __all__ = [
     "OVERHEAD",
     "FrameError",
     "frame",
+    "frame_ends",
     "looks_gzip",
     "mask_crc",
     "masked_crc",
@@ -65,8 +66,15 @@ def masked_crc(data: bytes | memoryview) -> int:
 
 def frame(data: bytes) -> bytes:
     """``data`` as one framed record."""
+    head, tail = frame_ends(data)
+    return head + data + tail
+
+
+def frame_ends(data: bytes) -> tuple[bytes, bytes]:
+    """The bytes :func:`frame` puts before ``data`` (its length and that length's masked
+    CRC) and after it (its masked CRC), for a writer that joins many records at once."""
     head = struct.pack("<Q", len(data))
-    return head + _U32.pack(masked_crc(head)) + data + _U32.pack(masked_crc(data))
+    return head + _U32.pack(masked_crc(head)), _U32.pack(masked_crc(data))
 
 
 def looks_gzip(head: bytes) -> bool:

@@ -29,7 +29,12 @@ from stoker._core.schema import Field, Schema
 from stoker.formats.base import ShardWriter
 from stoker.formats.manifest import check_rel_path, fail, write_json
 from stoker.formats.protowire import encode_varint
-from stoker.formats.tfrecord.example import bytes_entry_head, encode_example, feature_entry
+from stoker.formats.tfrecord.example import (
+    bytes_entry_head,
+    encode_example,
+    feature_entry,
+    int_entry,
+)
 from stoker.formats.tfrecord.features import (
     BOX_SUFFIXES,
     KEY_FEATURE,
@@ -37,7 +42,7 @@ from stoker.formats.tfrecord.features import (
     image_hw,
     lengths_of,
 )
-from stoker.formats.tfrecord.framing import frame
+from stoker.formats.tfrecord.framing import frame, frame_ends
 from stoker.formats.tfrecord.manifest import FORMAT_NAME, FORMAT_VERSION, validate_manifest
 
 __all__ = ["TFRecordShardWriter", "open_writer", "shard_path", "write_set_manifest"]
@@ -49,6 +54,21 @@ _FORMATS = (
     (b"GIF8", "gif"),
     (b"BM", "bmp"),
 )
+
+
+def _jpeg_hw(image: bytes) -> tuple[int, int] | None:
+    """:func:`image_hw` of JPEG bytes, asking simplejpeg straight away (``image_hw``'s first
+    try for a JPEG); ``None`` where :meth:`TFRecordShardWriter.write` leaves them out."""
+    from simplejpeg import decode_jpeg_header
+
+    try:
+        try:
+            h, w, _, _ = decode_jpeg_header(image)
+            return int(h), int(w)
+        except ValueError:
+            return image_hw(image)  # Pillow may know better
+    except Exception:  # noqa: BLE001 - no readable header
+        return None
 
 
 def shard_path(prefix: str | os.PathLike[str], shard: int | None) -> str:
@@ -146,23 +166,21 @@ class TFRecordShardWriter(ShardWriter):
         def ints(name: str, v: int) -> bytes:  # height, width and label repeat: made once
             got = entry.get((name, v))
             if got is None:
-                got = entry[name, v] = feature_entry(name, "int64", [v])
+                got = entry[name, v] = int_entry(name, v)
             return got
 
         fmt = feature_entry("image/format", "bytes", _FORMATS[0][1].encode())
         label_name = self.features[self._header]  # type: ignore[index]
-        records = []
+        records: list[bytes] = []
         for key, image, label in zip(keys, images, labels, strict=True):
-            try:
-                h, w = image_hw(image)
-            except Exception:  # noqa: BLE001 - no readable header: height and width left out
-                hw = b""
-            else:
-                hw = ints("image/height", h) + ints("image/width", w)
+            got = _jpeg_hw(image)
+            hw = b"" if got is None else ints("image/height", got[0]) + ints("image/width", got[1])
             head = bytes_entry_head("image/encoded", len(image))
-            tail = fmt + hw + ints(label_name, label) + feature_entry(KEY_FEATURE, "int64", [key])
+            tail = fmt + hw + ints(label_name, label) + int_entry(KEY_FEATURE, key)
             size = len(head) + len(image) + len(tail)
-            records.append(frame(b"".join((b"\x0a", encode_varint(size), head, image, tail))))
+            example = b"".join((b"\x0a", encode_varint(size), head, image, tail))
+            before, after = frame_ends(example)
+            records += (before, example, after)
         blob = b"".join(records)
         self._file.write(blob)
         self._keys.extend(keys)
