@@ -8,11 +8,20 @@ so the package itself is made callable and forwards to :func:`stoker.pack.packer
 
 import sys
 import types
+from typing import Any
 
 from stoker.pack.packer import PackOptions, PackReport, convert, pack, run_pack
-from stoker.pack.sample_data import make_sample_data
 
 __all__ = ["PackOptions", "PackReport", "convert", "make_sample_data", "pack", "run_pack"]
+
+
+def __getattr__(name: str) -> Any:
+    """``make_sample_data``, imported on first use: a pack or convert does not load it."""
+    if name == "make_sample_data":
+        from stoker.pack.sample_data import make_sample_data
+
+        return make_sample_data
+    raise AttributeError(f"module 'stoker.pack' has no attribute {name!r}")
 
 
 class _CallablePackage(types.ModuleType):
