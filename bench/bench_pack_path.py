@@ -4,6 +4,7 @@ revision (``--old``, default ``main``: the current release) beside the working t
     python bench/bench_pack_path.py                 # 3 rounds, 3,000 images, 20,000-record convert
     python bench/bench_pack_path.py --quick         # 1 round, 600 images, 4,000 records
     python bench/bench_pack_path.py --no-ray        # the local pool only
+    python bench/bench_pack_path.py --only convert  # the converts alone, no pack run between
 
 The old revision is checked out into a temporary ``git worktree`` (removed at the end). Every
 measurement runs in a fresh Python process whose ``PYTHONPATH`` starts with that revision's
@@ -139,7 +140,7 @@ def run_child(rev: Revision, args: argparse.Namespace, kind: str, **extra: str |
 
 # ---------------------------------------------------------------------------- rounds
 def run_rounds(args: argparse.Namespace, old: Revision, new: Revision, data: dict) -> dict:
-    cands = [c for c in CANDIDATES if args.ray or c[1] != "ray"]
+    cands = [c for c in CANDIDATES if (args.ray or c[1] != "ray") and c[0] in args.only]
     results: dict[tuple, list[dict[str, float]]] = {c: [] for c in cands}
     for i in range(args.rounds):
         order = (old, new) if i % 2 == 0 else (new, old)
@@ -202,6 +203,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--shard-size", type=int, default=0, help="records a shard (default: an eighth)"
     )
     ap.add_argument("--no-ray", dest="ray", action="store_false", help="the local pool only")
+    ap.add_argument(
+        "--only",
+        choices=("pack", "convert"),
+        default=None,
+        help="time only the packs or only the converts (default both)",
+    )
     ap.add_argument("--work", default=None, help="data folder (default: a temporary one)")
     ap.add_argument("--child", choices=("data", "run"), help=argparse.SUPPRESS)
     ap.add_argument("--what", help=argparse.SUPPRESS)
@@ -210,6 +217,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--input", help=argparse.SUPPRESS)
     ap.add_argument("--sharded", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    args.only = ("pack", "convert") if args.only is None else (args.only,)
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.images = args.images or (600 if args.quick else 3_000)
     args.records = args.records or (4_000 if args.quick else 20_000)
