@@ -9,8 +9,7 @@ it (never reading through it) and opens its own. Each database's pages are check
 and any number of workers and ranks can read one database; the price is that nobody may write
 to the database while it is read (stoker never does).
 
-Where a database lives and how it is opened are :mod:`stoker.formats.lmdb.location`'s (named
-here too, for the modules that read through a handle).
+Where a database lives and how it is opened are :mod:`stoker.formats.lmdb.location`'s.
 """
 
 from __future__ import annotations
@@ -21,34 +20,9 @@ import threading
 from typing import Any
 
 from stoker.formats.lmdb.guard import check_database
-from stoker.formats.lmdb.location import (
-    INSTALL_HINT,
-    MAX_READERS,
-    OPEN_OPTIONS,
-    LmdbFormatError,
-    Location,
-    damaged,
-    import_lmdb,
-    locate,
-    not_found,
-    open_env,
-    show_key,
-)
+from stoker.formats.lmdb.location import Location, open_env
 
-__all__ = [
-    "INSTALL_HINT",
-    "MAX_READERS",
-    "OPEN_OPTIONS",
-    "EnvHandle",
-    "Location",
-    "LmdbFormatError",
-    "damaged",
-    "import_lmdb",
-    "locate",
-    "not_found",
-    "open_env",
-    "show_key",
-]
+__all__ = ["EnvHandle"]
 
 
 # py-lmdb refuses to open one environment twice in a process, so every handle on the same

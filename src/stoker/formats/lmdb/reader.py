@@ -20,15 +20,7 @@ import numpy as np
 from stoker._core.errors import SpecError
 from stoker._core.schema import Schema
 from stoker.formats.base import Reader, ReadSample
-from stoker.formats.lmdb.env import (
-    EnvHandle,
-    LmdbFormatError,
-    damaged,
-    import_lmdb,
-    locate,
-    not_found,
-    show_key,
-)
+from stoker.formats.lmdb.env import EnvHandle
 from stoker.formats.lmdb.keylist import KeyList, load_keys
 from stoker.formats.lmdb.labels import (
     cached_labels,
@@ -36,6 +28,14 @@ from stoker.formats.lmdb.labels import (
     file_tag,
     labels_for_keys,
     read_label_file,
+)
+from stoker.formats.lmdb.location import (
+    LmdbFormatError,
+    damaged,
+    import_lmdb,
+    locate,
+    not_found,
+    show_key,
 )
 from stoker.formats.lmdb.values import (
     check_layout,

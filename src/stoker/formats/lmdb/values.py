@@ -20,7 +20,7 @@ from stoker.formats.lmdb.datum import (
     image_kind,
     parse_datum,
 )
-from stoker.formats.lmdb.env import LmdbFormatError
+from stoker.formats.lmdb.location import LmdbFormatError
 from stoker.formats.protowire import WireError
 
 __all__ = [
