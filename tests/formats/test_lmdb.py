@@ -334,7 +334,6 @@ def test_the_loader_reads_both_layouts_through_the_seam(tmp_path, workers):
     """stoker.Loader over LMDB: the batches hold the stored images (decoded) and labels in
     position order, with and without worker processes."""
     from stoker import Loader
-    from stoker.loader.sources import FormatSource
     from stoker.transforms import CenterCrop
 
     images = [photo(i) for i in range(10)]
@@ -349,7 +348,7 @@ def test_the_loader_reads_both_layouts_through_the_seam(tmp_path, workers):
         (lsun, [decode(jpegs[k]) for k in order], [4] * 10, {"label": 4}),
     ]
     for path, want_images, want_labels, options in cases:
-        source = FormatSource(path, **options)
+        source = stoker.formats.open(path, **options)
         got_images, got_labels = [], []
         with Loader(
             source, batch_size=4, workers=workers, transforms=CenterCrop((24, 32))

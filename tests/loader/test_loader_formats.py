@@ -15,7 +15,6 @@ import stoker
 from stoker._core.schema import Schema
 from stoker.formats import registry
 from stoker.formats.protowire import LEN, VARINT, encode_field
-from stoker.loader.sources import FormatSource
 from stoker.transforms import Compose, HorizontalFlip, RandomCrop, Resize
 
 N, SHARD, CLASSES = 30, 12, 4
@@ -92,7 +91,7 @@ def sets(tmp_path_factory) -> dict[str, object]:
 
 def _load(source: object, workers: int, engine: str | None = None) -> list[tuple[np.ndarray, ...]]:
     if isinstance(source, tuple):  # LSUN-style: the labels come from a key list
-        source = FormatSource(source[0], format="lmdb", layout="image", labels=source[1])
+        source = stoker.formats.open(source[0], format="lmdb", layout="image", labels=source[1])
     kw = dict(
         batch_size=7, transforms=TRANSFORMS, shuffle=True, seed=5, workers=workers, engine=engine
     )

@@ -74,9 +74,9 @@ class _ToldSource(RecordSource):
         super().__init__(path)
         self.told: list[list[int]] = []
 
-    def reader(self, indices=None):
+    def reader(self, indices=None, fields=()):
         self.told.append([] if indices is None else list(map(int, indices)))
-        return super().reader(indices)
+        return super().reader(indices, fields)
 
 
 class _ReadOnlySource(Source):
@@ -156,7 +156,7 @@ def test_source_reader_gives_what_read_and_key_give(tmp_path, kind):
     ):
         get = src.reader(told)  # a worker tells it the chunk's indices
         for i in range(len(src)):
-            payload, label, key = get(i)
+            payload, label, key, _ = get(i)
             want, want_label = src.read(i)
             assert bytes(payload) == bytes(want) and key == src.key(i) == 50 + i
             assert np.asarray(label).dtype == np.asarray(want_label).dtype == opened.labels().dtype
