@@ -35,6 +35,8 @@ What has a default (override where the reader knows better):
   set in object storage answers from its first shard);
 - ``r.image_sizes()``: int32 ``(N, 2)`` stored (height, width) of every sample, read from the
   image headers (a decoded array: its shape) in one pass, kept on the reader;
+- ``r.stored_bytes(image)``: an image as encoded bytes (a decoded array as a lossless PNG):
+  what ``stoker convert`` writes and ``stoker unpack`` saves;
 - ``r.describe(i)``: where sample ``i`` lives, for messages (file, key, byte offset);
 - ``r.locate(i)``: ``(file, byte offset)`` of sample ``i`` where the format can tell, else
   ``None``; ``r.files()``: the data files the samples are read from (what the doctor sizes and
@@ -75,7 +77,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stoker._core.specs import ArraySpec
-from stoker.codecs import DECODED_SPEC, image_size
+from stoker.codecs import DECODED_SPEC, encode_png, image_size
 from stoker.formats.manifest import MANIFEST_SUFFIX, read_json
 
 if TYPE_CHECKING:
@@ -256,6 +258,14 @@ class Reader(_Closing, abc.ABC):
             self.let_go()
         self.__dict__["_image_sizes"] = out
         return out
+
+    def stored_bytes(self, image: Any) -> Any:
+        """``image`` as this reader handed it over, as encoded bytes (what ``stoker convert``
+        writes and ``stoker unpack`` saves): encoded bytes as they are, a decoded array as a
+        lossless PNG."""
+        if is_encoded(self.encoded, image):
+            return image
+        return encode_png(np.ascontiguousarray(image))
 
     def describe(self, i: int) -> str:
         return f"key {self.key(i)} (position {i}) of {self.path}"
