@@ -69,6 +69,7 @@ removes what was written (a shard that is not whole is written again from scratc
 from __future__ import annotations
 
 import abc
+import hashlib
 import os
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -91,6 +92,7 @@ __all__ = [
     "data_files",
     "is_encoded",
     "no_fields",
+    "sha",
     "stored_size",
 ]
 
@@ -136,6 +138,16 @@ class _Closing:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def sha(*parts: bytes) -> str:
+    """The loader's dataset hash in a fingerprint: sha256 of the length-prefixed ``parts``, 32
+    hex digits (kept as it is, so saved loader states still resume)."""
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(len(p).to_bytes(8, "little"))
+        h.update(p)
+    return h.hexdigest()[:32]
 
 
 def is_encoded(encoded: bool | None, image: Any) -> bool:

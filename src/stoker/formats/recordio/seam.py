@@ -26,7 +26,7 @@ import numpy as np
 
 from stoker._core.errors import CorruptRecordError, SpecError
 from stoker._core.schema import Field, Schema
-from stoker.formats.base import Reader, ReadSample
+from stoker.formats.base import Reader, ReadSample, sha
 from stoker.formats.recordio.header import label_problem
 from stoker.formats.recordio.hints import AccessHints, chunk_by_shard
 from stoker.formats.recordio.insightface import layout_table
@@ -82,15 +82,6 @@ def declared_labels(labels: np.ndarray, dtype: str, classes: int) -> np.ndarray:
     if ok.ndim > 1:
         ok = np.broadcast_to(ok.all(axis=tuple(range(1, ok.ndim)))[:, None], ok.shape)
     return np.where(ok, labels, -1).astype(np.int64)
-
-
-def _sha(*parts: bytes) -> str:
-    """The loader's dataset hash (length-prefixed parts), kept so saved states still resume."""
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(len(p).to_bytes(8, "little"))
-        h.update(p)
-    return h.hexdigest()[:32]
 
 
 def _record_sizes(shards: Sequence[Any]) -> np.ndarray:
@@ -503,7 +494,7 @@ class RecordIOReader(Reader):
             "type": "records",
             "len": self._len,
             "bytes": size,
-            "sha": _sha(self.keys().tobytes(), self.labels().tobytes()),
+            "sha": sha(self.keys().tobytes(), self.labels().tobytes()),
         }
 
     def close(self) -> None:

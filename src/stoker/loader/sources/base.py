@@ -5,24 +5,15 @@ whose keys are their positions (:class:`PositionKeyed`)."""
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
 from stoker.formats import Reader
+from stoker.formats.base import sha
 
 __all__ = ["PositionKeyed", "Source", "sha"]
 
 #: The loader's name for :class:`~stoker.formats.Reader` (a custom source subclasses it).
 Source = Reader
-
-
-def sha(*parts: bytes) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(len(p).to_bytes(8, "little"))
-        h.update(p)
-    return h.hexdigest()[:32]
 
 
 class PositionKeyed(Reader):
