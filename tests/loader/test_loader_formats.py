@@ -237,3 +237,25 @@ def test_every_reader_kind_keeps_the_one_read_contract(sets, kind):
         np.testing.assert_array_equal(got, labels)
     finally:
         r.close()
+
+
+def test_a_reader_without_reader_or_read_is_refused_naming_both():
+    """A Reader subclass gives ``reader(indices, fields)`` or ``read(i)``; with neither, the
+    first read names both, rather than recursing between the two defaults."""
+
+    class Half(Reader):
+        def __len__(self):
+            return 2
+
+        def keys(self):
+            return np.arange(2, dtype=np.int64)
+
+        def labels(self):
+            return np.zeros(2, np.int64)
+
+        def fingerprint(self):
+            return {"type": "half"}
+
+    for call in (lambda r: r.reader(), lambda r: r.read(0)):
+        with pytest.raises(TypeError, match=r"reader\(indices, fields\) or read\(i\)"):
+            call(Half())

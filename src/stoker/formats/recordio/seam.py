@@ -220,7 +220,7 @@ class RecordIOReader(Reader):
     def keys(self) -> np.ndarray:
         if self._keys is None:
             self._keys = np.asarray(self.records.keys, dtype=np.int64)
-            self._let_go()
+            self.let_go()
         return self._keys
 
     def labels(self) -> np.ndarray:
@@ -230,7 +230,7 @@ class RecordIOReader(Reader):
             self._labels = (
                 integral_labels(raw) if kind is None else declared_labels(raw, kind[1], kind[2])
             )
-            self._let_go()
+            self.let_go()
         return self._labels
 
     def claim_cache(self, plan: Any) -> Any:
@@ -240,12 +240,9 @@ class RecordIOReader(Reader):
         return rec.claim(plan) if self.remote is not None and isinstance(rec, RecordSet) else None
 
     def let_go(self) -> None:
-        """This process reads no more for now: a remote set keeps none of its shards pinned."""
-        self._let_go()
-
-    def _let_go(self) -> None:
-        """A remote set that read every shard (keys, labels) keeps none of them pinned: the
-        shard cache needs that room for the batches."""
+        """This process reads no more for now (or read every shard for keys, labels or the
+        schema): a remote set keeps none of its shards pinned, the shard cache needs that
+        room for the batches."""
         rec = self._rec
         if self.remote is not None and isinstance(rec, RecordSet):
             rec.focus(np.zeros(0, np.int64))
@@ -296,7 +293,7 @@ class RecordIOReader(Reader):
                 self._schema = Schema(
                     tuple((n, label if n == head else f) for n, f in declared.fields)
                 )
-            self._let_go()  # a remote set read its first shard for it: nothing stays pinned
+            self.let_go()  # a remote set read its first shard for it: nothing stays pinned
         return self._schema
 
     def _label(self, i: int, header: Any) -> Any:
@@ -316,11 +313,6 @@ class RecordIOReader(Reader):
     def _scalar_label(self) -> Callable[[Any], Any]:
         """An unpickled reader's conversion of a one-float header label to the label dtype."""
         return int if self._label_dtype == "int64" else np.float32
-
-    def read(self, i: int) -> tuple[memoryview, Any]:
-        """``(image bytes, label)`` of position ``i`` (the slow, always-right path)."""
-        header, image = self.records.read_header(i)
-        return image, self._label(i, header)
 
     def read_ahead(self, order: np.ndarray, start: int = 0) -> Any:
         """Downloads ahead of ``order`` for a set in object storage (``None`` otherwise):
