@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,7 +143,7 @@ def fill_chunk(
     bad: list[tuple[int, int, int | None, str]] = []
     at = SampleRngs(seed, task.epoch).at  # sample_rng(seed, epoch, i), re-keyed in place
     read, fill_row, width = source.reader(task.indices), pipeline.fill_row, task.width
-    decode = pipeline.decoder() if source.encoded else None
+    decode = _decoder(source.encoded, pipeline)
     # the fused head straight into the row; fill_row takes whatever it declines
     fast = None if task.half else pipeline.row_writer(width)
     row0, n = task.row0, len(task.indices)
@@ -155,7 +156,7 @@ def fill_chunk(
         if progress is not None:
             progress[0] = gi  # main reads it if this process dies
         try:
-            payload, label, key = read(gi)
+            payload, label, key, _ = read(gi)
             img = payload if decode is None else decode(payload)
             rng = at(gi)
             labels[row] = label
@@ -189,6 +190,21 @@ def fill_chunk(
     return "done", bad
 
 
+def _decoder(encoded: bool | None, pipeline: Pipeline) -> Callable[[Any], np.ndarray] | None:
+    """The decode of a source's images: none for decoded arrays (``encoded=False``); for a
+    source that says per sample (``None``), one that passes an ndarray through."""
+    if encoded is False:
+        return None
+    decode = pipeline.decoder()
+    if encoded:
+        return decode
+
+    def per_sample(payload: Any) -> np.ndarray:
+        return payload if isinstance(payload, np.ndarray) else decode(payload)
+
+    return per_sample
+
+
 def _skipped(source: Source, gi: int, row: int, e: Exception) -> tuple[int, int, int | None, str]:
     k = None
     try:
@@ -209,13 +225,13 @@ def _fill_fields(
     cancelled: Any,
     progress: Any,
 ) -> tuple[str, Any]:
-    """``fill_chunk`` for a batch with fields: ``source.field_reader`` and
+    """``fill_chunk`` for a batch with fields: ``source.reader`` with the stored fields and
     ``_fields.fill_sample`` per sample (there is no ``pair_with`` here: the loader refuses it)."""
     images, labels, keys, indices = views
     plan = fields.plan
     bad: list[tuple[int, int, int | None, str]] = []
     at = SampleRngs(seed, task.epoch).at
-    read = source.field_reader(plan.stored, task.indices)
+    read = source.reader(task.indices, plan.stored)
     width, height, encoded = task.width, task.height, source.encoded
     row0, n = task.row0, len(task.indices)
     indices[row0 : row0 + n] = task.indices

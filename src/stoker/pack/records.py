@@ -122,7 +122,7 @@ def convert_range(
         for j, i in enumerate(idx.tolist(), c):
             try:
                 image, _label, _key, fields = f(i)
-                data = bytes(image)
+                data = bytes(reader.stored_bytes(image))
             except Exception as e:  # noqa: BLE001 - a bad record is a reject, never a crash
                 rejects.append([a + j, "unreadable", reject_text(reader, i, e)])
                 continue
