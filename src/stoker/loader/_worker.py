@@ -40,6 +40,12 @@ _THREAD_ENV = (
     "VECLIB_MAXIMUM_THREADS",
 )
 _WATCHDOG_S = 0.5
+try:  # a chunk's page faults, for its report (Linux)
+    import resource
+
+    _RUSAGE_THREAD: int | None = resource.RUSAGE_THREAD
+except (ImportError, AttributeError):  # pragma: no cover - not Linux
+    _RUSAGE_THREAD = None
 # main -> a worker, besides tasks and None (see worker_main)
 PARK = "park"
 RING = "ring"
@@ -393,6 +399,11 @@ def worker_main(cfg: WorkerConfig, conn: Any, lifeline: Any = None) -> None:
         pass
 
 
+def _faults() -> int:
+    """This thread's minor page faults so far (0 where ``RUSAGE_THREAD`` is missing)."""
+    return resource.getrusage(_RUSAGE_THREAD).ru_minflt if _RUSAGE_THREAD is not None else 0
+
+
 def _serve(cfg: WorkerConfig, conn: Any, task: Task, ring: _Ring) -> bool:
     """One task into ``ring`` and its report to main; False when main is gone."""
     gen, control, progress, layout, mem = (
@@ -417,11 +428,14 @@ def _serve(cfg: WorkerConfig, conn: Any, task: Task, ring: _Ring) -> bool:
         len(task.indices),
         task.half,
     )
+    mapped = 0.0
     if where not in ring.touched:  # first write there: map its pages in one call
         ring.touched.add(where)
+        t = time.thread_time()
         for r0 in (task.row0, task.row0 + task.half) if task.half else (task.row0,):
             populate(views[0][r0 : r0 + len(task.indices)])
-    began = time.perf_counter()
+        mapped = time.thread_time() - t
+    began, cpu, faults = time.perf_counter(), time.thread_time(), _faults()
     try:
         status, payload = fill_chunk(
             task,
@@ -436,10 +450,12 @@ def _serve(cfg: WorkerConfig, conn: Any, task: Task, ring: _Ring) -> bool:
         )
     except BaseException as e:  # noqa: BLE001 - never die silently
         status, payload = "error", error_info(e, cfg.source, int(task.indices[0]))
+    seconds = time.perf_counter() - began
+    usage = (time.thread_time() - cpu, _faults() - faults, mapped)
     del views, fviews
     progress[0] = -1
     try:
-        conn.send((status, gen, task.number, task.row0, payload, time.perf_counter() - began))
+        conn.send((status, gen, task.number, task.row0, payload, seconds, usage))
     except (BrokenPipeError, OSError):
         return False
     return True
