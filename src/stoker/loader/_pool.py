@@ -206,11 +206,9 @@ class WorkerPool:
     dead one's place and gets its unanswered tasks of the live iteration again).
     """
 
-    def __init__(self, on_death: str, engine: Engine | None = None) -> None:
-        from stoker.loader._engine import LINUX
-
+    def __init__(self, on_death: str, engine: Engine) -> None:
         self.on_death = on_death
-        self.engine = LINUX if engine is None else engine
+        self.engine = engine
         self.handles: list[WorkerHandle] = []
         self.respawns = 0
         self._deaths: dict[int, int] = {}  # global index -> worker deaths while processing it
@@ -225,10 +223,7 @@ class WorkerPool:
         """Start ``count`` workers of ``config``. On a failure the workers already started
         stay in ``handles`` (for :meth:`stop`) and the error propagates."""
         self._config, self._control = config, control
-        if self.engine.portable:  # spawn pickles it all: name what cannot be, up front
-            from stoker.loader._engine import check_picklable
-
-            check_picklable(config)
+        self.engine.check(config)
         for wid in range(count):
             self.handles.append(self._spawn(wid))
         self._poller = None
