@@ -37,26 +37,26 @@ class SharedListing(FolderSource):
         return ArraySpec((1, 1, 3), "uint8")
 
     def read(self, i: int):
-        self.path(i)
+        self.file_path(i)
         return PIXEL, self._labels[i]
 
 
 class ListOfPaths(Source):
-    """The old FolderSource: ``files`` a list of str pickled into every worker."""
+    """The old FolderSource: ``paths`` a list of str pickled into every worker."""
 
     encoded = False
 
     def __init__(self, root: str, files: list[str], labels: np.ndarray) -> None:
-        self.root, self.files, self._labels = root, files, labels
+        self.root, self.paths, self._labels = root, files, labels
 
     def __len__(self) -> int:
-        return len(self.files)
+        return len(self.paths)
 
     def key(self, i: int) -> int:
         return int(i)
 
     def keys(self) -> np.ndarray:
-        return np.arange(len(self.files), dtype=np.int64)
+        return np.arange(len(self.paths), dtype=np.int64)
 
     def labels(self) -> np.ndarray:
         return self._labels
@@ -66,11 +66,11 @@ class ListOfPaths(Source):
         return ArraySpec((1, 1, 3), "uint8")
 
     def read(self, i: int):
-        os.path.join(self.root, self.files[i])
+        os.path.join(self.root, self.paths[i])
         return PIXEL, self._labels[i]
 
     def fingerprint(self) -> dict:
-        return {"type": "list", "len": len(self.files)}
+        return {"type": "list", "len": len(self.paths)}
 
 
 def _mem(pid: int) -> tuple[float, float]:

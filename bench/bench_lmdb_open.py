@@ -28,7 +28,7 @@ from _common import best_time, command_line, warm_page_cache
 
 import stoker.formats
 from stoker.formats.lmdb import guard
-from stoker.formats.lmdb.env import locate
+from stoker.formats.lmdb.location import locate
 from stoker.formats.lmdb.pages import read_meta
 
 

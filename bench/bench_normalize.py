@@ -3,8 +3,10 @@ resized image, as a crop gives it) written into a batch row, as float32 CHW norm
 (ImageNet mean and std) or as uint8 CHW, by each way there is to write it.
 
 float32 CHW, from the crop:
-  stoker          Normalize.write: cv2.split into uint8 planes, then per plane one
-                  cv2.addWeighted pass (convert, scale, shift) into the row's plane
+  stoker          Normalize.write: cv2.split into uint8 planes, then per plane a conversion
+                  into the row's plane and one cv2.addWeighted pass (scale, shift) over it in
+                  place (a plane of a multiple of 64 values), else one cv2.addWeighted pass
+                  (convert, scale, shift) from the uint8 plane
   table           split, then a 256-entry table per plane (cv2.LUT): the previous way
   numpy chain     np.ascontiguousarray of the CHW view, astype(float32), subtract, multiply
                   into the row (the plain chain, contiguous first)
@@ -101,7 +103,7 @@ def candidates(size: int) -> dict[str, tuple[str, Write]]:
         row[...] = np.ascontiguousarray(crop).transpose(2, 0, 1)
 
     return {
-        "float32 CHW: stoker (split + addWeighted)": (
+        "float32 CHW: stoker (split, convert into the row, addWeighted in place)": (
             "f",
             lambda c, r: chw_op.write(c, r, chw=True),
         ),

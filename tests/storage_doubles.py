@@ -104,6 +104,18 @@ class S3Server:
         self.stop()
 
 
+def upload_tree(folder: str | os.PathLike[str], url: str) -> None:
+    """Every file under ``folder`` to ``url`` + its relative path, in one concurrent ``put`` of
+    the URL's file system (a set's shards go up at once, not one request after another)."""
+    from stoker.storage.remote import Remote
+
+    root = os.fspath(folder)
+    local = sorted(os.path.join(d, n) for d, _, names in os.walk(root) for n in names)
+    fs = Remote(url).fs()
+    bare = url.split("://", 1)[1].rstrip("/")
+    fs.put(local, [f"{bare}/{os.path.relpath(p, root).replace(os.sep, '/')}" for p in local])
+
+
 class StaticServer:
     """``python -m http.server`` serving ``folder`` on 127.0.0.1 and a free port (see the
     module docstring); :attr:`url` is the folder's URL once started."""

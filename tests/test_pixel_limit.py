@@ -143,7 +143,7 @@ def _folder(tmp_path, bomb_data: bytes, ext: str):
     for i in range(6):
         (root / "cls" / f"ok{i}.png").write_bytes(small())
     (root / "cls" / f"bomb{ext}").write_bytes(bomb_data)
-    key = FolderSource(root).files.index(os.path.join("cls", f"bomb{ext}"))
+    key = FolderSource(root).listing.index(os.path.join("cls", f"bomb{ext}"))
     return str(root), key
 
 

@@ -59,7 +59,7 @@ def test_cli_packs_a_jsonl_listing_and_inspect_shows_its_fields(tmp_path, capsys
             assert fields["text"] == row["text"]
             assert fields["mask"] == (tmp_path / row["mask"]).read_bytes()
     src = RecordSource(out + ".stoker.json")
-    _, label, _, got = src.field_reader(("text",))(3)
+    _, label, _, got = src.reader(None, ("text",))(3)
     assert (label, got) == (1, {"text": "line 3"})
     src.close()
     capsys.readouterr()

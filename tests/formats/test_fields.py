@@ -1,5 +1,5 @@
 """Records with fields: the trailer after the image, read back through ``read_fields`` and
-``RecordSource.field_reader``, cut off by ``read_header``, invisible to MXNet's image read, and
+``RecordSource.reader``, cut off by ``read_header``, invisible to MXNet's image read, and
 named precisely (file, key, byte offset, field) when damaged."""
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ def test_old_sets_load_unchanged(tmp_path) -> None:
             r.read_fields(0, ["boxes"])
     src = RecordSource(rec)
     assert src.schema == Schema.classification((), "int64")
-    assert src.field_reader((), np.arange(5))(2)[1:] == (2, 2, {})
+    assert src.reader(np.arange(5), ())(2)[1:] == (2, 2, {})
 
 
 def _corrupt(manifest: str, key: int, at_from_end: int, value: bytes) -> tuple[int, str]:
@@ -293,14 +293,14 @@ def test_the_writer_checks_each_records_fields(tmp_path) -> None:
 
 # ---------------------------------------------------------------- RecordSource
 @pytest.mark.parametrize("shards", [1, 2])
-def test_record_source_field_reader_gives_what_field_check_gives(tmp_path, shards) -> None:
+def test_record_source_reader_gives_what_field_check_gives(tmp_path, shards) -> None:
     manifest, images = _write_set(tmp_path, 7, shards=shards)
     src = RecordSource(manifest)
     want_schema = SCHEMA  # its header field is int64 as the labels are whole numbers
     assert src.schema == want_schema
     names = ("boxes", "classes", "caption", "mask", "year")
     for s in (src, pickle.loads(pickle.dumps(src))):  # in the process that opened it, a worker
-        read = s.field_reader(names, np.arange(7))
+        read = s.reader(np.arange(7), names)
         for i in range(7):
             payload, label, key, fields = read(i)
             assert bytes(payload) == images[i] and key == i and label == i % 3
@@ -308,7 +308,7 @@ def test_record_source_field_reader_gives_what_field_check_gives(tmp_path, shard
             _same(want, fields)
         assert s.read(3)[0].tobytes() == images[3]
     with pytest.raises(SpecError, match="nothing"):
-        src.field_reader(("nothing",))
+        src.reader(None, ("nothing",))
     src.close()
 
 
@@ -330,7 +330,7 @@ def test_record_source_schema_types_the_header_field_as_labels(tmp_path) -> None
     )
     src = RecordSource(manifest)
     assert src.schema["scores"] == Field.numeric((2,), "float32", header=True)
-    payload, label, key, fields = src.field_reader(("caption",))(2)
+    payload, label, key, fields = src.reader(None, ("caption",))(2)
     np.testing.assert_array_equal(label, [2.5, 1.0])
     assert fields == {"caption": "c2"}
     src.close()

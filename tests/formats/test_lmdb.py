@@ -19,7 +19,7 @@ from test_lmdb_util import datum, encode, lsun_key, photo, raw_datum, write_db
 import stoker.formats
 from stoker._core.errors import SpecError
 from stoker.codecs import decode
-from stoker.formats.lmdb import LmdbFormatError, LmdbReader, sniff
+from stoker.formats.lmdb import LmdbFormatError, LmdbReader, encode_png, sniff
 
 
 @pytest.fixture(autouse=True)
@@ -50,37 +50,51 @@ def _all(r, **kw):
     return [f(i) for i in range(len(r))]
 
 
-def test_raw_datums_become_lossless_pngs_of_the_pixels(raw_db):
+def test_raw_datums_arrive_as_decoded_pixels_without_a_png(raw_db):
+    """A raw Datum is handed over as its pixels (no PNG written or decoded on the way), the
+    same pixels its lossless PNG decodes to; where bytes are needed that PNG is written."""
     path, images = raw_db
     with stoker.formats.open(path) as r:
         assert isinstance(r, LmdbReader) and r.format == "lmdb" and r.layout == "datum"
+        assert r.encoded is None  # per sample: a Datum set may hold raw and encoded ones
         assert len(r) == 12
         np.testing.assert_array_equal(r.keys(), np.arange(12))
         assert r.labels().dtype == np.int64
         np.testing.assert_array_equal(r.labels(), np.arange(12) % 4)
         assert r.schema.header_name == "label"
         for i, (img, label, key, fields) in enumerate(_all(r)):
-            assert bytes(img[:8]) == b"\x89PNG\r\n\x1a\n"
-            # Caffe stores BGR; the loader decodes to RGB
-            np.testing.assert_array_equal(decode(img), images[i][:, :, ::-1])
+            assert isinstance(img, np.ndarray) and img.dtype == np.uint8
+            assert img.flags.c_contiguous and img.shape == (*images[i].shape[:2], 3)
+            # Caffe stores BGR; the loader gets RGB
+            np.testing.assert_array_equal(img, images[i][:, :, ::-1])
+            png = r.stored_bytes(img)
+            assert bytes(png[:8]) == b"\x89PNG\r\n\x1a\n"
+            np.testing.assert_array_equal(decode(png), img)
             assert (label, key, fields) == (i % 4, i, {})
+        np.testing.assert_array_equal(
+            r.image_sizes(), [im.shape[:2] for im in images]
+        )  # from the arrays' shapes
 
 
-def test_grey_and_bgra_datums(tmp_path):
+def test_grey_and_bgra_datums_give_the_pixels_their_png_decodes_to(tmp_path):
     grey = photo(1)[:, :, 0]
-    bgra = np.dstack([photo(2), np.full(photo(2).shape[:2], 255, np.uint8)])
+    bgra = np.dstack([photo(2), np.arange(photo(2).size // 3, dtype=np.uint8).reshape(24, 32)])
     path = write_db(tmp_path / "db", [(b"a", raw_datum(grey, 1)), (b"b", raw_datum(bgra, 2))])
     with stoker.formats.open(path) as r:
         (g, gl, _, _), (c, cl, _, _) = _all(r)
-        np.testing.assert_array_equal(decode(g), np.dstack([grey] * 3))
-        np.testing.assert_array_equal(decode(c), bgra[:, :, 2::-1])
+        np.testing.assert_array_equal(g, np.dstack([grey] * 3))
+        np.testing.assert_array_equal(c, bgra[:, :, 2::-1])  # alpha left out, as decode does
         assert (gl, cl) == (1, 2)
+    for img, chw in ((grey, grey[None]), (bgra, bgra.transpose(2, 0, 1))):
+        # the pixels the PNG a raw Datum was read as decodes to (grey and RGBA PNGs)
+        png = encode_png(np.ascontiguousarray(chw).tobytes(), *chw.shape)
+        np.testing.assert_array_equal(decode(png), g if img is grey else c)
 
 
 def test_png_level_trades_time_for_size_with_the_same_pixels(raw_db):
     path, images = raw_db
     with stoker.formats.open(path) as fast, stoker.formats.open(path, png_level=9) as small:
-        a, b = fast.read(11)[0], small.read(11)[0]
+        a, b = (r.stored_bytes(r.read(11)[0]) for r in (fast, small))
         assert len(b) < len(a)
         np.testing.assert_array_equal(decode(a), decode(b))
     with pytest.raises(ValueError, match="png_level"):
@@ -188,7 +202,7 @@ def test_sniff_extensions_and_a_single_file_database(tmp_path, raw_db):
     assert sniff(single) and stoker.formats.format_of(single).name == "lmdb"
     with stoker.formats.open(single) as r:
         assert len(r) == 3 and r.labels().tolist() == [0, 1, 2]
-        np.testing.assert_array_equal(decode(r.read(2)[0]), images[2][:, :, ::-1])
+        np.testing.assert_array_equal(r.read(2)[0], images[2][:, :, ::-1])
     named = write_db(tmp_path / "set.lmdb", items)  # a folder named like a file
     with stoker.formats.open(named) as r:
         assert len(r) == 3
@@ -295,7 +309,7 @@ def test_read_only_copy_opens_and_reads(raw_db, tmp_path):
         with stoker.formats.open(ro) as r:
             assert len(r) == 12
             np.testing.assert_array_equal(r.labels(), np.arange(12) % 4)
-            np.testing.assert_array_equal(decode(r.read(5)[0]), images[5][:, :, ::-1])
+            np.testing.assert_array_equal(r.read(5)[0], images[5][:, :, ::-1])
         assert stoker.formats.lmdb.verify(ro).ok
         assert sorted(os.listdir(ro)) == before  # nothing written beside the data
     finally:
@@ -334,7 +348,6 @@ def test_the_loader_reads_both_layouts_through_the_seam(tmp_path, workers):
     """stoker.Loader over LMDB: the batches hold the stored images (decoded) and labels in
     position order, with and without worker processes."""
     from stoker import Loader
-    from stoker.loader.sources import FormatSource
     from stoker.transforms import CenterCrop
 
     images = [photo(i) for i in range(10)]
@@ -349,7 +362,7 @@ def test_the_loader_reads_both_layouts_through_the_seam(tmp_path, workers):
         (lsun, [decode(jpegs[k]) for k in order], [4] * 10, {"label": 4}),
     ]
     for path, want_images, want_labels, options in cases:
-        source = FormatSource(path, **options)
+        source = stoker.formats.open(path, **options)
         got_images, got_labels = [], []
         with Loader(
             source, batch_size=4, workers=workers, transforms=CenterCrop((24, 32))
@@ -361,3 +374,38 @@ def test_the_loader_reads_both_layouts_through_the_seam(tmp_path, workers):
         assert got_labels == want_labels
         for got, want in zip(got_images, want_images, strict=True):
             np.testing.assert_array_equal(got, want)
+
+
+def test_raw_datums_reach_the_batch_with_the_pixels_of_their_png_and_no_png_made(
+    tmp_path, monkeypatch
+):
+    """The loader writes a raw Datum's pixels into the batch without a decode: no PNG is
+    written (every PNG writer refuses here) and the batch holds the pixels the PNG each raw
+    Datum was once read as decodes to, for BGR, grey and BGRA Datums."""
+    import stoker.formats.base
+    import stoker.formats.lmdb.datum
+    import stoker.formats.lmdb.reader
+    from stoker import Loader
+
+    bgr = [photo(i) for i in range(4)]
+    grey = [photo(10 + i)[:, :, 1] for i in range(3)]
+    bgra = [np.dstack([photo(20 + i), photo(30 + i)[:, :, 0]]) for i in range(3)]
+    chws = [im.transpose(2, 0, 1) for im in bgr] + [im[None] for im in grey]
+    chws += [im.transpose(2, 0, 1) for im in bgra]
+    images = bgr + grey + bgra
+    path = write_db(
+        tmp_path / "raw", [(b"%02d" % i, raw_datum(im, i)) for i, im in enumerate(images)]
+    )
+    before = [decode(encode_png(np.ascontiguousarray(c).tobytes(), *c.shape)) for c in chws]
+
+    def refuse(*a, **k):
+        raise AssertionError("a PNG was written on the read path")
+
+    for module in (stoker.formats.base, stoker.formats.lmdb.datum, stoker.formats.lmdb.reader):
+        name = "encode_png" if module is stoker.formats.base else "png_of"
+        monkeypatch.setattr(module, name, refuse)
+    with Loader(path, batch_size=5, workers=0) as ld:
+        got = [(b.images.copy(), b.labels.copy()) for b in ld]
+    assert np.concatenate([g[1] for g in got]).tolist() == list(range(10))
+    for have, want in zip(np.concatenate([g[0] for g in got]), before, strict=True):
+        np.testing.assert_array_equal(have, want)

@@ -26,7 +26,7 @@ from stoker.codecs import decode
 from stoker.formats import Reader, format_of, open_reader
 from stoker.formats.registry import FORMATS, Format, register
 from stoker.formats.report import Problem, VerifyReport
-from stoker.loader.sources import FormatSource, as_source
+from stoker.loader.sources import as_source
 from stoker.transforms import CenterCrop, Compose, HorizontalFlip, RandomCrop
 
 N, CLASSES = 22, ("ant", "bee", "cat")
@@ -150,7 +150,7 @@ def test_the_registry_opens_it_and_the_loader_takes_its_source(toy):
         assert isinstance(r, ToyReader) and len(r) == N
         assert bytes(r.reader()(3)[0]) == blobs[3]
     src, owned = as_source(path)
-    assert owned and isinstance(src, FormatSource) and src.format == "toy"
+    assert owned and isinstance(src, ToyReader) and src.format == "toy"
     assert len(pickle.dumps(src)) < 1000  # the reader travels as its path
     assert src.labels().tolist() == labels and src.keys().tolist() == keys
     assert src.image_sizes()[4].tolist() == [24 + (4 % 3) * 4, 28]

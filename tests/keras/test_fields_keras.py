@@ -76,10 +76,10 @@ class CountSource(Source):
     def read(self, i: int) -> tuple[Any, Any]:
         return self.sample(i)[0], int(i % 3)
 
-    def field_reader(self, names: tuple[str, ...], indices: np.ndarray | None = None):
+    def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()):
         def read(i: int):
             img, vals = self.sample(i)
-            return img, int(i % 3), i, {n: vals[n] for n in names}
+            return img, int(i % 3), i, {n: vals[n] for n in fields}
 
         return read
 

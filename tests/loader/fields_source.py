@@ -125,8 +125,8 @@ class FieldsSource(Source):
     def schema(self) -> Schema:
         return self._schema
 
-    def field_reader(self, names: tuple[str, ...], indices: np.ndarray | None = None):
-        stored = self._schema.stored
+    def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()):
+        stored, names = self._schema.stored, fields
         for n in names:
             if n not in stored:
                 raise KeyError(n)

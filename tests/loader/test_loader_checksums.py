@@ -93,7 +93,7 @@ def test_every_single_bit_flip_in_headers_and_images_is_caught(tmp_path):
     assert flips == 3 * (HEAD * 8 + 40)
     # the files are clean again: every record reads as before
     for i in range(N):
-        _, label, key = _worker_read(state, i)
+        _, label, key, _ = _worker_read(state, i)
         assert key == clean[i][2] and label == clean[i][1]
     # the caught errors' tracebacks hold the readers' frames in reference cycles: their
     # mapped index caches close when the cycle collector frees them, not before

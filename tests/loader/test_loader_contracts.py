@@ -80,9 +80,9 @@ def test_source_share_is_a_no_op_by_default_and_the_base_reader_takes_indices():
     src = _Plain(60)
     assert src.share() is None  # nothing to do: the source pickles as itself
     get = src.reader(np.array([3, 4], dtype=np.int64))
-    payload, label, key = get(3)
+    payload, label, key, fields = get(3)
     np.testing.assert_array_equal(payload, np.full((12, 10, 3), 3, dtype=np.uint8))
-    assert (label, key) == (3, 3)
+    assert (label, key, fields) == (3, 3, {})
     with Loader(src, batch_size=10, workers=0) as local:
         want = [b.images.copy() for b in local]
     with Loader(src, batch_size=10, workers=2) as ld:  # share() is called, and does nothing
@@ -177,9 +177,9 @@ def test_folder_source_lists_files_as_the_shared_walk_does(tmp_path):
     (root / "class_1" / "notes.txt").write_bytes(b"skipped")
     src = FolderSource(root)
     scan = scan_folder(root)
-    assert src.files == [it.rel for it in scan.items]
+    assert src.listing == [it.rel for it in scan.items]
     assert src.class_names == sorted(scan.classes)
     assert src.labels().dtype == np.int64
     assert src.labels().tolist() == [int(it.label) for it in scan.items]
-    assert "class_1/deeper/x.jpg" in src.files
-    assert not any(f.endswith((".hidden.jpg", "notes.txt")) for f in src.files)
+    assert "class_1/deeper/x.jpg" in src.listing
+    assert not any(f.endswith((".hidden.jpg", "notes.txt")) for f in src.listing)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from test_loader_records import write_rec
 
+from stoker.loader import Loader
 from stoker.transforms import Compose, HorizontalFlip, Normalize, RandomCrop, Resize, Transform
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -111,3 +114,36 @@ def test_only_stokers_own_code_runs_in_the_main_process(folder):
     with Loader(folder, batch_size=8, transforms=Compose([_Mine(), *chain]), workers=0) as ld:
         assert not own_code(ld.source, ld.pipeline)
         assert not own_code(ld.source, Compose([_plain]))  # a plain function of the user's
+
+
+# what a worker does at its start, in a process that imported what the worker server preloads
+UNPICKLE = """
+import pickle, sys
+from stoker.loader._pool import _PRELOAD
+for name in _PRELOAD:
+    __import__(name)
+before = set(sys.modules)
+pickle.loads(sys.stdin.buffer.read())
+print(" ".join(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_a_rec_loaders_worker_imports_nothing_the_server_did_not(tmp_path):
+    """Every worker a loader starts unpickles its configuration; a module that this imports
+    and the worker server did not preload is imported (in an environment without bytecode
+    caches, compiled) once per worker instead of once per process."""
+    path = str(tmp_path / "train.rec")
+    write_rec(path)
+    chain = Compose([Resize(40), RandomCrop(32), HorizontalFlip(), Normalize()])
+    with Loader(path, batch_size=8, transforms=chain, layout="NCHW", workers=2) as ld:
+        next(iter(ld))
+        cfg = ld._pool._config
+        assert cfg is not None
+        # the ring's descriptor crosses only with a worker's start: the rest of the configuration
+        data = pickle.dumps((cfg.source, cfg.pipeline, cfg.layout))
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run(
+        [sys.executable, "-c", UNPICKLE], input=data, capture_output=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr.decode()
+    assert out.stdout.decode().split() == []

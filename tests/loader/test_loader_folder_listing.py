@@ -36,25 +36,25 @@ def _fds(pid: int, what: str) -> int:
 def test_files_is_a_sequence_and_the_fingerprint_is_unchanged(folder):
     src = FolderSource(folder)
     rel = [it.rel for it in scan_folder(folder).items]
-    assert src.files == rel and list(src.files) == rel and len(src.files) == len(rel)
-    assert src.files[-1] == rel[-1] and src.files[1:4] == rel[1:4]
-    assert src.files.index(rel[7]) == 7 and rel[3] in src.files
+    assert src.listing == rel and list(src.listing) == rel and len(src.listing) == len(rel)
+    assert src.listing[-1] == rel[-1] and src.listing[1:4] == rel[1:4]
+    assert src.listing.index(rel[7]) == 7 and rel[3] in src.listing
     old = {"type": "folder", "len": len(rel), "sha": sha("\n".join(rel).encode())}
     assert src.fingerprint() == old
-    assert src.path(5) == os.path.join(folder, rel[5])
+    assert src.file_path(5) == os.path.join(folder, rel[5])
     with pytest.raises(IndexError):
-        src.files[len(rel)]
+        src.listing[len(rel)]
 
 
 def test_odd_names_round_trip():
     names = ["a/x.jpg", "b/\udcff-bad-utf8.jpg", "b/line\nbreak.png", "c/ü.jpg", ""]
     src = FolderSource._from_listing("/r", names, [0, 1, 1, 2, 2], ["a", "b", "c"])
-    assert list(src.files) != [] and [src.files[i] for i in range(5)] == names
+    assert list(src.listing) != [] and [src.listing[i] for i in range(5)] == names
     src.share()
     try:
-        assert [src.files[i] for i in range(5)] == names
+        assert [src.listing[i] for i in range(5)] == names
         copy = pickle.loads(pickle.dumps(src))  # not to a starting process: a full copy
-        assert [copy.files[i] for i in range(5)] == names and not copy.shared
+        assert [copy.listing[i] for i in range(5)] == names and not copy.shared
         assert copy.fingerprint() == src.fingerprint()
         assert np.array_equal(copy.labels(), [0, 1, 1, 2, 2])
     finally:

@@ -1,21 +1,26 @@
 """One loader, every format: the same JPEGs and labels written as RecordIO, TFRecord and
 WebDataset shards (each through its writer in the registry) and as LMDB databases (with the
 ``lmdb`` package, in both layouts) load through ``stoker.Loader`` into identical batches (images,
-labels, keys and order) for the same seed and transforms, with workers 0 and 2."""
+labels, keys and order) for the same seed and transforms, with workers 0 and 2; and every kind of
+reader (each format, raw Datums, an image folder, arrays) keeps the one read contract."""
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
 
 import numpy as np
 import pytest
 import simplejpeg
 
 import stoker
+from stoker._core.errors import SpecError
 from stoker._core.schema import Schema
-from stoker.formats import registry
+from stoker.codecs import decode
+from stoker.formats import Reader, registry
+from stoker.formats.base import is_encoded
 from stoker.formats.protowire import LEN, VARINT, encode_field
-from stoker.loader.sources import FormatSource
 from stoker.transforms import Compose, HorizontalFlip, RandomCrop, Resize
 
 N, SHARD, CLASSES = 30, 12, 4
@@ -65,6 +70,21 @@ def _datum(jpeg: bytes, label: int) -> bytes:
     )
 
 
+def _raw_datum(rgb: np.ndarray, label: int) -> bytes:
+    """A raw Caffe ``Datum``: the pixels as Caffe stores them (CHW, BGR) and the label."""
+    h, w, c = rgb.shape
+    chw = np.ascontiguousarray(rgb[:, :, ::-1].transpose(2, 0, 1))
+    return b"".join(
+        [
+            encode_field(1, VARINT, c),
+            encode_field(2, VARINT, h),
+            encode_field(3, VARINT, w),
+            encode_field(4, LEN, chw.tobytes()),
+            encode_field(5, VARINT, label),
+        ]
+    )
+
+
 def _write_lmdb(path: str, values: list[bytes]) -> None:
     import lmdb
 
@@ -87,12 +107,21 @@ def sets(tmp_path_factory) -> dict[str, object]:
     _write_lmdb(lsun, blobs)
     out["lmdb-image"] = (lsun, {f"{i:08d}": lab for i, lab in enumerate(labels)})
     out["truth"] = (blobs, labels)
+    raw = os.path.join(folder, "raw")
+    _write_lmdb(raw, [_raw_datum(decode(b), lab) for b, lab in zip(blobs, labels)])
+    out["lmdb-raw"] = raw
+    images = os.path.join(folder, "images")
+    for i, (b, lab) in enumerate(zip(blobs, labels)):
+        os.makedirs(os.path.join(images, f"c{lab}"), exist_ok=True)
+        with open(os.path.join(images, f"c{lab}", f"{i:03d}.jpg"), "wb") as f:
+            f.write(b)
+    out["folder"] = images
     return out
 
 
 def _load(source: object, workers: int, engine: str | None = None) -> list[tuple[np.ndarray, ...]]:
     if isinstance(source, tuple):  # LSUN-style: the labels come from a key list
-        source = FormatSource(source[0], format="lmdb", layout="image", labels=source[1])
+        source = stoker.formats.open(source[0], format="lmdb", layout="image", labels=source[1])
     kw = dict(
         batch_size=7, transforms=TRANSFORMS, shuffle=True, seed=5, workers=workers, engine=engine
     )
@@ -141,3 +170,92 @@ def test_every_format_reads_the_stored_bytes_and_labels(sets):
             assert len(r) == N and r.labels().tolist() == labels, name
             get = r.reader(np.arange(N), ())
             assert [bytes(get(i)[0]) for i in range(N)] == blobs, name
+
+
+KINDS = [*WRITTEN, "lmdb-datum", "lmdb-raw", "lmdb-image", "folder", "arrays"]
+
+
+def _reader(sets: dict[str, object], kind: str) -> Reader:
+    """A reader of each kind over the same samples (arrays: the decoded images cut to one
+    size)."""
+    from stoker.loader import ArraySource, FolderSource
+
+    if kind == "folder":
+        return FolderSource(sets["folder"])  # type: ignore[arg-type]
+    if kind == "arrays":
+        blobs, labels = sets["truth"]  # type: ignore[misc]
+        return ArraySource(np.stack([decode(b)[:44, :48] for b in blobs]), np.asarray(labels))
+    src, opts = sets[kind], {}
+    if isinstance(src, tuple):
+        src, opts = src[0], {"layout": "image", "labels": src[1]}
+    return registry.open_reader(src, **opts)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_reader_kind_keeps_the_one_read_contract(sets, kind):
+    """What the loader asks of a reader, checked the same way for each format, raw Datums (a
+    reader of decoded arrays, per sample), an image folder and arrays."""
+    r = _reader(sets, kind)
+    try:
+        assert isinstance(r, Reader) and isinstance(r, stoker.formats.Reader)
+        n, keys, labels = len(r), r.keys(), r.labels()
+        assert n == N and keys.dtype == np.int64 and keys.shape == (n,) and len(labels) == n
+        assert (r.label_spec.shape, r.label_spec.dtype) == (labels.shape[1:], labels.dtype.name)
+        assert r.schema.header_name is not None and r.schema.stored == {}
+        sizes = r.image_sizes()
+        assert sizes.shape == (n, 2) and sizes.dtype == np.int32
+        get = r.reader(np.arange(n), ())
+        decoded = []
+        for i in range(n):
+            image, label, key, fields = get(i)
+            assert key == keys[i] == r.key(i) and fields == {} and str(key) in r.describe(i)
+            np.testing.assert_array_equal(label, labels[i])
+            img = decode(image) if is_encoded(r.encoded, image) else image
+            assert r.sample_spec.accepts(img) and img.shape[:2] == tuple(sizes[i])
+            np.testing.assert_array_equal(decode(r.stored_bytes(image)), img)
+            decoded.append(img)
+        assert kind != "lmdb-raw" or all(isinstance(get(i)[0], np.ndarray) for i in range(n))
+        image, label = r.read(3)
+        np.testing.assert_array_equal(np.asarray(bytes(image)), np.asarray(bytes(get(3)[0])))
+        with pytest.raises(SpecError):
+            r.reader(np.arange(2), ("no_such_field",))(0)
+        fp = r.fingerprint()
+        json.dumps(fp)
+        shards = r.shard_sizes()
+        assert shards is None or int(shards.sum()) == n
+        r.share()  # what the loader calls before workers start: then it pickles
+        copy = pickle.loads(pickle.dumps(r))
+        try:
+            assert len(copy) == n and copy.fingerprint() == fp
+            np.testing.assert_array_equal(copy.labels(), labels)
+            first = copy.reader(np.arange(2), ())(1)[0]
+            np.testing.assert_array_equal(decode(copy.stored_bytes(first)), decoded[1])
+        finally:
+            copy.close()
+        with stoker.Loader(r, batch_size=8, transforms=Resize((24, 24)), workers=0) as ld:
+            got = np.concatenate([b.labels.copy() for b in ld])
+        np.testing.assert_array_equal(got, labels)
+    finally:
+        r.close()
+
+
+def test_a_reader_without_reader_or_read_is_refused_naming_both():
+    """A Reader subclass gives ``reader(indices, fields)`` or ``read(i)``; with neither, the
+    first read names both, rather than recursing between the two defaults."""
+
+    class Half(Reader):
+        def __len__(self):
+            return 2
+
+        def keys(self):
+            return np.arange(2, dtype=np.int64)
+
+        def labels(self):
+            return np.zeros(2, np.int64)
+
+        def fingerprint(self):
+            return {"type": "half"}
+
+    for call in (lambda r: r.reader(), lambda r: r.read(0)):
+        with pytest.raises(TypeError, match=r"reader\(indices, fields\) or read\(i\)"):
+            call(Half())

@@ -254,3 +254,17 @@ def test_a_kept_pool_does_not_outlive_its_process(folder, tmp_path):
     pids = [int(p) for p in out.stdout.split()]
     assert len(pids) == 2 and _gone(pids)
     assert "Traceback" not in out.stderr
+
+
+def test_chunk_reports_account_for_the_workers_cpu_inside_fill_chunk(folder):
+    """Each report carries its chunk's thread CPU inside ``fill_chunk`` (the accounting of
+    ``bench/bench_account.py``): summed per worker, it is positive, at most the worker's own
+    CPU time, and counts every chunk the worker answered."""
+    with Loader(folder, batch_size=8, transforms=RandCrop(32, 32), workers=2) as ld:
+        _epoch(ld)
+        handles = ld._pool.handles
+        assert sum(w.answered for w in handles) == 2 * len(ld)  # a chunk per worker and batch
+        for w in handles:
+            t = psutil.Process(w.proc.pid).cpu_times()
+            assert 0 < w.fill_cpu <= t.user + t.system + 0.02  # clock ticks round the latter
+            assert w.fill_faults >= 0 and w.map_cpu >= 0

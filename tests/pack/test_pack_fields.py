@@ -1,5 +1,5 @@
 """``stoker.pack`` of a ``.jsonl``/``.csv`` listing: every field kind packed and read back
-identically (``read_fields``, ``RecordSource.field_reader``), the inference rules, a given
+identically (``read_fields``, ``RecordSource.reader``), the inference rules, a given
 schema, rejects naming the line and the field, and resume."""
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def _check_set(manifest: str, root, rows: list[dict]) -> None:
             _same_row(fields, row, root)
     src = RecordSource(manifest)
     assert src.schema == WANT
-    read = src.field_reader(tuple(WANT.stored), np.arange(len(rows)))
+    read = src.reader(np.arange(len(rows)), tuple(WANT.stored))
     for i, row in enumerate(rows):
         payload, label, key, fields = read(i)
         assert key == i and label == ["cat", "dog", "eel"].index(row["label"])

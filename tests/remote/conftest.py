@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import pytest
 
 import stoker
-from stoker.storage.remote import Remote, close_filesystems
-from storage_doubles import FaultProxy, S3Server
+from stoker.storage.remote import close_filesystems
+from storage_doubles import FaultProxy, S3Server, upload_tree
 
 
 def pytest_collection_modifyitems(config, items):
@@ -45,9 +45,7 @@ class RemoteSet:
 
 
 def upload_folder(folder: str, bucket: str, prefix: str = "sets") -> None:
-    r = Remote(f"s3://{bucket}")
-    for name in sorted(os.listdir(folder)):
-        r.upload(os.path.join(folder, name), f"s3://{bucket}/{prefix}/{name}")
+    upload_tree(folder, f"s3://{bucket}/{prefix}")
 
 
 @pytest.fixture

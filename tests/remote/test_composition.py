@@ -27,7 +27,7 @@ from stoker._core.schema import Schema
 from stoker.formats import registry
 from stoker.formats.protowire import LEN, VARINT, encode_field
 from stoker.storage.remote import Remote, close_filesystems
-from storage_doubles import StaticServer
+from storage_doubles import StaticServer, upload_tree
 
 N, SHARD, CLASSES, BATCH, SEED = 30, 4, 4, 5, 7
 FORMATS = ("recordio", "tfrecord", "wds", "lmdb")
@@ -152,8 +152,7 @@ def s3_sets(s3_server, folder, tmp_path_factory):
     r = Remote(f"s3://{bucket}")
     r.fs().mkdir(bucket)
     for name in ("recordio", "tfrecord", "wds"):
-        for f in sorted(os.listdir(os.path.join(folder, name))):
-            r.upload(os.path.join(folder, name, f), f"s3://{bucket}/{name}/{f}")
+        upload_tree(os.path.join(folder, name), f"s3://{bucket}/{name}")
     close_filesystems()
     yield f"s3://{bucket}"
     mp.undo()

@@ -16,7 +16,7 @@ import pytest
 
 from stoker.formats.recordio import RecordFile
 from stoker.storage.remote import Remote
-from storage_doubles import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
+from storage_doubles import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY, upload_tree
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -147,8 +147,7 @@ def test_a_tfrecord_url_is_inspected_and_verified_in_place(s3env, tmp_path, pack
     out = tmp_path / "tf"
     assert stoker("convert", os.path.join(packed, "train.stoker.json"), str(out / "t"),
                   "--format", "tfrecord", "--workers", "1", "--quiet").returncode == 0  # fmt: skip
-    for name in os.listdir(out):
-        Remote(f"s3://{s3env}").upload(str(out / name), f"s3://{s3env}/tf/{name}")
+    upload_tree(out, f"s3://{s3env}/tf")
     url = f"s3://{s3env}/tf/t.stoker.json"
     p = stoker("inspect", url, "--json", "--cache-dir", cache_dir)
     assert p.returncode == 0, p.stderr

@@ -20,6 +20,7 @@ import pytest
 
 import stoker
 from stoker.storage.remote import Remote
+from storage_doubles import upload_tree
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -41,9 +42,7 @@ def shard_sets(packed, tmp_path_factory) -> dict[str, str]:
 
 
 def _upload(folder: str, bucket: str, prefix: str) -> str:
-    r = Remote(f"s3://{bucket}")
-    for name in sorted(os.listdir(folder)):
-        r.upload(os.path.join(folder, name), f"s3://{bucket}/{prefix}/{name}")
+    upload_tree(folder, f"s3://{bucket}/{prefix}")
     return f"s3://{bucket}/{prefix}/train.stoker.json"
 
 

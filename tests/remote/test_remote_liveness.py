@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stoker
-from stoker.storage.remote import Remote
+from storage_doubles import upload_tree
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -145,8 +145,7 @@ def _check_configuration(cfg, images, s3env, tmp_path) -> str:
         shutil.copy(p, src / p.parent.name / p.name)
     stoker.pack(src, case / "set" / "s", shard_size=cfg["shard_size"], workers=1, progress=False)
     prefix = f"sets-{case.name}"
-    for name in sorted(os.listdir(case / "set")):
-        Remote(f"s3://{s3env}").upload(str(case / "set" / name), f"s3://{s3env}/{prefix}/{name}")
+    upload_tree(case / "set", f"s3://{s3env}/{prefix}")
     local = str(case / "set" / "s.stoker.json")
     url = f"s3://{s3env}/{prefix}/s.stoker.json"
     with open(local) as f:

@@ -197,7 +197,7 @@ def test_shards_stay_open_only_when_the_cache_holds_the_set(remote_set, cache_di
         opens.clear()
         kw = dict(batch_size=batch, seed=6, shuffle=shuffle, workers=0)
         with stoker.Loader(remote_set.url, cache_dir=cache_dir, cache_limit=limit, **kw) as ld:
-            records = ld.source.format_reader.records
+            records = ld.source.records
             most = 0
             for _ in ld:
                 most = max(most, len(records._open_shards))

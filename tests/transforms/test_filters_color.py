@@ -224,3 +224,24 @@ def test_normalize_float_inputs_grey_and_errors(gray):
         T.Normalize(0.5, 0.0)
     with pytest.raises(ValueError, match="layout"):
         T.Normalize(layout="NHWC")
+
+
+@pytest.mark.parametrize("shape", [(16, 16, 3), (37, 7, 3), (9, 36, 3), (65, 7, 4)])
+def test_normalize_chw_gives_the_uint8_pass_bits_at_any_plane_size(shape):
+    # a plane of a multiple of 64 values is converted into the row and scaled there in place;
+    # any other keeps the one pass from the uint8 plane, whose last values OpenCV's in-place
+    # float pass would round twice: either way the bits of cv2.addWeighted from uint8
+    import cv2
+
+    h, w, c = shape
+    img = np.random.default_rng(3).integers(0, 256, (h + 2, w + 3, c), dtype=np.uint8)
+    img = img[1 : 1 + h, 2 : 2 + w]  # a crop's view
+    op = T.Normalize(
+        tuple(0.40 + 0.03 * k for k in range(c)), tuple(0.2 + 0.01 * k for k in range(c))
+    )
+    got = np.empty((c, h, w), np.float32)
+    op.write(img, got, chw=True)
+    for k in range(c):
+        plane = np.ascontiguousarray(img[:, :, k])
+        want = cv2.addWeighted(plane, op._gain[k], plane, 0.0, op._bias[k], dtype=cv2.CV_32F)
+        np.testing.assert_array_equal(got[k], want)

@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"stoker.cli.{module_name}")
         p = sub.add_parser(name, help=module.HELP, description=module.DESCRIPTION)
         module.add_arguments(p)
-        p.set_defaults(func=module.run)
+        p.set_defaults(func=module.run, command_parser=p)
     return parser
 
 
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if isinstance(e, (StokerError, OSError)):
             print(
-                f"stoker {args.command}: error: {error_text(args.command, e, args)}",
+                f"stoker {args.command}: error: {error_text(e, args)}",
                 file=sys.stderr,
             )
             return 1

@@ -41,15 +41,12 @@ _OS_WORDS: dict[int, tuple[str, str]] = {
 }
 
 
-def argument_label(command: str, dest: str) -> str:
+def argument_label(args: argparse.Namespace, dest: str) -> str:
     """How ``stoker COMMAND --help`` names the argument stored in ``dest``: a positional by
     its metavar (``SRC``), an option by its long flag (``--list``); ``dest`` upper-cased when
-    the command has no such argument."""
-    from stoker.cli import build_parser
-
-    sub = next(
-        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
-    ).choices.get(command)
+    the command has no such argument. The command's parser travels in ``args`` (each command's
+    defaults name it, see ``stoker.cli.build_parser``)."""
+    sub = getattr(args, "command_parser", None)
     for action in sub._actions if sub is not None else ():
         if action.dest != dest:
             continue
@@ -59,7 +56,7 @@ def argument_label(command: str, dest: str) -> str:
     return dest.upper()
 
 
-def _named(command: str, path: str, args: argparse.Namespace) -> str:
+def _named(path: str, args: argparse.Namespace) -> str:
     """``path`` with the argument it came from: ``DIR out`` when it is the argument's value,
     ``OUT data/train: data/train.rec`` when it lies under the value, starts with it (an OUT
     prefix) or holds it (a file in the way of a folder to make); ``path`` alone when no
@@ -86,7 +83,7 @@ def _named(command: str, path: str, args: argparse.Namespace) -> str:
             best = (rank, dest, text)
     if best is None:
         return path
-    label = argument_label(command, best[1])
+    label = argument_label(args, best[1])
     return f"{label} {path}" if best[0] == 3 else f"{label} {best[2]}: {path}"
 
 
@@ -101,7 +98,7 @@ def _file_in_the_way(path: str) -> str:
     return p or path
 
 
-def _os_error_text(command: str, e: OSError, args: argparse.Namespace) -> str:
+def _os_error_text(e: OSError, args: argparse.Namespace) -> str:
     path = os.fsdecode(e.filename) if e.filename is not None else None
     words = _OS_WORDS.get(e.errno or 0)
     if path is None or (words is None and e.errno != errno.EEXIST):
@@ -115,27 +112,27 @@ def _os_error_text(command: str, e: OSError, args: argparse.Namespace) -> str:
         if e.errno == errno.ENOTDIR:  # a file where a folder is to be made or read
             path = _file_in_the_way(path)
         what, todo = words
-    return f"{_named(command, path, args)}{what}; {todo}"
+    return f"{_named(path, args)}{what}; {todo}"
 
 
-def error_text(command: str, e: BaseException, args: argparse.Namespace) -> str:
+def error_text(e: BaseException, args: argparse.Namespace) -> str:
     """The one line (without the ``stoker COMMAND: error:`` prefix) that reports ``e``. The
     library's words for an option name the command's flag: ``pass overwrite=True`` becomes
     ``pass --overwrite``, ``batch_size must be >= 1`` becomes ``--batch-size must be >= 1``."""
     from stoker._core.errors import StokerError
 
     if isinstance(e, OSError) and not isinstance(e, StokerError):
-        return _os_error_text(command, e, args)
+        return _os_error_text(e, args)
     text = " ".join(_ERRNO.sub("", str(e)).split()) or type(e).__name__
 
     def flag(m: re.Match[str]) -> str:
         name = "--" + m.group(1).replace("_", "-")
-        return f"pass {name}" if argument_label(command, m.group(1)) == name else m.group(0)
+        return f"pass {name}" if argument_label(args, m.group(1)) == name else m.group(0)
 
     text = _API_TRUE.sub(flag, text)
     m = _API_NAME.match(text)
     if m is not None:
-        name = argument_label(command, m.group(1))
+        name = argument_label(args, m.group(1))
         if name.startswith("--"):
             text = name + text[m.end(1) :]
     return text

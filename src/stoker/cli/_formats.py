@@ -49,7 +49,7 @@ def format_name(args: argparse.Namespace, command: str) -> str | None:
                 file=sys.stderr,
             )
             return None
-    problem = input_problem(args.file, argument_label(command, "file"), detect=not args.format)
+    problem = input_problem(args.file, argument_label(args, "file"), detect=not args.format)
     if problem is not None:
         print(f"stoker {command}: error: {problem}", file=sys.stderr)
         return None

@@ -167,7 +167,5 @@ def guarded(command: str, args: argparse.Namespace, body: Callable[[], int]) -> 
     try:
         return body()
     except (StokerError, OSError, ValueError, TypeError) as e:
-        print(
-            f"stoker {command}: error: {scrub(error_text(command, e, args), args)}", file=sys.stderr
-        )
+        print(f"stoker {command}: error: {scrub(error_text(e, args), args)}", file=sys.stderr)
         return 1 if isinstance(e, (StokerError, OSError)) else 2

@@ -124,6 +124,7 @@ def _run(args: argparse.Namespace) -> int:
         return run_plan_steps(args, "convert", storage)
     remote = remote_options(args) if remote_url(args.src) is not None else None
     options = make_options(
+        args,
         "convert",
         src=args.src,
         out=args.out,

@@ -176,9 +176,7 @@ def _run(args: argparse.Namespace) -> int:
             raise
         from stoker.cli._errors import error_text
 
-        print(
-            f"stoker doctor: error: {scrub(error_text('doctor', e, args), args)}", file=sys.stderr
-        )
+        print(f"stoker doctor: error: {scrub(error_text(e, args), args)}", file=sys.stderr)
         return 2
     if args.plot:
         report.plot(args.plot)

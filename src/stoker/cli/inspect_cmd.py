@@ -90,10 +90,10 @@ def _images(reader: Any, sample: int) -> dict[str, Any]:
     ws: list[int] = []
     formats: dict[str, int] = {}
     bad = 0
-    read = reader.reader(take, ())
+    read, as_bytes = reader.reader(take, ()), reader.stored_bytes
     for i in take.tolist():
         try:
-            img = read(i)[0]
+            img = as_bytes(read(i)[0])  # a decoded array: as the PNG convert would write
             h, w = image_size(img)
         except Exception:  # noqa: BLE001 - counted; `stoker verify` names the problem
             bad += 1

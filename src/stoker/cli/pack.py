@@ -230,7 +230,7 @@ def _report(args: argparse.Namespace, report: Any) -> None:
         print(report.summary())
 
 
-def make_options(what: str, **options: Any) -> Any:
+def make_options(args: argparse.Namespace, what: str, **options: Any) -> Any:
     """``PackOptions(**options)``, or ``None`` after one line on stderr naming the bad option
     (a value no flag's type caught, such as ``--seed -1``)."""
     from stoker.cli._errors import error_text
@@ -239,7 +239,7 @@ def make_options(what: str, **options: Any) -> Any:
     try:
         return PackOptions(**options)
     except (TypeError, ValueError) as e:
-        print(f"stoker {what}: error: {error_text(what, e, argparse.Namespace())}", file=sys.stderr)
+        print(f"stoker {what}: error: {error_text(e, args)}", file=sys.stderr)
         return None
 
 
@@ -372,6 +372,7 @@ def run(args: argparse.Namespace) -> int:
         return run_plan_steps(args, "pack", _storage(args))
 
     options = make_options(
+        args,
         "pack",
         src=args.src,
         out=args.out,

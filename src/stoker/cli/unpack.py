@@ -142,7 +142,7 @@ def unpack_set(
             read = r.reader(chunk, ())
             for i in chunk.tolist():
                 img, label, key, _ = read(i)
-                _write(root, made, names, img, label, int(key), overwrite)
+                _write(root, made, names, r.stored_bytes(img), label, int(key), overwrite)
                 count += 1
                 bar.update(1)
         bar.close()

@@ -36,6 +36,8 @@ import numpy as np
 
 from stoker._core.errors import ImageDecodeError, ImageTooLargeError
 from stoker._core.specs import ArraySpec
+from stoker.codecs.png import PNG_MAGIC as _PNG_MAGIC
+from stoker.codecs.png import encode_png
 
 __all__ = [
     "DECODED_SPEC",
@@ -45,6 +47,7 @@ __all__ = [
     "decode",
     "decode_mask",
     "decoder",
+    "encode_png",
     "image_size",
     "sniff",
     "sniff_counts",
@@ -57,7 +60,6 @@ DEFAULT_MAX_PIXELS = 89_478_485
 #: What ``decode`` returns: any height and width, 3 channels, uint8.
 DECODED_SPEC = ArraySpec((None, None, 3), "uint8")
 
-_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 #: ``min_size`` for :func:`decode`: a size, or a function of the stored (h, w) giving one.
 MinSize = tuple[int, int] | Callable[[tuple[int, int]], tuple[int, int] | None] | None

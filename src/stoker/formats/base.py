@@ -3,31 +3,56 @@ DataLoader path, the doctor and the CLI use), a :class:`ShardWriter` (what pack 
 write through), and the record-level :class:`RecordReader` RecordIO's files keep.
 
 A :class:`Reader` is a data set in one format, with random access by position ``i`` in
-``[0, len(r))``:
+``[0, len(r))``. It is the one read contract: every format's reader, an image folder and
+in-memory arrays (``stoker.loader``) implement it, and the loader, ``RecordDataset``, the doctor
+and the CLI read through it and nothing else. What a reader must give:
 
-- ``len(r)``; ``r.keys()``: int64 record keys in position order; ``r.key(i)``;
-- ``r.schema``: the :class:`~stoker._core.schema.Schema` of one sample (a set without declared
-  fields is ``Schema.classification(...)``: an image and its label);
+- ``len(r)``; ``r.keys()``: int64 record keys in position order;
 - ``r.labels()``: every sample's label (the schema's header field) in bulk, without decoding an
   image: int64 ``(N,)`` class ids when every label is a whole number, else float32 ``(N,)`` or
   ``(N, k)``; what samplers need before the first batch;
-- ``r.class_names``: class names in id order, or ``None``;
-- ``r.reader(indices=None, fields=()) -> f``: made once per chunk of a batch with the chunk's
-  positions (so a format can look them up at once); ``f(i) -> (image, label, key, fields)``:
-  the encoded image bytes as stored (bytes or a memoryview valid until the next call), the
-  label as ``labels()`` holds it, the key, and a dict of the stored fields named in
-  ``fields`` (values as ``Field.check`` gives them; an empty dict when none are asked for);
-  every failure names the file, the record and the byte offset;
+- ``r.reader(indices=None, fields=()) -> f`` (or ``r.read(i)``, from which the default
+  ``reader`` is made): made once per chunk of a batch with the chunk's positions (so a format
+  can look them up at once); ``f(i) -> (image, label, key, fields)``: the image as stored (see
+  ``encoded``: bytes or a memoryview valid until the next call, or a decoded array), the label
+  as ``labels()`` holds it, the key, and a dict of the stored fields named in ``fields``
+  (values as ``Field.check`` gives them; an empty dict when none are asked for); every failure
+  names the file, the record and the byte offset;
+- ``r.fingerprint()``: a JSON-safe identity (format, count, a hash of keys and labels) kept in
+  loader state and checked on resume.
+
+What has a default (override where the reader knows better):
+
+- ``r.key(i)``; ``r.read(i) -> (image, label)``: one sample through ``reader``;
+- ``r.encoded``: ``True`` (the default) when images are handed over encoded, to be decoded by
+  the loader; ``False`` when they are decoded arrays (``r.sample_spec`` says their shape and
+  dtype; the loader writes them without a decode); ``None`` when it is per sample: an ndarray
+  is a decoded image, anything else encoded bytes (an LMDB Datum set holds both kinds);
+- ``r.schema``: the :class:`~stoker._core.schema.Schema` of one sample (default: an image and
+  its label, ``Schema.classification`` of ``label_spec``); ``r.class_names`` (``None``);
+- ``r.sample_spec`` (one image as read, before transforms: any size, 3 channels, uint8 by
+  default) and ``r.label_spec`` (one label, from ``r.label_kind() -> (shape, dtype)``, which a
+  set in object storage answers from its first shard);
+- ``r.image_sizes()``: int32 ``(N, 2)`` stored (height, width) of every sample, read from the
+  image headers (a decoded array: its shape) in one pass, kept on the reader;
+- ``r.stored_bytes(image)``: an image as encoded bytes (a decoded array as a lossless PNG):
+  what ``stoker convert`` writes and ``stoker unpack`` saves;
 - ``r.describe(i)``: where sample ``i`` lives, for messages (file, key, byte offset);
 - ``r.locate(i)``: ``(file, byte offset)`` of sample ``i`` where the format can tell, else
   ``None``; ``r.files()``: the data files the samples are read from (what the doctor sizes and
   evicts from the page cache); ``r.summary()``: format-specific facts ``stoker inspect``
-  shows (JSON-safe: shards, bytes per record, a layout); all three optional, with defaults;
+  shows (JSON-safe: shards, bytes per record, a layout);
 - ``r.shard_sizes()``: int64 records per shard in position order (positions run through the
-  shards in order), or ``None`` for a set that is not made of shards (the default); what
-  shard-aware order (``shuffle="shards"``) deals to the ranks;
-- ``r.fingerprint()``: a JSON-safe identity (format, count, a hash of keys and labels) kept in
-  loader state and checked on resume;
+  shards in order), or ``None`` for a set that is not made of shards; what shard-aware order
+  (``shuffle="shards"``) deals to the ranks;
+- ``r.share()``: called by the loader before it starts workers (arrays and a folder's listing
+  move into shared memory here; nothing for a reader that pickles as its configuration);
+- ``r.read_ahead(order, start)``: downloads ahead of the reading order for a set in object
+  storage (an object with ``reached(p)`` and ``close()``), ``None`` by default;
+  ``r.probe_positions(n)``: where to read a few images' sizes without fetching much (``None``:
+  a spread over the set); ``r.claim_cache(plan)`` and ``r.let_go()``: a set read through the
+  node's shard cache claims the room its loader's plan needs at open, and lets go of what the
+  main process pinned once the workers read (``docs/remote.md``);
 - ``r.close()``.
 
 A reader pickles as its configuration (paths and options) and reopens lazily in the process
@@ -46,6 +71,7 @@ removes what was written (a shard that is not whole is written again from scratc
 from __future__ import annotations
 
 import abc
+import hashlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -53,14 +79,26 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from stoker._core.specs import ArraySpec
+from stoker.codecs import DECODED_SPEC, encode_png, image_size
 from stoker.formats.manifest import MANIFEST_SUFFIX, read_json
 
 if TYPE_CHECKING:
     from stoker._core.schema import Schema
 
-__all__ = ["ReadSample", "Reader", "RecordReader", "ShardWriter", "data_files"]
+__all__ = [
+    "ReadSample",
+    "Reader",
+    "RecordReader",
+    "ShardWriter",
+    "data_files",
+    "is_encoded",
+    "no_fields",
+    "sha",
+    "stored_size",
+]
 
-#: ``f(i)`` of :meth:`Reader.reader`: ``(image bytes, label, key, fields)``.
+#: ``f(i)`` of :meth:`Reader.reader`: ``(image, label, key, fields)``.
 ReadSample = Callable[[int], tuple[Any, Any, int, dict[str, Any]]]
 
 
@@ -104,13 +142,43 @@ class _Closing:
         self.close()
 
 
-class Reader(_Closing, abc.ABC):
-    """A data set in one format; see the module docstring."""
+def sha(*parts: bytes) -> str:
+    """The loader's dataset hash in a fingerprint: sha256 of the length-prefixed ``parts``, 32
+    hex digits (kept as it is, so saved loader states still resume)."""
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(len(p).to_bytes(8, "little"))
+        h.update(p)
+    return h.hexdigest()[:32]
 
-    #: The registry name of the format (``"recordio"``, ``"tfrecord"``, ...).
+
+def is_encoded(encoded: bool | None, image: Any) -> bool:
+    """Whether ``image`` from a reader whose :attr:`Reader.encoded` is ``encoded`` is encoded
+    bytes to decode (``None``: per sample, an ndarray is decoded already)."""
+    return encoded if encoded is not None else not isinstance(image, np.ndarray)
+
+
+def stored_size(image: Any, encoded: bool | None = True) -> tuple[int, int]:
+    """(height, width) of an image as a reader hands it over: a decoded array's shape, or the
+    size an encoded image's header declares (the size decoding gives)."""
+    if is_encoded(encoded, image):
+        return image_size(image)
+    shape = np.shape(image)
+    return int(shape[0]), int(shape[1])
+
+
+class Reader(_Closing, abc.ABC):
+    """A data set; see the module docstring. A subclass implements ``__len__``, ``keys``,
+    ``labels``, ``fingerprint`` and one of ``reader`` or ``read``."""
+
+    #: The registry name of the format (``"recordio"``, ``"tfrecord"``, ...); empty for a
+    #: reader that is no registered format (an image folder, arrays).
     format: str = ""
     #: What the reader was opened from (a file, a folder or a manifest).
     path: str = ""
+    #: True: images are encoded bytes; False: decoded arrays of ``sample_spec``; None: per
+    #: sample (an ndarray is decoded).
+    encoded: bool | None = True
 
     @abc.abstractmethod
     def __len__(self) -> int: ...
@@ -121,21 +189,97 @@ class Reader(_Closing, abc.ABC):
     def key(self, i: int) -> int:
         return int(self.keys()[i])
 
-    @property
-    @abc.abstractmethod
-    def schema(self) -> Schema: ...
-
     @abc.abstractmethod
     def labels(self) -> np.ndarray: ...
+
+    def label_kind(self) -> tuple[tuple[int, ...], str]:
+        """``(shape, dtype)`` of one label; from :meth:`labels` by default."""
+        lab = self.labels()
+        return tuple(lab.shape[1:]), lab.dtype.name
+
+    @property
+    def label_spec(self) -> ArraySpec:
+        shape, dtype = self.label_kind()
+        return ArraySpec(tuple(shape), dtype)
+
+    @property
+    def sample_spec(self) -> ArraySpec:
+        """One image as read, before transforms (decoded: any size, 3 channels, uint8)."""
+        return DECODED_SPEC
+
+    @property
+    def schema(self) -> Schema:
+        """The fields of one sample; a set without declared fields has an image and a label."""
+        from stoker._core.schema import Schema
+
+        lab = self.label_spec
+        return Schema.classification(tuple(int(d or 1) for d in lab.shape), lab.dtype)
 
     @property
     def class_names(self) -> list[str] | None:
         return None
 
-    @abc.abstractmethod
-    def reader(
-        self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()
-    ) -> ReadSample: ...
+    def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()) -> ReadSample:
+        """``f(i) -> (image, label, key, fields)`` (see the module docstring); by default made
+        of :meth:`read` and :meth:`key`, for a reader that stores no fields."""
+        if type(self).read is Reader.read:
+            raise TypeError(
+                f"{type(self).__name__} must implement reader(indices, fields) or read(i)"
+            )
+        no_fields(self, fields)
+        read, key = self.read, self.key
+
+        def get(i: int) -> tuple[Any, Any, int, dict[str, Any]]:
+            k = key(i)
+            image, label = read(i)
+            return image, label, k, {}
+
+        return get
+
+    def read(self, i: int) -> tuple[Any, Any]:
+        """``(image, label)`` of position ``i`` (one lookup; :meth:`reader` for many)."""
+        if type(self).reader is Reader.reader:
+            raise TypeError(
+                f"{type(self).__name__} must implement reader(indices, fields) or read(i)"
+            )
+        image, label, _key, _fields = self.reader(np.array([i], np.int64))(i)
+        return image, label
+
+    def image_sizes(self) -> np.ndarray:
+        """int32 ``(N, 2)``: the stored (height, width) of every sample, from the image headers
+        (a decoded array: its shape), read in one pass and kept on the reader."""
+        cached = self.__dict__.get("_image_sizes")
+        if cached is not None:
+            return cached
+        from stoker._core.errors import ImageDecodeError
+        from stoker._core.progress import make_progress
+
+        n, encoded = len(self), self.encoded
+        out = np.empty((n, 2), dtype=np.int32)
+        get = self.reader(None, ())
+        bar = make_progress(n, "reading image sizes") if encoded is not False else None
+        try:
+            for i in range(n):
+                try:
+                    out[i] = stored_size(get(i)[0], encoded)
+                except ImageDecodeError as e:  # name the sample
+                    raise ImageDecodeError(f"{self.describe(i)}: {e}") from e
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+            self.let_go()
+        self.__dict__["_image_sizes"] = out
+        return out
+
+    def stored_bytes(self, image: Any) -> Any:
+        """``image`` as this reader handed it over, as encoded bytes (what ``stoker convert``
+        writes and ``stoker unpack`` saves): encoded bytes as they are, a decoded array as a
+        lossless PNG."""
+        if is_encoded(self.encoded, image):
+            return image
+        return encode_png(np.ascontiguousarray(image))
 
     def describe(self, i: int) -> str:
         return f"key {self.key(i)} (position {i}) of {self.path}"
@@ -158,11 +302,50 @@ class Reader(_Closing, abc.ABC):
         shards (the default)."""
         return None
 
+    def share(self) -> None:  # noqa: B027 - optional hook
+        """Make the reader ready to cross to worker processes; the loader calls it before it
+        starts workers. Nothing to do for a reader that pickles as its configuration."""
+
+    def read_ahead(self, order: np.ndarray, start: int = 0) -> Any:
+        """An object with ``reached(p)`` and ``close()`` that fetches what ``order`` (global
+        positions in reading order) needs ahead of the reader, from position ``start``; the
+        loader calls ``reached`` as batches are delivered. ``None`` (the default): nothing to
+        fetch."""
+        return None
+
+    def probe_positions(self, probes: int) -> list[int] | None:
+        """Where to read ``probes`` images' sizes cheaply (a remote set's first shard), or
+        ``None`` (the default) for a spread over the set."""
+        return None
+
+    def claim_cache(self, plan: Any) -> Any:
+        """For a set read through a shard cache, claim the room ``plan``
+        (:class:`~stoker.formats.remote.ReadPlan`) needs, or raise ``CacheFullError``; an
+        object with ``close()``, or ``None`` (the default: nothing cached)."""
+        return None
+
+    def let_go(self) -> None:  # noqa: B027 - optional hook
+        """This process reads nothing more for now (the workers read): release what the
+        reader holds for reading, such as pinned cached shards. The default holds nothing."""
+
     @abc.abstractmethod
     def fingerprint(self) -> dict: ...
 
     def close(self) -> None:  # noqa: B027 - optional
         pass
+
+
+def no_fields(reader: Reader, fields: tuple[str, ...]) -> None:
+    """:class:`SpecError` when ``fields`` are asked of a reader that stores none beyond the
+    image and the label."""
+    if fields:
+        from stoker._core.errors import SpecError
+
+        where = f" ({reader.path})" if reader.path else ""
+        raise SpecError(
+            f"{type(reader).__name__}{where} stores no fields beyond the image and the label; "
+            f"asked for {list(fields)}"
+        )
 
 
 class ShardWriter(_Closing, abc.ABC):

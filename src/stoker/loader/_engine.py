@@ -59,6 +59,12 @@ class Engine:
     def portable(self) -> bool:
         return self.name == "portable"
 
+    def check(self, config: Any) -> None:
+        """Before workers start: spawn pickles all of ``config``, so the portable engine names
+        what cannot be pickled up front (:func:`check_picklable`); fork needs nothing."""
+        if self.portable:
+            check_picklable(config)
+
     def context(self) -> multiprocessing.context.BaseContext:
         return multiprocessing.get_context("spawn") if self.portable else _pool.mp_context()
 

@@ -37,9 +37,11 @@ reserved only when a retained batch first leaves no other slot free.
 
 Messages. Each worker has its own duplex pipe. Main -> worker: a :class:`Task` (generation,
 batch number, slot, epoch, width, first row, chunk indices, seed), or ``None`` to stop.
-Worker -> main: ``(status, generation, number, row0, payload, seconds)``, status ``done``
-(payload: the skipped samples), ``error`` (type, message, traceback text, key, index) or
-``cancelled``; ``seconds``: the chunk's wall time in the worker. A batch is split into one
+Worker -> main: ``(status, generation, number, row0, payload, seconds, usage)``, status
+``done`` (payload: the skipped samples), ``error`` (type, message, traceback text, key, index)
+or ``cancelled``; ``seconds``: the chunk's wall time in the worker; ``usage``: its thread CPU
+seconds and minor page faults inside ``fill_chunk`` and the CPU seconds spent mapping its rows
+first (summed per worker in main, for the accounting in docs/loader.md). A batch is split into one
 chunk per worker; each chunk goes to the worker that will be free first (samples queued times
 its recent seconds per sample; ties in turn), so two chunks of a batch may go to one worker.
 Within half a chunk of the first to be free, a worker that wrote those rows of that slot
@@ -512,7 +514,7 @@ class RingFeed(PoolStart):
             self._answered(lost)
 
     def _handle(self, wid: int, msg: tuple) -> None:
-        status, gen, number, _row0, payload, _seconds = msg
+        status, gen, number, _row0, payload = msg[:5]
         info = self._inflight.get((gen, number))
         if info is None:
             return

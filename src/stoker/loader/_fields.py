@@ -31,6 +31,7 @@ import numpy as np
 from stoker._core.errors import SpecError
 from stoker._core.schema import SIZE_FIELD, Field, Schema
 from stoker.codecs import image_size
+from stoker.formats.base import is_encoded
 from stoker.pipeline import Pipeline
 from stoker.transforms.targets import Targets
 
@@ -264,12 +265,13 @@ def fill_sample(
     width: int | None,
     height: int | None,
     *,
-    encoded: bool,
+    encoded: bool | None,
     key: int,
     gi: int,
 ) -> None:
-    """One sample with fields into row ``row`` (see the module docstring)."""
-    if encoded:
+    """One sample with fields into row ``row`` (see the module docstring); ``encoded`` as the
+    source's :attr:`~stoker.formats.Reader.encoded` says."""
+    if is_encoded(encoded, payload):
         stored = image_size(payload)
         img = pipeline.decode_image(payload)
     else:

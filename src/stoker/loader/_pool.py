@@ -46,7 +46,10 @@ log = logging.getLogger("stoker.loader")
 JOIN_S = 2.0
 # what every worker needs, imported once in the fork server so that no worker pays for it
 # (the CRC32C function: the loader checks records' checksums by default; stoker._core.crc
-# loads it without the crc32c package's import of its own metadata, over 100 ms)
+# loads it without the crc32c package's import of its own metadata, over 100 ms), and what
+# unpickling a .rec loader's worker configuration imports (the RecordIO reader behind the
+# formats registry): a module left out is imported again by every worker a loader starts
+# (tests/loader/test_loader_first_batch.py holds a .rec loader's configuration to that)
 _PRELOAD = [
     "numpy",
     "numpy.random",
@@ -54,6 +57,7 @@ _PRELOAD = [
     "cv2",
     "stoker._core.crc",
     "stoker.formats.recordio",
+    "stoker.formats.recordio.seam",
     "stoker.loader._worker",
     "stoker.transforms",
 ]
@@ -161,6 +165,11 @@ class WorkerHandle:
     wrote: set = field(default_factory=set)  # (slot, first row) of the chunks sent to it
     lifeline: Any = None  # main's end of the portable engine's lifeline (never written)
     answered: int = 0  # reports received from it
+    # summed from its reports (the accounting of docs/loader.md): thread CPU seconds and
+    # minor page faults inside fill_chunk, and CPU seconds mapping ring rows before it
+    fill_cpu: float = 0.0
+    fill_faults: int = 0
+    map_cpu: float = 0.0
 
     def close(self) -> None:
         """Close main's ends of its pipes (the worker sees EOF on both)."""
@@ -173,8 +182,14 @@ class WorkerHandle:
         self.tasks.append(task)
         self.queued += len(task.indices)
 
-    def pop(self, seconds: float | None = None) -> None:
-        """The oldest task was answered; ``seconds``: how long the worker spent on it."""
+    def pop(self, msg: tuple) -> None:
+        """The oldest task was answered by report ``msg`` (the NOTE in ``_feed.py``)."""
+        cpu, faults, mapped = msg[6]
+        self.fill_cpu += cpu
+        self.fill_faults += faults
+        self.map_cpu += mapped
+        self.answered += 1
+        seconds = msg[5] if msg[0] == "done" else None  # how long it spent on the task
         if not self.tasks:
             return
         n = len(self.tasks.popleft().indices)
@@ -191,11 +206,9 @@ class WorkerPool:
     dead one's place and gets its unanswered tasks of the live iteration again).
     """
 
-    def __init__(self, on_death: str, engine: Engine | None = None) -> None:
-        from stoker.loader._engine import LINUX
-
+    def __init__(self, on_death: str, engine: Engine) -> None:
         self.on_death = on_death
-        self.engine = LINUX if engine is None else engine
+        self.engine = engine
         self.handles: list[WorkerHandle] = []
         self.respawns = 0
         self._deaths: dict[int, int] = {}  # global index -> worker deaths while processing it
@@ -210,10 +223,7 @@ class WorkerPool:
         """Start ``count`` workers of ``config``. On a failure the workers already started
         stay in ``handles`` (for :meth:`stop`) and the error propagates."""
         self._config, self._control = config, control
-        if self.engine.portable:  # spawn pickles it all: name what cannot be, up front
-            from stoker.loader._engine import check_picklable
-
-            check_picklable(config)
+        self.engine.check(config)
         for wid in range(count):
             self.handles.append(self._spawn(wid))
         self._poller = None
@@ -380,8 +390,7 @@ class WorkerPool:
             msg = w.conn.recv()
         except (EOFError, OSError):
             return None
-        w.pop(msg[5] if msg[0] == "done" else None)
-        w.answered += 1
+        w.pop(msg)
         return msg
 
     def reports(self) -> list[tuple[int, tuple]]:
@@ -417,7 +426,7 @@ class WorkerPool:
             with contextlib.suppress(EOFError, OSError):
                 while w.conn.poll():
                     msg = w.conn.recv()
-                    w.pop(msg[5] if msg[0] == "done" else None)
+                    w.pop(msg)
                     reports.append((w.wid, msg))
             lost.extend(self._lost(w, generation))
         return reports, lost

@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,12 @@ _THREAD_ENV = (
     "VECLIB_MAXIMUM_THREADS",
 )
 _WATCHDOG_S = 0.5
+try:  # a chunk's page faults, for its report (Linux)
+    import resource
+
+    _RUSAGE_THREAD: int | None = resource.RUSAGE_THREAD
+except (ImportError, AttributeError):  # pragma: no cover - not Linux
+    _RUSAGE_THREAD = None
 # main -> a worker, besides tasks and None (see worker_main)
 PARK = "park"
 RING = "ring"
@@ -142,7 +149,7 @@ def fill_chunk(
     bad: list[tuple[int, int, int | None, str]] = []
     at = SampleRngs(seed, task.epoch).at  # sample_rng(seed, epoch, i), re-keyed in place
     read, fill_row, width = source.reader(task.indices), pipeline.fill_row, task.width
-    decode = pipeline.decoder() if source.encoded else None
+    decode = _decoder(source.encoded, pipeline)
     # the fused head straight into the row; fill_row takes whatever it declines
     fast = None if task.half else pipeline.row_writer(width)
     row0, n = task.row0, len(task.indices)
@@ -155,7 +162,7 @@ def fill_chunk(
         if progress is not None:
             progress[0] = gi  # main reads it if this process dies
         try:
-            payload, label, key = read(gi)
+            payload, label, key, _ = read(gi)
             img = payload if decode is None else decode(payload)
             rng = at(gi)
             labels[row] = label
@@ -189,6 +196,21 @@ def fill_chunk(
     return "done", bad
 
 
+def _decoder(encoded: bool | None, pipeline: Pipeline) -> Callable[[Any], np.ndarray] | None:
+    """The decode of a source's images: none for decoded arrays (``encoded=False``); for a
+    source that says per sample (``None``), one that passes an ndarray through."""
+    if encoded is False:
+        return None
+    decode = pipeline.decoder()
+    if encoded:
+        return decode
+
+    def per_sample(payload: Any) -> np.ndarray:
+        return payload if isinstance(payload, np.ndarray) else decode(payload)
+
+    return per_sample
+
+
 def _skipped(source: Source, gi: int, row: int, e: Exception) -> tuple[int, int, int | None, str]:
     k = None
     try:
@@ -209,13 +231,13 @@ def _fill_fields(
     cancelled: Any,
     progress: Any,
 ) -> tuple[str, Any]:
-    """``fill_chunk`` for a batch with fields: ``source.field_reader`` and
+    """``fill_chunk`` for a batch with fields: ``source.reader`` with the stored fields and
     ``_fields.fill_sample`` per sample (there is no ``pair_with`` here: the loader refuses it)."""
     images, labels, keys, indices = views
     plan = fields.plan
     bad: list[tuple[int, int, int | None, str]] = []
     at = SampleRngs(seed, task.epoch).at
-    read = source.field_reader(plan.stored, task.indices)
+    read = source.reader(task.indices, plan.stored)
     width, height, encoded = task.width, task.height, source.encoded
     row0, n = task.row0, len(task.indices)
     indices[row0 : row0 + n] = task.indices
@@ -377,6 +399,11 @@ def worker_main(cfg: WorkerConfig, conn: Any, lifeline: Any = None) -> None:
         pass
 
 
+def _faults() -> int:
+    """This thread's minor page faults so far (0 where ``RUSAGE_THREAD`` is missing)."""
+    return resource.getrusage(_RUSAGE_THREAD).ru_minflt if _RUSAGE_THREAD is not None else 0
+
+
 def _serve(cfg: WorkerConfig, conn: Any, task: Task, ring: _Ring) -> bool:
     """One task into ``ring`` and its report to main; False when main is gone."""
     gen, control, progress, layout, mem = (
@@ -401,11 +428,14 @@ def _serve(cfg: WorkerConfig, conn: Any, task: Task, ring: _Ring) -> bool:
         len(task.indices),
         task.half,
     )
+    mapped = 0.0
     if where not in ring.touched:  # first write there: map its pages in one call
         ring.touched.add(where)
+        t = time.thread_time()
         for r0 in (task.row0, task.row0 + task.half) if task.half else (task.row0,):
             populate(views[0][r0 : r0 + len(task.indices)])
-    began = time.perf_counter()
+        mapped = time.thread_time() - t
+    began, cpu, faults = time.perf_counter(), time.thread_time(), _faults()
     try:
         status, payload = fill_chunk(
             task,
@@ -420,10 +450,12 @@ def _serve(cfg: WorkerConfig, conn: Any, task: Task, ring: _Ring) -> bool:
         )
     except BaseException as e:  # noqa: BLE001 - never die silently
         status, payload = "error", error_info(e, cfg.source, int(task.indices[0]))
+    seconds = time.perf_counter() - began
+    usage = (time.thread_time() - cpu, _faults() - faults, mapped)
     del views, fviews
     progress[0] = -1
     try:
-        conn.send((status, gen, task.number, task.row0, payload, time.perf_counter() - began))
+        conn.send((status, gen, task.number, task.row0, payload, seconds, usage))
     except (BrokenPipeError, OSError):
         return False
     return True

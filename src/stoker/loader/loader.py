@@ -33,7 +33,7 @@ from stoker._core.specs import ArraySpec
 from stoker._core.system import usable_cores
 from stoker.formats.remote import RemoteOptions
 from stoker.loader import _elastic, _keep, _shm
-from stoker.loader._engine import choose
+from stoker.loader._engine import LINUX, choose
 from stoker.loader._feed import Epoch, RingFeed
 from stoker.loader._fields import FieldPlan, plan_fields
 from stoker.loader._habits import DATALOADER_NAMES
@@ -193,7 +193,9 @@ class Loader(RingFeed):
         """The state of a loader before its source, pipeline and workers exist."""
         self._closed = True  # until construction succeeded
         self._owner_pid = os.getpid()
-        self._pool = WorkerPool(on_worker_death)
+        self._pool = WorkerPool(
+            on_worker_death, LINUX
+        )  # the engine is chosen once the source opens
         self._slot_state = []
         self._unreserved = set()
         self._ring_width = None

@@ -124,6 +124,7 @@ def convert_range(
     src, labels = _sources(plan, a, b)
     out = _Batch(writers, s, a, plan.keys[a:b].tolist(), labels, rejects)
     first_reject = len(rejects)
+    as_bytes = reader.stored_bytes
     for c in range(0, b - a, _CHUNK):
         idx = src[c : c + _CHUNK]
         try:
@@ -138,7 +139,7 @@ def convert_range(
         for j, i in enumerate(idx.tolist(), c):
             try:
                 image, _label, _key, fields = f(i)
-                data = bytes(image)
+                data = bytes(as_bytes(image))
             except Exception as e:  # noqa: BLE001 - a bad record is a reject, never a crash
                 rejects.append([a + j, "unreadable", reject_text(reader, i, e)])
                 continue

@@ -198,6 +198,7 @@ class RecordDataset(Dataset):
 
     def __getitem__(self, i: int) -> Any:
         from stoker.codecs import decode, image_size, sniff
+        from stoker.formats.base import is_encoded
 
         if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
             raise TypeError(f"RecordDataset index must be an int, got {type(i).__name__}")
@@ -207,17 +208,18 @@ class RecordDataset(Dataset):
             raise IndexError(f"index {i} out of range for {n} records in {self.path}")
         read = self._get_reader().reader(np.array([idx], np.int64), self._stored)
         payload, label, _key, vals = read(idx)
+        encoded = is_encoded(self._get_reader().encoded, payload)
         min_size = None  # as the loader does: a reduced JPEG scale when a downscale follows
         hint = getattr(self.transforms, "decode_hint", None)
-        if hint is not None and self.scale_on_decode and sniff(payload) == "jpeg":
+        if encoded and hint is not None and self.scale_on_decode and sniff(payload) == "jpeg":
             min_size = hint(image_size(payload))
-        img = decode(payload, min_size=min_size)
+        img = decode(payload, min_size=min_size) if encoded else payload
         rng = sample_rng(self.seed, self.epoch, idx)
         if not self.has_fields:
             if self.transforms is not None:
                 img = self.transforms(img, rng)
             return self._tensor(img), _label(label)
-        stored = image_size(payload)
+        stored = image_size(payload) if encoded else img.shape[:2]
         where = f"{self.path}: position {idx}"
         img, out = sample_fields(self.schema, img, stored, vals, self.transforms, rng, where)
         sample: dict[str, Any] = {self.schema.image_name: self._tensor(img)}

@@ -186,6 +186,10 @@ def _skewed_planes(h: int, w: int, c: int) -> list[np.ndarray]:
     return out
 
 
+# a run of values OpenCV's vector code covers whole (a multiple of every vector width it uses)
+_VECTOR_RUN = 64
+
+
 def _affine_into(cv: Any, src: np.ndarray, gain: float, bias: float, dest: np.ndarray) -> None:
     """``src * gain + bias`` for a 2-D uint8 ``src``, written into float32 ``dest`` of its
     shape in one vectorised pass (``cv2.addWeighted`` with ``src`` once weighted 0): each
@@ -362,20 +366,33 @@ class Normalize(Transform):
         ``(c, H, W)`` ``dest``, checked by the caller: one ``cv2.split`` into this thread's
         scratch planes, then one ``cv2.addWeighted`` per plane into ``dest``, with the gains,
         biases and OpenCV's functions looked up once (a loader's row writer makes one per
-        process)."""
+        process).
+
+        When a plane's ``H * W`` values are a multiple of 64, each plane is first converted
+        into its plane of ``dest`` (exact: uint8 fits float32) and ``cv2.addWeighted`` runs
+        over that in place: handed the uint8 plane, it converts both of its inputs to float32
+        itself and runs the same vector code, which covers such a plane whole, so the bits are
+        the same for one conversion fewer. Other sizes take the uint8 plane as it is (in place,
+        OpenCV leaves a plane's last values to scalar code that rounds twice)."""
         self._check_channels(c, f"an image of {c} channels")
         cv = cv2()
-        split, weighted, f32 = cv.split, cv.addWeighted, cv.CV_32F
+        split, weighted, f32, copyto = cv.split, cv.addWeighted, cv.CV_32F, np.copyto
         one = self.channels == 1
         coefs = [(self._gain[0 if one else k], self._bias[0 if one else k]) for k in range(c)]
 
         def write(img: np.ndarray, dest: np.ndarray) -> None:
-            planes = _scratch_planes(img.shape[0], img.shape[1], c)
+            h, w = img.shape[0], img.shape[1]
+            planes = _scratch_planes(h, w, c)
             split(img, planes)
+            whole = not (h * w) % _VECTOR_RUN
             for plane, (g, b), row in zip(planes, coefs, dest):
-                out = weighted(plane, g, plane, 0.0, b, dst=row, dtype=f32)
+                if whole:
+                    copyto(row, plane, casting="unsafe")
+                    out = weighted(row, g, row, 0.0, b, dst=row)
+                else:
+                    out = weighted(plane, g, plane, 0.0, b, dst=row, dtype=f32)
                 if out is not row:  # OpenCV made an array of its own
-                    np.copyto(row, out.reshape(row.shape), casting="no")
+                    copyto(row, out.reshape(row.shape), casting="no")
 
         return write
 

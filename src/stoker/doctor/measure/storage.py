@@ -164,10 +164,10 @@ def measure_read_records(
         raise ValueError(f"{sample.path}: not a records source")
     if cold:
         _evict_records(sample)
-    get = reader.reader(np.asarray(sample.positions, np.int64), ())
+    get, as_bytes = reader.reader(np.asarray(sample.positions, np.int64), ()), reader.stored_bytes
 
     def read(i: int) -> bytes:
-        return bytes(get(i)[0])  # touch every byte, as a decoder will
+        return bytes(as_bytes(get(i)[0]))  # touch every byte, as a decoder will
 
     return _timed_reads(
         read, sample.positions, seconds=seconds, cold=cold, what="records", max_seconds=max_seconds

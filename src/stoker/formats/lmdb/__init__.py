@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from stoker.formats.lmdb.datum import Datum, encode_png, image_kind, parse_datum
-from stoker.formats.lmdb.env import LmdbFormatError, show_key
+from stoker.formats.lmdb.location import LmdbFormatError, show_key
 from stoker.formats.lmdb.reader import LmdbReader, open_reader
 from stoker.formats.lmdb.verify import verify
 from stoker.formats.spec import Format

@@ -1,5 +1,5 @@
 """Caffe's ``Datum`` message, parsed from its protobuf wire bytes without protobuf or Caffe, and
-the image bytes the loader gets from it.
+the image the loader gets from it.
 
 ``caffe.proto``::
 
@@ -12,12 +12,12 @@ the image bytes the loader gets from it.
     }
 
 An encoded Datum gives its ``data`` untouched (a converted set keeps the same bytes). A raw one
-must reach the loader as encoded bytes too (the ``Reader`` contract carries bytes, and every
-stage after it decodes bytes), so it is written as a PNG, losslessly, on each read: filter 0
-and stored (level 0) deflate by default, which costs about as much as copying the pixels twice
-(0.3 ms to write and 0.2 ms to decode a 256 x 256 x 3 image, less than a JPEG decode of the
-same size). ``png_level`` 1..9 makes smaller PNGs for conversion at several times the cost.
-The PNG holds RGB (Caffe's BGR reversed), grey, or RGBA (BGRA reversed).
+gives its pixels as a decoded array (``Reader.encoded`` is per sample for a Datum set): uint8
+``(H, W, 3)`` RGB, Caffe's BGR planes interleaved in reverse, grey repeated over the three
+channels and BGRA's alpha left out: the pixels ``stoker.codecs.decode`` gives of the PNG such a
+Datum was once read as, with no PNG written or decoded on the way. Where bytes are needed
+(``stoker convert``, ``stoker unpack``) :func:`encode_png` writes that lossless PNG of the raw
+pixels: RGB, grey, or RGBA.
 
 Nothing is trusted: wire lengths are checked by :mod:`stoker.formats.protowire` before any
 slice is taken, and ``channels * height * width`` must equal the bytes of ``data`` (computed
@@ -26,12 +26,11 @@ on Python ints) before the pixels are touched.
 
 from __future__ import annotations
 
-import struct
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
+from stoker.codecs import encode_png as png_of
 from stoker.formats.protowire import I32, I64, LEN, VARINT, WireError, read_varint
 
 __all__ = [
@@ -39,6 +38,7 @@ __all__ = [
     "check_datum",
     "datum_fields",
     "datum_image",
+    "datum_pixels",
     "encode_png",
     "image_kind",
     "parse_datum",
@@ -46,7 +46,7 @@ __all__ = [
 
 _NAMES = {1: "channels", 2: "height", 3: "width", 4: "data", 5: "label", 7: "encoded"}
 _INT32 = (1, 2, 3, 5)
-_PNG_COLOUR = {1: 0, 3: 2, 4: 6}  # channels -> PNG colour type (grey, RGB, RGBA)
+_CHANNELS = (1, 3, 4)  # grey, BGR, BGRA
 
 
 @dataclass(frozen=True)
@@ -172,8 +172,12 @@ def image_kind(buf: bytes | memoryview) -> str | None:
     return None
 
 
-def _chunk(tag: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
+def _hwc(pixels: memoryview | bytes, channels: int, height: int, width: int) -> np.ndarray:
+    """Raw Caffe pixels (uint8, CHW, BGR or BGRA or grey) as an HWC view in RGB(A) or grey
+    order (no copy)."""
+    chw = np.frombuffer(pixels, dtype=np.uint8).reshape(channels, height, width)
+    order = [2, 1, 0, 3][:channels] if channels >= 3 else [0]
+    return chw[order].transpose(1, 2, 0) if channels >= 3 else chw[0]
 
 
 def encode_png(
@@ -181,23 +185,19 @@ def encode_png(
 ) -> bytes:
     """A PNG of raw Caffe pixels (uint8, CHW, BGR or BGRA or grey); ``len(pixels)`` must be
     ``channels * height * width`` (checked by the caller)."""
-    colour = _PNG_COLOUR[channels]
-    chw = np.frombuffer(pixels, dtype=np.uint8).reshape(channels, height, width)
-    rows = np.empty((height, 1 + width * channels), dtype=np.uint8)
-    rows[:, 0] = 0  # filter type 0 (none) on every row
-    hwc = rows[:, 1:].reshape(height, width, channels)
-    order = (2, 1, 0, 3)[:channels] if channels >= 3 else (0,)
-    for dst, src in enumerate(order):  # BGR(A) planes -> interleaved RGB(A)
-        hwc[:, :, dst] = chw[src]
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, colour, 0, 0, 0)
-    return b"".join(
-        (
-            b"\x89PNG\r\n\x1a\n",
-            _chunk(b"IHDR", ihdr),
-            _chunk(b"IDAT", zlib.compress(rows.data, level)),
-            _chunk(b"IEND", b""),
-        )
-    )
+    return png_of(_hwc(pixels, channels, height, width), level)
+
+
+def datum_pixels(d: Datum) -> np.ndarray:
+    """The decoded image of a raw Datum (after :func:`check_datum`): C-contiguous uint8
+    ``(H, W, 3)`` RGB, the pixels ``decode`` gives of :func:`encode_png`'s PNG of it."""
+    assert d.data is not None
+    c, h, w = d.channels, d.height, d.width
+    chw = np.frombuffer(d.data, dtype=np.uint8).reshape(c, h, w)
+    out = np.empty((h, w, 3), dtype=np.uint8)
+    for dst, src in enumerate((2, 1, 0) if c >= 3 else (0, 0, 0)):  # BGR planes -> RGB
+        out[:, :, dst] = chw[src]
+    return out
 
 
 def check_datum(d: Datum) -> None:
@@ -219,15 +219,13 @@ def check_datum(d: Datum) -> None:
             d.data_offset,
             f"channels x height x width = {c} x {h} x {w} = {c * h * w}, but data holds {n} bytes",
         )
-    if c not in _PNG_COLOUR:
+    if c not in _CHANNELS:
         raise WireError(0, f"a raw Datum with {c} channels is not an image (1, 3 or 4 channels)")
 
 
-def datum_image(d: Datum, png_level: int = 0) -> bytes | memoryview:
-    """The encoded image bytes of a parsed Datum (see the module docstring), after
-    :func:`check_datum`."""
+def datum_image(d: Datum) -> memoryview | np.ndarray:
+    """The image of a parsed Datum (see the module docstring): an encoded Datum's bytes, a raw
+    one's decoded pixels; :class:`WireError` when it holds no usable image."""
     check_datum(d)
     assert d.data is not None
-    if d.encoded:
-        return d.data
-    return encode_png(d.data, d.channels, d.height, d.width, png_level)
+    return d.data if d.encoded else datum_pixels(d)

@@ -52,7 +52,7 @@ from typing import Any
 from stoker._core.atomic import write_cache_file
 from stoker._core.cache import cache_file, file_identity
 from stoker._core.errors import CorruptRecordError
-from stoker.formats.lmdb.env import (
+from stoker.formats.lmdb.location import (
     OPEN_OPTIONS,
     LmdbFormatError,
     Location,

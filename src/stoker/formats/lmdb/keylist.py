@@ -39,7 +39,7 @@ import numpy as np
 from stoker._core.atomic import write_cache_file
 from stoker._core.cache import cache_file
 from stoker._core.oscompat import BINARY
-from stoker.formats.lmdb.env import damaged, import_lmdb
+from stoker.formats.lmdb.location import damaged, import_lmdb
 
 __all__ = ["KeyList", "load_keys"]
 

@@ -33,8 +33,8 @@ import numpy as np
 
 from stoker._core.atomic import write_cache_file
 from stoker._core.cache import cache_file, file_identity
-from stoker.formats.lmdb.env import LmdbFormatError
 from stoker.formats.lmdb.keylist import KeyList
+from stoker.formats.lmdb.location import LmdbFormatError
 
 __all__ = [
     "MAX_LABEL_FILE_BYTES",

@@ -29,7 +29,7 @@ import struct
 from dataclasses import dataclass
 
 from stoker._core.errors import CorruptRecordError
-from stoker.formats.lmdb.env import LmdbFormatError
+from stoker.formats.lmdb.location import LmdbFormatError
 
 __all__ = ["Meta", "read_meta"]
 

@@ -17,18 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from stoker._core.errors import SpecError
 from stoker._core.schema import Schema
-from stoker.formats.base import Reader, ReadSample
-from stoker.formats.lmdb.env import (
-    EnvHandle,
-    LmdbFormatError,
-    damaged,
-    import_lmdb,
-    locate,
-    not_found,
-    show_key,
-)
+from stoker.codecs import encode_png as png_of
+from stoker.formats.base import Reader, ReadSample, no_fields
+from stoker.formats.lmdb.env import EnvHandle
 from stoker.formats.lmdb.keylist import KeyList, load_keys
 from stoker.formats.lmdb.labels import (
     cached_labels,
@@ -36,6 +28,14 @@ from stoker.formats.lmdb.labels import (
     file_tag,
     labels_for_keys,
     read_label_file,
+)
+from stoker.formats.lmdb.location import (
+    LmdbFormatError,
+    damaged,
+    import_lmdb,
+    locate,
+    not_found,
+    show_key,
 )
 from stoker.formats.lmdb.values import (
     check_layout,
@@ -85,6 +85,8 @@ class LmdbReader(Reader):
                 "a Datum database carries its own labels; label=/labels= are for layout='image'"
             )
         self.layout: str = layout
+        # an encoded Datum gives its bytes, a raw one its decoded pixels: per sample
+        self.encoded = None if layout == "datum" else True
 
     # ------------------------------------------------------------------ process-local state
 
@@ -112,6 +114,7 @@ class LmdbReader(Reader):
         state = self.__dict__.copy()
         state["_keys"] = None
         state["_label_arr"] = None
+        state.pop("_image_sizes", None)  # read again where needed, never shipped
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -198,15 +201,12 @@ class LmdbReader(Reader):
         return out
 
     def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()) -> ReadSample:
-        if fields:
-            raise SpecError(
-                f"an LMDB database stores no fields beyond the image and the label; asked for {list(fields)}"
-            )
+        no_fields(self, fields)
         lmdb = import_lmdb()
         keys, path, n = self._keylist(), self.path, len(self)
         env, data_file = self._env(), self._handle.loc.data_file
         txn = env.begin()  # one read transaction per chunk; aborted when f goes
-        datum, png_level = self.layout == "datum", self._png_level
+        datum = self.layout == "datum"
         const = self._label or 0
         mapping = self._labels_opt if isinstance(self._labels_opt, dict) else None
         table = self.labels() if isinstance(self._labels_opt, str) else None
@@ -227,7 +227,7 @@ class LmdbReader(Reader):
             if value is None:
                 raise not_found(path, k, i)
             if datum:
-                image, label = read_datum(value, path, k, i, png_level)
+                image, label = read_datum(value, path, k, i)
                 return image, label, i, {}
             image = read_image_value(value, path, k, i)
             if table is not None:
@@ -242,10 +242,12 @@ class LmdbReader(Reader):
 
         return f
 
-    def read(self, i: int) -> tuple[Any, Any]:
-        """(image bytes, label) of sample ``i`` (one lookup; ``reader`` for many)."""
-        image, label, _, _ = self.reader()(i)
-        return image, label
+    def stored_bytes(self, image: Any) -> bytes | memoryview:
+        """A raw Datum's pixels as the PNG ``png_level`` says (what convert writes and unpack
+        saves); encoded images as they are."""
+        if isinstance(image, np.ndarray):
+            return png_of(image, self._png_level)
+        return image
 
     def describe(self, i: int) -> str:
         keys = self._keylist()
@@ -312,5 +314,7 @@ def open_reader(path: str | os.PathLike[str], **options: Any) -> LmdbReader:
     file (``*.mdb``/``*.lmdb``, opened with ``subdir=False``). ``layout``: ``"datum"`` (Caffe)
     or ``"image"`` (LSUN-style), detected from the first value when ``None``. ``label``,
     ``labels``, ``class_names``: an image database's labels (see :mod:`.labels`).
-    ``png_level``: the deflate level of the PNG a raw Datum becomes (0: stored, fastest)."""
+    ``png_level``: the deflate level of the PNG a raw Datum's pixels become where bytes are
+    needed (``stoker convert``, ``stoker unpack``; 0: stored, fastest); the loader takes the
+    pixels themselves."""
     return LmdbReader(path, **options)

@@ -1,7 +1,7 @@
 """What one LMDB value is under each layout, and which layout a database has.
 
 - ``"datum"``: a Caffe ``Datum`` (:mod:`.datum`): the image is its encoded bytes, or its raw
-  pixels written as a PNG; the label is the Datum's.
+  pixels as a decoded array; the label is the Datum's.
 - ``"image"`` (LSUN-style): the value is one encoded image file (JPEG, WebP, PNG, ...), kept
   untouched; labels come from outside the database (see :mod:`.labels`).
 
@@ -12,6 +12,8 @@ starts with a field 1..7 tag, 0x08..0x3a; JPEG, PNG, WebP, GIF, BMP and TIFF sta
 
 from __future__ import annotations
 
+import numpy as np
+
 from stoker.formats.lmdb.datum import (
     Datum,
     check_datum,
@@ -20,7 +22,7 @@ from stoker.formats.lmdb.datum import (
     image_kind,
     parse_datum,
 )
-from stoker.formats.lmdb.env import LmdbFormatError
+from stoker.formats.lmdb.location import LmdbFormatError
 from stoker.formats.protowire import WireError
 
 __all__ = [
@@ -71,9 +73,10 @@ def _not_a_datum(e: WireError, path: str, key: bytes, position: int) -> LmdbForm
 
 
 def read_datum(
-    value: bytes | memoryview, path: str, key: bytes, position: int, png_level: int = 0
-) -> tuple[bytes | memoryview, int]:
-    """(image bytes, label) of a Datum value; :class:`LmdbFormatError` naming the key when the
+    value: bytes | memoryview, path: str, key: bytes, position: int
+) -> tuple[bytes | memoryview | np.ndarray, int]:
+    """(image, label) of a Datum value: an encoded Datum's image bytes, a raw one's decoded
+    pixels (:func:`~.datum.datum_pixels`); :class:`LmdbFormatError` naming the key when the
     value is not a usable Datum."""
     try:
         fields = datum_fields(value)
@@ -81,7 +84,7 @@ def read_datum(
         if encoded and data is not None and len(data) and image_kind(data) is not None:
             return data, label  # the usual case: encoded bytes, taken as they are
         d = Datum(*fields)
-        image = datum_image(d, png_level)
+        image = datum_image(d)
     except WireError as e:
         raise _not_a_datum(e, path, key, position) from None
     if d.encoded:

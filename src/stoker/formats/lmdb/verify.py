@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 from stoker._core.errors import CorruptRecordError
 from stoker._core.progress import make_progress
-from stoker.formats.lmdb.env import (
-    EnvHandle,
+from stoker.formats.lmdb.env import EnvHandle
+from stoker.formats.lmdb.location import (
     LmdbFormatError,
     import_lmdb,
     locate,

@@ -26,7 +26,7 @@ import numpy as np
 
 from stoker._core.errors import CorruptRecordError, SpecError
 from stoker._core.schema import Field, Schema
-from stoker.formats.base import Reader, ReadSample
+from stoker.formats.base import Reader, ReadSample, sha
 from stoker.formats.recordio.header import label_problem
 from stoker.formats.recordio.hints import AccessHints, chunk_by_shard
 from stoker.formats.recordio.insightface import layout_table
@@ -82,15 +82,6 @@ def declared_labels(labels: np.ndarray, dtype: str, classes: int) -> np.ndarray:
     if ok.ndim > 1:
         ok = np.broadcast_to(ok.all(axis=tuple(range(1, ok.ndim)))[:, None], ok.shape)
     return np.where(ok, labels, -1).astype(np.int64)
-
-
-def _sha(*parts: bytes) -> str:
-    """The loader's dataset hash (length-prefixed parts), kept so saved states still resume."""
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(len(p).to_bytes(8, "little"))
-        h.update(p)
-    return h.hexdigest()[:32]
 
 
 def _record_sizes(shards: Sequence[Any]) -> np.ndarray:
@@ -229,7 +220,7 @@ class RecordIOReader(Reader):
     def keys(self) -> np.ndarray:
         if self._keys is None:
             self._keys = np.asarray(self.records.keys, dtype=np.int64)
-            self._let_go()
+            self.let_go()
         return self._keys
 
     def labels(self) -> np.ndarray:
@@ -239,7 +230,7 @@ class RecordIOReader(Reader):
             self._labels = (
                 integral_labels(raw) if kind is None else declared_labels(raw, kind[1], kind[2])
             )
-            self._let_go()
+            self.let_go()
         return self._labels
 
     def claim_cache(self, plan: Any) -> Any:
@@ -249,12 +240,9 @@ class RecordIOReader(Reader):
         return rec.claim(plan) if self.remote is not None and isinstance(rec, RecordSet) else None
 
     def let_go(self) -> None:
-        """This process reads no more for now: a remote set keeps none of its shards pinned."""
-        self._let_go()
-
-    def _let_go(self) -> None:
-        """A remote set that read every shard (keys, labels) keeps none of them pinned: the
-        shard cache needs that room for the batches."""
+        """This process reads no more for now (or read every shard for keys, labels or the
+        schema): a remote set keeps none of its shards pinned, the shard cache needs that
+        room for the batches."""
         rec = self._rec
         if self.remote is not None and isinstance(rec, RecordSet):
             rec.focus(np.zeros(0, np.int64))
@@ -305,7 +293,7 @@ class RecordIOReader(Reader):
                 self._schema = Schema(
                     tuple((n, label if n == head else f) for n, f in declared.fields)
                 )
-            self._let_go()  # a remote set read its first shard for it: nothing stays pinned
+            self.let_go()  # a remote set read its first shard for it: nothing stays pinned
         return self._schema
 
     def _label(self, i: int, header: Any) -> Any:
@@ -325,11 +313,6 @@ class RecordIOReader(Reader):
     def _scalar_label(self) -> Callable[[Any], Any]:
         """An unpickled reader's conversion of a one-float header label to the label dtype."""
         return int if self._label_dtype == "int64" else np.float32
-
-    def read(self, i: int) -> tuple[memoryview, Any]:
-        """``(image bytes, label)`` of position ``i`` (the slow, always-right path)."""
-        header, image = self.records.read_header(i)
-        return image, self._label(i, header)
 
     def read_ahead(self, order: np.ndarray, start: int = 0) -> Any:
         """Downloads ahead of ``order`` for a set in object storage (``None`` otherwise):
@@ -503,7 +486,7 @@ class RecordIOReader(Reader):
             "type": "records",
             "len": self._len,
             "bytes": size,
-            "sha": _sha(self.keys().tobytes(), self.labels().tobytes()),
+            "sha": sha(self.keys().tobytes(), self.labels().tobytes()),
         }
 
     def close(self) -> None:

@@ -448,7 +448,7 @@ class TFRecordReader(ReadsRemoteShards, Reader):
         self._focus(indices)  # a remote set holds only the shards this chunk reads
         res, schema = self._resolved, self._schema
         entries = {n: (ft, f) for n, ft, f in res.entries}
-        names = tuple(n for n in fields if schema[n].kind != "size") if fields else ()
+        names = tuple(n for n in fields if n not in schema or schema[n].kind != "size")
         for n in names:
             if n not in entries or schema[n].kind == "image" or schema[n].header:
                 raise SpecError(f"{self.path}: no stored field {n!r}; it has {list(schema.extra)}")

@@ -1,4 +1,5 @@
-"""In-memory arrays as a source, copied once into shared memory for the workers."""
+"""In-memory arrays as a :class:`~stoker.formats.Reader` of decoded images, copied once into
+shared memory for the workers."""
 
 from __future__ import annotations
 

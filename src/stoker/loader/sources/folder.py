@@ -1,4 +1,5 @@
-"""An image folder read directly as a source, listed by the shared folder walk.
+"""An image folder read directly, as a :class:`~stoker.formats.Reader`, listed by the shared
+folder walk.
 
 The listing is one packed blob: the relative paths, UTF-8 (``surrogateescape``), joined by
 ``"\\n"`` (the bytes the fingerprint hashes), plus an int64 array of where each path starts
@@ -46,7 +47,7 @@ def _entry(blob: np.ndarray, offsets: np.ndarray, j: int) -> str:
 
 
 class FileList(Sequence[str]):
-    """The relative paths of a :class:`FolderSource`, decoded one at a time from its packed
+    """The relative paths of a :class:`FolderSource` (its ``listing``), decoded one at a time from its packed
     listing (a sequence: ``len``, indexing, slicing, ``index``, ``in``, ``==`` with a list)."""
 
     def __init__(self, blob: np.ndarray, offsets: np.ndarray) -> None:
@@ -100,7 +101,8 @@ class FolderSource(PositionKeyed):
     The folder is listed by :func:`stoker._core.files.scan_folder` (the walk ``stoker pack``
     uses: image extensions, hidden names and symlinks are treated the same way); the key of a
     file is its position in that listing, and its label the class index. ``class_names`` holds
-    the folder names, ``files`` the paths relative to ``root`` (a read-only sequence).
+    the folder names, ``listing`` the paths relative to ``root`` (a read-only sequence),
+    ``file_path(i)`` the path of sample ``i``.
     """
 
     _unit = "files"
@@ -134,8 +136,8 @@ class FolderSource(PositionKeyed):
     def _init(
         self, root: str, files: Iterable[str], labels: np.ndarray, class_names: list[str]
     ) -> None:
-        self.root = root
-        self.class_names = list(class_names)
+        self.root = self.path = root
+        self._class_names = list(class_names)
         self._blob, self._offsets = _pack(files)
         self._labels = labels
         if len(labels) != len(self._offsets) - 1:
@@ -146,8 +148,17 @@ class FolderSource(PositionKeyed):
         self._fp: dict | None = None
 
     @property
-    def files(self) -> FileList:
+    def listing(self) -> FileList:
+        """The image files' paths relative to ``root``, in position order."""
         return FileList(self._blob, self._offsets)
+
+    @property
+    def class_names(self) -> list[str]:
+        return self._class_names
+
+    def files(self) -> list[str]:
+        """Every image file's path (the Reader's data files)."""
+        return [os.path.join(self.root, f) for f in self.listing]
 
     @property
     def shared(self) -> bool:
@@ -160,16 +171,17 @@ class FolderSource(PositionKeyed):
     def labels(self) -> np.ndarray:
         return self._labels
 
-    def path(self, i: int) -> str:
+    def file_path(self, i: int) -> str:
+        """The path of sample ``i``'s image file."""
         return os.path.join(self.root, _entry(self._blob, self._offsets, i))
 
     def read(self, i: int) -> tuple[Any, Any]:
-        with open(self.path(i), "rb") as f:
+        with open(self.file_path(i), "rb") as f:
             data = f.read()
         return data, self._labels[i]
 
     def describe(self, i: int) -> str:
-        return f"key {i} ({self.path(i)})"
+        return f"key {i} ({self.file_path(i)})"
 
     def fingerprint(self) -> dict:
         if self._fp is None:
@@ -204,7 +216,7 @@ class FolderSource(PositionKeyed):
     def __getstate__(self) -> dict:
         state: dict[str, Any] = {
             "root": self.root,
-            "class_names": self.class_names,
+            "class_names": self._class_names,
             "n": (self._blob.size, self._offsets.size),
             "fp": self._fp,
         }
@@ -215,7 +227,8 @@ class FolderSource(PositionKeyed):
         return state
 
     def __setstate__(self, state: dict) -> None:
-        self.root, self.class_names, self._fp = state["root"], state["class_names"], state["fp"]
+        self.root, self._class_names, self._fp = state["root"], state["class_names"], state["fp"]
+        self.path = self.root
         self._finalizer = None
         self._mapping = None
         self._shared = None  # a worker does not own the listing

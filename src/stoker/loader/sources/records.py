@@ -1,18 +1,18 @@
-"""Packed RecordIO records as a source (``.rec``, ``.idx`` or a ``NAME.stoker.json`` manifest):
-the RecordIO reader behind the seam (``stoker.formats.recordio.seam``) seen as a source."""
+"""Packed RecordIO records for the loader (``.rec``, ``.idx`` or a ``NAME.stoker.json``
+manifest): RecordIO's reader with the loader's defaults."""
 
 from __future__ import annotations
 
 import os
 
-from stoker.formats.recordio import FORMAT as RECORDIO
-from stoker.loader.sources.formats import FormatSource
+from stoker.formats.recordio.seam import RecordIOReader
 
 __all__ = ["RecordSource"]
 
 
-class RecordSource(FormatSource):
-    """Records from a ``.rec`` (with its ``.idx``) or a ``NAME.stoker.json`` manifest.
+class RecordSource(RecordIOReader):
+    """Records from a ``.rec`` (with its ``.idx``) or a ``NAME.stoker.json`` manifest: the
+    RecordIO :class:`~stoker.formats.Reader`, refused when it holds no record.
 
     The label is the record's IRHeader label (int64 when every label is a whole number, else
     float32); the key is the record key from the index.
@@ -25,7 +25,9 @@ class RecordSource(FormatSource):
     """
 
     def __init__(self, path: str | os.PathLike[str], *, checksums: bool = True) -> None:
-        if not isinstance(checksums, bool):
-            raise TypeError(f"checksums must be True or False, got {checksums!r}")
-        super().__init__(path, format=RECORDIO.name, checksums=checksums)
-        self.checksums = checksums
+        super().__init__(path, checksums=checksums)
+        if len(self) == 0:
+            from stoker.loader.sources.opening import empty_set_error
+
+            self.close()
+            raise empty_set_error(self.path)

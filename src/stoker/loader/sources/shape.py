@@ -19,7 +19,8 @@ import numpy as np
 
 from stoker._core.errors import SpecError
 from stoker._core.specs import ArraySpec
-from stoker.loader.sources.base import Source
+from stoker.formats import Reader
+from stoker.formats.base import stored_size
 from stoker.pipeline import leaves_size_open
 
 __all__ = ["PROBES", "check_first_image", "input_spec", "shared_image_spec"]
@@ -28,17 +29,15 @@ __all__ = ["PROBES", "check_first_image", "input_spec", "shared_image_spec"]
 PROBES = 8
 
 
-def _size(source: Source, i: int) -> tuple[int, int]:
+def _size(source: Reader, i: int) -> tuple[int, int]:
     """(height, width) of sample ``i`` from its image header (the size decoding gives: the
-    decoders ignore EXIF orientation)."""
-    from stoker.codecs import image_size
-
+    decoders ignore EXIF orientation), or a decoded image's shape."""
     payload, _label = source.read(i)
-    return image_size(payload)
+    return stored_size(payload, source.encoded)
 
 
 def shared_image_spec(
-    source: Source, *, probes: int = PROBES, skip: bool = False
+    source: Reader, *, probes: int = PROBES, skip: bool = False
 ) -> tuple[ArraySpec, str]:
     """``((h, w, C) dtype, where)``: the decoded shape of the set's first readable image and
     a description of that image, for ``Pipeline(input_from=where)``.
@@ -51,8 +50,7 @@ def shared_image_spec(
     (the worker reports it as ``on_error`` says); when none can be read, :class:`SpecError`
     with the first reason."""
     n = len(source)
-    near = getattr(source, "probe_positions", None)  # a remote set: where nothing is fetched
-    positions = near(probes) if near is not None else None
+    positions = source.probe_positions(probes)  # a remote set: where nothing is fetched
     if positions is None:
         positions = np.unique(np.linspace(0, n - 1, num=min(n, probes)).astype(np.int64)).tolist()
     seen: dict[tuple[int, int], list[int]] = {}  # size -> positions, in the order first seen
@@ -90,7 +88,7 @@ def shared_image_spec(
 
 
 def input_spec(
-    source: Source,
+    source: Reader,
     transforms: Any,
     variable_width: bool,
     variable_height: bool,
@@ -101,7 +99,7 @@ def input_spec(
     of open size, the one size its images share (:func:`shared_image_spec`, which under
     ``on_error="skip"`` takes the commonest size it sees)."""
     spec = source.sample_spec
-    if not source.encoded or spec.fixed or len(spec.shape) != 3 or spec.shape[2] is None:
+    if source.encoded is False or spec.fixed or len(spec.shape) != 3 or spec.shape[2] is None:
         return spec, ""
     open_size = leaves_size_open(
         spec, transforms, variable_width=variable_width, variable_height=variable_height
@@ -113,7 +111,7 @@ def input_spec(
     return shared_image_spec(source, skip=on_error == "skip")
 
 
-def check_first_image(source: Source, transforms: Any) -> None:
+def check_first_image(source: Reader, transforms: Any) -> None:
     """:class:`SpecError` naming the set's first image when ``transforms`` cannot take its
     size (a crop larger than the image, with no Resize before it): the error the first batch
     would raise, at construction. The size comes from the image's header (a remote set's:
@@ -121,8 +119,7 @@ def check_first_image(source: Source, transforms: Any) -> None:
     the worker, which reports it as ``on_error`` says."""
     if transforms is None or len(source) == 0:
         return
-    near = getattr(source, "probe_positions", None)
-    positions = near(1) if near is not None else None
+    positions = source.probe_positions(1)
     i = positions[0] if positions else 0
     try:
         h, w = _size(source, i)
