@@ -44,7 +44,11 @@ def upgrade(path: str, m: dict, fmt: Format) -> dict:
     assert dialect is not None
     got = m.get("version")
     if got != 1 or isinstance(got, bool):
-        raise fail(path, f"version {got!r} is not supported (this stoker reads 1 and 2)")
+        raise fail(
+            path,
+            f"version {got!r} is not supported with format {dialect.format!r}, which is "
+            f"version 1 only (a version-2 manifest's format is {MANIFEST_FORMAT!r})",
+        )
     shards = m.get("shards")
     if not isinstance(shards, list):
         raise fail(path, "shards must be a list")
