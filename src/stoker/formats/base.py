@@ -115,7 +115,9 @@ def data_files(path: str) -> list[str]:
     except Exception:  # noqa: BLE001 - best effort: the reader itself reports a bad manifest
         return out
     for entry in shards if isinstance(shards, list) else ():
-        for v in entry.values() if isinstance(entry, dict) else ():
+        # a shard's files by role (version 2), or the string fields of a version-1 entry
+        files = entry.get("files", entry) if isinstance(entry, dict) else {}
+        for v in files.values() if isinstance(files, dict) else ():
             if not isinstance(v, str) or not v or os.path.isabs(v) or ".." in v.split("/"):
                 continue
             p = os.path.join(folder, v)
