@@ -40,7 +40,8 @@ def wds_sets(images: str, work: Path, name: str) -> dict[bool, str]:
         pack(images, work / f"{name}_wds", format="wds", overwrite=True, progress=False)
     m = json.loads(on.read_text())
     for s in m["shards"]:
-        s.pop("crc32c", None)
+        s.get("files", {}).pop("crc", None)  # the per-sample side-car's role
+        s.pop("crc32c", None)  # the same, in a version-1 manifest packed before
     off = work / f"{name}_wds_unchecked.stoker.json"
     off.write_text(json.dumps(m))
     return {True: str(on), False: str(off)}

@@ -79,7 +79,8 @@ def set_bytes(folder: Path) -> tuple[int, int, int]:
     with open(folder / "train.stoker.json") as f:
         shards = json.load(f)["shards"]
     sizes = [
-        os.path.getsize(folder / s["rec"]) + os.path.getsize(folder / s["idx"]) for s in shards
+        os.path.getsize(folder / s["files"]["data"]) + os.path.getsize(folder / s["files"]["index"])
+        for s in shards
     ]
     return len(shards), sum(sizes), max(sizes)
 

@@ -606,6 +606,22 @@ def _shard(**kw: object) -> Callable[[dict, Path], dict]:
     return edit
 
 
+def _files(**kw: object) -> Callable[[dict, Path], dict]:
+    def edit(m: dict, folder: Path) -> dict:
+        m["shards"][0]["files"].update(kw)
+        return m
+
+    return edit
+
+
+def _sha(value: object) -> Callable[[dict, Path], dict]:
+    def edit(m: dict, folder: Path) -> dict:
+        m["shards"][0]["checksums"]["index.sha256"] = value
+        return m
+
+    return edit
+
+
 def _top(**kw: object) -> Callable[[dict, Path], dict]:
     def edit(m: dict, folder: Path) -> dict:
         m.update(kw)
@@ -636,7 +652,7 @@ def _oversize(m: dict, folder: Path) -> bytes:
 
 def _dir_shard(m: dict, folder: Path) -> dict:
     (folder / "sub").mkdir(exist_ok=True)
-    m["shards"][0]["rec"] = "sub"
+    m["shards"][0]["files"]["data"] = "sub"
     return m
 
 
@@ -649,39 +665,40 @@ def _drop_key(key: str) -> Callable[[dict, Path], dict]:
 
 
 SHARD = r"shards\[0\]"
+DATA = SHARD + r"\.files\.data"
 MANIFEST_EDITS: list[tuple[str, Callable[[dict, Path], bytes | dict], list[str]]] = [
     ("shard-twice", _twice, [r"shards\[1\]", "twice", "more than once", "duplicate"]),
     ("records-total", _top(records=9), [r"\brecords\b"]),
     ("records-shard", lambda m, f: {**_shard(records=7)(m, f), "records": 7}, [r"records"]),
-    ("rec-bytes", lambda m, f: _shard(rec_bytes=m["shards"][0]["rec_bytes"] + 4)(m, f), [r"bytes"]),
-    ("idx-sha", _shard(idx_sha256="0" * 64), [r"idx does not match rec", "sha256"]),
-    ("rec-dot", _shard(rec="."), [SHARD + r"\.rec"]),
-    ("rec-dotdot", _shard(rec=".."), [SHARD + r"\.rec"]),
-    ("rec-parent", _shard(rec="../ds.rec"), [SHARD + r"\.rec"]),
-    ("rec-deep-parent", _shard(rec="a/../../ds.rec"), [SHARD + r"\.rec"]),
-    ("rec-abs", _shard(rec="/etc/passwd"), [SHARD + r"\.rec"]),
-    ("rec-backslash", _shard(rec="..\\ds.rec"), [SHARD + r"\.rec"]),
-    ("rec-nul", _shard(rec="ds\x00.rec"), [SHARD + r"\.rec"]),
-    ("rec-empty", _shard(rec=""), [SHARD + r"\.rec"]),
-    ("rec-int", _shard(rec=5), [SHARD + r"\.rec"]),
-    ("rec-dir", _dir_shard, [SHARD + r"\.rec", r"sub"]),
-    ("idx-dotdot", _shard(idx="../ds.idx"), [SHARD + r"\.idx"]),
-    ("crc-dotdot", _shard(crc32c="../ds.crc32c"), [SHARD + r"\.crc32c"]),
+    ("rec-bytes", lambda m, f: _shard(bytes=m["shards"][0]["bytes"] + 4)(m, f), [r"bytes"]),
+    ("idx-sha", _sha("0" * 64), [r"idx does not match rec", "sha256"]),
+    ("rec-dot", _files(data="."), [DATA]),
+    ("rec-dotdot", _files(data=".."), [DATA]),
+    ("rec-parent", _files(data="../ds.rec"), [DATA]),
+    ("rec-deep-parent", _files(data="a/../../ds.rec"), [DATA]),
+    ("rec-abs", _files(data="/etc/passwd"), [DATA]),
+    ("rec-backslash", _files(data="..\\ds.rec"), [DATA]),
+    ("rec-nul", _files(data="ds\x00.rec"), [DATA]),
+    ("rec-empty", _files(data=""), [DATA]),
+    ("rec-int", _files(data=5), [DATA]),
+    ("rec-dir", _dir_shard, [DATA, r"files\.data", r"sub"]),
+    ("idx-dotdot", _files(index="../ds.idx"), [SHARD + r"\.files\.index"]),
+    ("crc-dotdot", _files(crc="../ds.crc32c"), [SHARD + r"\.files\.crc"]),
     ("records-neg", _shard(records=-1), [SHARD + r"\.records"]),
     ("records-bool", _shard(records=True), [SHARD + r"\.records"]),
     ("records-float", _shard(records=8.0), [SHARD + r"\.records"]),
-    ("rec-bytes-str", _shard(rec_bytes="12"), [SHARD + r"\.rec_bytes"]),
+    ("rec-bytes-str", _shard(bytes="12"), [SHARD + r"\.bytes"]),
     (
         "sha-upper",
-        lambda m, f: _shard(idx_sha256=m["shards"][0]["idx_sha256"].upper())(m, f),
-        [SHARD + r"\.idx_sha256"],
+        lambda m, f: _sha(m["shards"][0]["checksums"]["index.sha256"].upper())(m, f),
+        [SHARD + r"\.checksums\.index\.sha256"],
     ),
-    ("sha-missing", _shard(idx_sha256=None), [SHARD + r"\.idx_sha256"]),
+    ("sha-missing", _sha(None), [SHARD + r"\.checksums\.index\.sha256"]),
     ("format", _top(format="mxnet"), ["format"]),
-    ("version-2", _top(version=2), ["version"]),
+    ("version-3", _top(version=3), ["version"]),
     ("version-true", _top(version=True), ["version"]),
     ("version-missing", _drop_key("version"), ["version"]),
-    ("shards-dict", _top(shards={"rec": "ds.rec"}), ["shards"]),
+    ("shards-dict", _top(shards={"files": {"data": "ds.rec"}}), ["shards"]),
     ("shards-missing", _drop_key("shards"), ["shards"]),
     ("shard-str", _top(shards=["ds.rec"]), [SHARD]),
     ("classes-list", _top(classes=["a", "b"]), ["classes"]),

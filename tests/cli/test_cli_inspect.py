@@ -32,7 +32,7 @@ def test_inspect_counts_every_shard_of_a_manifest(tmp_path, capsys):
     write_manifest(mpath, make_manifest(entries, classes={"a": 0, "b": 1}, rejects={"count": 4}))
     info = inspect_records(mpath)
     assert info["records"] == 5 and info["shards"] == 2
-    assert info["rec_bytes"] == sum(e["rec_bytes"] for e in entries)
+    assert info["rec_bytes"] == sum(e["bytes"] for e in entries)
     assert info["classes"] == 2 and info["per_class"] == {"a": 3, "b": 2}
     assert info["rejects"] == 4 and "identities" not in info
     assert info["images"]["unreadable_headers"] == 5  # "not an image"

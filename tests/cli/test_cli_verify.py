@@ -71,7 +71,7 @@ def test_verify_names_a_shard_path_that_is_a_folder(tmp_path, capsys):
     os.mkdir(tmp_path / "sub")
     with open(mpath) as f:
         m = json.load(f)
-    m["shards"][1]["rec"] = "sub"
+    m["shards"][1]["files"]["data"] = "sub"
     with open(mpath, "w") as f:
         json.dump(m, f)
     assert main(["verify", mpath, "--quiet"]) == 1

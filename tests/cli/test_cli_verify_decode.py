@@ -67,7 +67,7 @@ def test_tfrecord_every_undecodable_image_is_listed(tmp_path):
             continue  # the writer refuses an empty image; the reader's check covers that
         offsets.append(w.bytes_written)
         w.write(k, img, k)
-    path = w.commit()["path"]
+    path = w.commit()["files"]["data"]
     rc, rep = verify_json(path, "--decode")
     assert rc == 1
     assert [(p["key"], p["offset"]) for p in rep["problems"]] == [(1, offsets[1]), (3, offsets[3])]
@@ -101,7 +101,7 @@ def _written(tmp_path, fmt: str, images: list[bytes]) -> tuple[str, Callable[...
         tw = open_writer(tmp_path / "d", None, schema=Schema.classification())
         for k, img in enumerate(images):
             tw.write(k, img, k)
-        return tw.commit()["path"], verify_tfrecord
+        return tw.commit()["files"]["data"], verify_tfrecord
     path = str(tmp_path / "d.tar")
     with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
         for k, img in enumerate(images):

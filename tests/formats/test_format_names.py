@@ -27,11 +27,9 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 def format_literals(root: pathlib.Path = SRC) -> list[str]:
     """``file:line: 'name'`` for each string literal (docstrings aside) that is a format's
-    registry name or manifest ``format`` field, outside that format's folder and the registry."""
+    registry name (a manifest's ``kind``) or version-1 manifest ``format`` field, outside that format's folder and the registry."""
     names = {f.name: f.name for f in registry.FORMATS.values()}
-    names.update(
-        {f.manifest_format: f.name for f in registry.FORMATS.values() if f.manifest_format}
-    )
+    names.update({f.v1.format: f.name for f in registry.FORMATS.values() if f.v1 is not None})
     found = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()

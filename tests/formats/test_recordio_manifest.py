@@ -27,12 +27,18 @@ from stoker.formats.recordio import (
 def test_manifest_round_trip_and_relative_paths(tmp_path):
     mpath, _ = write_shards(tmp_path, [3])
     m = load_manifest(mpath)
-    assert m["format"] == "stoker-recordio" and m["version"] == 1 and m["records"] == 3
+    assert (m["format"], m["version"], m["kind"], m["records"]) == ("stoker", 2, "recordio", 3)
     s = m["shards"][0]
-    assert s["rec"] == "train-00000.rec" and s["crc32c"] == "train-00000.crc32c"
-    assert s["rec_bytes"] == os.path.getsize(tmp_path / "train-00000.rec")
+    assert s.files == {
+        "data": "train-00000.rec",
+        "index": "train-00000.idx",
+        "crc": "train-00000.crc32c",
+    }
+    assert s.bytes == os.path.getsize(tmp_path / "train-00000.rec")
+    with RecordFile(str(tmp_path / "train-00000.rec")) as r:
+        assert s.checksums["index.sha256"] == r.idx_sha256
     with open(mpath) as f:
-        assert json.load(f) == m
+        assert json.load(f) == {**m, "shards": [s.to_json()]}
 
 
 def test_single_shard_opens_as_record_file_with_classes(tmp_path):
@@ -159,7 +165,7 @@ GOOD_SHARD = {
 @pytest.mark.parametrize(
     ("patch", "msg"),
     [
-        ({"format": "tfrecord"}, "format is 'tfrecord'"),
+        ({"format": "tfrecord"}, "format 'tfrecord' is not one stoker reads"),
         ({"version": 2}, "version 2 is not supported"),
         ({"version": True}, "version True"),
         ({"records": 3}, "records is 3 but the shards hold 2"),
@@ -192,6 +198,62 @@ def test_schema_errors_name_the_field(tmp_path, patch, msg):
     with pytest.raises(ManifestError):
         write_manifest(tmp_path / "w.stoker.json", m)
     assert not (tmp_path / "w.stoker.json").exists()
+
+
+GOOD_V2 = {"files": {"data": "a.rec", "index": "a.idx"}, "records": 2, "bytes": 64}
+GOOD_V2["checksums"] = {"index.sha256": "0" * 64}
+
+
+@pytest.mark.parametrize(
+    ("patch", "msg"),
+    [
+        ({"kind": "parquet"}, "kind 'parquet' is not a format stoker reads"),
+        ({"kind": "wds"}, "describes a wds set, not a recordio one"),
+        ({"version": 3}, "version 3 is not supported"),
+        ({"records": 3}, "records is 3 but the shards hold 2"),
+        ({"shards": [dict(GOOD_V2, files={"data": "a.rec"})]}, "shards[0].files.index is missing"),
+        (
+            {"shards": [dict(GOOD_V2, files={"data": "/x.rec", "index": "a.idx"})]},
+            "shards[0].files.data '/x.rec' must stay inside",
+        ),
+        (
+            {"shards": [dict(GOOD_V2, files={**GOOD_V2["files"], "label": "a.lab"})]},
+            "shards[0].files.label: recordio has no role 'label'",
+        ),
+        ({"shards": [dict(GOOD_V2, bytes=None)]}, "shards[0].bytes must be a non-negative integer"),
+        ({"shards": [dict(GOOD_V2, checksums={})]}, "shards[0].checksums.index.sha256 is missing"),
+        (
+            {"shards": [dict(GOOD_V2, checksums={"index.sha256": "0" * 64, "data.md5": "x"})]},
+            "shards[0].checksums.data.md5: a checksum is named ROLE.ALGORITHM",
+        ),
+        (
+            {"shards": [dict(GOOD_V2, checksums={"index.sha256": "0" * 64, "data.crc32c": -1})]},
+            "shards[0].checksums.data.crc32c must be an unsigned 32-bit",
+        ),
+        (
+            {"shards": [GOOD_V2, GOOD_V2]},
+            "shards[1].files.data 'a.rec' is already shards[0].files.data",
+        ),
+        ({"options": []}, "options must be an object"),
+    ],
+)
+def test_version_2_errors_name_the_field(tmp_path, patch, msg):
+    m = {
+        "format": "stoker",
+        "version": 2,
+        "kind": "recordio",
+        "records": 2,
+        "shards": [GOOD_V2],
+        "classes": {},
+    }
+    m.update(patch)
+    if "shards" in patch and "records" not in patch:
+        m["records"] = sum(s["records"] for s in m["shards"])
+    p = tmp_path / "m.stoker.json"
+    p.write_text(json.dumps(m))
+    escaped = msg.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")
+    with pytest.raises(ManifestError, match=escaped):
+        load_manifest(p)
 
 
 def test_class_names_survive_awkward_characters(tmp_path):

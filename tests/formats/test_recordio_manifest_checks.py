@@ -31,12 +31,12 @@ def test_a_shard_listed_twice_is_refused(tmp_path):
 
     _edit(mpath, twice)
     for opener in (load_manifest, open_records, RecordSource):
-        with pytest.raises(ManifestError, match=r"shards\[2\]\.rec 'train-00000.rec'") as e:
+        with pytest.raises(ManifestError, match=r"shards\[2\]\.files\.data 'train-00000.rec'") as e:
             opener(mpath)
         assert str(mpath) in str(e.value) and "listed once" in str(e.value)
 
     def spelled_differently(m):
-        m["shards"][2]["rec"] = "./train-00000.rec"
+        m["shards"][2]["files"]["data"] = "./train-00000.rec"
 
     _edit(mpath, spelled_differently)
     with pytest.raises(ManifestError, match="already shards"):
@@ -67,32 +67,36 @@ def test_record_counts_that_disagree_are_refused(tmp_path):
 
 
 def test_a_folder_named_as_a_shard_file_is_a_manifest_error(tmp_path):
-    cases = [("rec", "."), ("rec", "sub/"), ("idx", "."), ("crc32c", ".")]
+    cases = [("data", "."), ("data", "sub/"), ("index", "."), ("crc", ".")]
     for n, (field, value) in enumerate(cases):
         d = tmp_path / f"c{n}"
         d.mkdir()
         mpath, _ = write_shards(d, [2])
 
         def point(m, field=field, value=value):
-            m["shards"][0][field] = value
+            m["shards"][0]["files"][field] = value
 
         _edit(mpath, point)
-        with pytest.raises(ManifestError, match=rf"shards\[0\]\.{field} '{value}' names a folder"):
+        with pytest.raises(
+            ManifestError, match=rf"shards\[0\]\.files\.{field} '{value}' names a folder"
+        ):
             open_records(mpath)
         with pytest.raises(ManifestError, match=str(mpath)):
             RecordSource(mpath)
-    for field in ("rec", "idx", "crc32c"):
+    for field in ("data", "index", "crc"):
         d = tmp_path / f"d-{field}"
         d.mkdir()
         mpath, _ = write_shards(d, [2])
         os.mkdir(d / "sub")
 
         def sub(m, field=field):
-            m["shards"][0][field] = "sub"
+            m["shards"][0]["files"][field] = "sub"
 
         _edit(mpath, sub)
-        with pytest.raises(ManifestError, match=rf"'sub' \(field {field}\) names a directory"):
-            open_records(mpath, verify_checksums=field != "rec").read(0)
+        with pytest.raises(
+            ManifestError, match=rf"'sub' \(field files\.{field}\) names a directory"
+        ):
+            open_records(mpath, verify_checksums=field != "data").read(0)
 
 
 def test_a_record_with_another_label_count_names_file_key_and_offset(tmp_path):
@@ -124,8 +128,8 @@ def test_shards_with_other_label_counts_name_file_key_and_offset(tmp_path):
 
     def refresh(m):  # the manifest describes the rewritten shard
         with RecordFile(rec1) as r:
-            m["shards"][1]["rec_bytes"] = r.size
-            m["shards"][1]["idx_sha256"] = r.idx_sha256
+            m["shards"][1]["bytes"] = r.size
+            m["shards"][1]["checksums"]["index.sha256"] = r.idx_sha256
 
     _edit(mpath, refresh)
     with open_records(mpath) as r:

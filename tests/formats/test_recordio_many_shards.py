@@ -54,12 +54,10 @@ def _many_shards(root, shards: int) -> str:
             os.utime(path, (old, old))
         entries.append(
             {
-                "rec": f"{name}.rec",
-                "idx": f"{name}.idx",
+                "files": {"data": f"{name}.rec", "index": f"{name}.idx", "crc": f"{name}.crc32c"},
                 "records": PER_SHARD,
-                "rec_bytes": len(rec),
-                "idx_sha256": hashlib.sha256(idx_bytes).hexdigest(),
-                "crc32c": f"{name}.crc32c",
+                "bytes": len(rec),
+                "checksums": {"index.sha256": hashlib.sha256(idx_bytes).hexdigest()},
             }
         )
     mpath = os.path.join(root, "many.stoker.json")

@@ -63,7 +63,7 @@ def test_a_manifest_naming_a_key_twice_is_refused(tmp_path):
     with open(mpath) as f:
         text = f.read()
     assert text.count('"records": 3') == 2  # the shard's and the total
-    bad = text.replace('"version": 1', '"version": 1, "records": 99', 1)
+    bad = text.replace('"version": 2', '"version": 2, "records": 99', 1)
     with open(mpath, "w") as f:
         f.write(bad)
     with pytest.raises(ManifestError, match="the key 'records' appears twice"):

@@ -149,16 +149,16 @@ def test_files_written_by_stoker_read_by_the_tfrecord_package(tmp_path):
     for i, im in enumerate(images):
         w.write(100 + i, im, i % 4)
     entry = w.commit()
-    assert entry["records"] == 6 and entry["bytes"] == os.path.getsize(entry["path"])
-    assert entry["path"].endswith("ours.tfrecord")
-    got = list(tfr_reader.tfrecord_loader(entry["path"], None))
+    assert entry["records"] == 6 and entry["bytes"] == os.path.getsize(entry["files"]["data"])
+    assert entry["files"]["data"].endswith("ours.tfrecord")
+    got = list(tfr_reader.tfrecord_loader(entry["files"]["data"], None))
     assert len(got) == 6
     for i, ex in enumerate(got):
         assert bytes(ex["image/encoded"]) == images[i]
         assert ex["image/class/label"].tolist() == [i % 4]
         assert ex["image/height"].tolist() == [10 + i] and ex["image/width"].tolist() == [12]
         assert bytes(ex["image/format"]) == b"jpeg" and ex["stoker/key"].tolist() == [100 + i]
-    with TFRecordReader(entry["path"]) as r:  # the bare file, without a manifest
+    with TFRecordReader(entry["files"]["data"]) as r:  # the bare file, without a manifest
         assert r.keys().tolist() == list(range(100, 106))
         assert [bytes(r.reader()(i)[0]) for i in range(6)] == images
 
@@ -224,7 +224,7 @@ def test_boxes_read_and_written_again_keep_their_exact_fractions(tmp_path):
             w.write(key, img, label, fields)
         entry = w.commit()
     theirs = list(tfr_reader.tfrecord_loader(str(src), None))
-    ours = list(tfr_reader.tfrecord_loader(entry["path"], None))
+    ours = list(tfr_reader.tfrecord_loader(entry["files"]["data"], None))
     for a, b in zip(theirs, ours, strict=True):
         for s in ("xmin", "ymin", "xmax", "ymax"):
             name = "image/object/bbox/" + s
@@ -296,7 +296,7 @@ def test_manifest_counts_are_checked(tmp_path):
     with pytest.raises(Exception, match="1 records, the manifest says 2"):
         TFRecordReader(man)
     with pytest.raises(ManifestError, match="inside"):
-        write_set_manifest(man, [{**entry, "path": "/elsewhere/x.tfrecord"}])
+        write_set_manifest(man, [{**entry, "files": {"data": "/elsewhere/x.tfrecord"}}])
 
 
 # --------------------------------------------------------------------------- index cache
@@ -460,4 +460,4 @@ def test_many_shards_keep_few_files_mapped(tmp_path, monkeypatch):
             assert bytes(img) == images[i]
             del img  # a held view keeps its file mapped (and is still valid)
             assert sum(s.mm is not None for s in r._shards) <= 2
-        assert r.files() == [sh["path"] for sh in shards]
+        assert r.files() == [sh["files"]["data"] for sh in shards]

@@ -42,7 +42,7 @@ def three(tmp_path):
     for i, im in enumerate(images):
         offsets.append(w.bytes_written)
         w.write(i, im, i)
-    path = w.commit()["path"]
+    path = w.commit()["files"]["data"]
     return path, images, offsets
 
 
@@ -229,7 +229,7 @@ def test_random_mutations_give_the_right_bytes_or_a_format_error(tmp_path):
     for i in range(3):
         fields = {"boxes": [[1.0, 2.0, 5.0, 6.0]] * i, "classes": [i] * i, "caption": f"c{i}"}
         w.write(i, jpeg(i), i, fields)
-    with open(w.commit()["path"], "rb") as fh:
+    with open(w.commit()["files"]["data"], "rb") as fh:
         clean = fh.read()
     names = ("boxes", "classes", "caption")
     rng = random.Random(1234)

@@ -131,7 +131,7 @@ def test_the_span_path_gives_the_full_parses_bytes_for_stoker_records(tmp_path, 
     images = [jpeg(i, 8 + i, 10) for i in range(9)]
     for i, im in enumerate(images):
         w.write(100 + i, im, i % 4, {"caption": f"record {i}" * i})
-    path = w.commit()["path"]
+    path = w.commit()["files"]["data"]
     with TFRecordReader(path) as r:
         fast = fast_reads(r, monkeypatch)
         assert [img for img, _ in fast] == full_parse_reads(r) == images
@@ -145,7 +145,7 @@ def test_a_flipped_bit_in_the_image_is_still_a_crc_error(tmp_path, monkeypatch):
     for i, im in enumerate(images):
         offsets.append(w.bytes_written)
         w.write(i, im, i)
-    path = w.commit()["path"]
+    path = w.commit()["files"]["data"]
     with TFRecordReader(path) as r:
         r.labels()  # indexed and cached before the damage
     with open(path, "rb") as fh:

@@ -149,7 +149,7 @@ def _write_stoker(prefix, n: int, *, schema: Schema | None = None, shard=None, f
         img = jpeg(i) if i % 2 else png(i)
         w.write(100 + i, img, i % 5, fields(i) if fields else None)
     entry = w.commit()
-    return {**entry, "path": os.path.join(os.path.dirname(prefix), entry["tar"])}
+    return {**entry, "path": os.path.join(os.path.dirname(prefix), entry["files"]["data"])}
 
 
 def test_stoker_shards_read_by_webdataset(tmp_path):
@@ -183,8 +183,8 @@ def test_writer_is_deterministic_and_hashes_what_it_wrote(tmp_path):
     ba, bb = Path(a["path"]).read_bytes(), Path(b["path"]).read_bytes()
     assert ba == bb
     assert len(ba) % 10240 == 0 and ba.endswith(bytes(1024))
-    assert a["sha256"] == hashlib.sha256(ba).hexdigest()
-    assert a["tar_bytes"] == len(ba) and a["records"] == 6
+    assert a["checksums"]["data.sha256"] == hashlib.sha256(ba).hexdigest()
+    assert a["bytes"] == len(ba) and a["records"] == 6
 
 
 def test_fields_round_trip_through_a_manifest(tmp_path):
@@ -351,7 +351,8 @@ def test_a_set_of_shards_reads_as_one(tmp_path):
     _write_stoker(tmp_path / "m", 2, shard=1)  # same size (padded to 10240), one more sample
     with pytest.raises(ManifestError, match=r"m-00001.crc32c .* 8 bytes, not 4 bytes for each"):
         open_reader(m)  # its new side-car holds 2 checksums where the manifest counts 1 sample
-    write_set_manifest(m, [{k: v for k, v in e.items() if k != "crc32c"} for e in entries])
+    bare = [{**e, "files": {"data": e["files"]["data"]}} for e in entries]  # no side-cars
+    write_set_manifest(m, bare)
     with open_reader(m) as r:  # without side-cars, the count is what finds it
         with pytest.raises(ManifestError, match="m-00001.tar holds 2 samples"):
             r.labels()

@@ -49,8 +49,9 @@ def test_every_tar_has_its_side_car_named_by_the_manifest(wds_set):
         shards = json.load(f)["shards"]
     folder = os.path.dirname(wds_set)
     for s in shards:
-        assert s["crc32c"] == s["tar"][: -len(".tar")] + ".crc32c"
-        assert os.path.getsize(os.path.join(folder, s["crc32c"])) == 4 * s["records"]
+        crc = s["files"]["crc"]
+        assert crc == s["files"]["data"][: -len(".tar")] + ".crc32c"
+        assert os.path.getsize(os.path.join(folder, crc)) == 4 * s["records"]
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -90,16 +90,16 @@ def test_manifest_checks(tmp_path):
     with open_reader(m) as r:
         assert r.schema["pts"].max_len == 2 and r.schema["txt"].max_len == 2
     with pytest.raises(ManifestError, match="must stay inside"):
-        write_set_manifest(m, [{**entry, "tar": "../s-00000.tar"}], schema=SCHEMA)
+        write_set_manifest(m, [{**entry, "files": {"data": "../s-00000.tar"}}], schema=SCHEMA)
     with pytest.raises(ManifestError, match="listed once"):
         write_set_manifest(m, [entry, entry], schema=SCHEMA)
-    text = m.read_text().replace('"records": 1,\n   "tar_bytes"', '"records": 2,\n   "tar_bytes"')
+    text = m.read_text().replace('"records": 1,\n   "bytes"', '"records": 2,\n   "bytes"')
     m.write_text(text)
     with pytest.raises(ManifestError, match="records is 1 but the shards hold 2"):
         open_reader(m)
     os.unlink(m)
     write_set_manifest(m, [entry], schema=SCHEMA)
-    Path(tmp_path / "s-00000.tar").write_bytes(b"x" * entry["tar_bytes"])
+    Path(tmp_path / "s-00000.tar").write_bytes(b"x" * entry["bytes"])
     report = verify(m)
     assert not report.ok
     assert any("sha256 differs" in p.reason for p in report.problems)

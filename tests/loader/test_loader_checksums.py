@@ -149,12 +149,10 @@ def test_a_damaged_or_missing_side_car_is_an_error_at_open(tmp_path):
     with RecordFile(rec) as r:
         sha = r.idx_sha256
     entry = {
-        "rec": "d.rec",
-        "idx": "d.idx",
+        "files": {"data": "d.rec", "index": "d.idx", "crc": "d.crc32c"},
         "records": N,
-        "rec_bytes": os.path.getsize(rec),
-        "idx_sha256": sha,
-        "crc32c": "d.crc32c",
+        "bytes": os.path.getsize(rec),
+        "checksums": {"index.sha256": sha},
     }
     write_manifest(mpath, make_manifest([entry]))
     with open(crc, "rb") as f:

@@ -8,6 +8,7 @@ import ctypes
 import glob
 import hashlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -215,6 +216,27 @@ def set_digests(prefix: str) -> dict[str, str]:
         for n in sorted(os.listdir(folder))
         if n.startswith(base) and not n.endswith(".plan.json")
     }
+
+
+def manifest_meaning(path: str) -> str:
+    """The sha256 of what the manifest at ``path`` means, as :func:`stoker.formats.manifest.
+    load` reads it (any schema version: a version-1 manifest written by an older release and
+    its version-2 form mean the same), in one canonical JSON spelling."""
+    from stoker.formats.manifest import load
+
+    m = load(path)
+    canon = {**m, "shards": [e.to_json() for e in m["shards"]]}
+    return hashlib.sha256(json.dumps(canon, sort_keys=True).encode()).hexdigest()
+
+
+def data_and_meaning(prefix: str) -> dict[str, str]:
+    """:func:`set_digests` with the manifest by its meaning (:func:`manifest_meaning`) in
+    place of its bytes: what stays the same across the manifest schema's versions."""
+    out = set_digests(prefix)
+    name = os.path.basename(prefix) + ".stoker.json"
+    if name in out:
+        out[name] = "meaning " + manifest_meaning(prefix + ".stoker.json")
+    return out
 
 
 # --------------------------------------------------------------------------- kill and rerun

@@ -96,7 +96,7 @@ def test_verify_a_url_passes_and_names_the_url_of_a_corrupt_shard(
     url = remote_set.key_url("train-00003.rec")
     assert {q["path"] for q in report["problems"]} == {url}
     whole = [q for q in report["problems"] if q["key"] is None]
-    assert len(whole) == 1 and "rec_crc32c" in whole[0]["reason"]
+    assert len(whole) == 1 and "data.crc32c" in whole[0]["reason"]
     local = _json(stoker("verify", str(corrupt / "train.stoker.json"), "--json"))
     assert local["problem_count"] == 1
     want = [(q["key"], q["offset"], q["idx_line"], q["reason"]) for q in local["problems"]]

@@ -24,8 +24,12 @@ from storage_doubles import upload_tree
 
 pytestmark = pytest.mark.timeout(120)
 
-#: Each format's name for a shard's file in its manifest entry, and for its size.
-FIELDS = {"tfrecord": ("path", "bytes"), "wds": ("tar", "tar_bytes")}
+#: The formats whose shards are whole files (a manifest entry's data file and its bytes).
+FIELDS = ("tfrecord", "wds")
+
+
+def _data(s: dict) -> str:
+    return s["files"]["data"]
 
 
 @pytest.fixture(scope="session")
@@ -84,7 +88,7 @@ def test_a_cache_smaller_than_the_set_stays_within_its_budget(
     folder = shard_sets[fmt]
     url = _upload(folder, s3env, fmt)
     m = _manifest(folder)
-    sizes = [s[FIELDS[fmt][1]] for s in m["shards"]]
+    sizes = [s["bytes"] for s in m["shards"]]
     limit = int(sum(sizes) * 0.49)  # under half the set: about seven of its 15 shards
     assert 6.5 * max(sizes) < limit < sum(sizes) / 2
     peak, stop = [0], threading.Event()
@@ -117,7 +121,7 @@ def test_a_global_shuffle_over_a_cache_smaller_than_the_set_is_refused_at_open(
     shard_sets, s3env, cache_dir, fmt
 ):
     url = _upload(shard_sets[fmt], s3env, fmt)
-    sizes = [s[FIELDS[fmt][1]] for s in _manifest(shard_sets[fmt])["shards"]]
+    sizes = [s["bytes"] for s in _manifest(shard_sets[fmt])["shards"]]
     with pytest.raises(stoker.CacheFullError, match="must hold the whole set") as e:
         stoker.Loader(url, batch_size=4, shuffle=True, workers=0, cache_dir=cache_dir,
                       cache_limit=sum(sizes) // 2)  # fmt: skip
@@ -128,18 +132,18 @@ def test_a_global_shuffle_over_a_cache_smaller_than_the_set_is_refused_at_open(
 def test_a_shard_replaced_on_the_server_is_named_at_open(shard_sets, s3env, cache_dir, fmt):
     folder = shard_sets[fmt]
     url = _upload(folder, s3env, fmt)
-    name = _manifest(folder)["shards"][3][FIELDS[fmt][0]]
+    name = _manifest(folder)["shards"][3]["files"]["data"]
     with open(os.path.join(folder, name), "rb") as f:
         short = f.read()[:-512]
     Remote(url).fs().pipe_file(f"{s3env}/{fmt}/{name}", short)
     with pytest.raises(stoker.ManifestError, match=f"{name} is {len(short)} bytes") as e:
         stoker.Loader(url, batch_size=4, workers=0, cache_dir=cache_dir)
-    assert FIELDS[fmt][1] not in str(e.value) or "shards[3]" in str(e.value)
+    assert "bytes" not in str(e.value) or "shards[3]" in str(e.value)
 
 
 def _flip_image_byte(folder: str, fmt: str, shard: int) -> tuple[str, bytes]:
     """Shard ``shard``'s bytes with one byte of its second sample's JPEG flipped (same size)."""
-    name = _manifest(folder)["shards"][shard][FIELDS[fmt][0]]
+    name = _manifest(folder)["shards"][shard]["files"]["data"]
     with stoker.formats.open(os.path.join(folder, name)) as r:
         image = bytes(r.reader(np.arange(2), ())(1)[0])
     with open(os.path.join(folder, name), "rb") as f:
@@ -219,7 +223,7 @@ def test_two_ranks_of_two_workers_download_each_shard_once_per_node(
     shards = _manifest(shard_sets[fmt])["shards"]
     gets = Counter(r[1].rsplit("/", 1)[-1].split("?")[0] for r in proxy.requests if r[0] == "GET")
     for s in shards:
-        assert gets[s[FIELDS[fmt][0]]] == 1, gets  # each shard downloaded once by the node
+        assert gets[_data(s)] == 1, gets  # each shard downloaded once by the node
     got = sorted(k for out, _ in outs for k in json.loads(out))
     assert got == list(range(60))  # 60 records over 2 ranks, each once
 
@@ -241,7 +245,7 @@ def test_a_tfrecord_set_is_scanned_once_per_node(shard_sets, s3env, tmp_path, pr
     index without downloading any shard."""
     url = _upload(shard_sets["tfrecord"], s3env, "tfrecord")
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-    names = [s["path"] for s in _manifest(shard_sets["tfrecord"])["shards"]]
+    names = [_data(s) for s in _manifest(shard_sets["tfrecord"])["shards"]]
 
     def shard_gets() -> int:
         got = [r[1] for r in proxy.requests if r[0] == "GET"]
@@ -265,9 +269,9 @@ def _shard_bytes(folder: str, fmt: str) -> list[int]:
     out = []
     for s in _manifest(folder)["shards"]:
         if fmt == "recordio":
-            names = [s["rec"], s["idx"], s["crc32c"]]
+            names = list(s["files"].values())
         else:
-            names = [s[FIELDS[fmt][0]]]
+            names = [_data(s)]
         out.append(sum(os.path.getsize(os.path.join(folder, n)) + MARKER_RESERVE for n in names))
     return out
 

@@ -33,7 +33,7 @@ def _same(a, b) -> None:
 
 def _rec_bytes(manifest: str) -> list[int]:
     with open(manifest) as f:
-        return [s["rec_bytes"] for s in json.load(f)["shards"]]
+        return [s["bytes"] for s in json.load(f)["shards"]]
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -160,8 +160,8 @@ def test_a_corrupt_cached_shard_is_fetched_again(remote_set, cache_dir):
 def _size_in_manifest(manifest: str, cached_name: str) -> int:
     with open(manifest) as f:
         for s in json.load(f)["shards"]:
-            if cached_name.endswith(s["rec"] + ".data"):
-                return int(s["rec_bytes"])
+            if cached_name.endswith(s["files"]["data"] + ".data"):
+                return int(s["bytes"])
     raise AssertionError(cached_name)
 
 

@@ -93,7 +93,7 @@ def test_one_download_per_shard_per_node_for_two_ranks_of_two_workers(remote_set
         shards = json.load(f)["shards"]
     gets = Counter(r[1].rsplit("/", 1)[-1].split("?")[0] for r in proxy.requests if r[0] == "GET")
     for s in shards:
-        assert gets[s["rec"]] == 1, gets  # each shard downloaded once by the whole node
+        assert gets[s["files"]["data"]] == 1, gets  # each shard downloaded once by the whole node
     got = sorted(k for out, _ in outs for k in json.loads(out))
     assert len(got) == sum(s["records"] for s in shards)  # 60 records over 2 ranks: no padding
 
@@ -111,7 +111,7 @@ def test_one_download_per_shard_per_node_for_two_ranks_of_two_workers(remote_set
 def test_a_manifest_cannot_send_the_reader_elsewhere(remote_set, cache_dir, name):
     with open(remote_set.local) as f:
         m = json.load(f)
-    m["shards"][1]["rec"] = name
+    m["shards"][1]["files"]["data"] = name
     url = remote_set.key_url("hostile.stoker.json")
     Remote(url).fs().pipe_file(
         f"{remote_set.bucket}/sets/hostile.stoker.json", json.dumps(m).encode()

@@ -1,7 +1,7 @@
 """Layer 1: on-disk formats. One folder per format, each with its reader, its writer and a
 README; the contracts in ``base``; the registry (``stoker.formats.open``) in ``registry``."""
 
-from stoker.formats.base import Reader, ReadSample, RecordReader, ShardWriter
+from stoker.formats.base import Reader, ReadSample, ShardWriter
 from stoker.formats.registry import FORMATS, Format, format_of, open_reader
 
 #: ``stoker.formats.open(path, *, format=None, **options) -> Reader``
@@ -12,7 +12,6 @@ __all__ = [
     "Format",
     "ReadSample",
     "Reader",
-    "RecordReader",
     "ShardWriter",
     "format_of",
     "open",

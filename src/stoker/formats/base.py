@@ -1,6 +1,7 @@
 """The contracts every format implements: a sample-level :class:`Reader` (what the loader, the
-DataLoader path, the doctor and the CLI use), a :class:`ShardWriter` (what pack and convert
-write through), and the record-level :class:`RecordReader` RecordIO's files keep.
+DataLoader path, the doctor and the CLI use) and a :class:`ShardWriter` (what pack and convert
+write through). How a format reads its own files below its reader is its own business (RecordIO's
+record-level ``Records``, for one).
 
 A :class:`Reader` is a data set in one format, with random access by position ``i`` in
 ``[0, len(r))``. It is the one read contract: every format's reader, an image folder and
@@ -89,7 +90,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ReadSample",
     "Reader",
-    "RecordReader",
     "ShardWriter",
     "data_files",
     "is_encoded",
@@ -117,7 +117,9 @@ def data_files(path: str) -> list[str]:
     except Exception:  # noqa: BLE001 - best effort: the reader itself reports a bad manifest
         return out
     for entry in shards if isinstance(shards, list) else ():
-        for v in entry.values() if isinstance(entry, dict) else ():
+        # a shard's files by role (version 2), or the string fields of a version-1 entry
+        files = entry.get("files", entry) if isinstance(entry, dict) else {}
+        for v in files.values() if isinstance(files, dict) else ():
             if not isinstance(v, str) or not v or os.path.isabs(v) or ".." in v.split("/"):
                 continue
             p = os.path.join(folder, v)
@@ -415,27 +417,3 @@ class ShardWriter(_Closing, abc.ABC):
 
     def close(self) -> None:
         self.abort()
-
-
-class RecordReader(_Closing, abc.ABC):
-    """A file of records with random access by position (RecordIO's ``.rec`` through its
-    ``.idx``): ``len``, ``key(i)``, ``read(i)`` (the record's payload as a memoryview, valid
-    until ``close``), ``close()``."""
-
-    @abc.abstractmethod
-    def __len__(self) -> int: ...
-
-    @abc.abstractmethod
-    def key(self, i: int) -> int: ...
-
-    @abc.abstractmethod
-    def read(self, i: int) -> memoryview: ...
-
-    @abc.abstractmethod
-    def close(self) -> None: ...
-
-    def _check_index(self, i: int) -> int:
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"record position {i} out of range for {n} records")
-        return i + n if i < 0 else i

@@ -1,21 +1,39 @@
-"""The ``NAME.stoker.json`` side-car of any format: the parts every format's manifest shares.
+"""The ``NAME.stoker.json`` side-car of every format: one schema (version 2), one validator,
+one ``load``.
 
 Every stoker-written set, whatever its format, has one manifest::
 
     {
-      "format": "stoker-<name>",            # "stoker-recordio", "stoker-tfrecord", "stoker-wds"
-      "version": 1,
-      "records": 1200,                      # sum over shards
-      "shards": [{...}, ...],               # one entry per shard; its keys are the format's
-      "classes": {"cat": 0, "dog": 1},      # ids 0..C-1 (may be empty)
-      "schema": {...},                      # optional: stoker._core.schema.Schema.to_json()
-      "pack": {...}, "rejects": {...}       # free-form objects
+      "format": "stoker", "version": 2,
+      "kind": "recordio",                     # the format's registry name (FORMAT.name)
+      "records": 1200,                        # sum over shards
+      "shards": [
+        {"files": {"data": "train-00000.rec", "index": "train-00000.idx",
+                   "crc": "train-00000.crc32c"},   # by role (FORMAT.roles), relative paths
+         "records": 600,
+         "bytes": 2457600,                    # of the data file
+         "checksums": {"index.sha256": "<64 hex>", "data.crc32c": 3735928559}},
+        ...
+      ],
+      "classes": {"cat": 0, "dog": 1},        # ids 0..C-1 (may be empty)
+      "schema": {...},                        # optional: stoker._core.schema.Schema.to_json()
+      "options": {...},                       # what only this format reads (TFRecord: features)
+      "pack": {...}, "rejects": {...}         # free-form objects
     }
+
+A checksum is named ``ROLE.ALGORITHM``: ``sha256`` (64 lowercase hex digits) or ``crc32c``
+(an unsigned 32-bit int) of the file of that role. Which roles and checksums an entry must
+have, and how ``options`` is checked, come from the format's :class:`~stoker.formats.spec.
+Format` (``required``, ``checksums``, ``options``); nothing here names a format.
 
 A manifest is untrusted input: it is size-capped before it is read, must be UTF-8 JSON (never
 unpickled, never evaluated), and every path it names must be relative, inside the manifest's
-folder, without ``..``. This module checks the shared parts; each format checks its own shard
-entries with :func:`check_rel_path` and :func:`check_count` and names the field at fault.
+folder, without ``..``. :class:`~stoker._core.errors.ManifestError` names the field at fault.
+
+Version-1 manifests (one dialect per format: ``"format": "stoker-recordio"`` ...) still open:
+each format's ``v1`` :class:`~stoker.formats.spec.Dialect` says what its fields were, they are
+checked as they were and translated on load. :func:`load` returns the version-2 manifest with
+its shards as :class:`~stoker.formats.shards.ShardEntry` objects.
 """
 
 from __future__ import annotations
@@ -23,37 +41,56 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from stoker._core.atomic import write_bytes_atomic
 from stoker._core.errors import ManifestError, SpecError
 from stoker._core.jsondoc import DuplicateKeyError, unique_keys
 from stoker._core.schema import Schema
+from stoker.formats.shards import ShardEntry
+
+if TYPE_CHECKING:
+    from stoker.formats.spec import Format
 
 __all__ = [
+    "MANIFEST_FORMAT",
     "MANIFEST_SUFFIX",
+    "MANIFEST_VERSION",
     "MAX_MANIFEST_BYTES",
     "check_classes",
     "check_count",
     "check_distinct",
-    "check_head",
-    "check_total",
     "check_rel_path",
     "check_sha256",
-    "check_shards",
+    "check_total",
     "check_u32",
     "class_names",
+    "entry_json",
     "fail",
+    "kind_of",
+    "load",
+    "longest",
+    "make",
     "manifest_format",
+    "manifest_kind",
     "manifest_schema",
+    "parse",
     "read_json",
+    "shard_file",
+    "validate",
     "write_json",
+    "write_set",
 ]
 
 MANIFEST_SUFFIX = ".stoker.json"
 #: Refused before reading: a manifest for tens of thousands of shards stays far below this.
 MAX_MANIFEST_BYTES = 64 << 20
+#: The ``format`` and ``version`` of every manifest this stoker writes.
+MANIFEST_FORMAT = "stoker"
+MANIFEST_VERSION = 2
+#: What a checksum's name ends in, and how its value is checked.
+_ALGORITHMS = ("sha256", "crc32c")
 _SHA_RE = re.compile(r"[0-9a-f]{64}\Z")
 
 
@@ -87,41 +124,24 @@ def check_rel_path(path: str, where: str, v: Any) -> str:
     return v
 
 
-def check_distinct(path: str, shards: list, fields: Iterable[str]) -> None:
-    """Each shard listed once: no file (under any of ``fields``) named twice."""
+def check_distinct(path: str, shards: list, fields: Iterable[str], under: str = "") -> None:
+    """Each shard listed once: no file (under any of ``fields`` of each entry, or of its
+    ``under`` object) named twice."""
     for field in fields:
         seen: dict[str, int] = {}
         for j, s in enumerate(shards):
-            v = s.get(field)
+            v = (s.get(under) or {}).get(field) if under else s.get(field)
             if v is None:
                 continue
             norm = os.path.normpath(v.replace("\\", "/"))
+            at = f"{under}.{field}" if under else field
             if norm in seen:
                 raise fail(
                     path,
-                    f"shards[{j}].{field} {v!r} is already shards[{seen[norm]}].{field}: "
+                    f"shards[{j}].{at} {v!r} is already shards[{seen[norm]}].{at}: "
                     "a shard may be listed once (its records would be read twice)",
                 )
             seen[norm] = j
-
-
-def check_head(path: str, m: Any, format_name: str, version: int) -> list[dict]:
-    """The checks every format's manifest starts with: a JSON object of ``format_name`` and
-    ``version`` whose ``shards`` is a list of objects; returns the shards."""
-    if not isinstance(m, dict):
-        raise fail(path, f"expected a JSON object, got {type(m).__name__}")
-    if m.get("format") != format_name:
-        raise fail(path, f"format is {m.get('format')!r}, expected {format_name!r}")
-    got = m.get("version")
-    if got != version or isinstance(got, bool):
-        raise fail(path, f"version {got!r} is not supported (this stoker reads {version})")
-    shards = m.get("shards")
-    if not isinstance(shards, list):
-        raise fail(path, "shards must be a list")
-    for j, s in enumerate(shards):
-        if not isinstance(s, dict):
-            raise fail(path, f"shards[{j}] must be an object")
-    return shards
 
 
 def check_sha256(path: str, where: str, v: Any) -> str:
@@ -138,35 +158,6 @@ def check_u32(path: str, where: str, v: Any) -> int:
     return v
 
 
-#: what a shard entry's field may hold, by the kind a format's entry table gives it
-_KINDS: dict[str, Callable[[str, str, Any], Any]] = {
-    "file": check_rel_path,
-    "count": check_count,
-    "sha256": check_sha256,
-    "u32": check_u32,
-}
-
-
-def check_shards(
-    path: str, m: Any, format_name: str, version: int, entry: Mapping[str, str]
-) -> dict:
-    """Check a whole manifest whose shard entries hold the fields of ``entry``, a table
-    ``{field: kind}`` in the order they are checked: ``"file"`` (a relative path, listed once
-    across the shards), ``"count"``, ``"sha256"`` or ``"u32"``, optional when the kind ends
-    in ``?``. Every entry has ``records``; their sum is the manifest's. Returns ``m``;
-    :class:`ManifestError` names the field at fault."""
-    shards = check_head(path, m, format_name, version)
-    for j, s in enumerate(shards):
-        for name, kind in entry.items():
-            if kind.endswith("?") and s.get(name) is None:
-                continue
-            _KINDS[kind.rstrip("?")](path, f"shards[{j}].{name}", s.get(name))
-    check_distinct(path, shards, [n for n, k in entry.items() if k.rstrip("?") == "file"])
-    check_total(path, m, sum(s["records"] for s in shards))
-    check_classes(path, m)
-    return m
-
-
 def check_total(path: str, m: Mapping[str, Any], total: int) -> None:
     """``records`` equals the shards' sum."""
     if check_count(path, "records", m.get("records")) != total:
@@ -180,7 +171,7 @@ def check_classes(path: str, m: Mapping[str, Any]) -> None:
     ids = [check_count(path, f"classes[{name!r}]", cid) for name, cid in classes.items()]
     if sorted(ids) != list(range(len(ids))):
         raise fail(path, "class ids must be 0..C-1, each used once")
-    for key in ("pack", "rejects"):
+    for key in ("pack", "rejects", "options"):
         if key in m and not isinstance(m[key], dict):
             raise fail(path, f"{key} must be an object")
     if "schema" in m:
@@ -236,25 +227,248 @@ def read_json(path: str | os.PathLike[str], *, max_bytes: int = MAX_MANIFEST_BYT
         raise fail(p, f"not a JSON manifest: {e}") from None
 
 
-def manifest_format(path: str | os.PathLike[str]) -> str:
-    """The ``format`` field of a manifest (``"stoker-recordio"``, ...), read with the checks of
-    :func:`read_json`."""
-    m = read_json(path)
+def _registry() -> dict[str, Format]:
+    from stoker.formats.registry import FORMATS  # the registry imports this module
+
+    return FORMATS
+
+
+def _known() -> list[str]:
+    fmts = [f for f in _registry().values() if f.manifest is not None]
+    return sorted([f.name for f in fmts] + [f.v1.format for f in fmts if f.v1 is not None])
+
+
+def kind_of(m: Any, path: str = "<manifest>") -> str:
+    """The registry name of the format manifest ``m`` (its JSON value) describes: its
+    ``kind``, or for a version-1 manifest the format whose dialect its ``format`` names."""
     if not isinstance(m, dict):
-        raise fail(os.fspath(path), f"a manifest is a JSON object, got a {type(m).__name__}")
-    fmt = m.get("format")
-    if not isinstance(fmt, str):
+        raise fail(path, f"a manifest is a JSON object, got a {type(m).__name__}")
+    name = m.get("format")
+    if name == MANIFEST_FORMAT:
+        kind = m.get("kind")
+        fmt = _registry().get(kind) if isinstance(kind, str) else None
+        if fmt is None or fmt.manifest is None:
+            raise fail(path, f"kind {kind!r} is not a format stoker reads (it reads {_known()})")
+        return fmt.name
+    if not isinstance(name, str):
+        raise fail(path, "no format field: not a stoker manifest")
+    for fmt in _registry().values():
+        if fmt.v1 is not None and fmt.v1.format == name:
+            return fmt.name
+    raise fail(path, f"format {name!r} is not one stoker reads (it reads {_known()})")
+
+
+def manifest_format(path: str | os.PathLike[str]) -> str:
+    """Deprecated: the raw ``format`` field of a manifest (``"stoker"`` for every version-2
+    manifest, whatever its format); :func:`manifest_kind` names the format."""
+    import warnings
+
+    warnings.warn(
+        "manifest_format is deprecated: every manifest's format is 'stoker' since version 2; "
+        "use manifest_kind(path) for the format's name",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    m = read_json(path)
+    if not isinstance(m, dict) or not isinstance(m.get("format"), str):
         raise fail(os.fspath(path), "no format field: not a stoker manifest")
-    return fmt
+    return m["format"]
+
+
+def manifest_kind(path: str | os.PathLike[str]) -> str:
+    """The registry name of the format of the manifest at ``path`` (read with the checks of
+    :func:`read_json`; the rest is not checked)."""
+    return kind_of(read_json(path), os.fspath(path))
+
+
+def validate(m: Any, path: str = "<manifest>", kind: str | None = None) -> dict:
+    """Check manifest ``m`` (``kind``: the format it must describe); a version-1 manifest is
+    checked as its dialect was and translated. Returns the version-2 manifest (JSON values);
+    :class:`ManifestError` names the field at fault."""
+    got = kind_of(m, path)
+    if kind is not None and got != kind:
+        raise fail(path, f"this manifest describes a {got} set, not a {kind} one")
+    fmt = _registry()[got]
+    if m.get("format") != MANIFEST_FORMAT:
+        from stoker.formats.manifest_v1 import upgrade
+
+        m = upgrade(path, m, fmt)
+    version = m.get("version")
+    if version != MANIFEST_VERSION or isinstance(version, bool):
+        raise fail(path, f"version {version!r} is not supported (this stoker reads 1 and 2)")
+    shards = m.get("shards")
+    if not isinstance(shards, list):
+        raise fail(path, "shards must be a list")
+    for j, s in enumerate(shards):
+        _check_entry(path, f"shards[{j}]", s, fmt)
+    check_distinct(path, shards, fmt.roles, under="files")
+    check_total(path, m, sum(s["records"] for s in shards))
+    check_classes(path, m)
+    if fmt.options is not None:
+        fmt.load("options")(path, m.get("options") or {}, manifest_schema(m, path))
+    return m
+
+
+def _check_entry(path: str, where: str, s: Any, fmt: Format) -> None:
+    """One ``shards[]`` entry of a ``fmt`` set."""
+    if not isinstance(s, dict):
+        raise fail(path, f"{where} must be an object")
+    files = s.get("files")
+    if not isinstance(files, dict):
+        raise fail(path, f"{where}.files must be an object {{role: file}}")
+    for role, name in files.items():
+        if role not in fmt.roles:
+            raise fail(path, f"{where}.files.{role}: {fmt.name} has no role {role!r}")
+        check_rel_path(path, f"{where}.files.{role}", name)
+    for role in fmt.required:
+        if role not in files:
+            raise fail(path, f"{where}.files.{role} is missing (a {fmt.name} shard has one)")
+    check_count(path, f"{where}.records", s.get("records"))
+    check_count(path, f"{where}.bytes", s.get("bytes"))
+    sums = s.get("checksums", {})
+    if not isinstance(sums, dict):
+        raise fail(path, f"{where}.checksums must be an object {{ROLE.ALGORITHM: value}}")
+    for name, value in sums.items():
+        role, _, algo = str(name).rpartition(".")
+        if role not in fmt.roles or algo not in _ALGORITHMS:
+            raise fail(
+                path,
+                f"{where}.checksums.{name}: a checksum is named ROLE.ALGORITHM, a role of "
+                f"{sorted(fmt.roles)} and one of {list(_ALGORITHMS)}",
+            )
+        check = check_sha256 if algo == "sha256" else check_u32
+        check(path, f"{where}.checksums.{name}", value)
+    for name in fmt.checksums:
+        if name not in sums:
+            raise fail(path, f"{where}.checksums.{name} is missing (a {fmt.name} shard has one)")
+
+
+def parse(m: Any, path: str = "<manifest>", kind: str | None = None) -> dict:
+    """:func:`validate`, then the shards as :class:`ShardEntry` objects."""
+    v = validate(m, path, kind)
+    shards = [
+        ShardEntry(
+            records=s["records"],
+            files=dict(s["files"]),
+            bytes=s["bytes"],
+            checksums=dict(s.get("checksums", {})),
+        )
+        for s in v["shards"]
+    ]
+    return {**v, "shards": shards}
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    kind: str | None = None,
+    max_bytes: int = MAX_MANIFEST_BYTES,
+) -> dict:
+    """Read (size-capped, UTF-8 JSON, never unpickled), check and translate the manifest at
+    ``path``; its shards are :class:`ShardEntry` objects (see :func:`parse`)."""
+    return parse(read_json(path, max_bytes=max_bytes), os.fspath(path), kind)
+
+
+def shard_file(manifest_path: str | os.PathLike[str], entry: ShardEntry, role: str) -> str | None:
+    """The file of ``role`` of ``entry``, resolved against the manifest's folder."""
+    return entry.path(role, os.path.dirname(os.path.abspath(os.fspath(manifest_path))))
+
+
+def entry_json(kind: str, shard: Mapping[str, Any], manifest_path: str, where: str) -> dict:
+    """The version-2 ``shards[]`` entry of a shard writer's ``commit()`` entry (a version-2
+    entry, or one in the format's version-1 dialect, as side-cars of earlier runs hold);
+    absolute paths are made relative to the manifest's folder."""
+    fmt = _registry()[kind]
+    if "files" not in shard and fmt.v1 is not None:
+        from stoker.formats.manifest_v1 import upgrade_entry
+
+        shard = upgrade_entry(fmt, shard)
+    base = os.path.dirname(os.path.abspath(manifest_path))
+    files = {}
+    for role, name in dict(shard.get("files") or {}).items():
+        if name is not None and os.path.isabs(os.fspath(name)):
+            name = os.path.relpath(os.fspath(name), base)
+        files[role] = check_rel_path(manifest_path, f"{where}.files.{role}", name)
+    entry = ShardEntry(
+        records=int(shard["records"]),
+        files=files,
+        bytes=int(shard["bytes"]),
+        checksums=dict(shard.get("checksums") or {}),
+    )
+    return entry.to_json()
+
+
+def make(
+    kind: str,
+    shards: Sequence[Mapping[str, Any]],
+    *,
+    classes: Mapping[str, int] | None = None,
+    schema: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+    pack: Mapping[str, Any] | None = None,
+    rejects: Mapping[str, Any] | None = None,
+    path: str = "<manifest>",
+) -> dict:
+    """A checked version-2 manifest of a ``kind`` set from its version-2 shard entries
+    (``schema``: ``Schema.to_json()``; ``None``: no ``schema`` key)."""
+    m: dict[str, Any] = {
+        "format": MANIFEST_FORMAT,
+        "version": MANIFEST_VERSION,
+        "kind": kind,
+        "records": sum(int(s["records"]) for s in shards),
+        "shards": [dict(s) for s in shards],
+        "classes": dict(classes or {}),
+    }
+    if schema is not None:
+        m["schema"] = dict(schema)
+    if options:
+        m["options"] = dict(options)
+    m["pack"], m["rejects"] = dict(pack or {}), dict(rejects or {})
+    return validate(m, path, kind)
+
+
+def longest(shards: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """The longest value of each variable field over shards' ``commit()`` entries (their
+    ``max_len``)."""
+    out: dict[str, int] = {}
+    for s in shards:
+        for name, n in (s.get("max_len") or {}).items():
+            out[name] = max(out.get(name, 0), int(n))
+    return out
+
+
+def write_set(
+    kind: str,
+    manifest_path: str | os.PathLike[str],
+    shards: Sequence[Mapping[str, Any]],
+    *,
+    schema: Schema | None = None,
+    **fields: Any,
+) -> None:
+    """Write the manifest of a ``kind`` set from its shards' ``commit()`` entries, in order,
+    checked, atomically: the set's commit point. ``schema``: ``None`` writes no ``schema`` key
+    (an image and its label); a variable field without ``max_len`` gets the longest value
+    the shards saw. ``fields``: the other keywords of :func:`make`."""
+    p = os.fspath(manifest_path)
+    entries = [entry_json(kind, s, p, f"shards[{j}]") for j, s in enumerate(shards)]
+    if schema is not None:
+        seen = longest(shards)
+        schema = schema.with_max_len(
+            {n: v for n, v in seen.items() if n in schema and schema[n].max_len is None}
+        )
+    made = make(
+        kind, entries, path=p, schema=None if schema is None else schema.to_json(), **fields
+    )
+    write_json(p, made)
 
 
 _SHARD_NUMBER = re.compile(r"-\d{5,}$")
 
 
-def sibling_manifest(path: str, format_name: str) -> str | None:
+def sibling_manifest(path: str, kind: str) -> str | None:
     """The manifest that sits beside a bare shard and names it: ``PREFIX.stoker.json`` for
-    ``PREFIX-00007.tar`` or ``PREFIX.tfrecord``, when it exists and its ``format`` is
-    ``format_name`` (the caller checks that it lists the shard); else ``None``. A reader that
+    ``PREFIX-00007.tar`` or ``PREFIX.tfrecord``, when it exists and describes a set of format
+    ``kind`` (the caller checks that it lists the shard); else ``None``. A reader that
     finds one reads the shard through it, so the shard keeps the fields and class names the
     manifest declares."""
     stem = os.path.splitext(os.path.abspath(path))[0]
@@ -262,10 +476,10 @@ def sibling_manifest(path: str, format_name: str) -> str | None:
     if not os.path.isfile(candidate):
         return None
     try:
-        name = manifest_format(candidate)
+        name = manifest_kind(candidate)
     except ManifestError:
         return None  # not ours to read here: the bare shard is read as it is
-    return candidate if name == format_name else None
+    return candidate if name == kind else None
 
 
 def same_file(a: str, b: str) -> bool:

@@ -7,8 +7,8 @@ as ``"module:attribute"`` and imported on first use, so a format's own dependenc
 load only when used. Nothing outside a format's folder and this module names a format: it asks
 for ``names()``, ``writable()``, ``DEFAULT`` or ``get(name)``.
 
-How ``open`` decides: ``format=`` when given; a ``*.stoker.json`` manifest by its ``format``
-field; a file by its extension; a folder by asking each format's ``sniff``.
+How ``open`` decides: ``format=`` when given; a ``*.stoker.json`` manifest by its ``kind``
+(a version-1 manifest by its ``format`` field, each format's ``v1`` dialect); a file by its extension; a folder by asking each format's ``sniff``.
 
 A format's callables:
 
@@ -33,7 +33,7 @@ import os
 from typing import Any
 
 from stoker.formats.base import Reader
-from stoker.formats.manifest import MANIFEST_SUFFIX, fail, manifest_format
+from stoker.formats.manifest import MANIFEST_SUFFIX, kind_of, manifest_kind, read_json
 from stoker.formats.remote import (
     REMOTE_KEYWORDS,
     RemoteFiles,
@@ -99,11 +99,7 @@ def format_of(path: str | os.PathLike[str], *, remote: RemoteOptions | None = No
     if url is not None:
         return _remote_format(url, remote)
     if p.endswith(MANIFEST_SUFFIX):
-        name = manifest_format(p)
-        for fmt in FORMATS.values():
-            if fmt.manifest_format == name:
-                return fmt
-        raise _unknown_format(p, name)
+        return FORMATS[manifest_kind(p)]
     low = p.lower()
     for fmt in FORMATS.values():
         if fmt.extensions and low.endswith(fmt.extensions):
@@ -117,12 +113,6 @@ def format_of(path: str | os.PathLike[str], *, remote: RemoteOptions | None = No
         f"{p}: cannot tell its format (a *{MANIFEST_SUFFIX} manifest, a file ending in {known}, "
         "or an LMDB folder); pass format= to name it"
     )
-
-
-def _unknown_format(where: str, name: str) -> Exception:
-    """The ``ManifestError`` of a manifest whose ``format`` field no format claims."""
-    known = sorted(f.manifest_format for f in FORMATS.values() if f.manifest_format)
-    return fail(where, f"format {name!r} is not one stoker reads (it reads {known})")
 
 
 def _remote_format(url: str, remote: RemoteOptions | None) -> Format:
@@ -139,13 +129,10 @@ def _remote_format(url: str, remote: RemoteOptions | None) -> Format:
             f"{redact(url)}: a set in object storage is opened by its manifest "
             f"(NAME{MANIFEST_SUFFIX}, which `stoker pack` and `stoker convert` write)"
         )
-    name = manifest_format(RemoteFiles(url, remote).manifest_copy())
-    for fmt in FORMATS.values():
-        if fmt.manifest_format == name:
-            if not fmt.remote:
-                raise _local_only(redact(url), fmt.name)
-            return fmt
-    raise _unknown_format(redact(url), name)
+    fmt = FORMATS[kind_of(read_json(RemoteFiles(url, remote).manifest_copy()), redact(url))]
+    if not fmt.remote:
+        raise _local_only(redact(url), fmt.name)
+    return fmt
 
 
 def _local_only(url: str, name: str) -> ValueError:

@@ -33,6 +33,7 @@ from stoker._core.errors import CacheFullError
 from stoker.formats.manifest import MAX_MANIFEST_BYTES
 
 if TYPE_CHECKING:
+    from stoker.formats.shards import ShardEntry
     from stoker.storage.cache import Pin, ShardCache
 
 # The storage clients are imported when a URL is met, never for a local path.
@@ -257,15 +258,15 @@ class RemoteFiles:
         return self.item(url, crc32c=crc32c, what=what, sha256=sha256).get(self.cache)
 
 
-def shard_bytes(files: RemoteFiles, entries: list[dict]) -> list[int]:
-    """Each RecordIO shard's bytes in the cache: its ``.rec`` (the manifest's size), ``.idx``
-    and ``.crc32c`` (their listed sizes; 0 for a file not listed)."""
+def shard_bytes(files: RemoteFiles, entries: list[ShardEntry]) -> list[int]:
+    """Each shard's bytes in the cache: its data file (the manifest's size) and its other
+    files (their listed sizes; 0 for a file not listed)."""
     out = []
     for j, s in enumerate(entries):
-        n = int(s["rec_bytes"])
-        for name in ("idx", "crc32c"):
-            if s.get(name):
-                n += files.sizes.get(files.url_of(s[name], f"shards[{j}].{name}"), 0)
+        n = int(s.bytes or 0)
+        for role, name in s.files.items():
+            if role != "data":
+                n += files.sizes.get(files.url_of(name, f"shards[{j}].files.{role}"), 0)
         out.append(n)
     return out
 

@@ -46,7 +46,7 @@ from stoker.formats.remote import (
     redact,
     with_marks,
 )
-from stoker.formats.shards import OpenShards, ShardSet
+from stoker.formats.shards import OpenShards, ShardEntry, ShardSet
 
 if TYPE_CHECKING:
     from stoker.storage.cache import Pin
@@ -293,21 +293,23 @@ def open_remote_set(
     url: str,
     options: RemoteOptions | None,
     opened: RemoteShards | None,
-    validate: Callable[[Any, str], dict],
-    files_of: Callable[[int, dict], list[ShardFile]],
+    kind: str,
+    files_of: Callable[[int, ShardEntry], list[ShardFile]],
     *,
     cap: int,
 ) -> tuple[RemoteShards, dict]:
-    """The shards and the manifest of the set whose manifest is at ``url``: read through the
-    shard cache and checked (``validate(manifest, where)``; ``files_of(j, entry)``: the files
-    of shard ``j``), every file listed with its size and the cache's room checked. ``opened``:
-    the set as another process opened it (unpickled), whose checks are not repeated."""
-    from stoker.formats.manifest import read_json
+    """The shards and the manifest of the ``kind`` set whose manifest is at ``url``: read
+    through the shard cache and checked (:func:`~stoker.formats.manifest.parse`: its shards
+    are :class:`ShardEntry` objects; ``files_of(j, entry)``: the files of shard ``j``), every
+    file listed with its size and the cache's room checked. ``opened``: the set as another
+    process opened it (unpickled), whose checks are not repeated."""
+    from stoker.formats.manifest import parse, read_json
 
     if opened is not None:
-        return opened, validate(read_json(opened.files.manifest_copy()), redact(opened.files.url))
+        where = redact(opened.files.url)
+        return opened, parse(read_json(opened.files.manifest_copy()), where, kind)
     files = RemoteFiles(url, options)
-    m = validate(read_json(files.manifest_copy()), redact(files.url))
+    m = parse(read_json(files.manifest_copy()), redact(files.url), kind)
     shards = RemoteShards(files, [files_of(j, s) for j, s in enumerate(m["shards"])], cap=cap)
     shards.check()
     return shards, m

@@ -20,6 +20,7 @@ A format gives the rest: how one shard's files are opened (its ``FORMAT.open_sha
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,12 +41,27 @@ T = TypeVar("T")
 class ShardEntry:
     """One shard as a manifest lists it: ``files`` by role (``{"data": "x-00000.rec",
     "index": ...}``, names relative to the manifest), ``records``, ``bytes`` (of its data
-    file, ``None`` where unknown) and ``checksum`` (of its data file, where recorded)."""
+    file, ``None`` where unknown) and ``checksums`` by name (``{"index.sha256": "<hex>",
+    "data.crc32c": 1234}``: ``ROLE.ALGORITHM``, where recorded)."""
 
     records: int
     files: Mapping[str, str] = field(default_factory=dict)
     bytes: int | None = None
-    checksum: str | int | None = None
+    checksums: Mapping[str, str | int] = field(default_factory=dict)
+
+    def path(self, role: str, folder: str) -> str | None:
+        """The file of ``role`` resolved against ``folder`` (the manifest's), or ``None``
+        when the entry names none."""
+        name = self.files.get(role)
+        return None if name is None else os.path.join(folder, name)
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as the manifest writes it."""
+        out: dict[str, Any] = {"files": dict(self.files), "records": int(self.records)}
+        if self.bytes is not None:
+            out["bytes"] = int(self.bytes)
+        out["checksums"] = dict(self.checksums)
+        return out
 
 
 class OpenShards(Generic[T]):

@@ -8,8 +8,12 @@ it, so that no other room spells a format's name or its files:
 - ``roles``: each file of a shard by role and suffix (``{"data": ".rec", "index": ".idx",
   "crc": ".crc32c"}``); ``data`` is the file that holds the records;
 - ``extensions``: the file endings that tell the format of a bare file;
-- ``manifest_format``: the ``format`` field of its ``NAME.stoker.json`` (``None``: it has
-  no manifest);
+- ``required``: the roles every shard entry of its manifest names (``data`` at least);
+  ``checksums``: the checksums every entry records (``"index.sha256"``), see
+  :mod:`stoker.formats.manifest`; ``options``: a callable checking the manifest's
+  ``options`` object (what only this format reads there, e.g. TFRecord's feature names);
+- ``v1``: the :class:`Dialect` of the version-1 manifests it wrote before every format shared
+  one schema (``None``: it has none); a version-1 manifest opens through it;
 - callables, named ``"module:attribute"`` and imported on first use (:meth:`Format.load`):
   ``reader(path, **options) -> Reader``, ``open_shard(paths, **options)`` (one shard's
   reader from its files by role, what a :class:`~stoker.formats.shards.ShardSet` opens),
@@ -26,7 +30,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Format"]
+__all__ = ["Dialect", "Format"]
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """A format's version-1 manifest: its ``format`` field (``"stoker-recordio"``), its shard
+    entry's fields as ``{field: (kind, where)}`` and the top-level keys that were the format's
+    own (now under ``options``). ``kind`` is ``"file"``, ``"count"``, ``"sha256"`` or
+    ``"u32"``, ending in ``?`` when optional; ``where`` is the version-2 place: a role for a
+    file, ``"records"`` or ``"bytes"`` for a count, a checksum's name otherwise."""
+
+    format: str
+    entry: Mapping[str, tuple[str, str]]
+    options: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -36,7 +53,7 @@ class Format:
     name: str
     reader: str
     extensions: tuple[str, ...] = ()
-    manifest_format: str | None = None
+    v1: Dialect | None = None
     writer: str | None = None
     manifest: str | None = None
     verify: str | None = None
@@ -45,6 +62,9 @@ class Format:
     roles: Mapping[str, str] = field(default_factory=dict)
     shard_path: str | None = None
     open_shard: str | None = None
+    required: tuple[str, ...] = ("data",)
+    checksums: tuple[str, ...] = ()
+    options: str | None = None
 
     def load(self, what: str) -> Any:
         """The callable named by field ``what`` (``"reader"``, ``"writer"``, ...)."""

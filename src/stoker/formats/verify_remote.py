@@ -23,11 +23,11 @@ import secrets
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
 
-from stoker.formats.manifest import read_json
+from stoker.formats.manifest import parse, read_json
 from stoker.formats.remote import RemoteFiles, RemoteOptions, redact
 from stoker.formats.report import Problem, VerifyReport
+from stoker.formats.shards import ShardEntry
 
 __all__ = ["fresh_files", "relabel", "verify_shards"]
 
@@ -80,15 +80,13 @@ def verify_shards(
     url: str,
     *,
     remote: RemoteOptions | None,
-    validate: Callable[[Any, str], dict],
-    file_of: Callable[[dict], str],
-    verify_entry: Callable[[VerifyReport, str, dict, dict], None],
+    kind: str,
+    verify_entry: Callable[[VerifyReport, str, ShardEntry, dict], None],
     max_problems: int,
 ) -> VerifyReport:
-    """Verify the set whose manifest is at ``url``, one whole-file shard at a time:
-    ``validate(manifest, where)`` checks the manifest, ``file_of(entry)`` names an entry's
-    file, ``verify_entry(report, local_path, entry, manifest)`` checks the entry against its
-    downloaded copy (as the format's local verify does). A shard that is not there is a
+    """Verify the ``kind`` set whose manifest is at ``url``, one whole-file shard (its data
+    file) at a time: ``verify_entry(report, local_path, entry, manifest)`` checks the entry
+    against its downloaded copy (as the format's local verify does). A shard that is not there is a
     problem naming its URL. Raises what stops the whole walk: an unreadable or hostile
     manifest, storage that cannot be reached, a shard larger than the cache's budget."""
     if max_problems < 0:
@@ -96,8 +94,11 @@ def verify_shards(
     with fresh_files(url, remote) as files:
         shown = redact(files.url)
         report = VerifyReport(shown, max_problems=max_problems)
-        m = validate(read_json(files.manifest_copy()), shown)
-        urls = [files.url_of(file_of(s), f"shards[{j}]") for j, s in enumerate(m["shards"])]
+        m = parse(read_json(files.manifest_copy()), shown, kind)
+        urls = [
+            files.url_of(s.files["data"], f"shards[{j}].files.data")
+            for j, s in enumerate(m["shards"])
+        ]
         # files.sizes: what exists (one listing per folder, or a HEAD each over HTTP)
         files.sizes.update(files.remote.sizes(urls, missing_ok=True))
         for j, (entry, u) in enumerate(zip(m["shards"], urls, strict=True)):
@@ -107,7 +108,7 @@ def verify_shards(
                 )
                 continue
             n0, m0 = len(report.problems), len(report.notes)
-            with files.fetch(u, what=f"shard {j} ({file_of(entry)})") as pin:
+            with files.fetch(u, what=f"shard {j} ({entry.files['data']})") as pin:
                 verify_entry(report, pin.path, entry, m)
             relabel(report, n0, m0, {pin.path: redact(u)})
             files.cache.clear()  # one shard at a time

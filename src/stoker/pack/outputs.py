@@ -316,10 +316,14 @@ def write_manifest(
 
 
 def shard_main_files(paths: OutputPaths, entries: list[dict]) -> tuple[str, ...]:
-    """Each committed shard's main file: the first path its manifest entry names."""
+    """Each committed shard's data file, as its manifest entry names it (an entry in a
+    side-car of an earlier version's run is read in its format's version-1 dialect)."""
+    from stoker.formats.manifest import entry_json
+
     folder = os.path.dirname(os.path.abspath(paths.manifest))
-    out = []
-    for e in entries:
-        first = next((v for v in e.values() if isinstance(v, str)), "")
-        out.append(os.path.join(folder, first) if first else "")
-    return tuple(out)
+    return tuple(
+        os.path.join(
+            folder, entry_json(paths.format, e, paths.manifest, f"shards[{j}]")["files"]["data"]
+        )
+        for j, e in enumerate(entries)
+    )

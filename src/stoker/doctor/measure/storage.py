@@ -405,9 +405,9 @@ def measure_remote(
         raise ValueError(f"{reader.path}: not a set in object storage")
     entries = reader.records.manifest["shards"]
     sizes = shard_bytes(files, entries)
-    j = int(np.argmax([int(e["rec_bytes"]) for e in entries]))
-    url = files.url_of(entries[j]["rec"], f"shards[{j}].rec")
-    size = int(entries[j]["rec_bytes"])
+    j = int(np.argmax([int(e.bytes or 0) for e in entries]))
+    url = files.url_of(entries[j].files["data"], f"shards[{j}].files.data")
+    size = int(entries[j].bytes or 0)
     cache = files.cache
     used, free = cache.usage(), _free_bytes(cache.root)
     download_s, ttfb_s, skipped = None, None, ""
@@ -416,7 +416,7 @@ def measure_remote(
     else:
         ttfb_s = _ttfb(files, url)
         download_s = _download_s(files, url, size)
-    records = sum(int(e["records"]) for e in entries)
+    records = sum(e.records for e in entries)
     return RemoteStorage(
         url=redact(files.url),
         shard=redact(url),
@@ -430,7 +430,7 @@ def measure_remote(
         set_bytes=int(sum(sizes)),
         shards=len(entries),
         largest_shard_bytes=max(sizes) if sizes else 0,
-        record_bytes=sum(int(e["rec_bytes"]) for e in entries) / records if records else 0.0,
+        record_bytes=sum(int(e.bytes or 0) for e in entries) / records if records else 0.0,
         shuffle="shards" if shuffle == "shards" else "true",
         window=window,
         prefetch_shards=prefetch_shards,

@@ -37,7 +37,7 @@ from stoker.formats.recordio.records import Records
 from stoker.formats.recordio.recordset import RecordSet
 from stoker.formats.recordio.verify import Problem, VerifyReport, verify_records
 from stoker.formats.recordio.writer import RecordWriter, ShardInfo
-from stoker.formats.spec import Format
+from stoker.formats.spec import Dialect, Format
 
 _R = "stoker.formats.recordio"
 #: The format, as the registry lists it (:mod:`stoker.formats.spec`).
@@ -45,12 +45,25 @@ FORMAT = Format(
     "recordio",
     f"{_R}.seam:open_reader",
     (".rec", ".idx"),
-    "stoker-recordio",
-    f"{_R}.shardwriter:open_writer",
-    f"{_R}.shardwriter:write_set_manifest",
-    f"{_R}.seam:verify",
+    writer=f"{_R}.shardwriter:open_writer",
+    manifest=f"{_R}.shardwriter:write_set_manifest",
+    verify=f"{_R}.seam:verify",
     remote=True,
     roles={"data": ".rec", "index": ".idx", "crc": ".crc32c"},
+    required=("data", "index"),
+    checksums=("index.sha256",),
+    v1=Dialect(
+        "stoker-recordio",
+        {
+            "rec": ("file", "data"),
+            "idx": ("file", "index"),
+            "records": ("count", "records"),
+            "rec_bytes": ("count", "bytes"),
+            "idx_sha256": ("sha256", "index.sha256"),
+            "crc32c": ("file?", "crc"),
+            "rec_crc32c": ("u32?", "data.crc32c"),
+        },
+    ),
     shard_path=f"{_R}.shardwriter:shard_path",
     open_shard=f"{_R}.reader:open_file",
 )

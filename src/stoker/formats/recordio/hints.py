@@ -138,10 +138,10 @@ def chunk_by_shard(records: Records, indices: np.ndarray) -> Iterator[tuple[Any,
         yield shard, (pos if mapped is None else np.asarray(mapped, dtype=np.int64)[pos])
         return
     manifest = records.manifest or {}
-    counts = [int(e["records"]) for e in manifest.get("shards", [])]
-    if len(counts) != len(shards):
+    entries = manifest.get("shards", [])
+    if len(entries) != len(shards):
         return  # no manifest to place positions by: no hints
-    placed = ShardSet(counts)
+    placed = ShardSet(entries)
     which = placed.shard_of(pos)
     for j in np.unique(which).tolist():
         yield shards[j], pos[which == j] - placed.starts[j]

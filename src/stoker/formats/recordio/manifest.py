@@ -1,28 +1,19 @@
-"""The ``NAME.stoker.json`` side-car: JSON only, size-capped, schema-checked, never unpickled.
+"""A RecordIO set's ``NAME.stoker.json``: the one manifest schema of every format
+(:mod:`stoker.formats.manifest`), with ``kind`` ``"recordio"``. A shard entry::
 
-Schema (version 1)::
-
-    {
-      "format": "stoker-recordio",
-      "version": 1,
-      "records": 1200,                       # sum over shards
-      "shards": [
-        {"rec": "train-00000.rec", "idx": "train-00000.idx", "records": 600,
-         "rec_bytes": 2457600, "idx_sha256": "<64 hex>", "crc32c": "train-00000.crc32c",
-         "rec_crc32c": 3735928559},          # optional: CRC32C of the whole .rec
-        ...
-      ],                                      # paths relative to the manifest's folder
-      "classes": {"cat": 0, "dog": 1},        # ids 0..C-1
-      "pack": {...},                          # settings of the run that wrote it (free-form)
-      "rejects": {...},                       # reject summary (free-form)
-      "schema": {"version": 1, "fields": [...]}  # optional: Schema.to_json of one sample
-    }
+    {"files": {"data": "train-00000.rec", "index": "train-00000.idx",
+               "crc": "train-00000.crc32c"},     # crc: optional, one CRC32C per record
+     "records": 600, "bytes": 2457600,           # bytes of the .rec
+     "checksums": {"index.sha256": "<64 hex>",   # always: the .idx it was written with
+                   "data.crc32c": 3735928559}}   # optional: CRC32C of the whole .rec
 
 No ``schema`` key: the set is an image and its IRHeader label(s) (``Schema.classification``),
 as every set packed before fields existed. With one, records of a schema with stored fields
 end in a field trailer (``stoker.formats.fields``); the manifest is the only authority on that.
 
-Other top-level keys are kept and ignored (room for later versions to add fields).
+What is RecordIO's own here: :func:`shard_entry` (a :class:`ShardInfo`'s entry) and
+:func:`shard_paths`; the rest keeps the names earlier versions exported, over the one schema.
+Version-1 manifests (``"format": "stoker-recordio"``) still open, translated on load.
 """
 
 from __future__ import annotations
@@ -34,71 +25,59 @@ from typing import Any
 from stoker.formats.manifest import (
     MANIFEST_SUFFIX,
     MAX_MANIFEST_BYTES,
-    check_shards,
     class_names,
+    load,
+    make,
     manifest_schema,
-    read_json,
+    validate,
     write_json,
 )
+from stoker.formats.shards import ShardEntry
 
 __all__ = [
-    "FORMAT_NAME",
-    "manifest_schema",
-    "FORMAT_VERSION",
+    "KIND",
     "MANIFEST_SUFFIX",
     "MAX_MANIFEST_BYTES",
     "class_names",
     "load_manifest",
     "make_manifest",
+    "manifest_schema",
     "shard_entry",
     "shard_paths",
     "validate_manifest",
     "write_manifest",
 ]
 
-FORMAT_NAME = "stoker-recordio"
-FORMAT_VERSION = 1
-
-
-#: the fields of a ``shards[]`` entry (see :func:`stoker.formats.manifest.check_shards`)
-_ENTRY = {
-    "rec": "file",
-    "idx": "file",
-    "records": "count",
-    "rec_bytes": "count",
-    "idx_sha256": "sha256",
-    "crc32c": "file?",
-    "rec_crc32c": "u32?",
-}
+#: the manifest's ``kind`` (the registry name: FORMAT.name)
+KIND = "recordio"
 
 
 def validate_manifest(m: Any, path: str = "<manifest>") -> dict:
-    """Check the schema; returns ``m``. Raises :class:`ManifestError` naming the field."""
-    return check_shards(path, m, FORMAT_NAME, FORMAT_VERSION, _ENTRY)
+    """Check a RecordIO set's manifest (version 1 or 2); returns it as version 2. Raises
+    :class:`ManifestError` naming the field."""
+    return validate(m, path, KIND)
 
 
 def load_manifest(path: str | os.PathLike[str], *, max_bytes: int = MAX_MANIFEST_BYTES) -> dict:
-    """Read and validate a manifest (size-capped, UTF-8 JSON, never unpickled)."""
-    return validate_manifest(read_json(path, max_bytes=max_bytes), os.fspath(path))
+    """Read and check a RecordIO set's manifest; its shards are
+    :class:`~stoker.formats.shards.ShardEntry` objects."""
+    return load(path, kind=KIND, max_bytes=max_bytes)
 
 
 def write_manifest(path: str | os.PathLike[str], manifest: Mapping[str, Any]) -> None:
-    """Validate and write ``manifest`` atomically (``.partial`` + fsync + rename)."""
+    """Check and write ``manifest`` atomically (``.partial`` + fsync + rename)."""
     write_json(path, validate_manifest(dict(manifest), os.fspath(path)))
 
 
 def shard_paths(
-    manifest_path: str | os.PathLike[str], shard: Mapping[str, Any]
+    manifest_path: str | os.PathLike[str], shard: ShardEntry
 ) -> tuple[str, str, str | None]:
-    """The ``.rec``, ``.idx`` and ``.crc32c`` (or ``None``) paths of a ``shards[]`` entry,
-    resolved against the folder of ``manifest_path``."""
+    """The ``.rec``, ``.idx`` and ``.crc32c`` (or ``None``) paths of a shard entry, resolved
+    against the folder of ``manifest_path``."""
     base = os.path.dirname(os.path.abspath(os.fspath(manifest_path)))
-    crc = shard.get("crc32c")
-    return (
-        os.path.join(base, shard["rec"]),
-        os.path.join(base, shard["idx"]),
-        os.path.join(base, crc) if crc else None,
-    )
+    rec, idx = shard.path("data", base), shard.path("index", base)
+    assert rec is not None and idx is not None  # required roles
+    return rec, idx, shard.path("crc", base)
 
 
 def shard_entry(info: Any, manifest_path: str | os.PathLike[str]) -> dict:
@@ -106,18 +85,17 @@ def shard_entry(info: Any, manifest_path: str | os.PathLike[str]) -> dict:
     the folder of ``manifest_path``."""
     base = os.path.dirname(os.path.abspath(os.fspath(manifest_path)))
 
-    def rel(p: str | None) -> str | None:
-        return None if p is None else os.path.relpath(os.path.abspath(p), base)
+    def rel(p: str) -> str:
+        return os.path.relpath(os.path.abspath(p), base)
 
-    return {
-        "rec": rel(info.rec),
-        "idx": rel(info.idx),
-        "records": int(info.records),
-        "rec_bytes": int(info.rec_bytes),
-        "idx_sha256": info.idx_sha256,
-        "crc32c": rel(info.crc32c),
-        **({} if info.rec_crc32c is None else {"rec_crc32c": int(info.rec_crc32c)}),
-    }
+    files = {"data": rel(info.rec), "index": rel(info.idx)}
+    if info.crc32c is not None:
+        files["crc"] = rel(info.crc32c)
+    checksums: dict[str, str | int] = {"index.sha256": info.idx_sha256}
+    if info.rec_crc32c is not None:
+        checksums["data.crc32c"] = int(info.rec_crc32c)
+    entry = ShardEntry(int(info.records), files, int(info.rec_bytes), checksums)
+    return entry.to_json()
 
 
 def make_manifest(
@@ -126,17 +104,10 @@ def make_manifest(
     classes: Mapping[str, int] | None = None,
     pack: Mapping[str, Any] | None = None,
     rejects: Mapping[str, Any] | None = None,
-    **extra: Any,
+    schema: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> dict:
-    """A version-1 manifest dict (validated)."""
-    m = {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "records": sum(int(s["records"]) for s in shards),
-        "shards": list(shards),
-        "classes": dict(classes or {}),
-        "pack": dict(pack or {}),
-        "rejects": dict(rejects or {}),
-        **extra,
-    }
-    return validate_manifest(m)
+    """A checked manifest of a RecordIO set from its :func:`shard_entry` entries."""
+    return make(
+        KIND, shards, classes=classes, pack=pack, rejects=rejects, schema=schema, options=options
+    )

@@ -2,8 +2,8 @@
 
 :func:`~stoker.formats.recordio.open_records` returns a :class:`Records` (a ``RecordFile`` for
 one ``.rec``, a ``RecordSet`` for a manifest of several shards), and ``images()`` returns one
-too. Beyond the :class:`~stoker.formats.base.Reader` basics (``len``, ``key``, ``read``,
-``close``) every one has:
+too. Every one has ``len``, ``key(i)``, ``read(i)`` (the record's payload as a memoryview, valid
+until ``close``), ``close()`` (and closes on leaving a ``with`` block), and:
 
 - ``keys``: int64 keys in position order; ``read_header(i)``: ``(IRHeader, image bytes)``
   (the image alone: a record's field trailer is cut off); ``read_fields(i, names=None)``:
@@ -35,7 +35,6 @@ import numpy as np
 
 from stoker._core.errors import SpecError
 from stoker._core.schema import Schema
-from stoker.formats.base import RecordReader
 from stoker.formats.recordio.header import IRHeader
 from stoker.formats.recordio.manifest import manifest_schema
 
@@ -45,9 +44,34 @@ __all__ = ["PlainRead", "Records"]
 PlainRead = Callable[[int], tuple[float, memoryview, int] | None]
 
 
-class Records(RecordReader):
+class Records(abc.ABC):
     """A RecordIO reader: one ``.rec``, several shards read as one, or a view of either
-    (see the module docstring for what every one has)."""
+    (see the module docstring for what every one has). A context manager: ``close`` on exit."""
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    @abc.abstractmethod
+    def key(self, i: int) -> int: ...
+
+    @abc.abstractmethod
+    def read(self, i: int) -> memoryview:
+        """Record ``i``'s payload, valid until ``close``."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Records:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_index(self, i: int) -> int:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"record position {i} out of range for {n} records")
+        return i + n if i < 0 else i
 
     manifest: dict | None
     class_names: list[str] | None

@@ -21,56 +21,51 @@ from typing import Any
 import numpy as np
 
 from stoker._core.errors import CorruptRecordError, ManifestError
-from stoker.formats.manifest import read_json
+from stoker.formats.manifest import parse, read_json
 from stoker.formats.recordio.header import IRHeader
 from stoker.formats.recordio.index import sha256_file
-from stoker.formats.recordio.manifest import (
-    class_names,
-    load_manifest,
-    shard_paths,
-    validate_manifest,
-)
+from stoker.formats.recordio.manifest import KIND, class_names, load_manifest, shard_paths
 from stoker.formats.recordio.reader import Checksums, RecordFile
 from stoker.formats.recordio.records import Records
 from stoker.formats.remote import ReadPlan, RemoteFiles, redact
 from stoker.formats.shardfiles import RemoteShards, Reopens, ShardFile, ShardsAhead
-from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardSet
+from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardEntry, ShardSet
 
 __all__ = ["MAX_OPEN_SHARDS", "RecordSet", "open_shard", "precheck_shards"]
 
 
-def _check_shard(r: RecordFile, shard: dict, manifest_path: str) -> None:
+def _check_shard(r: RecordFile, shard: ShardEntry, manifest_path: str) -> None:
     size = os.path.getsize(r.path)
-    if size != shard["rec_bytes"]:
+    if size != shard.bytes:
         raise ManifestError(
             f"{manifest_path}: {r.path} is {size} bytes but the manifest records "
-            f"{shard['rec_bytes']}; the .rec was replaced or truncated"
+            f"{shard.bytes}; the .rec was replaced or truncated"
         )
     sha = r.idx_sha256
     if sha is None and r.idx_path is not None:
         sha = sha256_file(r.idx_path)
-    if sha != shard["idx_sha256"]:
+    if sha != shard.checksums.get("index.sha256"):
         raise ManifestError(
             f"{manifest_path}: idx does not match rec: the sha256 of {r.idx_path} differs "
             "from the one recorded when the shard was written"
         )
-    if len(r) != shard["records"]:
+    if len(r) != shard.records:
         raise ManifestError(
-            f"{manifest_path}: {r.path} has {len(r)} records, the manifest says {shard['records']}"
+            f"{manifest_path}: {r.path} has {len(r)} records, the manifest says {shard.records}"
         )
 
 
-def _no_folders(manifest_path: str, shard: dict) -> None:
+def _no_folders(manifest_path: str, shard: ShardEntry) -> None:
     """:class:`ManifestError` naming the field when a path of the entry is a directory."""
-    for what, p in zip(("rec", "idx", "crc32c"), shard_paths(manifest_path, shard), strict=True):
+    for role, p in zip(("data", "index", "crc"), shard_paths(manifest_path, shard), strict=True):
         if p is not None and os.path.isdir(p):
             raise ManifestError(
-                f"{manifest_path}: shard {shard[what]!r} (field {what}) names a directory, "
-                "not a file"
+                f"{manifest_path}: shard {shard.files[role]!r} (field files.{role}) names a "
+                "directory, not a file"
             )
 
 
-def open_shard(manifest_path: str, shard: dict, **kw: Any) -> RecordFile:
+def open_shard(manifest_path: str, shard: ShardEntry, **kw: Any) -> RecordFile:
     """The ``RecordFile`` of one ``shards[]`` entry of the manifest at ``manifest_path``
     (``kw``: its options); :class:`ManifestError` when the files differ from the entry.
     ``verify_checksums="auto"`` checks the ``.crc32c`` the entry names (which must exist)
@@ -88,31 +83,33 @@ def open_shard(manifest_path: str, shard: dict, **kw: Any) -> RecordFile:
     return r
 
 
-def _side_files(shard: dict, checksums: Any) -> tuple[str, ...]:
-    """The fields naming a shard's side files that are read: ``idx``, and ``crc32c`` when
-    the manifest names one and checksums are read."""
-    return ("idx", "crc32c") if shard.get("crc32c") and checksums else ("idx",)
+def _side_files(shard: ShardEntry, checksums: Any) -> tuple[str, ...]:
+    """The roles of a shard's side files that are read: ``index``, and ``crc`` when the
+    manifest names one and checksums are read."""
+    return ("index", "crc") if "crc" in shard.files and checksums else ("index",)
 
 
-def remote_files(files: RemoteFiles, shard: dict, j: int, checksums: Any) -> list[ShardFile]:
+def remote_files(files: RemoteFiles, shard: ShardEntry, j: int, checksums: Any) -> list[ShardFile]:
     """The files of shard ``j`` of a remote set as the shard cache fetches them: its ``.rec``
-    (its size and ``rec_crc32c`` from the manifest), its ``.idx`` (its size as listed at
-    open) and, when checksums are read, its ``.crc32c`` (4 bytes per record)."""
+    (its size and CRC32C from the manifest), its ``.idx`` (its size as listed at open) and,
+    when checksums are read, its ``.crc32c`` (4 bytes per record)."""
+    crc = shard.checksums.get("data.crc32c")
     out = [
         ShardFile(
-            shard["rec"], f"shards[{j}].rec", int(shard["rec_bytes"]), shard.get("rec_crc32c")
+            shard.files["data"],
+            f"shards[{j}].files.data",
+            int(shard.bytes or 0),
+            None if crc is None else int(crc),
         )
     ]
-    for name in _side_files(shard, checksums):
-        field = f"shards[{j}].{name}"
-        size = 4 * int(shard["records"]) if name == "crc32c" else None
-        out.append(
-            ShardFile(shard[name], field, size or files.size_of(files.url_of(shard[name], field)))
-        )
+    for role in _side_files(shard, checksums):
+        field, name = f"shards[{j}].files.{role}", shard.files[role]
+        size = 4 * shard.records if role == "crc" else None
+        out.append(ShardFile(name, field, size or files.size_of(files.url_of(name, field))))
     return out
 
 
-def open_remote_shard(remote: RemoteShards, shard: dict, j: int, **kw: Any) -> RecordFile:
+def open_remote_shard(remote: RemoteShards, shard: ShardEntry, j: int, **kw: Any) -> RecordFile:
     """The ``RecordFile`` of shard ``j`` of a remote set, read from the pinned cached copies
     ``remote`` holds (let go of again when the shard does not match its entry)."""
     paths = remote.hold(j)
@@ -146,12 +143,12 @@ def precheck_shards(manifest_path: str, manifest: dict, checksums: Checksums) ->
             size = st.st_size
         except OSError as e:
             raise ManifestError(
-                f"{manifest_path}: shard {shard['rec']!r} cannot be read: {e.strerror or e}"
+                f"{manifest_path}: shard {shard.files['data']!r} cannot be read: {e.strerror or e}"
             ) from None
-        if size != shard["rec_bytes"]:
+        if size != shard.bytes:
             raise ManifestError(
                 f"{manifest_path}: {rec} is {size} bytes but the manifest records "
-                f"{shard['rec_bytes']}; the .rec was replaced or truncated"
+                f"{shard.bytes}; the .rec was replaced or truncated"
             )
         if crc is None or not checksums:
             continue
@@ -163,14 +160,14 @@ def precheck_shards(manifest_path: str, manifest: dict, checksums: Checksums) ->
         except FileNotFoundError:
             raise ManifestError(
                 f"{manifest_path}: the checksum file {crc} that the manifest names for shard "
-                f"{shard['rec']!r} does not exist; open with verify_checksums=False "
+                f"{shard.files['data']!r} does not exist; open with verify_checksums=False "
                 "(RecordSource(path, checksums=False)) to read without checksums"
             ) from None
-        if size != 4 * shard["records"]:
+        if size != 4 * shard.records:
             raise ManifestError(
                 f"{manifest_path}: the checksum file {crc} holds {size} bytes; the "
-                f"{shard['records']} records of shard {shard['rec']!r} need "
-                f"{4 * shard['records']} (truncated, or it belongs to another .rec)"
+                f"{shard.records} records of shard {shard.files['data']!r} need "
+                f"{4 * shard.records} (truncated, or it belongs to another .rec)"
             )
 
 
@@ -238,8 +235,8 @@ class RecordSet(Reopens, Records):
             manifest = self._open_remote(self.files)
         self.manifest = manifest
         self.class_names = class_names(manifest)
-        self._entries: list[dict] = manifest["shards"]
-        self._set = ShardSet([int(s["records"]) for s in self._entries])
+        self._entries: list[ShardEntry] = manifest["shards"]
+        self._set = ShardSet(self._entries)
         self._starts = self._set.starts
         self._open_shards: OpenShards[RecordFile] = OpenShards(MAX_OPEN_SHARDS)
         self._keys: np.ndarray | None = None
@@ -248,16 +245,16 @@ class RecordSet(Reopens, Records):
         """The manifest of a set in object storage, checked (each file listed with its size,
         the cache's room), and its opener (:class:`RemoteShards`); as another process opened
         it when this one was unpickled (nothing listed again)."""
-        manifest = validate_manifest(read_json(files.manifest_copy()), redact(files.url))
+        manifest = parse(read_json(files.manifest_copy()), redact(files.url), KIND)
         if self._opened is not None:
             self._remote = self._opened
         else:
             fresh = not files.sizes  # a set as a process other than the first opens it: listed
             if fresh:  # every file with one listing per folder, then checked against it
                 names = [
-                    (s[f], f"shards[{j}].{f}")
+                    (s.files[role], f"shards[{j}].files.{role}")
                     for j, s in enumerate(manifest["shards"])
-                    for f in ("rec", *_side_files(s, self.verify_checksums))
+                    for role in ("data", *_side_files(s, self.verify_checksums))
                 ]
                 files.list_sizes(files.url_of(n, field) for n, field in names)
             shards = [

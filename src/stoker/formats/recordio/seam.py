@@ -417,7 +417,7 @@ class RecordIOReader(Reader):
         ``.rec`` is one shard."""
         rec = self.records
         if isinstance(rec, RecordSet) and rec.manifest is not None:
-            counts = [int(e["records"]) for e in rec.manifest["shards"]]
+            counts = [e.records for e in rec.manifest["shards"]]
             return np.array(counts, dtype=np.int64)
         return np.array([self._len], dtype=np.int64)
 

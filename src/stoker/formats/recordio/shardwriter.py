@@ -19,9 +19,10 @@ import numpy as np
 
 from stoker._core.schema import Schema
 from stoker.formats.base import ShardWriter
+from stoker.formats.manifest import write_set
 from stoker.formats.recordio.header import IR_SIZE, IRHeader, pack_header, pack_headers
 from stoker.formats.recordio.insightface import layout_records
-from stoker.formats.recordio.manifest import make_manifest, shard_entry, write_manifest
+from stoker.formats.recordio.manifest import KIND, shard_entry
 from stoker.formats.recordio.writer import RecordWriter
 
 __all__ = ["RecordShardWriter", "header_payload", "open_writer", "shard_path", "write_set_manifest"]
@@ -151,19 +152,9 @@ def open_writer(
 
 
 def write_set_manifest(
-    manifest_path: str,
-    shards: Sequence[Mapping[str, Any]],
-    *,
-    classes: Mapping[str, int] | None,
-    schema: Schema | None,
-    pack: Mapping[str, Any] | None = None,
-    rejects: Mapping[str, Any] | None = None,
+    manifest_path: str, shards: Sequence[Mapping[str, Any]], **fields: Any
 ) -> None:
-    """Write ``NAME.stoker.json`` for committed shards (validated, atomically). ``schema``
-    ``None``: a set of images and IRHeader labels, as every set packed from a folder is (no
-    ``schema`` key)."""
-    extra = {} if schema is None else {"schema": schema.to_json()}
-    made = make_manifest(
-        [dict(s) for s in shards], classes=classes, pack=pack, rejects=rejects, **extra
-    )
-    write_manifest(manifest_path, made)
+    """Write ``NAME.stoker.json`` for committed shards (checked, atomically); ``fields``:
+    ``classes``, ``schema`` (``None``: a set of images and IRHeader labels, as every set
+    packed from a folder is: no ``schema`` key), ``pack``, ``rejects``."""
+    write_set(KIND, manifest_path, shards, **fields)

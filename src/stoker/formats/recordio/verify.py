@@ -42,6 +42,7 @@ from stoker.formats.recordio.manifest import (
 )
 from stoker.formats.recordio.paths import default_crc_path, default_idx_path, manifest_path_for
 from stoker.formats.report import Problem, VerifyReport, decode_failure
+from stoker.formats.shards import ShardEntry
 
 __all__ = ["Problem", "VerifyReport", "verify_records"]
 
@@ -360,7 +361,9 @@ def _verify_manifest(report: VerifyReport, path: str, opts: _Options) -> None:
         folders = [p for p in (rec, idx_p, crc) if p is not None and os.path.isdir(p)]
         if folders:
             report.add(
-                Problem(path, None, None, f"shard {shard['rec']!r}: {folders[0]} is a folder")
+                Problem(
+                    path, None, None, f"shard {shard.files['data']!r}: {folders[0]} is a folder"
+                )
             )
             continue
         if not os.path.exists(rec):
@@ -371,7 +374,7 @@ def _verify_manifest(report: VerifyReport, path: str, opts: _Options) -> None:
 
 def _verify_entry(
     report: VerifyReport,
-    shard: dict,
+    shard: ShardEntry,
     rec: str,
     idx_p: str | None,
     crc: str | None,
@@ -381,23 +384,22 @@ def _verify_entry(
     """One shard's files (local paths) against its manifest entry, and walked (``idx_p``
     ``None``: the ``.idx`` is missing, which the caller has reported)."""
     size = os.path.getsize(rec)
-    if size != shard["rec_bytes"]:
-        report.add(
-            Problem(rec, None, None, f"is {size} bytes, the manifest says {shard['rec_bytes']}")
-        )
-    if idx_p is not None and os.path.exists(idx_p) and sha256_file(idx_p) != shard["idx_sha256"]:
+    if size != shard.bytes:
+        report.add(Problem(rec, None, None, f"is {size} bytes, the manifest says {shard.bytes}"))
+    want_sha = shard.checksums.get("index.sha256")
+    if idx_p is not None and os.path.exists(idx_p) and sha256_file(idx_p) != want_sha:
         report.add(
             Problem(idx_p, None, None, "idx does not match rec (sha256 differs from the manifest)")
         )
     before = report.indexed
     _verify_shard(report, rec, idx_p, crc, opts, name)
-    if idx_p is not None and report.indexed - before != shard["records"]:
+    if idx_p is not None and report.indexed - before != shard.records:
         report.add(
             Problem(
                 idx_p,
                 None,
                 None,
-                f"lists {report.indexed - before} records, the manifest says {shard['records']}",
+                f"lists {report.indexed - before} records, the manifest says {shard.records}",
             )
         )
 

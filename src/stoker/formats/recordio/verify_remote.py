@@ -14,11 +14,12 @@ from typing import Any
 
 from stoker._core.checksum import file_crc32c
 from stoker._core.errors import CorruptRecordError
-from stoker.formats.manifest import read_json
-from stoker.formats.recordio.manifest import validate_manifest
+from stoker.formats.manifest import parse, read_json
+from stoker.formats.recordio.manifest import KIND
 from stoker.formats.recordio.verify import _Options, _verify_entry, _with_schema
 from stoker.formats.remote import RemoteFiles, RemoteOptions
 from stoker.formats.report import Problem, VerifyReport
+from stoker.formats.shards import ShardEntry
 from stoker.formats.verify_remote import fresh_files, relabel
 from stoker.storage.cache import Pin
 from stoker.storage.urls import redact
@@ -58,12 +59,12 @@ def verify_remote(
 def _verify(files: RemoteFiles, options: _Options, max_problems: int) -> VerifyReport:
     shown = redact(files.url)
     report = VerifyReport(shown, max_problems=max_problems)
-    manifest = validate_manifest(read_json(files.manifest_copy()), shown)
+    manifest = parse(read_json(files.manifest_copy()), shown, KIND)
     opts = _with_schema(options, manifest, shown)
     urls = [
         tuple(
-            files.url_of(e[f], f"shards[{j}].{f}") if e.get(f) else None
-            for f in ("rec", "idx", "crc32c")
+            files.url_of(e.files[role], f"shards[{j}].files.{role}") if role in e.files else None
+            for role in ("data", "index", "crc")
         )
         for j, e in enumerate(manifest["shards"])
     ]
@@ -81,13 +82,13 @@ def _verify_remote_entry(
     report: VerifyReport,
     files: RemoteFiles,
     j: int,
-    entry: dict,
+    entry: ShardEntry,
     urls: tuple[str, str, str | None],
     opts: _Options,
 ) -> None:
     """Shard ``j``: fetched through the cache, walked, its pins released."""
     rec, idx, crc = urls
-    what = f"shard {j} ({entry['rec']})"
+    what = f"shard {j} ({entry.files['data']})"
     if rec not in files.sizes:
         report.add(Problem(redact(rec), None, None, "shard listed in the manifest is missing"))
         return
@@ -117,12 +118,18 @@ def _verify_remote_entry(
 
 
 def _fetch_rec(
-    report: VerifyReport, files: RemoteFiles, entry: dict, rec: str, what: str, checksums: bool
+    report: VerifyReport,
+    files: RemoteFiles,
+    entry: ShardEntry,
+    rec: str,
+    what: str,
+    checksums: bool,
 ) -> Pin:
-    """The pinned cached copy of a shard's ``.rec``, checked against ``rec_crc32c``; one that
-    fails the check is a problem and is fetched again unchecked (to be walked)."""
-    want = entry.get("rec_crc32c") if checksums else None
-    if files.sizes[rec] != entry["rec_bytes"]:
+    """The pinned cached copy of a shard's ``.rec``, checked against its recorded CRC32C; one
+    that fails the check is a problem and is fetched again unchecked (to be walked)."""
+    got = entry.checksums.get("data.crc32c") if checksums else None
+    want = None if got is None else int(got)
+    if files.sizes[rec] != entry.bytes:
         want = None  # the size problem is reported by the walk; the CRC cannot match
     try:
         return files.fetch(rec, crc32c=want, what=what)
@@ -135,7 +142,7 @@ def _fetch_rec(
             redact(rec),
             None,
             None,
-            f"the object's CRC32C is 0x{file_crc32c(pin.path):08x}, the manifest's rec_crc32c "
+            f"the object's CRC32C is 0x{file_crc32c(pin.path):08x}, the manifest's data.crc32c "
             f"0x{want:08x}: the shard changed after the set was written",
         )
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from stoker.formats.spec import Format
+from stoker.formats.spec import Dialect, Format
 from stoker.formats.tfrecord.example import encode_example, parse_features
 from stoker.formats.tfrecord.features import feature_names, image_hw
 from stoker.formats.tfrecord.framing import frame, mask_crc, masked_crc
@@ -48,18 +48,23 @@ FORMAT = Format(
     "tfrecord",
     f"{_T}:open_reader",
     (".tfrecord", ".tfrecords", ".tfrec", ".tfrecord.gz", ".tfrecords.gz"),
-    "stoker-tfrecord",
-    f"{_T}:open_writer",
-    f"{_T}:write_set_manifest",
-    f"{_T}:verify",
+    writer=f"{_T}:open_writer",
+    manifest=f"{_T}:write_set_manifest",
+    verify=f"{_T}:verify",
     remote=True,
     roles={"data": ".tfrecord"},
+    options=f"{_T}.features:check_options",
+    v1=Dialect(
+        "stoker-tfrecord",
+        {"path": ("file", "data"), "records": ("count", "records"), "bytes": ("count", "bytes")},
+        options=("features", "key_feature"),
+    ),
     shard_path=f"{_T}.writer:shard_path",
     open_shard=f"{_T}.reader:open_shard",
 )
 
 
 def open_reader(path: str | os.PathLike[str], **options: Any) -> TFRecordReader:
-    """The registry's reader: a ``.tfrecord`` file or a ``stoker-tfrecord`` manifest; the
+    """The registry's reader: a ``.tfrecord`` file or a TFRecord set's manifest; the
     options are :class:`TFRecordReader`'s."""
     return TFRecordReader(path, **options)

@@ -435,12 +435,33 @@ def describe_fields(r: Resolved) -> str:
 
 
 def manifest_plan(m: dict) -> FeaturePlan:
-    """The features a stoker-tfrecord manifest ``m`` says its records hold."""
+    """The features a TFRecord set's (checked, version-2) manifest ``m`` says its records
+    hold (its ``options``)."""
     from stoker.formats.manifest import manifest_schema
 
     schema = manifest_schema(m) or Schema.classification()
-    feats = m["features"]
+    options = m.get("options") or {}
+    feats = options["features"]
     entries = tuple(
         (n, feats[n], replace(f, max_len=None)) for n, f in schema.items() if f.kind != "size"
     )
-    return FeaturePlan(entries, frozenset(), m.get("key_feature", KEY_FEATURE))
+    return FeaturePlan(entries, frozenset(), options.get("key_feature", KEY_FEATURE))
+
+
+def check_options(path: str, options: dict, schema: Schema | None) -> None:
+    """The ``options`` of a TFRecord set's manifest: ``features`` maps each field of
+    ``schema`` to the Example feature holding it (a boxes field to the prefix of its four
+    ``/xmin`` ... features); ``key_feature`` names the key's feature."""
+    from stoker.formats.manifest import fail
+
+    schema = schema or Schema.classification()
+    features = options.get("features")
+    if not isinstance(features, dict) or any(
+        not isinstance(v, str) or not v for v in features.values()
+    ):
+        raise fail(path, "options.features must be an object {field: feature name}")
+    missing = [n for n, f in schema.items() if f.kind != "size" and n not in features]
+    if missing:
+        raise fail(path, f"options.features names no feature for the fields {missing}")
+    if not isinstance(options.get("key_feature", KEY_FEATURE), str):
+        raise fail(path, "options.key_feature must be a feature name")

@@ -1,5 +1,5 @@
 """The :class:`~stoker.formats.Reader` of TFRecord: one ``.tfrecord`` file, or every shard a
-``stoker-tfrecord`` manifest lists, as one data set with random access by position.
+TFRecord set's manifest lists, as one data set with random access by position.
 
 Each file is memory-mapped read-only; its record offsets, labels, keys, field lengths and
 image spans come from one scan cached in the cache directory
@@ -29,7 +29,14 @@ from stoker._core.crc import crc32c
 from stoker._core.errors import CorruptRecordError, SpecError, StokerFormatError
 from stoker._core.schema import Field, Schema
 from stoker.formats.base import Reader, ReadSample
-from stoker.formats.manifest import MANIFEST_SUFFIX, class_names, same_file, sibling_manifest
+from stoker.formats.manifest import (
+    MANIFEST_SUFFIX,
+    class_names,
+    load,
+    same_file,
+    shard_file,
+    sibling_manifest,
+)
 from stoker.formats.protowire import WireError, read_varint
 from stoker.formats.remote import RemoteOptions, remote_url
 from stoker.formats.report import spread
@@ -63,7 +70,6 @@ from stoker.formats.tfrecord.index import (
     load_offsets,
     record_error,
 )
-from stoker.formats.tfrecord.manifest import FORMAT_NAME, load_manifest, shard_files
 
 __all__ = ["MAX_OPEN_SHARDS", "TFRecordReader", "check_not_gzip", "manifest_plan", "open_shard"]
 
@@ -162,10 +168,16 @@ def open_shard(
     return _Shard(paths["data"], default_plan() if plan is None else plan, cache=cache)
 
 
+def shard_files(manifest_path: str, m: dict) -> list[tuple[str, int | None, int | None]]:
+    """``(file, records, bytes)`` of each shard of the loaded manifest ``m``, paths resolved
+    against the manifest's folder."""
+    return [(str(shard_file(manifest_path, s, "data")), s.records, s.bytes) for s in m["shards"]]
+
+
 class TFRecordReader(ReadsRemoteShards, Reader):
     """TFRecord data set; see the module docstring and the package README.
 
-    ``path``: a ``.tfrecord`` file, or a ``NAME.stoker.json`` of format ``stoker-tfrecord``.
+    ``path``: a ``.tfrecord`` file, or a ``NAME.stoker.json`` of a TFRecord set.
     For a bare file, ``image_key``, ``label_key``, ``boxes_key`` (the prefix of the four
     ``/xmin`` ... features) and ``classes_key`` name the features (``None`` turns the label,
     boxes or classes off) and ``features={field: feature}`` (or ``{field: (feature,
@@ -231,13 +243,13 @@ class TFRecordReader(ReadsRemoteShards, Reader):
             self._remote.on_release = self._released
             plan = manifest_plan(m)
             files: list[tuple[str, int | None, int | None]] = [
-                (str(j), s["records"], s["bytes"]) for j, s in enumerate(m["shards"])
+                (str(j), s.records, s.bytes) for j, s in enumerate(m["shards"])
             ]
             self._class_names = class_names(m) or None
         elif self.path.endswith(MANIFEST_SUFFIX):
-            m = load_manifest(self.path)
+            m = load(self.path, kind=self.format)
             plan = manifest_plan(m)
-            files = list(shard_files(self.path, m))
+            files = shard_files(self.path, m)
             self._class_names = class_names(m) or None
         elif (beside := self._through_manifest()) is not None:
             plan, files = beside  # a stoker shard: its manifest's features and class names
@@ -272,10 +284,10 @@ class TFRecordReader(ReadsRemoteShards, Reader):
         asked = c["features"] or any(
             c[k] != _DEFAULT_KEYS[k] for k in ("image_key", "label_key", "boxes_key", "classes_key")
         )
-        manifest = None if asked else sibling_manifest(self.path, FORMAT_NAME)
+        manifest = None if asked else sibling_manifest(self.path, self.format)
         if manifest is None:
             return None
-        m = load_manifest(manifest)
+        m = load(manifest, kind=self.format)
         mine = [f for f in shard_files(manifest, m) if same_file(f[0], self.path)]
         if not mine:
             return None

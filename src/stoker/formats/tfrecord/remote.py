@@ -14,24 +14,25 @@ from typing import Any
 
 from stoker.formats.remote import RemoteOptions
 from stoker.formats.shardfiles import HeldShard, RemoteShards, ShardFile, open_remote_set
+from stoker.formats.shards import ShardEntry
 from stoker.formats.tfrecord.features import FeaturePlan
 from stoker.formats.tfrecord.index import cached_meta, cached_offsets, load_meta, load_offsets
-from stoker.formats.tfrecord.manifest import validate_manifest
 from stoker.formats.tfrecord.reader import MAX_OPEN_SHARDS, _Shard
+from stoker.formats.tfrecord.writer import KIND
 
 __all__ = ["RemoteShard", "open_remote", "remote_shard"]
 
 
-def _files(j: int, s: dict) -> list[ShardFile]:
-    return [ShardFile(s["path"], f"shards[{j}].path", int(s["bytes"]))]
+def _files(j: int, s: ShardEntry) -> list[ShardFile]:
+    return [ShardFile(s.files["data"], f"shards[{j}].files.data", int(s.bytes or 0))]
 
 
 def open_remote(
     url: str, options: RemoteOptions | None, opened: RemoteShards | None
 ) -> tuple[RemoteShards, dict]:
-    """The shards and manifest of the stoker-tfrecord set at ``url`` (``opened``: as another
+    """The shards and manifest of the TFRecord set at ``url`` (``opened``: as another
     process opened it)."""
-    return open_remote_set(url, options, opened, validate_manifest, _files, cap=MAX_OPEN_SHARDS)
+    return open_remote_set(url, options, opened, KIND, _files, cap=MAX_OPEN_SHARDS)
 
 
 class RemoteShard(HeldShard, _Shard):

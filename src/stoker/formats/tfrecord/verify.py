@@ -19,10 +19,11 @@ from typing import Any
 from stoker._core.errors import CorruptRecordError
 from stoker._core.progress import make_progress
 from stoker._core.schema import Field
-from stoker.formats.manifest import MANIFEST_SUFFIX
+from stoker.formats.manifest import MANIFEST_SUFFIX, load
 from stoker.formats.protowire import WireError
 from stoker.formats.remote import RemoteOptions, remote_url
 from stoker.formats.report import Problem, VerifyReport, decode_failure
+from stoker.formats.shards import ShardEntry
 from stoker.formats.tfrecord.example import parse_features
 from stoker.formats.tfrecord.features import (
     FeaturePlan,
@@ -35,8 +36,8 @@ from stoker.formats.tfrecord.features import (
     wanted_features,
 )
 from stoker.formats.tfrecord.framing import HEADER, FrameError, read_frame
-from stoker.formats.tfrecord.manifest import load_manifest, shard_files, validate_manifest
-from stoker.formats.tfrecord.reader import check_not_gzip, manifest_plan
+from stoker.formats.tfrecord.reader import check_not_gzip, manifest_plan, shard_files
+from stoker.formats.tfrecord.writer import KIND
 from stoker.formats.verify_remote import verify_shards
 
 __all__ = ["verify"]
@@ -56,7 +57,7 @@ def verify(
     features: dict[str, Any] | None = None,
     remote: RemoteOptions | None = None,
 ) -> VerifyReport:
-    """Walk a ``.tfrecord`` or a ``stoker-tfrecord`` manifest's shards; see the module
+    """Walk a ``.tfrecord`` or a TFRecord set's manifest's shards; see the module
     docstring. The feature names of a bare file are the reader's options (a manifest names
     its own). Raises ``ManifestError`` for an unreadable manifest only. A manifest's URL is
     walked shard by shard from fresh downloads (``remote``: how to reach it;
@@ -66,14 +67,13 @@ def verify(
     p = os.fspath(path)
     if remote_url(p) is not None:
 
-        def entry(report: VerifyReport, local: str, s: dict, m: dict) -> None:
+        def entry(report: VerifyReport, local: str, s: ShardEntry, m: dict) -> None:
             _verify_entry(report, local, s, manifest_plan(m), checksums, decode, progress)
 
         report = verify_shards(
             p,
             remote=remote,
-            validate=validate_manifest,
-            file_of=lambda s: s["path"],
+            kind=KIND,
             verify_entry=entry,
             max_problems=max_problems,
         )
@@ -82,7 +82,7 @@ def verify(
     report = VerifyReport(p, max_problems=max_problems)
     report.notes.append(_NO_INDEX)
     if p.endswith(MANIFEST_SUFFIX):
-        m = load_manifest(p)
+        m = load(p, kind=KIND)
         plan = manifest_plan(m)
         for (f, _records, _nbytes), s in zip(shard_files(p, m), m["shards"], strict=True):
             if not os.path.isfile(f):
@@ -104,14 +104,14 @@ def verify(
 def _verify_entry(
     report: VerifyReport,
     f: str,
-    s: dict,
+    s: ShardEntry,
     plan: FeaturePlan,
     checksums: bool,
     decode: Callable[[bytes], object] | None,
     progress: bool | None,
 ) -> None:
     """Check manifest entry ``s`` against file ``f``: its size, then every record."""
-    size, nbytes, records = os.path.getsize(f), s["bytes"], s["records"]
+    size, nbytes, records = os.path.getsize(f), s.bytes, s.records
     if size != nbytes:
         report.add(Problem(f, None, None, f"{size} bytes, the manifest says {nbytes}"))
     found = _verify_file(report, f, plan, checksums, decode, progress)

@@ -27,7 +27,7 @@ from stoker._core.atomic import fsync_dir, partial_path
 from stoker._core.errors import SpecError
 from stoker._core.schema import Field, Schema
 from stoker.formats.base import ShardWriter
-from stoker.formats.manifest import check_rel_path, fail, write_json
+from stoker.formats.manifest import fail, longest, write_set
 from stoker.formats.protowire import encode_varint
 from stoker.formats.tfrecord.example import (
     bytes_entry_head,
@@ -43,9 +43,11 @@ from stoker.formats.tfrecord.features import (
     lengths_of,
 )
 from stoker.formats.tfrecord.framing import frame, frame_ends
-from stoker.formats.tfrecord.manifest import FORMAT_NAME, FORMAT_VERSION, validate_manifest
 
-__all__ = ["TFRecordShardWriter", "open_writer", "shard_path", "write_set_manifest"]
+__all__ = ["KIND", "TFRecordShardWriter", "open_writer", "shard_path", "write_set_manifest"]
+
+#: the manifest's ``kind`` (the registry name: FORMAT.name)
+KIND = "tfrecord"
 
 _KEY_LIMIT = 1 << 63
 _FORMATS = (
@@ -239,9 +241,9 @@ class TFRecordShardWriter(ShardWriter):
 
     # ------------------------------------------------------------------ finishing
     def commit(self) -> dict:
-        """Make the shard final; its manifest entry ``{"path": absolute path, "records",
-        "bytes", "max_len": {field: longest}}`` (:func:`write_set_manifest` makes the path
-        relative)."""
+        """Make the shard final; its manifest entry ``{"files": {"data": absolute path},
+        "records", "bytes", "checksums": {}, "max_len": {field: longest}}``
+        (:func:`write_set_manifest` makes the path relative)."""
         if self._done:
             raise ValueError(f"{self.path}: the writer is already committed or aborted")
         try:
@@ -256,9 +258,10 @@ class TFRecordShardWriter(ShardWriter):
         os.replace(partial_path(self.path), self.path)
         fsync_dir(os.path.dirname(os.path.abspath(self.path)))
         return {
-            "path": os.path.abspath(self.path),
+            "files": {"data": os.path.abspath(self.path)},
             "records": len(self._keys),
             "bytes": self._bytes,
+            "checksums": {},
             "max_len": dict(self._max_len),
         }
 
@@ -342,35 +345,24 @@ def write_set_manifest(
     entries, in order; each shard must lie inside the manifest's folder. ``schema`` gets
     each variable field's ``max_len`` from the shards."""
     mp = os.fspath(manifest_path)
-    base = os.path.dirname(os.path.abspath(mp))
     schema = schema if schema is not None else Schema.classification()
-    entries: list[dict[str, Any]] = []
-    longest: dict[str, int] = {}
-    for j, s in enumerate(shards):
-        rel = os.path.relpath(os.path.abspath(os.fspath(s["path"])), base)
-        check_rel_path(mp, f"shards[{j}].path", rel)
-        entries.append({"path": rel, "records": int(s["records"]), "bytes": int(s["bytes"])})
-        for n, v in (s.get("max_len") or {}).items():
-            longest[n] = max(longest.get(n, 0), int(v))
+    seen = longest(shards)
     for n, f in schema.items():
         if f.variable:
-            longest[n] = max(longest.get(n, 0), f.max_len or 0)
+            seen[n] = max(seen.get(n, 0), f.max_len or 0)
     if classes is not None and not isinstance(classes, Mapping):
         classes = {str(c): i for i, c in enumerate(classes)}
     try:
         features = feature_names(schema)
     except ValueError as e:
         raise fail(mp, str(e)) from None
-    m = {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "records": sum(int(e["records"]) for e in entries),
-        "shards": entries,
-        "classes": dict(classes or {}),
-        "schema": schema.with_max_len(longest).to_json(),
-        "features": features,
-        "key_feature": KEY_FEATURE,
-        "pack": dict(pack or {}),
-        "rejects": dict(rejects or {}),
-    }
-    write_json(mp, validate_manifest(m, mp))
+    write_set(
+        KIND,
+        mp,
+        shards,
+        classes=classes,
+        schema=schema.with_max_len(seen),
+        options={"features": features, "key_feature": KEY_FEATURE},
+        pack=pack,
+        rejects=rejects,
+    )

@@ -14,13 +14,22 @@ safety rules.
 
 from __future__ import annotations
 
-from stoker.formats.spec import Format
+import os
+from typing import Any
+
+from stoker.formats.manifest import load, validate
+from stoker.formats.spec import Dialect, Format
 from stoker.formats.wds.layout import IMAGE_SUFFIXES, LABEL_SUFFIX, field_suffixes, split_name
-from stoker.formats.wds.manifest import FORMAT_NAME, load_manifest, validate_manifest
 from stoker.formats.wds.reader import MAX_OPEN_SHARDS, WdsReader, open_reader
 from stoker.formats.wds.tarfmt import TarError, checksum, ustar_header
 from stoker.formats.wds.verify import verify
-from stoker.formats.wds.writer import WdsShardWriter, open_writer, shard_path, write_set_manifest
+from stoker.formats.wds.writer import (
+    KIND,
+    WdsShardWriter,
+    open_writer,
+    shard_path,
+    write_set_manifest,
+)
 
 __all__ = [
     "FORMAT",
@@ -45,17 +54,41 @@ __all__ = [
 ]
 
 _W = "stoker.formats.wds"
+#: The ``format`` field of the version-1 manifests (``FORMAT.v1.format``).
+FORMAT_NAME = "stoker-wds"
+
+
+def load_manifest(path: str | os.PathLike[str]) -> dict:
+    """Read and check a WebDataset set's manifest (the one schema; a version-1 manifest is
+    translated); its shards are :class:`~stoker.formats.shards.ShardEntry` objects."""
+    return load(path, kind=KIND)
+
+
+def validate_manifest(m: Any, path: str = "<manifest>") -> dict:
+    """Check a WebDataset set's manifest; returns it as version 2."""
+    return validate(m, path, KIND)
+
+
 #: The format, as the registry lists it (:mod:`stoker.formats.spec`).
 FORMAT = Format(
     "wds",
     f"{_W}:open_reader",
     (".tar",),
-    FORMAT_NAME,
-    f"{_W}:open_writer",
-    f"{_W}:write_set_manifest",
-    f"{_W}:verify",
+    writer=f"{_W}:open_writer",
+    manifest=f"{_W}:write_set_manifest",
+    verify=f"{_W}:verify",
     remote=True,
     roles={"data": ".tar", "crc": ".crc32c"},
+    v1=Dialect(
+        FORMAT_NAME,
+        {
+            "tar": ("file", "data"),
+            "records": ("count", "records"),
+            "tar_bytes": ("count", "bytes"),
+            "sha256": ("sha256?", "data.sha256"),
+            "crc32c": ("file?", "crc"),
+        },
+    ),
     shard_path=f"{_W}.writer:shard_path",
     open_shard=f"{_W}.shard:open_shard",
 )

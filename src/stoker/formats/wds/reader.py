@@ -1,5 +1,5 @@
 """The :class:`~stoker.formats.Reader` of WebDataset tar shards: one ``.tar``, or the shards a
-stoker-written ``NAME.stoker.json`` (``"format": "stoker-wds"``) lists, read as one set.
+stoker-written ``NAME.stoker.json`` (``"kind": "wds"``) lists, read as one set.
 
 Positions ``0..N-1`` run through the shards in manifest order. WebDataset keys are strings, so
 the reader's int keys are the positions; ``key_name(i)`` gives the member key and
@@ -25,13 +25,15 @@ from stoker.formats.base import Reader, ReadSample
 from stoker.formats.manifest import (
     MANIFEST_SUFFIX,
     class_names,
+    load,
     manifest_schema,
     same_file,
+    shard_file,
     sibling_manifest,
 )
 from stoker.formats.remote import RemoteOptions, redact, remote_url
 from stoker.formats.shardfiles import ReadsRemoteShards
-from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardSet, digest
+from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardEntry, ShardSet, digest
 from stoker.formats.wds.layout import (
     IMAGE_SUFFIXES,
     LABEL_SUFFIX,
@@ -39,7 +41,6 @@ from stoker.formats.wds.layout import (
     field_suffixes,
     raw_schema,
 )
-from stoker.formats.wds.manifest import FORMAT_NAME, load_manifest, shard_tar
 from stoker.formats.wds.shard import Shard, check_uncompressed, decode_field
 
 __all__ = ["MAX_OPEN_SHARDS", "WdsReader", "open_reader"]
@@ -85,13 +86,13 @@ class WdsReader(ReadsRemoteShards, Reader):
         if remote_url(path) is not None:
             self._open_remote(path, opened)
             return
-        mine: list[dict] = []
-        beside = None if path.endswith(MANIFEST_SUFFIX) else sibling_manifest(path, FORMAT_NAME)
+        mine: list[ShardEntry] = []
+        beside = None if path.endswith(MANIFEST_SUFFIX) else sibling_manifest(path, self.format)
         if beside is not None:
-            m = load_manifest(beside)
-            mine = [s for s in m["shards"] if same_file(shard_tar(beside, s), path)]
+            m = load(beside, kind=self.format)
+            mine = [s for s in m["shards"] if same_file(str(shard_file(beside, s, "data")), path)]
         if path.endswith(MANIFEST_SUFFIX):
-            m = load_manifest(path)
+            m = load(path, kind=self.format)
             self._read_manifest(m, path, m["shards"])
             if not self._shards:
                 raise ManifestError(f"{path}: the manifest lists no shards")
@@ -141,44 +142,43 @@ class WdsReader(ReadsRemoteShards, Reader):
         if self.manifest is None:
             return {}
         tars = self.manifest["shards"]
-        return {"shards": len(tars), "bytes": sum(int(s["tar_bytes"]) for s in tars)}
+        return {"shards": len(tars), "bytes": sum(int(s.bytes or 0) for s in tars)}
 
     def label_kind(self) -> tuple[tuple[int, ...], str]:
         """One label's shape and dtype: an int64 each (read without any shard)."""
         return (), "int64"
 
-    def _read_manifest(self, m: dict, manifest: str, shards: list[dict]) -> None:
+    def _read_manifest(self, m: dict, manifest: str, shards: list[ShardEntry]) -> None:
         """Read ``shards`` (entries of the manifest ``m`` at ``manifest``) as ``m`` declares."""
         self.manifest = m if len(shards) == len(m["shards"]) else {**m, "shards": shards}
         self._declared = manifest_schema(m, manifest)
         self._class_names = class_names(m) if m.get("classes") else None
         self._shards = [self._manifest_shard(manifest, s) for s in shards]
 
-    def _manifest_shard(self, manifest: str, s: dict) -> Shard:
-        tar = shard_tar(manifest, s)
+    def _manifest_shard(self, manifest: str, s: ShardEntry) -> Shard:
+        tar, name = str(shard_file(manifest, s, "data")), s.files["data"]
         if os.path.isdir(tar):
-            raise ManifestError(f"{manifest}: shard {s['tar']!r} names a directory, not a file")
+            raise ManifestError(f"{manifest}: shard {name!r} names a directory, not a file")
         if not os.path.exists(tar):
-            raise ManifestError(f"{manifest}: shard {s['tar']!r} does not exist")
+            raise ManifestError(f"{manifest}: shard {name!r} does not exist")
         size = os.path.getsize(tar)
-        if size != s["tar_bytes"]:
+        if size != s.bytes:
             raise ManifestError(
-                f"{manifest}: {tar} is {size} bytes but the manifest records {s['tar_bytes']}; "
+                f"{manifest}: {tar} is {size} bytes but the manifest records {s.bytes}; "
                 "the shard was replaced or truncated"
             )
-        crc = None
-        if s.get("crc32c") is not None:  # checked at open: a side-car of another tar's size
-            crc = os.path.join(os.path.dirname(os.path.abspath(manifest)), s["crc32c"])
-            if not os.path.isfile(crc) or os.path.getsize(crc) != 4 * s["records"]:
+        crc = shard_file(manifest, s, "crc")
+        if crc is not None:  # checked at open: a side-car of another tar's size
+            if not os.path.isfile(crc) or os.path.getsize(crc) != 4 * s.records:
                 got = f"{os.path.getsize(crc)} bytes" if os.path.isfile(crc) else "missing"
                 raise ManifestError(
-                    f"{manifest}: {crc} (the per-sample checksums of {s['tar']!r}) is {got}, "
-                    f"not 4 bytes for each of its {s['records']} samples"
+                    f"{manifest}: {crc} (the per-sample checksums of {name!r}) is {got}, "
+                    f"not 4 bytes for each of its {s.records} samples"
                 )
         return Shard(
             tar,
-            records=s["records"],
-            tar_bytes=s["tar_bytes"],
+            records=s.records,
+            tar_bytes=s.bytes,
             manifest=manifest,
             cache=self._cache,
             crc=crc,
@@ -195,7 +195,7 @@ class WdsReader(ReadsRemoteShards, Reader):
         manifest, or the one tar's index."""
         if self._set is None:
             if self.manifest is not None:
-                counts = [int(s["records"]) for s in self.manifest["shards"]]
+                counts = [s.records for s in self.manifest["shards"]]
             else:
                 counts = [len(self._shards[0].index())]
             self._set = ShardSet(counts)

@@ -11,26 +11,33 @@ from __future__ import annotations
 
 from stoker.formats.remote import RemoteOptions
 from stoker.formats.shardfiles import HeldShard, RemoteShards, ShardFile, open_remote_set
-from stoker.formats.wds.manifest import validate_manifest
+from stoker.formats.shards import ShardEntry
 from stoker.formats.wds.shard import Shard
+from stoker.formats.wds.writer import KIND
 
 __all__ = ["RemoteTar", "open_remote"]
 
 
-def _files(j: int, s: dict) -> list[ShardFile]:
+def _files(j: int, s: ShardEntry) -> list[ShardFile]:
     """The tar, then its per-sample checksums when the manifest names them (4 bytes each)."""
-    tar = ShardFile(s["tar"], f"shards[{j}].tar", int(s["tar_bytes"]), sha256=s.get("sha256"))
-    if s.get("crc32c") is None:
+    sha = s.checksums.get("data.sha256")
+    tar = ShardFile(
+        s.files["data"],
+        f"shards[{j}].files.data",
+        int(s.bytes or 0),
+        sha256=None if sha is None else str(sha),
+    )
+    if "crc" not in s.files:
         return [tar]
-    return [tar, ShardFile(s["crc32c"], f"shards[{j}].crc32c", 4 * int(s["records"]))]
+    return [tar, ShardFile(s.files["crc"], f"shards[{j}].files.crc", 4 * int(s.records))]
 
 
 def open_remote(
     url: str, options: RemoteOptions | None, opened: RemoteShards | None, *, cap: int
 ) -> tuple[RemoteShards, dict]:
-    """The shards and manifest of the stoker-wds set at ``url`` (``opened``: as another
+    """The shards and manifest of the WebDataset set at ``url`` (``opened``: as another
     process opened it)."""
-    return open_remote_set(url, options, opened, validate_manifest, _files, cap=cap)
+    return open_remote_set(url, options, opened, KIND, _files, cap=cap)
 
 
 class RemoteTar(HeldShard, Shard):
@@ -38,15 +45,15 @@ class RemoteTar(HeldShard, Shard):
     it (``manifest``: the set's URL, for messages)."""
 
     def __init__(
-        self, shards: RemoteShards, j: int, entry: dict, *, manifest: str, cache: bool
+        self, shards: RemoteShards, j: int, entry: ShardEntry, *, manifest: str, cache: bool
     ) -> None:
         super().__init__(
             shards.location(j),
-            records=entry["records"],
-            tar_bytes=entry["tar_bytes"],
+            records=entry.records,
+            tar_bytes=entry.bytes,
             manifest=manifest,
             cache=cache,
-            crc=shards.location(j, 1) if entry.get("crc32c") is not None else None,
+            crc=shards.location(j, 1) if "crc" in entry.files else None,
         )
         self.shards, self.j = shards, j
         self.identity = shards.identity(j)

@@ -22,15 +22,16 @@ from stoker._core.checksum import file_sha256
 from stoker._core.errors import CorruptRecordError
 from stoker._core.progress import make_progress
 from stoker._core.schema import Schema
-from stoker.formats.manifest import MANIFEST_SUFFIX, manifest_schema
+from stoker.formats.manifest import MANIFEST_SUFFIX, load, manifest_schema, shard_file
 from stoker.formats.remote import RemoteOptions, redact, remote_url
 from stoker.formats.report import Problem, VerifyReport, decode_failure
+from stoker.formats.shards import ShardEntry
 from stoker.formats.verify_remote import verify_shards
 from stoker.formats.wds.index import build_index
 from stoker.formats.wds.layout import IMAGE_SUFFIXES, RAW_FIELDS, field_suffixes, raw_schema
-from stoker.formats.wds.manifest import load_manifest, shard_tar, validate_manifest
 from stoker.formats.wds.shard import CrcCheck, check_uncompressed, decode_field, read_crcs
 from stoker.formats.wds.tarfmt import Walk
+from stoker.formats.wds.writer import KIND
 
 __all__ = ["verify"]
 
@@ -142,7 +143,7 @@ def verify(
     progress: bool | None = None,
     remote: RemoteOptions | None = None,
 ) -> VerifyReport:
-    """Walk a ``.tar`` or every shard of a stoker-wds manifest and report every problem.
+    """Walk a ``.tar`` or every shard of a WebDataset set's manifest and report every problem.
     Never raises for problems in the data (they go into the report); raises
     ``ManifestError`` for an unreadable manifest. A manifest's URL is walked shard by shard
     from fresh downloads (``remote``: how to reach it; :mod:`stoker.formats.verify_remote`)."""
@@ -151,14 +152,13 @@ def verify(
     p = os.fspath(path)
     if remote_url(p) is not None:
 
-        def entry(report: VerifyReport, local: str, s: dict, m: dict) -> None:
+        def entry(report: VerifyReport, local: str, s: ShardEntry, m: dict) -> None:
             _verify_entry(report, local, s, _fields(m, redact(p)), checksums, decode)
 
         report = verify_shards(
             p,
             remote=remote,
-            validate=validate_manifest,
-            file_of=lambda s: s["tar"],
+            kind=KIND,
             verify_entry=entry,
             max_problems=max_problems,
         )
@@ -172,12 +172,12 @@ def verify(
         _verify_tar(report, p, _raw_fields(), decode, None)
         report.notes.append(_UNCHECKED)
         return report
-    m = load_manifest(p)
+    m = load(p, kind=KIND)
     fields = _fields(m, p)
     bar = make_progress(len(m["shards"]), "verify", unit="shard", enabled=progress)
     try:
         for s in m["shards"]:
-            tar = shard_tar(p, s)
+            tar = str(shard_file(p, s, "data"))
             if not os.path.isfile(tar):
                 report.add(Problem(tar, None, None, "the shard the manifest lists does not exist"))
                 continue
@@ -185,7 +185,7 @@ def verify(
             bar.update(1)
     finally:
         bar.close()
-    if checksums and any(s.get("crc32c") is None for s in m["shards"]):
+    if checksums and any("crc" not in s.files for s in m["shards"]):
         report.notes.append(_UNCHECKED)
     return _no_sums(report, checksums)
 
@@ -198,7 +198,7 @@ def _fields(m: dict, where: str) -> tuple[Schema, dict[str, str]]:
 def _verify_entry(
     report: VerifyReport,
     tar: str,
-    s: dict,
+    s: ShardEntry,
     fields: tuple[Schema, dict[str, str]],
     checksums: bool,
     decode: Decode | None,
@@ -207,16 +207,16 @@ def _verify_entry(
     """Check manifest entry ``s`` against file ``tar``: its size, sha256, every sample (and
     its CRC32C, when the entry names a side-car and ``manifest`` locates it)."""
     size = os.path.getsize(tar)
-    if size != s["tar_bytes"]:
-        report.add(Problem(tar, None, None, f"is {size} bytes, the manifest says {s['tar_bytes']}"))
-    elif checksums and s.get("sha256"):
+    if size != s.bytes:
+        report.add(Problem(tar, None, None, f"is {size} bytes, the manifest says {s.bytes}"))
+    elif checksums and s.checksums.get("data.sha256"):
         report.checksummed += 1
-        if file_sha256(tar) != s["sha256"]:
+        if file_sha256(tar) != s.checksums["data.sha256"]:
             report.add(Problem(tar, None, None, "sha256 differs from the manifest's"))
     crc = None
-    if checksums and manifest is not None and s.get("crc32c") is not None:
-        crc = os.path.join(os.path.dirname(os.path.abspath(manifest)), s["crc32c"])
-    _verify_tar(report, tar, fields, decode, s["records"], crc)
+    if checksums and manifest is not None:
+        crc = shard_file(manifest, s, "crc")
+    _verify_tar(report, tar, fields, decode, s.records, crc)
 
 
 _UNCHECKED = (

@@ -36,7 +36,7 @@ from stoker._core.atomic import fsync_dir, partial_path, write_bytes_atomic
 from stoker._core.errors import OutputExistsError, SpecError
 from stoker._core.schema import Schema
 from stoker.formats.base import ShardWriter
-from stoker.formats.manifest import check_rel_path, fail, write_json
+from stoker.formats.manifest import write_set
 from stoker.formats.wds.layout import (
     LABEL_SUFFIX,
     common_suffix,
@@ -45,7 +45,6 @@ from stoker.formats.wds.layout import (
     image_suffix,
     sample_crc,
 )
-from stoker.formats.wds.manifest import FORMAT_NAME, FORMAT_VERSION, validate_manifest
 from stoker.formats.wds.tarfmt import (
     BLOCK,
     END_OF_ARCHIVE,
@@ -55,7 +54,10 @@ from stoker.formats.wds.tarfmt import (
     ustar_headers,
 )
 
-__all__ = ["WdsShardWriter", "open_writer", "shard_path", "write_set_manifest"]
+__all__ = ["KIND", "WdsShardWriter", "open_writer", "shard_path", "write_set_manifest"]
+
+#: the manifest's ``kind`` (the registry name: FORMAT.name)
+KIND = "wds"
 
 _KEY_LIMIT = 1 << 63
 _ZEROS = bytes(BLOCK)
@@ -274,17 +276,17 @@ class WdsShardWriter(ShardWriter):
         os.replace(self._partial, self.path)
         fsync_dir(os.path.dirname(os.path.abspath(self.path)))
         self._done = True
-        entry: dict[str, Any] = {
-            "tar": os.path.basename(self.path),
+        files = {"data": os.path.basename(self.path)}
+        if self._crcs is not None:
+            files["crc"] = os.path.basename(crc_path(self.path))
+        sums = {} if self._hash is None else {"data.sha256": self._hash.hexdigest()}
+        return {
+            "files": files,
             "records": len(self._keys),
-            "tar_bytes": self._size,
+            "bytes": self._size,
+            "checksums": sums,
             "max_len": dict(self._max_len),
         }
-        if self._hash is not None:
-            entry["sha256"] = self._hash.hexdigest()
-        if self._crcs is not None:
-            entry["crc32c"] = os.path.basename(crc_path(self.path))
-        return entry
 
     def abort(self) -> None:
         """Stop and remove the partial; the final file (if any) is untouched."""
@@ -298,44 +300,10 @@ class WdsShardWriter(ShardWriter):
 
 
 def write_set_manifest(
-    manifest_path: str | os.PathLike[str],
-    shards: Sequence[Mapping[str, Any]],
-    *,
-    classes: Mapping[str, int] | None = None,
-    schema: Schema | None = None,
-    pack: Mapping[str, Any] | None = None,
-    rejects: Mapping[str, Any] | None = None,
+    manifest_path: str | os.PathLike[str], shards: Sequence[Mapping[str, Any]], **fields: Any
 ) -> None:
     """Write the set's ``NAME.stoker.json`` from its shards' ``commit()`` entries (tar paths
     relative to the manifest's folder, which is the shards' folder; a variable field without
-    ``max_len`` gets the largest the shards saw), atomically."""
-    p = os.fspath(manifest_path)
-    entries: list[dict[str, Any]] = []
-    seen: dict[str, int] = {}
-    for j, s in enumerate(shards):
-        rel = check_rel_path(p, f"shards[{j}].tar", s.get("tar"))
-        e = {"tar": rel, "records": int(s["records"]), "tar_bytes": int(s["tar_bytes"])}
-        if s.get("sha256"):
-            e["sha256"] = s["sha256"]
-        if s.get("crc32c"):
-            e["crc32c"] = check_rel_path(p, f"shards[{j}].crc32c", s["crc32c"])
-        for name, n in (s.get("max_len") or {}).items():
-            seen[name] = max(seen.get(name, 0), int(n))
-        entries.append(e)
-    m: dict[str, Any] = {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "records": sum(e["records"] for e in entries),
-        "shards": entries,
-        "classes": dict(classes or {}),
-        "pack": dict(pack or {}),
-        "rejects": dict(rejects or {}),
-    }
-    if schema is not None:
-        missing = {n: v for n, v in seen.items() if n in schema and schema[n].max_len is None}
-        m["schema"] = schema.with_max_len(missing).to_json()
-    try:
-        validate_manifest(m, p)
-    except ValueError as e:
-        raise fail(p, f"cannot write the manifest: {e}") from None
-    write_json(p, m)
+    ``max_len`` gets the largest the shards saw), atomically; ``fields``: ``classes``,
+    ``schema``, ``pack``, ``rejects``."""
+    write_set(KIND, manifest_path, shards, **fields)
