@@ -30,12 +30,12 @@ from stoker._core.schema import Field, Schema
 from stoker.formats.base import Reader, ReadSample
 from stoker.formats.manifest import (
     MANIFEST_SUFFIX,
-    class_names,
     load,
     same_file,
     shard_file,
     sibling_manifest,
 )
+from stoker.formats.manifest_json import class_names
 from stoker.formats.protowire import WireError, read_varint
 from stoker.formats.remote import RemoteOptions, remote_url
 from stoker.formats.report import spread
