@@ -56,6 +56,7 @@ lint: $(LINT_STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(PY) scripts/check_size.py
+	$(PY) scripts/check_cycles.py
 
 # builds the wheel and sdist, installs the wheel with its core dependencies only into a fresh
 # venv and packs, loads and inspects a few images with it (scripts/wheel_check.py)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from stoker.formats.manifest import (
+from stoker.formats.manifest_json import (
     MANIFEST_FORMAT,
     MANIFEST_VERSION,
     check_count,

@@ -41,7 +41,7 @@ from stoker.formats.remote import (
     local_path,
     remote_url,
 )
-from stoker.formats.spec import Format
+from stoker.formats.spec import FORMATS, Format
 
 __all__ = [
     "DEFAULT",
@@ -54,9 +54,6 @@ __all__ = [
     "register",
     "writable",
 ]
-
-
-FORMATS: dict[str, Format] = {}
 
 
 def register(fmt: Format) -> Format:

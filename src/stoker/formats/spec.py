@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Dialect", "Format"]
+__all__ = ["FORMATS", "Dialect", "Format"]
 
 
 @dataclass(frozen=True)
@@ -90,3 +90,9 @@ class Format:
             base = p[: len(p) - len(data)] if data and p.endswith(data) else p
             out.append({role: base + suffix for role, suffix in self.roles.items()})
         return out
+
+
+#: Every registered format by name: filled by :mod:`stoker.formats.registry` (one line per
+#: format) when the ``stoker.formats`` package is imported; read where a format is looked up
+#: by name below the registry (a manifest's ``kind``).
+FORMATS: dict[str, Format] = {}

@@ -25,13 +25,13 @@ from typing import Any
 from stoker.formats.manifest import (
     MANIFEST_SUFFIX,
     MAX_MANIFEST_BYTES,
-    class_names,
     load,
     make,
     manifest_schema,
     validate,
     write_json,
 )
+from stoker.formats.manifest_json import class_names
 from stoker.formats.shards import ShardEntry
 
 __all__ = [

@@ -60,7 +60,7 @@ FORMAT = Format(
         options=("features", "key_feature"),
     ),
     shard_path=f"{_T}.writer:shard_path",
-    open_shard=f"{_T}.reader:open_shard",
+    open_shard=f"{_T}.shard:open_shard",
 )
 
 

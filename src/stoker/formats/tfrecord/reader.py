@@ -17,26 +17,25 @@ crosses a fork.
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from stoker._core.crc import crc32c
-from stoker._core.errors import CorruptRecordError, SpecError, StokerFormatError
+from stoker._core.errors import SpecError, StokerFormatError
 from stoker._core.schema import Field, Schema
 from stoker.formats.base import Reader, ReadSample
 from stoker.formats.manifest import (
     MANIFEST_SUFFIX,
-    class_names,
     load,
     same_file,
     shard_file,
     sibling_manifest,
 )
+from stoker.formats.manifest_json import class_names
 from stoker.formats.protowire import WireError, read_varint
 from stoker.formats.remote import RemoteOptions, remote_url
 from stoker.formats.report import spread
@@ -60,18 +59,16 @@ from stoker.formats.tfrecord.framing import (
     HEADER,
     MASK_DELTA,
     FrameError,
-    looks_gzip,
     read_frame,
 )
 from stoker.formats.tfrecord.index import (
     NO_SPAN,
-    ShardMeta,
-    load_meta,
-    load_offsets,
     record_error,
 )
+from stoker.formats.tfrecord.remote import open_remote, remote_shard
+from stoker.formats.tfrecord.shard import Shard
 
-__all__ = ["MAX_OPEN_SHARDS", "TFRecordReader", "check_not_gzip", "manifest_plan", "open_shard"]
+__all__ = ["MAX_OPEN_SHARDS", "TFRecordReader", "manifest_plan"]
 
 #: ``TFRecordReader``'s feature keys when none are asked for.
 _DEFAULT_KEYS = {
@@ -82,90 +79,6 @@ _DEFAULT_KEYS = {
 }
 _FRAME = struct.Struct("<QI")  # a record's length and the masked CRC of its 8 bytes
 _U32 = struct.Struct("<I")
-GZIP_HELP = (
-    "this is a GZIP-compressed TFRecord file; stoker reads TFRecord by random access (any "
-    "record, in any order, from any worker), which a GZIP stream cannot give without "
-    "decompressing everything before the record. Decompress it once and open the result: "
-    "gunzip -k FILE.tfrecord.gz (or: python -m gzip -d FILE.tfrecord.gz)"
-)
-
-
-def check_not_gzip(path: str, head: bytes) -> None:
-    """Refuse a GZIP-compressed file with the way out (see ``GZIP_HELP``)."""
-    if path.lower().endswith((".gz", ".gzip")) or looks_gzip(head):
-        raise CorruptRecordError(path, 0, GZIP_HELP)
-
-
-class _Shard:
-    """One mapped file with its index and scan results."""
-
-    def __init__(self, path: str, plan: FeaturePlan, *, cache: bool) -> None:
-        self.path = path
-        self.mm: mmap.mmap | None = None
-        self.view = memoryview(b"")
-        self.size = 0
-        self.map()
-        try:
-            self.offsets = load_offsets(path, self.view, self.size, cache=cache)
-            self.meta: ShardMeta = load_meta(
-                path, self.view, self.size, self.offsets, plan, cache=cache
-            )
-        except BaseException:
-            self.unmap()
-            raise
-
-    def local(self) -> str:
-        """The local file holding the bytes (a shard in object storage: its pinned copy)."""
-        return self.path
-
-    def map(self) -> None:
-        with open(self.local(), "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            check_not_gzip(self.path, f.read(HEADER))
-            if self.mm is not None or (self.size and size != self.size):
-                raise CorruptRecordError(
-                    self.path,
-                    None,
-                    f"the file changed since it was indexed ({size} bytes now, {self.size} "
-                    "then); reopen the data set",
-                )
-            self.size = size
-            if size:
-                self.mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-                self.view = memoryview(self.mm)
-
-    def unmap(self) -> None:
-        view, mm = self.view, self.mm
-        self.view, self.mm = memoryview(b""), None
-        try:
-            view.release()
-        except BufferError:  # a caller still holds an image view; the GC unmaps later
-            return
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass
-
-    def check_size(self, i: int, key: int) -> None:
-        # Touching a page past the end of a file truncated in place raises SIGBUS; one
-        # fstat per read turns the usual case into a clean error.
-        if self.mm is not None and self.mm.size() < self.size:
-            raise CorruptRecordError(
-                self.path,
-                int(self.offsets[i]),
-                f"record {i}: the file was truncated in place while open ({self.mm.size()} "
-                f"bytes now, {self.size} at open); replace files (os.replace), do not rewrite them",
-                key=key,
-            )
-
-
-def open_shard(
-    paths: Mapping[str, Any], *, plan: FeaturePlan | None = None, cache: bool = True
-) -> _Shard:
-    """One ``.tfrecord`` (``paths["data"]``) mapped and indexed, read as ``plan`` says (the
-    usual features when ``None``)."""
-    return _Shard(paths["data"], default_plan() if plan is None else plan, cache=cache)
 
 
 def shard_files(manifest_path: str, m: dict) -> list[tuple[str, int | None, int | None]]:
@@ -221,7 +134,7 @@ class TFRecordReader(ReadsRemoteShards, Reader):
         self.path = self._config["path"]
         self.checksums = self._config["checksums"]
         self._ready = False
-        self._shards: list[_Shard] = []
+        self._shards: list[Shard] = []
         self._open: OpenShards[None] = OpenShards(MAX_OPEN_SHARDS)
         self._class_names: list[str] | None = None
         self._spans: tuple[np.ndarray, ...] | None = None
@@ -237,8 +150,6 @@ class TFRecordReader(ReadsRemoteShards, Reader):
             return
         c = self._config
         if remote_url(self.path) is not None:
-            from stoker.formats.tfrecord.remote import open_remote, remote_shard
-
             self._remote, m = open_remote(self.path, c.get("remote"), self._opened)
             self._remote.on_release = self._released
             plan = manifest_plan(m)
@@ -296,10 +207,10 @@ class TFRecordReader(ReadsRemoteShards, Reader):
 
     def _open_shard(
         self, path: str, plan: FeaturePlan, records: int | None, nbytes: int | None
-    ) -> _Shard:
-        return self._check_shard(_Shard(path, plan, cache=self._config["cache"]), records, nbytes)
+    ) -> Shard:
+        return self._check_shard(Shard(path, plan, cache=self._config["cache"]), records, nbytes)
 
-    def _check_shard(self, sh: _Shard, records: int | None, nbytes: int | None) -> _Shard:
+    def _check_shard(self, sh: Shard, records: int | None, nbytes: int | None) -> Shard:
         where = f"{sh.path} (listed in {self.path})"
         if nbytes is not None and sh.size != nbytes:
             sh.unmap()
@@ -312,7 +223,7 @@ class TFRecordReader(ReadsRemoteShards, Reader):
         self._touch(len(self._shards), sh)
         return sh
 
-    def _touch(self, j: int, sh: _Shard) -> None:
+    def _touch(self, j: int, sh: Shard) -> None:
         """Mark shard ``j`` used; unmap the least recently used beyond the limit."""
         for old, _ in self._open.use(j):
             self._shards[old].unmap()  # the newest, ``sh``, is never the oldest
@@ -446,7 +357,7 @@ class TFRecordReader(ReadsRemoteShards, Reader):
         sha = digest([np.ascontiguousarray(self._keys, dtype="<i8"), self._labels])
         return {"format": self.format, "records": len(self), "sha256": sha}
 
-    def _mapped(self, j: int) -> _Shard:
+    def _mapped(self, j: int) -> Shard:
         sh = self._shards[j]
         if sh.mm is None and sh.size:
             sh.map()

@@ -14,10 +14,10 @@ from typing import Any
 
 from stoker.formats.remote import RemoteOptions
 from stoker.formats.shardfiles import HeldShard, RemoteShards, ShardFile, open_remote_set
-from stoker.formats.shards import ShardEntry
+from stoker.formats.shards import MAX_OPEN_SHARDS, ShardEntry
 from stoker.formats.tfrecord.features import FeaturePlan
 from stoker.formats.tfrecord.index import cached_meta, cached_offsets, load_meta, load_offsets
-from stoker.formats.tfrecord.reader import MAX_OPEN_SHARDS, _Shard
+from stoker.formats.tfrecord.shard import Shard
 from stoker.formats.tfrecord.writer import KIND
 
 __all__ = ["RemoteShard", "open_remote", "remote_shard"]
@@ -35,7 +35,7 @@ def open_remote(
     return open_remote_set(url, options, opened, KIND, _files, cap=MAX_OPEN_SHARDS)
 
 
-class RemoteShard(HeldShard, _Shard):
+class RemoteShard(HeldShard, Shard):
     """Shard ``j`` of a remote set: mapped from its pinned cached copy while the reader holds
     it; its offsets and scan results from the index cache, else from one scan of the copy."""
 

@@ -36,7 +36,8 @@ from stoker.formats.tfrecord.features import (
     wanted_features,
 )
 from stoker.formats.tfrecord.framing import HEADER, FrameError, read_frame
-from stoker.formats.tfrecord.reader import check_not_gzip, manifest_plan, shard_files
+from stoker.formats.tfrecord.reader import manifest_plan, shard_files
+from stoker.formats.tfrecord.shard import check_not_gzip
 from stoker.formats.tfrecord.writer import KIND
 from stoker.formats.verify_remote import verify_shards
 

@@ -24,13 +24,13 @@ from stoker._core.schema import SIZE_FIELD, Schema
 from stoker.formats.base import Reader, ReadSample
 from stoker.formats.manifest import (
     MANIFEST_SUFFIX,
-    class_names,
     load,
     manifest_schema,
     same_file,
     shard_file,
     sibling_manifest,
 )
+from stoker.formats.manifest_json import class_names
 from stoker.formats.remote import RemoteOptions, redact, remote_url
 from stoker.formats.shardfiles import ReadsRemoteShards
 from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardEntry, ShardSet, digest
