@@ -181,13 +181,17 @@ def print_table(got: dict, chain: dict) -> None:
     print(f"| **(e)** | **the chain's processes in their loops** | {chain} |")
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None):
     ap = bench_parser(__doc__, "2,000 images, 1 round: a smoke run")
     ap.add_argument("--images", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=256)
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main() -> int:
+    args = parse_args()
     n = args.images or (2_000 if args.quick else 20_000)
     rounds = args.rounds or (1 if args.quick else 3)
     work = Path(os.path.join(tempfile.gettempdir(), "stoker-bench-loader"))

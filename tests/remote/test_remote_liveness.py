@@ -45,11 +45,7 @@ def _shard_room(manifest: str) -> int:
     with open(manifest) as f:
         shards = json.load(f)["shards"]
     return max(
-        sum(
-            os.path.getsize(os.path.join(folder, s[k]))
-            for k in ("rec", "idx", "crc32c")
-            if s.get(k)
-        )
+        sum(os.path.getsize(os.path.join(folder, name)) for name in s["files"].values())
         + 3 * MARKER_RESERVE
         for s in shards
     )
