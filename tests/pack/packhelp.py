@@ -239,6 +239,21 @@ def data_and_meaning(prefix: str) -> dict[str, str]:
     return out
 
 
+def slow_driver_writes(monkeypatch, seconds: float = 1.0) -> None:
+    """Each batch of records a shard writer takes in this process (a convert's driver) waits
+    ``seconds`` first; pool processes, started afresh, write at speed. A convert's first shard,
+    written here, then takes long enough that the local engine starts a pool for the rest."""
+    import stoker.pack.outputs as outputs
+
+    write_many = outputs.ShardWriters.write_many
+
+    def slow(self, *a, **k):
+        time.sleep(seconds)
+        return write_many(self, *a, **k)
+
+    monkeypatch.setattr(outputs.ShardWriters, "write_many", slow)
+
+
 # --------------------------------------------------------------------------- kill and rerun
 #: ``stoker COMMAND ARGS --quiet`` in a child, each record's write slowed down by
 #: ``STOKER_WRITE_DELAY_S`` seconds (in the process that writes: pack's and convert's driver)

@@ -13,6 +13,7 @@ import pytest
 from packhelp import (
     make_tree,
     noise_tree,
+    slow_driver_writes,
     start_driver,
     wait_for,
     write,
@@ -229,6 +230,46 @@ def test_convert_steps_give_the_one_machine_convert_bytes(tmp_path, fmt):
     with open(out + ".stoker.json", encoding="utf-8") as f:
         caption = [f for f in json.load(f)["schema"]["fields"] if f["name"] == "caption"]
     assert caption[0]["max_len"] == 18  # the longest, in the last shard
+
+
+def _pools_started(monkeypatch) -> list[int]:
+    """The worker counts of the shard-job pools the local engine starts from now on (the
+    real pool runs; this only notes its size)."""
+    import stoker.pack.pool as pool_module
+
+    started: list[int] = []
+    real = pool_module.Pool
+
+    class Noted(real):  # type: ignore[misc,valid-type]
+        def __init__(self, n, *a, **k):
+            started.append(n)
+            super().__init__(n, *a, **k)
+
+    monkeypatch.setattr(pool_module, "Pool", Noted)
+    return started
+
+
+def test_a_quick_convert_is_written_without_starting_processes(tmp_path, monkeypatch):
+    """Starting a pool costs more than a convert of a few records: with 2 workers its
+    shards are written in this process, to the bytes of one worker."""
+    src_set = _source_set(tmp_path)
+    ref, out = str(tmp_path / "ref" / "conv"), str(tmp_path / "out" / "conv")
+    stoker.convert(src_set + ".stoker.json", ref, workers=1, shard_size=3, progress=False)
+    started = _pools_started(monkeypatch)
+    stoker.convert(src_set + ".stoker.json", out, workers=2, shard_size=3, progress=False)
+    assert started == [] and digests(out) == digests(ref)
+
+
+def test_a_slow_convert_writes_its_other_shards_in_a_pool(tmp_path, monkeypatch):
+    """The first shard, written here, took long enough that 2 processes finish the rest
+    sooner: they do, to the bytes of one worker."""
+    src_set = _source_set(tmp_path)
+    ref, out = str(tmp_path / "ref" / "conv"), str(tmp_path / "out" / "conv")
+    stoker.convert(src_set + ".stoker.json", ref, workers=1, shard_size=3, progress=False)
+    started = _pools_started(monkeypatch)
+    slow_driver_writes(monkeypatch)
+    stoker.convert(src_set + ".stoker.json", out, workers=2, shard_size=3, progress=False)
+    assert started == [2] and digests(out) == digests(ref)
 
 
 def test_convert_cli_steps(tmp_path, capsys):

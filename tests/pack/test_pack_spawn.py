@@ -5,7 +5,7 @@ inherited from the parent, and the bytes are the golden ones (``test_pack_golden
 from __future__ import annotations
 
 import pytest
-from packhelp import set_digests
+from packhelp import set_digests, slow_driver_writes
 from test_pack_golden import GOLDEN, OPTS, _digest, inputs  # noqa: F401 - the fixture
 
 from stoker.pack._procs import default_start_method, pool_context
@@ -33,6 +33,8 @@ def test_spawned_workers_give_the_golden_bytes(
         return ctx
 
     monkeypatch.setattr(pool, "pool_context", context)
+    if kind == "convert":
+        slow_driver_writes(monkeypatch)  # else its first shard, written here, ends it all
     out = str(tmp_path / "set")
     extra = {"convert": True} if kind == "convert" else {"list_file": True}
     options = PackOptions(inputs[kind], out, format=fmt, workers=2, **OPTS, **extra)

@@ -24,9 +24,11 @@ Engine
     :class:`LocalEngine` runs a pack's shards one after another in this process, which writes
     them, while one pool of processes checks the images of all of them (the output bytes do
     not depend on the worker count, and a decoder that crashes a worker costs only its file:
-    ``pool.py``); a convert's shards, each read and written by one process, run in a pool of
-    processes, one job per process at a time (in this process when there is one worker or one
-    shard). ``ray_engine.RayEngine`` runs one Ray task per shard. Processes start by the one
+    ``pool.py``); a convert's shards are each read and written by one process: the first one
+    in this process, which then starts a pool of processes for the others only when they
+    would finish sooner there, counting the pool's start (``POOL_START_S``; a convert writes
+    tens of thousands of records in that time), one job per process at a time (all in this
+    process when there is one worker or one shard). ``ray_engine.RayEngine`` runs one Ray task per shard. Processes start by the one
     start method the engine is given (``_procs.default_start_method``: ``forkserver``, or
     ``spawn`` where there is none); every job and task crosses as a pickle. A scheduler of its own (a Slurm array, a Kubernetes job)
     needs no engine: ``stoker pack --plan-only``, then ``--shards`` per job, then
@@ -103,6 +105,17 @@ class Engine(Protocol):
 # ---------------------------------------------------------------- the local pool
 _JOB: ShardJob | None = None
 
+#: What starting a pool of shard-job processes costs before the first record is written: the
+#: start method's server and each process's imports of the reader and the writer (0.3-0.6 s
+#: measured on 2 cores). A convert writes tens of thousands of records in that time.
+POOL_START_S = 0.5
+
+
+def _pool_pays(left_s: float, n: int) -> bool:
+    """Whether ``n`` processes finish ``left_s`` seconds of shard jobs (as timed in this
+    process) sooner than this process alone, counting the pool's start."""
+    return left_s * (1 - 1 / n) > POOL_START_S
+
 
 def _init_job(main_pid: int, job: ShardJob) -> None:
     """Pool initializer: the worker's start (``worker.init_worker``) and its plan, once."""
@@ -145,15 +158,23 @@ class LocalEngine:
             finally:
                 images.close()
             return
-        n = min(self.workers, len(shards))
+        todo = list(shards)
+        n = min(self.workers, len(todo))
+        while n > 1 and todo:  # the first shard written here says whether a pool pays
+            got = job(todo.pop(0), bar=bar)
+            yield got
+            if not got.skipped:
+                n = n if _pool_pays(got.seconds * len(todo), n) else 1
+                break
+        n = min(n, len(todo))
         if n <= 1:
-            for s in shards:
+            for s in todo:
                 yield job(s, bar=bar)
             return
         pool = Pool(n, job, initializer=_init_job, start_method=self.start_method)
         try:
             ex = pool.get()
-            pending: set[Future] = {ex.submit(_run_job, s) for s in shards}
+            pending: set[Future] = {ex.submit(_run_job, s) for s in todo}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
