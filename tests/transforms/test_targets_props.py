@@ -140,21 +140,27 @@ def _run(chain: T.Transform, seed: int, h: int, w: int, disc: bool, *, boxes: bo
 
 
 def _check_box(
-    found: np.ndarray, t: Targets, tol: float, tight: float | None = None, loose: bool = False
+    found: np.ndarray,
+    t: Targets,
+    tol: float,
+    tight: float | None = None,
+    loose: bool = False,
+    small: float = 3.0,
 ) -> None:
     """Every object pixel lies in the box (within ``tol``); ``tight``: when the object is whole
     in the frame, the box is no bigger than its pixels either (within ``tight``). A box that
     fits its object (``loose`` false) keeps no more than a sliver in the frame once the object
     has left it. A ``loose`` one (a disc's corners, a box moved by a rotation or a shear: the
     new box bounds the moved corners, not the object) may keep a wider strip of its empty
-    part: only where the object is does the check hold then."""
+    part: only where the object is does the check hold then. ``small``: a box narrower than
+    this may have lost its object to the colour threshold (blended into the background)."""
     if not t.keep("b")[0]:
         return
     x1, y1, x2, y2 = t.boxes["b"][0]
     ys, xs = np.nonzero(found)
     if not len(xs):
         if not loose:
-            assert min(x2 - x1, y2 - y1) < 3, "a box survived but its object is gone"
+            assert min(x2 - x1, y2 - y1) < small, "a box survived but its object is gone"
         return
     assert xs.min() >= x1 - tol and xs.max() + 1 <= x2 + tol, (xs.min(), xs.max(), x1, x2)
     assert ys.min() >= y1 - tol and ys.max() + 1 <= y2 + tol, (ys.min(), ys.max(), y1, y2)
@@ -163,7 +169,9 @@ def _check_box(
         assert ys.min() <= y1 + tight and ys.max() + 1 >= y2 - tight, (ys.min(), ys.max(), y1, y2)
 
 
-def _check_point(found: np.ndarray, t: Targets, tol: float) -> None:
+def _check_point(found: np.ndarray, t: Targets, tol: float, small: float = 3.0) -> None:
+    """The visible point lies on the object (within ``tol``), unless the object's box is
+    narrower than ``small``: then its pixels may all have blended below the threshold."""
     x, y, vis = t.points["c"][0]
     h, w = t.hw
     inside = 0 <= x < w and 0 <= y < h
@@ -175,7 +183,7 @@ def _check_point(found: np.ndarray, t: Targets, tol: float) -> None:
     ys, xs = np.nonzero(found)
     if "b" in t.boxes:
         b = t.boxes["b"][0]
-        if min(b[2] - b[0], b[3] - b[1]) < 3:  # too small to survive the threshold
+        if min(b[2] - b[0], b[3] - b[1]) < small:  # too small to survive the threshold
             return
     assert len(xs), "the keypoint is in the frame but its object is gone"
     # distance from the point to the nearest object pixel's square
@@ -233,8 +241,12 @@ def test_every_geometric_op_keeps_box_point_and_mask_on_the_object(op, seed, dis
 def test_random_compositions_keep_box_point_and_mask_on_the_object(steps, seed, disc, h, w):
     found, t, drift, _ = _run_steps(steps, seed, h, w, disc)
     loose = disc or not all(isinstance(s, AXIS_ALIGNED) for s in steps)
-    _check_box(found, t, 1.0 + drift, loose=loose)
-    _check_point(found, t, 1.0 + drift)
+    # each resampling blends up to about a pixel of the object's border into the background:
+    # an object narrower than twice that at the end may keep no pixel above the threshold
+    # (a 4.7-pixel strip after three ScaleTranslates and a Rotate kept none)
+    small = 3.0 + 2.0 * drift
+    _check_box(found, t, 1.0 + drift, loose=loose, small=small)
+    _check_point(found, t, 1.0 + drift, small=small)
     # the mask (nearest) and the image (interpolated) are resampled apart at every step
     assert _mask_disagreement(found, t, band=math.ceil(0.5 + drift)) <= 0.01
 
