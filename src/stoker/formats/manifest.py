@@ -66,7 +66,7 @@ from stoker.formats.manifest_json import (
 from stoker.formats.manifest_json import class_names as class_names  # named by __all__
 from stoker.formats.manifest_v1 import upgrade, upgrade_entry
 from stoker.formats.shards import ShardEntry
-from stoker.formats.spec import FORMATS, Format
+from stoker.formats.spec import FORMATS, Format  # FORMATS: filled by the registry
 
 __all__ = [
     "entry_json",
@@ -87,12 +87,8 @@ __all__ += manifest_json.__all__  # the JSON helpers are named here too
 _ALGORITHMS = ("sha256", "crc32c")
 
 
-def _registry() -> dict[str, Format]:
-    return FORMATS  # filled by stoker.formats.registry, imported with the package
-
-
 def _known() -> list[str]:
-    fmts = [f for f in _registry().values() if f.manifest is not None]
+    fmts = [f for f in FORMATS.values() if f.manifest is not None]
     return sorted([f.name for f in fmts] + [f.v1.format for f in fmts if f.v1 is not None])
 
 
@@ -104,13 +100,13 @@ def kind_of(m: Any, path: str = "<manifest>") -> str:
     name = m.get("format")
     if name == MANIFEST_FORMAT:
         kind = m.get("kind")
-        fmt = _registry().get(kind) if isinstance(kind, str) else None
+        fmt = FORMATS.get(kind) if isinstance(kind, str) else None
         if fmt is None or fmt.manifest is None:
             raise fail(path, f"kind {kind!r} is not a format stoker reads (it reads {_known()})")
         return fmt.name
     if not isinstance(name, str):
         raise fail(path, "no format field: not a stoker manifest")
-    for fmt in _registry().values():
+    for fmt in FORMATS.values():
         if fmt.v1 is not None and fmt.v1.format == name:
             return fmt.name
     raise fail(path, f"format {name!r} is not one stoker reads (it reads {_known()})")
@@ -146,7 +142,7 @@ def validate(m: Any, path: str = "<manifest>", kind: str | None = None) -> dict:
     got = kind_of(m, path)
     if kind is not None and got != kind:
         raise fail(path, f"this manifest describes a {got} set, not a {kind} one")
-    fmt = _registry()[got]
+    fmt = FORMATS[got]
     if m.get("format") != MANIFEST_FORMAT:
         m = upgrade(path, m, fmt)
     version = m.get("version")
@@ -234,7 +230,7 @@ def entry_json(kind: str, shard: Mapping[str, Any], manifest_path: str, where: s
     """The version-2 ``shards[]`` entry of a shard writer's ``commit()`` entry (a version-2
     entry, or one in the format's version-1 dialect, as side-cars of earlier runs hold);
     absolute paths are made relative to the manifest's folder."""
-    fmt = _registry()[kind]
+    fmt = FORMATS[kind]
     if "files" not in shard and fmt.v1 is not None:
         shard = upgrade_entry(fmt, shard)
     base = os.path.dirname(os.path.abspath(manifest_path))

@@ -164,7 +164,8 @@ class LocalEngine:
             got = job(todo.pop(0), bar=bar)
             yield got
             if not got.skipped:
-                n = n if _pool_pays(got.seconds * len(todo), n) else 1
+                if not _pool_pays(got.seconds * len(todo), n):
+                    n = 1
                 break
         n = min(n, len(todo))
         if n <= 1:
