@@ -67,8 +67,10 @@ def _vmflags(path: str) -> list[str]:
     with open("/proc/self/smaps") as f:
         for line in f:
             head = line.split()
-            if len(head) >= 6 and "-" in head[0] and ":" in head[3]:
-                current = line.rstrip("\n").endswith(path)
+            # a mapping's header: "start-end perms offset dev inode [path]"; anonymous ones
+            # have no path, and must end the run of the file's mapping as much as any other
+            if len(head) >= 5 and "-" in head[0] and ":" in head[3] and head[4].isdigit():
+                current = len(head) >= 6 and line.rstrip("\n").endswith(path)
             elif current and line.startswith("VmFlags:"):
                 flags.append(line.split(":", 1)[1].split())
     return flags
