@@ -21,7 +21,6 @@ import pytest
 from packhelp import (
     assert_gone,
     family,
-    file_size,
     noise_tree,
     semaphores,
     sha,
@@ -75,8 +74,19 @@ def _point(name: str, out: str, clean: str):
     partial = f"{out}-{int(s):05d}.rec.partial"
     if kind == "open":  # shard s has its first records: the one before it is complete
         return lambda: os.path.exists(partial)
-    half = file_size(f"{clean}-{int(s):05d}.rec") // 2  # in the middle of shard s
-    return lambda: file_size(partial) >= half
+    # the middle of shard s: the writer buffers about 1 MB, more than a shard here, so the
+    # partial's size stays 0 until the shard ends; half a shard's time after it opened instead
+    # (100 images at 8 ms on 2 workers: about 0.4 s)
+    opened: list[float] = []
+
+    def mid() -> bool:
+        if not opened:
+            if os.path.exists(partial):
+                opened.append(time.monotonic())
+            return False
+        return time.monotonic() - opened[0] >= 0.2
+
+    return mid
 
 
 def _wait(pred, proc: subprocess.Popen, timeout: float = 60.0) -> bool:
@@ -96,8 +106,7 @@ def _kill_and_rerun(tmp_path, source, name: str, sig: int, fig: Figure) -> None:
     os.makedirs(os.path.dirname(out))
     sems = semaphores()
     args = [src, out, "--workers", "2", "--shard-size", str(SHARD)]
-    # 8 ms per image: a shard takes about 0.4 s, so the packer's flushes (every 0.1 s) show
-    # the middle of each shard in its partial's size before the shard ends
+    # 8 ms per image: a shard takes about 0.4 s, so each moment lasts long enough to be seen
     proc = start_driver(args, env={**os.environ, "PACK_DRIVER_DELAY_S": "0.008"})
     reached = _wait(_point(name, out, clean), proc)
     procs = family(proc)
