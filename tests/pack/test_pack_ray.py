@@ -70,6 +70,7 @@ def _report(got: subprocess.CompletedProcess) -> dict:
     return json.loads(got.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # the default run packs on a Ray the caller started in test_remote_steps.py
 def test_ray_engine_gives_the_local_bytes(tmp_path):
     pytest.importorskip("ray")
     src = _tree(str(tmp_path / "src"))

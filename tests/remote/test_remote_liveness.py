@@ -202,8 +202,13 @@ def test_every_configuration_runs_as_locally_or_is_refused_at_open_many(images, 
     _property(120)(images=images, s3env=s3env, tmp_path=tmp_path)
 
 
-def test_dataloader_workers_that_cannot_all_hold_their_shards_are_refused(remote_set, tmp_path):
+def test_dataloader_workers_that_cannot_all_hold_their_shards_are_refused(
+    remote_set, tmp_path, monkeypatch
+):
     torch = pytest.importorskip("torch")
+    # torch stops an iterator whose worker raised by joining each worker for this long, then
+    # ending it; 0.5 s rather than 5 (10 s of the test's 11 went there)
+    monkeypatch.setattr(torch.utils.data._utils, "MP_STATUS_CHECK_INTERVAL", 0.5)
     from stoker.torch import RecordDataset
 
     room = _shard_room(remote_set.local)

@@ -177,6 +177,7 @@ opts = dict(shard_size=4, shuffle=True, seed=2, list_file=True, progress=False)
 report = stoker.pack(src, url, engine="ray", **opts)
 conv = stoker.convert(url + ".stoker.json", url + "-wds", format="wds", shard_size=5,
                       engine="ray", progress=False)
+assert ray.is_initialized(), "a Ray the caller started is left running"
 ray.shutdown()
 print(json.dumps([report.to_json(), conv.to_json()]))
 """
@@ -184,7 +185,8 @@ print(json.dumps([report.to_json(), conv.to_json()]))
 
 @pytest.mark.timeout(300)
 def test_ray_engine_to_s3_gives_the_local_bytes(images, s3env, s3_server, tmp_path):
-    """A pack, then a convert of the packed set (URL to URL), each one Ray task per shard."""
+    """A pack, then a convert of the packed set (URL to URL), each one Ray task per shard, on a
+    Ray the caller started (and left running by stoker)."""
     pytest.importorskip("ray")
     local = tmp_path / "loc"
     stoker.pack(images, local / "train", workers=1, progress=False, **OPTS)
