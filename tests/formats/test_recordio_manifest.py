@@ -109,6 +109,22 @@ def test_rec_replaced_is_named(tmp_path):
         open_records(mpath)
 
 
+def test_an_index_the_manifest_names_but_that_is_gone_is_named_at_open(tmp_path):
+    """Found by F-02's fuzz: a manifest whose index name was damaged (or whose .idx was
+    lost) raised a bare FileNotFoundError from deep in the open; it is a ManifestError that
+    names the manifest, the missing file and its shard, before any shard is opened."""
+    import stoker
+
+    mpath, _ = write_shards(tmp_path, [2, 3])
+    os.remove(tmp_path / "train-00001.idx")
+    for open_ in (open_records, lambda p: stoker.Loader(p, batch_size=2, workers=0)):
+        with pytest.raises(ManifestError) as e:
+            open_(mpath)
+        msg = str(e.value)
+        assert str(mpath) in msg and "train-00001.idx" in msg and "'train-00001.rec'" in msg
+        assert "cannot be read" in msg
+
+
 def test_pickle_named_stoker_json_is_never_unpickled(tmp_path):
     """B9 #78: a pickle whose __reduce__ would create a sentinel file."""
     sentinel = tmp_path / "pwned"

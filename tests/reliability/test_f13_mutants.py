@@ -58,7 +58,7 @@ MUTANTS = {
         "idx-dup",
     ),
     "manifest: size cap": (
-        "formats/manifest.py",
+        "formats/manifest_json.py",
         ["if size > max_bytes:", "if len(raw) > max_bytes:"],
         "if False:",
         "test_f01_bad_inputs.py",

@@ -131,11 +131,19 @@ def open_remote_shard(remote: RemoteShards, shard: ShardEntry, j: int, **kw: Any
 
 def precheck_shards(manifest_path: str, manifest: dict, checksums: Checksums) -> None:
     """What can be checked of every shard without opening it (a ``stat`` or two each): the
-    ``.rec`` has the size the manifest records; a ``.crc32c`` the manifest names exists
-    (unless checksums are off) and holds one uint32 per record of the shard. The ``.idx``
-    is checked against its sha256 when the shard is first opened."""
+    ``.rec`` has the size the manifest records; its ``.idx`` is there; a ``.crc32c`` the
+    manifest names exists (unless checksums are off) and holds one uint32 per record of the
+    shard. The ``.idx`` is checked against its sha256 when the shard is first opened."""
     for shard in manifest["shards"]:
-        rec, _, crc = shard_paths(manifest_path, shard)
+        rec, idx, crc = shard_paths(manifest_path, shard)
+        try:
+            if stat.S_ISDIR(os.stat(idx).st_mode):
+                _no_folders(manifest_path, shard)
+        except OSError as e:
+            raise ManifestError(
+                f"{manifest_path}: the index {idx} that the manifest names for shard "
+                f"{shard.files['data']!r} cannot be read: {e.strerror or e}"
+            ) from None
         try:
             st = os.stat(rec)
             if stat.S_ISDIR(st.st_mode):
