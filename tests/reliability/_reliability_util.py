@@ -10,6 +10,7 @@ not raise for bad data: there a reported problem must name the file and place.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -21,6 +22,22 @@ from pathlib import Path
 from typing import Any
 
 from stoker._core.errors import StokerError
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "make_fault_corpus.py"
+
+
+def load_corpus_module():
+    """``scripts/make_fault_corpus.py`` as the module ``make_fault_corpus``."""
+    mod = sys.modules.get("make_fault_corpus")
+    if mod is None:
+        spec = importlib.util.spec_from_file_location("make_fault_corpus", SCRIPT)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["make_fault_corpus"] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
 
 #: The error types a case may end in besides ``StokerError`` subclasses, by case option.
 ALLOWED_BUILTINS: dict[str, tuple[type[BaseException], ...]] = {}

@@ -7,28 +7,11 @@ The corpus of bad inputs comes from ``scripts/make_fault_corpus.py`` (imported h
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "make_fault_corpus.py"
-
-
-def load_corpus_module():
-    """``scripts/make_fault_corpus.py`` as the module ``make_fault_corpus``."""
-    mod = sys.modules.get("make_fault_corpus")
-    if mod is None:
-        spec = importlib.util.spec_from_file_location("make_fault_corpus", SCRIPT)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["make_fault_corpus"] = mod
-        spec.loader.exec_module(mod)
-    return mod
-
+from _reliability_util import load_corpus_module
 
 # --------------------------------------------------------------------------- corpus
 

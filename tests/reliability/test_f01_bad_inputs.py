@@ -9,9 +9,7 @@ mark gets removed).
 from __future__ import annotations
 
 import pytest
-from _reliability_util import judge_pack, pack_once, run_case
-
-from conftest import load_corpus_module
+from _reliability_util import judge_pack, load_corpus_module, pack_once, run_case
 
 CASES = load_corpus_module().corpus_cases()
 

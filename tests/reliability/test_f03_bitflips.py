@@ -14,8 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from conftest import load_corpus_module
+from _reliability_util import load_corpus_module
 
 SEED = 20261201
 FRAMING_BITS = range(0, 64)

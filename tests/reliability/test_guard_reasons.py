@@ -7,8 +7,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from _reliability_util import load_corpus_module
 
-from conftest import load_corpus_module
 from stoker._core.errors import CorruptRecordError
 from stoker.formats.recordio import open_records
 
