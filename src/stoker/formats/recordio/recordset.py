@@ -129,6 +129,15 @@ def open_remote_shard(remote: RemoteShards, shard: ShardEntry, j: int, **kw: Any
     return r
 
 
+def _entry_size(manifest_path: str, shard: ShardEntry, path: str) -> int:
+    """The bytes of ``path``, a file of ``shard``'s entry (``OSError`` when it cannot be
+    stat'ed); :class:`ManifestError` naming the field when an entry's path is a directory."""
+    st = os.stat(path)
+    if stat.S_ISDIR(st.st_mode):
+        _no_folders(manifest_path, shard)
+    return st.st_size
+
+
 def precheck_shards(manifest_path: str, manifest: dict, checksums: Checksums) -> None:
     """What can be checked of every shard without opening it (a ``stat`` or two each): the
     ``.rec`` has the size the manifest records; its ``.idx`` is there; a ``.crc32c`` the
@@ -137,18 +146,14 @@ def precheck_shards(manifest_path: str, manifest: dict, checksums: Checksums) ->
     for shard in manifest["shards"]:
         rec, idx, crc = shard_paths(manifest_path, shard)
         try:
-            if stat.S_ISDIR(os.stat(idx).st_mode):
-                _no_folders(manifest_path, shard)
+            _entry_size(manifest_path, shard, idx)
         except OSError as e:
             raise ManifestError(
                 f"{manifest_path}: the index {idx} that the manifest names for shard "
                 f"{shard.files['data']!r} cannot be read: {e.strerror or e}"
             ) from None
         try:
-            st = os.stat(rec)
-            if stat.S_ISDIR(st.st_mode):
-                _no_folders(manifest_path, shard)
-            size = st.st_size
+            size = _entry_size(manifest_path, shard, rec)
         except OSError as e:
             raise ManifestError(
                 f"{manifest_path}: shard {shard.files['data']!r} cannot be read: {e.strerror or e}"
@@ -161,10 +166,7 @@ def precheck_shards(manifest_path: str, manifest: dict, checksums: Checksums) ->
         if crc is None or not checksums:
             continue
         try:
-            st = os.stat(crc)
-            if stat.S_ISDIR(st.st_mode):
-                _no_folders(manifest_path, shard)
-            size = st.st_size
+            size = _entry_size(manifest_path, shard, crc)
         except FileNotFoundError:
             raise ManifestError(
                 f"{manifest_path}: the checksum file {crc} that the manifest names for shard "
