@@ -3,10 +3,12 @@ resized image, as a crop gives it) written into a batch row, as float32 CHW norm
 (ImageNet mean and std) or as uint8 CHW, by each way there is to write it.
 
 float32 CHW, from the crop:
-  stoker          Normalize.write: cv2.split into uint8 planes, then per plane a conversion
-                  into the row's plane and one cv2.addWeighted pass (scale, shift) over it in
-                  place (a plane of a multiple of 64 values), else one cv2.addWeighted pass
-                  (convert, scale, shift) from the uint8 plane
+  stoker          Normalize.write: cv2.split into uint8 planes, then per plane one
+                  cv2.addWeighted pass (convert, scale, shift) from the uint8 plane into the
+                  row's plane
+  in place        the way before: split, then per plane a conversion into the row's plane
+                  and cv2.addWeighted (scale, shift) over it in place (the same bits for a
+                  plane of a multiple of 64 values; the float plane written twice)
   table           split, then a 256-entry table per plane (cv2.LUT): the previous way
   numpy chain     np.ascontiguousarray of the CHW view, astype(float32), subtract, multiply
                   into the row (the plain chain, contiguous first)
@@ -69,6 +71,12 @@ def candidates(size: int) -> dict[str, tuple[str, Write]]:
         for k in range(3):
             cv2.LUT(planes[k], luts[k], dst=row[k])
 
+    def in_place(crop: np.ndarray, row: np.ndarray) -> None:
+        cv2.split(np.ascontiguousarray(crop), planes)
+        for k in range(3):
+            np.copyto(row[k], planes[k], casting="unsafe")
+            cv2.addWeighted(row[k], float(gain[k]), row[k], 0.0, float(bias[k]), dst=row[k])
+
     def numpy_chain(crop: np.ndarray, row: np.ndarray) -> None:
         x = np.ascontiguousarray(crop.transpose(2, 0, 1)).astype(np.float32)
         x -= mean
@@ -103,10 +111,11 @@ def candidates(size: int) -> dict[str, tuple[str, Write]]:
         row[...] = np.ascontiguousarray(crop).transpose(2, 0, 1)
 
     return {
-        "float32 CHW: stoker (split, convert into the row, addWeighted in place)": (
+        "float32 CHW: stoker (split + addWeighted from uint8)": (
             "f",
             lambda c, r: chw_op.write(c, r, chw=True),
         ),
+        "float32 CHW: split, convert into the row, addWeighted in place": ("f", in_place),
         "float32 CHW: table (split + LUT)": ("f", table),
         "float32 CHW: numpy chain, contiguous first": ("f", numpy_chain),
         "float32 CHW: numpy, strided astype": ("f", numpy_strided),

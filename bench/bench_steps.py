@@ -89,9 +89,9 @@ def stoker_steps(rec: str, n: int, normalize: bool) -> dict:
 
     def scale(j):
         row = rows[j % 256]
-        for k in range(3):  # as Normalize.planes_writer: convert into the row, scale in place
-            np.copyto(row[k], planes[k], casting="unsafe")
-            cv2.addWeighted(row[k], norm._gain[k], row[k], 0.0, norm._bias[k], dst=row[k])
+        for k in range(3):  # as Normalize.planes_writer: convert, scale, shift in one pass
+            p = planes[k]
+            cv2.addWeighted(p, norm._gain[k], p, 0.0, norm._bias[k], dst=row[k], dtype=cv2.CV_32F)
 
     def chunks():
         for b in range(0, n, 128):
