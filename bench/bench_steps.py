@@ -13,6 +13,13 @@ IPC around a chunk are the loader bench's business). The chain's steps are ``cv2
 ``cv2.resize`` to 128x128 and the fastest of ``bench_loader.CHAIN_WRITES`` (crop and flip are
 views), then the whole chain.
 
+Then the same steps timed in place: each side's whole loop run as it runs (stoker's as the row
+writer runs it, on records read through the source's reader chunk by chunk; the chain's as (e)
+runs it), with a ``perf_counter_ns`` read between its steps, so each step pays the caches the
+steps before it left (a step timed alone runs over warm ones). The steps' sum is the loop's
+time (plus about 0.1 µs per clock read); it says where the whole loop's time goes, which the
+steps timed alone do not add up to.
+
     python bench/bench_steps.py            # 2,000 records, 9 rounds
     python bench/bench_steps.py --quick    # 300 records, 3 rounds
 """
@@ -159,6 +166,134 @@ def chain_steps(rec: str, n: int, normalize: bool) -> dict:
     }
 
 
+def stoker_in_place(rec: str, n: int, normalize: bool):
+    """``(step names, run)``: ``run(acc)`` goes through the row writer's steps for ``n``
+    records inline, adding each step's nanoseconds to ``acc`` (one slot per step)."""
+    import cv2
+    import simplejpeg
+
+    from stoker._core.seeding import SampleRngs
+    from stoker.transforms.fused import _window_plan
+
+    ld = _OPEN[0]
+    src, norm = ld.source, ld.pipeline._tail
+    order = np.random.default_rng(0).permutation(len(src))[:n].astype(np.int64)
+    rows = np.empty((256, 3, 112, 112), np.float32 if normalize else np.uint8)
+    buf, scratch = np.empty((120, 120, 3), np.uint8), np.empty((112, 112, 3), np.uint8)
+    planes = [np.empty((112, 112), np.uint8) for _ in range(3)]
+    coefs = [(norm._gain[k], norm._bias[k]) for k in range(3)] if normalize else []
+    plans: dict = {}
+    header, decode, f32 = simplejpeg.decode_jpeg_header, simplejpeg.decode_jpeg, cv2.CV_32F
+    resize, linear, flip, split, weighted = (
+        cv2.resize,
+        cv2.INTER_LINEAR,
+        cv2.flip,
+        cv2.split,
+        cv2.addWeighted,
+    )
+    names = ["record read + CRC32C check", "JPEG header", "JPEG decode", "seeded draws",
+             "window resize", "flip, or copy of the crop", "split into planes"]  # fmt: skip
+    names += ["convert, scale, shift into the row"] if normalize else []
+
+    def run(acc: np.ndarray) -> None:
+        from time import perf_counter_ns as ns
+
+        at = SampleRngs(0, 0).at
+        for b in range(0, n, 128):
+            idx = order[b : b + 128]
+            read = src.reader(idx)
+            for row, gi in enumerate(idx.tolist(), start=b % 256):
+                t0 = ns()
+                p = read(gi)[0]
+                t1 = ns()
+                header(p)
+                t2 = ns()
+                img = decode(p, colorspace="RGB")
+                t3 = ns()
+                u0, u1, u2 = at(gi).random(3).tolist()
+                t4 = ns()
+                top, left = int(u0 * 17), int(u1 * 17)
+                plan = plans.get((top, left))
+                if plan is None:
+                    plan = plans[(top, left)] = _window_plan(
+                        112, 112, 128, 128, top, left, 112, 112
+                    )
+                ys, xs, size, ky, kx = plan
+                out = resize(img[ys, xs], size, dst=buf if size == (120, 120) else None,
+                             interpolation=linear)  # fmt: skip
+                head = out[ky, kx]
+                t5 = ns()
+                if u2 < 0.5:
+                    flip(head, 1, dst=scratch)
+                    head = scratch
+                elif not normalize:  # the uint8 writer copies an unmirrored crop first
+                    np.copyto(scratch, head)
+                    head = scratch
+                t6 = ns()
+                dest = rows[row]
+                split(head, planes if normalize else [dest[0], dest[1], dest[2]])
+                t7 = ns()
+                for k, (g, c) in enumerate(coefs):
+                    weighted(planes[k], g, planes[k], 0.0, c, dst=dest[k], dtype=f32)
+                t8 = ns()
+                acc[:8] += (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6, t8 - t7)
+
+    return names, run
+
+
+def chain_in_place(rec: str, n: int, normalize: bool, variant: str):
+    """``(step names, run)`` for (e)'s loop with ``variant``'s write, as ``stoker_in_place``."""
+    import random
+
+    import cv2
+    from bench_loader import _chain_setup, chain_write
+
+    payloads, _, _ = _chain_setup(rec, "112", 0, n)
+    write = chain_write(normalize, variant)
+    rows = np.empty((256, 3, 112, 112), np.float32 if normalize else np.uint8)
+    names = ["cv2.imdecode", "cv2.resize to 128x128", f"crop, flip, write: {variant}"]
+
+    def run(acc: np.ndarray) -> None:
+        from time import perf_counter_ns as ns
+
+        rnd = random.Random(0)
+        for j, b in enumerate(payloads):
+            t0 = ns()
+            img = cv2.imdecode(b, cv2.IMREAD_COLOR_RGB)
+            t1 = ns()
+            img = cv2.resize(img, (128, 128), interpolation=cv2.INTER_LINEAR)
+            t2 = ns()
+            y, x = rnd.randint(0, 16), rnd.randint(0, 16)
+            img = img[y : y + 112, x : x + 112]
+            write(img[:, ::-1] if rnd.random() < 0.5 else img, rows[j % 256])
+            t3 = ns()
+            acc[:3] += (t1 - t0, t2 - t1, t3 - t2)
+
+    return names, run
+
+
+def in_place(rec: str, n: int, rounds: int, normalize: bool, variant: str) -> None:
+    """Print the in-place table for one dtype: both loops, rounds alternating."""
+    sides = [("stoker", *stoker_in_place(rec, n, normalize)),
+             ("(e)", *chain_in_place(rec, n, normalize, variant))]  # fmt: skip
+    per: dict[str, list[np.ndarray]] = {who: [] for who, _, _ in sides}
+    for r in range(rounds):
+        for who, _names, run in sides if r % 2 == 0 else sides[::-1]:
+            acc = np.zeros(8)
+            run(acc)
+            per[who].append(acc / n / 1e3)
+    kind = "float32" if normalize else "uint8"
+    print(f"\n| {kind} NCHW, 112 px, in place | step | µs/image, median (min..max) |")
+    print("|---|---|---:|")
+    for who, names, _run in sides:
+        got = np.array(per[who])
+        for k, name in enumerate(names):
+            med, lo, hi = median_range(got[:, k].tolist())
+            print(f"| {who} | {name} | {med:.1f} ({lo:.1f}..{hi:.1f}) |")
+        med, lo, hi = median_range(got.sum(1).tolist())
+        print(f"| {who} | **the loop** | **{med:.1f}** ({lo:.1f}..{hi:.1f}) |")
+
+
 def main() -> int:
     args = parse_args()
     import cv2
@@ -190,6 +325,8 @@ def main() -> int:
         for (who, name), v in times.items():
             med, lo, hi = median_range(v)
             print(f"| {who} | {name} | {med:.1f} ({lo:.1f}..{hi:.1f}) |")
+        chain = next(name for who, name in times if who == "(e)" and name.startswith("crop"))
+        in_place(rec, n, rounds, normalize, chain.split(": ", 1)[1])
     return 0
 
 
