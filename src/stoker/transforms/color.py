@@ -186,7 +186,6 @@ def _skewed_planes(h: int, w: int, c: int) -> list[np.ndarray]:
     return out
 
 
-
 def _affine_into(cv: Any, src: np.ndarray, gain: float, bias: float, dest: np.ndarray) -> None:
     """``src * gain + bias`` for a 2-D uint8 ``src``, written into float32 ``dest`` of its
     shape in one vectorised pass (``cv2.addWeighted`` with ``src`` once weighted 0): each
