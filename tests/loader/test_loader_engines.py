@@ -271,8 +271,13 @@ def test_a_script_without_the_main_guard_whose_workers_need_it(tmp_path, engine)
     assert (
         "WorkerDiedError" in err and "at its start" in err and 'if __name__ == "__main__":' in err
     )
-    # each worker said why, once: no worker started workers of its own
-    assert err.count("is being made while a worker process imports the main script") == 2, err
+    # each worker that got as far as the script said why, once: no worker started workers of
+    # its own, and none was replaced (at most one message per worker). The first worker to
+    # die ends the run: main raises and exits, and a worker still importing the script then
+    # goes with it (its lifeline, or PR_SET_PDEATHSIG) before it reaches the Loader line, so
+    # one message is as right as two.
+    said = err.count("is being made while a worker process imports the main script")
+    assert 1 <= said <= 2, err
 
 
 @pytest.mark.parametrize("engine", SUBPROCESS_ENGINES)
