@@ -5,11 +5,15 @@ The loader bench's images and chain (resize 128 -> random crop 112 -> flip, then
 normalised or uint8 NCHW): each step on its own over the same records, in one process with one
 OpenCV thread, ``--rounds`` rounds with the order of the steps reversed every other round;
 thread CPU time per image, median (min..max). Stoker's steps are those of ``fill_chunk``: the
-record read with its CRC32C check, the JPEG header read, the decode, the seeded draws, the
+record read with its CRC32C check, the JPEG header read (simplejpeg's, and the marker walk
+the worker's decoder runs), the decode, the seeded draws (from a
+generator re-keyed per sample, and from the first blocks of a chunk of 128 computed at once,
+which is how ``fill_chunk`` takes them for this chain), the
 window resize, the flip (or the copy of an unmirrored crop), the split into planes and, in
 float32, the conversion, scale and shift of each plane into the row; then the whole row writer
 and the whole ``fill_chunk`` per sample (its rows in a private batch array: the ring and the
-IPC around a chunk are the loader bench's business). The chain's steps are ``cv2.imdecode``,
+IPC around a chunk are the loader bench's business), also as it ran before it took the first
+blocks, with a generator re-keyed per sample. The chain's steps are ``cv2.imdecode``,
 ``cv2.resize`` to 128x128 and the fastest of ``bench_loader.CHAIN_WRITES`` (crop and flip are
 views), then the whole chain.
 
@@ -77,6 +81,8 @@ def stoker_steps(rec: str, n: int, normalize: bool) -> dict:
     norm = pipe._tail  # the trailing Normalize (None in uint8)
     import simplejpeg
 
+    from stoker.codecs.jpeg import jpeg_frame
+
     def each(fn):
         return lambda: [fn(j) for j in range(n)]
 
@@ -100,6 +106,13 @@ def stoker_steps(rec: str, n: int, normalize: bool) -> dict:
             p = planes[k]
             cv2.addWeighted(p, norm._gain[k], p, 0.0, norm._bias[k], dst=row[k], dtype=cv2.CV_32F)
 
+    def each_chunk(fn):  # per 128 samples, as a worker's chunk of a 256 batch over 2 workers
+        def run():
+            for b in range(0, n, 128):
+                fn(b)
+
+        return run
+
     def chunks():
         for b in range(0, n, 128):
             task = Task(1, 0, 0, 0, None, 256, b % 256, order[b : b + 128], 0, None, 0)
@@ -108,10 +121,14 @@ def stoker_steps(rec: str, n: int, normalize: bool) -> dict:
     steps = {
         "record read + CRC32C check": each(lambda j: read(gis[j])),
         "JPEG header (simplejpeg)": each(lambda j: simplejpeg.decode_jpeg_header(payloads[j])),
+        "JPEG header (marker walk)": each(lambda j: jpeg_frame(payloads[j])),
         "JPEG decode to RGB (simplejpeg)": each(
             lambda j: simplejpeg.decode_jpeg(payloads[j], colorspace="RGB")
         ),
         "seeded draws (re-key, random(3))": each(lambda j: rngs.at(gis[j]).random(3)),
+        "seeded draws (first blocks of 128)": each_chunk(
+            lambda b: rngs.first_blocks(order[b : b + 128]).tolist()
+        ),
         "window resize 105x105 -> 120x120": each(resize),
         "flip, or copy of the crop": each(flip),
         "split into planes": each(split),
@@ -122,6 +139,17 @@ def stoker_steps(rec: str, n: int, normalize: bool) -> dict:
         lambda j: write(imgs[j], rngs.at(gis[j]), rows[j % 256])
     )
     steps["fill_chunk per sample (read to row)"] = chunks
+
+    def chunks_rekeyed():  # the way before first_blocks: a generator re-keyed per sample
+        from stoker.loader import _worker
+
+        was, _worker.FIRST_BLOCKS_FROM = _worker.FIRST_BLOCKS_FROM, 1 << 62
+        try:
+            chunks()
+        finally:
+            _worker.FIRST_BLOCKS_FROM = was
+
+    steps["fill_chunk per sample, draws from a re-keyed generator"] = chunks_rekeyed
     return steps
 
 
@@ -173,6 +201,7 @@ def stoker_in_place(rec: str, n: int, normalize: bool):
     import simplejpeg
 
     from stoker._core.seeding import SampleRngs
+    from stoker.codecs.jpeg import jpeg_frame
     from stoker.transforms.fused import _window_plan
 
     ld = _OPEN[0]
@@ -183,7 +212,7 @@ def stoker_in_place(rec: str, n: int, normalize: bool):
     planes = [np.empty((112, 112), np.uint8) for _ in range(3)]
     coefs = [(norm._gain[k], norm._bias[k]) for k in range(3)] if normalize else []
     plans: dict = {}
-    header, decode, f32 = simplejpeg.decode_jpeg_header, simplejpeg.decode_jpeg, cv2.CV_32F
+    header, decode, f32 = jpeg_frame, simplejpeg.decode_jpeg, cv2.CV_32F
     resize, linear, flip, split, weighted = (
         cv2.resize,
         cv2.INTER_LINEAR,
@@ -198,10 +227,13 @@ def stoker_in_place(rec: str, n: int, normalize: bool):
     def run(acc: np.ndarray) -> None:
         from time import perf_counter_ns as ns
 
-        at = SampleRngs(0, 0).at
+        rngs = SampleRngs(0, 0)
         for b in range(0, n, 128):
             idx = order[b : b + 128]
             read = src.reader(idx)
+            t = ns()
+            firsts = rngs.first_blocks(idx).tolist()  # the chunk's draws, as fill_chunk takes them
+            acc[3] += ns() - t
             for row, gi in enumerate(idx.tolist(), start=b % 256):
                 t0 = ns()
                 p = read(gi)[0]
@@ -210,7 +242,7 @@ def stoker_in_place(rec: str, n: int, normalize: bool):
                 t2 = ns()
                 img = decode(p, colorspace="RGB")
                 t3 = ns()
-                u0, u1, u2 = at(gi).random(3).tolist()
+                u0, u1, u2 = firsts[row - b % 256][:3]
                 t4 = ns()
                 top, left = int(u0 * 17), int(u1 * 17)
                 plan = plans.get((top, left))
@@ -325,6 +357,15 @@ def main() -> int:
         for (who, name), v in times.items():
             med, lo, hi = median_range(v)
             print(f"| {who} | {name} | {med:.1f} ({lo:.1f}..{hi:.1f}) |")
+        new, old = (
+            times[("stoker", "fill_chunk per sample (read to row)")],
+            times[("stoker", "fill_chunk per sample, draws from a re-keyed generator")],
+        )  # run back to back in every round: a ratio per round
+        med, lo, hi = median_range([o / n for n, o in zip(new, old)])
+        print(
+            f"\nfill_chunk with draws from a re-keyed generator / as it runs, per round: "
+            f"{med:.3f} ({lo:.3f}..{hi:.3f}), {len(new)} rounds"
+        )
         chain = next(name for who, name in times if who == "(e)" and name.startswith("crop"))
         in_place(rec, n, rounds, normalize, chain.split(": ", 1)[1])
     return 0

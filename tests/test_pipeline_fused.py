@@ -123,6 +123,37 @@ def test_rows_are_the_chain_called_on_the_image():
         np.testing.assert_array_equal(got[i], want)
 
 
+@pytest.mark.parametrize("tail", TAILS[:2], ids=["uint8", "norm"])
+@pytest.mark.parametrize(
+    "head",
+    HEADS + [[CenterCrop(100), HorizontalFlip()], [Resize(120), RandomCrop(100)]],
+    ids=["resize-crop", "centre", "rrc", "crop", "centre-flip", "no-flip"],
+)
+def test_a_row_from_the_first_block_is_the_row_from_the_generator(head, tail):
+    """A worker gives the row writer each sample's first draws computed for its whole chunk
+    (``SampleRngs.first_blocks``) instead of a re-keyed generator: the rows are the same. A
+    head that draws more (a random resized crop) declines that, before any draw, and takes
+    the generator."""
+    from stoker._core.seeding import SampleRngs
+
+    p = Pipeline(ANY, transforms=Compose(head + tail), layout="NCHW")
+    write = p.row_writer()
+    assert write is not None
+    imgs = [photo(*hw, seed=i) for i, hw in enumerate([(112, 112), (375, 500), (300, 260)] * 4)]
+    firsts = SampleRngs(3, 2).first_blocks(np.arange(len(imgs))).tolist()
+    want = np.zeros((len(imgs), *p.row_shape()), p.dtype)
+    got = np.zeros_like(want)
+    for i, img in enumerate(imgs):
+        assert write(img, sample_rng(3, 2, i), want[i])
+        took = write(img, None, got[i], firsts[i])
+        assert took is p.row_draws_first_block()
+        if not took:  # declined: nothing written, and the generator's way gives the row
+            assert not got[i].any()
+            assert write(img, sample_rng(3, 2, i), got[i])
+    np.testing.assert_array_equal(got, want)
+    assert p.row_draws_first_block() is not isinstance(head[0], RandomResizedCrop)
+
+
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
 def test_the_row_writer_declines_odd_images_before_any_draw(layout):
     """A worker's hot loop writes rows through ``row_writer``; an image it does not take (grey
@@ -204,13 +235,17 @@ def _batches(ld) -> list[tuple[np.ndarray, np.ndarray]]:
     return [(b.images.copy(), b.keys.copy()) for b in ld]
 
 
-def test_any_worker_count_and_a_resume_give_the_same_batches():
+@pytest.mark.parametrize("batch_size", [5, 70])
+def test_any_worker_count_and_a_resume_give_the_same_batches(batch_size):
+    """Small chunks re-key a generator per sample; chunks of 32 samples or more (70 over two
+    workers) take their first draws from one computation per chunk: the same rows."""
     rng = np.random.default_rng(3)
-    x = np.stack([photo(72, 80, i) for i in range(24)])
-    x[:, :4] = rng.integers(0, 256, (24, 4, 80, 3), np.uint8)
-    y = np.arange(24) % 3
+    n = 24 if batch_size < 32 else 160
+    x = np.stack([photo(72, 80, i % 24) for i in range(n)])
+    x[:, :4] = rng.integers(0, 256, (n, 4, 80, 3), np.uint8)
+    y = np.arange(n) % 3
     chain = Compose([Resize(64), RandomCrop(56), HorizontalFlip(), Normalize(0.5, 0.5)])
-    kw = dict(batch_size=5, transforms=chain, layout="NCHW", shuffle=True, seed=8)
+    kw = dict(batch_size=batch_size, transforms=chain, layout="NCHW", shuffle=True, seed=8)
     runs = []
     for workers in (0, 2):
         with stoker.Loader((x, y), workers=workers, **kw) as ld:

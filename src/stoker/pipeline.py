@@ -37,7 +37,7 @@ from stoker.codecs import decoder as _decoder
 from stoker.transforms.base import Transform
 from stoker.transforms.color import Normalize
 from stoker.transforms.compose import Compose
-from stoker.transforms.fused import FusedCrop, fuse, mirror, write_chw, write_head
+from stoker.transforms.fused import FusedCrop, RowWriter, fuse, mirror, write_chw, write_head
 from stoker.transforms.targets import Targets
 
 __all__ = ["DecodeOptions", "Pipeline", "fit_height", "fit_width", "leaves_size_open"]
@@ -433,10 +433,8 @@ class Pipeline:
         self.place(out, dest, width, height)
         return out
 
-    def row_writer(
-        self, width: int | None = None, height: int | None = None
-    ) -> Callable[[np.ndarray, np.random.Generator, np.ndarray], bool] | None:
-        """For a worker's loop over a chunk: ``f(img, rng, dest)`` that writes a sample
+    def row_writer(self, width: int | None = None, height: int | None = None) -> RowWriter | None:
+        """For a worker's loop over a chunk: ``f(img, rng, dest, first=None)`` that writes a sample
         through the fused head (:meth:`stoker.transforms.fused.FusedCrop.row_writer`)
         straight into its batch row and returns ``True``, or returns ``False`` before any
         draw when the image is not the common case, which ``fill_row`` then handles with the
@@ -459,6 +457,11 @@ class Pipeline:
                 )
             object.__setattr__(self, "_row_fn", fn)
         return self.__dict__["_row_fn"]
+
+    def row_draws_first_block(self) -> bool:
+        """Whether :meth:`row_writer`'s writer takes every draw from the first block of the
+        sample's stream, given as ``first`` (``FusedCrop.draws_first_block``)."""
+        return self._fused is not None and self._fused.draws_first_block
 
     def _fill_fast(
         self,

@@ -107,6 +107,31 @@ def test_sample_rngs_reset_to_each_samples_own_stream():
     assert rngs.at(3) is rngs.at(4)  # one generator, re-keyed
 
 
+@pytest.mark.parametrize(
+    ("seed", "epoch"), [(0, 0), (7, 1), (2**64 - 1, 2**64 - 1), (2**127 + 5, 3)]
+)
+def test_first_blocks_are_the_first_four_draws_of_each_samples_stream(seed, epoch):
+    """A worker takes a chunk's first draws from one computation for all its samples; they
+    are the bits each sample's own generator gives, at the edges of the seed, epoch and
+    index ranges too."""
+    rngs = SampleRngs(seed, epoch)
+    idx = np.concatenate(
+        [
+            [0, 1, 2**32 - 1, 2**32, 2**63 - 1],
+            np.random.default_rng(seed % 97).integers(0, 2**40, 60),
+        ]
+    ).astype(np.int64)
+    got = rngs.first_blocks(idx)
+    want = np.array([sample_rng(seed, epoch, int(i)).random(4) for i in idx])
+    assert got.shape == (len(idx), 4) and got.dtype == np.float64
+    np.testing.assert_array_equal(got, want)
+    # the generator it shares with at() is not moved
+    np.testing.assert_array_equal(rngs.at(9).random(4), sample_rng(seed, epoch, 9).random(4))
+    assert rngs.first_blocks(np.array([], np.int64)).shape == (0, 4)
+    with pytest.raises(ValueError, match="non-negative"):
+        rngs.first_blocks(np.array([3, -1]))
+
+
 def test_sample_streams_do_not_overlap_between_neighbouring_indices():
     # a counter-based generator must not hand sample i+1 the continuation of sample i
     a = sample_rng(0, 0, 10).random(2000)

@@ -204,6 +204,7 @@ def test_the_hot_loop_decoder_is_decode(kw):
         jpeg[:2] + b"\x00" * 40,  # a JPEG's magic, then nothing readable
         b"",
         b"not an image at all",
+        *_jpeg_variants(),
     ]
     fast = decoder(**kw)
     for i, buf in enumerate(inputs):
@@ -213,6 +214,76 @@ def test_the_hot_loop_decoder_is_decode(kw):
         else:
             assert isinstance(got, np.ndarray), (i, got)
             np.testing.assert_array_equal(got, want, err_msg=str(i))
+
+
+def _sof_at(buf: bytes) -> int:
+    """The offset of a baseline or progressive JPEG's frame header marker."""
+    return min(i for i in (buf.find(b"\xff\xc0"), buf.find(b"\xff\xc2")) if i > 0)
+
+
+def _with_size(buf: bytes, h: int, w: int) -> bytes:
+    """``buf`` with its frame header declaring ``h`` x ``w`` (the scan left as it is)."""
+    i = _sof_at(buf)
+    return buf[: i + 5] + h.to_bytes(2, "big") + w.to_bytes(2, "big") + buf[i + 9 :]
+
+
+def _jpeg_variants() -> list[bytes]:
+    """JPEGs whose frame header sits behind other segments, and some whose header the
+    decoder's own marker walk must leave to simplejpeg."""
+    img = smooth(90, 70)
+    plain = encode(img, "JPEG", quality=90)
+    b = io.BytesIO()
+    Image.fromarray(img).save(b, "JPEG", progressive=True, exif=b"Exif\0\0" + b"x" * 300)
+    progressive = b.getvalue()
+    b = io.BytesIO()
+    Image.fromarray(img).save(b, "JPEG", icc_profile=b"i" * 5000, comment=b"a comment")
+    icc = b.getvalue()
+    dri = plain[:2] + b"\xff\xdd\x00\x04\x00\x10" + plain[2:]  # a restart interval
+    rst = plain[:2] + b"\xff\xd0" + plain[2:]  # a marker without a length before the frame
+    fill = plain[:2] + b"\xff" + plain[2:]  # a fill byte
+    return [plain, progressive, icc, dri, rst, fill, _with_size(plain, 60000, 60000)]
+
+
+def test_the_decoders_marker_walk_reads_what_simplejpeg_reads():
+    """The hot-loop decoder reads the frame size by walking the segments before it, which
+    costs less than simplejpeg's header read; where it answers, it answers what simplejpeg
+    does, on these JPEGs and on thousands with a byte of the header area changed (the size
+    the bomb guard checks is the size libjpeg-turbo decodes)."""
+    import simplejpeg
+
+    from stoker.codecs.jpeg import jpeg_frame as _jpeg_frame
+
+    def header(buf):
+        try:
+            h, w, colorspace, _ = simplejpeg.decode_jpeg_header(buf)
+        except ValueError:
+            return None
+        return (h, w) if colorspace not in ("CMYK", "YCCK") else None
+
+    answered = 0
+    for buf in _jpeg_variants():
+        got = _jpeg_frame(buf)
+        assert got is None or got == header(buf)
+        answered += got is not None
+    assert answered >= 5  # plain, progressive, ICC and comment, restart interval, the bomb
+    # a marker without a length (libjpeg-turbo then skips what follows up to the next 0xFF)
+    # is left to simplejpeg, even where the next two bytes would read as a length
+    plain = _jpeg_variants()[0]
+    assert _jpeg_frame(plain[:2] + b"\xff\xd0\x00\x02" + plain[2:]) is None
+    assert (
+        _jpeg_frame(_cmyk_jpeg()) is None
+        and _jpeg_frame(np.frombuffer(b"\xff\xd8", np.uint8)) is None
+    )
+    rng = np.random.default_rng(0)
+    base = _jpeg_variants()[2]
+    end = _sof_at(base) + 12
+    for _ in range(3000):
+        buf = bytearray(base)
+        buf[int(rng.integers(2, end))] = int(rng.integers(0, 256))
+        got = _jpeg_frame(bytes(buf))
+        if got is not None:
+            want = header(bytes(buf))
+            assert want is None or got == want, bytes(buf[:end])
 
 
 def test_the_hot_loop_decoder_asks_the_hint_per_size():

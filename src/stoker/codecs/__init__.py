@@ -19,6 +19,8 @@ checked against ``max_pixels`` (default :data:`DEFAULT_MAX_PIXELS`, Pillow's lim
 ``stoker pack`` applies); over it, :class:`~stoker._core.errors.ImageTooLargeError`. The header
 is the JPEG one simplejpeg reads anyway, the PNG IHDR, or Pillow's ``Image.open`` (header only)
 for the rest; an image whose header Pillow cannot read is checked on its decoded size instead.
+The hot-loop :func:`decoder` finds a common JPEG's frame header by walking the segments before
+it, as libjpeg-turbo does (anything unusual goes to simplejpeg's header read).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import numpy as np
 
 from stoker._core.errors import ImageDecodeError, ImageTooLargeError
 from stoker._core.specs import ArraySpec
+from stoker.codecs.jpeg import jpeg_frame
 from stoker.codecs.png import PNG_MAGIC as _PNG_MAGIC
 from stoker.codecs.png import encode_png
 
@@ -207,11 +210,17 @@ def decoder(
     reduces: dict[tuple[int, int], bool] = {}
 
     def run(buf: Any) -> np.ndarray:
-        try:
-            h, w, colorspace, _ = header(buf)
-        except (ValueError, TypeError):  # not a JPEG, or not one simplejpeg reads
-            return general(buf)
-        if colorspace in ("CMYK", "YCCK") or (max_pixels is not None and h * w > max_pixels):
+        got = jpeg_frame(buf)
+        if got is None:  # not the common JPEG: simplejpeg's header read says what it is
+            try:
+                h, w, colorspace, _ = header(buf)
+            except (ValueError, TypeError):  # not a JPEG, or not one simplejpeg reads
+                return general(buf)
+            if colorspace in ("CMYK", "YCCK"):
+                return general(buf)
+        else:
+            h, w = got
+        if max_pixels is not None and h * w > max_pixels:
             return general(buf)
         if hint is not None:
             reduce = reduces.get((h, w))

@@ -22,9 +22,9 @@ from __future__ import annotations
 import functools
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from stoker.transforms.geometry import (
     Resize,
 )
 
-__all__ = ["FusedCrop", "fuse", "mirror", "window_resize", "write_chw", "write_head"]
+__all__ = ["FusedCrop", "RowWriter", "fuse", "mirror", "window_resize", "write_chw", "write_head"]
 
 if TYPE_CHECKING:
     from stoker.transforms.color import Normalize
@@ -189,6 +189,18 @@ def write_head(
 _HeadPlan = tuple[slice, slice, tuple[int, int], np.ndarray, np.ndarray, slice, slice]
 
 
+class RowWriter(Protocol):
+    """What :meth:`FusedCrop.row_writer` returns (see there)."""
+
+    def __call__(
+        self,
+        img: np.ndarray,
+        rng: np.random.Generator | None,
+        dest: np.ndarray,
+        first: Sequence[float] | None = None,
+    ) -> bool: ...
+
+
 class _WriterState(threading.local):
     """A row writer's memo, one per thread: each crop position's window plan with the buffer
     it resizes into and the crop's view of that buffer (made once, not per sample), each
@@ -279,18 +291,29 @@ class FusedCrop:
         out, flip = self.crop_and_flip(img, rng)
         return mirror(out, np.empty(out.shape, out.dtype)) if flip else out
 
-    def row_writer(
-        self, *, chw: bool, tail: Normalize | None, channels: int
-    ) -> Callable[[np.ndarray, np.random.Generator, np.ndarray], bool]:
-        """``f(img, rng, dest)`` for a loader's hot loop: the chain's output for ``img``
-        written straight into batch row ``dest`` (through ``tail`` when given), ``True`` when
-        done. ``False``, before any draw from ``rng``, for what is not the common case (not a
-        uint8 HWC image of ``channels`` channels, 3 or 4; smaller than the crop; a ``dest`` of
-        another shape): the caller then runs the step-by-step path with the same generator,
-        which names what is wrong. The same draws and pixels as :meth:`crop_and_flip`
-        followed by the write; the window per crop position is worked out once
-        (:func:`_window_plan`) and the resize writes into a reused buffer, so a sample costs
-        the pixel work and a few microseconds."""
+    @property
+    def draws_first_block(self) -> bool:
+        """Whether every draw of :meth:`crop_and_flip` comes from the first four doubles of
+        the generator's stream (a random or centre crop and a flip, not a random resized
+        crop): a row writer then takes them as ``first`` in place of ``rng``."""
+        return type(self.crop) is not RandomResizedCrop
+
+    def row_writer(self, *, chw: bool, tail: Normalize | None, channels: int) -> RowWriter:
+        """``f(img, rng, dest, first=None)`` for a loader's hot loop: the chain's output for
+        ``img`` written straight into batch row ``dest`` (through ``tail`` when given),
+        ``True`` when done. ``False``, before any draw from ``rng``, for what is not the
+        common case (not a uint8 HWC image of ``channels`` channels, 3 or 4; smaller than the
+        crop; a ``dest`` of another shape): the caller then runs the step-by-step path with
+        the same generator, which names what is wrong. The same draws and pixels as
+        :meth:`crop_and_flip` followed by the write; the window per crop position is worked
+        out once (:func:`_window_plan`) and the resize writes into a reused buffer, so a
+        sample costs the pixel work and a few microseconds.
+
+        ``first``, when given, is what ``rng.random(4)`` would give (the first block of the
+        sample's stream, :meth:`stoker._core.seeding.SampleRngs.first_blocks`): with
+        :attr:`draws_first_block` the draws come from it and ``rng`` may be ``None``, which
+        saves re-keying a generator per sample. Without it, or for a crop that draws more,
+        ``rng=None`` gives ``False``."""
         crop, rs, flip_op = self.crop, self.resize, self.flip
         ch, cw = crop.size  # type: ignore[misc]
         row_shape = (channels, ch, cw) if chw else (ch, cw, channels)
@@ -315,7 +338,12 @@ class FusedCrop:
             head = buf[kys, kxs]
             return local.keep((sh, sw, top, left), (ys, xs, size, buf, head, kys, kxs))
 
-        def write(img: np.ndarray, rng: np.random.Generator, dest: np.ndarray) -> bool:
+        def write(
+            img: np.ndarray,
+            rng: np.random.Generator | None,
+            dest: np.ndarray,
+            first: Sequence[float] | None = None,
+        ) -> bool:
             shape = img.shape
             if img.dtype != uint8 or len(shape) != 3 or shape[2] != channels:
                 return False
@@ -323,6 +351,8 @@ class FusedCrop:
                 return False
             sh, sw = shape[0], shape[1]
             if rrc is not None:
+                if rng is None:
+                    return False
                 top, left, h, w = rrc.params((sh, sw), rng)
                 head = resize(img[top : top + h, left : left + w], ch, cw, rrc.interpolation)
                 flip = flip_op is not None and flip_op.params(rng)
@@ -331,19 +361,25 @@ class FusedCrop:
             rh, rw = (sh, sw) if rs is None else local.target(rs, sh, sw)
             if rh < ch or rw < cw:
                 return False
+            if first is None:
+                if rng is None:
+                    return False
+                draws = rng.random
             if center is not None:
                 top, left = center.params((rh, rw))
-                flip = flip_op is not None and flip_op.params(rng)
+                # HorizontalFlip.params: one draw, for 0 < p < 1 only
+                u2 = (draws() if first is None else first[0]) if flip_draws else 1.0
             else:
                 # RandomCrop.params (unpadded), then the flip's draw, from one call:
                 # random(3) gives what random(2) then random() give
-                if flip_draws:
-                    u0, u1, u2 = rng.random(3).tolist()
-                    flip = u2 < flip_p
+                if first is not None:
+                    u0, u1, u2 = first[0], first[1], first[2]
+                elif flip_draws:
+                    u0, u1, u2 = draws(3).tolist()
                 else:
-                    u0, u1 = rng.random(2).tolist()
-                    flip = flip_p >= 1.0
+                    (u0, u1), u2 = draws(2).tolist(), 1.0
                 top, left = int(u0 * (rh - ch + 1)), int(u1 * (rw - cw + 1))
+            flip = u2 < flip_p if flip_draws else flip_p >= 1.0
             if rh == sh and rw == sw:  # no resize: the crop is a view of the image
                 head = img[top : top + ch, left : left + cw]
             else:  # window_resize into the plan's buffer, of which head is the crop's view
