@@ -13,7 +13,8 @@ window resize, the flip (or the copy of an unmirrored crop), the split into plan
 float32, the conversion, scale and shift of each plane into the row; then the whole row writer
 and the whole ``fill_chunk`` per sample (its rows in a private batch array: the ring and the
 IPC around a chunk are the loader bench's business), also as it ran before it took the first
-blocks, with a generator re-keyed per sample. The chain's steps are ``cv2.imdecode``,
+blocks, with a generator re-keyed per sample; each of those two against the other, and the
+whole chain against ``fill_chunk``, as a ratio per round. The chain's steps are ``cv2.imdecode``,
 ``cv2.resize`` to 128x128 and the fastest of ``bench_loader.CHAIN_WRITES`` (crop and flip are
 views), then the whole chain.
 
@@ -365,6 +366,12 @@ def main() -> int:
         print(
             f"\nfill_chunk with draws from a re-keyed generator / as it runs, per round: "
             f"{med:.3f} ({lo:.3f}..{hi:.3f}), {len(new)} rounds"
+        )
+        whole = times[("(e)", "the whole chain")]  # the same rounds: a ratio per round
+        med, lo, hi = median_range([c / f for f, c in zip(new, whole)])
+        print(
+            f"the whole chain (e) / fill_chunk per sample, per round: "
+            f"{med:.3f} ({lo:.3f}..{hi:.3f}), {len(new)} rounds (above 1: stoker's sample is cheaper)"
         )
         chain = next(name for who, name in times if who == "(e)" and name.startswith("crop"))
         in_place(rec, n, rounds, normalize, chain.split(": ", 1)[1])
