@@ -206,6 +206,10 @@ def test_the_hot_loop_decoder_is_decode(kw):
         b"not an image at all",
         *_jpeg_variants(),
     ]
+    if "max_pixels" in kw and kw["max_pixels"] is None:
+        # without a limit both decode the declared 60000x60000 bomb in full: 10.8 GB and half
+        # a minute for nothing the other cases do not show
+        inputs = [b for b in inputs if not (isinstance(b, bytes) and _declares(b, 60000))]
     fast = decoder(**kw)
     for i, buf in enumerate(inputs):
         want, got = _outcome(lambda b: decode(b, **kw), buf), _outcome(fast, buf)
@@ -225,6 +229,15 @@ def _with_size(buf: bytes, h: int, w: int) -> bytes:
     """``buf`` with its frame header declaring ``h`` x ``w`` (the scan left as it is)."""
     i = _sof_at(buf)
     return buf[: i + 5] + h.to_bytes(2, "big") + w.to_bytes(2, "big") + buf[i + 9 :]
+
+
+def _declares(buf: bytes, side: int) -> bool:
+    """Whether JPEG ``buf``'s frame header declares ``side`` x ``side``."""
+    try:
+        i = _sof_at(buf)
+    except ValueError:
+        return False
+    return buf[i + 5 : i + 9] == side.to_bytes(2, "big") * 2
 
 
 def _jpeg_variants() -> list[bytes]:
