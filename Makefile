@@ -6,20 +6,26 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-# Three sets, each a stamp in .venv, each on top of the one before:
-#   demo: the core, torch (CPU build) and matplotlib: what `make demo` and `make docs-figures` use;
-#   test: the `test` extra: every edge (keras, lmdb, remote, ray) and the independent
-#         implementations the tests and benchmarks check stoker against (tensorflow-cpu,
-#         tfrecord, webdataset, moto) and `build` (`make wheel-check`);
-#   lint: ruff, mypy and import-linter (the `lint` extra), over the test set so that mypy sees
-#         the same packages the tests import.
+# Four sets, each a stamp in .venv, each on top of the one before:
+#   demo:    the core, torch (CPU build) and matplotlib: what `make demo` and `make docs-figures` use;
+#   test:    the `test` extra: the edges the default tests cover (keras on the torch backend,
+#            lmdb, remote) and the independent implementations they check stoker against
+#            (tfrecord, webdataset, moto's S3 server, torchdata) and `build` (`make wheel-check`);
+#   interop: the `interop` extra: TensorFlow (Keras's other backend), Lightning and Ray, for the
+#            tests marked `interop` (`make test-interop`);
+#   lint:    ruff, mypy and import-linter (the `lint` extra), over the test set so that mypy sees
+#            the same packages the tests import.
 DEMO_STAMP := $(VENV)/.stoker-demo
 TEST_STAMP := $(VENV)/.stoker-test
+INTEROP_STAMP := $(VENV)/.stoker-interop
 LINT_STAMP := $(VENV)/.stoker-lint
 DEMO_EXTRAS := torch,plot
 TEST_EXTRAS := $(DEMO_EXTRAS),test
+# the default run's wall-clock budget in seconds (tests/conftest.py fails the run past it)
+TEST_BUDGET ?= 360
+INTEROP_BUDGET ?= 300
 
-.PHONY: demo test test-slow bench lint wheel-check docs-figures clean venv
+.PHONY: demo test test-interop test-slow bench lint wheel-check docs-figures clean venv
 
 venv: $(DEMO_STAMP)
 
@@ -34,6 +40,10 @@ $(TEST_STAMP): $(DEMO_STAMP)
 	$(PY) -m pip install -q -e ".[$(TEST_EXTRAS)]"
 	touch $@
 
+$(INTEROP_STAMP): $(TEST_STAMP)
+	$(PY) -m pip install -q -e ".[$(TEST_EXTRAS),interop]"
+	touch $@
+
 $(LINT_STAMP): $(TEST_STAMP)
 	$(PY) -m pip install -q -e ".[$(TEST_EXTRAS),lint]"
 	touch $@
@@ -41,10 +51,15 @@ $(LINT_STAMP): $(TEST_STAMP)
 demo: $(DEMO_STAMP)
 	$(PY) scripts/demo/run.py
 
+# the default run: neither `slow` nor `interop`, within TEST_BUDGET seconds
 test: $(TEST_STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --time-budget $(TEST_BUDGET) $(PYTEST_ARGS)
 
-test-slow: $(TEST_STAMP)
+# what needs TensorFlow, Lightning or a Ray cluster
+test-interop: $(INTEROP_STAMP)
+	$(PY) -m pytest -q -m "interop and not slow" --time-budget $(INTEROP_BUDGET) $(PYTEST_ARGS)
+
+test-slow: $(INTEROP_STAMP)
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 
 bench: $(TEST_STAMP)
@@ -57,6 +72,7 @@ lint: $(LINT_STAMP)
 	$(VENV)/bin/mypy
 	$(PY) scripts/check_size.py
 	$(PY) scripts/check_cycles.py
+	$(PY) scripts/line_budget.py
 
 # builds the wheel and sdist, installs the wheel with its core dependencies only into a fresh
 # venv and packs, loads and inspects a few images with it (scripts/wheel_check.py)

@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-pytest_plugins = ["figures_plugin"]
+pytest_plugins = ["figures_plugin", "run_gates"]
 
 SHM_GLOB = "/dev/shm/stoker_*"
 

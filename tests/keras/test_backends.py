@@ -34,7 +34,7 @@ FREEZE_S = 100  # the script dumps its stacks and exits past this (about 5-10 s 
     # for torch: under slow, while the default run fits with workers on torch in test_fit.py
     # and on TensorFlow in test_interrupt.py
     [
-        pytest.param("tensorflow", marks=pytest.mark.slow),
+        pytest.param("tensorflow", marks=pytest.mark.interop),
         pytest.param("torch", marks=pytest.mark.slow),
     ],
 )

@@ -58,7 +58,7 @@ def _cmdline(p: psutil.Process) -> list[str]:
 @pytest.mark.parametrize(
     "backend",
     # the tensorflow backend's run (10 s) under slow: the adapter's stop is the same code
-    [pytest.param("tensorflow", marks=pytest.mark.slow), "torch"],
+    [pytest.param("tensorflow", marks=pytest.mark.interop), "torch"],
 )
 def test_ctrl_c_during_fit_leaves_no_process_and_no_segment(tmp_path, backend):
     here = os.path.dirname(os.path.abspath(__file__))

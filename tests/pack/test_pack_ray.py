@@ -1,5 +1,6 @@
 """``engine="ray"``: one Ray task per shard gives the local pack's bytes; Ray missing is a
-clear error. Slow: a real local cluster (a head and a second worker node, started and
+clear error. Marked ``interop`` (`make test-interop`), since they need Ray; the cluster runs
+are ``slow`` as well: a real local cluster (a head and a second worker node, started and
 stopped here) with 1 and 2 nodes, a worker killed mid-task, a driver SIGKILLed mid-run."""
 
 from __future__ import annotations
@@ -70,9 +71,8 @@ def _report(got: subprocess.CompletedProcess) -> dict:
     return json.loads(got.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.slow  # the default run packs on a Ray the caller started in test_remote_steps.py
+@pytest.mark.interop
 def test_ray_engine_gives_the_local_bytes(tmp_path):
-    pytest.importorskip("ray")
     src = _tree(str(tmp_path / "src"))
     ref = str(tmp_path / "ref" / "set")
     stoker.pack(src, ref, workers=1, shard_size=4, **OPTS)
@@ -85,12 +85,11 @@ def test_ray_engine_gives_the_local_bytes(tmp_path):
     assert digests(out) == digests(ref)
 
 
-@pytest.mark.slow  # starts a Ray of its own (about 20 s on 2 cores)
+@pytest.mark.interop
 def test_a_ray_the_cli_starts_packs_the_local_bytes_without_rays_token_warning(tmp_path):
     """``stoker pack --engine ray`` with no cluster named: the Ray it starts keeps token
     authentication on (its token file is made in the home) and its output carries no warning
     about it; the bytes equal a local pack's."""
-    pytest.importorskip("ray")
     src = _tree(str(tmp_path / "src"))
     ref = str(tmp_path / "ref" / "set")
     stoker.pack(src, ref, workers=1, shard_size=4, **OPTS)
@@ -177,7 +176,6 @@ class _Cluster:
 
 @pytest.fixture
 def cluster():
-    pytest.importorskip("ray")
     c = _Cluster()
     try:
         c.start_head()
@@ -201,6 +199,7 @@ def _run(cmd: list[str], env: dict) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.interop
 @pytest.mark.timeout(900)
 def test_cluster_with_one_and_two_nodes_and_a_worker_killed_mid_task(tmp_path, cluster):
     src = str(tmp_path / "src")
@@ -239,6 +238,7 @@ def test_cluster_with_one_and_two_nodes_and_a_worker_killed_mid_task(tmp_path, c
 
 
 @pytest.mark.slow
+@pytest.mark.interop
 @pytest.mark.timeout(900)
 def test_a_driver_killed_mid_run_resumes_and_keeps_finished_shards(tmp_path, cluster):
     cluster.add_node()

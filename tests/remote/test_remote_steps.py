@@ -183,11 +183,11 @@ print(json.dumps([report.to_json(), conv.to_json()]))
 """
 
 
+@pytest.mark.interop
 @pytest.mark.timeout(300)
 def test_ray_engine_to_s3_gives_the_local_bytes(images, s3env, s3_server, tmp_path):
     """A pack, then a convert of the packed set (URL to URL), each one Ray task per shard, on a
     Ray the caller started (and left running by stoker)."""
-    pytest.importorskip("ray")
     local = tmp_path / "loc"
     stoker.pack(images, local / "train", workers=1, progress=False, **OPTS)
     manifest = str(local / "train.stoker.json")

@@ -13,8 +13,7 @@ import pytest
 
 import stoker
 
-pytest.importorskip("pytorch_lightning")
-pytest.importorskip("torchdata")
+pytestmark = pytest.mark.interop  # needs Lightning (`make test-interop`)
 
 HERE = os.path.dirname(__file__)
 SCRIPT = os.path.join(HERE, "lightning_fit.py")
@@ -38,8 +37,7 @@ def _steps(log) -> list[tuple[int, int, str]]:
         return [(int(e), int(s), d) for e, s, d in (ln.split() for ln in f)]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_a_fit_killed_mid_epoch_resumes_with_the_same_batches(tmp_path, workers):
     images = stoker.make_sample_data(
         tmp_path / "images", classes=3, per_class=14, size=48, workers=1
