@@ -24,9 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MAX_TOTAL_LINES = 5_000
 MAX_FILE_LINES = 700
 
-_MONTHS = (
-    r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
-)
+_MONTHS = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
 #: phrasing that tells the story of runs rather than how things are; matched case-insensitively
 DATED_PATTERNS = [
     r"\bthe latest run\b",
@@ -46,7 +44,7 @@ DATED_PATTERNS = [
     r"\ban hour (?:later|earlier)\b",
     r"\bthe same day\b",
     r"\ba later day\b",
-    r"\bthe revision before\b(?! shard jobs)",
+    r"\bthe revision before\b",
     r"\bbefore these changes\b",
     r"\bearlier versions of this page\b",
     r"\bwhen this was written\b",
