@@ -56,17 +56,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from stoker._core.progress import make_progress
-from stoker.pack.destination import destination
-from stoker.pack.jobs import LocalEngine, ShardJob
-from stoker.pack.planfile import (
+from stoker.pack.commit.destination import destination
+from stoker.pack.engines.jobs import LocalEngine, ShardJob
+from stoker.pack.engines.planfile import (
     PLAN_SUFFIX,
     load_plan,
     parse_shards,
     plan_pack,
     write_plan,
 )
-from stoker.pack.report import PackReport
-from stoker.pack.shardjob import (
+from stoker.pack.run.report import PackReport
+from stoker.pack.run.shardjob import (
     ShardOutcome,
     commit_set,
     finalize,

@@ -8,9 +8,11 @@ from __future__ import annotations
 import os
 
 from stoker._core.errors import PackError, TooManyRejectsError
-from stoker.pack.listing import max_lengths
-from stoker.pack.options import PackOptions
-from stoker.pack.outputs import (
+from stoker.pack.plan.listing import max_lengths
+from stoker.pack.plan.options import PackOptions
+from stoker.pack.plan.plan import Plan
+from stoker.pack.plan.source import manifest_schema
+from stoker.pack.run.outputs import (
     OutputPaths,
     class_counts,
     write_error,
@@ -18,9 +20,7 @@ from stoker.pack.outputs import (
     write_manifest,
     write_rejects,
 )
-from stoker.pack.plan import Plan
-from stoker.pack.report import Tally
-from stoker.pack.source import manifest_schema
+from stoker.pack.run.report import Tally
 
 __all__ = ["check_listing_rejects", "make_out_dir", "write_set_files"]
 

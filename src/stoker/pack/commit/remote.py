@@ -47,11 +47,11 @@ from stoker._core.checksum import file_crc32c_md5, stream_crc32c
 from stoker._core.errors import OutputExistsError, TooManyRejectsError
 from stoker._core.progress import Progress
 from stoker.formats.manifest import MANIFEST_SUFFIX
-from stoker.pack.options import PackOptions
-from stoker.pack.plan import Plan
-from stoker.pack.report import PackReport
-from stoker.pack.setfiles import make_out_dir
-from stoker.pack.shardjob import (
+from stoker.pack.commit.setfiles import make_out_dir
+from stoker.pack.plan.options import PackOptions
+from stoker.pack.plan.plan import Plan
+from stoker.pack.run.report import PackReport
+from stoker.pack.run.shardjob import (
     ShardOutcome,
     commit_set,
     lock_path,
@@ -68,7 +68,7 @@ from stoker.storage.remote import Remote
 from stoker.storage.urls import check_url, redact
 
 if TYPE_CHECKING:
-    from stoker.pack.pool import Pool
+    from stoker.pack.run.pool import Pool
 
 __all__ = [
     "finalize_url",

@@ -25,9 +25,11 @@ from stoker._core.atomic import atomic_write
 from stoker._core.errors import PackError, TooManyRejectsError
 from stoker._core.oscompat import OWN_FILE, lock
 from stoker._core.progress import Progress
-from stoker.pack.listing import ListingItem
-from stoker.pack.options import PackOptions
-from stoker.pack.outputs import (
+from stoker.pack.commit.setfiles import write_set_files
+from stoker.pack.plan.listing import ListingItem
+from stoker.pack.plan.options import PackOptions
+from stoker.pack.plan.plan import Plan, geometric
+from stoker.pack.run.outputs import (
     OutputPaths,
     ShardWriters,
     Unstorable,
@@ -35,12 +37,10 @@ from stoker.pack.outputs import (
     shard_main_files,
     write_rejects,
 )
-from stoker.pack.plan import Plan, geometric
-from stoker.pack.pool import Pool, results
-from stoker.pack.records import convert_range, reject_detail, sample_of
-from stoker.pack.report import PackReport, ShardCounts, Tally
-from stoker.pack.setfiles import write_set_files
-from stoker.pack.worker import process
+from stoker.pack.run.pool import Pool, results
+from stoker.pack.run.records import convert_range, reject_detail, sample_of
+from stoker.pack.run.report import PackReport, ShardCounts, Tally
+from stoker.pack.run.worker import process
 
 __all__ = [
     "ShardOutcome",
