@@ -23,14 +23,8 @@ from packhelp import set_digests as digests
 import stoker
 from stoker._core.errors import PackError
 from stoker.cli import main
-from stoker.pack.steps import (
-    finalize_pack,
-    load_plan,
-    pack_shards,
-    parse_shards,
-    plan_pack,
-    run_shard,
-)
+from stoker.pack.run.shardjob import run_shard
+from stoker.pack.steps import finalize_pack, load_plan, pack_shards, parse_shards, plan_pack
 
 OPTS = {"shard_size": 3, "shuffle": True, "seed": 5, "list_file": True}
 

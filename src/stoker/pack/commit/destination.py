@@ -5,7 +5,7 @@ and then the set's own files are committed; the engines and the step commands as
 ``Folder``
     A shard job writes its files in place (``*.partial``, renamed) and commits with its
     side-car beside them (``shardjob.run_shard``); finalize checks every side-car and file and
-    writes the rejects list, the ``.lst`` and the manifest last (``shardjob.finalize``).
+    writes the rejects list, the ``.lst`` and the manifest last (``setfiles.finalize``).
     Overwriting a committed set (its manifest is there and ``overwrite``): the shards are
     written in the hidden folder ``.NAME.stoker-staging/`` beside OUT instead, and finalize
     moves them in (a rename on the same file system), then the set's files, the manifest last:
@@ -28,11 +28,12 @@ from typing import Any
 
 from stoker.formats.manifest import MANIFEST_SUFFIX
 from stoker.formats.remote import is_url
+from stoker.pack.commit.setfiles import finalize
 from stoker.pack.plan.options import PackOptions
 from stoker.pack.plan.plan import Plan
 from stoker.pack.run.outputs import OutputPaths
 from stoker.pack.run.report import PackReport
-from stoker.pack.run.shardjob import ShardOutcome, finalize, forget_shards, run_shard
+from stoker.pack.run.shardjob import ShardOutcome, forget_shards, run_shard
 
 __all__ = ["Destination", "Folder", "Url", "destination"]
 
@@ -41,7 +42,7 @@ __all__ = ["Destination", "Folder", "Url", "destination"]
 class Folder:
     """A local (or mounted) folder; the base of every destination (see the module
     docstring). ``shard`` takes ``pool`` and ``bar``, ``finalize`` takes ``resumed`` and
-    ``check``, as ``shardjob.run_shard`` and ``shardjob.finalize`` do. ``staging``: an
+    ``check``, as ``shardjob.run_shard`` and ``setfiles.finalize`` do. ``staging``: an
     overwrite of a committed set, staged beside it."""
 
     staging: bool = False

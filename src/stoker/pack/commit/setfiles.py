@@ -1,11 +1,16 @@
 """The set's own files, written by every engine after its shards: the output folder made
 ready (:func:`make_out_dir`), a listing's bad rows checked against ``max_rejects`` before any
-image is read (:func:`check_listing_rejects`), and the rejects list, the ``.lst`` and the
-manifest, last (:func:`write_set_files`)."""
+image is read (:func:`check_listing_rejects`), and the finalize (:func:`finalize`): every
+shard checked, the side-cars merged in shard order (:func:`commit_set`), ``max_rejects``
+applied to the total, every count checked, and the rejects list, the ``.lst`` and the
+manifest written last (:func:`write_set_files`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
+from collections.abc import Iterable
 
 from stoker._core.errors import PackError, TooManyRejectsError
 from stoker.pack.plan.listing import max_lengths
@@ -14,15 +19,31 @@ from stoker.pack.plan.plan import Plan
 from stoker.pack.plan.source import manifest_schema
 from stoker.pack.run.outputs import (
     OutputPaths,
+    WriteFailed,
     class_counts,
+    shard_main_files,
     write_error,
     write_lst,
     write_manifest,
     write_rejects,
 )
-from stoker.pack.run.report import Tally
+from stoker.pack.run.report import PackReport, ShardCounts, Tally
+from stoker.pack.run.shardjob import (
+    lock_path,
+    output_paths,
+    read_sidecar,
+    shard_problem,
+    sidecar_path,
+)
 
-__all__ = ["check_listing_rejects", "make_out_dir", "write_set_files"]
+__all__ = [
+    "check_listing_rejects",
+    "commit_set",
+    "finalize",
+    "make_out_dir",
+    "not_ready",
+    "write_set_files",
+]
 
 
 def check_listing_rejects(options: PackOptions, plan: Plan, paths: OutputPaths) -> None:
@@ -87,3 +108,89 @@ def write_set_files(
     if options.convert:
         pack_meta["source_format"] = plan.reader.format
     write_manifest(paths, entries, plan.scan.classes, pack_meta, rejects_meta, schema=schema)
+
+
+def not_ready(plan: Plan, problems: list[tuple[int, str | None]]) -> None:
+    """Raise a :class:`PackError` naming the shards with a problem (up to ten of them)."""
+    bad = [(s, why) for s, why in problems if why is not None]
+    if bad:
+        listed = "; ".join(f"shard {s}: {why}" for s, why in bad[:10])
+        more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
+        raise PackError(
+            f"{len(bad)} of {plan.n_shards} shard(s) not ready: {listed}{more}; pack them "
+            f"(--shards {bad[0][0]}...) and finalize again"
+        )
+
+
+def finalize(
+    options: PackOptions,
+    plan: Plan,
+    fp: str,
+    t0: float,
+    *,
+    resumed: Iterable[int] = (),
+    check: bool = True,
+) -> PackReport:
+    """``steps.finalize_pack`` of a plan in hand (an engine's last step); ``resumed``: the
+    shards a rerun found done, whose records the report counts as resumed; ``check=False``:
+    each shard's side-car and file sizes are checked, not its records (the caller's own jobs
+    just wrote or verified every shard)."""
+    paths = output_paths(options, plan)
+    problems = [(s, shard_problem(options, plan, fp, s, check=check)) for s in range(plan.n_shards)]
+    not_ready(plan, problems)
+    sides = [read_sidecar(sidecar_path(paths, s)) or {} for s in range(plan.n_shards)]
+    report = commit_set(options, plan, sides, t0, resumed=resumed)
+    for s in range(plan.n_shards):
+        side_path = sidecar_path(paths, s)
+        for p in (side_path, lock_path(paths, s)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
+    return report
+
+
+def commit_set(
+    options: PackOptions,
+    plan: Plan,
+    sides: list[dict],
+    t0: float,
+    *,
+    resumed: Iterable[int] = (),
+) -> PackReport:
+    """From every shard's side-car (checked), in shard order: merge the records' counts and
+    the rejects, apply ``max_rejects`` to the total, and write the rejects list, the ``.lst``
+    and the manifest (last) under the plan's prefix; the set's report."""
+    paths = output_paths(options, plan)
+    tally = Tally(plan.scan, plan.items)
+    entries = []
+    bytes_out = 0
+    lengths: dict[str, int] = {}
+    resumed_set = set(resumed)
+    for s, side in enumerate(sides):
+        entries.append(side["entry"])
+        bytes_out += int(side["bytes"])
+        ShardCounts.add_to(tally, side["counts"], resumed=s in resumed_set)
+        tally.item_rejects.extend((pos, r, d) for pos, r, d in side["rejects"])
+        for name, n in (side.get("lengths") or {}).items():
+            lengths[name] = max(lengths.get(name, 0), int(n))
+    tally.item_rejects.sort()
+    if options.max_rejects is not None and tally.n_rejected > options.max_rejects:
+        write_rejects(paths.rejects, plan.scan, plan, tally.item_rejects)
+        raise TooManyRejectsError(
+            f"{tally.n_rejected} files rejected, more than max_rejects={options.max_rejects}; "
+            f"see {paths.rejects} (shards kept; no manifest written; rerun to resume)"
+        )
+    tally.check_accounting()  # before anything of the set is written: never a short set
+    try:
+        write_set_files(options, plan, paths, tally, entries, lengths)
+    except WriteFailed as e:
+        raise e.error from None
+    return tally.report(
+        shards=shard_main_files(paths, entries),
+        bytes_out=bytes_out,
+        seconds=time.perf_counter() - t0,
+        manifest=paths.manifest,
+        rejects_path=paths.rejects,
+        list_path=paths.lst,
+        format=options.format,
+        action="converted" if options.convert else "packed",
+    )

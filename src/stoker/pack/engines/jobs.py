@@ -9,11 +9,11 @@ Driver
     every shard that is done (side-car of this plan, files of its sizes that verify) and packs
     the others again from scratch; a different plan, or ``resume=False``, forgets every shard.
     Then it hands one :class:`ShardJob` per shard to an engine and, when every job is back,
-    finalizes (``steps.finalize``, ``remote.finalize_url`` for a URL): the side-cars merged,
+    finalizes (``setfiles.finalize``, ``remote.finalize_url`` for a URL): the side-cars merged,
     every count checked, the rejects list, the ``.lst`` and the manifest written last.
 
 Shard job
-    :class:`ShardJob` is a pure function of its plan: shard ``s`` written (``steps.run_shard``;
+    :class:`ShardJob` is a pure function of its plan: shard ``s`` written (``shardjob.run_shard``;
     a URL OUT: staged and uploaded, ``remote.shard_to_url``) to the same bytes wherever it
     runs. It is picklable (options, plan, fingerprint, ``storage_options``).
 

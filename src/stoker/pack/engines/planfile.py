@@ -31,15 +31,7 @@ from stoker.pack.plan.options import PackOptions
 from stoker.pack.plan.plan import Plan, fingerprint, make_plan
 from stoker.pack.run.shardjob import output_paths, shard_bounds
 
-__all__ = [
-    "PLAN_SUFFIX",
-    "load_plan",
-    "output_paths",
-    "parse_shards",
-    "plan_pack",
-    "shard_bounds",
-    "write_plan",
-]
+__all__ = ["PLAN_SUFFIX", "load_plan", "parse_shards", "plan_pack", "write_plan"]
 
 PLAN_VERSION = 1
 PLAN_SUFFIX = ".plan.json"

@@ -1,5 +1,5 @@
 """``engine="ray"``: a pack run as one Ray task per shard, through the shard jobs of
-``steps.py``. Ray is imported here only, when the engine is asked for.
+``jobs.py``. Ray is imported here only, when the engine is asked for.
 
 NOTE [ The Ray engine ]
 
