@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 if __name__ == "__main__":
     import packhelp
 
-    import stoker.pack.options as options
+    import stoker.pack.plan.options as options
     from stoker.cli import main
 
     options.check_image = packhelp.slow_check  # what PackOptions' check=None stands for

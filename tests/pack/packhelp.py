@@ -243,7 +243,7 @@ def slow_driver_writes(monkeypatch, seconds: float = 1.0) -> None:
     """Each batch of records a shard writer takes in this process (a convert's driver) waits
     ``seconds`` first; pool processes, started afresh, write at speed. A convert's first shard,
     written here, then takes long enough that the local engine starts a pool for the rest."""
-    import stoker.pack.outputs as outputs
+    import stoker.pack.run.outputs as outputs
 
     write_many = outputs.ShardWriters.write_many
 
@@ -259,7 +259,7 @@ def slow_driver_writes(monkeypatch, seconds: float = 1.0) -> None:
 #: ``STOKER_WRITE_DELAY_S`` seconds (in the process that writes: pack's and convert's driver)
 SLOWED_WRITES = """
 import os, sys, time
-import stoker.pack.outputs as outputs
+import stoker.pack.run.outputs as outputs
 delay = float(os.environ.get("STOKER_WRITE_DELAY_S", "0"))
 if delay:
     write = outputs.ShardWriters.write

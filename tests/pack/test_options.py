@@ -16,7 +16,7 @@ from stoker import TooManyRejectsError
 from stoker.formats.recordio import load_manifest
 from stoker.pack import PackOptions, pack
 from stoker.pack.images import check_image
-from stoker.pack.plan import fingerprint, make_plan
+from stoker.pack.plan.plan import fingerprint, make_plan
 
 WRONG_TYPE = [
     ("workers", "2"),

@@ -15,9 +15,9 @@ from stoker import OutputExistsError, PackError, TooManyRejectsError
 from stoker.codecs import decode
 from stoker.formats.recordio import load_manifest, open_records, verify_records
 from stoker.pack import make_sample_data, pack
-from stoker.pack.options import PackOptions
-from stoker.pack.scan import unescape_name
-from stoker.pack.worker import process
+from stoker.pack.plan.options import PackOptions
+from stoker.pack.plan.scan import unescape_name
+from stoker.pack.run.worker import process
 
 
 def read_text(path) -> str:
@@ -153,7 +153,7 @@ def test_odd_names_survive(tmp_path):  # B1 #15
 
 
 def test_vanished_between_listing_and_reading(tmp_path, monkeypatch):  # B1 #14
-    import stoker.pack.plan as plan
+    import stoker.pack.plan.plan as plan
 
     src = tmp_path / "src"
     make_tree(str(src), {"a": 4})

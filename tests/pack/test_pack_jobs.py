@@ -23,14 +23,8 @@ from packhelp import set_digests as digests
 import stoker
 from stoker._core.errors import PackError
 from stoker.cli import main
-from stoker.pack.steps import (
-    finalize_pack,
-    load_plan,
-    pack_shards,
-    parse_shards,
-    plan_pack,
-    run_shard,
-)
+from stoker.pack.run.shardjob import run_shard
+from stoker.pack.steps import finalize_pack, load_plan, pack_shards, parse_shards, plan_pack
 
 OPTS = {"shard_size": 3, "shuffle": True, "seed": 5, "list_file": True}
 
@@ -235,7 +229,7 @@ def test_convert_steps_give_the_one_machine_convert_bytes(tmp_path, fmt):
 def _pools_started(monkeypatch) -> list[int]:
     """The worker counts of the shard-job pools the local engine starts from now on (the
     real pool runs; this only notes its size)."""
-    import stoker.pack.pool as pool_module
+    import stoker.pack.run.pool as pool_module
 
     started: list[int] = []
     real = pool_module.Pool
@@ -314,7 +308,7 @@ def test_an_overwrite_by_steps_replaces_the_set_only_at_finalize(src, tmp_path):
 def test_a_stop_between_a_shards_rename_and_its_sidecar_reruns_clean(src, tmp_path, monkeypatch):
     """Ctrl-C (or a SIGTERM's exit) after a shard's files were renamed but before its side-car:
     the journal stays, so the rerun writes that shard again instead of refusing its files."""
-    import stoker.pack.shardjob as shardjob
+    import stoker.pack.run.shardjob as shardjob
 
     ref = str(tmp_path / "ref" / "set")
     stoker.pack(src, ref, workers=1, progress=False, **OPTS)

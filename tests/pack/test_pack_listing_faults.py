@@ -173,6 +173,6 @@ def test_csv_cells_that_cannot_be_stored_are_rejects_naming_line_and_field(tmp_p
     ],
 )
 def test_nesting_is_measured_outside_strings(text, key):
-    from stoker.pack.listing import _too_deep
+    from stoker.pack.plan.listing import _too_deep
 
     assert _too_deep(text) == key

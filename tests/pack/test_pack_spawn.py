@@ -9,8 +9,8 @@ from packhelp import set_digests, slow_driver_writes
 from test_pack_golden import GOLDEN, OPTS, _digest, inputs  # noqa: F401 - the fixture
 
 from stoker.pack._procs import default_start_method, pool_context
-from stoker.pack.jobs import LocalEngine, run_jobs
-from stoker.pack.options import PackOptions
+from stoker.pack.engines.jobs import LocalEngine, run_jobs
+from stoker.pack.plan.options import PackOptions
 
 
 @pytest.mark.parametrize(
@@ -23,7 +23,7 @@ def test_spawned_workers_give_the_golden_bytes(
     kind,
     fmt,
 ):
-    import stoker.pack.pool as pool
+    import stoker.pack.run.pool as pool
 
     started: list[str] = []
 

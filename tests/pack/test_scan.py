@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from packhelp import image_bytes, make_tree, write
 
-from stoker.pack.scan import escape_name, read_lst, scan_folder, unescape_name
+from stoker.pack.plan.scan import escape_name, read_lst, scan_folder, unescape_name
 
 
 def test_classes_sorted_and_junk_ignored(tmp_path):  # B1 #2

@@ -39,7 +39,7 @@ def test_pack_to_s3_equals_a_local_pack(images, s3env, tmp_path):
     assert got == want
     assert local.written == report.written == 18
     # the staging folder is gone once the manifest is up
-    from stoker.pack.remote import staging_prefix
+    from stoker.pack.commit.remote import staging_prefix
 
     assert not os.path.exists(os.path.dirname(staging_prefix(url)))
     # and an existing manifest is refused without overwrite

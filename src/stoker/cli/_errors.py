@@ -160,7 +160,7 @@ def input_problem(
     from stoker._core.files import is_image_name
     from stoker.formats import registry
     from stoker.formats.registry import MANIFEST_SUFFIX
-    from stoker.pack.listing import LISTING_SUFFIXES
+    from stoker.pack.plan.listing import LISTING_SUFFIXES
 
     pack_first = f"pack it first: stoker pack {path} OUT, then give OUT{MANIFEST_SUFFIX}"
     if "://" in path:

@@ -331,7 +331,7 @@ def run_plan_steps(args: argparse.Namespace, what: str, storage_options: Any = N
             lambda: finalize_pack(args.plan, progress=progress, storage_options=so), args, what
         )
     try:
-        from stoker.pack.options import PackOptions
+        from stoker.pack import PackOptions
 
         PackOptions(".", "x", workers=args.workers)  # checks --workers as a pack does
     except (TypeError, ValueError) as e:

@@ -64,6 +64,7 @@ import json
 import math
 import os
 import textwrap
+from importlib import metadata
 from typing import Any
 
 from stoker.doctor.budget import budget_data, budget_line
@@ -105,12 +106,14 @@ MODEL = "predicted(k) = min(e * k / (b + c / s_k), s_k / m), s_k = min(1, C / (L
 
 def report_data(f: Findings, *, elapsed_s: float) -> dict[str, Any]:
     """The report's dict (schema above) from a finished run's findings."""
-    import stoker
-
+    try:
+        version = metadata.version("stoker")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        version = "unknown"
     j = f.judgement
     return {
         "schema": SCHEMA,
-        "stoker_version": stoker.__version__,
+        "stoker_version": version,
         "source": _source(f),
         "settings": _settings(f),
         "corrupt": corrupt_data(f),

@@ -7,10 +7,10 @@ is rewritten meanwhile), and the files the manifest names, each fetched whole in
 
 Every name a manifest gives goes through :func:`stoker.storage.urls.join_under`: it must stay
 under the manifest's folder, on the same scheme and bucket. Sizes come from one listing per
-folder at open, so a missing shard is a ``FileNotFoundError`` naming its URL before any batch,
-and a shard whose size differs from the manifest's is a :class:`ManifestError`. A cached copy is
-checked against the size and, where the manifest records it, the CRC32C of the whole file
-(``rec_crc32c``) before it is first read.
+folder at open (:meth:`RemoteFiles.list_sizes`), so a missing shard is a ``FileNotFoundError``
+naming its URL before any batch; the set's opener (``shardfiles.RemoteShards.check``) refuses a
+size other than the manifest's. A cached copy is checked against the size and, where the
+manifest records one, the file's CRC32C before it is first read.
 
 :class:`RemoteOptions` holds what a user says about remote data (``storage_options``,
 ``cache_dir``, ``cache_limit``, ``prefetch_shards``), checked once; the loader, the datasets and

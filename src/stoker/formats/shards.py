@@ -9,12 +9,12 @@ count, bytes and checksum). A :class:`ShardSet` over the entries owns:
 - the one LRU of open shards (:class:`OpenShards`, at most :data:`MAX_OPEN_SHARDS` per set and
   process): a reader marks the shard it reads (``use``) and closes what it hands back, so a set
   of 100,000 shards read by 8 workers stays within ``ulimit -n`` and ``vm.max_map_count``;
-- sizes: records and bytes per shard, what the shard cache's fit checks and read-ahead take
-  (:class:`~stoker.formats.shardfiles.RemoteShards`, the opener of a set in object storage,
-  hands out local paths or pinned cached copies; a reader never opens a URL);
 - :func:`digest`: the sha256 a reader's fingerprint is made of.
 
 A format gives the rest: how one shard's files are opened (its ``FORMAT.open_shard``) and read.
+A set in object storage is opened by :class:`~stoker.formats.shardfiles.RemoteShards` (sizes
+checked and fitted to the shard cache, shards read ahead), which hands out local paths or
+pinned cached copies: a reader never opens a URL.
 """
 
 from __future__ import annotations
@@ -141,10 +141,6 @@ class ShardSet:
     def shard_sizes(self) -> np.ndarray:
         """int64 records per shard, in position order."""
         return np.diff(self.starts)
-
-    def bytes(self) -> list[int]:
-        """Bytes per shard's data file, as the entries record them (0 where unknown)."""
-        return [int(e.bytes or 0) for e in self.entries]
 
     def locate(self, i: int, what: str = "") -> tuple[int, int]:
         """``(shard, position inside it)`` of global position ``i`` (negative counts from the

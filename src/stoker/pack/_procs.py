@@ -21,10 +21,10 @@ worker. So workers ignore SIGTERM and leave it to the main process, which gets t
 and stops the pool in order (each worker finishes the chunk it holds, sends it whole and exits;
 the shutdown waits for it), or has died, and then the watcher ends the worker. Whatever the
 main process itself stops by force (``ProcessPoolExecutor`` ending a broken pool, the packer's
-last resort) it kills: the pool's processes are :class:`WorkerProcess`, whose ``terminate()``
-is ``kill()``. (Blocking SIGTERM and taking it in a thread with ``sigwaitinfo`` instead would
-not do: threads that native libraries start before the worker's set-up leave it unblocked,
-and the kernel may hand the signal to one of them.)
+last resort) it kills: the pool's processes (``_SpawnWorker``, ``_ForkServerWorker``) have a
+``terminate()`` that is ``kill()``. (Blocking SIGTERM and taking it in a thread with
+``sigwaitinfo`` instead would not do: threads that native libraries start before the worker's
+set-up leave it unblocked, and the kernel may hand the signal to one of them.)
 """
 
 from __future__ import annotations

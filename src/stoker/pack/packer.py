@@ -17,8 +17,8 @@ from typing import Any
 
 from stoker.formats.registry import DEFAULT as DEFAULT_FORMAT
 from stoker.pack.images import DEFAULT_MAX_PIXELS
-from stoker.pack.options import PackOptions, output_prefix
-from stoker.pack.report import PackReport
+from stoker.pack.plan.options import PackOptions, output_prefix
+from stoker.pack.run.report import PackReport
 
 __all__ = ["PackOptions", "PackReport", "convert", "output_prefix", "pack", "run_pack"]
 
@@ -118,10 +118,10 @@ def run_pack(
     options: PackOptions, *, storage_options: Mapping[str, Any] | None = None
 ) -> PackReport:
     """Pack as ``options`` say (see :func:`pack`)."""
-    from stoker.pack.jobs import LocalEngine, run_jobs
+    from stoker.pack.engines.jobs import LocalEngine, run_jobs
 
     if options.engine == "ray":  # a URL OUT too: each task uploads its own shard
-        from stoker.pack.ray_engine import run_ray
+        from stoker.pack.engines.ray_engine import run_ray
 
         return run_ray(options, storage_options=storage_options)
     engine = LocalEngine(options.worker_count())

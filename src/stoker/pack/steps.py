@@ -56,52 +56,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from stoker._core.progress import make_progress
-from stoker.pack.destination import destination
-from stoker.pack.jobs import LocalEngine, ShardJob
-from stoker.pack.planfile import (
-    PLAN_SUFFIX,
-    load_plan,
-    parse_shards,
-    plan_pack,
-    write_plan,
-)
-from stoker.pack.report import PackReport
-from stoker.pack.shardjob import (
-    ShardOutcome,
-    commit_set,
-    finalize,
-    forget_shards,
-    lock_path,
-    not_ready,
-    parse_sidecar,
-    read_sidecar,
-    run_shard,
-    shard_bounds,
-    shard_lock,
-    shard_problem,
-    sidecar_path,
-)
+from stoker.pack.commit.destination import destination
+from stoker.pack.engines.jobs import LocalEngine, ShardJob
+from stoker.pack.engines.planfile import load_plan, parse_shards, plan_pack, write_plan
+from stoker.pack.run.report import PackReport
+from stoker.pack.run.shardjob import ShardOutcome, shard_bounds
 
 __all__ = [
-    "PLAN_SUFFIX",
-    "ShardOutcome",
     "ShardsReport",
-    "commit_set",
-    "finalize",
     "finalize_pack",
-    "forget_shards",
     "load_plan",
-    "lock_path",
-    "not_ready",
     "pack_shards",
     "parse_shards",
-    "parse_sidecar",
     "plan_pack",
-    "read_sidecar",
-    "run_shard",
-    "shard_lock",
-    "shard_problem",
-    "sidecar_path",
     "write_plan",
 ]
 

@@ -317,9 +317,10 @@ class FusedCrop:
         crop, rs, flip_op = self.crop, self.resize, self.flip
         ch, cw = crop.size  # type: ignore[misc]
         row_shape = (channels, ch, cw) if chw else (ch, cw, channels)
+        if type(crop) is RandomResizedCrop:
+            return self._box_writer(crop, row_shape, chw=chw, tail=tail)
         c = cv2()
         cv_resize, linear = c.resize, c.INTER_LINEAR
-        rrc = crop if type(crop) is RandomResizedCrop else None
         center = crop if type(crop) is CenterCrop else None
         uint8 = np.dtype(np.uint8)
         flip_p = 0.0 if flip_op is None else float(flip_op.p)
@@ -350,14 +351,6 @@ class FusedCrop:
             if tail is None and (dest.shape != row_shape or dest.dtype != uint8):
                 return False
             sh, sw = shape[0], shape[1]
-            if rrc is not None:
-                if rng is None:
-                    return False
-                top, left, h, w = rrc.params((sh, sw), rng)
-                head = resize(img[top : top + h, left : left + w], ch, cw, rrc.interpolation)
-                flip = flip_op is not None and flip_op.params(rng)
-                write_head(head, dest, flip=flip, chw=chw, tail=tail)
-                return True
             rh, rw = (sh, sw) if rs is None else local.target(rs, sh, sw)
             if rh < ch or rw < cw:
                 return False
@@ -400,6 +393,33 @@ class FusedCrop:
                 planes_into(mirror(head, local.scratch(head.shape)) if flip else head, dest)
             else:
                 write_head(head, dest, flip=flip, chw=chw, tail=tail)
+            return True
+
+        return write
+
+    def _box_writer(
+        self, crop: RandomResizedCrop, row_shape: tuple, *, chw: bool, tail: Normalize | None
+    ) -> RowWriter:
+        """:meth:`row_writer` of a random resized crop: its box, drawn from ``rng`` (``None``
+        gives ``False``), resized per sample, then the flip's draw and the write."""
+        ch, cw = crop.size  # type: ignore[misc]
+        channels, flip_op, uint8 = row_shape[0 if chw else 2], self.flip, np.dtype(np.uint8)
+
+        def write(
+            img: np.ndarray,
+            rng: np.random.Generator | None,
+            dest: np.ndarray,
+            first: Sequence[float] | None = None,
+        ) -> bool:
+            shape = img.shape
+            if img.dtype != uint8 or len(shape) != 3 or shape[2] != channels:
+                return False
+            if tail is None and (dest.shape != row_shape or dest.dtype != uint8) or rng is None:
+                return False
+            top, left, h, w = crop.params((shape[0], shape[1]), rng)
+            head = resize(img[top : top + h, left : left + w], ch, cw, crop.interpolation)
+            flip = flip_op is not None and flip_op.params(rng)
+            write_head(head, dest, flip=flip, chw=chw, tail=tail)
             return True
 
         return write

@@ -5,7 +5,7 @@ and then the set's own files are committed; the engines and the step commands as
 ``Folder``
     A shard job writes its files in place (``*.partial``, renamed) and commits with its
     side-car beside them (``shardjob.run_shard``); finalize checks every side-car and file and
-    writes the rejects list, the ``.lst`` and the manifest last (``shardjob.finalize``).
+    writes the rejects list, the ``.lst`` and the manifest last (``setfiles.finalize``).
     Overwriting a committed set (its manifest is there and ``overwrite``): the shards are
     written in the hidden folder ``.NAME.stoker-staging/`` beside OUT instead, and finalize
     moves them in (a rename on the same file system), then the set's files, the manifest last:
@@ -28,11 +28,12 @@ from typing import Any
 
 from stoker.formats.manifest import MANIFEST_SUFFIX
 from stoker.formats.remote import is_url
-from stoker.pack.options import PackOptions
-from stoker.pack.outputs import OutputPaths
-from stoker.pack.plan import Plan
-from stoker.pack.report import PackReport
-from stoker.pack.shardjob import ShardOutcome, finalize, forget_shards, run_shard
+from stoker.pack.commit.setfiles import finalize
+from stoker.pack.plan.options import PackOptions
+from stoker.pack.plan.plan import Plan
+from stoker.pack.run.outputs import OutputPaths
+from stoker.pack.run.report import PackReport
+from stoker.pack.run.shardjob import ShardOutcome, forget_shards, run_shard
 
 __all__ = ["Destination", "Folder", "Url", "destination"]
 
@@ -41,7 +42,7 @@ __all__ = ["Destination", "Folder", "Url", "destination"]
 class Folder:
     """A local (or mounted) folder; the base of every destination (see the module
     docstring). ``shard`` takes ``pool`` and ``bar``, ``finalize`` takes ``resumed`` and
-    ``check``, as ``shardjob.run_shard`` and ``shardjob.finalize`` do. ``staging``: an
+    ``check``, as ``shardjob.run_shard`` and ``setfiles.finalize`` do. ``staging``: an
     overwrite of a committed set, staged beside it."""
 
     staging: bool = False
@@ -118,7 +119,7 @@ class Url(Folder):
     storage_options: Mapping[str, Any] | None = None
 
     def here(self, options: PackOptions, plan: Plan) -> tuple[PackOptions, Plan]:
-        from stoker.pack.remote import staged
+        from stoker.pack.commit.remote import staged
 
         return staged(options, plan)
 
@@ -127,12 +128,12 @@ class Url(Folder):
         return options.prefix.rstrip("/").rsplit("/", 1)[-1]
 
     def refuse_existing(self, options: PackOptions, paths: OutputPaths) -> None:
-        from stoker.pack.remote import refuse_existing_url
+        from stoker.pack.commit.remote import refuse_existing_url
 
         refuse_existing_url(options.prefix, self.storage_options)
 
     def forget(self, options: PackOptions, plan: Plan) -> None:
-        from stoker.pack.remote import forget_url
+        from stoker.pack.commit.remote import forget_url
 
         forget_url(options, plan, self.storage_options)
 
@@ -140,14 +141,14 @@ class Url(Folder):
         """Nothing: shards committed at the URL are known by the staging folder's journal."""
 
     def shard(self, options: PackOptions, plan: Plan, fp: str, s: int, **kw: Any) -> ShardOutcome:
-        from stoker.pack.remote import shard_to_url
+        from stoker.pack.commit.remote import shard_to_url
 
         return shard_to_url(options, plan, fp, s, storage_options=self.storage_options, **kw)
 
     def finalize(
         self, options: PackOptions, plan: Plan, fp: str, t0: float, **kw: Any
     ) -> PackReport:
-        from stoker.pack.remote import finalize_url
+        from stoker.pack.commit.remote import finalize_url
 
         kw.pop("check", None)  # the objects are always checked: another machine wrote them
         return finalize_url(options, plan, fp, t0, storage_options=self.storage_options, **kw)

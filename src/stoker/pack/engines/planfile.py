@@ -25,21 +25,13 @@ from typing import Any
 from stoker._core.atomic import atomic_write
 from stoker._core.errors import PackError
 from stoker.formats.remote import is_url
-from stoker.pack.destination import destination
-from stoker.pack.options import PackOptions
-from stoker.pack.plan import Plan, fingerprint, make_plan
-from stoker.pack.setfiles import check_listing_rejects, make_out_dir
-from stoker.pack.shardjob import output_paths, shard_bounds
+from stoker.pack.commit.destination import destination
+from stoker.pack.commit.setfiles import check_listing_rejects, make_out_dir
+from stoker.pack.plan.options import PackOptions
+from stoker.pack.plan.plan import Plan, fingerprint, make_plan
+from stoker.pack.run.shardjob import output_paths, shard_bounds
 
-__all__ = [
-    "PLAN_SUFFIX",
-    "load_plan",
-    "output_paths",
-    "parse_shards",
-    "plan_pack",
-    "shard_bounds",
-    "write_plan",
-]
+__all__ = ["PLAN_SUFFIX", "load_plan", "parse_shards", "plan_pack", "write_plan"]
 
 PLAN_VERSION = 1
 PLAN_SUFFIX = ".plan.json"

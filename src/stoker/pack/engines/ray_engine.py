@@ -1,5 +1,5 @@
 """``engine="ray"``: a pack run as one Ray task per shard, through the shard jobs of
-``steps.py``. Ray is imported here only, when the engine is asked for.
+``jobs.py``. Ray is imported here only, when the engine is asked for.
 
 NOTE [ The Ray engine ]
 
@@ -50,10 +50,10 @@ from typing import Any
 from stoker._core.errors import PackError, StokerError
 from stoker._core.progress import Progress
 from stoker._core.quiet import quiet_logger
-from stoker.pack.jobs import ShardJob, run_jobs
-from stoker.pack.options import PackOptions
-from stoker.pack.report import PackReport
-from stoker.pack.shardjob import ShardOutcome
+from stoker.pack.engines.jobs import ShardJob, run_jobs
+from stoker.pack.plan.options import PackOptions
+from stoker.pack.run.report import PackReport
+from stoker.pack.run.shardjob import ShardOutcome
 from stoker.storage.urls import redact
 
 __all__ = ["MAX_RETRIES", "RayEngine", "import_ray", "run_ray"]

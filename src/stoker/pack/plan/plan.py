@@ -22,9 +22,9 @@ import numpy as np
 from stoker._core.errors import PackError
 from stoker._core.schema import Schema
 from stoker._core.seeding import stream_rng
-from stoker.pack.listing import ListingItem, is_listing, read_listing
-from stoker.pack.options import PackOptions
-from stoker.pack.scan import Item, ScanResult, read_lst, scan_folder
+from stoker.pack.plan.listing import ListingItem, is_listing, read_listing
+from stoker.pack.plan.options import PackOptions
+from stoker.pack.plan.scan import Item, ScanResult, read_lst, scan_folder
 
 __all__ = ["Plan", "fingerprint", "geometric", "make_plan"]
 
@@ -125,7 +125,7 @@ def make_plan(options: PackOptions) -> Plan:
     """List the source once (a snapshot) and fix the order and keys of every record."""
     reader = None
     if options.convert:
-        from stoker.pack.source import open_source
+        from stoker.pack.plan.source import open_source
 
         scan, reader = open_source(options)
         from_lst, schema = False, None
@@ -176,7 +176,7 @@ def _identity_scan(options: PackOptions, scan: ScanResult, listed: bool) -> Scan
             f"{options.src}: layout='insightface' (--layout insightface) packs an image folder "
             "with one identity per subfolder, not a list"
         )
-    from stoker.pack.identities import identity_order
+    from stoker.pack.plan.identities import identity_order
 
     return identity_order(os.fspath(options.src), scan)
 
@@ -192,7 +192,7 @@ def fingerprint(plan: Plan, settings: dict[str, Any]) -> str:
     h = hashlib.sha256()
     h.update(json.dumps(settings, sort_keys=True).encode())
     if plan.reader is not None:  # a convert: the source's identity, keys and labels in order
-        from stoker.pack.source import source_digest
+        from stoker.pack.plan.source import source_digest
 
         labels = plan.scan.items.labels  # type: ignore[attr-defined]
         if plan.items is not plan.scan.items:

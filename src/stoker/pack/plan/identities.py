@@ -21,7 +21,7 @@ from typing import Any
 
 from stoker._core.errors import PackError
 from stoker.formats.recordio import IDENTITY_TABLE
-from stoker.pack.scan import Item, ScanResult
+from stoker.pack.plan.scan import Item, ScanResult
 
 __all__ = ["identity_order"]
 

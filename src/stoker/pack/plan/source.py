@@ -25,7 +25,7 @@ from stoker._core.files import Item, ScanResult
 from stoker._core.schema import Schema
 from stoker.formats.base import Reader
 from stoker.formats.remote import local_path, remote_url
-from stoker.pack.options import PackOptions
+from stoker.pack.plan.options import PackOptions
 
 __all__ = [
     "SourceItem",

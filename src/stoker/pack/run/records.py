@@ -22,11 +22,11 @@ import numpy as np
 from stoker._core.progress import Progress
 from stoker._core.schema import Schema
 from stoker.codecs import sniff_counts
-from stoker.pack.listing import ListingItem
-from stoker.pack.outputs import ShardWriters
-from stoker.pack.plan import Plan
-from stoker.pack.report import ShardCounts
-from stoker.pack.source import SourceItems, reject_text
+from stoker.pack.plan.listing import ListingItem
+from stoker.pack.plan.plan import Plan
+from stoker.pack.plan.source import SourceItems, reject_text
+from stoker.pack.run.outputs import ShardWriters
+from stoker.pack.run.report import ShardCounts
 
 __all__ = ["convert_range", "label_maker", "reject_detail", "sample_of"]
 

@@ -9,17 +9,17 @@ Driver
     every shard that is done (side-car of this plan, files of its sizes that verify) and packs
     the others again from scratch; a different plan, or ``resume=False``, forgets every shard.
     Then it hands one :class:`ShardJob` per shard to an engine and, when every job is back,
-    finalizes (``steps.finalize``, ``remote.finalize_url`` for a URL): the side-cars merged,
+    finalizes (``setfiles.finalize``, ``remote.finalize_url`` for a URL): the side-cars merged,
     every count checked, the rejects list, the ``.lst`` and the manifest written last.
 
 Shard job
-    :class:`ShardJob` is a pure function of its plan: shard ``s`` written (``steps.run_shard``;
+    :class:`ShardJob` is a pure function of its plan: shard ``s`` written (``shardjob.run_shard``;
     a URL OUT: staged and uploaded, ``remote.shard_to_url``) to the same bytes wherever it
     runs. It is picklable (options, plan, fingerprint, ``storage_options``).
 
 Engine
     An engine decides only where jobs run: ``run(job, shards, bar)`` yields each shard's
-    :class:`~stoker.pack.shardjob.ShardOutcome` as it finishes, advances the progress bar by
+    :class:`~stoker.pack.run.shardjob.ShardOutcome` as it finishes, advances the progress bar by
     the positions done, and stops the jobs not yet done when the caller stops.
     :class:`LocalEngine` runs a pack's shards one after another in this process, which writes
     them, while one pool of processes checks the images of all of them (the output bytes do
@@ -54,16 +54,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from stoker._core.progress import Progress, make_progress
 from stoker.pack._procs import START_METHODS
-from stoker.pack.destination import destination
-from stoker.pack.options import PackOptions
-from stoker.pack.outputs import OutputPaths
-from stoker.pack.plan import Plan, fingerprint, make_plan
-from stoker.pack.report import PackReport
-from stoker.pack.setfiles import check_listing_rejects, make_out_dir
-from stoker.pack.shardjob import ShardOutcome
+from stoker.pack.commit.destination import destination
+from stoker.pack.commit.setfiles import check_listing_rejects, make_out_dir
+from stoker.pack.plan.options import PackOptions
+from stoker.pack.plan.plan import Plan, fingerprint, make_plan
+from stoker.pack.run.outputs import OutputPaths
+from stoker.pack.run.report import PackReport
+from stoker.pack.run.shardjob import ShardOutcome
 
 if TYPE_CHECKING:
-    from stoker.pack.pool import Pool
+    from stoker.pack.run.pool import Pool
 
 __all__ = ["Engine", "LocalEngine", "ShardJob", "run_jobs"]
 
@@ -119,7 +119,7 @@ def _pool_pays(left_s: float, n: int) -> bool:
 
 def _init_job(main_pid: int, job: ShardJob) -> None:
     """Pool initializer: the worker's start (``worker.init_worker``) and its plan, once."""
-    from stoker.pack.worker import init_worker
+    from stoker.pack.run.worker import init_worker
 
     global _JOB
     init_worker(main_pid)
@@ -148,7 +148,7 @@ class LocalEngine:
     def run(
         self, job: ShardJob, shards: Sequence[int], bar: Progress | None = None
     ) -> Iterator[ShardOutcome]:
-        from stoker.pack.pool import Pool
+        from stoker.pack.run.pool import Pool
 
         if job.per_item:  # written here, shard after shard; one pool checks every image
             images = Pool(max(1, self.workers), start_method=self.start_method)

@@ -27,9 +27,9 @@ from stoker._core.errors import OutputExistsError, PackError
 from stoker._core.schema import Schema
 from stoker.formats.registry import DEFAULT as DEFAULT_FORMAT
 from stoker.formats.registry import get
-from stoker.pack.plan import Plan
-from stoker.pack.scan import ScanResult, escape_name
-from stoker.pack.source import SourceItems
+from stoker.pack.plan.plan import Plan
+from stoker.pack.plan.scan import ScanResult, escape_name
+from stoker.pack.plan.source import SourceItems
 
 __all__ = [
     "OutputPaths",

@@ -22,10 +22,10 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from stoker.pack._procs import pool_context
-from stoker.pack.listing import ListingItem
-from stoker.pack.options import PackOptions
-from stoker.pack.scan import Item
-from stoker.pack.worker import Task, init_worker, process_task
+from stoker.pack.plan.listing import ListingItem
+from stoker.pack.plan.options import PackOptions
+from stoker.pack.plan.scan import Item
+from stoker.pack.run.worker import Task, init_worker, process_task
 
 __all__ = ["Pool", "results"]
 
@@ -127,7 +127,7 @@ def results(
     upright: bool = False,
 ) -> Generator[tuple[int, tuple], None, None]:
     """(position, result) for every item in order, from ``pool``'s workers (``upright``:
-    reject EXIF-turned images, see :class:`~stoker.pack.worker.Task`). The pool is the
+    reject EXIF-turned images, see :class:`~stoker.pack.run.worker.Task`). The pool is the
     caller's: it stays up for the next items (a broken one is replaced)."""
     workers = pool.workers
     chunk = max(1, min(64, len(items) // (workers * 8) or 1))

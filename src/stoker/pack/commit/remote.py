@@ -47,15 +47,13 @@ from stoker._core.checksum import file_crc32c_md5, stream_crc32c
 from stoker._core.errors import OutputExistsError, TooManyRejectsError
 from stoker._core.progress import Progress
 from stoker.formats.manifest import MANIFEST_SUFFIX
-from stoker.pack.options import PackOptions
-from stoker.pack.plan import Plan
-from stoker.pack.report import PackReport
-from stoker.pack.setfiles import make_out_dir
-from stoker.pack.shardjob import (
+from stoker.pack.commit.setfiles import commit_set, make_out_dir, not_ready
+from stoker.pack.plan.options import PackOptions
+from stoker.pack.plan.plan import Plan
+from stoker.pack.run.report import PackReport
+from stoker.pack.run.shardjob import (
     ShardOutcome,
-    commit_set,
     lock_path,
-    not_ready,
     output_paths,
     parse_sidecar,
     read_sidecar,
@@ -68,7 +66,7 @@ from stoker.storage.remote import Remote
 from stoker.storage.urls import check_url, redact
 
 if TYPE_CHECKING:
-    from stoker.pack.pool import Pool
+    from stoker.pack.run.pool import Pool
 
 __all__ = [
     "finalize_url",
@@ -287,7 +285,7 @@ def finalize_url(
     storage_options: Mapping[str, Any] | None = None,
     resumed: Iterable[int] = (),
 ) -> PackReport:
-    """``steps.finalize`` for a URL OUT (see the module docstring): every shard's objects
+    """``setfiles.finalize`` for a URL OUT (see the module docstring): every shard's objects
     checked, the set's files written in the staging folder here and uploaded, the manifest
     last; the side-cars at the URL removed after it."""
     url = check_url(options.prefix)

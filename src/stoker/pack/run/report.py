@@ -13,7 +13,7 @@ import numpy as np
 
 from stoker._core.errors import PackError
 from stoker.formats.registry import DEFAULT as DEFAULT_FORMAT
-from stoker.pack.scan import ScanResult
+from stoker.pack.plan.scan import ScanResult
 
 __all__ = ["PackReport", "ShardCounts", "Tally"]
 

@@ -1,13 +1,11 @@
-"""One shard job and the finalize after all of them: the pieces every engine and destination
-share, below them (see ``steps.py``'s NOTE for the protocol, ``jobs.py`` for the engines).
+"""One shard job: the piece every engine and destination shares, below them (see
+``steps.py``'s NOTE for the protocol, ``engines/jobs.py`` for the engines).
 
 :func:`run_shard` writes shard ``s`` of a plan into its final files (each ``*.partial``, then
 renamed) and then its side-car ``OUT-NNNNN.pack-shard.json``, the shard's commit point, under
 an exclusive lock on ``OUT-NNNNN.pack-shard.lock``; a shard whose side-car is of this plan and
 whose files have its sizes and verify is done and skipped, any other state is written again
-from scratch, to the same bytes. :func:`finalize` checks every shard, merges the side-cars in
-shard order (:func:`commit_set`), applies ``max_rejects`` to the total, checks every count,
-and writes the rejects list, the ``.lst`` and the manifest last.
+from scratch, to the same bytes. The finalize after all of them is ``commit/setfiles.py``'s.
 """
 
 from __future__ import annotations
@@ -16,39 +14,34 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Generator, Iterable
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import numpy as np
 
 from stoker._core.atomic import atomic_write
-from stoker._core.errors import PackError, TooManyRejectsError
+from stoker._core.errors import TooManyRejectsError
 from stoker._core.oscompat import OWN_FILE, lock
 from stoker._core.progress import Progress
-from stoker.pack.listing import ListingItem
-from stoker.pack.options import PackOptions
-from stoker.pack.outputs import (
+from stoker.pack.plan.listing import ListingItem
+from stoker.pack.plan.options import PackOptions
+from stoker.pack.plan.plan import Plan, geometric
+from stoker.pack.run.outputs import (
     OutputPaths,
     ShardWriters,
     Unstorable,
     WriteFailed,
-    shard_main_files,
     write_rejects,
 )
-from stoker.pack.plan import Plan, geometric
-from stoker.pack.pool import Pool, results
-from stoker.pack.records import convert_range, reject_detail, sample_of
-from stoker.pack.report import PackReport, ShardCounts, Tally
-from stoker.pack.setfiles import write_set_files
-from stoker.pack.worker import process
+from stoker.pack.run.pool import Pool, results
+from stoker.pack.run.records import convert_range, reject_detail, sample_of
+from stoker.pack.run.report import ShardCounts
+from stoker.pack.run.worker import process
 
 __all__ = [
     "ShardOutcome",
-    "commit_set",
-    "finalize",
     "forget_shards",
     "lock_path",
-    "not_ready",
     "output_paths",
     "parse_sidecar",
     "read_sidecar",
@@ -319,89 +312,3 @@ def shard_bounds(plan: Plan, s: int) -> tuple[int, int]:
     if plan.shard_size is None:
         return 0, n
     return min(n, s * plan.shard_size), min(n, (s + 1) * plan.shard_size)
-
-
-def not_ready(plan: Plan, problems: list[tuple[int, str | None]]) -> None:
-    """Raise a :class:`PackError` naming the shards with a problem (up to ten of them)."""
-    bad = [(s, why) for s, why in problems if why is not None]
-    if bad:
-        listed = "; ".join(f"shard {s}: {why}" for s, why in bad[:10])
-        more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
-        raise PackError(
-            f"{len(bad)} of {plan.n_shards} shard(s) not ready: {listed}{more}; pack them "
-            f"(--shards {bad[0][0]}...) and finalize again"
-        )
-
-
-def finalize(
-    options: PackOptions,
-    plan: Plan,
-    fp: str,
-    t0: float,
-    *,
-    resumed: Iterable[int] = (),
-    check: bool = True,
-) -> PackReport:
-    """:func:`finalize_pack` of a plan in hand (an engine's last step); ``resumed``: the
-    shards a rerun found done, whose records the report counts as resumed; ``check=False``:
-    each shard's side-car and file sizes are checked, not its records (the caller's own jobs
-    just wrote or verified every shard)."""
-    paths = output_paths(options, plan)
-    problems = [(s, shard_problem(options, plan, fp, s, check=check)) for s in range(plan.n_shards)]
-    not_ready(plan, problems)
-    sides = [read_sidecar(sidecar_path(paths, s)) or {} for s in range(plan.n_shards)]
-    report = commit_set(options, plan, sides, t0, resumed=resumed)
-    for s in range(plan.n_shards):
-        side_path = sidecar_path(paths, s)
-        for p in (side_path, lock_path(paths, s)):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(p)
-    return report
-
-
-def commit_set(
-    options: PackOptions,
-    plan: Plan,
-    sides: list[dict],
-    t0: float,
-    *,
-    resumed: Iterable[int] = (),
-) -> PackReport:
-    """From every shard's side-car (checked), in shard order: merge the records' counts and
-    the rejects, apply ``max_rejects`` to the total, and write the rejects list, the ``.lst``
-    and the manifest (last) under the plan's prefix; the set's report."""
-    paths = output_paths(options, plan)
-    tally = Tally(plan.scan, plan.items)
-    entries = []
-    bytes_out = 0
-    lengths: dict[str, int] = {}
-    resumed_set = set(resumed)
-    for s, side in enumerate(sides):
-        entries.append(side["entry"])
-        bytes_out += int(side["bytes"])
-        ShardCounts.add_to(tally, side["counts"], resumed=s in resumed_set)
-        tally.item_rejects.extend((pos, r, d) for pos, r, d in side["rejects"])
-        for name, n in (side.get("lengths") or {}).items():
-            lengths[name] = max(lengths.get(name, 0), int(n))
-    tally.item_rejects.sort()
-    if options.max_rejects is not None and tally.n_rejected > options.max_rejects:
-        write_rejects(paths.rejects, plan.scan, plan, tally.item_rejects)
-        raise TooManyRejectsError(
-            f"{tally.n_rejected} files rejected, more than max_rejects={options.max_rejects}; "
-            f"see {paths.rejects} (shards kept; no manifest written; rerun to resume)"
-        )
-    tally.check_accounting()  # before anything of the set is written: never a short set
-    try:
-        write_set_files(options, plan, paths, tally, entries, lengths)
-    except WriteFailed as e:
-        raise e.error from None
-    return tally.report(
-        shards=shard_main_files(paths, entries),
-        bytes_out=bytes_out,
-        seconds=time.perf_counter() - t0,
-        manifest=paths.manifest,
-        rejects_path=paths.rejects,
-        list_path=paths.lst,
-        format=options.format,
-        action="converted" if options.convert else "packed",
-    )

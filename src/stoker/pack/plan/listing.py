@@ -46,7 +46,7 @@ from stoker._core.errors import PackError, SpecError
 from stoker._core.files import Item, ScanResult
 from stoker._core.jsondoc import unique_keys
 from stoker._core.schema import Field, Schema
-from stoker.pack.scan import _Confine
+from stoker.pack.plan.scan import _Confine
 
 __all__ = [
     "LISTING_SUFFIXES",

@@ -2,7 +2,7 @@
 store or the reason it is rejected.
 
 Only small frozen objects cross the process boundary: a :class:`Task` (paths and the run's
-:class:`~stoker.pack.options.PackOptions`) in, a list of plain tuples out, one per path:
+:class:`~stoker.pack.plan.options.PackOptions`) in, a list of plain tuples out, one per path:
 ``(0, payload, source_format, rotated, passthrough, bytes_read)`` for a file to store
 (a listing's row with masks adds a seventh item, ``{field: mask PNG bytes}``),
 ``(1, reason, detail)`` for a reject.
@@ -18,7 +18,7 @@ from typing import Any
 
 from stoker.pack._procs import worker_init
 from stoker.pack.images import Reject
-from stoker.pack.options import PackOptions
+from stoker.pack.plan.options import PackOptions
 
 __all__ = ["MAX_FILE_BYTES", "Task", "init_worker", "process", "process_task"]
 

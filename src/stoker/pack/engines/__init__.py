@@ -1,0 +1,1 @@
+"""Where shard jobs run: this machine's pool, Ray, or a scheduler given the plan file."""
