@@ -22,10 +22,13 @@ _CACHE_DIR: str | None = None
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """A cache directory for the run; under ``pytest -n`` each worker process has its own, so
+    one worker's shard-cache claims never count against another's budget."""
     global _CACHE_DIR
-    if "STOKER_CACHE_DIR" not in os.environ:
+    ours = os.environ.get("STOKER_TEST_CACHE_DIR")
+    if "STOKER_CACHE_DIR" not in os.environ or (ours and os.environ["STOKER_CACHE_DIR"] == ours):
         _CACHE_DIR = tempfile.mkdtemp(prefix="stoker-test-cache-")
-        os.environ["STOKER_CACHE_DIR"] = _CACHE_DIR
+        os.environ["STOKER_CACHE_DIR"] = os.environ["STOKER_TEST_CACHE_DIR"] = _CACHE_DIR
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
