@@ -36,11 +36,18 @@ from stoker.codecs import DEFAULT_MAX_PIXELS, check_max_pixels
 from stoker.codecs import decoder as _decoder
 from stoker.transforms.base import Transform
 from stoker.transforms.color import Normalize
-from stoker.transforms.compose import Compose
+from stoker.transforms.compose import Compose, FnTransform
 from stoker.transforms.fused import FusedCrop, RowWriter, fuse, mirror, write_chw, write_head
 from stoker.transforms.targets import Targets
 
-__all__ = ["DecodeOptions", "Pipeline", "fit_height", "fit_width", "leaves_size_open"]
+__all__ = [
+    "DecodeOptions",
+    "Pipeline",
+    "chain_steps",
+    "fit_height",
+    "fit_width",
+    "leaves_size_open",
+]
 
 LAYOUTS = ("NHWC", "NCHW")
 
@@ -60,21 +67,24 @@ class DecodeOptions:
         object.__setattr__(self, "max_pixels", check_max_pixels(self.max_pixels))
 
 
-def _steps(t: Transform) -> list[Transform]:
+def chain_steps(t: Transform) -> list[Transform]:
     """The steps of a chain run one after another: only a ``Compose`` is flattened (the branches
     of ``RandomChoice``/``OneOf`` are alternatives, and their own ``output_spec`` merges them)."""
     inner = getattr(t, "transforms", None)
     if isinstance(t, Compose) and isinstance(inner, (list, tuple)):
         out: list[Transform] = []
         for s in inner:
-            out.extend(_steps(s) if isinstance(s, Transform) else [s])
+            out.extend(chain_steps(s) if isinstance(s, Transform) else [s])
         return out
     return [t]
 
 
-def _chain_spec(t: Transform, spec: ArraySpec, *, what: str) -> ArraySpec:
-    """Walk ``t``'s steps, naming the one that fails."""
-    for step in _steps(t):
+def _chain_spec(t: Transform, spec: ArraySpec, *, what: str, learnt: bool = False) -> ArraySpec:
+    """Walk ``t``'s steps, naming the one that fails. ``learnt``: a plain function that does
+    not say its size keeps it (the loader learns it from a sample, ``learned_output``)."""
+    for step in chain_steps(t):
+        if learnt and isinstance(step, FnTransform) and step.output is None:
+            continue
         name = type(step).__name__
         fn = getattr(step, "output_spec", None)
         if fn is None:
@@ -108,16 +118,17 @@ def leaves_size_open(
     *,
     variable_width: bool = False,
     variable_height: bool = False,
+    learnt: bool = False,
 ) -> bool:
     """Whether ``transforms`` fed ``input_spec`` end in a height or width a batch cannot take
     open: then a :class:`Pipeline` refuses them, unless the input's size is fixed (the loader
-    fixes it when every image of a set has one size). A chain refused for another reason
-    (a step that does not accept its input, a sample neither HW nor HWC) gives ``False``: the
-    pipeline names that reason itself."""
+    fixes it when every image of a set has one size; ``learnt``: as :func:`_chain_spec`). A
+    chain refused for another reason (a step that does not accept its input, a sample neither
+    HW nor HWC) gives ``False``: the pipeline names that reason itself."""
     spec = input_spec
     if transforms is not None:
         try:
-            spec = _chain_spec(transforms, spec, what="transforms")
+            spec = _chain_spec(transforms, spec, what="transforms", learnt=learnt)
         except SpecError:
             return False
     if len(spec.shape) not in (2, 3):
@@ -179,6 +190,9 @@ class Pipeline:
     geometry: frozenset[str] = frozenset()
     input_from: str = ""
     fuse: bool = True
+    #: the sample where the chain leaves its size open only because a plain function does not
+    #: say it (``shape.learned_output``, from the set's first image); each is checked against it
+    learned: ArraySpec | None = None
     sample_spec: ArraySpec = field(init=False)
     # fill_row's fast paths (see _split_tail): a trailing Normalize writes straight into the
     # batch row; a recognised head (resize, crop, flip) runs as one op.
@@ -211,13 +225,17 @@ class Pipeline:
                     f"pair_with must keep the sample's shape and dtype: transforms give "
                     f"{spec.describe()}, pair_with turns that into {pspec.describe()}"
                 )
+        if self.learned is not None and _open_dims(spec, self.variable_width, self.variable_height):
+            spec = self.learned
         if len(spec.shape) not in (2, 3):
             raise SpecError(
                 f"the chain ends in {spec.describe()}; a sample must be (H, W) or (H, W, C)"
             )
         if _open_dims(spec, self.variable_width, self.variable_height):
             last = (
-                type(_steps(self.transforms)[-1]).__name__ if self.transforms else "no transforms"
+                type(chain_steps(self.transforms)[-1]).__name__
+                if self.transforms
+                else "no transforms"
             )
             hint = (
                 "RandomCrop/Resize missing?" if self.transforms else "add a Resize or RandomCrop:"
@@ -239,7 +257,7 @@ class Pipeline:
             raise SpecError("pair_with works on image and label only; these samples carry fields")
         if self.transforms is None:
             return
-        for step in _steps(self.transforms):
+        for step in chain_steps(self.transforms):
             check = getattr(step, "check_targets", None)
             if check is None:
                 raise SpecError(
@@ -266,7 +284,7 @@ class Pipeline:
         placing the result (the fused resize within the tolerance in docs/transforms.md)."""
         if self.transforms is None or self.pair_with is not None:
             return
-        steps = _steps(self.transforms)
+        steps = chain_steps(self.transforms)
         last = steps[-1] if steps else None
         tail: Normalize | None = None
         if type(last) is Normalize and last.layout == "HWC" and last.dtype == "float32":

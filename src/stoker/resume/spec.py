@@ -44,6 +44,12 @@ class LoaderSpec:
     workers: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """The loader's own check of the batch size, here, before any child starts."""
+        from stoker.loader._state import check_batch_size
+
+        check_batch_size(self.batch_size)
+
     def resolved_transforms(self) -> Any:
         t = self.transforms
         if t is None or t == "none":

@@ -27,13 +27,21 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from stoker._core.errors import IndexFormatError
+from stoker._core.errors import IndexFormatError, StokerError
 from stoker._core.progress import make_progress
 from stoker._core.schema import Schema
 from stoker.formats.fields import TrailerError, decode_trailer, split_trailer
 from stoker.formats.recordio.framing import LENGTH_MASK, FrameError, next_magic, read_record
-from stoker.formats.recordio.header import IRHeader, label_problem, unpack_header
+from stoker.formats.recordio.header import (
+    DECLARED_INT64,
+    INFERRED_INT64,
+    IRHeader,
+    inferred_kind,
+    label_problem,
+    unpack_header,
+)
 from stoker.formats.recordio.index import parse_idx, sha256_file
+from stoker.formats.recordio.insightface import with_layout
 from stoker.formats.recordio.manifest import (
     MANIFEST_SUFFIX,
     load_manifest,
@@ -41,6 +49,7 @@ from stoker.formats.recordio.manifest import (
     shard_paths,
 )
 from stoker.formats.recordio.paths import default_crc_path, default_idx_path, manifest_path_for
+from stoker.formats.recordio.reader import RecordFile
 from stoker.formats.report import Problem, VerifyReport, decode_failure
 from stoker.formats.shards import ShardEntry
 
@@ -64,8 +73,8 @@ class _Options:
     #: the number of classes the manifest names (each one-label record's label must be one
     #: of their ids); 0: no class map, any finite label
     classes: int = 0
-    #: the manifest declares int64 labels: each must be a whole number within int64
-    whole: bool = False
+    #: why the labels are int64 (each must be a whole number within int64); "": any number
+    whole: str = ""
 
 
 def _nobody(off: int) -> tuple[int | None, int | None]:
@@ -346,10 +355,25 @@ def _with_schema(opts: _Options, manifest: dict, path: str) -> _Options:
     else:  # the declared label's kind (a vector of labels is no class id)
         whole = head is not None and schema[head].dtype == "int64"
         classes = 0 if head is not None and schema[head].shape else classes
-    opts = replace(opts, classes=classes, whole=whole)
+    opts = replace(opts, classes=classes, whole=DECLARED_INT64 if whole else "")
     if schema is None or not schema.stored:
         return opts
     return replace(opts, stored=schema)
+
+
+def _inferred_whole(rec: str, idx: str) -> str:
+    """:data:`INFERRED_INT64` when the labels of the bare ``rec`` are int64 class ids
+    (:func:`inferred_kind` of every label); "" when they are floats or do not read (the walk
+    names what is wrong)."""
+    try:
+        r = RecordFile(rec, idx)
+        try:
+            labels = np.asarray(with_layout(r).images().labels())
+        finally:
+            r.close()
+    except (StokerError, OSError, ValueError):
+        return ""
+    return INFERRED_INT64 if inferred_kind(labels) == "int64" else ""
 
 
 def _verify_manifest(report: VerifyReport, path: str, opts: _Options) -> None:
@@ -446,5 +470,7 @@ def verify_records(
     beside = manifest_path_for(p)
     if os.path.exists(beside):  # the manifest says whether the records end in a trailer
         opts = _with_schema(opts, load_manifest(beside), beside)
+    elif idx is not None:  # the labels' kind is inferred from every label, as the loader does
+        opts = replace(opts, whole=_inferred_whole(p, idx))
     _verify_shard(report, p, idx, None, opts)
     return report
