@@ -86,7 +86,7 @@ class _Watch:
 
 
 def _rebuild(_watch: None, cls: type, state: dict[str, Any]) -> Any:
-    obj = cls.__new__(cls)
+    obj: Any = object.__new__(cls)
     obj.__dict__.update(state)
     return obj
 
@@ -103,10 +103,7 @@ class WatchedWorker:
         from multiprocessing.synchronize import SemLock
 
         args = getattr(self, "_args", ())
-        names = tuple(
-            v._semlock.name
-            for a in args
-            for v in getattr(a, "__dict__", {}).values()
-            if isinstance(v, SemLock) and v._semlock.name
-        )
+        locks = [v for a in args for v in getattr(a, "__dict__", {}).values()]
+        named = [getattr(v, "_semlock", None) for v in locks if isinstance(v, SemLock)]
+        names = tuple(name for s in named if (name := getattr(s, "name", None)))
         return _rebuild, (_Watch(os.getpid(), names), type(self), self.__dict__)

@@ -214,6 +214,7 @@ def _ranked(make_loader: Callable[..., Any], ranks: int) -> Callable[..., Any]:
         return make_loader
     if ranks == 1 and _binds(sig):
         return _OneRank(make_loader)
+    sig = sig.replace(return_annotation=inspect.Signature.empty)
     raise TypeError(
         f"make_loader{sig} must take make_loader(rank=, world_size=) and pass both on to the "
         f"loader it builds (Loader(..., rank=rank, world_size=world_size)) to run {ranks} ranks"

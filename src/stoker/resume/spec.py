@@ -7,6 +7,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from stoker._core.checks import check_int
+
 __all__ = ["LoaderSpec", "import_attr"]
 
 
@@ -45,10 +47,8 @@ class LoaderSpec:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        """The loader's own check of the batch size, here, before any child starts."""
-        from stoker.loader._state import check_batch_size
-
-        check_batch_size(self.batch_size)
+        """A batch size below 1 is refused here, before any child starts."""
+        check_int("batch_size", self.batch_size, minimum=1)
 
     def resolved_transforms(self) -> Any:
         t = self.transforms

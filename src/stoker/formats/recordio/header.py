@@ -119,7 +119,7 @@ INFERRED_INT64 = (
 def whole_numbers(labels: np.ndarray) -> np.ndarray:
     """Which ``labels`` are whole numbers within int64 (NaN and infinity are not)."""
     arr = np.asarray(labels, dtype=np.float64)
-    return np.isfinite(arr) & (arr == np.round(arr)) & (np.abs(arr) < 2.0**63)
+    return np.asarray(np.isfinite(arr) & (arr == np.round(arr)) & (np.abs(arr) < 2.0**63))
 
 
 def inferred_kind(labels: np.ndarray) -> str:

@@ -80,7 +80,7 @@ def declared_labels(labels: np.ndarray, dtype: str, classes: int) -> np.ndarray:
     if classes:
         ok &= (labels >= 0) & (labels < classes)
     if ok.ndim > 1:
-        ok = np.broadcast_to(ok.all(axis=tuple(range(1, ok.ndim)))[:, None], ok.shape)
+        ok = np.broadcast_to(np.asarray(ok.all(axis=tuple(range(1, ok.ndim))))[:, None], ok.shape)
     return np.where(ok, labels, -1).astype(np.int64)
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from stoker._core.errors import IndexFormatError, StokerError
+from stoker._core.errors import IndexFormatError
 from stoker._core.progress import make_progress
 from stoker._core.schema import Schema
 from stoker.formats.fields import TrailerError, decode_trailer, split_trailer
@@ -39,9 +39,9 @@ from stoker.formats.recordio.header import (
     inferred_kind,
     label_problem,
     unpack_header,
+    whole_numbers,
 )
 from stoker.formats.recordio.index import parse_idx, sha256_file
-from stoker.formats.recordio.insightface import with_layout
 from stoker.formats.recordio.manifest import (
     MANIFEST_SUFFIX,
     load_manifest,
@@ -49,7 +49,6 @@ from stoker.formats.recordio.manifest import (
     shard_paths,
 )
 from stoker.formats.recordio.paths import default_crc_path, default_idx_path, manifest_path_for
-from stoker.formats.recordio.reader import RecordFile
 from stoker.formats.report import Problem, VerifyReport, decode_failure
 from stoker.formats.shards import ShardEntry
 
@@ -75,6 +74,9 @@ class _Options:
     classes: int = 0
     #: why the labels are int64 (each must be a whole number within int64); "": any number
     whole: str = ""
+    #: a bare ``.rec``'s one-number labels as the walk meets them, ``(offset, key, .idx line,
+    #: label)``: their kind is inferred from all of them once it ends (``_check_inferred``)
+    seen: list[tuple[int, int | None, int | None, float]] | None = None
 
 
 def _nobody(off: int) -> tuple[int | None, int | None]:
@@ -218,6 +220,8 @@ def _check_payload(
     if bad is not None:
         key, line = who(pos)
         report.add(Problem(rec_path, key, pos, bad, line))
+    elif opts.seen is not None and header.flag == 0:
+        opts.seen.append((pos, *who(pos), float(header.label)))
     decode = opts.decode
     if decode is not None and not (len(image) == 0 and _metadata_record(header)):
         data = bytes(image)
@@ -361,21 +365,6 @@ def _with_schema(opts: _Options, manifest: dict, path: str) -> _Options:
     return replace(opts, stored=schema)
 
 
-def _inferred_whole(rec: str, idx: str) -> str:
-    """:data:`INFERRED_INT64` when the labels of the bare ``rec`` are int64 class ids
-    (:func:`inferred_kind` of every label); "" when they are floats or do not read (the walk
-    names what is wrong)."""
-    try:
-        r = RecordFile(rec, idx)
-        try:
-            labels = np.asarray(with_layout(r).images().labels())
-        finally:
-            r.close()
-    except (StokerError, OSError, ValueError):
-        return ""
-    return INFERRED_INT64 if inferred_kind(labels) == "int64" else ""
-
-
 def _verify_manifest(report: VerifyReport, path: str, opts: _Options) -> None:
     """Every shard of the manifest at ``path``, and each against its entry."""
     manifest = load_manifest(path)
@@ -470,7 +459,23 @@ def verify_records(
     beside = manifest_path_for(p)
     if os.path.exists(beside):  # the manifest says whether the records end in a trailer
         opts = _with_schema(opts, load_manifest(beside), beside)
-    elif idx is not None:  # the labels' kind is inferred from every label, as the loader does
-        opts = replace(opts, whole=_inferred_whole(p, idx))
+    else:  # the labels' kind is inferred from every label, as the loader does
+        opts = replace(opts, seen=[])
     _verify_shard(report, p, idx, None, opts)
+    if opts.seen:
+        _check_inferred(report, p, opts.seen)
     return report
+
+
+def _check_inferred(
+    report: VerifyReport, rec_path: str, seen: list[tuple[int, int | None, int | None, float]]
+) -> None:
+    """The finite one-number labels of a bare ``.rec`` that do not fit the kind inferred
+    from all of them (:func:`inferred_kind`: 2.5 or 1e30 among class ids)."""
+    labels = np.array([s[3] for s in seen], dtype=np.float64)
+    if inferred_kind(labels) != "int64":
+        return
+    for at in np.flatnonzero(~whole_numbers(labels)).tolist():
+        pos, key, line, label = seen[at]
+        bad = label_problem(IRHeader(0, label, 0, 0), whole=INFERRED_INT64)
+        report.add(Problem(rec_path, key, pos, str(bad), line))
