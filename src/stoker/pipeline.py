@@ -40,14 +40,7 @@ from stoker.transforms.compose import Compose, FnTransform
 from stoker.transforms.fused import FusedCrop, RowWriter, fuse, mirror, write_chw, write_head
 from stoker.transforms.targets import Targets
 
-__all__ = [
-    "DecodeOptions",
-    "Pipeline",
-    "chain_steps",
-    "fit_height",
-    "fit_width",
-    "leaves_size_open",
-]
+__all__ = ["DecodeOptions", "Pipeline", "fit_height", "fit_width", "leaves_size_open"]
 
 LAYOUTS = ("NHWC", "NCHW")
 
@@ -67,14 +60,14 @@ class DecodeOptions:
         object.__setattr__(self, "max_pixels", check_max_pixels(self.max_pixels))
 
 
-def chain_steps(t: Transform) -> list[Transform]:
+def _steps(t: Transform) -> list[Transform]:
     """The steps of a chain run one after another: only a ``Compose`` is flattened (the branches
     of ``RandomChoice``/``OneOf`` are alternatives, and their own ``output_spec`` merges them)."""
     inner = getattr(t, "transforms", None)
     if isinstance(t, Compose) and isinstance(inner, (list, tuple)):
         out: list[Transform] = []
         for s in inner:
-            out.extend(chain_steps(s) if isinstance(s, Transform) else [s])
+            out.extend(_steps(s) if isinstance(s, Transform) else [s])
         return out
     return [t]
 
@@ -82,7 +75,7 @@ def chain_steps(t: Transform) -> list[Transform]:
 def _chain_spec(t: Transform, spec: ArraySpec, *, what: str, learnt: bool = False) -> ArraySpec:
     """Walk ``t``'s steps, naming the one that fails. ``learnt``: a plain function that does
     not say its size keeps it (the loader learns it from a sample, ``learned_output``)."""
-    for step in chain_steps(t):
+    for step in _steps(t):
         if learnt and isinstance(step, FnTransform) and step.output is None:
             continue
         name = type(step).__name__
@@ -233,9 +226,7 @@ class Pipeline:
             )
         if _open_dims(spec, self.variable_width, self.variable_height):
             last = (
-                type(chain_steps(self.transforms)[-1]).__name__
-                if self.transforms
-                else "no transforms"
+                type(_steps(self.transforms)[-1]).__name__ if self.transforms else "no transforms"
             )
             hint = (
                 "RandomCrop/Resize missing?" if self.transforms else "add a Resize or RandomCrop:"
@@ -257,7 +248,7 @@ class Pipeline:
             raise SpecError("pair_with works on image and label only; these samples carry fields")
         if self.transforms is None:
             return
-        for step in chain_steps(self.transforms):
+        for step in _steps(self.transforms):
             check = getattr(step, "check_targets", None)
             if check is None:
                 raise SpecError(
@@ -284,7 +275,7 @@ class Pipeline:
         placing the result (the fused resize within the tolerance in docs/transforms.md)."""
         if self.transforms is None or self.pair_with is not None:
             return
-        steps = chain_steps(self.transforms)
+        steps = _steps(self.transforms)
         last = steps[-1] if steps else None
         tail: Normalize | None = None
         if type(last) is Normalize and last.layout == "HWC" and last.dtype == "float32":

@@ -206,7 +206,8 @@ class WorkerError(LoaderError):
 
     ``exc_type`` is the name of the original exception type, ``worker_id`` the worker,
     ``key`` the record key being processed and ``remote_traceback`` the worker's traceback
-    text (also the ``__cause__``, :class:`ChildTraceback`; the message is one line). The loader raises an instance of a subclass that also derives from the original
+    text (also the ``__cause__``, :class:`ChildTraceback`; the message is one line). The
+    loader raises an instance of a subclass that also derives from the original
     type when it can (so ``except KeyError`` still catches a worker's ``KeyError``).
     """
 

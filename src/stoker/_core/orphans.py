@@ -1,17 +1,11 @@
 """Pool workers that end with the main process, and leave nothing of it behind.
 
-A worker of a ``multiprocessing`` pool started by forkserver (``stoker pack``'s) outlives a
-main process killed with SIGKILL: its parent is the forkserver, which lives as long as any
-worker does. So each worker watches main itself (a pidfd; polling where there are none; on
-Windows, where main spawns it, main's process handle) and exits when main is gone. The watch
-starts as the worker unpickles its process object (:class:`WatchedWorker`), before its
-arguments and the modules they import (most of a second on a busy machine): a worker killed
-while it starts ends at once too.
-
-A pool's queues hold named POSIX semaphores that main made and registered with the resource
-tracker, which unlinks what is left when every process holding it has ended, with an "N
-leaked semaphore objects" warning on the terminal. The first worker to see main gone unlinks
-them and takes them off the tracker's list instead.
+A forkserver's worker (``stoker pack``'s) outlives a main process killed with SIGKILL, so each
+watches main itself (a pidfd; polling where there are none; on Windows main's process handle),
+from the moment it unpickles its process object (:class:`WatchedWorker`), before its arguments
+and what they import: a worker killed while it starts ends at once too. The first to see main
+gone unlinks the pool's named semaphores and takes them off the resource tracker's list, which
+would otherwise unlink them with an "N leaked semaphore objects" warning on the terminal.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ write (flat binary logs, JSON checkpoints); nothing is unpickled from a file.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import multiprocessing
@@ -130,7 +131,8 @@ def check_resume(
     ``resume_on`` differs, since a resume on other ranks is checked against a whole epoch).
     ``timeout``: seconds a child may go without finishing a step before it counts as stalled
     (:class:`~stoker.CheckResumeError`, as is any child that fails: its message ends with the
-    child's error in one line, its ``__cause__`` holds the child's traceback). Returns a :class:`ResumeReport`; a failed check is a report, not an exception.
+    child's error in one line, its ``__cause__`` holds the child's traceback). Returns a
+    :class:`ResumeReport`; a failed check is a report, not an exception.
     """
     if not callable(make_loader):
         raise TypeError(
@@ -210,23 +212,18 @@ def _ranked(make_loader: Callable[..., Any], ranks: int) -> Callable[..., Any]:
         sig = inspect.signature(make_loader)
     except (TypeError, ValueError):
         return make_loader  # no signature to read: the child's call says what is wrong
-    if _binds(sig, rank=0, world_size=ranks):
+    with contextlib.suppress(TypeError):
+        sig.bind(rank=0, world_size=ranks)
         return make_loader
-    if ranks == 1 and _binds(sig):
-        return _OneRank(make_loader)
+    if ranks == 1:
+        with contextlib.suppress(TypeError):
+            sig.bind()
+            return _OneRank(make_loader)
     sig = sig.replace(return_annotation=inspect.Signature.empty)
     raise TypeError(
         f"make_loader{sig} must take make_loader(rank=, world_size=) and pass both on to the "
         f"loader it builds (Loader(..., rank=rank, world_size=world_size)) to run {ranks} ranks"
     )
-
-
-def _binds(sig: inspect.Signature, **kw: int) -> bool:
-    try:
-        sig.bind(**kw)
-    except TypeError:
-        return False
-    return True
 
 
 @dataclass(frozen=True)

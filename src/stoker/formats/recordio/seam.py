@@ -44,21 +44,14 @@ from stoker.formats.recordio.verify import verify_records
 from stoker.formats.remote import RemoteOptions, local_path, remote_url
 from stoker.formats.report import VerifyReport, spread
 
-__all__ = ["RecordIOReader", "integral_labels", "open_reader", "verify"]
-
-
-def integral_labels(labels: np.ndarray) -> np.ndarray:
-    """The labels of a set without a manifest as their inferred kind (:func:`inferred_kind`);
-    a label that does not fit it reads as -1 among int64 labels (reading its record raises
-    ``CorruptRecordError``)."""
-    return declared_labels(labels, inferred_kind(labels), 0)
+__all__ = ["RecordIOReader", "open_reader", "verify"]
 
 
 def declared_kind(records: Records) -> tuple[tuple[int, ...], str, int] | None:
     """``(shape, dtype, classes)`` of the labels the set's manifest declares: its schema's
     header field, or int64 class ids when it names classes without a schema (every folder
     packed before schemas were written); ``None`` for a set without a manifest, whose kind is
-    inferred from its labels (:func:`integral_labels`)."""
+    inferred from its labels (``inferred_kind``)."""
     names = records.class_names or ()
     if records.manifest is None:
         return None
@@ -227,11 +220,10 @@ class RecordIOReader(Reader):
         if self._labels is None:
             raw = np.asarray(self.records.labels())
             kind = declared_kind(self.records)
+            dtype = inferred_kind(raw) if kind is None else kind[1]
+            self._labels = declared_labels(raw, dtype, 0 if kind is None else kind[2])
             if kind is None:
-                self._labels = integral_labels(raw)
-                self._whole_labels = INFERRED_INT64 if self._labels.dtype == np.int64 else ""
-            else:
-                self._labels = declared_labels(raw, kind[1], kind[2])
+                self._whole_labels = INFERRED_INT64 if dtype == "int64" else ""
             self.let_go()
         return self._labels
 
@@ -266,7 +258,8 @@ class RecordIOReader(Reader):
             else:
                 rec = self.records
                 first = rec.shard(0) if isinstance(rec, RecordSet) else rec
-                lab = integral_labels(np.asarray(first.labels()))
+                raw = np.asarray(first.labels())
+                lab = declared_labels(raw, inferred_kind(raw), 0)
                 if isinstance(rec, RecordSet):
                     rec.focus(np.zeros(0, np.int64))  # the main process keeps nothing pinned
                 self._label_dtype, self._label_shape = lab.dtype.name, tuple(lab.shape[1:])
