@@ -36,7 +36,7 @@ from stoker.codecs import DEFAULT_MAX_PIXELS, check_max_pixels
 from stoker.codecs import decoder as _decoder
 from stoker.transforms.base import Transform
 from stoker.transforms.color import Normalize
-from stoker.transforms.compose import Compose
+from stoker.transforms.compose import Compose, FnTransform
 from stoker.transforms.fused import FusedCrop, RowWriter, fuse, mirror, write_chw, write_head
 from stoker.transforms.targets import Targets
 
@@ -72,9 +72,12 @@ def _steps(t: Transform) -> list[Transform]:
     return [t]
 
 
-def _chain_spec(t: Transform, spec: ArraySpec, *, what: str) -> ArraySpec:
-    """Walk ``t``'s steps, naming the one that fails."""
+def _chain_spec(t: Transform, spec: ArraySpec, *, what: str, learnt: bool = False) -> ArraySpec:
+    """Walk ``t``'s steps, naming the one that fails. ``learnt``: a plain function that does
+    not say its size keeps it (the loader learns it from a sample, ``learned_output``)."""
     for step in _steps(t):
+        if learnt and isinstance(step, FnTransform) and step.output is None:
+            continue
         name = type(step).__name__
         fn = getattr(step, "output_spec", None)
         if fn is None:
@@ -108,16 +111,17 @@ def leaves_size_open(
     *,
     variable_width: bool = False,
     variable_height: bool = False,
+    learnt: bool = False,
 ) -> bool:
     """Whether ``transforms`` fed ``input_spec`` end in a height or width a batch cannot take
     open: then a :class:`Pipeline` refuses them, unless the input's size is fixed (the loader
-    fixes it when every image of a set has one size). A chain refused for another reason
-    (a step that does not accept its input, a sample neither HW nor HWC) gives ``False``: the
-    pipeline names that reason itself."""
+    fixes it when every image of a set has one size; ``learnt``: as :func:`_chain_spec`). A
+    chain refused for another reason (a step that does not accept its input, a sample neither
+    HW nor HWC) gives ``False``: the pipeline names that reason itself."""
     spec = input_spec
     if transforms is not None:
         try:
-            spec = _chain_spec(transforms, spec, what="transforms")
+            spec = _chain_spec(transforms, spec, what="transforms", learnt=learnt)
         except SpecError:
             return False
     if len(spec.shape) not in (2, 3):
@@ -179,6 +183,9 @@ class Pipeline:
     geometry: frozenset[str] = frozenset()
     input_from: str = ""
     fuse: bool = True
+    #: the sample where the chain leaves its size open only because a plain function does not
+    #: say it (``shape.learned_output``, from the set's first image); each is checked against it
+    learned: ArraySpec | None = None
     sample_spec: ArraySpec = field(init=False)
     # fill_row's fast paths (see _split_tail): a trailing Normalize writes straight into the
     # batch row; a recognised head (resize, crop, flip) runs as one op.
@@ -211,6 +218,8 @@ class Pipeline:
                     f"pair_with must keep the sample's shape and dtype: transforms give "
                     f"{spec.describe()}, pair_with turns that into {pspec.describe()}"
                 )
+        if self.learned is not None and _open_dims(spec, self.variable_width, self.variable_height):
+            spec = self.learned
         if len(spec.shape) not in (2, 3):
             raise SpecError(
                 f"the chain ends in {spec.describe()}; a sample must be (H, W) or (H, W, C)"

@@ -12,6 +12,7 @@ import pytest
 
 from stoker._core.atomic import atomic_write, partial_path, write_bytes_atomic
 from stoker._core.errors import (
+    ChildTraceback,
     CorruptRecordError,
     IndexFormatError,
     SpecError,
@@ -40,11 +41,14 @@ def test_errors_survive_pickling_between_processes():
     assert "line 7" in str(i)
 
 
-def test_worker_error_carries_remote_traceback():
+def test_worker_error_carries_remote_traceback_as_its_cause():
+    """The message stays one line; the worker's traceback is the ``__cause__`` Python prints
+    above it (issue 43: a child's failure reaches the user as its one-line cause)."""
     e = WorkerError(
         "boom", exc_type="KeyError", worker_id=1, key=5, remote_traceback="Traceback ..."
     )
-    assert "Original traceback in the worker" in str(e)
+    assert str(e) == "boom" and e.remote_traceback == "Traceback ..."
+    assert isinstance(e.__cause__, ChildTraceback) and "Traceback ..." in str(e.__cause__)
     assert e.worker_id == 1 and e.key == 5
 
 

@@ -1,18 +1,22 @@
 """Sets the loader must refuse at open, with stoker's own error naming the file and the field or
 line at fault: a manifest of an unknown ``format``, a schema shape no column could hold, a
 ``classes`` map with an id missing, a manifest naming a key twice, and a bare ``.rec`` whose
-``.idx`` lists an offset twice (which would deliver one record twice)."""
+``.idx`` lists an offset twice (which would deliver one record twice), a shard file that a
+symlink takes out of the set's folder."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 from _recordio_util import payload, write_rec, write_shards
 
 from stoker._core.errors import IndexFormatError, ManifestError
+from stoker.cli import main
 from stoker.loader import Loader
+from stoker.pack import make_sample_data, pack
 
 
 def _edited(mpath, edit) -> str:
@@ -81,3 +85,43 @@ def test_a_bare_rec_whose_idx_repeats_an_offset_is_refused(tmp_path):
         f.write("\n".join(lines) + "\n")
     with pytest.raises(IndexFormatError, match=f"{idx}, line 3: offset {off1} of key {key2}"):
         Loader(rec, batch_size=2, workers=0)
+
+
+@pytest.fixture(scope="module")
+def packed_sets(tmp_path_factory) -> dict[str, str]:
+    """A set of 2 shards in each format stoker packs: its manifest."""
+    root = tmp_path_factory.mktemp("linked")
+    make_sample_data(root / "images", classes=2, per_class=3, size=24, workers=1)
+    out = {}
+    for fmt in ("recordio", "tfrecord", "wds"):
+        pack(root / "images", root / fmt / "s", format=fmt, shard_size=3, workers=1,
+             progress=False)  # fmt: skip
+        out[fmt] = str(root / fmt / "s.stoker.json")
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["recordio", "tfrecord", "wds"])
+def test_a_shard_linked_from_outside_the_sets_folder_is_refused(tmp_path, capsys, packed_sets, fmt):
+    """Pack refuses a link that leaves SRC (``outside_root``); a set refuses a shard file that
+    a symlink takes out of its folder, at open and in verify. A link inside it reads."""
+    src = os.path.dirname(packed_sets[fmt])
+    here, away = tmp_path / "set", tmp_path / "away"
+    shutil.copytree(src, here)
+    away.mkdir()
+    with open(packed_sets[fmt]) as f:
+        data = json.load(f)["shards"][1]["files"]["data"]
+    (here / "inside").mkdir()
+    os.replace(here / data, here / "inside" / data)
+    os.symlink(os.path.join("inside", data), here / data)  # a link inside the folder: read
+    mpath = str(here / "s.stoker.json")
+    with Loader(mpath, batch_size=6, workers=0) as ld:
+        assert sum(len(b.keys) for b in ld) == 6
+    os.replace(here / "inside" / data, away / data)
+    os.remove(here / data)
+    os.symlink(away / data, here / data)
+    with pytest.raises(ManifestError, match="outside the set's folder") as e:
+        Loader(mpath, batch_size=6, workers=0)
+    assert str(here / data) in str(e.value) and str(away / data) in str(e.value)
+    assert main(["verify", mpath, "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(away / data) in err and "outside the set's folder" in err

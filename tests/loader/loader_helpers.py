@@ -62,6 +62,11 @@ def jpeg_bytes(arr: np.ndarray, quality: int = 90) -> bytes:
     return b.getvalue()
 
 
+def invert(img: np.ndarray) -> np.ndarray:
+    """A plain function (no output_spec): what ``as_transform`` wraps."""
+    return 255 - img
+
+
 @dataclass(frozen=True)
 class RandCrop(Transform):
     """Random crop to (h, w) plus a random flip, randomness from rng only."""

@@ -21,7 +21,15 @@ import time
 import numpy as np
 import pytest
 from fields_source import FieldsSource, all_batches, assert_same
-from loader_helpers import KillOnce, Misbehave, RandCrop, driver, sigkill_driver, wait_gone
+from loader_helpers import (
+    KillOnce,
+    Misbehave,
+    RandCrop,
+    driver,
+    invert,
+    sigkill_driver,
+    wait_gone,
+)
 
 import stoker
 from stoker.loader import Loader, cleanup_stale
@@ -128,18 +136,36 @@ def test_a_respawned_portable_worker_maps_the_same_ring(arrays, tmp_path):
     _same(got, _run(arrays, workers=0))
 
 
-def test_a_lambda_is_a_clear_error_naming_it(arrays):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_lambda_is_a_clear_error_naming_it(arrays, engine):
     def local(img):
         return img
 
     for fn, name in ((lambda img: img, "<lambda>"), (local, "local")):
-        t = Compose([RandCrop(8, 8), as_transform(fn, output="same")])
-        with Loader(arrays, batch_size=8, workers=2, engine="portable", transforms=t) as ld:
-            with pytest.raises(
-                stoker.LoaderError, match=rf"transforms\[1\] \(.*{name}\).*module level"
-            ):
-                next(iter(ld))
-            assert ld._pool.handles == []  # nothing was started
+        for t in (Compose([RandCrop(8, 8), as_transform(fn, output="same")]), [RandCrop(8, 8), fn]):
+            with Loader(arrays, batch_size=8, workers=2, engine=engine, transforms=t) as ld:
+                with pytest.raises(
+                    stoker.LoaderError, match=rf"transforms\[1\] \(.*{name}\).*module level"
+                ) as e:
+                    next(iter(ld))
+                assert ld._pool.handles == []  # nothing was started
+            assert "\n" not in str(e.value) and f"engine={engine!r}" in str(e.value)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_plain_functions_are_transforms_alone_in_a_list_and_in_a_chain(arrays, engine):
+    """A plain function needs no ``as_transform``: the loader wraps it (its size, which it
+    does not say, is learnt from the set's first image)."""
+    x, _ = arrays
+    for t in (invert, [invert], Compose([RandCrop(8, 8), invert])):
+        with Loader(
+            arrays, batch_size=8, shuffle=False, workers=1, engine=engine, transforms=t
+        ) as ld:
+            b = next(iter(ld))
+        if isinstance(t, Compose):
+            assert b.images.shape == (8, 8, 8, 3)
+        else:
+            np.testing.assert_array_equal(b.images, 255 - x[:8])
 
 
 # ----------------------------------------------------------------------------- main dies

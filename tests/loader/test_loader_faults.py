@@ -51,6 +51,8 @@ def test_worker_exception_keeps_type_key_and_worker(arrays, workers):
     assert e.key == 17 and e.index == 17
     assert "key 17" in str(e) and "bad sample 17" in str(e)
     assert "Misbehave" in e.remote_traceback or "loader_helpers" in e.remote_traceback
+    # one line; the worker's traceback is the cause Python prints above it (issue 43)
+    assert "\n" not in str(e) and e.remote_traceback in str(e.__cause__)
     if workers:
         assert e.worker_id in (0, 1) and f"worker {e.worker_id}" in str(e)
 

@@ -10,6 +10,7 @@ journal, each shard's partial file and its size, the first renamed shard.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import signal
@@ -17,6 +18,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+import psutil
 import pytest
 from packhelp import (
     assert_gone,
@@ -191,3 +193,42 @@ def test_kill_points_f09(tmp_path, source, figures):
         f"invalid-looking outputs {fig.invalid_looking}, "
         f"reruns that verify and equal a clean run {fig.reruns_ok}/{len(ALL_POINTS)}"
     )
+
+
+def _sigkill_main_alone(source, out: str, after: float) -> tuple[float, list[str]]:
+    """SIGKILL the main process of a TFRecord pack, not its group, ``after`` seconds once its
+    two workers exist: (seconds until its last child is gone, the "leaked" lines on the stderr
+    it shares with them and the resource tracker)."""
+    proc = start_driver([source[0], out, "--format", "tfrecord", "--workers", "2"])
+    deadline = time.monotonic() + 60
+    while len(family(proc)) < 5 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)  # main, the tracker, the forkserver and two workers
+    time.sleep(after)
+    children = family(proc)[1:]
+    assert proc.poll() is None and len(children) >= 4, "the run ended before its kill"
+    os.kill(proc.pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    while _running(children) and time.monotonic() - t0 < 10:
+        time.sleep(0.002)
+    took = time.monotonic() - t0
+    _, err = proc.communicate(timeout=60)  # its end: the last holder of the pipe is gone
+    return took, [x for x in err.decode().splitlines() if "leaked" in x]
+
+
+def _running(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``procs`` still running: not gone, not a zombie waiting to be reaped."""
+    out = []
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+    return out
+
+
+@pytest.mark.parametrize("kills", [2, pytest.param(7, marks=pytest.mark.slow)])
+def test_a_killed_main_leaves_no_worker_and_no_leaked_semaphore(tmp_path, source, kills):
+    """Kills land as the workers start (0 s) and later in the run; the workers watch the main
+    process from their start and unlink the pool's semaphores (``stoker._core.orphans``)."""
+    for k in range(kills):
+        took, leaked = _sigkill_main_alone(source, str(tmp_path / f"k{k}" / "out"), 0.15 * k)
+        assert took < 1.0 and leaked == [], (k, took, leaked)

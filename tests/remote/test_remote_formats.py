@@ -295,3 +295,18 @@ def test_the_workers_of_a_loader_whose_cache_holds_the_set_claim_nothing_more(
     want = _batches(stoker.Loader(os.path.join(folder, "train.stoker.json"), **kw))
     got = _batches(stoker.Loader(url, cache_dir=cache_dir, cache_limit=limit, **kw))
     _same(got, want)
+
+
+def test_a_full_cache_while_the_loader_sizes_the_images_is_a_cache_full_error(
+    shard_sets, s3env, cache_dir, tmp_path
+):
+    """The loader reads the first image's size at open: a shard cache with no room for that
+    read is reported as the ``CacheFullError`` it is, not as a problem with the transforms."""
+    url = _upload(shard_sets["wds"], s3env, "wds")
+    sizes = [s["bytes"] for s in _manifest(shard_sets["wds"])["shards"]]
+    with stoker.Loader(url, batch_size=4, workers=0, cache_dir=str(tmp_path / "roomy")):
+        pass  # the shard index is cached: opening again reads no shard before the sizes
+    with pytest.raises(stoker.CacheFullError, match="budget is") as e:
+        stoker.Loader(url, batch_size=4, workers=0, cache_dir=cache_dir,
+                      cache_limit=4 * max(sizes) + 100)  # fmt: skip
+    assert "transforms" not in str(e.value)

@@ -69,3 +69,8 @@ def forgetful(path: str, *, rank: int, world_size: int) -> Loader:
 def counting() -> Compose:
     """``augment()`` then :class:`CountingFlip`: not resumable."""
     return Compose([augment(), CountingFlip()])
+
+
+def one_rank(path: str) -> Loader:
+    """A factory that takes no ``rank`` or ``world_size`` (bound to its set with a partial)."""
+    return Loader(path, batch_size=8, shuffle=True, seed=5, workers=0)

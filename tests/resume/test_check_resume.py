@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from resume_helpers import (
@@ -17,9 +18,11 @@ from resume_helpers import (
     augment,
     every_rank_rank_0,
     forgetful,
+    one_rank,
 )
 
 from stoker import CheckResumeError
+from stoker._core.errors import ChildTraceback
 from stoker.cli import main
 from stoker.resume import LoaderSpec, ResumeReport, check_resume
 from stoker.transforms import Compose
@@ -184,7 +187,44 @@ def test_a_loader_that_cannot_start_is_an_error_naming_it(tmp_path):
     missing = str(tmp_path / "nowhere.rec")
     with pytest.raises(CheckResumeError, match="nowhere.rec") as e:
         check_resume(LoaderSpec(missing, batch_size=4, workers=0), kills=1)
-    assert "failed in its child process" in str(e.value)
+    assert "failed in its child process: FileNotFoundError" in str(e.value)
+    assert "\n" not in str(e.value)  # the child's traceback is the cause, behind it
+    assert isinstance(e.value.__cause__, ChildTraceback) and "Traceback" in str(e.value.__cause__)
+
+
+def test_a_factory_without_rank_arguments_runs_one_rank_or_is_refused_at_the_call(sets):
+    factory = functools.partial(one_rank, sets["recordio"])
+    r = check_resume(factory, kills=1, epochs=1)
+    assert r.passed, str(r)
+    with pytest.raises(TypeError, match=r"make_loader\(\) must take make_loader\(rank=, world_s"):
+        check_resume(factory, world_size=2)
+
+
+def _cli(*args: str) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "stoker.cli", "check-resume", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return out, time.monotonic() - t0
+
+
+def test_cli_on_a_bad_manifest_or_batch_size_is_one_line(tmp_path):
+    bad = tmp_path / "bad.stoker.json"
+    bad.write_text('{"format": "recordio", "shards": [')
+    out, _ = _cli(str(bad), "--kills", "1")
+    assert out.returncode == 1 and out.stdout == ""
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("stoker check-resume: error: the run ref1 on 1 rank(s) failed")
+    assert f"ManifestError: {bad}: not a JSON manifest" in line and len(line) < 300
+    out, _ = _cli(str(bad), "--kills", "1", "--verbose")  # the child's traceback first
+    assert out.returncode == 1 and "Traceback" in out.stderr
+    assert out.stderr.splitlines()[-1] == line
+    out, took = _cli(str(bad), "--batch-size", "0")
+    assert out.returncode == 2 and took < 2.0
+    assert out.stderr == "stoker check-resume: error: --batch-size must be >= 1, got 0\n"
 
 
 SCRIPT = """

@@ -34,10 +34,14 @@ Python user expects (``ValueError``/``TypeError``), so ``except ValueError`` kee
 from __future__ import annotations
 
 import os
+from typing import TypeVar
+
+_E = TypeVar("_E", bound=BaseException)
 
 __all__ = [
     "CacheFullError",
     "CheckResumeError",
+    "ChildTraceback",
     "CorruptRecordError",
     "ImageDecodeError",
     "ImageTooLargeError",
@@ -70,6 +74,22 @@ def located(reason: str, *where: str | tuple[str, object]) -> str:
         if isinstance(w, str) or w[1] is not None
     ]
     return f"{', '.join(parts)}: {reason}" if parts else reason
+
+
+class ChildTraceback(Exception):
+    """The traceback of an exception raised in a child process (a loader worker, a
+    check-resume run), as text: the ``__cause__`` of the error raised for it in the parent,
+    so Python prints it above that error while the error's own message stays one line."""
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.args[0]}"""'
+
+
+def with_child_traceback(err: _E, text: str) -> _E:
+    """``err`` with the child's traceback ``text`` as its ``__cause__`` (none when empty)."""
+    if text:
+        err.__cause__ = ChildTraceback(text)
+    return err
 
 
 class StokerError(Exception):
@@ -186,7 +206,8 @@ class WorkerError(LoaderError):
 
     ``exc_type`` is the name of the original exception type, ``worker_id`` the worker,
     ``key`` the record key being processed and ``remote_traceback`` the worker's traceback
-    text. The loader raises an instance of a subclass that also derives from the original
+    text (also the ``__cause__``, :class:`ChildTraceback`; the message is one line). The
+    loader raises an instance of a subclass that also derives from the original
     type when it can (so ``except KeyError`` still catches a worker's ``KeyError``).
     """
 
@@ -205,13 +226,8 @@ class WorkerError(LoaderError):
         self.key = key
         self.index = index
         self.remote_traceback = remote_traceback
+        with_child_traceback(self, remote_traceback)
         super().__init__(message)
-
-    def __str__(self) -> str:
-        text = super().__str__()
-        if self.remote_traceback:
-            text += "\n\nOriginal traceback in the worker:\n" + self.remote_traceback
-        return text
 
 
 class WorkerDiedError(LoaderError):

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "IMAGE_EXTENSIONS",
     "Item",
+    "inside",
     "SAMPLE_MARKER",
     "ScanResult",
     "is_image_name",
@@ -80,7 +81,8 @@ class ScanResult:
     unclassified: int = 0
 
 
-def _inside(path: str, root_real: str) -> bool:
+def inside(path: str, root_real: str) -> bool:
+    """Whether the real path ``path`` is ``root_real`` or lies under it."""
     return path == root_real or path.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
@@ -167,7 +169,7 @@ def _classify(entry: os.DirEntry, root_real: str, follow: bool, res: ScanResult)
     if not stat.S_ISREG(target_st.st_mode):
         res.rejects.append((rel_hint, "not_a_file", "link to something that is not a regular file"))
         return None
-    if not follow and not _inside(os.path.realpath(entry.path), root_real):
+    if not follow and not inside(os.path.realpath(entry.path), root_real):
         res.rejects.append((rel_hint, "outside_root", f"link to {os.readlink(entry.path)!r}"))
         return None
     return "file"

@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"stoker.cli.{module_name}")
         p = sub.add_parser(name, help=module.HELP, description=module.DESCRIPTION)
         module.add_arguments(p)
+        p.add_argument(
+            "--verbose", action="store_true", help="on an error, print its traceback too"
+        )
         p.set_defaults(func=module.run, command_parser=p)
     return parser
 
@@ -139,12 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - top-level: one clear line, no traceback
         from stoker._core.errors import StokerError
         from stoker.cli._errors import error_text
+        from stoker.cli._remote import print_error
 
         if isinstance(e, (StokerError, OSError)):
-            print(
-                f"stoker {args.command}: error: {error_text(e, args)}",
-                file=sys.stderr,
-            )
+            print_error(args.command, e, args, error_text(e, args))
             return 1
         raise
 

@@ -8,7 +8,8 @@ the standard places (``AWS_*`` variables including ``AWS_ENDPOINT_URL``, ``~/.aw
 cache from its defaults. They are ignored for a local path.
 
 :func:`guarded` runs a command so that an error is one line on stderr with credentials taken
-out (:func:`stoker.storage.urls.redact`, and the values given with ``--storage-option``).
+out (:func:`stoker.storage.urls.redact`, and the values given with ``--storage-option``);
+``--verbose`` puts its traceback before it (:func:`print_error`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "add_remote_arguments",
     "guarded",
     "parse_size",
+    "print_error",
     "remote_options",
     "scrub",
 ]
@@ -167,5 +169,15 @@ def guarded(command: str, args: argparse.Namespace, body: Callable[[], int]) -> 
     try:
         return body()
     except (StokerError, OSError, ValueError, TypeError) as e:
-        print(f"stoker {command}: error: {scrub(error_text(e, args), args)}", file=sys.stderr)
+        print_error(command, e, args, scrub(error_text(e, args), args))
         return 1 if isinstance(e, (StokerError, OSError)) else 2
+
+
+def print_error(command: str, e: BaseException, args: argparse.Namespace, text: str) -> None:
+    """``stoker COMMAND: error: TEXT`` on stderr; with ``--verbose``, ``e``'s traceback first
+    (a child process's too: its ``__cause__``), credentials taken out."""
+    if getattr(args, "verbose", False):
+        import traceback
+
+        print(scrub("".join(traceback.format_exception(e)), args), end="", file=sys.stderr)
+    print(f"stoker {command}: error: {text}", file=sys.stderr)

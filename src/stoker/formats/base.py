@@ -253,7 +253,6 @@ class Reader(_Closing, abc.ABC):
         cached = self.__dict__.get("_image_sizes")
         if cached is not None:
             return cached
-        from stoker._core.errors import ImageDecodeError
         from stoker._core.progress import make_progress
 
         n, encoded = len(self), self.encoded
@@ -262,10 +261,7 @@ class Reader(_Closing, abc.ABC):
         bar = make_progress(n, "reading image sizes") if encoded is not False else None
         try:
             for i in range(n):
-                try:
-                    out[i] = stored_size(get(i)[0], encoded)
-                except ImageDecodeError as e:  # name the sample
-                    raise ImageDecodeError(f"{self.describe(i)}: {e}") from e
+                out[i] = self.size_of(i, get(i)[0])
                 if bar is not None:
                     bar.update(1)
         finally:
@@ -274,6 +270,15 @@ class Reader(_Closing, abc.ABC):
             self.let_go()
         self.__dict__["_image_sizes"] = out
         return out
+
+    def size_of(self, i: int, image: Any) -> tuple[int, int]:
+        """:func:`stored_size` of sample ``i``'s ``image``; an ``ImageDecodeError`` names it."""
+        from stoker._core.errors import ImageDecodeError
+
+        try:
+            return stored_size(image, self.encoded)
+        except ImageDecodeError as e:
+            raise ImageDecodeError(f"{self.describe(i)}: {e}") from e
 
     def stored_bytes(self, image: Any) -> Any:
         """``image`` as this reader handed it over, as encoded bytes (what ``stoker convert``

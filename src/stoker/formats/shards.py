@@ -28,6 +28,9 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from stoker._core.errors import ManifestError
+from stoker._core.files import inside
+
 __all__ = ["MAX_OPEN_SHARDS", "OpenShards", "ShardEntry", "ShardSet", "digest"]
 
 #: Shards a set keeps open at once per process; the least recently used one is closed when
@@ -51,9 +54,19 @@ class ShardEntry:
 
     def path(self, role: str, folder: str) -> str | None:
         """The file of ``role`` resolved against ``folder`` (the manifest's), or ``None``
-        when the entry names none."""
+        when the entry names none; ``ManifestError`` when a symlink takes it out of
+        ``folder``: a set's files stay in its folder (``docs/pack.md``, as pack's
+        ``outside_root``)."""
         name = self.files.get(role)
-        return None if name is None else os.path.join(folder, name)
+        if name is None:
+            return None
+        out = os.path.join(folder, name)
+        if not inside(real := os.path.realpath(out), os.path.realpath(folder)):
+            raise ManifestError(
+                f"{out}: a symlink to {real}, outside the set's folder {folder}; a set's files "
+                "stay in its folder: copy the file there in place of the link"
+            )
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """The entry as the manifest writes it."""

@@ -60,10 +60,9 @@ class Engine:
         return self.name == "portable"
 
     def check(self, config: Any) -> None:
-        """Before workers start: spawn pickles all of ``config``, so the portable engine names
-        what cannot be pickled up front (:func:`check_picklable`); fork needs nothing."""
-        if self.portable:
-            check_picklable(config)
+        """Before workers start: spawn and the fork server both pickle all of ``config``, so
+        what cannot be pickled is named up front (:func:`check_picklable`)."""
+        check_picklable(config, self)
 
     def context(self) -> multiprocessing.context.BaseContext:
         return multiprocessing.get_context("spawn") if self.portable else _pool.mp_context()
@@ -138,9 +137,9 @@ def choose(engine: str | None, workers: int) -> Engine:
     return chosen
 
 
-def check_picklable(config: Any) -> None:
+def check_picklable(config: Any, engine: Engine = PORTABLE) -> None:
     """Raise ``LoaderError`` naming what of a worker's configuration (the source, a transform,
-    the rest of the pipeline) cannot be pickled for ``spawn``."""
+    the rest of the pipeline) cannot be pickled for ``engine``'s start."""
     try:
         with _shm.probing():
             pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)
@@ -160,8 +159,9 @@ def check_picklable(config: Any) -> None:
         except Exception as e:  # noqa: BLE001
             what, error = label, e
             break
+    how = "with spawn" if engine.portable else "from its fork server"
     raise LoaderError(
-        f"engine='portable' starts each worker with spawn, which pickles the source and "
+        f"engine={engine.name!r} starts each worker {how}, which pickles the source and "
         f"transforms, and {what} cannot be pickled ({type(error).__name__}: {error}); define "
         "it at module level (a lambda or a function defined inside another cannot be "
         "pickled), or use workers=0"

@@ -13,7 +13,7 @@ import importlib
 import traceback
 from typing import Any
 
-from stoker._core.errors import WorkerError
+from stoker._core.errors import WorkerError, with_child_traceback
 from stoker.loader.sources import Source
 
 __all__ = ["error_info", "rebuild"]
@@ -122,4 +122,5 @@ def _init_hybrid(self: Any, message: str, **kwargs: Any) -> None:
     self.key = kwargs.get("key")
     self.index = kwargs.get("index")
     self.remote_traceback = kwargs.get("remote_traceback", "")
+    with_child_traceback(self, self.remote_traceback)
     Exception.__init__(self, message)

@@ -49,9 +49,10 @@ from stoker.loader._state import (
 )
 from stoker.loader.batch import Batch
 from stoker.loader.sources import ArraySource, Source, as_source
-from stoker.loader.sources.shape import input_spec
+from stoker.loader.sources.shape import input_spec, learned_output
 from stoker.pipeline import DecodeOptions, Pipeline
 from stoker.sampling import Sampler
+from stoker.transforms.compose import as_chain
 
 __all__ = ["Loader", "warm_up"]
 
@@ -229,6 +230,7 @@ class Loader(RingFeed):
                 f"{list(self._fields.schema.extra)} (pass fields=[] to leave them out)"
             )
         wide = sampler is not None and (sampler.variable_width or sized)
+        transforms, pair_with = as_chain(transforms), as_chain(pair_with)
         spec, where = input_spec(src, transforms, wide, sized, self.on_error)
         return Pipeline(
             spec,
@@ -240,6 +242,7 @@ class Loader(RingFeed):
             variable_height=sized,
             geometry=self._fields.geometry if self._fields is not None else frozenset(),
             input_from=where,
+            learned=learned_output(src, spec, transforms, wide, sized),
         )
 
     def _default_sampler(

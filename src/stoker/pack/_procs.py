@@ -10,8 +10,9 @@ globals.
 Pools run on multiprocessing's forkserver by default. The forkserver keeps running as long as any
 process it forked holds its "alive" pipe, and every worker holds it, so a worker cannot rely on
 its parent (the forkserver) dying when the main process is killed. Each worker therefore
-watches the main process itself (a pidfd, or polling where pidfds do not exist; on Windows,
-where workers are spawned by the main process, its process handle) and exits when it is gone; then the forkserver sees its pipe close and exits too.
+watches the main process itself from the moment it starts, and exits when it is gone, taking
+the pool's named semaphores off the resource tracker (``stoker._core.orphans``); then the
+forkserver sees its pipe close and exits too.
 
 SIGTERM. A terminal, a job scheduler or ``kill -TERM -PGID`` signals the whole process group,
 workers included. A worker that died of it at once could die half-way through sending a
@@ -31,12 +32,10 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.context as mpc
-import os
-import select
 import signal
-import threading
-import time
 from multiprocessing.context import BaseContext, SpawnContext, SpawnProcess
+
+from stoker._core.orphans import WatchedWorker, watch_main
 
 __all__ = ["START_METHODS", "default_start_method", "pool_context", "worker_init"]
 
@@ -44,11 +43,8 @@ __all__ = ["START_METHODS", "default_start_method", "pool_context", "worker_init
 START_METHODS = ("forkserver", "spawn")
 
 
-class _SpawnWorker(SpawnProcess):
+class _SpawnWorker(WatchedWorker, SpawnProcess):
     """A spawned process whose ``terminate()`` kills: pool workers ignore SIGTERM."""
-
-    def terminate(self) -> None:
-        self.kill()
 
 
 class _SpawnPool(SpawnContext):
@@ -58,11 +54,8 @@ class _SpawnPool(SpawnContext):
 _FORKSERVER: type[BaseContext] | None = None
 if hasattr(mpc, "ForkServerContext"):  # not on Windows
 
-    class _ForkServerWorker(mpc.ForkServerProcess):  # type: ignore[name-defined,misc]
+    class _ForkServerWorker(WatchedWorker, mpc.ForkServerProcess):  # type: ignore[name-defined,misc]
         """A forkserver process whose ``terminate()`` kills."""
-
-        def terminate(self) -> None:
-            self.kill()
 
     class _ForkServerPool(mpc.ForkServerContext):  # type: ignore[name-defined,misc]
         Process = _ForkServerWorker
@@ -83,35 +76,13 @@ def pool_context(start_method: str | None = None) -> BaseContext:
         raise ValueError(f"start_method must be one of {', '.join(START_METHODS)}, got {method!r}")
     if method == "spawn" or _FORKSERVER is None:
         return _SpawnPool()
-    return _FORKSERVER()
-
-
-def _watch(pid: int) -> None:
-    parent = multiprocessing.parent_process()
-    if os.name == "nt" and parent is not None:  # spawned by the main process itself
-        parent.join()  # its handle is signalled when it exits, however it ends
-        os._exit(1)
-    try:
-        fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        fd = -1
-    if fd >= 0:
-        select.select([fd], [], [])  # readable once the process has exited
-        os._exit(1)
-    while True:
-        time.sleep(0.5)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            os._exit(1)
-        except PermissionError:
-            pass
+    ctx = _FORKSERVER()
+    ctx.set_forkserver_preload(["__main__", "stoker._core.orphans"])  # a worker watches at once
+    return ctx
 
 
 def worker_init(main_pid: int) -> None:
     """Leave Ctrl-C and SIGTERM to the main process, and exit when it dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    threading.Thread(
-        target=_watch, args=(main_pid,), name="stoker-parent-watch", daemon=True
-    ).start()
+    watch_main(main_pid)

@@ -107,12 +107,12 @@ def read_log(path: str, records: int | None = None) -> np.ndarray:
 
 def run_segment(job: Segment, conn: Any) -> None:
     """The child's body; reports ``("start", info)``, ``("step", n)`` per step, then
-    ``("done", info)`` or ``("error", text)``."""
+    ``("done", info)`` or ``("error", (the error in one line, its traceback))``."""
     try:
         _run(job, conn)
     except BaseException as e:  # noqa: BLE001 - every failure goes to the parent, named
         text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-        conn.send(("error", text))
+        conn.send(("error", (" ".join(f"{type(e).__name__}: {e}".split()), text)))
     finally:
         conn.close()
 

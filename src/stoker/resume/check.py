@@ -22,6 +22,8 @@ write (flat binary logs, JSON checkpoints); nothing is unpickled from a file.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
 import multiprocessing
 import os
@@ -34,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from stoker._core.checks import check_int
-from stoker._core.errors import CheckResumeError
+from stoker._core.errors import CheckResumeError, with_child_traceback
 from stoker.resume._compare import Difference, compare_epoch_elastic, compare_epoch_exact
 from stoker.resume._run import Segment, read_log, run_segment
 
@@ -118,7 +120,8 @@ def check_resume(
 
     ``make_loader(rank=r, world_size=n)`` returns a ``stoker.Loader`` (or anything with its
     ``state_dict``, ``load_state_dict``, ``epoch``, ``len`` and batches with ``indices``,
-    ``keys``, ``images``, ``labels``, ``fields``) for rank ``r`` of ``n``; it runs in child
+    ``keys``, ``images``, ``labels``, ``fields``) for rank ``r`` of ``n`` (on one rank,
+    ``world_size=resume_on=1``, a ``make_loader()`` of no arguments will do); it runs in child
     processes, so it must be picklable: a module-level function, a ``functools.partial`` of
     one, or a :class:`~stoker.resume.LoaderSpec`. ``resume_on``: the ranks every run after the
     first kill resumes on (default: ``world_size``). ``save_every``: steps between saved states
@@ -127,8 +130,9 @@ def check_resume(
     covers the first ``steps`` steps; the uninterrupted runs finish the epoch in progress when
     ``resume_on`` differs, since a resume on other ranks is checked against a whole epoch).
     ``timeout``: seconds a child may go without finishing a step before it counts as stalled
-    (:class:`~stoker.CheckResumeError`, as is any child that fails: its traceback is in the
-    message). Returns a :class:`ResumeReport`; a failed check is a report, not an exception.
+    (:class:`~stoker.CheckResumeError`, as is any child that fails: its message ends with the
+    child's error in one line, its ``__cause__`` holds the child's traceback). Returns a
+    :class:`ResumeReport`; a failed check is a report, not an exception.
     """
     if not callable(make_loader):
         raise TypeError(
@@ -147,6 +151,7 @@ def check_resume(
         steps = check_int("steps", steps, minimum=2)
     if not timeout > 0:
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    make_loader = _ranked(make_loader, max(world_size, resume_on))
     say = log or (lambda _msg: None)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="stoker-check-resume-") as tmp:
@@ -197,6 +202,38 @@ def check_resume(
             notes=notes,
             bounded=steps is not None,
         )
+
+
+def _ranked(make_loader: Callable[..., Any], ranks: int) -> Callable[..., Any]:
+    """``make_loader`` as ``f(rank=, world_size=)``: as it is when it takes them (or shows no
+    signature); a factory of no arguments when one rank is all it runs; else ``TypeError``
+    here, naming the signature it needs, rather than in every child."""
+    try:
+        sig = inspect.signature(make_loader)
+    except (TypeError, ValueError):
+        return make_loader  # no signature to read: the child's call says what is wrong
+    with contextlib.suppress(TypeError):
+        sig.bind(rank=0, world_size=ranks)
+        return make_loader
+    if ranks == 1:
+        with contextlib.suppress(TypeError):
+            sig.bind()
+            return _OneRank(make_loader)
+    sig = sig.replace(return_annotation=inspect.Signature.empty)
+    raise TypeError(
+        f"make_loader{sig} must take make_loader(rank=, world_size=) and pass both on to the "
+        f"loader it builds (Loader(..., rank=rank, world_size=world_size)) to run {ranks} ranks"
+    )
+
+
+@dataclass(frozen=True)
+class _OneRank:
+    """A factory of no arguments as ``f(rank=0, world_size=1)``; picklable when it is."""
+
+    make_loader: Callable[[], Any]
+
+    def __call__(self, *, rank: int, world_size: int) -> Any:
+        return self.make_loader()
 
 
 class _Runner:
@@ -269,9 +306,11 @@ class _Runner:
                     out.update(value)
                     return out
                 elif kind == "error":
-                    raise CheckResumeError(
-                        f"the run {name} on {world} rank(s) failed in its child process:\n{value}"
+                    line, text = value
+                    err = CheckResumeError(
+                        f"the run {name} on {world} rank(s) failed in its child process: {line}"
                     )
+                    raise with_child_traceback(err, text)
         finally:
             if proc.is_alive() and "killed" not in out:
                 proc.kill()

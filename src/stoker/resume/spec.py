@@ -7,6 +7,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from stoker._core.checks import check_int
+
 __all__ = ["LoaderSpec", "import_attr"]
 
 
@@ -43,6 +45,10 @@ class LoaderSpec:
     drop_last: bool = False
     workers: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """A batch size below 1 is refused here, before any child starts."""
+        check_int("batch_size", self.batch_size, minimum=1)
 
     def resolved_transforms(self) -> Any:
         t = self.transforms

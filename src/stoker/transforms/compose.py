@@ -166,6 +166,14 @@ def as_transform(
     return FnTransform(fn, output=output, takes_rng=bool(takes_rng), moves_geometry=moves_geometry)
 
 
+def as_chain(t: Any) -> Transform | None:
+    """A loader's ``transforms=`` as one transform: ``None``, a ``Transform`` as it is, a list
+    or tuple as a :class:`Compose`, any other callable through :func:`as_transform`."""
+    if t is None or isinstance(t, Transform):
+        return t
+    return Compose(t) if isinstance(t, (list, tuple)) else as_transform(t)
+
+
 def _steps(transforms: Iterable[Any], owner: str) -> tuple[Transform, ...]:
     if isinstance(transforms, (Transform, np.ndarray, str, bytes)) or callable(transforms):
         raise TypeError(f"{owner}: expects a list of transforms, got {type(transforms).__name__}")

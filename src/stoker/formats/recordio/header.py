@@ -16,9 +16,13 @@ import numpy as np
 
 __all__ = [
     "IR_FORMAT",
+    "DECLARED_INT64",
+    "INFERRED_INT64",
     "IR_SIZE",
     "IRHeader",
+    "inferred_kind",
     "label_problem",
+    "whole_numbers",
     "pack_header",
     "pack_headers",
     "unpack_header",
@@ -103,21 +107,44 @@ def unpack_header(buf: bytes | bytearray | memoryview) -> tuple[IRHeader, memory
     return IRHeader(flag, labels, id_, id2), mv[need:]
 
 
-def label_problem(header: IRHeader, classes: int = 0, *, whole: bool = False) -> str | None:
+#: Why a set's labels must be whole numbers: its manifest says so, or (a set without one)
+#: :func:`inferred_kind` found them so (with what to do about a float label set).
+DECLARED_INT64 = "the manifest declares int64 labels"
+INFERRED_INT64 = (
+    "the set has no manifest and most of its labels are whole numbers, so they are int64 "
+    "class ids; a manifest's schema declares float labels"
+)
+
+
+def whole_numbers(labels: np.ndarray) -> np.ndarray:
+    """Which ``labels`` are whole numbers within int64 (NaN and infinity are not)."""
+    arr = np.asarray(labels, dtype=np.float64)
+    return np.asarray(np.isfinite(arr) & (arr == np.round(arr)) & (np.abs(arr) < 2.0**63))
+
+
+def inferred_kind(labels: np.ndarray) -> str:
+    """The label dtype of a set without a manifest, from every one-number label: ``int64``
+    (class ids) when most of the finite ones are whole numbers within int64, else
+    ``float32``. A label that does not fit (2.5 or 1e30 among class ids, NaN anywhere) is a
+    corrupt record (:func:`label_problem`), never a reason to change the set's kind."""
+    if labels.ndim != 1:
+        return "float32"
+    finite = int(np.isfinite(labels).sum())
+    return "int64" if 2 * int(whole_numbers(labels).sum()) > finite else "float32"
+
+
+def label_problem(header: IRHeader, classes: int = 0, *, whole: str = "") -> str | None:
     """What is wrong with a record's label(s), or ``None``: a label that is NaN or infinite
     (never a label); in a set whose manifest names ``classes`` classes, a one-label record
-    whose label is not one of their ids (a whole number in ``0..classes-1``); with ``whole``
-    (the manifest declares int64 labels), a label that is not a whole number within int64."""
+    whose label is not one of their ids (a whole number in ``0..classes-1``); where the labels
+    are int64 (``whole``: why, :data:`DECLARED_INT64` or :data:`INFERRED_INT64`), a label that
+    is not a whole number within int64."""
     label = header.label
     if not np.all(np.isfinite(label)):
         return f"the IRHeader label {label} is not a finite number"
     if whole and not (classes and header.flag == 0):
-        arr = np.asarray(label, dtype=np.float64)
-        if not (np.all(arr == np.round(arr)) and np.all(np.abs(arr) < 2.0**63)):
-            return (
-                f"the IRHeader label {label} is not a whole number within int64 (the manifest "
-                "declares int64 labels)"
-            )
+        if not np.all(whole_numbers(np.asarray(label))):
+            return f"the IRHeader label {label} is not a whole number within int64 ({whole})"
     if classes and header.flag == 0:
         v = float(label)  # type: ignore[arg-type]
         if not (v.is_integer() and 0 <= v < classes):

@@ -7,8 +7,9 @@ samples); the label is the record's IRHeader label, of the kind the manifest dec
 schema's header field; int64 class ids for a manifest with classes and no schema): a record
 whose label does not fit it (2.5 in an int64 set, an id outside the classes) is a
 ``CorruptRecordError`` and never changes the set's dtype. A set without a manifest has its kind
-inferred: int64 when every label is a whole number, else float32. :meth:`RecordIOReader.labels`
-gives the same in every process. A worker never holds
+inferred from every label (``inferred_kind``: int64 when most are whole numbers, else
+float32), and a label that does not fit it is a corrupt record too.
+:meth:`RecordIOReader.labels` gives the same in every process. A worker never holds
 the label array: it reads each label from the header it parses anyway, so its start-up and
 memory do not grow with the set (5.8M labels are 46 MB); the label's dtype and shape travel in
 the pickle instead.
@@ -27,7 +28,13 @@ import numpy as np
 from stoker._core.errors import CorruptRecordError, SpecError
 from stoker._core.schema import Field, Schema
 from stoker.formats.base import Reader, ReadSample, sha
-from stoker.formats.recordio.header import label_problem
+from stoker.formats.recordio.header import (
+    DECLARED_INT64,
+    INFERRED_INT64,
+    inferred_kind,
+    label_problem,
+    whole_numbers,
+)
 from stoker.formats.recordio.hints import AccessHints, chunk_by_shard
 from stoker.formats.recordio.insightface import layout_table
 from stoker.formats.recordio.opening import open_records
@@ -37,27 +44,14 @@ from stoker.formats.recordio.verify import verify_records
 from stoker.formats.remote import RemoteOptions, local_path, remote_url
 from stoker.formats.report import VerifyReport, spread
 
-__all__ = ["RecordIOReader", "integral_labels", "open_reader", "verify"]
-
-
-def integral_labels(labels: np.ndarray) -> np.ndarray:
-    """Float labels that are all whole numbers (within int64) become int64 (class ids); others
-    float32. A label that is NaN or infinite is left out of that choice (reading its record
-    raises ``CorruptRecordError``) and reads as -1 among int64 labels."""
-    if labels.size and labels.dtype.kind == "f":
-        finite = np.isfinite(labels)
-        ok = labels[finite]
-        if labels.ndim == 1 and np.all(ok == np.round(ok)) and np.all(np.abs(ok) < 2.0**63):
-            return np.where(finite, labels, -1).astype(np.int64)
-        return labels.astype(np.float32)
-    return labels
+__all__ = ["RecordIOReader", "open_reader", "verify"]
 
 
 def declared_kind(records: Records) -> tuple[tuple[int, ...], str, int] | None:
     """``(shape, dtype, classes)`` of the labels the set's manifest declares: its schema's
     header field, or int64 class ids when it names classes without a schema (every folder
     packed before schemas were written); ``None`` for a set without a manifest, whose kind is
-    inferred from its labels (:func:`integral_labels`)."""
+    inferred from its labels (``inferred_kind``)."""
     names = records.class_names or ()
     if records.manifest is None:
         return None
@@ -75,12 +69,11 @@ def declared_labels(labels: np.ndarray, dtype: str, classes: int) -> np.ndarray:
     ``CorruptRecordError``); float32 labels as they are."""
     if dtype != "int64":
         return labels.astype(dtype)
-    ok = np.isfinite(labels)
-    ok[ok] = (labels[ok] == np.round(labels[ok])) & (np.abs(labels[ok]) < 2.0**63)
+    ok = whole_numbers(labels)
     if classes:
         ok &= (labels >= 0) & (labels < classes)
     if ok.ndim > 1:
-        ok = np.broadcast_to(ok.all(axis=tuple(range(1, ok.ndim)))[:, None], ok.shape)
+        ok = np.broadcast_to(np.asarray(ok.all(axis=tuple(range(1, ok.ndim))))[:, None], ok.shape)
     return np.where(ok, labels, -1).astype(np.int64)
 
 
@@ -143,7 +136,7 @@ class RecordIOReader(Reader):
         self._label_dtype = ""  # set when unpickled (see __getstate__)
         self._label_shape: tuple[int, ...] = ()
         self._classes = 0  # class ids a declared int64 label must be one of (0: any)
-        self._whole_labels = False  # the manifest declares int64 labels: a fraction is corrupt
+        self._whole_labels = ""  # why labels are int64 (a fraction is corrupt); "": need not be
         self._hints_on: bool | None = None  # decided at the first chunk in each process
         self._files = None
         self._len = len(self.records)
@@ -199,7 +192,7 @@ class RecordIOReader(Reader):
         self._label_dtype = state["_label_dtype"]
         self._label_shape = state["_label_shape"]
         self._classes = state.get("_classes", 0)
-        self._whole_labels = state.get("_whole_labels", False)
+        self._whole_labels = state.get("_whole_labels", "")
         self.hints = state.get("hints", AccessHints())
         self.remote = state.get("remote")
         self._files = state.get("_files")
@@ -227,9 +220,10 @@ class RecordIOReader(Reader):
         if self._labels is None:
             raw = np.asarray(self.records.labels())
             kind = declared_kind(self.records)
-            self._labels = (
-                integral_labels(raw) if kind is None else declared_labels(raw, kind[1], kind[2])
-            )
+            dtype = inferred_kind(raw) if kind is None else kind[1]
+            self._labels = declared_labels(raw, dtype, 0 if kind is None else kind[2])
+            if kind is None:
+                self._whole_labels = INFERRED_INT64 if dtype == "int64" else ""
             self.let_go()
         return self._labels
 
@@ -257,17 +251,19 @@ class RecordIOReader(Reader):
             kind = declared_kind(self.records)
             if kind is not None:  # stated by the manifest: never inferred from the records
                 self._label_shape, self._label_dtype, self._classes = kind
-                self._whole_labels = self._label_dtype == "int64"
+                self._whole_labels = DECLARED_INT64 if self._label_dtype == "int64" else ""
             elif self.remote is None or self._labels is not None:
                 lab = self.labels()
                 return tuple(lab.shape[1:]), lab.dtype.name
             else:
                 rec = self.records
                 first = rec.shard(0) if isinstance(rec, RecordSet) else rec
-                lab = integral_labels(np.asarray(first.labels()))
+                raw = np.asarray(first.labels())
+                lab = declared_labels(raw, inferred_kind(raw), 0)
                 if isinstance(rec, RecordSet):
                     rec.focus(np.zeros(0, np.int64))  # the main process keeps nothing pinned
                 self._label_dtype, self._label_shape = lab.dtype.name, tuple(lab.shape[1:])
+                self._whole_labels = INFERRED_INT64 if lab.dtype == np.int64 else ""
         return self._label_shape, self._label_dtype
 
     @property
@@ -342,6 +338,7 @@ class RecordIOReader(Reader):
         return self._hints_on
 
     def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()) -> ReadSample:
+        self.label_kind()  # what a label must be, decided in this process too
         if indices is not None:
             if self.remote is not None and isinstance(self.records, RecordSet):
                 self.records.focus(indices)  # pin only what this chunk reads
@@ -377,8 +374,8 @@ class RecordIOReader(Reader):
         return get
 
     def _label_ok(self) -> Callable[[float], bool]:
-        """The fast path's one test of a one-float label: finite, and where the manifest
-        declares int64 labels a whole number within int64 (or one of its class ids). A label
+        """The fast path's one test of a one-float label: finite, and where the labels are
+        int64 (declared or inferred) a whole number within int64 (or one of its class ids). A label
         that fails goes the slow way, whose ``label_problem`` names what is wrong."""
         if not self._whole_labels:
             return isfinite

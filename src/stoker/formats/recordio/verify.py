@@ -32,7 +32,15 @@ from stoker._core.progress import make_progress
 from stoker._core.schema import Schema
 from stoker.formats.fields import TrailerError, decode_trailer, split_trailer
 from stoker.formats.recordio.framing import LENGTH_MASK, FrameError, next_magic, read_record
-from stoker.formats.recordio.header import IRHeader, label_problem, unpack_header
+from stoker.formats.recordio.header import (
+    DECLARED_INT64,
+    INFERRED_INT64,
+    IRHeader,
+    inferred_kind,
+    label_problem,
+    unpack_header,
+    whole_numbers,
+)
 from stoker.formats.recordio.index import parse_idx, sha256_file
 from stoker.formats.recordio.manifest import (
     MANIFEST_SUFFIX,
@@ -64,8 +72,11 @@ class _Options:
     #: the number of classes the manifest names (each one-label record's label must be one
     #: of their ids); 0: no class map, any finite label
     classes: int = 0
-    #: the manifest declares int64 labels: each must be a whole number within int64
-    whole: bool = False
+    #: why the labels are int64 (each must be a whole number within int64); "": any number
+    whole: str = ""
+    #: a bare ``.rec``'s one-number labels as the walk meets them, ``(offset, key, .idx line,
+    #: label)``: their kind is inferred from all of them once it ends (``_check_inferred``)
+    seen: list[tuple[int, int | None, int | None, float]] | None = None
 
 
 def _nobody(off: int) -> tuple[int | None, int | None]:
@@ -209,6 +220,8 @@ def _check_payload(
     if bad is not None:
         key, line = who(pos)
         report.add(Problem(rec_path, key, pos, bad, line))
+    elif opts.seen is not None and header.flag == 0:
+        opts.seen.append((pos, *who(pos), float(header.label)))
     decode = opts.decode
     if decode is not None and not (len(image) == 0 and _metadata_record(header)):
         data = bytes(image)
@@ -346,7 +359,7 @@ def _with_schema(opts: _Options, manifest: dict, path: str) -> _Options:
     else:  # the declared label's kind (a vector of labels is no class id)
         whole = head is not None and schema[head].dtype == "int64"
         classes = 0 if head is not None and schema[head].shape else classes
-    opts = replace(opts, classes=classes, whole=whole)
+    opts = replace(opts, classes=classes, whole=DECLARED_INT64 if whole else "")
     if schema is None or not schema.stored:
         return opts
     return replace(opts, stored=schema)
@@ -446,5 +459,23 @@ def verify_records(
     beside = manifest_path_for(p)
     if os.path.exists(beside):  # the manifest says whether the records end in a trailer
         opts = _with_schema(opts, load_manifest(beside), beside)
+    else:  # the labels' kind is inferred from every label, as the loader does
+        opts = replace(opts, seen=[])
     _verify_shard(report, p, idx, None, opts)
+    if opts.seen:
+        _check_inferred(report, p, opts.seen)
     return report
+
+
+def _check_inferred(
+    report: VerifyReport, rec_path: str, seen: list[tuple[int, int | None, int | None, float]]
+) -> None:
+    """The finite one-number labels of a bare ``.rec`` that do not fit the kind inferred
+    from all of them (:func:`inferred_kind`: 2.5 or 1e30 among class ids)."""
+    labels = np.array([s[3] for s in seen], dtype=np.float64)
+    if inferred_kind(labels) != "int64":
+        return
+    for at in np.flatnonzero(~whole_numbers(labels)).tolist():
+        pos, key, line, label = seen[at]
+        bad = label_problem(IRHeader(0, label, 0, 0), whole=INFERRED_INT64)
+        report.add(Problem(rec_path, key, pos, str(bad), line))

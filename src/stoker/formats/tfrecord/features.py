@@ -8,8 +8,9 @@ record into the set's :class:`Schema`; :func:`field_value` reads one field of on
 Roles, decided by the field:
 
 - the image field: a ``bytes`` feature with one non-empty value;
-- the header (label) field: an ``int64`` or ``float`` feature of ``prod(shape)`` values; a set
-  whose first record has no label feature is unlabelled (every label ``-1``);
+- the header (label) field: an ``int64`` or ``float`` feature of ``prod(shape)`` values; a bare
+  file's label is the type and count most of its records hold (:func:`settle_label`), and a
+  file where no record has the label feature is unlabelled (every label ``-1``);
 - a ``boxes`` field: four ``float`` features ``PREFIX/xmin``, ``/ymin``, ``/xmax``, ``/ymax``
   normalised to 0..1 (the TF object-detection convention); read as pixel boxes
   ``x1 = xmin * width`` ... with the width and height from the image's own header;
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,18 +33,22 @@ from typing import Any
 import numpy as np
 
 from stoker._core.schema import Field, Schema
+from stoker.formats.protowire import WireError
 from stoker.formats.tfrecord.example import (
     RawFeature,
     bytes_values,
     float_values,
     int64_values,
+    parse_features,
 )
+from stoker.formats.tfrecord.framing import FrameError, read_frame
 
 __all__ = [
     "BOX_SUFFIXES",
     "describe_fields",
     "manifest_plan",
     "same_fields",
+    "settle_label",
     "FeaturePlan",
     "FieldError",
     "Resolved",
@@ -207,15 +213,55 @@ def _infer(
     if raw is None or raw.kind is None:
         raise FieldError(name, f"the first record has no feature {feat!r} to infer it from")
     if name == "label" and raw.kind != "bytes":
-        k = len(float_values(mv, raw) if raw.kind == "float" else int64_values(mv, raw))
+        k = _count(mv, raw)
         if k == 0:
             raise FieldError(name, f"feature {feat!r} holds no value", raw.start)
-        dtype = "int64" if raw.kind == "int64" else "float32"
-        return Field.numeric(() if k == 1 else (k,), dtype, header=True)
+        return _label_field(raw.kind, k)
     if raw.kind == "bytes":
         return Field.bytes_()
     dtype = "int64" if raw.kind == "int64" else "float32"
     return Field.ragged((), dtype, follows="boxes" if name == "classes" and follows else None)
+
+
+def _count(mv: memoryview, raw: RawFeature) -> int:
+    if raw.kind == "bytes":
+        return len(bytes_values(mv, raw))
+    return len(float_values(mv, raw) if raw.kind == "float" else int64_values(mv, raw))
+
+
+def _label_field(kind: str, k: int) -> Field:
+    """The label field of ``k`` values of a ``kind`` list (a bytes list: a bytes field)."""
+    if kind == "bytes":
+        return Field.bytes_()
+    dtype = "int64" if kind == "int64" else "float32"
+    return Field.numeric(() if k == 1 else (k,), dtype, header=True)
+
+
+def settle_label(plan: FeaturePlan, buf: memoryview, size: int) -> FeaturePlan:
+    """``plan`` (of a bare file, ``buf`` its ``size`` bytes) with its label decided from
+    every record rather than the first: the type and count of values most records hold (the
+    first seen on a tie), then declared, so that a record without the label or with another
+    kind is an error naming it. No record with a label value: the label is left out (every
+    label -1). A record that does not frame or parse is the scan's to name."""
+    if "label" not in plan.auto:
+        return plan
+    feat = plan.feature_names()["label"]
+    votes: Counter[tuple[str, int]] = Counter()
+    off = 0
+    while off < size:
+        try:
+            data, off = read_frame(buf, size, off, check_data=False)
+            raw = parse_features(data, {feat}).get(feat)
+            if raw is not None and raw.kind is not None and (k := _count(data, raw)):
+                votes[raw.kind, k] += 1
+        except WireError:
+            continue
+        except FrameError:
+            break
+    entries = [(n, ft, f) for n, ft, f in plan.entries if n != "label"]
+    if votes:
+        entries.insert(1, ("label", feat, _label_field(*votes.most_common(1)[0][0])))
+    return replace(plan, entries=tuple(entries), auto=plan.auto - {"label"})
 
 
 def image_hw(buf: memoryview | bytes) -> tuple[int, int]:

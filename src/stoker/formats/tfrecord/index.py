@@ -62,6 +62,7 @@ from stoker.formats.tfrecord.features import (
     field_value,
     lengths_of,
     resolve,
+    settle_label,
     wanted_features,
 )
 from stoker.formats.tfrecord.framing import HEADER, FrameError, read_frame, scan_offsets
@@ -189,6 +190,7 @@ def plan_digest(plan: FeaturePlan) -> str:
         "entries": [[n, ft, None if f is None else f.to_json(n)] for n, ft, f in plan.entries],
         "auto": sorted(plan.auto),
         "key": plan.key_feature,
+        "label": "settled",  # a bare file's label comes from every record (settle_label)
     }
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:24]
 
@@ -197,6 +199,7 @@ def _scan_meta(
     path: str, buf: memoryview, size: int, offsets: np.ndarray, plan: FeaturePlan
 ) -> ShardMeta:
     n = offsets.shape[0]
+    plan = settle_label(plan, buf, size)
     wanted = wanted_features(plan)
     resolved: Resolved | None = None
     labels = np.zeros((n, 0), dtype=np.int64)

@@ -33,6 +33,7 @@ from stoker.formats.tfrecord.features import (
     default_plan,
     field_value,
     resolve,
+    settle_label,
     wanted_features,
 )
 from stoker.formats.tfrecord.framing import HEADER, FrameError, read_frame
@@ -166,6 +167,7 @@ def _walk(
     decode: Callable[[bytes], object] | None,
     bar: Any,
 ) -> int:
+    plan = settle_label(plan, view, size)
     wanted = wanted_features(plan)
     resolved: Resolved | None = None
     off = i = 0

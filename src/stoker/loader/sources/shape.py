@@ -17,23 +17,27 @@ from typing import Any
 
 import numpy as np
 
-from stoker._core.errors import SpecError
+from stoker._core.errors import ImageDecodeError, SpecError, StokerFormatError
+from stoker._core.seeding import sample_rng
 from stoker._core.specs import ArraySpec
+from stoker.codecs import decode
 from stoker.formats import Reader
-from stoker.formats.base import stored_size
+from stoker.formats.base import is_encoded
 from stoker.pipeline import leaves_size_open
 
-__all__ = ["PROBES", "check_first_image", "input_spec", "shared_image_spec"]
+__all__ = ["PROBES", "check_first_image", "input_spec", "learned_output", "shared_image_spec"]
 
 #: images whose size is read at construction: the first and others spread over the set
 PROBES = 8
+#: what a sample that cannot be read raises: left to the worker while others can be read
+BAD_SAMPLE = (StokerFormatError, ImageDecodeError)
 
 
 def _size(source: Reader, i: int) -> tuple[int, int]:
     """(height, width) of sample ``i`` from its image header (the size decoding gives: the
     decoders ignore EXIF orientation), or a decoded image's shape."""
     payload, _label = source.read(i)
-    return stored_size(payload, source.encoded)
+    return source.size_of(i, payload)
 
 
 def shared_image_spec(
@@ -46,20 +50,21 @@ def shared_image_spec(
     that differ are a :class:`SpecError` naming both (the set needs a Resize or RandomCrop),
     unless ``skip`` (the loader's ``on_error="skip"``): then the commonest size is taken (the
     first seen on a tie) and the worker drops the images of other sizes, as many as
-    ``max_bad_fraction`` allows. An image whose header cannot be read is passed over here
-    (the worker reports it as ``on_error`` says); when none can be read, :class:`SpecError`
-    with the first reason."""
+    ``max_bad_fraction`` allows. A sample that cannot be read (a corrupt record, an image
+    whose header does not decode) is passed over here (the worker reports it as ``on_error``
+    says); when none can be read, the first one's error is raised as it is. Any other error
+    (a full shard cache, a storage failure) is raised at once, as itself."""
     n = len(source)
     positions = source.probe_positions(probes)  # a remote set: where nothing is fetched
     if positions is None:
         positions = np.unique(np.linspace(0, n - 1, num=min(n, probes)).astype(np.int64)).tolist()
     seen: dict[tuple[int, int], list[int]] = {}  # size -> positions, in the order first seen
-    failure = ""
+    failure: Exception | None = None
     for i in positions:
         try:
             hw = _size(source, i)
-        except Exception as e:  # noqa: BLE001 - a bad image is the worker's to report
-            failure = failure or f"{source.describe(i)}: {type(e).__name__}: {e}"
+        except BAD_SAMPLE as e:  # the worker's to report, as on_error says
+            failure = failure or e
             continue
         seen.setdefault(hw, []).append(i)
         if len(seen) > 1 and not skip:
@@ -70,10 +75,8 @@ def shared_image_spec(
                 "or RandomCrop so that every sample has one shape"
             )
     if not seen:
-        raise SpecError(
-            "no transforms fix the samples' size and the size of the set's images could not "
-            f"be read ({failure}); add a Resize or RandomCrop"
-        )
+        assert failure is not None
+        raise failure
     (h, w), at = max(seen.items(), key=lambda kv: len(kv[1]))  # the first on a tie
     i = at[0]
     open_spec = source.sample_spec
@@ -85,6 +88,28 @@ def shared_image_spec(
     else:
         what = "the first image whose size could be read"
     return spec, f"{source.describe(i)}, {what}"
+
+
+def learned_output(
+    source: Reader, spec: ArraySpec, transforms: Any, variable_width: bool, variable_height: bool
+) -> ArraySpec | None:
+    """The sample ``transforms`` make of the set's first image when they leave the batch's
+    size open only because a plain function (``as_transform(f)`` without ``output=``) does
+    not say its size; the loader checks every sample against it. ``None`` when the chain
+    needs no such look, or that image does not read (the pipeline then names the open size)."""
+    wide = {"variable_width": variable_width, "variable_height": variable_height}
+    if not leaves_size_open(spec, transforms, **wide) or leaves_size_open(
+        spec, transforms, learnt=True, **wide
+    ):
+        return None
+    i = (source.probe_positions(1) or [0])[0]
+    try:
+        image, _label = source.read(i)
+        img = decode(image) if is_encoded(source.encoded, image) else np.asarray(image)
+    except BAD_SAMPLE:
+        return None
+    out = transforms(img, sample_rng(0, 0, i))
+    return ArraySpec(out.shape, out.dtype.name) if isinstance(out, np.ndarray) else None
 
 
 def input_spec(
@@ -102,7 +127,11 @@ def input_spec(
     if source.encoded is False or spec.fixed or len(spec.shape) != 3 or spec.shape[2] is None:
         return spec, ""
     open_size = leaves_size_open(
-        spec, transforms, variable_width=variable_width, variable_height=variable_height
+        spec,
+        transforms,
+        variable_width=variable_width,
+        variable_height=variable_height,
+        learnt=True,
     )
     if not open_size:
         if on_error != "skip":
@@ -123,7 +152,7 @@ def check_first_image(source: Reader, transforms: Any) -> None:
     i = positions[0] if positions else 0
     try:
         h, w = _size(source, i)
-    except Exception:  # noqa: BLE001 - a bad image is the worker's to report
+    except BAD_SAMPLE:  # the worker's to report
         return
     open_spec = source.sample_spec
     try:
