@@ -29,6 +29,7 @@ from stoker.loader._shm import Mapping, SharedFd, populate, process_start_time
 from stoker.loader._worker_errors import error_info
 from stoker.loader.sources import Source
 from stoker.pipeline import Pipeline
+from stoker.transforms.mix import batch_rng
 
 __all__ = ["PARK", "RING", "Task", "WorkerConfig", "fill_chunk", "worker_main"]
 
@@ -151,6 +152,45 @@ def fill_chunk(
         return _fill_fields(
             task, source, pipeline, seed, views, fields, on_error, cancelled, progress
         )
+    if pipeline.mix is None:
+        return _fill_rows(task, source, pipeline, seed, views, on_error, cancelled, progress)
+    # mixed: the rows' classes go to a column of their own, the soft targets into the labels
+    images, labels, keys, indices = views
+    classes = np.zeros(len(labels), np.int64)
+    status, bad = _fill_rows(
+        task,
+        source,
+        pipeline,
+        seed,
+        (images, classes, keys, indices),
+        on_error,
+        cancelled,
+        progress,
+    )
+    if status == "done":
+        pipeline.mix.mix_rows(
+            images,
+            classes,
+            labels,
+            range(task.row0, task.row0 + len(task.indices)),
+            batch_rng(seed, task.epoch, task.number),
+            chw=pipeline.layout == "NCHW",
+            skip=frozenset(row for row, *_ in bad),
+        )
+    return status, bad
+
+
+def _fill_rows(
+    task: Task,
+    source: Source,
+    pipeline: Pipeline,
+    seed: int,
+    views: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    on_error: str,
+    cancelled: Any,
+    progress: Any,
+) -> tuple[str, Any]:
+    """``fill_chunk`` for a batch of images and labels: read, decode, transform, place."""
     images, labels, keys, indices = views
     bad: list[tuple[int, int, int | None, str]] = []
     rngs = SampleRngs(seed, task.epoch)

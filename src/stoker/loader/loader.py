@@ -116,6 +116,7 @@ class Loader(RingFeed):
         cache_limit: int | None = None,
         prefetch_shards: int = 2,
         engine: str | None = None,
+        mix: Any = None,
         **unknown: Any,
     ) -> None:
         # DataLoader habits get the stoker spelling by name, not a bare TypeError
@@ -157,7 +158,7 @@ class Loader(RingFeed):
         self._owns_source = owned
         try:
             self.pipeline = self._make_pipeline(
-                src, transforms, pair_with, layout, decode, sampler, fields
+                src, transforms, pair_with, layout, decode, sampler, fields, mix
             )
             self._seed_given = seed is not None
             self.seed = fresh_seed() if seed is None else check_seed(seed)
@@ -166,7 +167,7 @@ class Loader(RingFeed):
             if sampler is None:
                 sampler = self._default_sampler(src, shuffle, rank, world_size)
             self.sampler: Sampler = sampler
-            self._label_spec = src.label_spec
+            self._label_spec = src.label_spec if mix is None else _soft_targets(src, mix)
             self._per_batch = self.batch_size // 2 if pair_with is not None else self.batch_size
             self._claim = claim_cache(
                 src,
@@ -217,6 +218,7 @@ class Loader(RingFeed):
         decode: DecodeOptions | None,
         sampler: Sampler | None,
         fields: list[str] | tuple[str, ...] | None,
+        mix: Any = None,
     ) -> Pipeline:
         """The fields the batches carry (``self._fields``) and the pipeline, checked before any
         data flows: ``pair_with`` carries no fields, every step must move the geometric ones;
@@ -240,6 +242,7 @@ class Loader(RingFeed):
             variable_height=sized,
             geometry=self._fields.geometry if self._fields is not None else frozenset(),
             input_from=where,
+            mix=mix,
         )
 
     def _default_sampler(
@@ -565,6 +568,18 @@ class Loader(RingFeed):
     def _make_local(self, ep: Epoch, number: int) -> Batch | None:
         """workers=0: build batch ``number`` in this process, into fresh arrays."""
         return make_local(self, ep, number)  # type: ignore[return-value]
+
+
+def _soft_targets(src: Source, mix: Any) -> ArraySpec:
+    """The labels of mixed batches: float32 soft targets of ``mix.num_classes``, made from the
+    set's integer class labels."""
+    lab = src.label_spec
+    if lab.shape or np.dtype(lab.dtype).kind not in "iu":
+        raise SpecError(
+            f"mix makes soft targets of integer class labels; this set's labels are "
+            f"{lab.describe()}"
+        )
+    return ArraySpec((int(mix.num_classes),), "float32")
 
 
 def _describe_fp(fp: dict) -> str:
