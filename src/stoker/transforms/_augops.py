@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from stoker.transforms._geom import warp
-from stoker.transforms._util import border_value, cv2, cv_input, restore_channels
+from stoker.transforms._util import border_value, cv2, cv_input, cv_interp, restore_channels
 from stoker.transforms.filters import _SMOOTH, _filter3x3
 from stoker.transforms.targets import Targets
 
@@ -160,6 +160,26 @@ def _sampling(m: tuple[float, ...], interpolation: str) -> np.ndarray:
     return np.array([[a, b, x0 - 0.5], [d, e, y0 - 0.5]])
 
 
+def _filtered(img: np.ndarray, m: np.ndarray, interpolation: str, fill: object) -> np.ndarray:
+    """PIL's filtered affine: ``fill`` where an output pixel's centre maps outside the image
+    (a hard edge), elsewhere the filter over the image with its edge pixels repeated; cv2's
+    constant border would blend the fill into the edge instead."""
+    c = cv2()
+    h, w = img.shape[:2]
+    flags = c.WARP_INVERSE_MAP
+    out = c.warpAffine(
+        cv_input(img),
+        m,
+        (w, h),
+        flags=cv_interp(interpolation) | flags,
+        borderMode=c.BORDER_REPLICATE,
+    )
+    inside = c.warpAffine(np.full((h, w), 1, np.uint8), m, (w, h), flags=c.INTER_NEAREST | flags)
+    out = restore_channels(out, img)
+    out[inside == 0] = border_value(fill, img)[: 1 if img.ndim == 2 else img.shape[2]]
+    return out
+
+
 def _shift(img: np.ndarray, kind: str, d: int, fill: object) -> np.ndarray:
     """A whole-pixel translation by ``d``: the kept part with a border of ``fill``."""
     h, w = img.shape[:2]
@@ -187,7 +207,9 @@ def apply_op(
         if kind.startswith("translate") and float(value).is_integer():
             return _shift(img, kind, int(value), fill)
         m = _sampling(pil_matrix(kind, value, img.shape[:2]), interpolation)
-        return warp(img, m, interpolation, fill, inverse=True)
+        if interpolation == "nearest":
+            return warp(img, m, interpolation, fill, inverse=True)
+        return _filtered(img, m, interpolation, fill)
     if kind in _BLENDS:
         return img if value == 1 else _blend(img, kind, value)
     if kind == "posterize":  # keep the value's top bits

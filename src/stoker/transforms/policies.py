@@ -127,11 +127,11 @@ def _torchvision_arg(
     if kind == "posterize":  # bits kept: 8 down to 4 (wide: 2), rounded halves to even
         return 8.0 - float(np.round(level / ((bins - 1) / (6 if wide else 4))))
     if kind == "solarize":  # the threshold, 255 down to 0
-        return 255.0 - 255.0 * level / (bins - 1)
+        return float(np.float32(255.0 - 255.0 * level / (bins - 1)))
     if kind not in _TV_TOP:
         return None
     top = _TV_TOP[kind][wide] or 150 / 331 * hw[kind == "translate_x"]
-    m = float(np.float32(top * level / (bins - 1)))  # torch.linspace gives float32
+    m = float(np.float32(top * level / (bins - 1)))  # torch.linspace's float32 values
     return -m if negate else m
 
 
