@@ -13,16 +13,9 @@ from stoker.transforms import HorizontalFlip, MixUp, MixUpCutMix, RandAugment
 
 
 def _run(arrays, workers, mix, layout="NHWC", transforms=None):
-    with Loader(
-        arrays,
-        batch_size=14,  # 3 workers: chunks of 6, 6 and 2 rows
-        transforms=transforms or RandAugment(),
-        mix=mix,
-        shuffle=True,
-        seed=4,
-        workers=workers,
-        layout=layout,
-    ) as ld:
+    # batches of 14 in 3 workers' chunks: 6, 6 and 2 rows
+    opts = {"transforms": transforms or RandAugment(), "shuffle": True, "seed": 4}
+    with Loader(arrays, batch_size=14, mix=mix, workers=workers, layout=layout, **opts) as ld:
         return [(b.images.copy(), b.labels.copy(), b.indices.copy()) for b in ld]
 
 

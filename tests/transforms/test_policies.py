@@ -234,32 +234,31 @@ def _draws(op, hw, n=DRAWS, seed=11):
     return [op.params(hw, rngs.at(i)) for i in range(n)]
 
 
-def test_randaugment_draws_ops_and_signs_as_torchvision():
-    hw = (224, 224)
-    space = P.torchvision_space(31, hw)
+def _one_op(space: dict, bins: list[int] | None) -> Counter:
+    """The distribution of one op drawn uniformly from torchvision's list, at one of ``bins``
+    (uniformly; ``None``: every bin), with a sign where the op takes one."""
     expected: Counter = Counter()
     for name in P.TORCHVISION_OPS:
         values, signed = space[name]
-        m = None if values is None else values[9]
-        for s in (1, -1) if signed else (1,):
-            expected[_key(name, None if m is None else s * m)] += 1 / 14 / (2 if signed else 1)
+        picks = [None] if values is None else [values[b] for b in (bins or range(len(values)))]
+        for m in picks:
+            for s in (1, -1) if signed else (1,):
+                share = 1 / len(P.TORCHVISION_OPS) / len(picks) / (2 if signed else 1)
+                expected[_key(name, None if m is None else s * m)] += share
+    return expected
+
+
+def test_randaugment_draws_ops_and_signs_as_torchvision():
+    hw = (224, 224)
     got = Counter(_key(*a) for ops in _draws(T.RandAugment(), hw) for a in ops)
     assert sum(got.values()) == 2 * DRAWS
-    assert chi_square_p(got, expected) > 0.01
+    assert chi_square_p(got, _one_op(P.torchvision_space(31, hw), [9])) > 0.01
 
 
 def test_trivialaugment_draws_ops_bins_and_signs_as_torchvision():
     hw = (224, 224)
-    space = P.torchvision_space(31, hw, wide=True)
-    expected: Counter = Counter()
-    for name in P.TORCHVISION_OPS:
-        values, signed = space[name]
-        for m in values or (None,):
-            for s in (1, -1) if signed else (1,):
-                share = 1 / 14 / (31 if values else 1) / (2 if signed else 1)
-                expected[_key(name, None if m is None else s * m)] += share
     got = Counter(_key(*a) for ops in _draws(T.TrivialAugmentWide(), hw) for a in ops)
-    assert chi_square_p(got, expected) > 0.01
+    assert chi_square_p(got, _one_op(P.torchvision_space(31, hw, wide=True), None)) > 0.01
 
 
 def test_autoaugment_draws_subpolicies_as_torchvision():

@@ -152,46 +152,10 @@ def fill_chunk(
         return _fill_fields(
             task, source, pipeline, seed, views, fields, on_error, cancelled, progress
         )
-    if pipeline.mix is None:
-        return _fill_rows(task, source, pipeline, seed, views, on_error, cancelled, progress)
-    # mixed: the rows' classes go to a column of their own, the soft targets into the labels
     images, labels, keys, indices = views
-    classes = np.zeros(len(labels), np.int64)
-    status, bad = _fill_rows(
-        task,
-        source,
-        pipeline,
-        seed,
-        (images, classes, keys, indices),
-        on_error,
-        cancelled,
-        progress,
-    )
-    if status == "done":
-        pipeline.mix.mix_rows(
-            images,
-            classes,
-            labels,
-            range(task.row0, task.row0 + len(task.indices)),
-            batch_rng(seed, task.epoch, task.number),
-            chw=pipeline.layout == "NCHW",
-            skip=frozenset(row for row, *_ in bad),
-        )
-    return status, bad
-
-
-def _fill_rows(
-    task: Task,
-    source: Source,
-    pipeline: Pipeline,
-    seed: int,
-    views: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
-    on_error: str,
-    cancelled: Any,
-    progress: Any,
-) -> tuple[str, Any]:
-    """``fill_chunk`` for a batch of images and labels: read, decode, transform, place."""
-    images, labels, keys, indices = views
+    soft = None
+    if pipeline.mix is not None:  # the classes in a column of their own, soft targets at the end
+        soft, labels = labels, np.zeros(len(labels), np.int64)
     bad: list[tuple[int, int, int | None, str]] = []
     rngs = SampleRngs(seed, task.epoch)
     at = rngs.at  # sample_rng(seed, epoch, i), re-keyed in place
@@ -252,7 +216,32 @@ def _fill_rows(
             except Exception:  # noqa: BLE001
                 pass
             bad.append((row, int(gi), k, f"{type(e).__name__}: {e}"))
+    if soft is not None:
+        _mix(task, pipeline, seed, images, labels, soft, bad)
     return "done", bad
+
+
+def _mix(
+    task: Task,
+    pipeline: Pipeline,
+    seed: int,
+    images: np.ndarray,
+    classes: np.ndarray,
+    soft: np.ndarray,
+    bad: list,
+) -> None:
+    """The chunk's pairs of rows mixed in place and their soft targets written
+    (``Loader(mix=...)``), from batch ``task.number``'s own generator."""
+    assert pipeline.mix is not None
+    pipeline.mix.mix_rows(
+        images,
+        classes,
+        soft,
+        range(task.row0, task.row0 + len(task.indices)),
+        batch_rng(seed, task.epoch, task.number),
+        chw=pipeline.layout == "NCHW",
+        skip=frozenset(row for row, *_ in bad),
+    )
 
 
 def _decoder(encoded: bool | None, pipeline: Pipeline) -> Callable[[Any], np.ndarray] | None:

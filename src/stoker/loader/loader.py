@@ -122,7 +122,6 @@ class Loader(RingFeed):
         # DataLoader habits get the stoker spelling by name, not a bare TypeError
         refuse_unknown("Loader", unknown, _PARAMS, DATALOADER_NAMES)
         self._blank(on_worker_death)
-        self._fields: FieldPlan | None = None
         self._out_sizes: dict[tuple[int, int], tuple[int, int]] = {}
         self.batch_size = check_batch_size(batch_size)
         if pair_with is not None and self.batch_size % 2:
@@ -194,6 +193,7 @@ class Loader(RingFeed):
         """The state of a loader before its source, pipeline and workers exist."""
         self._closed = True  # until construction succeeded
         self._owner_pid = os.getpid()
+        self._fields: FieldPlan | None = None
         self._pool = WorkerPool(
             on_worker_death, LINUX
         )  # the engine is chosen once the source opens

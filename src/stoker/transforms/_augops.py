@@ -19,6 +19,7 @@ An op is a kernel ``kind`` and one number, ``value``:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -160,7 +161,7 @@ def _sampling(m: tuple[float, ...], interpolation: str) -> np.ndarray:
     return np.array([[a, b, x0 - 0.5], [d, e, y0 - 0.5]])
 
 
-def _filtered(img: np.ndarray, m: np.ndarray, interpolation: str, fill: object) -> np.ndarray:
+def _filtered(img: np.ndarray, m: np.ndarray, interpolation: str, fill: Any) -> np.ndarray:
     """PIL's filtered affine: ``fill`` where an output pixel's centre maps outside the image
     (a hard edge), elsewhere the filter over the image with its edge pixels repeated; cv2's
     constant border would blend the fill into the edge instead."""
@@ -180,7 +181,7 @@ def _filtered(img: np.ndarray, m: np.ndarray, interpolation: str, fill: object) 
     return out
 
 
-def _shift(img: np.ndarray, kind: str, d: int, fill: object) -> np.ndarray:
+def _shift(img: np.ndarray, kind: str, d: int, fill: Any) -> np.ndarray:
     """A whole-pixel translation by ``d``: the kept part with a border of ``fill``."""
     h, w = img.shape[:2]
     along_x = kind == "translate_x"
@@ -196,7 +197,7 @@ def _shift(img: np.ndarray, kind: str, d: int, fill: object) -> np.ndarray:
 
 
 def apply_op(
-    img: np.ndarray, kind: str, value: float, *, interpolation: str, fill: object
+    img: np.ndarray, kind: str, value: float, *, interpolation: str, fill: Any
 ) -> np.ndarray:
     """Op ``kind`` at ``value`` on uint8 ``img`` (HW or HWC); a new array or ``img`` itself."""
     if kind == "identity":

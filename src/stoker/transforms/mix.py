@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import KW_ONLY, dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -31,6 +32,7 @@ def batch_rng(seed: int, epoch: int, number: int) -> np.random.Generator:
     return stream_rng(seed, _DOMAIN_MIX, epoch, number)
 
 
+@dataclass(frozen=True)
 class BatchMix:
     """Mix pairs of rows with probability ``p`` per batch: MixUp with ``lam ~ Beta(a, a)``
     for ``a = mixup_alpha``, or CutMix with ``a = cutmix_alpha``, CutMix chosen with
@@ -38,14 +40,15 @@ class BatchMix:
     + (1 - lam) · y_b`` of one-hot vectors smoothed by ``label_smoothing`` (``1 - s + s/C``
     on, ``s/C`` off). CutMix swaps a box of ``sqrt(1 - lam)`` of each side centred at a
     uniform pixel, clipped to the image, and sets ``lam`` to the share of the image it leaves
-    (timm's ``correct_lam``). The subclasses are frozen dataclasses."""
+    (timm's ``correct_lam``)."""
 
+    _: KW_ONLY
     num_classes: int
-    label_smoothing: float
-    p: float
-    mixup_alpha: float = 0.0
-    cutmix_alpha: float = 0.0
-    switch_prob: float = 0.5
+    label_smoothing: float = 0.0
+    p: float = 1.0
+    mixup_alpha: ClassVar[float] = 0.0
+    cutmix_alpha: ClassVar[float] = 0.0
+    switch_prob: ClassVar[float] = 0.5
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -142,22 +145,14 @@ def _blend(a: np.ndarray, b: np.ndarray, lam: float) -> np.ndarray:
 class MixUp(BatchMix):
     """MixUp: ``MixUp(alpha, num_classes=...)``; no label smoothing unless asked."""
 
-    mixup_alpha: float = 0.8
-    _: KW_ONLY
-    num_classes: int
-    label_smoothing: float = 0.0
-    p: float = 1.0
+    mixup_alpha: float = 0.8  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
 class CutMix(BatchMix):
     """CutMix: ``CutMix(alpha, num_classes=...)``; no label smoothing unless asked."""
 
-    cutmix_alpha: float = 1.0
-    _: KW_ONLY
-    num_classes: int
-    label_smoothing: float = 0.0
-    p: float = 1.0
+    cutmix_alpha: float = 1.0  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
@@ -165,10 +160,8 @@ class MixUpCutMix(BatchMix):
     """timm's ``Mixup``: MixUp or CutMix per batch (CutMix with ``switch_prob``), with its
     defaults (0.8, 1.0, half and half, label smoothing 0.1)."""
 
-    mixup_alpha: float = 0.8
-    cutmix_alpha: float = 1.0
+    mixup_alpha: float = 0.8  # type: ignore[misc]
+    cutmix_alpha: float = 1.0  # type: ignore[misc]
     _: KW_ONLY
-    num_classes: int
-    switch_prob: float = 0.5
+    switch_prob: float = 0.5  # type: ignore[misc]
     label_smoothing: float = 0.1
-    p: float = 1.0
