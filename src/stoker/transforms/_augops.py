@@ -1,19 +1,9 @@
-"""The ops of the augmentation policies (:mod:`stoker.transforms.policies`) on uint8 images,
-through OpenCV, as PIL defines them (``ImageOps``, ``ImageEnhance``, ``Image.transform``,
-``Image.rotate``), the functions torchvision's PIL backend and timm call.
-
-An op is a kernel ``kind`` and one number, ``value``:
-
-- colour ops: ``brightness`` and ``contrast`` are PIL's blend with a constant (float32,
-  truncated), ``autocontrast`` stretches each channel's lowest to highest level, each one
-  ``cv2.transform`` offset so that its rounding truncates as PIL does; ``color`` and
-  ``sharpness`` blend with the grey or the 3×3-smoothed image (``cv2.addWeighted``, offset
-  likewise); ``equalize`` is PIL's histogram formula (not ``cv2.equalizeHist``'s), one
-  ``cv2.LUT`` per channel; ``posterize``, ``invert`` and ``solarize`` are bitwise ops
-  (a threshold's mask for ``solarize``);
-- geometric ops are one ``cv2.warpAffine`` through the map PIL samples with, or a bordered
-  copy for a whole-pixel translation; ``value`` is the shear factor, the displacement of the
-  content in pixels, or the angle counter-clockwise in degrees.
+"""The ops of the augmentation policies on uint8 images, through OpenCV, as PIL computes them
+(``ImageOps``, ``ImageEnhance``, ``Image.transform``/``rotate``: what torchvision's PIL backend
+and timm call). An op is a kernel ``kind`` and one ``value``: an enhance factor, bits kept, a
+threshold, a shear factor, the content's displacement in pixels, an angle counter-clockwise.
+Truncating PIL blends become OpenCV passes offset by just under half a level; PIL's
+``equalize`` formula is kept (not ``cv2.equalizeHist``'s); geometric ops sample where PIL does.
 """
 
 from __future__ import annotations
@@ -220,7 +210,7 @@ def apply_op(
         return cv2().bitwise_and(_flat(img), (0xFF << (8 - bits)) & 0xFF).reshape(img.shape)
     if kind == "invert":
         return cv2().bitwise_not(_flat(img)).reshape(img.shape)
-    if kind == "autocontrast":
+    if kind == "auto_contrast":
         return _autocontrast(img)
     if kind == "equalize":
         return _equalize(img)

@@ -1,15 +1,8 @@
 """Batch mixing: ``MixUp``, ``CutMix`` and timm's random choice of the two (``MixUpCutMix``),
-with labels turned into soft targets of ``num_classes``.
-
-A loader given ``mix=`` (``Loader(..., mix=MixUp(0.8, num_classes=1000))``) mixes in its
-workers: the worker that fills a chunk of a batch mixes the chunk's rows in place, in pairs
-of neighbouring rows ``(2k, 2k + 1)`` (the loader splits a batch into chunks of an even
-number of rows, so no pair spans two workers; the sampler has shuffled the batch, so a
-neighbour is as random a partner as timm's reversed batch), and writes each row's soft
-target. Like timm's ``mode="batch"``, one draw serves the whole batch: whether it is mixed,
-MixUp or CutMix, ``lam`` and CutMix's box, all from a generator keyed by ``(seed, epoch,
-batch number)``, so every worker of a batch draws the same and a resumed run on as many
-ranks mixes the same pairs the same way.
+labels turned into soft targets of ``num_classes``. ``Loader(mix=...)`` runs it in the worker
+that fills a chunk, on pairs of neighbouring rows ``(2k, 2k + 1)`` (chunks have an even number of
+rows), with one draw per batch (timm's ``mode="batch"``) from a generator keyed by ``(seed,
+epoch, batch number)``: every worker of a batch draws the same, a resume draws it again.
 """
 
 from __future__ import annotations

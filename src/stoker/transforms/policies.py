@@ -1,14 +1,11 @@
-"""The augmentation policies of the ImageNet recipes: torchvision's ``RandAugment``,
-``TrivialAugmentWide`` and ``AutoAugment("imagenet")``, and timm's RandAugment strings
-(``RandAugment.from_timm("rand-m9-mstd0.5-inc1")``), on uint8 images.
+"""The augmentation policies of the ImageNet recipes on uint8 images: torchvision's
+``RandAugment``, ``TrivialAugmentWide`` and ``AutoAugment("imagenet")``, and timm's RandAugment
+strings (``RandAugment.from_timm("rand-m9-mstd0.5-inc1")``).
 
-Each op of a policy is a name and its argument as torchvision or timm passes it to PIL (a
-signed shear factor, an angle in degrees, a ``1 + m`` enhance factor, bits to keep, a
-threshold, ...); ``params(hw, rng)`` returns the ones an image gets and ``run(img, name, arg)``
-applies one (:mod:`stoker.transforms._augops`: OpenCV, as PIL computes it). Every draw comes
-from the sample's generator, so a policy is a pure function of ``(seed, epoch, index)``, and
-the geometric ops move boxes, points and masks (``apply_targets``). docs/policies.md maps the
-torchvision and timm names onto these and says where they differ.
+An op is a name and its argument as torchvision or timm hands it to PIL; ``params(hw, rng)``
+gives an image's ops, ``run(img, name, arg)`` applies one (:mod:`stoker.transforms._augops`).
+Every draw comes from the sample's generator; the geometric ops move boxes, points and masks.
+docs/policies.md maps the torchvision and timm names onto these.
 """
 
 from __future__ import annotations
@@ -46,41 +43,18 @@ OPS = {
 _GROWS = ("Posterize", "Solarize", "Color", "Contrast", "Brightness", "Sharpness")
 OPS["timm-increasing"] = tuple(n + "Increasing" if n in _GROWS else n for n in OPS["timm"])
 
-_KIND = {
-    "Identity": "identity",
-    "ShearX": "shear_x",
-    "ShearY": "shear_y",
-    "TranslateX": "translate_x",
-    "TranslateY": "translate_y",
-    "TranslateXRel": "translate_x",
-    "TranslateYRel": "translate_y",
-    "Rotate": "rotate",
-    "Brightness": "brightness",
-    "Color": "color",
-    "Contrast": "contrast",
-    "Sharpness": "sharpness",
-    "Posterize": "posterize",
-    "Solarize": "solarize",
-    "SolarizeAdd": "solarize_add",
-    "AutoContrast": "autocontrast",
-    "Equalize": "equalize",
-    "Invert": "invert",
-}
 _ENHANCE = frozenset({"brightness", "color", "contrast", "sharpness"})
+# torchvision: the top of each op's magnitude range (RandAugment and AutoAugment,
+# TrivialAugmentWide); a translation's 0 stands for 150/331 of the image's side
+_TV_TOP = {"shear": (0.3, 0.99), "translate": (0.0, 32.0), "rotate": (30.0, 135.0)}
 
-# torchvision: the top of each op's magnitude range, (RandAugment and AutoAugment,
-# TrivialAugmentWide); a translation's 0 stands for 150/331 of the image's side.
-_TV_TOP = {
-    "shear_x": (0.3, 0.99),
-    "shear_y": (0.3, 0.99),
-    "translate_x": (0.0, 32.0),
-    "translate_y": (0.0, 32.0),
-    "rotate": (30.0, 135.0),
-    "brightness": (0.9, 0.99),
-    "color": (0.9, 0.99),
-    "contrast": (0.9, 0.99),
-    "sharpness": (0.9, 0.99),
-}
+
+def _kind(name: str) -> str:
+    """The kernel of op ``name`` (:mod:`stoker.transforms._augops`): ``"TranslateXRel"`` ->
+    ``"translate_x"``, ``"SharpnessIncreasing"`` -> ``"sharpness"``."""
+    base = name.removesuffix("Increasing").removesuffix("Rel")
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", base).lower()
+
 
 # timm: name -> (base, slope, how) at level fraction f = level / 10: "signed" base ± slope·f
 # (the sign drawn), "up" base + slope·f, "int" base + int(slope·f), "down" base - int(slope·f)
@@ -103,8 +77,9 @@ for _n in ("Color", "Contrast", "Brightness", "Sharpness"):
 # AutoAugment's ImageNet policy: 25 sub-policies of two "op probability bin" ("-": no bin)
 _IMAGENET = [
     tuple((op, float(p), None if b == "-" else int(b)) for op, p, b in zip(*[iter(s.split())] * 3))
-    for s in """Posterize .4 8 Rotate .6 9|Solarize .6 5 AutoContrast .6 -|Equalize .8 - Equalize .6 -
-    |Posterize .6 7 Posterize .6 6|Equalize .4 - Solarize .2 4|Equalize .4 - Rotate .8 8
+    for s in """Posterize .4 8 Rotate .6 9|Solarize .6 5 AutoContrast .6 -
+    |Equalize .8 - Equalize .6 -|Posterize .6 7 Posterize .6 6|Equalize .4 - Solarize .2 4
+    |Equalize .4 - Rotate .8 8
     |Solarize .6 3 Equalize .6 -|Posterize .8 5 Equalize 1 -|Rotate .2 3 Solarize .6 8
     |Equalize .6 - Posterize .4 6|Rotate .8 8 Color .4 0|Rotate .4 9 Equalize .6 -
     |Equalize 0 - Equalize .8 -|Invert .6 - Equalize 1 -|Color .6 4 Contrast 1 8
@@ -123,14 +98,15 @@ def _torchvision_arg(
 ) -> Arg:
     """torchvision's magnitude of ``name`` at ``level`` (a bin) of ``bins``: the bin's value of
     ``linspace(0, top, bins)``, signed where the op takes a sign."""
-    kind = _KIND[name]
+    kind = _kind(name)
     if kind == "posterize":  # bits kept: 8 down to 4 (wide: 2), rounded halves to even
         return 8.0 - float(np.round(level / ((bins - 1) / (6 if wide else 4))))
     if kind == "solarize":  # the threshold, 255 down to 0
         return float(np.float32(255.0 - 255.0 * level / (bins - 1)))
-    if kind not in _TV_TOP:
+    ranges = _TV_TOP.get(kind.split("_")[0], (0.9, 0.99) if kind in _ENHANCE else None)
+    if ranges is None:
         return None
-    top = _TV_TOP[kind][wide] or 150 / 331 * hw[kind == "translate_x"]
+    top = ranges[wide] or 150 / 331 * hw[kind == "translate_x"]
     m = float(np.float32(top * level / (bins - 1)))  # torch.linspace's float32 values
     return -m if negate else m
 
@@ -143,7 +119,7 @@ def _timm_arg(name: str, level: float, negate: bool) -> Arg:
     f = level / 10.0
     if how == "signed":
         arg = base - slope * f if negate else base + slope * f
-        return max(0.1, arg) if _KIND[name.removesuffix("Increasing")] in _ENHANCE else arg
+        return max(0.1, arg) if _kind(name) in _ENHANCE else arg
     if how == "up":
         return base + slope * f
     return base + int(slope * f) if how == "int" else base - int(slope * f)
@@ -180,7 +156,7 @@ class _Policy(Transform):
         ``arg``: torchvision's enhance magnitudes become ``1 + m``, its translations whole
         pixels; timm's relative translations move by ``-arg`` times the side, as its PIL
         matrix does."""
-        kind = _KIND[name.removesuffix("Increasing")]
+        kind = _kind(name)
         v = 0.0 if arg is None else float(arg)
         if self.space == "timm":
             if name.endswith("Rel"):
@@ -248,17 +224,11 @@ class RandAugment(_Policy):
 
     def __post_init__(self) -> None:
         self._check_fields()
-        if self.ops not in OPS:
-            raise ValueError(f"RandAugment: ops must be one of {sorted(OPS)}, got {self.ops!r}")
-        if not (isinstance(self.num_ops, int) and self.num_ops >= 0):
-            raise ValueError(f"RandAugment: num_ops must be an int >= 0, got {self.num_ops!r}")
-        if not (isinstance(self.num_magnitude_bins, int) and self.num_magnitude_bins >= 2):
-            raise ValueError("RandAugment: num_magnitude_bins must be an int >= 2")
-        if self.ops == "torchvision" and not 0 <= self.magnitude < self.num_magnitude_bins:
-            raise ValueError(
-                f"RandAugment: magnitude must lie in [0, {self.num_magnitude_bins}), the bins, "
-                f"got {self.magnitude!r}"
-            )
+        bins, tv = self.num_magnitude_bins, self.ops == "torchvision"
+        if self.ops not in OPS or not (isinstance(self.num_ops, int) and self.num_ops >= 0):
+            raise ValueError(f"RandAugment: ops must be one of {sorted(OPS)}, num_ops an int >= 0")
+        if not (isinstance(bins, int) and bins >= 2) or (tv and not 0 <= self.magnitude < bins):
+            raise ValueError("RandAugment: need num_magnitude_bins >= 2, magnitude a bin of them")
         if not 0.0 <= self.p <= 1.0 or not self.magnitude_std >= 0:
             raise ValueError("RandAugment: p must lie in [0, 1] and magnitude_std be >= 0")
 
@@ -362,11 +332,6 @@ class AutoAugment(_Policy):
         self._check_fields()
         if self.policy != "imagenet":
             raise ValueError(f"AutoAugment: only policy='imagenet' is offered, got {self.policy!r}")
-
-    @staticmethod
-    def subpolicies() -> list[tuple[tuple[str, float, int | None], ...]]:
-        """The ImageNet policy: 25 pairs of (op, probability, bin or None)."""
-        return list(_IMAGENET)
 
     def params(self, hw: tuple[int, int], rng: np.random.Generator) -> Applied:
         u = rng.random(5)  # the sub-policy, whether each op runs, each op's sign
