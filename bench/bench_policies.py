@@ -10,8 +10,8 @@
 4. The whole pipeline: ``stoker.Loader`` on a packed .rec of 500x375 JPEGs with
    RandomResizedCrop(224) -> flip -> RandAugment(2, 9), uint8 NCHW, against a PIL
    ImageFolder-style dataset doing the same with the reference policy in a torch
-   ``DataLoader``, one worker each, one epoch each (start included); torch runs in a child
-   process of its own.
+   ``DataLoader``, one worker each, two epochs each (the first with the start), each process
+   tree pinned to one core (``sched_setaffinity``); torch runs in a child process of its own.
 
 Thread CPU time per image for 1-3, rounds alternating which side runs first; the figure is
 the median of the rounds, the ratio the median of the per-round ratios with their spread.
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -52,10 +53,12 @@ from bench_loader import PILFolder, _pil_rrc
 from PIL import Image
 
 HERE = Path(__file__).resolve().parent
+#: the core both loaders' process trees run on (main process and worker alike)
+ONE_CORE = max(os.sched_getaffinity(0))
 
 
 def parse_args(argv: list[str] | None = None):
-    ap = bench_parser(__doc__, "40 images, 300 for the loader, 2 rounds: a smoke run")
+    ap = bench_parser(__doc__, "40 images, 600 for the loader, 2 rounds: a smoke run")
     ap.add_argument("--images", type=int, default=None, help="224 px images (400)")
     ap.add_argument("--loader-images", type=int, default=None, help="500x375 images (2000)")
     ap.add_argument("--rounds", type=int, default=None, help="timed rounds (5; --quick: 2)")
@@ -63,7 +66,7 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--torch-child", nargs=2, metavar=("ROOT", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.images = args.images or (40 if args.quick else 400)
-    args.loader_images = args.loader_images or (300 if args.quick else 2000)
+    args.loader_images = args.loader_images or (600 if args.quick else 2000)
     args.rounds = args.rounds or (2 if args.quick else 5)
     return args
 
@@ -218,6 +221,7 @@ def torch_child(root: str, n: int) -> int:
     """Two epochs of the DataLoader baseline, one persistent worker: their figures as JSON."""
     import torch
 
+    os.sched_setaffinity(0, {ONE_CORE})  # the worker it starts inherits it
     torch.set_num_threads(1)
     dl = torch.utils.data.DataLoader(
         PolicyFolder(root), batch_size=64, shuffle=True, num_workers=1, persistent_workers=True
@@ -248,6 +252,7 @@ def run_stoker(rec: str, seed: int) -> dict:
     from stoker.transforms import Compose, HorizontalFlip, RandAugment, RandomResizedCrop
 
     chain = Compose([RandomResizedCrop(224), HorizontalFlip(), RandAugment(2, 9)])
+    os.sched_setaffinity(0, {ONE_CORE})  # the loader's worker server and worker inherit it
     with Loader(
         rec, batch_size=64, transforms=chain, layout="NCHW", shuffle=True, seed=seed, workers=1
     ) as ld:
@@ -259,7 +264,8 @@ def loader_table(work: Path, n: int, rounds: int) -> dict:
     print(
         f"\n4. one epoch of {n} 500x375 JPEGs, RandomResizedCrop(224) -> flip -> RandAugment(2, 9),"
     )
-    print("   uint8 NCHW batches of 64, one worker each; two epochs of one loader each")
+    print("   uint8 NCHW batches of 64, one worker each; two epochs of one loader each; each")
+    print(f"   process tree (main process and worker) on core {ONE_CORE} alone")
     runs: dict[str, list[dict]] = {"stoker": [], "torch": []}
     for r in range(rounds):
         for side in alternated(["stoker", "torch"], r):
