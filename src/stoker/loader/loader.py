@@ -86,6 +86,9 @@ class Loader(RingFeed):
 
     ``shuffle``: ``False`` (the set's order), ``True`` (a permutation of the whole set each
     epoch) or ``"shards"`` (shard-aware order for sets read through a cache; see ``_order``).
+
+    ``mix``: ``MixUp``, ``CutMix`` or ``MixUpCutMix`` (:mod:`stoker.transforms.mix`), run by
+    the workers on each batch's rows; the labels become soft targets (docs/policies.md).
     """
 
     def __init__(
