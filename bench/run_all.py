@@ -14,6 +14,9 @@ work (`--only loader_engines`).
 bench_remote_http.py: TFRecord and WebDataset over `http://` from nginx behind a proxy adding
 0 and 25 ms per request, `shuffle="shards"`, a cache of 0.45 x the set, beside local disk
 (`--only remote_http`; says it is skipped when nginx is not installed).
+bench_policies.py: RandAugment, TrivialAugmentWide and AutoAugment per image beside the PIL
+reference (bench/_pil_policies.py), each op beside PIL's call, beside the decode, and the loader
+with RandAugment beside a PIL DataLoader (`--only policies`).
 bench_revisions.py (old revision against new) runs only when asked for, with `--old REV`:
 `make bench BENCH_ARGS="--only revisions --old HEAD~3"`; `--costs loader` measures only the
 RecordIO loader path's CPU us per image, new/old, against its 1.03 bound:

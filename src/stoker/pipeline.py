@@ -38,6 +38,7 @@ from stoker.transforms.base import Transform
 from stoker.transforms.color import Normalize
 from stoker.transforms.compose import Compose, FnTransform
 from stoker.transforms.fused import FusedCrop, RowWriter, fuse, mirror, write_chw, write_head
+from stoker.transforms.mix import BatchMix
 from stoker.transforms.targets import Targets
 
 __all__ = ["DecodeOptions", "Pipeline", "fit_height", "fit_width", "leaves_size_open"]
@@ -171,7 +172,9 @@ class Pipeline:
     image"``), set when the loader fixed it; every image is then checked against it before
     the transforms, and one of another size is a ``SpecError`` naming both sizes. ``fuse``:
     let a recognised chain head run as one op (``stoker.transforms.fused``); ``False`` runs
-    every step on its own, the reference the fused op is tested and measured against."""
+    every step on its own, the reference the fused op is tested and measured against.
+    ``mix``: a batch mixer (:mod:`stoker.transforms.mix`) the worker that fills a chunk of a
+    batch runs on the chunk's rows (no ``pair_with``, no fields)."""
 
     input_spec: ArraySpec
     transforms: Transform | None = None
@@ -186,6 +189,7 @@ class Pipeline:
     #: the sample where the chain leaves its size open only because a plain function does not
     #: say it (``shape.learned_output``, from the set's first image); each is checked against it
     learned: ArraySpec | None = None
+    mix: BatchMix | None = None
     sample_spec: ArraySpec = field(init=False)
     # fill_row's fast paths (see _split_tail): a trailing Normalize writes straight into the
     # batch row; a recognised head (resize, crop, flip) runs as one op.
@@ -237,6 +241,13 @@ class Pipeline:
             )
         object.__setattr__(self, "sample_spec", spec)
         object.__setattr__(self, "geometry", frozenset(self.geometry))
+        if self.mix is not None and (
+            not isinstance(self.mix, BatchMix) or self.pair_with is not None or self.geometry
+        ):
+            raise SpecError(
+                "mix takes a stoker.transforms MixUp, CutMix or MixUpCutMix, on batches of "
+                f"image and label only (no pair_with, no fields); got {self.mix!r}"
+            )
         if self.geometry:
             self._check_geometry()
         self._split_tail()

@@ -413,6 +413,7 @@ class RingFeed(PoolStart):
             number = ep.pending.popleft()
             bidx, width, height, half, rows = self._batch_plan(ep, number)
             per = -(-len(bidx) // len(self._pool.handles)) if len(bidx) else 1  # one per worker
+            per += per % 2 if self.pipeline.mix is not None else 0  # mixed pairs stay in a chunk
             chunks = [(r0, bidx[r0 : r0 + per]) for r0 in range(0, len(bidx), per)]
             self._slot_state[slot] = _WORK
             info = _Inflight(slot, ep.epoch, width, rows, half, len(chunks), height=height)

@@ -29,6 +29,7 @@ from stoker.loader._shm import Mapping, SharedFd, populate, process_start_time
 from stoker.loader._worker_errors import error_info
 from stoker.loader.sources import Source
 from stoker.pipeline import Pipeline
+from stoker.transforms.mix import batch_rng
 
 __all__ = ["PARK", "RING", "Task", "WorkerConfig", "fill_chunk", "worker_main"]
 
@@ -152,6 +153,9 @@ def fill_chunk(
             task, source, pipeline, seed, views, fields, on_error, cancelled, progress
         )
     images, labels, keys, indices = views
+    soft = None
+    if pipeline.mix is not None:  # the classes in a column of their own, soft targets at the end
+        soft, labels = labels, np.zeros(len(labels), np.int64)
     bad: list[tuple[int, int, int | None, str]] = []
     rngs = SampleRngs(seed, task.epoch)
     at = rngs.at  # sample_rng(seed, epoch, i), re-keyed in place
@@ -212,7 +216,32 @@ def fill_chunk(
             except Exception:  # noqa: BLE001
                 pass
             bad.append((row, int(gi), k, f"{type(e).__name__}: {e}"))
+    if soft is not None:
+        _mix(task, pipeline, seed, images, labels, soft, bad)
     return "done", bad
+
+
+def _mix(
+    task: Task,
+    pipeline: Pipeline,
+    seed: int,
+    images: np.ndarray,
+    classes: np.ndarray,
+    soft: np.ndarray,
+    bad: list,
+) -> None:
+    """The chunk's pairs of rows mixed in place and their soft targets written
+    (``Loader(mix=...)``), from batch ``task.number``'s own generator."""
+    assert pipeline.mix is not None
+    pipeline.mix.mix_rows(
+        images,
+        classes,
+        soft,
+        range(task.row0, task.row0 + len(task.indices)),
+        batch_rng(seed, task.epoch, task.number),
+        chw=pipeline.layout == "NCHW",
+        skip=frozenset(row for row, *_ in bad),
+    )
 
 
 def _decoder(encoded: bool | None, pipeline: Pipeline) -> Callable[[Any], np.ndarray] | None:

@@ -87,6 +87,9 @@ class Loader(RingFeed):
 
     ``shuffle``: ``False`` (the set's order), ``True`` (a permutation of the whole set each
     epoch) or ``"shards"`` (shard-aware order for sets read through a cache; see ``_order``).
+
+    ``mix``: ``MixUp``, ``CutMix`` or ``MixUpCutMix`` (:mod:`stoker.transforms.mix`), run by
+    the workers on each batch's rows; the labels become soft targets (docs/policies.md).
     """
 
     def __init__(
@@ -117,12 +120,12 @@ class Loader(RingFeed):
         cache_limit: int | None = None,
         prefetch_shards: int = 2,
         engine: str | None = None,
+        mix: Any = None,
         **unknown: Any,
     ) -> None:
         # DataLoader habits get the stoker spelling by name, not a bare TypeError
         refuse_unknown("Loader", unknown, _PARAMS, DATALOADER_NAMES)
         self._blank(on_worker_death)
-        self._fields: FieldPlan | None = None
         self._out_sizes: dict[tuple[int, int], tuple[int, int]] = {}
         self.batch_size = check_batch_size(batch_size)
         if pair_with is not None and self.batch_size % 2:
@@ -158,7 +161,7 @@ class Loader(RingFeed):
         self._owns_source = owned
         try:
             self.pipeline = self._make_pipeline(
-                src, transforms, pair_with, layout, decode, sampler, fields
+                src, transforms, pair_with, layout, decode, sampler, fields, mix
             )
             self._seed_given = seed is not None
             self.seed = fresh_seed() if seed is None else check_seed(seed)
@@ -167,7 +170,7 @@ class Loader(RingFeed):
             if sampler is None:
                 sampler = self._default_sampler(src, shuffle, rank, world_size)
             self.sampler: Sampler = sampler
-            self._label_spec = src.label_spec
+            self._label_spec = src.label_spec if mix is None else _soft_targets(src, mix)
             self._per_batch = self.batch_size // 2 if pair_with is not None else self.batch_size
             self._claim = claim_cache(
                 src,
@@ -194,6 +197,7 @@ class Loader(RingFeed):
         """The state of a loader before its source, pipeline and workers exist."""
         self._closed = True  # until construction succeeded
         self._owner_pid = os.getpid()
+        self._fields: FieldPlan | None = None
         self._pool = WorkerPool(
             on_worker_death, LINUX
         )  # the engine is chosen once the source opens
@@ -218,6 +222,7 @@ class Loader(RingFeed):
         decode: DecodeOptions | None,
         sampler: Sampler | None,
         fields: list[str] | tuple[str, ...] | None,
+        mix: Any = None,
     ) -> Pipeline:
         """The fields the batches carry (``self._fields``) and the pipeline, checked before any
         data flows: ``pair_with`` carries no fields, every step must move the geometric ones;
@@ -243,6 +248,7 @@ class Loader(RingFeed):
             geometry=self._fields.geometry if self._fields is not None else frozenset(),
             input_from=where,
             learned=learned_output(src, spec, transforms, wide, sized),
+            mix=mix,
         )
 
     def _default_sampler(
@@ -568,6 +574,18 @@ class Loader(RingFeed):
     def _make_local(self, ep: Epoch, number: int) -> Batch | None:
         """workers=0: build batch ``number`` in this process, into fresh arrays."""
         return make_local(self, ep, number)  # type: ignore[return-value]
+
+
+def _soft_targets(src: Source, mix: Any) -> ArraySpec:
+    """The labels of mixed batches: float32 soft targets of ``mix.num_classes``, made from the
+    set's integer class labels."""
+    lab = src.label_spec
+    if lab.shape or np.dtype(lab.dtype).kind not in "iu":
+        raise SpecError(
+            f"mix makes soft targets of integer class labels; this set's labels are "
+            f"{lab.describe()}"
+        )
+    return ArraySpec((int(mix.num_classes),), "float32")
 
 
 def _describe_fp(fp: dict) -> str:

@@ -14,6 +14,11 @@ returns ``(min_h, min_w)`` when the chain begins by shrinking (``Resize``,
 ``RandomResizedCrop``): the JPEG decoder may then decode at a reduced scale as long as both
 sides stay at least that large, and the result is as good as a full-size decode. ``None``
 means "decode at full size".
+
+The augmentation policies (``RandAugment``, ``TrivialAugmentWide``, ``AutoAugment``) are in
+:mod:`stoker.transforms.policies`; the batch mixers a loader runs on whole batches
+(``MixUp``, ``CutMix``, ``MixUpCutMix``, ``Loader(..., mix=...)``) in
+:mod:`stoker.transforms.mix`.
 """
 
 from stoker.transforms.base import Transform
@@ -40,22 +45,29 @@ from stoker.transforms.geometry import (
     Shear,
     SineWarp,
 )
+from stoker.transforms.mix import CutMix, MixUp, MixUpCutMix
+from stoker.transforms.policies import AutoAugment, RandAugment, TrivialAugmentWide
 from stoker.transforms.presets import PRESETS, get_preset
 from stoker.transforms.targets import MIN_BOX_SIZE, MIN_VISIBILITY, Targets
 
 __all__ = [
+    "AutoAugment",
     "CenterCrop",
     "ColorJitter",
     "Compose",
+    "CutMix",
     "FnTransform",
     "GaussianBlur",
     "Grayscale",
     "HorizontalFlip",
     "MIN_BOX_SIZE",
     "MIN_VISIBILITY",
+    "MixUp",
+    "MixUpCutMix",
     "Normalize",
     "OneOf",
     "PRESETS",
+    "RandAugment",
     "RandomApply",
     "RandomChoice",
     "RandomCrop",
@@ -69,6 +81,7 @@ __all__ = [
     "Smooth",
     "Targets",
     "Transform",
+    "TrivialAugmentWide",
     "as_transform",
     "decode_hint",
     "get_preset",
