@@ -13,6 +13,7 @@ from stoker._core import errors as _errors
 from stoker._core.errors import (
     CacheFullError,
     CheckResumeError,
+    ChildTraceback,
     CorruptRecordError,
     ImageDecodeError,
     ImageTooLargeError,
