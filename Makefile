@@ -51,9 +51,13 @@ $(LINT_STAMP): $(TEST_STAMP)
 demo: $(DEMO_STAMP)
 	$(PY) scripts/demo/run.py
 
-# the default run: neither `slow` nor `interop`, within TEST_BUDGET seconds
+# the default run: neither `slow` nor `interop`, within TEST_BUDGET seconds: two test processes
+# side by side (pytest-xdist), then the tests marked `alone` (tests/run_gates.py) by themselves
+DEFAULT := not slow and not interop
 test: $(TEST_STAMP)
-	$(PY) -m pytest -q --time-budget $(TEST_BUDGET) $(PYTEST_ARGS)
+	t0=$$(date +%s) && \
+	$(PY) -m pytest -q -n 2 -m "$(DEFAULT) and not alone" --time-budget $(TEST_BUDGET) --budget-since $$t0 $(PYTEST_ARGS) && \
+	$(PY) -m pytest -q -m "$(DEFAULT) and alone" --time-budget $(TEST_BUDGET) --budget-since $$t0 $(PYTEST_ARGS)
 
 # what needs TensorFlow, Lightning or a Ray cluster
 test-interop: $(INTEROP_STAMP)

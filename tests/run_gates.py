@@ -3,6 +3,11 @@
 - ``--time-budget SECONDS`` (``make test`` and ``make test-interop`` pass one): the run fails
   when its wall-clock time, from the start of collection to the end of the last test, passes
   the budget. ``--durations=25`` (in ``addopts``) prints where the time went on every run.
+- ``alone``: the tests that watch or change what the whole node shares (loaders' rings and the
+  node's memory reservations, a killed main's leftovers and their sweep, the CPU load and
+  timing the doctor measures, kill-and-resume runs) are marked ``alone`` here, by file, and
+  ``make test`` runs them in a second pass of their own after a parallel pass (``-n 2``) over
+  the rest. ``--budget-since`` lets both passes count from the first one's start.
 - The sizes of the collections: before ``-m`` deselects anything, every collected test is
   counted as default (neither ``slow`` nor ``interop``), interop (``interop``, not ``slow``) or
   slow, and the summary prints default + interop against the default collection recorded in
@@ -21,6 +26,26 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 START_RECORD = os.path.join(HERE, "collection_start.json")
 
+#: test files that must not share the node with another test (see the module docstring)
+ALONE = (
+    "tests/doctor/",
+    "tests/resume/",
+    "tests/loader/test_node.py",
+    "tests/loader/test_loader_engines.py",
+    "tests/loader/test_loader_memfd.py",
+    "tests/loader/test_loader_cleanup_cli.py",
+    "tests/loader/test_loader_first_batch.py",
+    "tests/loader/test_speed_floors.py",
+    "tests/pack/test_pack_kills.py",
+    "tests/pack/test_pack_kills_formats.py",
+    "tests/pack/test_pack_faults.py",
+    "tests/pack/test_convert_kills.py",
+    "tests/keras/test_interrupt.py",
+    "tests/keras/test_resume_fit.py",
+    "tests/remote/test_remote_check_resume.py",
+    "tests/torch/test_stateful_dataloader.py",
+)
+
 COUNTS = pytest.StashKey[dict]()
 STARTED = pytest.StashKey[float]()
 
@@ -33,10 +58,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         help="fail the run when its wall-clock time passes this many seconds",
     )
+    parser.addoption(
+        "--budget-since",
+        type=float,
+        default=None,
+        metavar="EPOCH",
+        help="count the budget from this Unix time (an earlier pass's start), not this run's",
+    )
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    session.config.stash[STARTED] = time.monotonic()
+    since = session.config.getoption("--budget-since")
+    now = time.monotonic()
+    session.config.stash[STARTED] = now - (time.time() - since) if since is not None else now
 
 
 def category(item: pytest.Item) -> str:
@@ -50,8 +84,12 @@ def category(item: pytest.Item) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = str(config.rootpath)
     counts = {"default": 0, "interop": 0, "slow": 0}
     for item in items:
+        rel = os.path.relpath(str(item.path), root).replace(os.sep, "/")
+        if rel.startswith(ALONE):
+            item.add_marker(pytest.mark.alone)
         counts[category(item)] += 1
     config.stash[COUNTS] = counts
 

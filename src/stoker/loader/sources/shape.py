@@ -29,8 +29,9 @@ __all__ = ["PROBES", "check_first_image", "input_spec", "learned_output", "share
 
 #: images whose size is read at construction: the first and others spread over the set
 PROBES = 8
-#: what a sample that cannot be read raises: left to the worker while others can be read
-BAD_SAMPLE = (StokerFormatError, ImageDecodeError)
+#: what a sample that cannot be read raises: left to the worker while others can be read (a
+#: folder's file that is gone or unreadable is one sample's fault; storage errors are not)
+BAD_SAMPLE = (StokerFormatError, ImageDecodeError, FileNotFoundError, PermissionError)
 
 
 def _size(source: Reader, i: int) -> tuple[int, int]:
