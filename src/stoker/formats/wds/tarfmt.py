@@ -1,14 +1,14 @@
-"""The tar format, read and written without ``tarfile``: 512-byte header blocks, checked before
-anything they claim is believed.
+"""The tar format: the member walk is the standard library's ``tarfile`` with the guards it
+lacks; headers are written by stoker with fixed metadata.
 
-Reading (:func:`walk`) understands what Python's ``tarfile``, GNU tar and the ``webdataset``
-package write: POSIX ustar (``prefix`` + ``name``), GNU long names (``L``/``K`` members),
-pax extended headers (``x``: ``path``, ``linkpath``, ``size``; a global ``g`` header is
-parsed and ignored unless it sets a path or a size, which is refused), numbers in octal or
-GNU base-256. Every header's checksum is verified (the unsigned sum of its bytes with the
-checksum field read as spaces; the historic signed sum is accepted too, as ``tarfile`` does).
-A size that runs past the end of the file is an error naming the header's offset, raised
-before any byte of the member is touched; nothing is ever allocated from a header's word.
+Reading (:func:`walk`) is ``tarfile``'s: POSIX ustar, GNU long names, pax extended headers,
+octal or GNU base-256 numbers, each header's checksum verified (unsigned or the historic signed
+sum). Around it: a member whose size is negative or runs past the end of the file is an error
+naming the member and its header's offset, raised before any byte of the member is touched;
+an extended header over :data:`MAX_META_BYTES` is refused before it is read; a pax size that is
+not a number, a pax global header that sets a path or a size, and GNU sparse members are
+refused; where ``tarfile`` stops early (a damaged header, a file cut inside a header) the stop
+is an error naming the offset, not a silent end of the archive.
 
 Writing (:func:`ustar_header`) produces plain ustar headers with fixed metadata (mode 0444,
 uid/gid 0, empty user and group names, mtime 0) so the same samples give the same bytes.
@@ -16,7 +16,7 @@ uid/gid 0, empty user and group names, mtime 0) so the same samples give the sam
 
 from __future__ import annotations
 
-import re
+import tarfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -39,15 +39,11 @@ __all__ = [
 BLOCK = 512
 #: ``tarfile`` and GNU tar pad an archive to a multiple of this (20 blocks); so does the writer.
 RECORD = 20 * BLOCK
-ZERO_BLOCK = bytes(BLOCK)
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 #: GNU long names and pax headers larger than this are refused before they are read.
 MAX_META_BYTES = 1 << 20
-
-# type flags
-REGULAR = (b"0", b"\x00", b"7")  # 7: contiguous file, read as a regular one
-DIRECTORY = b"5"
-_LONGNAME, _LONGLINK, _PAX, _PAX_GLOBAL = b"L", b"K", b"x", b"g"
+DIRECTORY = tarfile.DIRTYPE
+_NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")  # links, devices, folders, FIFOs
 _KIND = {
     b"1": "hard link",
     b"2": "symbolic link",
@@ -59,17 +55,16 @@ _KIND = {
     b"M": "multi-volume continuation",
     b"D": "GNU dump directory",
 }
-_USTAR = b"ustar\x00"
-_GNU = b"ustar  \x00"
-_PAX_RECORD = re.compile(rb"(\d+) ")
+#: (unsigned, signed) sums of a 512-byte header with its checksum field as 8 spaces.
+checksum = tarfile.calc_chksums  # type: ignore[attr-defined]
 
 
 class TarError(ValueError):
     """A header that cannot be trusted; the walk cannot go on past it. ``offset``: the byte
-    offset of the header (or the data) at fault; ``truncated``: the file ends inside it."""
+    offset of the header at fault."""
 
-    def __init__(self, offset: int, reason: str, *, truncated: bool = False) -> None:
-        self.offset, self.reason, self.truncated = offset, reason, truncated
+    def __init__(self, offset: int, reason: str) -> None:
+        self.offset, self.reason = offset, reason
         super().__init__(f"byte offset {offset}: {reason}")
 
 
@@ -88,7 +83,7 @@ class Member:
 
     @property
     def regular(self) -> bool:
-        return self.type in REGULAR
+        return self.type in tarfile.REGULAR_TYPES and self.type != tarfile.GNUTYPE_SPARSE
 
     @property
     def kind(self) -> str:
@@ -104,108 +99,100 @@ def padding(size: int) -> int:
     return -size % BLOCK
 
 
-def unsigned_sum(header: bytes | bytearray) -> int:
-    """The spec's checksum of a 512-byte header: the unsigned sum of its bytes with the
-    checksum field taken as 8 spaces."""
-    return sum(header) - sum(header[148:156]) + 8 * 32
-
-
-def checksum(header: bytes | bytearray | memoryview) -> tuple[int, int]:
-    """(unsigned, signed) sums of a 512-byte header with its checksum field as 8 spaces."""
-    h = bytes(header)
-    unsigned = unsigned_sum(h)
-    high = sum(1 for b in h[:148] if b > 127) + sum(1 for b in h[156:] if b > 127)
-    return unsigned, unsigned - 256 * high
-
-
-def _nts(field: bytes) -> bytes:
-    """A NUL-terminated string field."""
-    end = field.find(b"\x00")
-    return field if end < 0 else field[:end]
-
-
-def _number(field: bytes, what: str, offset: int) -> int:
-    """An octal (or GNU base-256) number field."""
-    if field[:1] in (b"\x80", b"\xff"):
-        value = int.from_bytes(field[1:], "big")
-        if field[0] == 0xFF:
-            value -= 1 << (8 * (len(field) - 1))
-        return value
-    text = _nts(field).strip(b" ")
-    if not text:
-        return 0
-    if text.translate(None, b"01234567"):
-        raise TarError(offset, f"the header's {what} field {field!r} is not an octal number")
-    return int(text, 8)
-
-
 @dataclass
 class Walk:
     """The state of one :func:`walk`: ``end`` is the offset of the end-of-archive marker once
-    it is found (``None`` if the file ended without one), ``headers`` counts the checksums
-    verified, ``lone_zero`` is true when the marker was a single zero block at the end."""
+    it is found (``None`` if the file ended without one), ``headers`` counts the members whose
+    header checksums were verified."""
 
     path: str
     size: int
     end: int | None = None
     headers: int = 0
-    lone_zero: bool = False
 
 
-def _header_at(view: memoryview, pos: int, state: Walk) -> bytes | None:
-    """The checked header block at ``pos``; ``None`` at the end-of-archive marker."""
-    if pos + BLOCK > state.size:
+class _Reads:
+    """The file face ``tarfile`` reads a mapped tar through: a read never goes past the end of
+    the file, and one larger than an extended header may be is refused before it is made
+    (``tarfile`` reads only headers and extended-header data; member data is skipped)."""
+
+    def __init__(self, view: memoryview) -> None:
+        self.view, self.pos = view, 0
+
+    def seek(self, pos: int) -> None:
+        self.pos = pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def read(self, n: int) -> bytes:
+        if n > MAX_META_BYTES:
+            raise TarError(
+                self.pos - BLOCK,
+                f"an extended header of {n} bytes is over the {MAX_META_BYTES}-byte limit",
+            )
+        out = bytes(self.view[self.pos : self.pos + n])
+        self.pos += len(out)
+        return out
+
+
+#: What ``tarfile`` raises (or lets escape) on a header it cannot read.
+_UNREADABLE = (tarfile.TarError, ValueError, IndexError)
+
+
+def _open(view: memoryview) -> tarfile.TarFile:
+    return tarfile.TarFile(fileobj=_Reads(view), encoding="utf-8", errors="surrogateescape")  # type: ignore[arg-type]
+
+
+def _member(ti: tarfile.TarInfo, size: int, tar: tarfile.TarFile) -> Member:
+    """``ti`` as a :class:`Member`, once the guards ``tarfile`` lacks have passed."""
+    raw = ti.name.encode("utf-8", "surrogateescape")
+    if ti.size < 0:
+        raise TarError(ti.offset, f"the header's size field is negative ({ti.size})")
+    if not ti.pax_headers.get("size", "0").isdigit():
+        raise TarError(ti.offset, f"pax size {ti.pax_headers['size']!r} is not a number")
+    if "path" in tar.pax_headers or "size" in tar.pax_headers:
+        raise TarError(ti.offset, "a pax global header that sets a path or a size")
+    sparse = any(k.startswith("GNU.sparse") for k in ti.pax_headers)
+    stored = 0 if ti.type in _NO_DATA else ti.size
+    if stored > size - ti.offset_data:
         raise TarError(
-            pos,
-            f"the file ends {state.size - pos} bytes into a 512-byte header: it was cut short",
-            truncated=True,
+            ti.offset,
+            f"member {raw!r} claims {stored} bytes of data at byte offset {ti.offset_data} but "
+            f"the file ends at {size}: the member was cut short or its size field is corrupt",
         )
-    block = bytes(view[pos : pos + BLOCK])
-    if block == ZERO_BLOCK:
+    link = ti.linkname.encode("utf-8", "surrogateescape")
+    return Member(ti.offset, ti.offset_data, stored, raw, b"S" if sparse else ti.type, link)
+
+
+def _stop(view: memoryview, size: int, pos: int, state: Walk) -> None:
+    """Why the walk stopped at ``pos``: the end of the file (no end-of-archive marker), the
+    marker (``state.end``), or a header that cannot be trusted (a :class:`TarError`)."""
+    if pos >= size:
+        return
+    if pos + BLOCK > size:
+        raise TarError(
+            pos, f"the file ends {size - pos} bytes into a 512-byte header: it was cut short"
+        )
+    if not any(view[pos : pos + BLOCK]):
         state.end = pos
-        state.lone_zero = pos + 2 * BLOCK > state.size
-        return None
-    stored = _number(block[148:156], "checksum", pos)
-    unsigned = unsigned_sum(block)
-    if stored != unsigned and stored != checksum(block)[1]:
+        return
+    try:  # read from here, the header is the first one, and tarfile says why it fails
+        _open(view[pos:])
+        reason = "unreadable header"
+    except TarError:
+        raise
+    except _UNREADABLE as e:
+        reason = str(e) or type(e).__name__
+    if reason == "bad checksum":
         raise TarError(
-            pos,
-            f"header checksum mismatch: the header says {stored:o} (octal), its bytes sum to "
-            f"{unsigned:o}; the header is damaged or this is not a tar file",
+            pos, "header checksum mismatch: the header is damaged or this is not a tar file"
         )
-    state.headers += 1
-    return block
-
-
-def _pax_records(data: bytes, offset: int) -> dict[bytes, bytes]:
-    """The ``"%d key=value\\n"`` records of a pax header's data, bounds-checked."""
-    out: dict[bytes, bytes] = {}
-    pos = 0
-    while pos < len(data) and data[pos] != 0:
-        m = _PAX_RECORD.match(data, pos)
-        length = int(m.group(1)) if m else 0
-        if not m or length < len(m.group(0)) + 2 or pos + length > len(data):
-            raise TarError(offset, f"pax header record at byte {pos} of its data is malformed")
-        record = data[m.end() : pos + length]
-        if not record.endswith(b"\n") or b"=" not in record:
-            raise TarError(offset, f"pax header record at byte {pos} of its data is malformed")
-        key, _, value = record[:-1].partition(b"=")
-        out[key] = value
-        pos += length
-    return out
-
-
-def _meta_data(view: memoryview, pos: int, size: int, state: Walk, what: str) -> bytes:
-    if size > MAX_META_BYTES:
-        raise TarError(pos, f"{what} of {size} bytes is over the {MAX_META_BYTES}-byte limit")
-    data = pos + BLOCK
-    if data + size > state.size:
-        raise TarError(
-            pos,
-            f"{what} claims {size} bytes but the file ends at {state.size}: it was cut short",
-            truncated=True,
-        )
-    return bytes(view[data : data + size])
+    raise TarError(
+        pos,
+        f"the header does not parse ({reason}): a number field that is not an octal number or "
+        "a malformed extended header; the header is damaged or this is not a tar file",
+    )
 
 
 def walk(view: memoryview, size: int, state: Walk) -> Iterator[Member]:
@@ -213,78 +200,30 @@ def walk(view: memoryview, size: int, state: Walk) -> Iterator[Member]:
     archive marker or at the end of the file (``state.end`` tells which). Raises
     :class:`TarError` at the first header that cannot be trusted."""
     pos = 0
-    first = 0
-    long_name: bytes | None = None
-    long_link: bytes | None = None
-    pax: dict[bytes, bytes] = {}
-    while pos < size:
-        block = _header_at(view, pos, state)
-        if block is None:
-            return
-        tflag = block[156:157]
-        msize = _number(block[124:136], "size", pos)
-        if msize < 0:
-            raise TarError(pos, f"the header's size field is negative ({msize})")
-        if tflag in (_LONGNAME, _LONGLINK, _PAX, _PAX_GLOBAL):
-            data = _meta_data(view, pos, msize, state, f"{tflag.decode()} header data")
-            if tflag == _LONGNAME:
-                long_name = _nts(data)
-            elif tflag == _LONGLINK:
-                long_link = _nts(data)
-            elif tflag == _PAX:
-                pax.update(_pax_records(data, pos))
-            else:
-                glob = _pax_records(data, pos)
-                if b"path" in glob or b"size" in glob:
-                    raise TarError(pos, "a pax global header that sets a path or a size")
-            pos += BLOCK + msize + padding(msize)
-            continue
-        if b"size" in pax:
-            text = pax[b"size"]
-            if not text.isdigit():
-                raise TarError(first, f"pax size {text!r} is not a number")
-            msize = int(text)
-        name = _nts(block[0:100])
-        if block[257:263] == _USTAR and block[345] != 0:
-            name = _nts(block[345:500]) + b"/" + name
-        if long_name is not None:
-            name = long_name
-        if b"path" in pax:
-            name = pax[b"path"]
-        link = pax.get(b"linkpath", long_link if long_link is not None else _nts(block[157:257]))
-        if any(k.startswith(b"GNU.sparse") for k in pax):
-            tflag = b"S"
-        data_off = pos + BLOCK
-        stored = (
-            msize if tflag in REGULAR or tflag not in (b"1", b"2", b"3", b"4", b"5", b"6") else 0
-        )
-        if stored > size - data_off:
-            raise TarError(
-                first,
-                f"member {name!r} claims {stored} bytes of data at byte offset {data_off} but "
-                f"the file ends at {size}: the member was cut short or its size field is "
-                "corrupt",
-                truncated=True,
-            )
-        yield Member(first, data_off, stored, name, tflag, link)
-        pos = data_off + stored + padding(stored)
-        first = pos
-        long_name = long_link = None
-        pax = {}
-    state.end = None
+    try:
+        tar = _open(view[:size])
+        while (ti := tar.next()) is not None:
+            tar.members.clear()  # type: ignore[attr-defined]  # a member is yielded, not kept
+            state.headers += 1
+            yield _member(ti, size, tar)
+            pos = tar.offset
+    except TarError:
+        raise
+    except _UNREADABLE:
+        pass
+    _stop(view, size, pos, state)
 
 
 def _octal(value: int, width: int) -> bytes:
     """``value`` as ``width - 1`` octal digits and a NUL, as ustar stores numbers."""
-    digits = f"{value:0{width - 1}o}".encode("ascii")
-    if len(digits) > width - 1:
-        raise ValueError(f"{value} does not fit a {width}-byte tar number field")
-    return digits + b"\x00"
+    return tarfile.itn(value, width, tarfile.USTAR_FORMAT)  # type: ignore[attr-defined,no-any-return]
 
 
 def ustar_header(name: bytes, size: int) -> bytes:
     """The 512-byte ustar header of a regular member ``name`` (at most 100 bytes, no prefix
-    split) of ``size`` bytes with stoker's fixed metadata (see the module docstring)."""
+    split) of ``size`` bytes with stoker's fixed metadata (see the module docstring); what
+    ``TarInfo.tobuf`` writes but for the device fields, which stoker fills with octal zeros,
+    at a tenth of its cost."""
     if not name or len(name) > 100 or b"\x00" in name:
         raise ValueError(f"tar member name {name!r} must be 1..100 bytes without NUL")
     if size >= 8**11:
@@ -344,12 +283,11 @@ def _template() -> bytes:
     h[116:124] = _octal(0, 8)
     h[136:148] = _octal(0, 12)
     h[156:157] = b"0"
-    h[257:263] = _USTAR
-    h[263:265] = b"00"
+    h[257:265] = tarfile.POSIX_MAGIC
     h[329:337] = _octal(0, 8)
     h[337:345] = _octal(0, 8)
     return bytes(h)
 
 
 _TEMPLATE = _template()
-_TEMPLATE_SUM = unsigned_sum(_TEMPLATE)
+_TEMPLATE_SUM = checksum(_TEMPLATE)[0]
