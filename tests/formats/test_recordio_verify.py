@@ -40,7 +40,7 @@ def test_clean_file(tmp_path):
     rec = write_rec(tmp_path, [payload(i) for i in range(25)])
     rep = verify_records(rec)
     assert rep.ok and rep.records == 25 and rep.indexed == 25 and rep.checksummed == 25
-    assert rep.rec_bytes == os.path.getsize(rec)
+    assert rep.data_bytes == os.path.getsize(rec)
     assert "OK" in rep.summary()
 
 

@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
+import stoker
 from stoker.doctor.measure.storage import RemoteStorage
-from storage_doubles import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
+from storage_doubles import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY, upload_tree
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -72,6 +73,24 @@ def test_doctor_on_a_url_measures_the_download_and_judges_the_cache(remote_set, 
     assert r["shuffle"] == "shards" and r["window"] == 1 and r["prefetch_shards"] == 1
     assert r["shards_need"] == 3 * largest <= 40 * 1024
     assert r["bounds"] is False and "the budget is enough" in r["text"]
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "wds"])
+def test_doctor_measures_the_download_of_every_format(fmt, s3env, packed, tmp_path, cache_dir):
+    """A TFRecord and a WebDataset set in object storage get the same download measurement as
+    a RecordIO one (through the reader's files, not a format's internals)."""
+    folder = tmp_path / fmt
+    stoker.convert(os.path.join(packed, "train.stoker.json"), folder / "train", format=fmt,
+                   shard_size=4, workers=1, progress=False)  # fmt: skip
+    upload_tree(str(folder), f"s3://{s3env}/{fmt}")
+    url = f"s3://{s3env}/{fmt}/train.stoker.json"
+    d = json.loads(doctor(url, "--json", "--no-loader", "--cache-dir", cache_dir, *FAST).stdout)
+    r = d["source"]["remote"]
+    assert r["url"] == url and r["shard"].startswith(f"s3://{s3env}/{fmt}/train-")
+    assert r["download_s"] > 0 and r["ttfb_ms"] > 0 and r["mb_per_s"] > 0 and r["shards"] == 15
+    with open(folder / "train.stoker.json") as f:
+        sizes = [os.path.getsize(folder / s["files"]["data"]) for s in json.load(f)["shards"]]
+    assert r["shard_bytes"] == max(sizes) and r["set_bytes"] >= sum(sizes)
 
 
 @pytest.mark.slow

@@ -128,7 +128,7 @@ def unpack_set(
             # path is the manifest the names come from, or the data file they lie beside
             for n in names:
                 safe_name(n, what=f"class name in {shown}")
-        table = _identity_table(r)
+        table = r.identity_table()
         table_path = os.path.join(out_dir, IDENTITY_TABLE)
         if table is not None and not overwrite and os.path.lexists(table_path):
             raise FileExistsError(f"{table_path} exists; pass --overwrite to replace it")
@@ -162,13 +162,6 @@ def unpack_set(
         }
     finally:
         r.close()
-
-
-def _identity_table(reader: Any) -> dict[str, Any] | None:
-    """An insightface set's header and identity records as JSON; ``None`` for other sets."""
-    from stoker.formats.recordio.seam import RecordIOReader
-
-    return reader.identity_table() if isinstance(reader, RecordIOReader) else None
 
 
 def _table_json(table: dict[str, Any]) -> str:

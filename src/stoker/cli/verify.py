@@ -66,7 +66,7 @@ def report_json(report: Any, format: str) -> dict[str, Any]:
         "ok": report.ok,
         "records": report.records,
         "indexed": report.indexed,
-        "bytes": report.rec_bytes,
+        "bytes": report.data_bytes,
         "checksummed": report.checksummed,
         "decoded": report.decoded,
         "problem_count": report.problem_count,

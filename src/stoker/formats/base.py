@@ -304,6 +304,11 @@ class Reader(_Closing, abc.ABC):
         """Format-specific facts for ``stoker inspect`` (JSON-safe); none by default."""
         return {}
 
+    def identity_table(self) -> dict | None:
+        """An insightface set's header and identity records as JSON (what ``stoker unpack``
+        keeps beside the images); ``None`` for any other set (the default)."""
+        return None
+
     def shard_sizes(self) -> np.ndarray | None:
         """int64 records per shard in position order, or ``None`` when the set has no
         shards (the default)."""
@@ -329,6 +334,12 @@ class Reader(_Closing, abc.ABC):
         """For a set read through a shard cache, claim the room ``plan``
         (:class:`~stoker.formats.remote.ReadPlan`) needs, or raise ``CacheFullError``; an
         object with ``close()``, or ``None`` (the default: nothing cached)."""
+        return None
+
+    def remote_shards(self) -> Any:
+        """A set in object storage: its :class:`~stoker.formats.shardfiles.RemoteShards`, each
+        shard's files with their URLs and the manifest's sizes and the cache they are read
+        through; ``None`` for a local set (the default)."""
         return None
 
     def let_go(self) -> None:  # noqa: B027 - optional hook

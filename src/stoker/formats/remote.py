@@ -33,7 +33,6 @@ from stoker._core.errors import CacheFullError
 from stoker.formats.manifest import MAX_MANIFEST_BYTES
 
 if TYPE_CHECKING:
-    from stoker.formats.shards import ShardEntry
     from stoker.storage.cache import Pin, ShardCache
 
 # The storage clients are imported when a URL is met, never for a local path.
@@ -76,7 +75,6 @@ __all__ = [
     "claim_plan",
     "claim_shards",
     "fits_all",
-    "shard_bytes",
     "with_marks",
     "is_url",
     "local_path",
@@ -256,19 +254,6 @@ class RemoteFiles:
     ) -> Pin:
         """A pinned, checked local copy of ``url`` (downloaded once per node)."""
         return self.item(url, crc32c=crc32c, what=what, sha256=sha256).get(self.cache)
-
-
-def shard_bytes(files: RemoteFiles, entries: list[ShardEntry]) -> list[int]:
-    """Each shard's bytes in the cache: its data file (the manifest's size) and its other
-    files (their listed sizes; 0 for a file not listed)."""
-    out = []
-    for j, s in enumerate(entries):
-        n = int(s.bytes or 0)
-        for role, name in s.files.items():
-            if role != "data":
-                n += files.sizes.get(files.url_of(name, f"shards[{j}].files.{role}"), 0)
-        out.append(n)
-    return out
 
 
 def check_room_for(files: RemoteFiles, sizes: list[int]) -> None:

@@ -65,7 +65,7 @@ class VerifyReport:
     """What a verify found (``verify_records`` for RecordIO, each format's ``verify``).
 
     ``records``: records found walking the ``.rec`` file(s); ``indexed``: ``.idx`` entries;
-    ``rec_bytes``: bytes walked; ``checksummed``: records whose CRC32C was compared;
+    ``data_bytes``: bytes walked; ``checksummed``: records whose CRC32C was compared;
     ``decoded``: images passed to ``decode``; ``problems``: the first ``max_problems``
     findings; ``problem_count``: all of them; ``notes``: things worth saying that are not
     problems (e.g. no checksum file).
@@ -74,7 +74,7 @@ class VerifyReport:
     path: str
     records: int = 0
     indexed: int = 0
-    rec_bytes: int = 0
+    data_bytes: int = 0
     checksummed: int = 0
     decoded: int = 0
     problems: list[Problem] = field(default_factory=list)
@@ -94,7 +94,7 @@ class VerifyReport:
     def summary(self) -> str:
         head = (
             f"{self.path}: {self.records} records, {self.indexed} indexed, "
-            f"{self.rec_bytes} bytes; checksums compared: {self.checksummed}; "
+            f"{self.data_bytes} bytes; checksums compared: {self.checksummed}; "
             f"decoded: {self.decoded}; "
         )
         return head + ("OK" if self.ok else f"{self.problem_count} problem(s)")

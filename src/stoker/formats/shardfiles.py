@@ -418,6 +418,10 @@ class ReadsRemoteShards(Reopens):
         self._shard_set()  # opened
         return None if self._remote is None else self._remote.claim(plan)
 
+    def remote_shards(self) -> RemoteShards | None:
+        self._shard_set()  # opened
+        return self._remote
+
     def let_go(self) -> None:
         """This process reads no more for now: a remote set keeps none of its shards held."""
         if self._remote is not None:

@@ -36,7 +36,6 @@ __all__ = [
     "measure_read_packed",
     "measure_read_records",
     "measure_remote",
-    "remote_files",
     "unreadable",
 ]
 
@@ -386,28 +385,23 @@ def _gb(n: float) -> str:
     return f"{int(n)} bytes"
 
 
-def remote_files(reader: Any) -> Any:
-    """The :class:`~stoker.formats.remote.RemoteFiles` of a reader over a set in object
-    storage; ``None`` for a local set."""
-    return getattr(getattr(reader, "records", None), "files", None)
-
-
 def measure_remote(
     reader: Any, *, shuffle: bool | str = True, window: int, prefetch_shards: int
 ) -> RemoteStorage:
-    """Download the largest shard of a remote set once, without the cache, into a temporary
-    file in the cache's folder (throughput; the time to first byte from one-byte GETs), and
-    read the cache's budget, use and free space."""
-    from stoker.formats.remote import redact, shard_bytes
+    """Download the largest shard of a remote set (any format: its reader's
+    :meth:`~stoker.formats.base.Reader.remote_shards`) once, without the cache, into a
+    temporary file in the cache's folder (throughput; the time to first byte from one-byte
+    GETs), and read the cache's budget, use and free space."""
+    from stoker.formats.remote import redact
 
-    files = remote_files(reader)
-    if files is None:
+    shards = reader.remote_shards()
+    if shards is None:
         raise ValueError(f"{reader.path}: not a set in object storage")
-    entries = reader.records.manifest["shards"]
-    sizes = shard_bytes(files, entries)
-    j = int(np.argmax([int(e.bytes or 0) for e in entries]))
-    url = files.url_of(entries[j].files["data"], f"shards[{j}].files.data")
-    size = int(entries[j].bytes or 0)
+    files = shards.files
+    sizes = [sum(f.size for f in s) for s in shards.entries]  # what the cache holds of each
+    data = [s[0].size for s in shards.entries]  # each shard's data file comes first
+    j = int(np.argmax(data))
+    url, size = shards.url(j), data[j]
     cache = files.cache
     used, free = cache.usage(), _free_bytes(cache.root)
     download_s, ttfb_s, skipped = None, None, ""
@@ -416,7 +410,7 @@ def measure_remote(
     else:
         ttfb_s = _ttfb(files, url)
         download_s = _download_s(files, url, size)
-    records = sum(e.records for e in entries)
+    records = int(np.sum(reader.shard_sizes()))
     return RemoteStorage(
         url=redact(files.url),
         shard=redact(url),
@@ -428,9 +422,9 @@ def measure_remote(
         cache_used=used,
         cache_free=free,
         set_bytes=int(sum(sizes)),
-        shards=len(entries),
+        shards=len(sizes),
         largest_shard_bytes=max(sizes) if sizes else 0,
-        record_bytes=sum(int(e.bytes or 0) for e in entries) / records if records else 0.0,
+        record_bytes=sum(data) / records if records else 0.0,
         shuffle="shards" if shuffle == "shards" else "true",
         window=window,
         prefetch_shards=prefetch_shards,

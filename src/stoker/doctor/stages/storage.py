@@ -8,8 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 
-import numpy as np
-
 from stoker._core.errors import StokerFormatError
 from stoker.doctor.findings import Findings, Storage
 from stoker.doctor.measure.storage import (
@@ -18,7 +16,6 @@ from stoker.doctor.measure.storage import (
     measure_read_packed,
     measure_read_records,
     measure_remote,
-    remote_files,
     unreadable,
 )
 from stoker.doctor.measure.timing import Stage
@@ -55,7 +52,7 @@ def _remote(f: Findings) -> RemoteStorage | None:
     records above were read from the cache's copies); the set's size is then what the cache
     holds of it. ``None`` for a local set, or when the download fails (noted as not measured)."""
     s, sample = f.settings, f.sample
-    if remote_files(sample.records) is None:
+    if sample.records is None or sample.records.remote_shards() is None:
         return None
     from stoker.formats.remote import RemoteOptions
 
@@ -72,7 +69,7 @@ def _remote(f: Findings) -> RemoteStorage | None:
         return None
     sample.total_bytes = remote.set_bytes
     # the sample's shards stay cached but unpinned: the loader runs need the cache's room
-    sample.records.records.focus(np.zeros(0, np.int64))  # type: ignore[union-attr]
+    sample.records.let_go()
     if remote.skipped:
         f.skip("storage (download)", remote.skipped)
     return remote

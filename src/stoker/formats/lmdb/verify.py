@@ -85,7 +85,7 @@ def _walk(report, env, p, layout, decode, progress, lmdb) -> None:  # noqa: ANN0
             for k, v in txn.cursor().iternext(keys=True, values=True):
                 key = bytes(k)
                 report.records += 1
-                report.rec_bytes += len(v)
+                report.data_bytes += len(v)
                 try:
                     if layout is None:
                         layout = detect_layout(v, p, key)

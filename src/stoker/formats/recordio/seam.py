@@ -233,6 +233,10 @@ class RecordIOReader(Reader):
         rec = self.records
         return rec.claim(plan) if self.remote is not None and isinstance(rec, RecordSet) else None
 
+    def remote_shards(self) -> Any:
+        rec = self.records
+        return rec.remote if self.remote is not None and isinstance(rec, RecordSet) else None
+
     def let_go(self) -> None:
         """This process reads no more for now (or read every shard for keys, labels or the
         schema): a remote set keeps none of its shards pinned, the shard cache needs that

@@ -337,7 +337,7 @@ def _verify_shard(
     """Everything :func:`verify_records` checks of one ``.rec`` (with its ``.idx`` and
     checksum file when given), into ``report``."""
     size = os.path.getsize(rec_path)
-    report.rec_bytes += size
+    report.data_bytes += size
     idx = _read_idx(report, idx_path) if idx_path is not None else None
     who = idx.who if idx is not None else _nobody
     found, have = _walk(report, rec_path, size, who, opts, name or os.path.basename(rec_path))

@@ -178,7 +178,7 @@ def _walk(
             report.add(Problem(path, i, e.offset, f"record {i}: {e.reason}"))
             break
         report.records += 1
-        report.rec_bytes += end - off
+        report.data_bytes += end - off
         bar.update(end - off)
         if decode is not None:
             # a copy: a decoder may leave its frames, and this one above them, alive after it

@@ -115,7 +115,7 @@ def _verify_tar(
         index = build_index(view, size, on_problem, state)
         report.records += len(index)
         report.indexed += len(index)
-        report.rec_bytes += size
+        report.data_bytes += size
         report.checksummed += state.headers
         if expect is not None and len(index) != expect:
             on_problem(0, f"holds {len(index)} samples, the manifest says {expect}")
