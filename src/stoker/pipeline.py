@@ -36,7 +36,7 @@ from stoker.codecs import DEFAULT_MAX_PIXELS, check_max_pixels
 from stoker.codecs import decoder as _decoder
 from stoker.transforms.base import Transform
 from stoker.transforms.color import Normalize
-from stoker.transforms.compose import Compose
+from stoker.transforms.compose import Compose, FnTransform
 from stoker.transforms.fused import FusedCrop, RowWriter, fuse, mirror, write_chw, write_head
 from stoker.transforms.targets import Targets
 
@@ -92,6 +92,28 @@ def _chain_spec(t: Transform, spec: ArraySpec, *, what: str) -> ArraySpec:
             )
         spec = new
     return spec
+
+
+def size_lost(t: Transform | None, spec: ArraySpec) -> str | None:
+    """When a plain function in ``t`` (without ``output=``) leaves open the height or width an
+    earlier step fixed, words naming both steps and the fix; else ``None``."""
+    fixed_by = None
+    for i, step in enumerate(_steps(t) if t is not None else ()):
+        try:
+            new = step.output_spec(spec)
+        except Exception:  # noqa: BLE001 - the chain's own check names this step
+            return None
+        if len(new.shape) >= 2 and None not in new.shape[:2]:
+            fixed_by = f"step {i} ({type(step).__name__}) gives ({new.shape[0]}x{new.shape[1]})"
+        elif fixed_by is not None:
+            if not isinstance(step, FnTransform):
+                return None
+            return (
+                f"step {i} ({step!r}) loses the size that {fixed_by}: the size a plain function "
+                f'returns is unknown; when it keeps the shape, say so: {repr(step)[:-1]}, output="same")'
+            )
+        spec = new
+    return None
 
 
 def _open_dims(spec: ArraySpec, variable_width: bool, variable_height: bool) -> set[int]:
@@ -219,8 +241,13 @@ class Pipeline:
             last = (
                 type(_steps(self.transforms)[-1]).__name__ if self.transforms else "no transforms"
             )
+            lost = size_lost(self.transforms, self.input_spec)
             hint = (
-                "RandomCrop/Resize missing?" if self.transforms else "add a Resize or RandomCrop:"
+                f"{lost};"
+                if lost
+                else "RandomCrop/Resize missing?"
+                if self.transforms
+                else "add a Resize or RandomCrop:"
             )
             raise SpecError(
                 f"{hint} the chain ends in {spec.describe()} (last step: {last}); the loader "

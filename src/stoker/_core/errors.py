@@ -33,7 +33,9 @@ Python user expects (``ValueError``/``TypeError``), so ``except ValueError`` kee
 
 from __future__ import annotations
 
+import math
 import os
+import re
 
 __all__ = [
     "CacheFullError",
@@ -70,6 +72,21 @@ def located(reason: str, *where: str | tuple[str, object]) -> str:
         if isinstance(w, str) or w[1] is not None
     ]
     return f"{', '.join(parts)}: {reason}" if parts else reason
+
+
+def size_text(n: float) -> str:
+    """Bytes for a message, in binary units rounded up (so a figure to raise a budget to is
+    enough): ``"1.5 GiB"``, ``"320.0 MiB"``, ``"48.2 KiB"``, ``"512 bytes"``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{math.ceil(10 * n / size) / 10:.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def without_reprs(text: str) -> str:
+    """``text`` without object reprs such as ``<_io.BytesIO object at 0x7f...>`` (Pillow puts
+    one in "cannot identify image file"): an address tells a reader nothing."""
+    return re.sub(r" ?<[\w.]+ object at 0x[0-9a-fA-F]+>", "", text)
 
 
 class StokerError(Exception):
@@ -209,7 +226,8 @@ class WorkerError(LoaderError):
 
     def __str__(self) -> str:
         text = super().__str__()
-        if self.remote_traceback:
+        # bad data is not a bug: its worker traceback stays in .remote_traceback
+        if self.remote_traceback and not isinstance(self, ImageDecodeError):
             text += "\n\nOriginal traceback in the worker:\n" + self.remote_traceback
         return text
 

@@ -9,16 +9,23 @@ a worker's ``ValueError``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import traceback
 from typing import Any
 
-from stoker._core.errors import WorkerError
+from stoker._core.errors import ImageDecodeError, WorkerError
 from stoker.loader.sources import Source
 
 __all__ = ["error_info", "rebuild"]
 
 _hybrids: dict[type, type] = {}  # original type -> its WorkerError hybrid (or WorkerError)
+
+#: what a sample that does not decode says to do
+_SKIP_HINT = (
+    '; on_error="skip" leaves bad samples out, and stoker pack (a folder) or stoker verify '
+    "--decode (a packed set) lists every one"
+)
 
 
 def error_info(e: BaseException, source: Source, index: int) -> dict:
@@ -100,11 +107,16 @@ def rebuild(info: dict, worker_id: int | None) -> WorkerError:
     )
     cls: type = WorkerError
     if exc_type is not None and not issubclass(exc_type, WorkerError):
+        if issubclass(exc_type, ImageDecodeError):
+            msg += _SKIP_HINT
         cls = _hybrid(exc_type, msg, kwargs)
     try:
         err = cls(msg, **kwargs)
     except Exception:  # noqa: BLE001
         err = WorkerError(msg, **kwargs)
+    if isinstance(err, ImageDecodeError) and exc_type is not None:
+        with contextlib.suppress(Exception):  # the cause, without the worker's frames
+            err.__cause__ = exc_type(info["message"])
     for name, value in info.get("attrs", {}).items():
         if name not in kwargs and not hasattr(WorkerError, name):
             try:

@@ -26,6 +26,7 @@ from stoker._core.errors import (
     LoaderError,
     SpecError,
     TooManyBadSamplesError,
+    without_reprs,
 )
 from stoker._core.schema import Schema
 from stoker._core.seeding import fresh_seed
@@ -151,7 +152,8 @@ class Loader(RingFeed):
         self.start_method: str | None = self._engine.start_method if self.workers else None
 
         _shm.cleanup_stale()
-        remote = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards)
+        whole = "shuffle=True" if shuffle is True and sampler is None else None
+        remote = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards, whole)
         src, owned = as_source(source, remote=remote)
         self._source: Source | None = src
         self._owns_source = owned
@@ -559,7 +561,7 @@ class Loader(RingFeed):
             raise TooManyBadSamplesError(
                 f"{self._bad_epoch} bad samples in epoch {epoch} exceed max_bad_fraction="
                 f"{self.max_bad_fraction} of {len(self.sampler)} samples (last: key {last[2]}: "
-                f"{last[3]}); see loader.rejects"
+                f"{without_reprs(str(last[3]))}); see loader.rejects"
             )
 
     def _make_local(self, ep: Epoch, number: int) -> Batch | None:

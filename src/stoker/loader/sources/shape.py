@@ -21,7 +21,7 @@ from stoker._core.errors import SpecError
 from stoker._core.specs import ArraySpec
 from stoker.formats import Reader
 from stoker.formats.base import stored_size
-from stoker.pipeline import leaves_size_open
+from stoker.pipeline import leaves_size_open, size_lost
 
 __all__ = ["PROBES", "check_first_image", "input_spec", "shared_image_spec"]
 
@@ -108,6 +108,9 @@ def input_spec(
         if on_error != "skip":
             check_first_image(source, transforms)
         return spec, ""
+    lost = size_lost(transforms, spec)
+    if lost:
+        raise SpecError(f"transforms: {lost}")
     return shared_image_spec(source, skip=on_error == "skip")
 
 
