@@ -170,7 +170,7 @@ class PackError(StokerError):
 
 
 class TooManyRejectsError(PackError):
-    """More files were rejected than ``max_rejects`` allows."""
+    """More files were rejected than ``max_rejects`` allows, or every file was."""
 
 
 class OutputExistsError(StokerError, FileExistsError):
