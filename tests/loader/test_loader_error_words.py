@@ -44,7 +44,9 @@ def test_a_truncated_jpeg_is_one_short_error_that_says_what_to_do(tmp_path):
     victim = sorted((src / "class_01").iterdir())[1]
     victim.write_bytes(victim.read_bytes()[:200])
     with pytest.raises(stoker.ImageDecodeError) as info:
-        with Loader(src, batch_size=4, transforms=Compose([RandomResizedCrop(16)]), workers=0) as ld:
+        with Loader(
+            src, batch_size=4, transforms=Compose([RandomResizedCrop(16)]), workers=0
+        ) as ld:
             for _ in ld:
                 pass
     text = str(info.value)
