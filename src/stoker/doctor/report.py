@@ -104,7 +104,7 @@ MODEL = "predicted(k) = min(e * k / (b + c / s_k), s_k / m), s_k = min(1, C / (L
 # -- Findings -> data -------------------------------------------------------------------------
 
 
-def report_data(f: Findings, *, elapsed_s: float) -> dict[str, Any]:
+def report_data(f: Findings, *, elapsed_s: float, startup_s: float = 0.0) -> dict[str, Any]:
     """The report's dict (schema above) from a finished run's findings."""
     try:
         version = metadata.version("stoker")
@@ -126,7 +126,7 @@ def report_data(f: Findings, *, elapsed_s: float) -> dict[str, Any]:
         "verdict": j.verdict.to_dict(),
         "recommendations": [r.to_dict() for r in j.recommendations],
         "not_measured": f.not_measured,
-        "budget": budget_data(f, elapsed_s),
+        "budget": budget_data(f, elapsed_s, startup_s),
         "elapsed_s": elapsed_s,
     }
 
