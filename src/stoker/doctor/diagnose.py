@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from stoker._core.checks import check_choice, check_int
@@ -50,7 +51,7 @@ DEFAULT_WORKERS_CAP = 8
 _FIXED_STEPS = 7
 #: the stages in order, with their weights in the share of the budget each gets (``None``:
 #: 4 per loader run); a progress step after each named one
-_PLAN = (
+_PLAN: tuple[tuple[str, float | None, Callable[..., None]], ...] = (
     ("storage", 1.0, storage.run),
     ("decode", 1.0, decode.run),
     ("augment", 0.5, augment.run),
@@ -180,9 +181,9 @@ def _run_stages(f: Findings, step: _Steps) -> None:
         rest = sum(weights[j:])
         s.stage_end = time.perf_counter() + (s.left() * weights[j] / rest if rest else 0.0)
         if weight is None:  # the loader sweep ticks once per worker count
-            run(f, step)  # type: ignore[call-arg]
+            run(f, step)
         else:
-            run(f)  # type: ignore[call-arg]
+            run(f)
         if name:
             step(name)
 

@@ -149,7 +149,7 @@ def unreadable(sample: SourceSample, until: float = math.inf) -> tuple[list[tupl
         def read(i: int) -> object:  # a reader per record: a chunk's reader may check them all
             return records.reader(np.asarray([i], np.int64), ())(i)
 
-    bad = []
+    bad: list[tuple[int, str]] = []
     for j, item in enumerate(items):
         if j >= 8 and time.perf_counter() > until:
             return bad, j
