@@ -1,6 +1,8 @@
 """The changes the doctor offers: each one term of the throughput model replaced by a measured
 figure, re-predicted at the same worker count and ranked by what the whole run would deliver
-(see the NOTE in :mod:`stoker.doctor.verdict`)."""
+(see the NOTE in :mod:`stoker.doctor.verdict`). Each says whether it changes what the model
+sees (a trade), and a measured one the loader's gain at the least favourable ends of the
+intervals of the figures it compares (``gain_lo``): at or below 1, it is not ranked."""
 
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ class Recommendation:
     delivered_before: float
     delivered_after: float
     basis: str  # "measured" | "estimated"
+    changes_data: bool = False  # a trade: the model sees other data (fewer pixels, no op)
+    gain_lo: float | None = None  # the loader's gain at the intervals' least favourable ends
 
     @property
     def gain(self) -> float:
@@ -45,6 +49,11 @@ def rank(recs: list[Recommendation]) -> list[Recommendation]:
     return sorted(recs, key=lambda r: (-r.gain, -r.loader_gain, r.action))
 
 
+def within_noise(r: Recommendation) -> bool:
+    """Whether a measured change's gain interval reaches no change (not to be ranked)."""
+    return r.gain_lo is not None and r.gain_lo <= 1.0
+
+
 @dataclass(frozen=True)
 class _Baseline:
     """The run as measured at ``workers``; predictions are scaled to its measured rate."""
@@ -56,6 +65,7 @@ class _Baseline:
     loader_rate: float
     h2d_rate: float | None
     model_rate: float | None
+    spreads: dict[str, tuple[float, float]]  # {storage, decode, augment: (lo, hi) factors}
 
     @property
     def before(self) -> float:
@@ -78,10 +88,18 @@ class _Baseline:
         basis: str = "measured",
         h2d: float | None = None,
         workers: int | None = None,
+        trade: bool = False,
+        worst: Cost | None = None,
     ) -> Recommendation:
-        """The recommendation for running with ``new`` (and ``h2d``, ``workers`` when given)."""
+        """The recommendation for running with ``new`` (and ``h2d``, ``workers`` when given);
+        ``worst``: ``new`` with its measured terms at the high end of their intervals."""
         after = self.loader_after(new, self.workers if workers is None else workers)
         h2d = self.h2d_rate if h2d is None else h2d
+        lo = None
+        if worst is not None:
+            lo = self.loader_after(worst, self.workers) / self.loader_after(
+                self.low(new), self.workers
+            )
         return Recommendation(
             action,
             detail,
@@ -90,7 +108,19 @@ class _Baseline:
             self.before,
             delivered(after, h2d, self.model_rate),
             basis,
+            trade,
+            lo,
         )
+
+    def low(self, new: Cost) -> Cost:
+        """The baseline with the terms ``new`` replaces at the low end of their intervals."""
+        out = self.cost
+        for term, part in (("read", "storage"), ("decode", "decode"), ("augment", "augment")):
+            if getattr(new, f"{term}_s") != getattr(self.cost, f"{term}_s"):
+                lo = self.spreads.get(part, (1.0, 1.0))[0]
+                wall, cpu = getattr(out, f"{term}_s"), getattr(out, f"{term}_cpu_s")
+                out = replace(out, **{f"{term}_s": wall * lo, f"{term}_cpu_s": cpu * lo})
+        return out
 
 
 def recommend(
@@ -102,26 +132,33 @@ def recommend(
     loader_rate: float,
     h2d_rate: float | None,
     model_rate: float | None,
-    packed_read: tuple[float, float] | None = None,
-    decode_scaled: tuple[float, float, str] | None = None,
-    resized: tuple[float, float, float, float, str] | None = None,
+    packed_read: tuple[float, float, float] | None = None,
+    decode_scaled: tuple[float, float, str, float] | None = None,
+    resized: tuple[float, float, float, float, str, float] | None = None,
     normalize: tuple[float, float, float | None] | None = None,
     costly_op: tuple[str, float, float, float] | None = None,
     more_workers: int | None = None,
+    spreads: dict[str, tuple[float, float]] | None = None,
+    trade: str = "",
 ) -> list[Recommendation]:
     """Each candidate change as a new :class:`Cost`, predicted and compared.
 
-    Inputs (per-sample seconds, wall then CPU, all measured):
-    ``packed_read`` read from one packed file; ``decode_scaled`` decode at reduced size (+ its
-    label); ``resized`` decode and augment of payloads resized at pack time (+ label);
-    ``normalize`` the wall/CPU time of a final ``Normalize`` and the host-to-device rate with
-    uint8 batches; ``costly_op`` the most expensive augmentation op (name, wall, CPU, share).
+    Inputs (per-sample seconds, wall then CPU, all measured, then the wall time at the high
+    end of the figure's interval): ``packed_read`` read from one packed file;
+    ``decode_scaled`` decode at reduced size (+ its label); ``resized`` decode and augment of
+    payloads resized at pack time (+ label); ``normalize`` the wall/CPU time of a final
+    ``Normalize`` and the host-to-device rate with uint8 batches; ``costly_op`` the most
+    expensive augmentation op (name, wall, CPU, share). ``spreads``: the baseline's terms'
+    intervals as factors (``verdict``'s); ``trade``: why the reduced size of the last two
+    changes what the model sees ("" when it does not).
     """
-    base = _Baseline(cost, workers, cores, efficiency, loader_rate, h2d_rate, model_rate)
+    base = _Baseline(
+        cost, workers, cores, efficiency, loader_rate, h2d_rate, model_rate, spreads or {}
+    )
     out = [
         _pack(base, packed_read) if packed_read is not None else None,
-        _decode_scaled(base, decode_scaled) if decode_scaled is not None else None,
-        _resize(base, resized) if resized is not None else None,
+        _decode_scaled(base, decode_scaled, trade) if decode_scaled is not None else None,
+        _resize(base, resized, trade) if resized is not None else None,
         _normalize(base, normalize) if normalize is not None else None,
         _costly_op(base, costly_op) if costly_op is not None else None,
         _more_workers(base, more_workers) if more_workers is not None else None,
@@ -129,28 +166,44 @@ def recommend(
     return rank([r for r in out if r is not None])
 
 
-def _pack(base: _Baseline, packed_read: tuple[float, float]) -> Recommendation:
-    cost = base.cost
-    return base.change(
-        "pack the folder into RecordIO shards (stoker pack)",
-        f"read {1e3 * cost.read_s:.3f} -> {1e3 * packed_read[0]:.3f} ms/sample (one file instead of one per sample)",
-        replace(cost, read_s=packed_read[0], read_cpu_s=packed_read[1]),
+def _scaled(new: Cost, hi: float, *terms: str) -> Cost:
+    """``new`` with its ``terms`` scaled so that their wall time sums to ``hi``."""
+    f = hi / max(sum(getattr(new, f"{t}_s") for t in terms), 1e-12)
+    return replace(
+        new, **{f"{t}{x}": getattr(new, f"{t}{x}") * f for t in terms for x in ("_s", "_cpu_s")}
     )
 
 
-def _decode_scaled(base: _Baseline, scaled: tuple[float, float, str]) -> Recommendation | None:
+def _pack(base: _Baseline, packed_read: tuple[float, float, float]) -> Recommendation:
+    cost = base.cost
+    new = replace(cost, read_s=packed_read[0], read_cpu_s=packed_read[1])
+    return base.change(
+        "pack the folder into RecordIO shards (stoker pack)",
+        f"read {1e3 * cost.read_s:.3f} -> {1e3 * packed_read[0]:.3f} ms/sample (one file instead of one per sample)",
+        new,
+        worst=_scaled(new, packed_read[2], "read"),
+    )
+
+
+def _decode_scaled(
+    base: _Baseline, scaled: tuple[float, float, str, float], trade: str
+) -> Recommendation | None:
     cost = base.cost
     if scaled[0] >= _WORTH * cost.decode_s:
         return None
+    new = replace(cost, decode_s=scaled[0], decode_cpu_s=scaled[1])
     return base.change(
         "decode at reduced size (JPEG DCT scaling, scale-on-decode)",
-        f"decode {1e3 * cost.decode_s:.3f} -> {1e3 * scaled[0]:.3f} ms/sample ({scaled[2]})",
-        replace(cost, decode_s=scaled[0], decode_cpu_s=scaled[1]),
+        f"decode {1e3 * cost.decode_s:.3f} -> {1e3 * scaled[0]:.3f} ms/sample ({scaled[2]})"
+        + (f"; {trade}" if trade else ""),
+        new,
+        trade=bool(trade),
+        worst=_scaled(new, scaled[3], "decode"),
     )
 
 
 def _resize(
-    base: _Baseline, resized: tuple[float, float, float, float, str]
+    base: _Baseline, resized: tuple[float, float, float, float, str, float], trade: str
 ) -> Recommendation | None:
     cost = base.cost
     if resized[0] + resized[2] >= _WORTH * (cost.decode_s + cost.augment_s):
@@ -165,8 +218,11 @@ def _resize(
     return base.change(
         "resize at pack time (stoker pack --resize)",
         f"decode+augment {1e3 * (cost.decode_s + cost.augment_s):.3f} -> "
-        f"{1e3 * (resized[0] + resized[2]):.3f} ms/sample ({resized[4]})",
+        f"{1e3 * (resized[0] + resized[2]):.3f} ms/sample ({resized[4]})"
+        + (f"; {trade}" if trade else ""),
         new,
+        trade=bool(trade),
+        worst=_scaled(new, resized[5], "decode", "augment"),
     )
 
 
@@ -182,6 +238,8 @@ def _without_augment(cost: Cost, wall: float, cpu: float) -> Cost:
 def _normalize(base: _Baseline, normalize: tuple[float, float, float | None]) -> Recommendation:
     h2d_rate = base.h2d_rate
     h2d_after = normalize[2] if normalize[2] is not None else h2d_rate
+    new = _without_augment(base.cost, normalize[0], normalize[1])
+    lo = base.spreads.get("augment", (1.0, 1.0))[0]
     return base.change(
         "keep batches uint8 and normalise on the GPU (drop the final Normalize)",
         f"Normalize costs {1e3 * normalize[0]:.3f} ms/sample on the CPU; uint8 batches are 4x smaller"
@@ -190,9 +248,10 @@ def _normalize(base: _Baseline, normalize: tuple[float, float, float | None]) ->
             if h2d_rate and h2d_after
             else ""
         ),
-        _without_augment(base.cost, normalize[0], normalize[1]),
+        new,
         h2d=h2d_after,
         basis="measured" if normalize[2] is not None or h2d_rate is None else "estimated",
+        worst=_without_augment(base.low(new), lo * normalize[0], lo * normalize[1]),
     )
 
 
@@ -202,14 +261,20 @@ def _costly_op(base: _Baseline, costly_op: tuple[str, float, float, float]) -> R
     if share >= 0.999:  # one opaque transform: an estimate for halving its cost
         return base.change(
             f"cheapen the augmentation ({name})",
-            f"it takes {1e3 * base.cost.augment_s:.3f} ms/sample; the figure is for halving that",
+            f"it takes {1e3 * base.cost.augment_s:.3f} ms/sample; the figure is for halving that "
+            "(a cheaper op may change what the model sees)",
             new,
             basis="estimated",
+            trade=True,
         )
+    lo = base.spreads.get("augment", (1.0, 1.0))[0]
     return base.change(
         f"drop or cheapen the costliest augmentation: {name}",
-        f"it takes {1e3 * w:.3f} ms/sample, {100 * share:.0f} % of the augmentation time",
+        f"it takes {1e3 * w:.3f} ms/sample, {100 * share:.0f} % of the augmentation time "
+        "(dropping it changes what the model sees)",
         new,
+        trade=True,
+        worst=_without_augment(base.low(new), lo * w, lo * c),
     )
 
 

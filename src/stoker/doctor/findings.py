@@ -170,8 +170,11 @@ class Augment:
 
 @dataclass
 class Alternatives:
-    scaled: Stage | None  # the fastest decode at the output size
-    resized: tuple[float, float, float, float, str] | None  # decode and augment s/sample, label
+    scaled: Stage | None  # the fastest decode at reduced size
+    #: decode and augment s/sample of the payloads resized at pack time, label, the wall time
+    #: at the high end of their intervals
+    resized: tuple[float, float, float, float, str, float] | None
+    trade: str = ""  # why that reduced size changes what the model sees ("": it does not)
 
 
 @dataclass
