@@ -103,16 +103,16 @@ class RemoteOptions:
     ``<stoker cache dir>/shards``, see ``stoker._core.cache``). ``cache_limit``: its byte
     budget (default: the smaller of 100 GiB and half the free space where it lives).
     ``prefetch_shards``: shards downloaded ahead of the reading order (0: none).
-    ``whole_set``: set by a loader whose order reads from any shard in any batch (its name,
-    ``"shuffle=True"``): a set the cache's budget cannot hold whole is then refused at open,
-    before any download.
+    ``whole_set``: a loader's sampler, or its ``shuffle``: ``True`` (a global shuffle, which
+    reads from any shard in any batch) refuses at open, before any download, a set the
+    cache's budget cannot hold whole.
     """
 
     storage_options: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
     cache_dir: str | None = None
     cache_limit: int | None = None
     prefetch_shards: int = 2
-    whole_set: str | None = field(default=None, repr=False, compare=False)
+    whole_set: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         so = self.storage_options
@@ -126,6 +126,7 @@ class RemoteOptions:
         ahead = self.prefetch_shards
         if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0:
             raise ValueError(f"prefetch_shards must be an int >= 0, got {ahead!r}")
+        object.__setattr__(self, "whole_set", self.whole_set is True)
 
     def cache(self) -> ShardCache:
         from stoker.storage.cache import ShardCache
@@ -292,12 +293,11 @@ def check_room_for(files: RemoteFiles, sizes: list[int], marked: list[int]) -> N
             f"with its side files, times prefetch_shards={files.options.prefetch_shards} + 2). "
             "Raise cache_limit, or lower prefetch_shards"
         )
-    order = files.options.whole_set
-    if order and sum(marked) > limit:
+    if files.options.whole_set and sum(marked) > limit:
         raise CacheFullError(
-            f"{redact(files.url)} read with {order} needs {size_text(sum(marked))} of the "
+            f"{redact(files.url)} read with shuffle=True needs {size_text(sum(marked))} of the "
             f"shard cache {files.cache.root}, and its budget is {size_text(limit)}. "
-            + _whole_set_fixes(order, marked)
+            + _whole_set_fixes("shuffle=True", marked)
         )
 
 

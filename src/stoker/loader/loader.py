@@ -16,6 +16,7 @@ import os
 import weakref
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -152,9 +153,8 @@ class Loader(RingFeed):
         self.start_method: str | None = self._engine.start_method if self.workers else None
 
         _shm.cleanup_stale()
-        whole = "shuffle=True" if shuffle is True and sampler is None else None
-        remote = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards, whole)
-        src, owned = as_source(source, remote=remote)
+        remote = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards)
+        src, owned = as_source(source, remote=replace(remote, whole_set=sampler or shuffle))
         self._source: Source | None = src
         self._owns_source = owned
         try:
