@@ -35,6 +35,7 @@ def main() -> int:
     images, rec = ensure_data(work)
 
     from stoker.doctor import diagnose
+    from stoker.doctor.report import headline
 
     options = dict(
         transforms="seed000",
@@ -53,7 +54,7 @@ def main() -> int:
     packed = diagnose(rec, **options)
     v = packed.data["verdict"]
     print(f"\nThe same on the packed file {rec}:")
-    print(f"  Verdict: {packed.headline}.")
+    print(f"  Verdict: {headline(v)}.")
     print(f"  {v['text']}")
     f_rate = folder.data["verdict"]["loader_rate"]
     p_rate = v["loader_rate"]

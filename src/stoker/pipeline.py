@@ -96,7 +96,7 @@ def _chain_spec(t: Transform, spec: ArraySpec, *, what: str) -> ArraySpec:
 
 def size_lost(t: Transform | None, spec: ArraySpec) -> str | None:
     """When a plain function in ``t`` (without ``output=``) leaves open the height or width an
-    earlier step fixed, words naming both steps and the fix; else ``None``."""
+    earlier step fixed, words naming both steps and the fix (ending in ``;``); else ``None``."""
     fixed_by = None
     for i, step in enumerate(_steps(t) if t is not None else ()):
         try:
@@ -110,7 +110,7 @@ def size_lost(t: Transform | None, spec: ArraySpec) -> str | None:
                 return None
             return (
                 f"step {i} ({step!r}) loses the size that {fixed_by}: the size a plain function "
-                f'returns is unknown; when it keeps the shape, say so: {repr(step)[:-1]}, output="same")'
+                f'returns is unknown; when it keeps the shape, say so: {repr(step)[:-1]}, output="same");'
             )
         spec = new
     return None
@@ -241,13 +241,8 @@ class Pipeline:
             last = (
                 type(_steps(self.transforms)[-1]).__name__ if self.transforms else "no transforms"
             )
-            lost = size_lost(self.transforms, self.input_spec)
-            hint = (
-                f"{lost};"
-                if lost
-                else "RandomCrop/Resize missing?"
-                if self.transforms
-                else "add a Resize or RandomCrop:"
+            hint = size_lost(self.transforms, self.input_spec) or (
+                "RandomCrop/Resize missing?" if self.transforms else "add a Resize or RandomCrop:"
             )
             raise SpecError(
                 f"{hint} the chain ends in {spec.describe()} (last step: {last}); the loader "

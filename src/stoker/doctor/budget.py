@@ -59,23 +59,17 @@ def budget_line(b: dict[str, Any] | None) -> str | None:
     """The report's line on the budget, or ``None`` (a report without one)."""
     if not b:
         return None
-    head = f"Budget {b['seconds']:g} s, spent {b['spent_s']:.2f} s" + (
-        f" after {b['startup_s']:.1f} s of start-up: " if b.get("startup_s") else ": "
-    )
+    head = f"Budget {b['seconds']:g} s, spent {b['spent_s']:.2f} s"
+    head += f" after {b['startup_s']:.1f} s of start-up: " if b.get("startup_s") else ": "
+    cut = f"; it cut {', '.join(b['cut'])}" if b.get("cut") else ""
     target = f"±{100 * b['tight']:.0f} %"
-    cut = b.get("cut") or []
     if b["ended"] == "tight":
         return head + f"every measurement's interval came out tight (within {target})."
+    if not b["loose"]:
+        return head + f"the budget ran out{cut}; a larger --seconds gives them time."
     worst = sorted(b["loose"], key=lambda x: -x["width"])[:3]
     named = ", ".join(f"{x['name']} ±{100 * x['width']:.0f} %" for x in worst)
     return (
-        head
-        + (
-            f"the budget ran out before {len(b['loose'])} interval(s) were within {target}"
-            f" ({named}); the verdict weighs their intervals"
-            if b["loose"]
-            else "the budget ran out"
-        )
-        + (f"; it cut {', '.join(cut)}" if cut else "")
-        + "; a larger --seconds narrows them."
+        head + f"the budget ran out before {len(b['loose'])} interval(s) were within {target}"
+        f" ({named}){cut}; the verdict weighs their intervals, and a larger --seconds narrows them."
     )

@@ -1,11 +1,12 @@
 """The changes the doctor offers: each one term of the throughput model replaced by a measured
 figure, re-predicted at the same worker count and ranked by what the whole run would deliver
 (see the NOTE in :mod:`stoker.doctor.verdict`). Each says whether it changes what the model
-sees (a trade), and a measured one the loader's gain at the least favourable ends of the
-intervals of the figures it compares (``gain_lo``): at or below 1, it is not ranked."""
+sees (a trade); one whose figures have intervals, the loader's gain at their least
+favourable ends (``gain_lo``): at or below 1, it is not ranked."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -49,11 +50,6 @@ def rank(recs: list[Recommendation]) -> list[Recommendation]:
     return sorted(recs, key=lambda r: (-r.gain, -r.loader_gain, r.action))
 
 
-def within_noise(r: Recommendation) -> bool:
-    """Whether a measured change's gain interval reaches no change (not to be ranked)."""
-    return r.gain_lo is not None and r.gain_lo <= 1.0
-
-
 @dataclass(frozen=True)
 class _Baseline:
     """The run as measured at ``workers``; predictions are scaled to its measured rate."""
@@ -88,39 +84,40 @@ class _Baseline:
         basis: str = "measured",
         h2d: float | None = None,
         workers: int | None = None,
-        trade: bool = False,
-        worst: Cost | None = None,
+        trade: str = "",
+        hi: float | None = None,
     ) -> Recommendation:
         """The recommendation for running with ``new`` (and ``h2d``, ``workers`` when given);
-        ``worst``: ``new`` with its measured terms at the high end of their intervals."""
+        ``trade``: why it changes what the model sees; ``hi``: the high end of the interval
+        of the figure ``new`` puts in, as a factor."""
         after = self.loader_after(new, self.workers if workers is None else workers)
         h2d = self.h2d_rate if h2d is None else h2d
         lo = None
-        if worst is not None:
-            lo = self.loader_after(worst, self.workers) / self.loader_after(
-                self.low(new), self.workers
-            )
+        if hi is not None:  # the replaced terms at their low end, the new one at its high end
+            low = _ends(self.cost, new, lambda part: self.spreads.get(part, (1.0, 1.0))[0])
+            lo = self.loader_after(_ends(new, self.cost, lambda _: hi), self.workers)
+            lo /= self.loader_after(low, self.workers)
         return Recommendation(
             action,
-            detail,
+            f"{detail}; {trade}" if trade else detail,
             self.loader_rate,
             after,
             self.before,
             delivered(after, h2d, self.model_rate),
             basis,
-            trade,
+            bool(trade),
             lo,
         )
 
-    def low(self, new: Cost) -> Cost:
-        """The baseline with the terms ``new`` replaces at the low end of their intervals."""
-        out = self.cost
-        for term, part in (("read", "storage"), ("decode", "decode"), ("augment", "augment")):
-            if getattr(new, f"{term}_s") != getattr(self.cost, f"{term}_s"):
-                lo = self.spreads.get(part, (1.0, 1.0))[0]
-                wall, cpu = getattr(out, f"{term}_s"), getattr(out, f"{term}_cpu_s")
-                out = replace(out, **{f"{term}_s": wall * lo, f"{term}_cpu_s": cpu * lo})
-        return out
+
+def _ends(cost: Cost, other: Cost, factor: Callable[[str], float]) -> Cost:
+    """``cost`` with each term that differs in ``other`` times ``factor`` of its part."""
+    for term, part in (("read", "storage"), ("decode", "decode"), ("augment", "augment")):
+        wall, cpu = getattr(cost, f"{term}_s"), getattr(cost, f"{term}_cpu_s")
+        if wall != getattr(other, f"{term}_s"):
+            f = factor(part)
+            cost = replace(cost, **{f"{term}_s": wall * f, f"{term}_cpu_s": cpu * f})
+    return cost
 
 
 def recommend(
@@ -143,14 +140,13 @@ def recommend(
 ) -> list[Recommendation]:
     """Each candidate change as a new :class:`Cost`, predicted and compared.
 
-    Inputs (per-sample seconds, wall then CPU, all measured, then the wall time at the high
-    end of the figure's interval): ``packed_read`` read from one packed file;
+    Inputs (per-sample seconds, wall then CPU, all measured; the last number the wall time at
+    the figure's interval's high end): ``packed_read`` read from one packed file;
     ``decode_scaled`` decode at reduced size (+ its label); ``resized`` decode and augment of
     payloads resized at pack time (+ label); ``normalize`` the wall/CPU time of a final
     ``Normalize`` and the host-to-device rate with uint8 batches; ``costly_op`` the most
-    expensive augmentation op (name, wall, CPU, share). ``spreads``: the baseline's terms'
-    intervals as factors (``verdict``'s); ``trade``: why the reduced size of the last two
-    changes what the model sees ("" when it does not).
+    expensive augmentation op (name, wall, CPU, share). ``spreads``: the baseline's intervals
+    as factors; ``trade``: why the reduced size changes what the model sees ("": it does not).
     """
     base = _Baseline(
         cost, workers, cores, efficiency, loader_rate, h2d_rate, model_rate, spreads or {}
@@ -166,22 +162,13 @@ def recommend(
     return rank([r for r in out if r is not None])
 
 
-def _scaled(new: Cost, hi: float, *terms: str) -> Cost:
-    """``new`` with its ``terms`` scaled so that their wall time sums to ``hi``."""
-    f = hi / max(sum(getattr(new, f"{t}_s") for t in terms), 1e-12)
-    return replace(
-        new, **{f"{t}{x}": getattr(new, f"{t}{x}") * f for t in terms for x in ("_s", "_cpu_s")}
-    )
-
-
 def _pack(base: _Baseline, packed_read: tuple[float, float, float]) -> Recommendation:
     cost = base.cost
-    new = replace(cost, read_s=packed_read[0], read_cpu_s=packed_read[1])
     return base.change(
         "pack the folder into RecordIO shards (stoker pack)",
         f"read {1e3 * cost.read_s:.3f} -> {1e3 * packed_read[0]:.3f} ms/sample (one file instead of one per sample)",
-        new,
-        worst=_scaled(new, packed_read[2], "read"),
+        replace(cost, read_s=packed_read[0], read_cpu_s=packed_read[1]),
+        hi=packed_read[2] / packed_read[0],
     )
 
 
@@ -191,14 +178,12 @@ def _decode_scaled(
     cost = base.cost
     if scaled[0] >= _WORTH * cost.decode_s:
         return None
-    new = replace(cost, decode_s=scaled[0], decode_cpu_s=scaled[1])
     return base.change(
         "decode at reduced size (JPEG DCT scaling, scale-on-decode)",
-        f"decode {1e3 * cost.decode_s:.3f} -> {1e3 * scaled[0]:.3f} ms/sample ({scaled[2]})"
-        + (f"; {trade}" if trade else ""),
-        new,
-        trade=bool(trade),
-        worst=_scaled(new, scaled[3], "decode"),
+        f"decode {1e3 * cost.decode_s:.3f} -> {1e3 * scaled[0]:.3f} ms/sample ({scaled[2]})",
+        replace(cost, decode_s=scaled[0], decode_cpu_s=scaled[1]),
+        trade=trade,
+        hi=scaled[3] / scaled[0],
     )
 
 
@@ -218,11 +203,10 @@ def _resize(
     return base.change(
         "resize at pack time (stoker pack --resize)",
         f"decode+augment {1e3 * (cost.decode_s + cost.augment_s):.3f} -> "
-        f"{1e3 * (resized[0] + resized[2]):.3f} ms/sample ({resized[4]})"
-        + (f"; {trade}" if trade else ""),
+        f"{1e3 * (resized[0] + resized[2]):.3f} ms/sample ({resized[4]})",
         new,
-        trade=bool(trade),
-        worst=_scaled(new, resized[5], "decode", "augment"),
+        trade=trade,
+        hi=resized[5] / (resized[0] + resized[2]),
     )
 
 
@@ -238,8 +222,6 @@ def _without_augment(cost: Cost, wall: float, cpu: float) -> Cost:
 def _normalize(base: _Baseline, normalize: tuple[float, float, float | None]) -> Recommendation:
     h2d_rate = base.h2d_rate
     h2d_after = normalize[2] if normalize[2] is not None else h2d_rate
-    new = _without_augment(base.cost, normalize[0], normalize[1])
-    lo = base.spreads.get("augment", (1.0, 1.0))[0]
     return base.change(
         "keep batches uint8 and normalise on the GPU (drop the final Normalize)",
         f"Normalize costs {1e3 * normalize[0]:.3f} ms/sample on the CPU; uint8 batches are 4x smaller"
@@ -248,10 +230,9 @@ def _normalize(base: _Baseline, normalize: tuple[float, float, float | None]) ->
             if h2d_rate and h2d_after
             else ""
         ),
-        new,
+        _without_augment(base.cost, normalize[0], normalize[1]),
         h2d=h2d_after,
         basis="measured" if normalize[2] is not None or h2d_rate is None else "estimated",
-        worst=_without_augment(base.low(new), lo * normalize[0], lo * normalize[1]),
     )
 
 
@@ -261,20 +242,16 @@ def _costly_op(base: _Baseline, costly_op: tuple[str, float, float, float]) -> R
     if share >= 0.999:  # one opaque transform: an estimate for halving its cost
         return base.change(
             f"cheapen the augmentation ({name})",
-            f"it takes {1e3 * base.cost.augment_s:.3f} ms/sample; the figure is for halving that "
-            "(a cheaper op may change what the model sees)",
+            f"it takes {1e3 * base.cost.augment_s:.3f} ms/sample; the figure is for halving that",
             new,
             basis="estimated",
-            trade=True,
+            trade="a cheaper op may change what the model sees",
         )
-    lo = base.spreads.get("augment", (1.0, 1.0))[0]
     return base.change(
         f"drop or cheapen the costliest augmentation: {name}",
-        f"it takes {1e3 * w:.3f} ms/sample, {100 * share:.0f} % of the augmentation time "
-        "(dropping it changes what the model sees)",
+        f"it takes {1e3 * w:.3f} ms/sample, {100 * share:.0f} % of the augmentation time",
         new,
-        trade=True,
-        worst=_without_augment(base.low(new), lo * w, lo * c),
+        trade="dropping it changes what the model sees",
     )
 
 

@@ -2,12 +2,10 @@
 sample of SOURCE and hand their findings to the report.
 
 The run has a wall-clock budget of ``seconds``, a hard cap after start-up (imports, opening
-SOURCE, the loader's process server): each stage gets a share of what is left (:data:`_PLAN`),
-each measurement runs for at least its least time (``Settings.step``, a half or a quarter of
-it) and then on, while the interval of its rounds is not tight, up to half of what is left of
-its stage's share; the passes over the sample stop at a third of it (at least 8 samples), and a
-loader run or a model timing that no longer fits is cut. The report says whether every
-interval came out tight, or the budget ran out first, and what it cut. The stages use ``sample_size`` samples (the stages and their order:
+SOURCE, the loader's process server): each stage gets a share of what is left (``_PLAN``),
+each measurement its least time (``Settings.step``), then, while its interval is not tight,
+up to half of what is left of that share; what no longer fits is cut, and the report says
+so. The stages use up to ``sample_size`` samples (40 per second of budget; the stages:
 :mod:`stoker.doctor.stages`). A stage that cannot run here (no CUDA, a room of stoker
 not installed, an error) is listed under "not measured" with the reason; the rest of the
 report still comes out.
@@ -123,8 +121,7 @@ def diagnose(
         workers_max = max(1, min(cores, DEFAULT_WORKERS_CAP))
     workers_max = check_int("workers_max", workers_max, minimum=1)
     t_obj, t_label = resolve_transforms(transforms)
-    # at most 40 samples per second of the budget (at least 16): the passes over the sample
-    n = min(sample_size, max(16, int(40 * seconds)))
+    n = min(sample_size, max(16, int(40 * seconds)))  # the passes over it fit the budget
     sample = sample_source(os.fspath(source), n=n, remote=remote)
     _start_up(loader)
     t_clock = time.perf_counter()
@@ -154,8 +151,8 @@ def diagnose(
     finally:
         f.sample.close()
         steps.close()
-    end = time.perf_counter()
-    return Report(report_data(f, elapsed_s=end - t_start, startup_s=t_clock - t_start))
+    elapsed = time.perf_counter() - t_start
+    return Report(report_data(f, elapsed_s=elapsed, startup_s=t_clock - t_start))
 
 
 def _start_up(loader: bool) -> None:
@@ -173,8 +170,7 @@ def _start_up(loader: bool) -> None:
 
 
 def _run_stages(f: Findings, step: _Steps) -> None:
-    """Each stage in turn, with its share of what is left of the budget; the progress bar
-    ticks after each."""
+    """Each stage in turn, with its share of what is left of the budget."""
     s = f.settings
     weights = [4.0 * len(s.workers) * s.run_loader if w is None else w for _, w, _ in _PLAN]
     for j, (name, weight, run) in enumerate(_PLAN):

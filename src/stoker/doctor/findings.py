@@ -42,8 +42,7 @@ from stoker.doctor.system import Check
 from stoker.doctor.verdict import Cost, Verdict
 from stoker.sampling.shards import DEFAULT_WINDOW
 
-#: how a measurement the budget left no time for is listed under "not measured"
-CUT = "cut: the budget ran out"
+CUT = "cut: the budget ran out"  # a measurement the budget left no time for, not measured
 
 __all__ = [
     "CUT",
@@ -95,9 +94,8 @@ class Settings:
 
     @property
     def step(self) -> float:
-        """The least time of a loader or model measurement: its share of the budget (about 16
-        such shares in process and on the device, 3 per loader run), at most 1 s, never past
-        the deadline."""
+        """The least time of a loader or model measurement: a share of the budget (16 in all,
+        and 3 per loader run), at most 1 s, never past the deadline."""
         units = 16 + (3 * len(self.workers) if self.run_loader else 0)
         return min(1.0, self.seconds / units, self.left())
 
@@ -171,8 +169,7 @@ class Augment:
 @dataclass
 class Alternatives:
     scaled: Stage | None  # the fastest decode at reduced size
-    #: decode and augment s/sample of the payloads resized at pack time, label, the wall time
-    #: at the high end of their intervals
+    #: payloads resized at pack time: decode, augment s/sample, label, their interval's high end
     resized: tuple[float, float, float, float, str, float] | None
     trade: str = ""  # why that reduced size changes what the model sees ("": it does not)
 

@@ -247,12 +247,6 @@ class Report:
         return v.get("bound") if v else None
 
     @property
-    def headline(self) -> str | None:
-        """``"decode bounds the run"``, or ``"undecided: decode or augment bounds the run"``."""
-        v = self.data.get("verdict")
-        return headline(v) if v else None
-
-    @property
     def gpu_busy_share(self) -> float | None:
         v = self.data.get("verdict")
         return v.get("gpu_busy_share") if v else None

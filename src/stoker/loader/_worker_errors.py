@@ -21,12 +21,6 @@ __all__ = ["error_info", "rebuild"]
 
 _hybrids: dict[type, type] = {}  # original type -> its WorkerError hybrid (or WorkerError)
 
-#: what a sample that does not decode says to do
-_SKIP_HINT = (
-    '; on_error="skip" leaves bad samples out, and stoker pack (a folder) or stoker verify '
-    "--decode (a packed set) lists every one"
-)
-
 
 def error_info(e: BaseException, source: Source, index: int) -> dict:
     """``e``, raised on sample ``index`` of ``source``, as the dict a worker reports."""
@@ -107,8 +101,9 @@ def rebuild(info: dict, worker_id: int | None) -> WorkerError:
     )
     cls: type = WorkerError
     if exc_type is not None and not issubclass(exc_type, WorkerError):
-        if issubclass(exc_type, ImageDecodeError):
-            msg += _SKIP_HINT
+        if issubclass(exc_type, ImageDecodeError):  # bad data: what to do about it
+            msg += '; on_error="skip" leaves bad samples out; stoker pack (a folder) or stoker '
+            msg += "verify --decode (a packed set) lists every one"
         cls = _hybrid(exc_type, msg, kwargs)
     try:
         err = cls(msg, **kwargs)

@@ -142,7 +142,8 @@ def measure_loader(
         ) as loader,
     ):
         meter = LoadMeter(loader.worker_pids, cores)
-        window = _Window(warm, seconds, batch_size, meter, max_seconds or seconds, deadline)
+        window = _Window(warm, seconds, batch_size, meter, max_seconds or seconds)
+        window.deadline = deadline
         window.run(loader)
         t_end = time.perf_counter()
         main_cpu = time.process_time() - window.p0 if window.t0 is not None else 0.0
@@ -201,17 +202,12 @@ class _Window:
     ``seconds`` later (after at least three batches), or, while the interval of its rounds is
     not tight, up to ``max_seconds`` later."""
 
+    deadline = math.inf  # it closes then, whatever it has
+
     def __init__(
-        self,
-        warm: int,
-        seconds: float,
-        batch_size: int,
-        meter: LoadMeter,
-        max_seconds: float,
-        deadline: float,
+        self, warm: int, seconds: float, batch_size: int, meter: LoadMeter, max_seconds: float
     ) -> None:
         self.warm, self.seconds, self.batch_size = warm, seconds, batch_size
-        self.deadline = deadline
         self.max_seconds = max(seconds, max_seconds)
         self.meter = meter
         self.rounds: list[float] = []  # seconds per sample, round by round

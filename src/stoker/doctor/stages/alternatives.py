@@ -1,7 +1,5 @@
 """The alternatives stage: when the transforms shrink the image, time each decoder at reduced
-size and the sample re-encoded just large enough (resize at pack time). The size is the
-transforms' ``decode_hint`` (the smallest that gives the same result) when it shrinks the
-image, else the output size: a trade, the model then sees upsampled crops."""
+size and the sample re-encoded just large enough (resize at pack time), at :func:`pack_size`."""
 
 from __future__ import annotations
 

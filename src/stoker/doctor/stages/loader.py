@@ -10,12 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from stoker.doctor.findings import Findings, LoaderSweep
-from stoker.doctor.measure.loader import (
-    LoaderRun,
-    TooFewBatches,
-    loader_source,
-    measure_loader,
-)
+from stoker.doctor.measure.loader import LoaderRun, TooFewBatches, loader_source, measure_loader
 from stoker.doctor.verdict import Cost, calibrate, predict, predict_free
 
 __all__ = ["run", "worker_counts"]

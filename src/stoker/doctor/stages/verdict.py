@@ -7,7 +7,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from stoker.doctor.changes import recommend, within_noise
+from stoker.doctor.changes import recommend
 from stoker.doctor.findings import Findings, Judgement
 from stoker.doctor.measure.augment import transform_ops
 from stoker.doctor.measure.timing import Stage
@@ -87,13 +87,14 @@ def run(f: Findings) -> None:
         spreads=spreads,
         trade=f.alternatives.trade,
     )
-    for r in filter(within_noise, recs):
+    noisy = [r for r in recs if r.gain_lo is not None and r.gain_lo <= 1.0]
+    for r in noisy:
         f.skip(
             f"change: {r.action}",
             f"its gain to the loader (x{r.loader_gain:.2f}) is within the intervals of the "
             f"figures it compares (x{r.gain_lo:.2f} at worst), so it is not ranked",
         )
-    ranked = [r for r in recs if not within_noise(r)]
+    ranked = [r for r in recs if r not in noisy]
     f.judgement = Judgement(k_run, loader_rate, _more_did_not_help(v, measured), ranked)
 
 

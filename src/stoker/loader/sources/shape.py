@@ -110,7 +110,7 @@ def input_spec(
         return spec, ""
     lost = size_lost(transforms, spec)
     if lost:
-        raise SpecError(f"transforms: {lost}")
+        raise SpecError(f"transforms: {lost[:-1]}")
     return shared_image_spec(source, skip=on_error == "skip")
 
 
