@@ -106,10 +106,12 @@ def diagnose(
     if step_time_ms is not None and not (
         isinstance(step_time_ms, (int, float)) and step_time_ms > 0
     ):
-        raise ValueError(f"step_time_ms must be > 0 (milliseconds per batch), got {step_time_ms!r}")
+        raise ValueError(
+            f"step_time_ms (--step-time) must be > 0 (milliseconds per batch), got {step_time_ms!r}"
+        )
     if not (isinstance(seconds, (int, float)) and 0 < seconds <= MAX_SECONDS):
         raise ValueError(
-            f"seconds (the run's budget) must be in (0, {MAX_SECONDS}], got {seconds!r}"
+            f"seconds must be in (0, {MAX_SECONDS:g}] (the run's budget), got {seconds!r}"
         )
     check_choice("cache", cache, ("auto", "warm", "cold"))
     if shuffle is not True and shuffle != "shards":
