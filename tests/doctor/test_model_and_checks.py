@@ -109,7 +109,7 @@ def test_a_change_within_the_noise_is_not_ranked_and_a_trade_says_so():
     scaled = (0.8 * COST.decode_s, 0.8 * COST.decode_cpu_s, "decode at 1/2")
     tight = C.recommend(COST, **kw, loader_rate=rate, decode_scaled=(*scaled, scaled[0]))
     (r,) = tight
-    assert r.gain > 1.0 and r.gain_lo == pytest.approx(r.loader_gain) > 1.0
+    assert r.gain > 1.0 and r.gain_lo == pytest.approx(r.loader_gain) and r.gain_lo > 1.0
     assert not r.changes_data
     # the decode's interval is +-30 %: the scaled decode at its worst gains nothing
     spreads = {"decode": (0.7, 1.3)}
