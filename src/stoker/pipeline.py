@@ -98,6 +98,28 @@ def _chain_spec(t: Transform, spec: ArraySpec, *, what: str, learnt: bool = Fals
     return spec
 
 
+def size_lost(t: Transform | None, spec: ArraySpec) -> str | None:
+    """When a plain function in ``t`` (without ``output=``) leaves open the height or width an
+    earlier step fixed, words naming both steps and the fix (ending in ``;``); else ``None``."""
+    fixed_by = None
+    for i, step in enumerate(_steps(t) if t is not None else ()):
+        try:
+            new = step.output_spec(spec)
+        except Exception:  # noqa: BLE001 - the chain's own check names this step
+            return None
+        if len(new.shape) >= 2 and None not in new.shape[:2]:
+            fixed_by = f"step {i} ({type(step).__name__}) gives ({new.shape[0]}x{new.shape[1]})"
+        elif fixed_by is not None:
+            if not isinstance(step, FnTransform):
+                return None
+            return (
+                f"step {i} ({step!r}) loses the size that {fixed_by}: the size a plain function "
+                f'returns is unknown; when it keeps the shape, say so: {repr(step)[:-1]}, output="same");'
+            )
+        spec = new
+    return None
+
+
 def _open_dims(spec: ArraySpec, variable_width: bool, variable_height: bool) -> set[int]:
     """The dimensions of a chain's end left open that a batch cannot take open."""
     allowed = {1} if variable_width or variable_height else set()
@@ -232,7 +254,7 @@ class Pipeline:
             last = (
                 type(_steps(self.transforms)[-1]).__name__ if self.transforms else "no transforms"
             )
-            hint = (
+            hint = size_lost(self.transforms, self.input_spec) or (
                 "RandomCrop/Resize missing?" if self.transforms else "add a Resize or RandomCrop:"
             )
             raise SpecError(

@@ -116,6 +116,54 @@ def test_pack_lst_outside_root_flag(images, tmp_path):
         assert rec.keys.tolist() == [0, 1]
 
 
+def _absolute_listing(images, folder) -> str:
+    """A listing as scripts write them: one row per image, its absolute path and a label."""
+    rows = [
+        {"path": os.path.join(d, f), "label": int(os.path.basename(d).split("_")[-1])}
+        for d, _, fs in sorted(os.walk(images))
+        for f in sorted(fs)
+        if f.endswith(".jpg")
+    ]
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "rows.jsonl")
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    return path
+
+
+def test_a_listing_of_absolute_paths_packs_every_row_and_root_confines(images, tmp_path, capsys):
+    listing = _absolute_listing(images, tmp_path / "meta")
+    out = str(tmp_path / "o")
+    assert main(["pack", listing, out, *ARGS]) == 0
+    with open_records(out + ".stoker.json") as rec:
+        assert len(rec) == 24
+    # --root asks for confinement: every row lies outside it, so nothing is packed
+    capsys.readouterr()
+    argv = ["pack", listing, out + "2", "--root", str(tmp_path / "meta"), *ARGS]
+    assert main(argv) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "nothing packed: all 24 files were rejected, 24 of them outside_root" in line
+    assert "--allow-outside-root" in line and "allow_outside_root=True" not in line
+    assert not os.path.exists(out + "2.stoker.json")
+    assert main([*argv[:2], out + "3", *argv[3:], "--allow-outside-root"]) == 0
+
+
+def test_a_pack_whose_every_row_fails_names_the_reason_and_its_fix(tmp_path):
+    from stoker import TooManyRejectsError
+    from stoker.pack import pack
+
+    listing = tmp_path / "meta" / "rows.jsonl"
+    listing.parent.mkdir()
+    listing.write_text(
+        "".join(json.dumps({"path": f"img/{i}.jpg", "label": 0}) + "\n" for i in range(3))
+    )
+    with pytest.raises(TooManyRejectsError) as e:
+        pack(listing, tmp_path / "o", workers=1, progress=False)
+    text = str(e.value)
+    assert "all 3 files were rejected, 3 of them missing" in text
+    assert "root= (--root)" in text and "the listing's folder" in text and "\n" not in text
+
+
 def test_inspect_text_and_json(packed, capsys):
     assert main(["inspect", packed + ".stoker.json"]) == 0
     text = capsys.readouterr().out

@@ -13,13 +13,16 @@ from stoker._core.specs import ArraySpec
 from stoker.transforms.base import Transform
 
 
-def make_folder(root, *, n: int, size: int, classes: int = 2, seed: int = 0) -> str:
-    """``n`` real JPEGs of ``size`` x ``size`` in one subfolder per class."""
+def make_folder(
+    root, *, n: int, size: int | tuple[int, int], classes: int = 2, seed: int = 0
+) -> str:
+    """``n`` real JPEGs of ``size`` x ``size`` (or ``(height, width)``), one subfolder per class."""
     rng = np.random.default_rng(seed)
+    h, w = (size, size) if isinstance(size, int) else size
     for i in range(n):
         d = os.path.join(root, f"class{i % classes}")
         os.makedirs(d, exist_ok=True)
-        img = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+        img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
         with open(os.path.join(d, f"{i:05d}.jpg"), "wb") as f:
             f.write(simplejpeg.encode_jpeg(img, quality=90))
     return str(root)

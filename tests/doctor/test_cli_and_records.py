@@ -84,7 +84,7 @@ def test_records_source(tmp_path):
         transforms="doctor_bottlenecks:FIXED16",
         batch_size=8,
         workers_max=1,
-        seconds=0.3,
+        seconds=1.0,
         sample_size=32,
         step_time_ms=1.0,
         progress=False,

@@ -19,7 +19,7 @@ def test_sleeping_transform_is_named_and_the_prediction_holds(tmp_path):
         batch_size=8,
         step_time_ms=2.0,  # a fast model: the input bounds the run
         workers_max=2,
-        seconds=1.0,
+        seconds=2.0,
         sample_size=48,
         progress=False,
     )

@@ -21,7 +21,7 @@ from stoker.cli import main
 from stoker.doctor import Report, diagnose
 from stoker.doctor import verdict as V
 
-QUICK = ["--transforms", "doctor_bottlenecks:FIXED16", "--batch-size", "8", "--seconds", "0.2"]
+QUICK = ["--transforms", "doctor_bottlenecks:FIXED16", "--batch-size", "8", "--seconds", "1.5"]
 
 
 def _folder_with_a_truncated_jpeg(root: Path, per_class: int = 20) -> tuple[str, str]:
@@ -110,7 +110,7 @@ def test_corrupt_files_the_sample_missed_are_found_by_the_loader(tmp_path):
         transforms="doctor_bottlenecks:FIXED16",
         batch_size=8,
         workers_max=1,
-        seconds=0.3,
+        seconds=1.0,
         sample_size=4,  # the doctor's own sample sees 4 of 40 files
         progress=False,
     )
@@ -157,7 +157,7 @@ def test_chart_draws_measured_points_and_a_labelled_prediction(corrupt):
         transforms="doctor_bottlenecks:FIXED16",
         batch_size=8,
         workers_max=2,
-        seconds=0.2,
+        seconds=1.5,
         sample_size=16,
         progress=False,
     )
@@ -202,7 +202,7 @@ def test_load_during_the_run_is_measured(tmp_path):
             transforms="doctor_bottlenecks:FIXED16",
             batch_size=8,
             workers_max=1,
-            seconds=0.5,
+            seconds=1.5,
             sample_size=16,
             progress=False,
         )
@@ -285,7 +285,7 @@ def test_when_every_sample_fails_the_verdict_is_a_prediction_and_says_why(tmp_pa
         transforms="doctor_bottlenecks:FIXED16",
         batch_size=4,
         workers_max=1,
-        seconds=0.2,
+        seconds=1.0,
         progress=False,
     )
     c = r.data["corrupt"]

@@ -75,8 +75,8 @@ def test_recommendations_are_ranked_with_their_figures():
         loader_rate=V.predict(COST, 2, cores=1),
         h2d_rate=None,
         model_rate=1000.0,
-        packed_read=(0.1e-3, 0.05e-3),
-        decode_scaled=(0.5e-3, 0.5e-3, "decode at 1/4"),
+        packed_read=(0.1e-3, 0.05e-3, 0.1e-3),
+        decode_scaled=(0.5e-3, 0.5e-3, "decode at 1/4", 0.5e-3),
         costly_op=("Rotate", 2.5e-3, 2.5e-3, 0.8),
         more_workers=4,
     )
@@ -98,9 +98,27 @@ def test_recommendations_are_ranked_with_their_figures():
         loader_rate=300.0,
         h2d_rate=None,
         model_rate=10.0,
-        packed_read=(0.1e-3, 0.05e-3),
+        packed_read=(0.1e-3, 0.05e-3, 0.1e-3),
     )
     assert recs[0].gain == 1.0 and recs[0].loader_gain > 1.0
+
+
+def test_a_change_within_the_noise_is_not_ranked_and_a_trade_says_so():
+    kw = dict(workers=1, cores=1, efficiency=1.0, h2d_rate=None, model_rate=None)
+    rate = V.predict(COST, 1, cores=1)
+    scaled = (0.8 * COST.decode_s, 0.8 * COST.decode_cpu_s, "decode at 1/2")
+    tight = C.recommend(COST, **kw, loader_rate=rate, decode_scaled=(*scaled, scaled[0]))
+    (r,) = tight
+    assert r.gain > 1.0 and r.gain_lo == pytest.approx(r.loader_gain) and r.gain_lo > 1.0
+    assert not r.changes_data
+    # the decode's interval is +-30 %: the scaled decode at its worst gains nothing
+    spreads = {"decode": (0.7, 1.3)}
+    (r,) = C.recommend(
+        COST, **kw, loader_rate=rate, decode_scaled=(*scaled, scaled[0]), spreads=spreads,
+        trade="crops upsampled",
+    )  # fmt: skip
+    assert r.gain > 1.0 and r.gain_lo is not None and r.gain_lo < 1.0  # not to be ranked
+    assert r.changes_data and r.detail.endswith("; crops upsampled")
 
 
 def test_worker_counts_are_bounded():

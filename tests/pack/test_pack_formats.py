@@ -182,7 +182,7 @@ def _rows(path: str, rows: list[dict]) -> str:
     return path
 
 
-def test_listing_paths_resolve_against_its_folder_and_stay_inside(tmp_path):
+def test_listing_paths_resolve_against_its_folder_and_stay_inside_a_root_given(tmp_path):
     root = tmp_path / "data"
     write(str(root / "in" / "a.jpg"), image_bytes(seed=1))
     write(str(tmp_path / "outside.jpg"), image_bytes(seed=2))
@@ -195,7 +195,9 @@ def test_listing_paths_resolve_against_its_folder_and_stay_inside(tmp_path):
         ],
     )
     os.chdir(tmp_path)  # relative to the listing's folder, not the working folder
-    r = pack(listing, tmp_path / "out", workers=1, progress=False)
+    r0 = pack(listing, tmp_path / "out0", workers=1, progress=False)  # as written: all three
+    assert (r0.written, r0.rejected) == (3, 0)
+    r = pack(listing, tmp_path / "out", workers=1, progress=False, root=root)
     assert (r.written, r.rejected, r.reasons) == (1, 2, {"outside_root": 2})
     rows = read_text(r.rejects_path).splitlines()[1:]
     details = sorted(row.split("\t")[3] for row in rows)
@@ -203,7 +205,8 @@ def test_listing_paths_resolve_against_its_folder_and_stay_inside(tmp_path):
     assert details[1].startswith("line 3, field 'path': ")
     with open(root / "in" / "a.jpg", "rb") as f:
         assert read_all(r.manifest)[0][0] == f.read()
-    r2 = pack(listing, tmp_path / "out2", workers=1, progress=False, allow_outside_root=True)
+    r2 = pack(listing, tmp_path / "out2", workers=1, progress=False, root=root,
+              allow_outside_root=True)  # fmt: skip
     assert (r2.written, r2.rejected) == (3, 0)
 
 

@@ -66,6 +66,29 @@ def test_a_missing_shard_on_http_is_named_at_open(packed, http_root, tmp_path):
         os.rename(gone + ".away", gone)
 
 
+def test_a_global_shuffle_over_http_that_cannot_fit_is_refused_before_any_download(
+    tmp_path, fsspec_loop
+):
+    stoker.make_sample_data(tmp_path / "images", classes=2, per_class=16, size=32, workers=1)
+    out = tmp_path / "set"
+    stoker.pack(tmp_path / "images", out / "train", shard_size=4, workers=1, progress=False,
+                format="tfrecord")  # fmt: skip
+    shards = [p.stat().st_size for p in out.glob("*.tfrecord")]
+    cache = tmp_path / "cache"
+    with StaticServer(str(out)) as server:
+        try:
+            with pytest.raises(stoker.CacheFullError) as e:
+                stoker.Loader(f"{server.url}/train.stoker.json", batch_size=4, shuffle=True,
+                              workers=0, cache_dir=str(cache), cache_limit=5 * max(shards))  # fmt: skip
+        finally:
+            close_filesystems()
+    text = str(e.value)
+    assert "read with shuffle=True needs" in text and "KiB" in text and " bytes" not in text
+    assert "must hold the whole set" in text and 'shuffle="shards"' in text
+    held = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file())
+    assert held < min(shards)  # the manifest only: no shard was downloaded
+
+
 class _Forbidding(http.server.SimpleHTTPRequestHandler):
     """A static server that refuses everything with 403, as a CDN does without a token."""
 

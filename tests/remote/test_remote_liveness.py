@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stoker
+from stoker._core.errors import size_text
 from storage_doubles import upload_tree
 
 pytestmark = pytest.mark.timeout(150)
@@ -62,7 +63,7 @@ def test_shard_order_over_a_cache_under_its_working_set_is_refused_at_open(remot
     with pytest.raises(stoker.CacheFullError) as e:
         stoker.Loader(remote_set.url, cache_dir=str(tmp_path / "a"), cache_limit=small, **kw)
     text = str(e.value)
-    assert f"needs {10 * room} bytes" in text and f"budget is {small} bytes" in text
+    assert f"needs {size_text(10 * room)}" in text and f"budget is {size_text(small)}" in text
     assert "cache_limit" in text and "window" in text
     # with the room it names, the same order runs and gives the local batches
     want = _batches(stoker.Loader(remote_set.local, **kw))

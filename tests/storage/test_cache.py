@@ -35,6 +35,7 @@ from cache_helpers import (
 )
 
 from stoker import CacheFullError, CorruptRecordError, StorageError
+from stoker._core.errors import size_text
 from stoker.storage import ShardCache
 from stoker.storage.cache import MARKER_RESERVE
 
@@ -240,7 +241,7 @@ def test_no_room_waits_then_names_budget_and_pins(tmp_path, log):
         assert cache.try_get("c", size=SIZE, crc32c=None, fetch=LoggedFetch("c", SIZE, log)) is None
     assert 0.4 <= waited < 5
     text = str(info.value)
-    assert f"budget is {limit} bytes" in text
+    assert f"budget is {size_text(limit)}" in text
     assert "shard a" in text and "shard b" in text and "shard c" in text
     assert "c" not in logged(log)  # nothing was downloaded past the budget
 
@@ -248,7 +249,7 @@ def test_no_room_waits_then_names_budget_and_pins(tmp_path, log):
 def test_object_larger_than_budget_fails_at_once(tmp_path, log):
     cache = ShardCache(tmp_path / "cache", SIZE, wait=60)
     start = time.monotonic()
-    with pytest.raises(CacheFullError, match=f"at least {SIZE + MARKER_RESERVE} bytes"):
+    with pytest.raises(CacheFullError, match=f"at least {size_text(SIZE + MARKER_RESERVE)}"):
         get(cache, "big", log)
     assert time.monotonic() - start < 1
     assert logged(log) == []

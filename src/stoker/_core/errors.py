@@ -33,7 +33,9 @@ Python user expects (``ValueError``/``TypeError``), so ``except ValueError`` kee
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from typing import TypeVar
 
 _E = TypeVar("_E", bound=BaseException)
@@ -90,6 +92,21 @@ def with_child_traceback(err: _E, text: str) -> _E:
     if text:
         err.__cause__ = ChildTraceback(text)
     return err
+
+
+def size_text(n: float) -> str:
+    """Bytes for a message, in binary units rounded up (so a figure to raise a budget to is
+    enough): ``"1.5 GiB"``, ``"320.0 MiB"``, ``"48.2 KiB"``, ``"512 bytes"``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{math.ceil(10 * n / size) / 10:.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def without_reprs(text: str) -> str:
+    """``text`` without object reprs such as ``<_io.BytesIO object at 0x7f...>`` (Pillow puts
+    one in "cannot identify image file"): an address tells a reader nothing."""
+    return re.sub(r" ?<[\w.]+ object at 0x[0-9a-fA-F]+>", "", text)
 
 
 class StokerError(Exception):
@@ -173,7 +190,7 @@ class PackError(StokerError):
 
 
 class TooManyRejectsError(PackError):
-    """More files were rejected than ``max_rejects`` allows."""
+    """More files were rejected than ``max_rejects`` allows, or every file was."""
 
 
 class OutputExistsError(StokerError, FileExistsError):

@@ -70,16 +70,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=60.0,
         metavar="S",
-        help="the run's wall-clock budget (default 60): each measurement runs at least "
-        "min(S, 1) s (in-process stages a half or a quarter), then until its interval is "
-        "tight while the budget lasts; the report says which ended it",
+        help="the run's wall-clock budget after start-up, a hard cap (default 60): each "
+        "measurement runs its share, then until its interval is tight while the share lasts; "
+        "the report says which ended it and what it cut",
     )
     p.add_argument(
         "--sample-size",
         type=int,
         default=256,
         metavar="N",
-        help="samples read and decoded (default 256)",
+        help="samples read and decoded (default 256; at most 40 per second of --seconds)",
     )
     p.add_argument(
         "--cache",

@@ -95,7 +95,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--follow-symlinks", action="store_true", help="follow symlinked folders")
     p.add_argument(
-        "--root", default=None, help="folder that .lst and listing paths are relative to"
+        "--root",
+        default=None,
+        help="folder that .lst and listing paths are relative to; given, entries must lie in it",
     )
     p.add_argument(
         "--schema",
@@ -106,8 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--allow-outside-root",
         action="store_true",
-        help="pack .lst entries that are absolute or lead outside --root "
-        "(default: rejected outside_root)",
+        help="with --root, pack entries that lead outside it (default: rejected outside_root)",
     )
     add_scale_options(p)
     _storage_arguments(p)
@@ -271,7 +272,9 @@ def _run_step(step: Any, args: argparse.Namespace, what: str) -> int:
     try:
         report = step()
     except TooManyRejectsError as e:
-        print(f"stoker {what}: error: {e}", file=sys.stderr)
+        from stoker.cli._errors import error_text
+
+        print(f"stoker {what}: error: {error_text(e, args)}", file=sys.stderr)
         return 1
     except SystemExit:
         print(f"stoker {what}: terminated; partial output kept, rerun to resume", file=sys.stderr)

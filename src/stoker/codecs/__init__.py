@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from stoker._core.errors import ImageDecodeError, ImageTooLargeError
+from stoker._core.errors import ImageDecodeError, ImageTooLargeError, without_reprs
 from stoker._core.specs import ArraySpec
 from stoker.codecs.jpeg import jpeg_frame
 from stoker.codecs.png import PNG_MAGIC as _PNG_MAGIC
@@ -504,7 +504,8 @@ def _decode_pillow(mv: memoryview, *, max_pixels: int | None) -> np.ndarray:
         what = {"jpeg": "JPEG", "png": "PNG"}.get(kind, "image (unrecognised format)")
         head = bytes(mv[:8]).hex(" ")
         raise ImageDecodeError(
-            f"cannot decode {what}, {len(mv)} bytes starting {head}: {type(e).__name__}: {e}"
+            f"cannot decode {what}, {len(mv)} bytes starting {head}: {type(e).__name__}: "
+            + without_reprs(str(e))
         ) from e
     if arr.ndim == 2:
         arr = np.repeat(arr[:, :, None], 3, axis=2)

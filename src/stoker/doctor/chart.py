@@ -191,7 +191,9 @@ def _title(d: dict[str, Any]) -> str:
     name = os.path.basename(str(d.get("source", {}).get("path", "")).rstrip("/"))
     title = f"stoker doctor: {name}"
     if v:
-        title += f" - {v['bound']} bounds the run"
+        from stoker.doctor.report import headline
+
+        title += f" - {headline(v)}"
         if v.get("gpu_busy_share") is not None:
             title += f", GPU busy {100 * v['gpu_busy_share']:.0f} %"
         if v.get("loader_basis") == "predicted":

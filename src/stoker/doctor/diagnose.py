@@ -1,10 +1,11 @@
 """``diagnose`` (``stoker doctor SOURCE``): check the arguments, run the stages in order on a
 sample of SOURCE and hand their findings to the report.
 
-The run has a wall-clock budget of ``seconds``: each measurement runs for at least its share of
-``min(seconds, 1)`` and then on, while the interval of its rounds is not tight, up to a quarter
-of what is left of the budget; the report says whether every interval came out tight or the
-budget ran out first. The stages use ``sample_size`` samples (the stages and their order:
+The run has a wall-clock budget of ``seconds``, a hard cap after start-up (imports, opening
+SOURCE, the loader's process server): each stage gets a share of what is left (``_PLAN``),
+each measurement its least time (``Settings.step``), then, while its interval is not tight,
+up to half of what is left of that share; what no longer fits is cut, and the report says
+so. The stages use up to ``sample_size`` samples (40 per second of budget; the stages:
 :mod:`stoker.doctor.stages`). A stage that cannot run here (no CUDA, a room of stoker
 not installed, an error) is listed under "not measured" with the reason; the rest of the
 report still comes out.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from stoker._core.checks import check_choice, check_int
@@ -45,6 +47,20 @@ DEFAULT_WORKERS_CAP = 8
 #: progress steps besides one per worker count: storage, decode, augment, alternatives,
 #: host-to-device, model, verdict
 _FIXED_STEPS = 7
+#: the stages in order, with their weights in the share of the budget each gets (``None``:
+#: 4 per loader run); a progress step after each named one
+_PLAN: tuple[tuple[str, float | None, Callable[..., None]], ...] = (
+    ("storage", 1.0, storage.run),
+    ("decode", 1.0, decode.run),
+    ("augment", 0.5, augment.run),
+    ("alternatives", 1.0, alternatives.run),
+    ("", 0.25, cost.run),
+    ("", None, loader_sweep.run),
+    ("host-to-device", 0.5, device.run_h2d),
+    ("model", 1.0, device.run_model),
+    ("", 0.0, system.run),
+    ("verdict", 0.0, verdict.run),
+)
 
 
 def diagnose(
@@ -90,10 +106,12 @@ def diagnose(
     if step_time_ms is not None and not (
         isinstance(step_time_ms, (int, float)) and step_time_ms > 0
     ):
-        raise ValueError(f"step_time_ms must be > 0 (milliseconds per batch), got {step_time_ms!r}")
+        raise ValueError(
+            f"step_time_ms (--step-time) must be > 0 (milliseconds per batch), got {step_time_ms!r}"
+        )
     if not (isinstance(seconds, (int, float)) and 0 < seconds <= MAX_SECONDS):
         raise ValueError(
-            f"seconds (the run's budget) must be in (0, {MAX_SECONDS}], got {seconds!r}"
+            f"seconds must be in (0, {MAX_SECONDS:g}] (the run's budget), got {seconds!r}"
         )
     check_choice("cache", cache, ("auto", "warm", "cold"))
     if shuffle is not True and shuffle != "shards":
@@ -105,6 +123,10 @@ def diagnose(
         workers_max = max(1, min(cores, DEFAULT_WORKERS_CAP))
     workers_max = check_int("workers_max", workers_max, minimum=1)
     t_obj, t_label = resolve_transforms(transforms)
+    n = min(sample_size, max(16, int(40 * seconds)))  # the passes over it fit the budget
+    sample = sample_source(os.fspath(source), n=n, remote=remote)
+    _start_up(loader)
+    t_clock = time.perf_counter()
     settings = Settings(
         path=os.fspath(source),
         transforms=t_obj,
@@ -116,7 +138,7 @@ def diagnose(
         workers=loader_sweep.worker_counts(workers_max),
         cores=cores,
         seconds=seconds,
-        deadline=t_start + seconds,
+        deadline=t_clock + seconds,
         sample_size=sample_size,
         cache=cache,
         run_loader=loader,
@@ -125,34 +147,43 @@ def diagnose(
         window=window,
     )
     steps = _Steps(_FIXED_STEPS + (len(settings.workers) if loader else 0), progress)
-    f = Findings(settings, sample_source(settings.path, n=sample_size, remote=remote))
+    f = Findings(settings, sample)
     try:
         _run_stages(f, steps)
     finally:
         f.sample.close()
         steps.close()
-    return Report(report_data(f, elapsed_s=time.perf_counter() - t_start))
+    elapsed = time.perf_counter() - t_start
+    return Report(report_data(f, elapsed_s=elapsed, startup_s=t_clock - t_start))
+
+
+def _start_up(loader: bool) -> None:
+    """What the run needs before its clock starts: the decoders, torch (the device stages),
+    the loader and its process server."""
+    from stoker.doctor.measure.decode import decoders
+    from stoker.doctor.measure.device import cuda_state
+
+    decoders()
+    cuda_state()
+    if loader:
+        from stoker.loader import warm_up
+
+        warm_up()
 
 
 def _run_stages(f: Findings, step: _Steps) -> None:
-    """Each stage in turn, the progress bar ticking after each."""
-    storage.run(f)
-    step("storage")
-    decode.run(f)
-    step("decode")
-    augment.run(f)
-    step("augment")
-    alternatives.run(f)
-    step("alternatives")
-    cost.run(f)
-    loader_sweep.run(f, step)
-    device.run_h2d(f)
-    step("host-to-device")
-    device.run_model(f)
-    step("model")
-    system.run(f)
-    verdict.run(f)
-    step("verdict")
+    """Each stage in turn, with its share of what is left of the budget."""
+    s = f.settings
+    weights = [4.0 * len(s.workers) * s.run_loader if w is None else w for _, w, _ in _PLAN]
+    for j, (name, weight, run) in enumerate(_PLAN):
+        rest = sum(weights[j:])
+        s.stage_end = time.perf_counter() + (s.left() * weights[j] / rest if rest else 0.0)
+        if weight is None:  # the loader sweep ticks once per worker count
+            run(f, step)
+        else:
+            run(f)
+        if name:
+            step(name)
 
 
 class _Steps:

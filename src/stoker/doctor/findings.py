@@ -42,7 +42,10 @@ from stoker.doctor.system import Check
 from stoker.doctor.verdict import Cost, Verdict
 from stoker.sampling.shards import DEFAULT_WINDOW
 
+CUT = "cut: the budget ran out"  # a measurement the budget left no time for, not measured
+
 __all__ = [
+    "CUT",
     "Alternatives",
     "Augment",
     "Corrupt",
@@ -56,9 +59,9 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Settings:
-    """The checked arguments of one run."""
+    """The checked arguments of one run, and the clock of its budget."""
 
     path: str
     transforms: Any  # the resolved transform, or None
@@ -79,13 +82,22 @@ class Settings:
     shuffle: bool | str = True
     window: int = DEFAULT_WINDOW
 
-    #: when the budget of ``seconds`` runs out (``time.perf_counter``)
+    #: when the budget of ``seconds`` runs out, and the running stage's share of it
+    #: (``time.perf_counter``; ``diagnose`` sets the share before each stage)
     deadline: float = math.inf
+    stage_end: float = math.inf
+
+    def left(self, until: float | None = None) -> float:
+        """Seconds left before the deadline (or ``until``, when that comes first)."""
+        end = self.deadline if until is None else min(until, self.deadline)
+        return max(0.0, end - time.perf_counter())
 
     @property
     def step(self) -> float:
-        """The least time of a loader or model measurement: ``seconds`` up to 1 s."""
-        return min(1.0, self.seconds)
+        """The least time of a loader or model measurement: a share of the budget (16 in all,
+        and 3 per loader run), at most 1 s, never past the deadline."""
+        units = 16 + (3 * len(self.workers) if self.run_loader else 0)
+        return min(1.0, self.seconds / units, self.left())
 
     @property
     def half(self) -> float:
@@ -99,8 +111,8 @@ class Settings:
 
     def cap(self, least: float) -> float:
         """How long a measurement of at least ``least`` seconds may go on while its interval
-        is not tight: a quarter of what is left of the budget (never less than ``least``)."""
-        return max(least, (self.deadline - time.perf_counter()) / 4)
+        is not tight: half of what is left of its stage's share (never less than ``least``)."""
+        return max(least, self.left(self.stage_end) / 2)
 
 
 @dataclass
@@ -156,8 +168,10 @@ class Augment:
 
 @dataclass
 class Alternatives:
-    scaled: Stage | None  # the fastest decode at the output size
-    resized: tuple[float, float, float, float, str] | None  # decode and augment s/sample, label
+    scaled: Stage | None  # the fastest decode at reduced size
+    #: payloads resized at pack time: decode, augment s/sample, label, their interval's high end
+    resized: tuple[float, float, float, float, str, float] | None
+    trade: str = ""  # why that reduced size changes what the model sees ("": it does not)
 
 
 @dataclass
@@ -227,6 +241,11 @@ class Findings:
         traceback stays out of the report)."""
         first = reason.strip().splitlines()[0] if reason.strip() else reason
         self.not_measured.append({"stage": stage, "reason": first})
+
+    def cut(self, *stages: str) -> None:
+        """Record measurements the budget left no time for."""
+        for stage in stages:
+            self.skip(stage, f"{CUT} (--seconds {self.settings.seconds:g})")
 
     def found_corrupt(self, key: int | None, where: str, reason: str, found_by: str) -> None:
         """Record a sample that did not read or decode (once per key)."""

@@ -47,11 +47,15 @@ top-level keys, in order (:data:`SECTIONS`):
   largest parts' intervals overlap), runner_up (the second-largest part), intervals_ms
   ({part: [lo, hi]}), text;
 - ``recommendations``: best first: action, detail, basis (measured|estimated),
-  loader_before, loader_after, loader_gain, delivered_before, delivered_after, gain;
+  changes_data (a trade: the model sees other data), gain_lo (a measured change's gain at
+  the least favourable ends of its figures' intervals; one at or below 1 is not ranked but
+  listed under not_measured), loader_before, loader_after, loader_gain, delivered_before,
+  delivered_after, gain;
 - ``not_measured``: list of {stage, reason};
-- ``budget``: seconds (the run's budget), spent_s, tight (the target half-width of an
-  interval, a share of its figure), ended (tight|budget: every interval came out tight, or the
-  budget ran out first), loose (list of {name, ms, lo_ms, hi_ms, width});
+- ``budget``: seconds (the run's budget), spent_s (after start-up), startup_s (imports,
+  opening SOURCE, the loader's process server), tight (the target half-width of an interval,
+  a share of its figure), ended (tight|budget: every interval came out tight, or the budget ran
+  out first), loose (list of {name, ms, lo_ms, hi_ms, width}), cut (the stages it left out);
 - ``elapsed_s``.
 
 Infinities and NaN are written as null. :meth:`Report.from_json` also reads version 1
@@ -104,7 +108,7 @@ MODEL = "predicted(k) = min(e * k / (b + c / s_k), s_k / m), s_k = min(1, C / (L
 # -- Findings -> data -------------------------------------------------------------------------
 
 
-def report_data(f: Findings, *, elapsed_s: float) -> dict[str, Any]:
+def report_data(f: Findings, *, elapsed_s: float, startup_s: float = 0.0) -> dict[str, Any]:
     """The report's dict (schema above) from a finished run's findings."""
     try:
         version = metadata.version("stoker")
@@ -126,7 +130,7 @@ def report_data(f: Findings, *, elapsed_s: float) -> dict[str, Any]:
         "verdict": j.verdict.to_dict(),
         "recommendations": [r.to_dict() for r in j.recommendations],
         "not_measured": f.not_measured,
-        "budget": budget_data(f, elapsed_s),
+        "budget": budget_data(f, elapsed_s, startup_s),
         "elapsed_s": elapsed_s,
     }
 
@@ -544,11 +548,18 @@ def _system(out: _Lines, checks: list[dict[str, Any]]) -> None:
     _listing(out, "System", lines)
 
 
+def headline(v: dict[str, Any]) -> str:
+    """What bounds the run, in a few words; both parts when the verdict is undecided."""
+    if v.get("decided", True) is False:
+        return f"undecided: {v['bound']} or {v.get('runner_up')} bounds the run"
+    return f"{v['bound']} bounds the run"
+
+
 def _verdict(out: _Lines, v: dict[str, Any] | None) -> None:
     if not v:
         return
     out.append(
-        f"Verdict: {v['bound']} bounds the run"
+        f"Verdict: {headline(v)}"
         + (
             f"; expected GPU busy share {100 * v['gpu_busy_share']:.0f} %"
             if v.get("gpu_busy_share") is not None
@@ -567,7 +578,8 @@ def _changes(out: _Lines, recs: list[dict[str, Any]]) -> None:
     for i, r in enumerate(recs, 1):
         out.wrap(
             f"{i}. {r['action']}: loader {_num(r['loader_before'])} -> {_num(r['loader_after'])} samples/s "
-            f"(x{r['loader_gain']:.2f}); run x{r['gain']:.2f} [{r['basis']}]"
+            f"(x{r['loader_gain']:.2f}); run x{r['gain']:.2f} [{r['basis']}; "
+            + ("a trade: changes what the model sees]" if r.get("changes_data") else "same data]")
         )
         out.wrap(r["detail"], indent="     ")
     out.append("")

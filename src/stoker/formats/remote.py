@@ -29,7 +29,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from stoker._core.atomic import atomic_write
-from stoker._core.errors import CacheFullError
+from stoker._core.errors import CacheFullError, size_text
 from stoker.formats.manifest import MAX_MANIFEST_BYTES
 
 if TYPE_CHECKING:
@@ -101,12 +101,16 @@ class RemoteOptions:
     ``<stoker cache dir>/shards``, see ``stoker._core.cache``). ``cache_limit``: its byte
     budget (default: the smaller of 100 GiB and half the free space where it lives).
     ``prefetch_shards``: shards downloaded ahead of the reading order (0: none).
+    ``whole_set``: a loader's sampler, or its ``shuffle``: ``True`` (a global shuffle, which
+    reads from any shard in any batch) refuses at open, before any download, a set the
+    cache's budget cannot hold whole.
     """
 
     storage_options: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
     cache_dir: str | None = None
     cache_limit: int | None = None
     prefetch_shards: int = 2
+    whole_set: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         so = self.storage_options
@@ -120,6 +124,7 @@ class RemoteOptions:
         ahead = self.prefetch_shards
         if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0:
             raise ValueError(f"prefetch_shards must be an int >= 0, got {ahead!r}")
+        object.__setattr__(self, "whole_set", self.whole_set is True)
 
     def cache(self) -> ShardCache:
         from stoker.storage.cache import ShardCache
@@ -256,21 +261,37 @@ class RemoteFiles:
         return self.item(url, crc32c=crc32c, what=what, sha256=sha256).get(self.cache)
 
 
-def check_room_for(files: RemoteFiles, sizes: list[int]) -> None:
+def check_room_for(files: RemoteFiles, sizes: list[int], marked: list[int]) -> None:
     """:class:`CacheFullError` at open when the cache cannot hold what reading needs at once:
     the shards a batch reads while the next ``prefetch_shards`` download (at least two shards
-    beside those), for shards of ``sizes`` bytes each (their side files included)."""
+    beside those), for shards of ``sizes`` bytes each (their side files included); and, for a
+    loader that reads from any shard (``RemoteOptions.whole_set``), every shard (``marked``:
+    their sizes with the cache's markers)."""
     if not sizes:
         return
     need = (files.options.prefetch_shards + 2) * max(sizes)
     limit = files.cache.limit
     if limit < need:
         raise CacheFullError(
-            f"{redact(files.url)}: the shard cache's budget is {limit} bytes; reading this set "
-            f"needs at least {need} (its largest shard, {max(sizes)} bytes with its side "
-            f"files, times prefetch_shards={files.options.prefetch_shards} + 2). Raise "
-            "cache_limit, or lower prefetch_shards"
+            f"{redact(files.url)}: the shard cache's budget is {size_text(limit)}; reading this "
+            f"set needs at least {size_text(need)} (its largest shard, {size_text(max(sizes))} "
+            f"with its side files, times prefetch_shards={files.options.prefetch_shards} + 2). "
+            "Raise cache_limit, or lower prefetch_shards"
         )
+    if files.options.whole_set and sum(marked) > limit:
+        raise CacheFullError(
+            f"{redact(files.url)} read with shuffle=True needs {size_text(sum(marked))} of the "
+            f"shard cache {files.cache.root}, and its budget is {size_text(limit)}. "
+            + _whole_set_fixes("shuffle=True", marked)
+        )
+
+
+def _whole_set_fixes(order: str, sizes: list[int]) -> str:
+    return (
+        f"{order} reads from any shard in any batch, so the cache must hold the whole set "
+        f"({size_text(sum(sizes))} in {len(sizes)} shards). Raise cache_limit to at least "
+        'that, or use shuffle="shards" (a few shards at a time)'
+    )
 
 
 @dataclass(frozen=True)
@@ -335,13 +356,9 @@ def claim_shards(files: RemoteFiles, sizes: list[int], plan: ReadPlan) -> tuple[
     if plan.span is None or plan.span + ahead >= len(sizes):
         need, per_reader, group = whole, len(sizes), f"{url}\0whole"
         if plan.span is None:
-            fixes = (
-                f"{plan.order} reads from any shard in any batch, so the cache must hold the "
-                f"whole set ({whole} bytes in {len(sizes)} shards). Raise cache_limit to at "
-                'least that, or use shuffle="shards" (a few shards at a time)'
-            )
+            fixes = _whole_set_fixes(plan.order, sizes)
         else:
-            fixes = f"Raise cache_limit to at least {whole} (the whole set)"
+            fixes = f"Raise cache_limit to at least {size_text(whole)} (the whole set)"
     else:
         need = (plan.span + ahead) * max(sizes)
         per_reader = plan.span
@@ -350,14 +367,14 @@ def claim_shards(files: RemoteFiles, sizes: list[int], plan: ReadPlan) -> tuple[
             fixes = (
                 f"A process that reads the set outside a stoker.Loader (a RecordDataset in each "
                 f"DataLoader worker) keeps up to {plan.span + ahead} shards of up to "
-                f"{max(sizes)} bytes open. Raise cache_limit, use fewer DataLoader workers, or "
+                f"{size_text(max(sizes))} open. Raise cache_limit, use fewer DataLoader workers, or "
                 "lower prefetch_shards="
             )
         else:
             fixes = (
                 f"The batches in flight touch up to {plan.span} shards and {ahead} are "
-                f"downloaded ahead, each up to {max(sizes)} bytes. Raise cache_limit to at "
-                f"least {need}, or lower prefetch_shards=, prefetch= or the batch size, or a "
+                f"downloaded ahead, each up to {size_text(max(sizes))}. Raise cache_limit to "
+                f"at least {size_text(need)}, or lower prefetch_shards=, prefetch= or the batch size, or a "
                 "ShardOrder's window"
             )
             if plan.order != 'shuffle="shards"':

@@ -162,7 +162,7 @@ class RemoteShards:
                         f"manifest records {f.size} ({f.field}); the shard was replaced or "
                         "truncated"
                     )
-        check_room_for(files, [sum(f.size for f in s) for s in self.entries])
+        check_room_for(files, [sum(f.size for f in s) for s in self.entries], self.sizes)
 
     def location(self, j: int, k: int = 0) -> str:
         """Where file ``k`` of shard ``j`` lives, for messages: its URL (without credentials)."""

@@ -9,11 +9,12 @@ a worker's ``ValueError``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import traceback
 from typing import Any
 
-from stoker._core.errors import WorkerError, with_child_traceback
+from stoker._core.errors import ImageDecodeError, WorkerError, with_child_traceback
 from stoker.loader.sources import Source
 
 __all__ = ["error_info", "rebuild"]
@@ -100,11 +101,17 @@ def rebuild(info: dict, worker_id: int | None) -> WorkerError:
     )
     cls: type = WorkerError
     if exc_type is not None and not issubclass(exc_type, WorkerError):
+        if issubclass(exc_type, ImageDecodeError):  # bad data: what to do about it
+            msg += '; on_error="skip" leaves bad samples out; stoker pack (a folder) or stoker '
+            msg += "verify --decode (a packed set) lists every one"
         cls = _hybrid(exc_type, msg, kwargs)
     try:
         err = cls(msg, **kwargs)
     except Exception:  # noqa: BLE001
         err = WorkerError(msg, **kwargs)
+    if isinstance(err, ImageDecodeError) and exc_type is not None:
+        with contextlib.suppress(Exception):  # the cause, without the worker's frames
+            err.__cause__ = exc_type(info["message"])
     for name, value in info.get("attrs", {}).items():
         if name not in kwargs and not hasattr(WorkerError, name):
             try:

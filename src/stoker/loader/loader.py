@@ -16,6 +16,7 @@ import os
 import weakref
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from stoker._core.errors import (
     LoaderError,
     SpecError,
     TooManyBadSamplesError,
+    without_reprs,
 )
 from stoker._core.schema import Schema
 from stoker._core.seeding import fresh_seed
@@ -156,7 +158,7 @@ class Loader(RingFeed):
 
         _shm.cleanup_stale()
         remote = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards)
-        src, owned = as_source(source, remote=remote)
+        src, owned = as_source(source, remote=replace(remote, whole_set=sampler or shuffle))
         self._source: Source | None = src
         self._owns_source = owned
         try:
@@ -568,7 +570,7 @@ class Loader(RingFeed):
             raise TooManyBadSamplesError(
                 f"{self._bad_epoch} bad samples in epoch {epoch} exceed max_bad_fraction="
                 f"{self.max_bad_fraction} of {len(self.sampler)} samples (last: key {last[2]}: "
-                f"{last[3]}); see loader.rejects"
+                f"{without_reprs(str(last[3]))}); see loader.rejects"
             )
 
     def _make_local(self, ep: Epoch, number: int) -> Batch | None:

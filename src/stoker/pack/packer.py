@@ -61,9 +61,9 @@ def pack(
     kept). ``shuffle``/``seed``: a seeded order. ``max_rejects``: raise
     :class:`TooManyRejectsError` when more files are rejected (after writing the rejects file).
     ``max_pixels``: header pixel limit (decompression bombs). ``root``: folder that ``.lst``
-    paths are relative to (default: the list's folder); a listed path that is absolute or leads
-    outside it is rejected ``outside_root`` unless ``allow_outside_root``; the same holds for
-    a listing's image and mask paths. ``format``: what to write, ``"recordio"`` (the
+    and listing paths are relative to (default: the list's folder; an absolute path is read as
+    is); given, a path that leads outside it is rejected ``outside_root`` unless
+    ``allow_outside_root``. A pack that writes nothing raises :class:`TooManyRejectsError`. ``format``: what to write, ``"recordio"`` (the
     default: ``OUT.rec`` …, as above), ``"tfrecord"`` or ``"wds"`` (WebDataset ``.tar``
     shards), each with the same manifest, rejects list and resume. ``schema``: a listing's schema in place of the one its
     rows imply (a ``Schema``, its JSON dict or a JSON file). ``labels``: a folder's labels,

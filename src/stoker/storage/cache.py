@@ -82,7 +82,7 @@ from typing import Any, BinaryIO
 
 from stoker._core.atomic import fsync_dir
 from stoker._core.cache import cache_dir
-from stoker._core.errors import CacheFullError, CorruptRecordError, StorageError
+from stoker._core.errors import CacheFullError, CorruptRecordError, StorageError, size_text
 from stoker._core.oscompat import lock, owned_by_user, unlock
 from stoker.storage._cachefiles import (
     DATA,
@@ -322,9 +322,10 @@ class ShardCache:
         _check_args(key, size, want.crc)
         if size + MARKER_RESERVE > self.limit:
             raise CacheFullError(
-                f"{want.label} is {size} bytes, more than the whole budget of the shard cache "
-                f"{self.root} ({self.limit} bytes, {MARKER_RESERVE} of them kept per entry for "
-                f"its marker); set cache_limit= to at least {size + MARKER_RESERVE} bytes"
+                f"{want.label} is {size_text(size)}, more than the whole budget of the shard "
+                f"cache {self.root} ({size_text(self.limit)}, {MARKER_RESERVE} bytes of it kept "
+                f"per entry for its marker); set cache_limit= to at least "
+                f"{size_text(size + MARKER_RESERVE)}"
             )
         self._ensure_dirs()
         fd = self._open_lock(key)
@@ -547,22 +548,23 @@ class ShardCache:
 
     def _disk_full(self, want: _Want) -> CacheFullError:
         try:
-            free = f"{shutil.disk_usage(self.root).free} bytes free there"
+            free = f"{size_text(shutil.disk_usage(self.root).free)} free there"
         except OSError:
             free = "free space unknown"
         return CacheFullError(
             f"no space left on the disk of the shard cache {self.root} for {want.label} "
-            f"({want.size} bytes; {free}). Free space on that disk, set a smaller cache_limit= (now "
-            f"{self.limit} bytes), or point cache_dir= at a larger disk"
+            f"({size_text(want.size)}; {free}). Free space on that disk, set a smaller "
+            f"cache_limit= (now {size_text(self.limit)}), or point cache_dir= at a larger disk"
         )
 
     def _no_room(self, want: _Want, used: int, held: list[tuple[str, int]]) -> CacheFullError:
-        shown = ", ".join(f"{name} ({n} bytes)" for name, n in held[:8])
+        shown = ", ".join(f"{name} ({size_text(n)})" for name, n in held[:8])
         if len(held) > 8:
             shown += f", and {len(held) - 8} more"
         return CacheFullError(
-            f"the shard cache {self.root} has no room for {want.label} ({want.size} bytes) after "
-            f"waiting {self.wait:g} s: its budget is {self.limit} bytes and {used} bytes are in use, "
+            f"the shard cache {self.root} has no room for {want.label} ({size_text(want.size)}) "
+            f"after waiting {self.wait:g} s: its budget is {size_text(self.limit)} and "
+            f"{size_text(used)} are in use, "
             f"held by pinned entries and downloads in progress: {shown or 'none'}. Raise "
             "cache_limit=, or lower prefetch_shards= or num_workers so fewer shards are "
             "pinned at once"

@@ -12,7 +12,7 @@ import os
 import secrets
 from typing import Any
 
-from stoker._core.errors import CacheFullError
+from stoker._core.errors import CacheFullError, size_text
 from stoker._core.held import live_bodies
 from stoker._core.oscompat import lock
 from stoker.storage._locks import Held, close_lock, open_lock
@@ -53,11 +53,14 @@ def claim(root: str, limit: int, nbytes: int, *, what: str, group: str | None, f
     total = _claimed([*live, mine])
     if total > limit:
         others = [c for c in live if group is None or c.get("group") != group]
-        shown = "; ".join(f"{c['what']} ({c['bytes']} bytes)" for c in others[:6])
+        shown = "; ".join(f"{c['what']} ({size_text(c['bytes'])})" for c in others[:6])
         held = f" Claimed already by other readers of this cache: {shown}." if shown else ""
         raise CacheFullError(
-            f"{what} needs {nbytes} bytes of the shard cache {root} at once, and its budget is "
-            f"{limit} bytes ({total} claimed with this one).{held} {fixes}".rstrip()
+            (
+                f"{what} needs {size_text(nbytes)} of the shard cache {root} at once, and its "
+                f"budget is {size_text(limit)} ({size_text(total)} claimed with this one)."
+                f"{held} {fixes}"
+            ).rstrip()
         )
     path = os.path.join(folder, f"{os.getpid()}.{secrets.token_hex(6)}.json")
     fd = open_lock(path)

@@ -14,6 +14,7 @@ What the doctor needs of a :class:`stoker.Loader`: ``slots`` (its ring's batch s
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -112,13 +113,15 @@ def measure_loader(
     cores: int = 1,
     warmup_batches: int | None = None,
     max_seconds: float | None = None,
+    deadline: float = math.inf,
 ) -> LoaderRun:
     """Run ``stoker.Loader`` with ``workers`` workers; samples/s after the ring drained.
 
     The first ``2 * workers + 2`` batches are not counted: they include process start-up and
     the batches prefetched while it ran. The window lasts ``seconds``, then up to
-    ``max_seconds`` until the interval of its rounds of batches is tight. ``cores``: the
-    usable cores, for the load figures.
+    ``max_seconds`` until the interval of its rounds of batches is tight; it closes at
+    ``deadline`` (``time.perf_counter``) whatever it has. ``cores``: the usable cores, for the
+    load figures.
     """
     from stoker.loader import Loader
 
@@ -140,6 +143,7 @@ def measure_loader(
     ):
         meter = LoadMeter(loader.worker_pids, cores)
         window = _Window(warm, seconds, batch_size, meter, max_seconds or seconds)
+        window.deadline = deadline
         window.run(loader)
         t_end = time.perf_counter()
         main_cpu = time.process_time() - window.p0 if window.t0 is not None else 0.0
@@ -148,7 +152,7 @@ def measure_loader(
         method = loader.start_method
         engine = loader.engine if workers else None
         skipped = tuple(_skipped(loader))
-    if window.t0 is None:
+    if window.t0 is None or not window.samples:
         why = ""
         if skipped:
             first = skipped[0]
@@ -198,6 +202,8 @@ class _Window:
     ``seconds`` later (after at least three batches), or, while the interval of its rounds is
     not tight, up to ``max_seconds`` later."""
 
+    deadline = math.inf  # it closes then, whatever it has
+
     def __init__(
         self, warm: int, seconds: float, batch_size: int, meter: LoadMeter, max_seconds: float
     ) -> None:
@@ -232,6 +238,8 @@ class _Window:
         self.seen += len(batch.images)
         if self.t_first is None:
             self.t_first = clock()
+        if clock() >= self.deadline:
+            return True
         if self.got == self.warm:
             self.threads = _worker_threads(loader.worker_pids())
             self.meter.start()

@@ -16,6 +16,7 @@ time to first byte of a one-byte GET), the cache's budget, use and free space ar
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import tempfile
 import time
@@ -130,9 +131,11 @@ def measure_read_files(
     )
 
 
-def unreadable(sample: SourceSample) -> list[tuple[int, str]]:
+def unreadable(sample: SourceSample, until: float = math.inf) -> tuple[list[tuple[int, str]], int]:
     """``(j, "Type: message")`` for each sampled item that cannot be read (a file that cannot
-    be opened, a record whose framing or checksum is broken), in the order of the sample."""
+    be opened, a record whose framing or checksum is broken), in the order of the sample, and
+    how many were looked at: all, or those read by ``until`` (``time.perf_counter``; at least
+    8)."""
     if sample.kind == "folder":
         items: list[Any] = list(sample.files)
         read: Callable[[Any], object] = _read_file
@@ -145,13 +148,15 @@ def unreadable(sample: SourceSample) -> list[tuple[int, str]]:
         def read(i: int) -> object:  # a reader per record: a chunk's reader may check them all
             return records.reader(np.asarray([i], np.int64), ())(i)
 
-    bad = []
+    bad: list[tuple[int, str]] = []
     for j, item in enumerate(items):
+        if j >= 8 and time.perf_counter() > until:
+            return bad, j
         try:
             read(item)
         except Exception as e:  # noqa: BLE001 - each failure is reported with its sample
             bad.append((j, f"{type(e).__name__}: {e}"))
-    return bad
+    return bad, len(items)
 
 
 def measure_read_records(

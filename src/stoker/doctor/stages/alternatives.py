@@ -1,5 +1,5 @@
-"""The alternatives stage: when the transforms shrink the image, time each decoder at the
-output size and the sample re-encoded just large enough for it (resize at pack time)."""
+"""The alternatives stage: when the transforms shrink the image, time each decoder at reduced
+size and the sample re-encoded just large enough (resize at pack time), at :func:`pack_size`."""
 
 from __future__ import annotations
 
@@ -9,21 +9,45 @@ from stoker.doctor.findings import Alternatives, Findings
 from stoker.doctor.measure.augment import measure_transforms
 from stoker.doctor.measure.decode import measure_decode, resize_payloads
 from stoker.doctor.measure.timing import Stage
+from stoker.doctor.stages.augment import SHRINK
 
-__all__ = ["run"]
+__all__ = ["pack_size", "run"]
 
 
 def run(f: Findings) -> None:
     """Fill ``f.alternatives`` (both empty when the output is not smaller than the input)."""
-    target = f.augment.target
+    target, full = f.augment.target, f.augment.in_shape
     f.alternatives = Alternatives(None, None)
-    if target is None:
+    if target is None or full is None:
         return
-    f.alternatives = Alternatives(_scaled_decode(f, target), _resized_at_pack(f, target))
+    size, trade = pack_size(f.settings.transforms, (full[0], full[1]), target)
+    f.alternatives = Alternatives(_scaled_decode(f, size), _resized_at_pack(f, size), trade)
+
+
+def pack_size(
+    t: object, full: tuple[int, int], out: tuple[int, int]
+) -> tuple[tuple[int, int], str]:
+    """The size to decode or pack images of ``full`` size at: what ``t``'s ``decode_hint``
+    allows when it shrinks them, else the output size ``out``, with why that is a trade."""
+    from stoker.transforms import decode_hint
+
+    hint = decode_hint(t, full)
+    if hint is not None and hint[0] * hint[1] < SHRINK * full[0] * full[1]:
+        return hint, ""
+    need = decode_hint(t, (10 * full[0], 10 * full[1]))  # the size it needs, at this aspect
+    why = (
+        f"every crop at full resolution needs a shorter side of at least {min(need)} px"
+        if need
+        else "the transforms do not say which size keeps every crop whole (decode_hint)"
+    )
+    return out, f"crops upsampled from {out[0]}x{out[1]} px: {why}; these images have {min(full)}"
 
 
 def _scaled_decode(f: Findings, target: tuple[int, int]) -> Stage | None:
-    """Each decoder at reduced size; the fastest one."""
+    """Each decoder at reduced size; the fastest one (``None`` when no DCT scale covers it)."""
+    full = f.augment.in_shape or (0, 0)
+    if not any(full[0] // k >= target[0] and full[1] // k >= target[1] for k in (2, 4, 8)):
+        return None
     best: Stage | None = None
     for name, fn in f.decode.decoders.items():
         with contextlib.suppress(Exception):
@@ -44,9 +68,9 @@ def _scaled_decode(f: Findings, target: tuple[int, int]) -> Stage | None:
 
 def _resized_at_pack(
     f: Findings, target: tuple[int, int]
-) -> tuple[float, float, float, float, str] | None:
+) -> tuple[float, float, float, float, str, float] | None:
     """Decode and augment of the payloads re-encoded to just cover ``target``:
-    ``(decode s, decode CPU s, augment s, augment CPU s, label)`` per sample."""
+    ``(decode s, decode CPU s, augment s, augment CPU s, label, high end)`` per sample."""
     dec = f.decode
     quarter = f.settings.quarter
     try:
@@ -63,4 +87,5 @@ def _resized_at_pack(
     if d2 is None:
         return None
     f.add(d2)
-    return (d2.per_sample_s, d2.cpu_per_sample_s, a2.per_sample_s, a2.cpu_per_sample_s, label)
+    hi = d2.interval_s[1] + a2.interval_s[1]
+    return (d2.per_sample_s, d2.cpu_per_sample_s, a2.per_sample_s, a2.cpu_per_sample_s, label, hi)

@@ -45,6 +45,8 @@ def run_model(f: Findings) -> None:
         f.skip("model", "give --step-time MS or --model module:attr for the GPU busy share")
     elif not f.augment.out_shape:
         f.skip("model", "no decoded sample to take the batch shape from")
+    elif s.left() <= 0:
+        f.cut("model")
     else:
         f.model = _timed_model(f, tuple(f.augment.out_shape))
 

@@ -5,11 +5,12 @@ cores other processes left free during it. Samples a run skipped are recorded as
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
 from stoker.doctor.findings import Findings, LoaderSweep
-from stoker.doctor.measure.loader import LoaderRun, loader_source, measure_loader
+from stoker.doctor.measure.loader import LoaderRun, TooFewBatches, loader_source, measure_loader
 from stoker.doctor.verdict import Cost, calibrate, predict, predict_free
 
 __all__ = ["run", "worker_counts"]
@@ -85,13 +86,25 @@ def _given_load(cost: Cost, runs: list[LoaderRun]) -> dict[int, float]:
     }
 
 
+def _needs(f: Findings, k: int, runs: list[LoaderRun]) -> float:
+    """About how long a run at ``k`` workers takes: its start-up (the last run's, else 0.15 s),
+    ``2k + 5`` batches at the last run's rate (else one process's) and its least window."""
+    rate = runs[-1].rate if runs else f.cost.one_worker_rate
+    startup = runs[-1].startup_s if runs else 0.15
+    return startup + (2 * k + 5) * f.settings.batch_size / max(rate, 1e-9) + f.settings.step
+
+
 def _sweep(f: Findings, step: Callable[[str], None]) -> list[LoaderRun]:
     """The loader at each worker count, on one source object; stops at the first failure."""
     s = f.settings
     runs: list[LoaderRun] = []
     src_obj, owned = loader_source(s.path, s.remote)
     try:
-        for k in s.workers:
+        for n, k in enumerate(s.workers):
+            stop = s.deadline - 0.05 - 0.02 * k  # room to stop its workers
+            if stop - time.perf_counter() < _needs(f, k, runs):
+                f.cut(*(f"loader ({j} workers)" for j in s.workers[n:]))
+                break
             try:
                 runs.append(
                     measure_loader(
@@ -102,11 +115,15 @@ def _sweep(f: Findings, step: Callable[[str], None]) -> list[LoaderRun]:
                         seconds=s.step,
                         cores=s.cores,
                         max_seconds=s.cap(s.step),
+                        deadline=stop,
                     )
                 )
             except Exception as e:  # noqa: BLE001 - report, do not crash
                 for x in getattr(e, "skipped", ()):  # a run that failed may still name them
                     f.found_corrupt(x["key"], x["where"], x["reason"], "loader")
+                if isinstance(e, TooFewBatches) and time.perf_counter() >= stop:
+                    f.cut(*(f"loader ({j} workers)" for j in s.workers[n:]))
+                    break
                 reason = (
                     f"stoker.Loader is not available ({e})"
                     if isinstance(e, ImportError)

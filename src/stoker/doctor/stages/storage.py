@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 
 from stoker._core.errors import StokerFormatError
 from stoker.doctor.findings import Findings, Storage
@@ -80,7 +81,11 @@ def _drop_unreadable(f: Findings) -> None:
     sample, so that every later stage works on what reads (the cold pass evicts the pages
     this check brought in before it reads)."""
     sample = f.sample
-    bad = unreadable(sample)
+    bad, looked = unreadable(
+        sample, time.perf_counter() + f.settings.left(f.settings.stage_end) / 3
+    )
+    if looked < sample.sampled:  # the budget's share for this pass ran out: a smaller sample
+        del sample.files[looked:], sample.positions[looked:]
     if not bad:
         return
     if len(bad) == sample.sampled:  # nothing reads: an error of the set, not of its samples

@@ -84,8 +84,18 @@ def run(f: Findings) -> None:
         normalize=normalize,
         costly_op=costly,
         more_workers=more_workers(measured, k_run, capped=v.cpu_capped),
+        spreads=spreads,
+        trade=f.alternatives.trade,
     )
-    f.judgement = Judgement(k_run, loader_rate, _more_did_not_help(v, measured), recs)
+    noisy = [r for r in recs if r.gain_lo is not None and r.gain_lo <= 1.0]
+    for r in noisy:
+        f.skip(
+            f"change: {r.action}",
+            f"its gain to the loader (x{r.loader_gain:.2f}) is within the intervals of the "
+            f"figures it compares (x{r.gain_lo:.2f} at worst), so it is not ranked",
+        )
+    ranked = [r for r in recs if r not in noisy]
+    f.judgement = Judgement(k_run, loader_rate, _more_did_not_help(v, measured), ranked)
 
 
 def _factors(stage: Stage | None) -> tuple[float, float]:
@@ -184,13 +194,13 @@ def _more_did_not_help(v: Verdict, measured: dict[int, float]) -> Verdict:
     )
 
 
-def _per_sample(stage: Stage | None) -> tuple[float, float] | None:
-    return (stage.per_sample_s, stage.cpu_per_sample_s) if stage else None
+def _per_sample(stage: Stage | None) -> tuple[float, float, float] | None:
+    return (stage.per_sample_s, stage.cpu_per_sample_s, stage.interval_s[1]) if stage else None
 
 
-def _decode_scaled(f: Findings) -> tuple[float, float, str] | None:
+def _decode_scaled(f: Findings) -> tuple[float, float, str, float] | None:
     st = f.alternatives.scaled
-    return (st.per_sample_s, st.cpu_per_sample_s, st.name) if st else None
+    return (st.per_sample_s, st.cpu_per_sample_s, st.name, st.interval_s[1]) if st else None
 
 
 def _augment_changes(

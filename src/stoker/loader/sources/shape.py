@@ -23,7 +23,7 @@ from stoker._core.specs import ArraySpec
 from stoker.codecs import decode
 from stoker.formats import Reader
 from stoker.formats.base import is_encoded
-from stoker.pipeline import leaves_size_open
+from stoker.pipeline import leaves_size_open, size_lost
 
 __all__ = ["PROBES", "check_first_image", "input_spec", "learned_output", "shared_image_spec"]
 
@@ -138,6 +138,9 @@ def input_spec(
         if on_error != "skip":
             check_first_image(source, transforms)
         return spec, ""
+    lost = size_lost(transforms, spec)
+    if lost:
+        raise SpecError(f"transforms: {lost[:-1]}")
     return shared_image_spec(source, skip=on_error == "skip")
 
 

@@ -73,6 +73,22 @@ def make_out_dir(prefix: str) -> None:
         raise PackError(f"{out_dir}: output folder is not writable")
 
 
+#: the fix for a pack whose every file was rejected, by the commonest reason
+_FIXES = {
+    "outside_root": "give root= (--root) a folder that holds them, or pass allow_outside_root="
+    "True (--allow-outside-root)",
+    "missing": "a relative path is read from root= (--root), by default the listing's folder",
+    "bad_field": "fix those fields, or give schema= (--schema) the fields' types",
+}
+
+
+def _nothing_packed(reasons: dict[str, int], n: int, rejects: str) -> str:
+    """One line for a pack that wrote nothing: its commonest reject reason and the fix."""
+    why = max(reasons, key=lambda r: reasons[r])
+    fix = _FIXES.get(why, "each file's reason is in the rejects list")
+    return f"nothing packed: all {n} files were rejected, {reasons[why]} of them {why}; {fix}; see {rejects}"
+
+
 def write_set_files(
     options: PackOptions,
     plan: Plan,
@@ -173,11 +189,14 @@ def commit_set(
         for name, n in (side.get("lengths") or {}).items():
             lengths[name] = max(lengths.get(name, 0), int(n))
     tally.item_rejects.sort()
-    if options.max_rejects is not None and tally.n_rejected > options.max_rejects:
+    too_many = options.max_rejects is not None and tally.n_rejected > options.max_rejects
+    if too_many or (tally.n_rejected and not tally.n_written):
         write_rejects(paths.rejects, plan.scan, plan, tally.item_rejects)
         raise TooManyRejectsError(
             f"{tally.n_rejected} files rejected, more than max_rejects={options.max_rejects}; "
             f"see {paths.rejects} (shards kept; no manifest written; rerun to resume)"
+            if too_many
+            else _nothing_packed(tally.reasons(), tally.n_rejected, paths.rejects)
         )
     tally.check_accounting()  # before anything of the set is written: never a short set
     try:

@@ -547,9 +547,8 @@ def read_listing(
     schema: Schema | None = None,
 ) -> tuple[ScanResult, Schema]:
     """The items of a ``.jsonl``/``.csv`` listing (rejects named by line and field) and its
-    schema (``schema``, or inferred by the module's rules). Paths, masks' included, are
-    relative to ``root`` (default: the listing's folder) and confined to it as an im2rec
-    list's are."""
+    schema (``schema``, or inferred by the module's rules). Paths, masks' included, are read
+    as an im2rec list's are (:func:`~stoker.pack.plan.scan.read_lst`)."""
     path = os.fspath(path)
     base = os.fspath(root) if root is not None else os.path.dirname(os.path.abspath(path))
     try:
@@ -573,7 +572,7 @@ def read_listing(
     except SpecError as e:
         raise PackError(f"{path}: {e}") from None
     res.classes = dict(classes or {})
-    confine = _Confine(base, allow_outside_root)
+    confine = _Confine(base, root, allow_outside_root)
     res.found = len(rows) + len(res.rejects)
     for lineno, row in rows:
         got = _item(lineno, row, schema, classes, base, confine)

@@ -96,19 +96,18 @@ def scan_folder(root: str | os.PathLike[str], *, follow_symlinks: bool = False) 
 
 
 class _Confine:
-    """Where list entries may lead: inside ``base`` (after symlinks), unless allowed anywhere."""
+    """Where list entries may lead: anywhere, as written, unless the user gave a ``root``; then
+    inside it (after symlinks), unless ``allow_outside_root``."""
 
-    def __init__(self, base: str, allow_outside: bool) -> None:
-        self.base_real = os.path.realpath(base)
-        self.allow_outside = allow_outside
+    def __init__(self, base: str, root: object, allow_outside: bool) -> None:
+        self.base, self.base_real = base, os.path.realpath(base)
+        self.allow_outside = allow_outside or root is None
         self.dirs: dict[str, str] = {}  # folder -> its real path (lists repeat folders a lot)
 
     def reject(self, rel: str, full: str) -> tuple[str, str] | None:
         """``(reason, detail)`` when the entry must not be read, else None (read it)."""
         if "\x00" in rel:  # no file name holds one; the OS refuses such a path outright
             return "bad_path", f"the path {rel!r} holds a NUL character"
-        if not self.allow_outside and os.path.isabs(rel):
-            return "outside_root", "absolute path (allow_outside_root=True to pack it)"
         try:
             st = os.lstat(full)
         except FileNotFoundError:
@@ -130,7 +129,10 @@ class _Confine:
             real = os.path.join(real_dir, name)
         inside = self.base_real.rstrip(os.sep) + os.sep
         if real != self.base_real and not real.startswith(inside):
-            return "outside_root", f"leads to {real!r}, outside the root (allow_outside_root=True)"
+            return "outside_root", (
+                f"leads to {real!r}, outside root={self.base!r} (--root); pass "
+                "allow_outside_root=True (--allow-outside-root) to pack it"
+            )
         return None
 
 
@@ -140,15 +142,15 @@ def read_lst(
     root: str | os.PathLike[str] | None = None,
     allow_outside_root: bool = False,
 ) -> ScanResult:
-    """Parse an im2rec list: ``index \\t label [\\t label ...] \\t relative/path`` per line.
+    """Parse an im2rec list: ``index \\t label [\\t label ...] \\t path`` per line.
 
-    Paths are relative to ``root`` (default: the folder holding the list). The index becomes
-    the record key, as im2rec does; it must be a unique integer >= 0.
+    A path is read as written: an absolute one as is, a relative one from ``root`` (default:
+    the folder holding the list). The index becomes the record key, as im2rec does; it must be
+    a unique integer >= 0.
 
     Each entry is looked at once, here: one that does not exist is rejected ``missing``, a
-    dangling link ``broken_link``, and, unless ``allow_outside_root``, an absolute path or one
-    that leads outside ``root`` (``..``, or a symlink, as a folder source rejects it)
-    ``outside_root``. These are listed in the rejects file with an empty key, as a folder's
+    dangling link ``broken_link``, and, when ``root`` is given and not ``allow_outside_root``,
+    one that leads outside it (absolute, ``..``, or a symlink) ``outside_root``. These are listed in the rejects file with an empty key, as a folder's
     listing rejects are.
     """
     path = os.fspath(path)
@@ -159,7 +161,7 @@ def read_lst(
     except OSError as e:
         raise PackError(f"{path}: cannot read the list: {e.strerror or e}") from None
     res = ScanResult(items=[], classes={})
-    confine = _Confine(base, allow_outside_root)
+    confine = _Confine(base, root, allow_outside_root)
     seen: set[int] = set()
     for lineno, line in enumerate(raw.split(b"\n"), 1):
         line = line.rstrip(b"\r")
