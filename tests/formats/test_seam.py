@@ -205,7 +205,7 @@ def test_record_dataset_inspect_verify_unpack_and_doctor(toy, tmp_path, capsys):
     from stoker.doctor import diagnose
 
     report = diagnose(
-        path, transforms=CenterCrop(16), batch_size=4, workers_max=1, seconds=0.2,
+        path, transforms=CenterCrop(16), batch_size=4, workers_max=1, seconds=1.0,
         sample_size=8, step_time_ms=1.0, progress=False,
     )  # fmt: skip
     assert report.data["source"]["kind"] == "records" and report.data["source"]["count"] == N

@@ -5,6 +5,7 @@ the text); no object reprs; cache sizes in binary units."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -28,10 +29,17 @@ def folder(tmp_path_factory):
     return stoker.make_sample_data(root / "imgs", classes=2, per_class=4, size=48, workers=1)
 
 
-def test_a_plain_function_that_loses_the_size_is_named_with_output_same(folder):
+def test_a_plain_function_that_loses_the_size_is_named_with_output_same(folder, tmp_path):
     chain = Compose([RandomResizedCrop(32), brighten])
+    with Loader(folder, batch_size=4, transforms=chain, workers=0) as ld:  # learnt from image 0
+        assert next(iter(ld)).images.shape == (4, 32, 32, 3)
+    # where the first image does not read, nothing tells the size: the error names the step
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    first = sorted(p for p in bad.rglob("*.jpg"))[0]
+    first.write_bytes(b"not an image")
     with pytest.raises(stoker.SpecError) as info:
-        Loader(folder, batch_size=4, transforms=chain, workers=0)
+        Loader(str(bad), batch_size=4, transforms=chain, workers=0)
     text = str(info.value)
     assert "step 1 (as_transform(brighten)) loses the size" in text
     assert "step 0 (RandomResizedCrop) gives (32x32)" in text

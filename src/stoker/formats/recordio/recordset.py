@@ -237,7 +237,7 @@ class RecordSet(Reopens, Records):
         self.verify_checksums = config["verify_checksums"]
         self._cache = config["cache"]
         self._opened = opened
-        self.remote: RemoteShards | None = None
+        self._remote: RemoteShards | None = None
         if self.files is None:
             manifest = load_manifest(self.manifest_path)
             precheck_shards(self.manifest_path, manifest, self.verify_checksums)
@@ -257,7 +257,7 @@ class RecordSet(Reopens, Records):
         it when this one was unpickled (nothing listed again)."""
         manifest = parse(read_json(files.manifest_copy()), redact(files.url), KIND)
         if self._opened is not None:
-            self.remote = self._opened
+            self._remote = self._opened
         else:
             fresh = not files.sizes  # a set as a process other than the first opens it: listed
             if fresh:  # every file with one listing per folder, then checked against it
@@ -272,7 +272,7 @@ class RecordSet(Reopens, Records):
                 for j, s in enumerate(manifest["shards"])
             ]
             c = self._config
-            self.remote = RemoteShards(
+            self._remote = RemoteShards(
                 files,
                 shards,
                 cap=MAX_OPEN_SHARDS,
@@ -281,8 +281,8 @@ class RecordSet(Reopens, Records):
                 marks=3,
             )
             if fresh:
-                self.remote.check()
-        self.remote.on_release = self._released
+                self._remote.check()
+        self._remote.on_release = self._released
         return manifest
 
     def _released(self, j: int) -> None:
@@ -291,13 +291,18 @@ class RecordSet(Reopens, Records):
         self._open_shards.pop(j)
 
     @property
+    def remote(self) -> RemoteShards | None:
+        """The files of a set in object storage and the cache they are read through."""
+        return self._remote
+
+    @property
     def _planned_open(self) -> int | None:
         """How many shards a loader's claim lets this set keep open (``None``: no claim)."""
-        return None if self.remote is None else self.remote._planned_open
+        return None if self._remote is None else self._remote._planned_open
 
     @property
     def _planned_whole(self) -> bool | None:
-        return None if self.remote is None else self.remote._planned_whole
+        return None if self._remote is None else self._remote._planned_whole
 
     def shard(self, j: int) -> RecordFile:
         """The reader of shard ``j`` (opened and checked on first use; cached)."""
@@ -309,10 +314,10 @@ class RecordSet(Reopens, Records):
             raise IndexError(f"shard {j} out of range for {len(entries)} shards")
         j %= len(entries)
         kw = {"verify_checksums": self.verify_checksums, "cache": self._cache}
-        if self.remote is None:
+        if self._remote is None:
             r = open_shard(self.manifest_path, entries[j], **kw)
         else:  # the opener makes room first: a reader never waits for its own pins
-            r = open_remote_shard(self.remote, entries[j], j, **kw)
+            r = open_remote_shard(self._remote, entries[j], j, **kw)
         # the shard reads its records as the set's manifest declares them (a field trailer)
         r.manifest, r.class_names = self.manifest, self.class_names
         self._open_shards.limit = self.max_open
@@ -329,8 +334,8 @@ class RecordSet(Reopens, Records):
             if r is not None and close:
                 r.close()
         finally:
-            if self.remote is not None:
-                self.remote.release(j)
+            if self._remote is not None:
+                self._remote.release(j)
 
     def claim(self, plan: ReadPlan) -> Any:
         """For a remote set, claim the room ``plan`` needs in the node's shard cache
@@ -338,34 +343,34 @@ class RecordSet(Reopens, Records):
         at most as many shards open as it allows; ``None`` for a local set. The processes
         that read for the loader (its workers) then claim nothing of their own. Release the
         claim with its ``close()``."""
-        return None if self.remote is None else self.remote.claim(plan)
+        return None if self._remote is None else self._remote.claim(plan)
 
     @property
     def max_open(self) -> int:
         """Shards this set keeps open at most in this process."""
-        return MAX_OPEN_SHARDS if self.remote is None else self.remote.max_open
+        return MAX_OPEN_SHARDS if self._remote is None else self._remote.max_open
 
     def read_ahead(self, order: np.ndarray, start: int = 0) -> ShardsAhead | None:
         """For a remote set with ``prefetch_shards`` > 0: a :class:`~stoker.formats.
         shardfiles.ShardsAhead` that downloads the shards of ``order`` (global positions, in
         reading order) ahead of position ``start``; ``None`` for a local set."""
-        if self.remote is None:
+        if self._remote is None:
             return None
-        return self.remote.read_ahead(order, self._starts, start)
+        return self._remote.read_ahead(order, self._starts, start)
 
     def focus(self, positions: np.ndarray) -> None:
         """A remote set about to read ``positions`` (a chunk of a batch) closes the other
         shards it holds open, so their cached copies are unpinned and can make room: what a
         process pins is what its current chunk reads (all stay open when the cache holds the
         whole set). A local set keeps its shards open."""
-        if self.remote is not None and self._open_shards:
-            self.remote.focus(self._set.shards_read(positions))
+        if self._remote is not None and self._open_shards:
+            self._remote.focus(self._set.shards_read(positions))
 
     def shard_location(self, j: int) -> str:
         """Where shard ``j``'s ``.rec`` lives, for messages: a local path or a URL."""
-        if self.remote is None:
+        if self._remote is None:
             return shard_paths(self.manifest_path, self._entries[j])[0]
-        return self.remote.location(j)
+        return self._remote.location(j)
 
     @property
     def shards(self) -> Sequence[RecordFile]:
@@ -383,8 +388,8 @@ class RecordSet(Reopens, Records):
     def close(self) -> None:
         while self._open_shards:
             self._drop(self._open_shards.oldest())
-        if self.remote is not None:
-            self.remote.close()
+        if self._remote is not None:
+            self._remote.close()
 
     def locate(self, i: int) -> tuple[int, int]:
         """``(shard index, position inside that shard)`` of global position ``i``."""
@@ -402,7 +407,7 @@ class RecordSet(Reopens, Records):
                 try:
                     parts.append(np.array(self.shard(j).keys, dtype=np.int64))
                 finally:  # a remote set pins one shard at a time for its keys
-                    if self.remote is not None and not was_open and not self.remote.whole:
+                    if self._remote is not None and not was_open and not self._remote.whole:
                         self._drop(j)
             self._keys = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         return self._keys
@@ -449,7 +454,7 @@ class RecordSet(Reopens, Records):
             try:
                 lab = self.shard(j).labels(pos[sel] - self._starts[j])
             finally:  # a remote set pins one shard at a time for its labels
-                if self.remote is not None and not was_open and not self.remote.whole:
+                if self._remote is not None and not was_open and not self._remote.whole:
                     self._drop(j)
             if pieces and lab.shape[1:] != pieces[0][1].shape[1:]:
                 raise self._mixed_labels(j, int(pos[sel[0]] - self._starts[j]), pieces, lab)
