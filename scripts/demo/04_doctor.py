@@ -35,7 +35,7 @@ def main() -> int:
     images, rec = ensure_data(work)
 
     from stoker.doctor import diagnose
-    from stoker.doctor.report import headline
+    from stoker.doctor.verdict import headline
 
     options = dict(
         transforms="seed000",

@@ -11,8 +11,8 @@ import pytest
 from doctor_bottlenecks import FIXED16, make_folder
 
 from stoker.doctor import diagnose
-from stoker.doctor.report import headline
 from stoker.doctor.stages.alternatives import pack_size
+from stoker.doctor.verdict import headline
 from stoker.transforms import CenterCrop, Compose, HorizontalFlip, RandomResizedCrop, Resize
 
 CROP = Compose([RandomResizedCrop(224), HorizontalFlip()])

@@ -191,7 +191,7 @@ def _title(d: dict[str, Any]) -> str:
     name = os.path.basename(str(d.get("source", {}).get("path", "")).rstrip("/"))
     title = f"stoker doctor: {name}"
     if v:
-        from stoker.doctor.report import headline
+        from stoker.doctor.verdict import headline
 
         title += f" - {headline(v)}"
         if v.get("gpu_busy_share") is not None:

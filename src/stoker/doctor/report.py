@@ -74,7 +74,7 @@ from typing import Any
 from stoker.doctor.budget import budget_data, budget_line
 from stoker.doctor.corrupt import corrupt_data
 from stoker.doctor.findings import Findings
-from stoker.doctor.verdict import assumption
+from stoker.doctor.verdict import assumption, headline
 
 __all__ = ["SCHEMA", "SCHEMAS_READ", "SECTIONS", "Report", "report_data"]
 
@@ -546,13 +546,6 @@ def _listing(out: _Lines, title: str, lines: list[str]) -> None:
 def _system(out: _Lines, checks: list[dict[str, Any]]) -> None:
     lines = [f"{c['status'].upper():<5} {c['name']}: {c['message']}" for c in checks]
     _listing(out, "System", lines)
-
-
-def headline(v: dict[str, Any]) -> str:
-    """What bounds the run, in a few words; both parts when the verdict is undecided."""
-    if v.get("decided", True) is False:
-        return f"undecided: {v['bound']} or {v.get('runner_up')} bounds the run"
-    return f"{v['bound']} bounds the run"
 
 
 def _verdict(out: _Lines, v: dict[str, Any] | None) -> None:

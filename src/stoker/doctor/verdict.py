@@ -58,6 +58,7 @@ __all__ = [
     "cpu_capped",
     "loader_overhead_s",
     "delivered",
+    "headline",
     "load_gap",
     "predict",
     "predict_free",
@@ -475,3 +476,10 @@ def _input_bound_lines(
     else:
         lines.append("Give --step-time or --model to compare with what the model consumes.")
     return lines
+
+
+def headline(v: dict[str, Any]) -> str:
+    """What bounds the run, in a few words; both parts when the verdict is undecided."""
+    if v.get("decided", True) is False:
+        return f"undecided: {v['bound']} or {v.get('runner_up')} bounds the run"
+    return f"{v['bound']} bounds the run"
