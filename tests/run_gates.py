@@ -5,7 +5,7 @@
   the budget. ``--durations=25`` (in ``addopts``) prints where the time went on every run.
 - ``alone``: the tests that watch or change what the whole node shares (loaders' rings and the
   node's memory reservations, a killed main's leftovers and their sweep, the CPU load and
-  timing the doctor measures, kill-and-resume runs) are marked ``alone`` here, by file, and
+  timing the doctor measures, check-resume's kills at chosen steps) are marked ``alone`` here, by file, and
   ``make test`` runs them in a second pass of their own after a parallel pass (``-n 2``) over
   the rest. ``--budget-since`` lets both passes count from the first one's start.
 - The sizes of the collections: before ``-m`` deselects anything, every collected test is
@@ -36,14 +36,8 @@ ALONE = (
     "tests/loader/test_loader_cleanup_cli.py",
     "tests/loader/test_loader_first_batch.py",
     "tests/loader/test_speed_floors.py",
-    "tests/pack/test_pack_kills.py",
-    "tests/pack/test_pack_kills_formats.py",
-    "tests/pack/test_pack_faults.py",
-    "tests/pack/test_convert_kills.py",
     "tests/keras/test_interrupt.py",
-    "tests/keras/test_resume_fit.py",
     "tests/remote/test_remote_check_resume.py",
-    "tests/torch/test_stateful_dataloader.py",
 )
 
 COUNTS = pytest.StashKey[dict]()

@@ -120,8 +120,8 @@ def _read_all_under_a_small_ulimit(tmp_path, shards: int, workers: int) -> int:
     return int(done.stdout.split("MAPS")[1])
 
 
-def test_two_thousand_shards_read_fully_with_256_file_descriptors(tmp_path):
-    most = _read_all_under_a_small_ulimit(tmp_path, 2000, 8)
+def test_eight_hundred_shards_read_fully_with_256_file_descriptors(tmp_path):
+    most = _read_all_under_a_small_ulimit(tmp_path, 800, 8)  # 2,400 files: 9x the limit
     assert 0 < most <= 2 * MAX_OPEN_SHARDS + 4  # a .rec and an index cache per open shard
 
 
