@@ -98,6 +98,7 @@ def _keys(report: Path) -> tuple[dict, list[list[int]]]:
     return rep, [r["keys"] for r in sorted(rep["ranks"], key=lambda r: r["rank"])]
 
 
+@pytest.mark.slow  # a cluster run (4 torch processes); tests/test_distributed.py runs 2 gloo ranks
 def test_two_nodes_of_two_ranks_deliver_every_record_once(packed, tmp_path):
     path, sizes = packed
     torchrun(2, 2, path, "--report", str(tmp_path / "rep.json"))

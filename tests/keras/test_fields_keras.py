@@ -140,6 +140,7 @@ def test_without_fields_x_stays_an_array():
     assert isinstance(x, np.ndarray) and x.shape == (16, 16, 16, 3)
 
 
+@pytest.mark.slow  # trains until it learns (14 s); the fields' dataset and batches run by default
 def test_multi_input_fit_on_two_workers_learns_from_the_fields():
     """The label (how many squares) is in both the image and the boxes' lengths: a model fed
     the image, the padded boxes and their lengths by name fits it."""

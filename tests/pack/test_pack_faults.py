@@ -125,7 +125,10 @@ def test_sigkill_more_points(tmp_path, points):  # B2 #19, more kill points
     _kill_resume_run(tmp_path, points)
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(  # SIGTERM by default in test_sigterm_to_the_group_at_many_moments
+    ("sig", "code"),
+    [(signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow)],
+)
 def test_interrupt_stops_workers_and_leaves_no_set(tmp_path, sig, code):  # B2 #20
     src = tmp_path / "src"
     # ~3 MB of records: the shard's writer flushes about 1 MB at a time, so the partial holds

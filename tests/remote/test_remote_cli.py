@@ -72,7 +72,7 @@ def _flip_a_payload_byte(rec_path: str, record: int) -> tuple[int, int]:
     return key, off
 
 
-@pytest.mark.parametrize("limit", [None, "20K"])
+@pytest.mark.parametrize("limit", [None, pytest.param("20K", marks=pytest.mark.slow)])
 def test_verify_a_url_passes_and_names_the_url_of_a_corrupt_shard(
     remote_set, cache_dir, tmp_path, limit
 ):

@@ -26,7 +26,10 @@ def _keys(ld) -> list[np.ndarray]:
         return [b.keys.copy() for b in ld]
 
 
-@pytest.mark.parametrize("kind", ["reset", "503", "slowdown", "truncate"])
+@pytest.mark.parametrize(
+    "kind",  # the default run: a dropped connection and a 503; the rest of the matrix is slow
+    ["reset", "503", *(pytest.param(k, marks=pytest.mark.slow) for k in ("slowdown", "truncate"))],
+)
 def test_transient_faults_mid_shard_lose_and_repeat_nothing(
     remote_set, cache_dir, proxy, monkeypatch, kind
 ):
