@@ -18,7 +18,8 @@ import stoker
 from stoker import SpecError, WorkerError
 from stoker.codecs import decode
 from stoker.formats.recordio import IRHeader, RecordWriter, pack_header
-from stoker.transforms import Compose, HorizontalFlip, Normalize
+from stoker.pipeline import DecodeOptions
+from stoker.transforms import Compose, HorizontalFlip, Normalize, Resize
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -101,6 +102,21 @@ def test_transforms_that_keep_the_size_need_no_resize_either(tmp_path):
     ) as loader:
         b = next(iter(loader))
         assert b.images.shape == (3, 3, 30, 20) and b.images.dtype == np.float32
+
+
+def test_a_size_open_resize_over_one_size_decodes_at_a_reduced_scale(tmp_path):
+    """Resize(28, shorter_side=True) leaves the size to the image: over a set of one size the
+    image is decoded at 1/4 scale (its decode hint) and still counts as the set's size."""
+    folder(tmp_path / "images", 4, (112, 112))
+    chain = Resize(28, shorter_side=True)
+    with stoker.Loader(tmp_path / "images", batch_size=4, transforms=chain, workers=0) as ld:
+        b = next(iter(ld))
+    assert b.images.shape == (4, 28, 28, 3)
+    full = DecodeOptions(scale_on_decode=False)
+    with stoker.Loader(
+        tmp_path / "images", batch_size=4, transforms=chain, workers=0, decode=full
+    ) as ld:
+        assert next(iter(ld)).images.shape == (4, 28, 28, 3)
 
 
 def test_a_folder_of_mixed_sizes_is_still_refused_naming_two_sizes(tmp_path):
