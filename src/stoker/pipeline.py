@@ -421,10 +421,15 @@ class Pipeline:
         if self.input_spec.accepts(img):
             return
         h, w = self.input_spec.shape[:2]
-        if self.decode.scale_on_decode and img.shape[2:] == self.input_spec.shape[2:]:
+        if (
+            self.decode.scale_on_decode
+            and h is not None
+            and w is not None
+            and img.shape[2:] == self.input_spec.shape[2:]
             # decoded at a reduced scale (the transforms' decode_hint): k/8 of the set's size
-            if any(img.shape[:2] == (-(-h * k // 8), -(-w * k // 8)) for k in range(1, 8)):
-                return
+            and any(img.shape[:2] == (-(-h * k // 8), -(-w * k // 8)) for k in range(1, 8))
+        ):
+            return
         raise SpecError(
             f"{what.format(*args)}: the image is {img.shape[0]}x{img.shape[1]} "
             f"({tuple(img.shape)} {img.dtype}), but this loader takes every image to be "
