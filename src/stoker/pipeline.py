@@ -219,6 +219,7 @@ class Pipeline:
     _head_spec: ArraySpec | None = field(init=False, default=None, repr=False, compare=False)
     _tail: Normalize | None = field(init=False, default=None, repr=False, compare=False)
     _fused: FusedCrop | None = field(init=False, default=None, repr=False, compare=False)
+    _scaled_sizes: frozenset = field(init=False, default=frozenset(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.input_spec, ArraySpec):
@@ -270,6 +271,13 @@ class Pipeline:
                 "mix takes a stoker.transforms MixUp, CutMix or MixUpCutMix, on batches of "
                 f"image and label only (no pair_with, no fields); got {self.mix!r}"
             )
+        h, w = self.input_spec.shape[:2] if self.input_from else (None, None)
+        scaled = (
+            {(-(-h * k // 8), -(-w * k // 8)) for k in range(1, 8)}
+            if self.decode.scale_on_decode and h is not None and w is not None
+            else set()
+        )  # the set's one size as a reduced-scale decode gives it: k/8 of it, rounded up
+        object.__setattr__(self, "_scaled_sizes", frozenset(scaled))
         if self.geometry:
             self._check_geometry()
         self._split_tail()
@@ -421,15 +429,8 @@ class Pipeline:
         if self.input_spec.accepts(img):
             return
         h, w = self.input_spec.shape[:2]
-        if (
-            self.decode.scale_on_decode
-            and h is not None
-            and w is not None
-            and img.shape[2:] == self.input_spec.shape[2:]
-            # decoded at a reduced scale (the transforms' decode_hint): k/8 of the set's size
-            and any(img.shape[:2] == (-(-h * k // 8), -(-w * k // 8)) for k in range(1, 8))
-        ):
-            return
+        if img.shape[:2] in self._scaled_sizes and img.shape[2:] == self.input_spec.shape[2:]:
+            return  # decoded at a reduced scale (the transforms' decode_hint)
         raise SpecError(
             f"{what.format(*args)}: the image is {img.shape[0]}x{img.shape[1]} "
             f"({tuple(img.shape)} {img.dtype}), but this loader takes every image to be "

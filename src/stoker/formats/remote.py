@@ -101,16 +101,16 @@ class RemoteOptions:
     ``<stoker cache dir>/shards``, see ``stoker._core.cache``). ``cache_limit``: its byte
     budget (default: the smaller of 100 GiB and half the free space where it lives).
     ``prefetch_shards``: shards downloaded ahead of the reading order (0: none).
-    ``whole_set``: a loader's sampler, or its ``shuffle``: ``True`` (a global shuffle, which
-    reads from any shard in any batch) refuses at open, before any download, a set the
-    cache's budget cannot hold whole.
+    ``whole_set``: the loader reads from any shard in any batch (its default sampler with
+    ``shuffle=True``, a global shuffle): a set the cache's budget cannot hold whole is refused
+    at open, before any download.
     """
 
     storage_options: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
     cache_dir: str | None = None
     cache_limit: int | None = None
     prefetch_shards: int = 2
-    whole_set: Any = field(default=None, repr=False, compare=False)
+    whole_set: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         so = self.storage_options
@@ -124,7 +124,6 @@ class RemoteOptions:
         ahead = self.prefetch_shards
         if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0:
             raise ValueError(f"prefetch_shards must be an int >= 0, got {ahead!r}")
-        object.__setattr__(self, "whole_set", self.whole_set is True)
 
     def cache(self) -> ShardCache:
         from stoker.storage.cache import ShardCache

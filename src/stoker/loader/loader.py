@@ -158,7 +158,9 @@ class Loader(RingFeed):
 
         _shm.cleanup_stale()
         remote = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards)
-        src, owned = as_source(source, remote=replace(remote, whole_set=sampler or shuffle))
+        src, owned = as_source(
+            source, remote=replace(remote, whole_set=sampler is None and shuffle is True)
+        )
         self._source: Source | None = src
         self._owns_source = owned
         try:
