@@ -16,7 +16,6 @@ import os
 import weakref
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -128,7 +127,6 @@ class Loader(RingFeed):
         # DataLoader habits get the stoker spelling by name, not a bare TypeError
         refuse_unknown("Loader", unknown, _PARAMS, DATALOADER_NAMES)
         self._blank(on_worker_death)
-        self._out_sizes: dict[tuple[int, int], tuple[int, int]] = {}
         self.batch_size = check_batch_size(batch_size)
         if pair_with is not None and self.batch_size % 2:
             raise ValueError(f"with pair_with, batch_size must be even, got {self.batch_size}")
@@ -157,10 +155,9 @@ class Loader(RingFeed):
         self.start_method: str | None = self._engine.start_method if self.workers else None
 
         _shm.cleanup_stale()
-        remote = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards)
-        src, owned = as_source(
-            source, remote=replace(remote, whole_set=sampler is None and shuffle is True)
-        )
+        whole = sampler is None and shuffle is True  # reads from any shard in any batch
+        remote = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards, whole)
+        src, owned = as_source(source, remote=remote)
         self._source: Source | None = src
         self._owns_source = owned
         try:
@@ -202,6 +199,7 @@ class Loader(RingFeed):
         self._closed = True  # until construction succeeded
         self._owner_pid = os.getpid()
         self._fields: FieldPlan | None = None
+        self._out_sizes: dict[tuple[int, int], tuple[int, int]] = {}
         self._pool = WorkerPool(
             on_worker_death, LINUX
         )  # the engine is chosen once the source opens
