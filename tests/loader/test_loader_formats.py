@@ -12,11 +12,10 @@ import pickle
 
 import numpy as np
 import pytest
-import simplejpeg
 
 import stoker
+from set_writers import jpegs, write_set
 from stoker._core.errors import SpecError
-from stoker._core.schema import Schema
 from stoker.codecs import decode
 from stoker.formats import Reader, registry
 from stoker.formats.base import is_encoded
@@ -29,33 +28,13 @@ TRANSFORMS = Compose([Resize(40, shorter_side=True), RandomCrop(32), HorizontalF
 
 
 def _samples() -> tuple[list[bytes], list[int]]:
-    rng = np.random.default_rng(16)
-    blobs, labels = [], []
-    for i in range(N):
-        h, w = 44 + 4 * (i % 5), 48 + 6 * (i % 3)
-        base = rng.integers(0, 256, (h // 4 + 1, w // 4 + 1, 3), dtype=np.uint8)
-        img = np.ascontiguousarray(np.repeat(np.repeat(base, 4, 0), 4, 1)[:h, :w])
-        blobs.append(simplejpeg.encode_jpeg(img, quality=90))
-        labels.append(int(rng.integers(0, CLASSES)))
-    return blobs, labels
+    return jpegs(N, seed=16, classes=CLASSES, h0=44, w0=48, hmod=5)
 
 
 def _write_set(name: str, folder: str, blobs: list[bytes], labels: list[int]) -> str:
     """The set in format ``name`` through the registry's writer and manifest, in shards."""
-    fmt = registry.get(name)
-    open_writer, write_manifest = fmt.load("writer"), fmt.load("manifest")
     prefix = os.path.join(folder, name)
-    schema = Schema.classification((), "int64")
-    entries = []
-    for j, start in enumerate(range(0, N, SHARD)):
-        w = open_writer(prefix, j, schema=schema, checksums=True)
-        for k in range(start, min(start + SHARD, N)):
-            w.write(k, blobs[k], labels[k], {})
-        entries.append(w.commit())
-    manifest = prefix + ".stoker.json"
-    classes = {f"c{c}": c for c in range(CLASSES)}
-    write_manifest(manifest, entries, classes=classes, schema=schema, pack=None, rejects=None)
-    return manifest
+    return write_set(name, prefix, blobs, labels, shard=SHARD, classes=CLASSES)
 
 
 def _datum(jpeg: bytes, label: int) -> bytes:

@@ -20,11 +20,9 @@ import os
 
 import numpy as np
 import pytest
-import simplejpeg
 
 import stoker
-from stoker._core.schema import Schema
-from stoker.formats import registry
+from set_writers import jpegs, pairwise, write_set
 from stoker.formats.protowire import LEN, VARINT, encode_field
 from stoker.storage.remote import Remote, close_filesystems
 from storage_doubles import StaticServer, upload_tree
@@ -46,23 +44,7 @@ def _valid(cell: tuple) -> bool:
 ALL = [c for c in itertools.product(FORMATS, PLACES, ORDERS, WORKERS, RANKS) if _valid(c)]
 
 
-def _pairwise(cells: list[tuple]) -> list[tuple]:
-    """A few cells that together hold every pair of values of any two axes that some valid
-    cell holds (greedy, deterministic)."""
-
-    def pairs(c: tuple) -> set:
-        return {(a, c[a], b, c[b]) for a, b in itertools.combinations(range(len(c)), 2)}
-
-    want = set().union(*(pairs(c) for c in cells))
-    chosen: list[tuple] = []
-    while want:
-        best = max(cells, key=lambda c: len(pairs(c) & want))
-        chosen.append(best)
-        want -= pairs(best)
-    return chosen
-
-
-SAMPLE = _pairwise(ALL)
+SAMPLE = pairwise(ALL)
 
 
 def _cell_id(c: tuple) -> str:
@@ -72,37 +54,6 @@ def _cell_id(c: tuple) -> str:
 CELLS = [
     pytest.param(*c, id=_cell_id(c), marks=() if c in SAMPLE else pytest.mark.slow) for c in ALL
 ]
-
-
-def _samples() -> tuple[list[bytes], list[int]]:
-    rng = np.random.default_rng(28)
-    blobs, labels = [], []
-    for i in range(N):
-        h, w = 40 + 4 * (i % 4), 44 + 6 * (i % 3)
-        base = rng.integers(0, 256, (h // 4 + 1, w // 4 + 1, 3), dtype=np.uint8)
-        img = np.ascontiguousarray(np.repeat(np.repeat(base, 4, 0), 4, 1)[:h, :w])
-        blobs.append(simplejpeg.encode_jpeg(img, quality=90))
-        labels.append(int(rng.integers(0, CLASSES)))
-    return blobs, labels
-
-
-def _write_set(name: str, folder: str, blobs: list[bytes], labels: list[int]) -> None:
-    """The set in format ``name`` under ``folder/name/``, shards of ``SHARD`` records."""
-    fmt = registry.get(name)
-    open_writer, write_manifest = fmt.load("writer"), fmt.load("manifest")
-    prefix = os.path.join(folder, name, "set")
-    os.makedirs(os.path.dirname(prefix))
-    schema = Schema.classification((), "int64")
-    entries = []
-    for j, start in enumerate(range(0, N, SHARD)):
-        w = open_writer(prefix, j, schema=schema, checksums=True)
-        for k in range(start, min(start + SHARD, N)):
-            w.write(k, blobs[k], labels[k], {})
-        entries.append(w.commit())
-    classes = {f"c{c}": c for c in range(CLASSES)}
-    write_manifest(
-        prefix + ".stoker.json", entries, classes=classes, schema=schema, pack=None, rejects=None
-    )
 
 
 def _write_lmdb(path: str, blobs: list[bytes], labels: list[int]) -> None:
@@ -127,9 +78,11 @@ def _write_lmdb(path: str, blobs: list[bytes], labels: list[int]) -> None:
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> str:
     root = str(tmp_path_factory.mktemp("composition"))
-    blobs, labels = _samples()
+    blobs, labels = jpegs(N, seed=28, classes=CLASSES, h0=40, w0=44, hmod=4)
     for name in ("recordio", "tfrecord", "wds"):
-        _write_set(name, root, blobs, labels)
+        write_set(
+            name, os.path.join(root, name, "set"), blobs, labels, shard=SHARD, classes=CLASSES
+        )
     _write_lmdb(os.path.join(root, "lmdb"), blobs, labels)
     return root
 

@@ -103,7 +103,9 @@ class RemoteOptions:
     ``prefetch_shards``: shards downloaded ahead of the reading order (0: none).
     ``whole_set``: the loader reads from any shard in any batch (its default sampler with
     ``shuffle=True``, a global shuffle): a set the cache's budget cannot hold whole is refused
-    at open, before any download.
+    at open, before any download. ``loader``: a loader opens the set and claims the room its
+    run reads in; until then its process reads one shard at a time, in the run's claim group
+    (``docs/remote.md``).
     """
 
     storage_options: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
@@ -111,6 +113,7 @@ class RemoteOptions:
     cache_limit: int | None = None
     prefetch_shards: int = 2
     whole_set: bool = field(default=False, repr=False, compare=False)
+    loader: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         so = self.storage_options
@@ -268,7 +271,7 @@ def check_room_for(files: RemoteFiles, sizes: list[int], marked: list[int]) -> N
     their sizes with the cache's markers)."""
     if not sizes:
         return
-    need = (files.options.prefetch_shards + 2) * max(sizes)
+    need = min((files.options.prefetch_shards + 2) * max(sizes), sum(marked))
     limit = files.cache.limit
     if limit < need:
         raise CacheFullError(
@@ -344,24 +347,26 @@ def claim_shards(files: RemoteFiles, sizes: list[int], plan: ReadPlan) -> tuple[
 
     The pins of a loader lie in the shards its batches in flight touch (``plan.span``; each
     reader pins only what its current chunk reads) and the ``prefetch_shards`` downloaded
-    ahead: ``(span + prefetch_shards) x`` the largest shard. An order that may touch any
-    shard (``shuffle=True``, class-balanced) needs the whole set. Ranks reading shards of
-    their own each claim theirs; ranks reading the same shards share one claim. ``sizes``:
-    each shard's bytes in the cache, its files' markers included (:func:`with_marks`)."""
+    ahead: ``(span + prefetch_shards) x`` the largest shard, never more than the whole set.
+    An order that may touch any shard (``shuffle=True``, class-balanced) needs the whole set.
+    Every claim of one run on the set is in one group (:func:`~stoker.storage.claims.
+    run_group`): ranks reading shards of their own add up, ranks reading the same shards count
+    once, and the group counts at most the whole set. ``sizes``: each shard's bytes in the
+    cache, its files' markers included (:func:`with_marks`)."""
+    from stoker.storage.claims import run_group
+
     whole = sum(sizes)
     ahead = files.options.prefetch_shards
     url = redact(files.url)
-    group: str | None
     if plan.span is None or plan.span + ahead >= len(sizes):
-        need, per_reader, group = whole, len(sizes), f"{url}\0whole"
+        need, per_reader, shared = whole, len(sizes), True
         if plan.span is None:
             fixes = _whole_set_fixes(plan.order, sizes)
         else:
             fixes = f"Raise cache_limit to at least {size_text(whole)} (the whole set)"
     else:
-        need = (plan.span + ahead) * max(sizes)
-        per_reader = plan.span
-        group = f"{url}\0{plan.order}" if plan.shared else None
+        need = min((plan.span + ahead) * max(sizes), whole)
+        per_reader, shared = plan.span, plan.shared
         if plan.order == BY_POSITION:
             fixes = (
                 f"A process that reads the set outside a stoker.Loader (a RecordDataset in each "
@@ -379,7 +384,9 @@ def claim_shards(files: RemoteFiles, sizes: list[int], plan: ReadPlan) -> tuple[
             if plan.order != 'shuffle="shards"':
                 fixes += ', or use shuffle="shards"'
     what = f"{url} read with {plan.order} ({plan.run})"
-    claim = files.cache.claim(need, what=what, group=group, fixes=fixes)
+    claim = files.cache.claim(
+        need, what=what, group=run_group(url), fixes=fixes, shared=shared, cap=whole
+    )
     return claim, per_reader
 
 

@@ -116,9 +116,12 @@ class RemoteShards:
             self.max_open = self.cap
         elif self._planned_open is not None:
             self.max_open = self._planned_open
-        else:  # no more pins than the room check() asked the cache for
+        else:  # no more pins than the room check() asked the cache for; a loader's process
+            # reads one shard at a time while it opens the set (its claim is no larger than
+            # the one the loader makes for the run)
             ahead = self.files.options.prefetch_shards
-            self.max_open = min(MAX_OPEN_REMOTE_SHARDS, ahead + 2, self.cap)
+            spare = 1 if self.files.options.loader else 2
+            self.max_open = min(MAX_OPEN_REMOTE_SHARDS, ahead + spare, self.cap)
 
     def __getstate__(self) -> dict:
         return {
@@ -247,10 +250,12 @@ class RemoteShards:
 
     def _own_claim(self) -> Any:
         """The claim of a process that holds shards outside a loader's plan: room for the
-        shards it keeps held (nothing is downloaded ahead of it)."""
+        shards it keeps held (nothing is downloaded ahead of it). A loader's process opening
+        the set reads shards its run reads: a shared claim of the run's group."""
         ahead = self.files.options.prefetch_shards
         span = None if self.whole else max(self.max_open - ahead, 1)
-        plan = ReadPlan(span, False, BY_POSITION, f"process {os.getpid()}")
+        opening = self.files.options.loader
+        plan = ReadPlan(span, opening, BY_POSITION, f"process {os.getpid()}")
         return claim_shards(self.files, self.sizes, plan)[0]
 
     def _maybe_unclaim(self) -> None:

@@ -156,7 +156,9 @@ class Loader(RingFeed):
 
         _shm.cleanup_stale()
         whole = sampler is None and shuffle is True  # reads from any shard in any batch
-        remote = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards, whole)
+        remote = RemoteOptions(
+            storage_options, cache_dir, cache_limit, prefetch_shards, whole_set=whole, loader=True
+        )
         src, owned = as_source(source, remote=remote)
         self._source: Source | None = src
         self._owns_source = owned

@@ -57,10 +57,13 @@ Claims. Every reader that pins shards (a loader with its workers and downloads a
 claims the bytes it may hold pinned at once (:meth:`ShardCache.claim`), under the cache lock:
 a JSON file in ``claims/`` that its process holds ``LOCK_EX`` for as long as the claim
 lives. The claims of live processes (a file nobody locks is a dead process's and is removed)
-must fit the budget together, or the new claim is refused with :class:`CacheFullError`. Claims
-in one ``group`` pin the same shards (the ranks of one run reading a set in the same places)
-and count once, as their largest. So pins never fill the budget: whenever a reader waits for
-room, the room is held by entries nobody pins, which eviction takes.
+must fit the budget together, or the new claim is refused with :class:`CacheFullError`. The
+claims of one run on one set (its ranks on this node, their loaders and the readers that open
+the set) form one ``group``: its shared claims (pins in the shards every rank reads: an order
+whose ranks interleave, a reader opening the set) count once, as their largest, the claims of
+ranks reading shards of their own add up, and the group counts at most the whole set. So pins
+never fill the budget: whenever a reader waits for room, the room is held by entries nobody
+pins, which eviction takes.
 
 A get compares size, inode and mtime, not the CRC32C (checked once, on download): a file
 edited or truncated in place has a new mtime or size, so it is downloaded again, never read.
@@ -243,13 +246,31 @@ class ShardCache:
         eviction is pinned (for downloads ahead of the reader)."""
         return self._get(_Want(key, size, crc32c, fetch, name or key, False, sha256))
 
-    def claim(self, nbytes: int, *, what: str, group: str | None = None, fixes: str = "") -> Claim:
+    def claim(
+        self,
+        nbytes: int,
+        *,
+        what: str,
+        group: str | None = None,
+        fixes: str = "",
+        shared: bool = True,
+        cap: int | None = None,
+    ) -> Claim:
         """Claim ``nbytes`` of the budget for pins (the NOTE's Claims; :mod:`.claims`): the
         claim, or :class:`CacheFullError` naming what is claimed already, the budget and
-        ``fixes``. ``group``: claims that pin the same shards count once, as their largest."""
+        ``fixes``. ``group``, ``shared`` and ``cap``: how one run's claims count together."""
         self._ensure_dirs()
         with self._accounting():
-            return claim(self.root, self.limit, nbytes, what=what, group=group, fixes=fixes)
+            return claim(
+                self.root,
+                self.limit,
+                nbytes,
+                what=what,
+                group=group,
+                fixes=fixes,
+                shared=shared,
+                cap=cap,
+            )
 
     def claims(self) -> list[dict[str, Any]]:
         """The live claims: ``bytes``, ``group``, ``what`` and ``pid`` of each."""

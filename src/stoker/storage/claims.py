@@ -17,7 +17,7 @@ from stoker._core.held import live_bodies
 from stoker._core.oscompat import lock
 from stoker.storage._locks import Held, close_lock, open_lock
 
-__all__ = ["Claim", "claim", "live_claims"]
+__all__ = ["Claim", "claim", "live_claims", "run_group"]
 
 
 class Claim(Held):
@@ -39,17 +39,49 @@ class Claim(Held):
         return f"Claim({self.what!r}, {self.bytes} bytes, {'closed' if self.closed else 'live'})"
 
 
-def claim(root: str, limit: int, nbytes: int, *, what: str, group: str | None, fixes: str) -> Claim:
+def run_group(what: str) -> str:
+    """The claim group of this run's reads of ``what`` (a set's URL) on this node: the ranks of
+    one ``torchrun`` (or any launcher that sets ``MASTER_ADDR`` and ``MASTER_PORT``, which no
+    two live runs on a node share) are one run; any other process is a run of its own."""
+    env = os.environ
+    if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
+        run = f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}:{env.get('TORCHELASTIC_RUN_ID', '')}"
+    else:
+        run = f"pid {os.getpid()}"
+    return f"{run}\0{what}"
+
+
+def claim(
+    root: str,
+    limit: int,
+    nbytes: int,
+    *,
+    what: str,
+    group: str | None,
+    fixes: str,
+    shared: bool = True,
+    cap: int | None = None,
+) -> Claim:
     """Claim ``nbytes`` of the cache at ``root`` (budget ``limit``) for pins: the claim, or
     :class:`CacheFullError` naming what is claimed already, the budget and ``fixes`` when the
-    live claims and this one do not fit. ``group``: claims that pin the same shards (one
-    run's ranks in one place of one set) count once, as their largest."""
+    live claims and this one do not fit. ``group``: one run's claims on one set (see
+    :func:`run_group`); in a group, the ``shared`` claims (of readers that pin the shards
+    every rank reads) count once, as their largest, the others (a rank reading shards of its
+    own) add up, and the group never counts more than ``cap`` (the whole set)."""
     if type(nbytes) is not int or nbytes < 0:
         raise ValueError(f"a claim is an int number of bytes >= 0, got {nbytes!r}")
     folder = os.path.join(root, "claims")
     os.makedirs(folder, mode=0o700, exist_ok=True)
     live = live_claims(root)
-    mine = {"v": 1, "bytes": nbytes, "group": group, "what": what[:300], "pid": os.getpid()}
+    mine = {
+        "v": 1,
+        "bytes": nbytes,
+        "group": group,
+        "shared": bool(shared),
+        "cap": cap,
+        "what": what[:300],
+        "pid": os.getpid(),
+    }
     total = _claimed([*live, mine])
     if total > limit:
         others = [c for c in live if group is None or c.get("group") != group]
@@ -88,15 +120,25 @@ def _claim_of(body: Any) -> dict[str, Any] | None:
     body["what"] = str(body.get("what", "a reader"))
     group = body.get("group")
     body["group"] = group if isinstance(group, str) else None
+    body["shared"] = body.get("shared", True) is not False
+    cap = body.get("cap")
+    body["cap"] = cap if type(cap) is int and cap >= 0 else None
     return body
 
 
 def _claimed(claims: list[dict[str, Any]]) -> int:
-    """The bytes ``claims`` pin at once: each group counts as its largest claim."""
-    total, groups = 0, dict[str, int]()
+    """The bytes ``claims`` pin at once (see :func:`claim`): a claim without a group counts
+    whole; a group counts its largest shared claim plus its other claims, at most its cap."""
+    total = 0
+    groups: dict[str, list[dict[str, Any]]] = {}
     for c in claims:
         if c["group"] is None:
             total += c["bytes"]
         else:
-            groups[c["group"]] = max(groups.get(c["group"], 0), c["bytes"])
-    return total + sum(groups.values())
+            groups.setdefault(c["group"], []).append(c)
+    for members in groups.values():
+        shared = max((c["bytes"] for c in members if c["shared"]), default=0)
+        own = sum(c["bytes"] for c in members if not c["shared"])
+        caps = [c["cap"] for c in members if c["cap"] is not None]
+        total += min([shared + own, *caps])
+    return total
