@@ -11,6 +11,7 @@ import numpy as np
 
 from stoker._core.errors import SpecError
 from stoker.formats import Reader
+from stoker.sampling.mixture import mixture_quotas
 
 __all__ = ["MixtureSource"]
 
@@ -37,6 +38,7 @@ class MixtureSource(Reader):
         self.sizes = np.array([len(r) for r in self.readers], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         self._starts = self.offsets[:-1].tolist()
+        mixture_quotas(self.sizes, weights, epoch_size)  # bad weights are refused here
         self.weights = [float(w) for w in np.asarray(weights, dtype=np.float64).tolist()]
         self.epoch_size = epoch_size
         self.owned = list(owned) if owned is not None else [False] * len(self.readers)
