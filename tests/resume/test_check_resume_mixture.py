@@ -4,9 +4,12 @@ fails, naming the first differing sample."""
 
 from __future__ import annotations
 
-import pytest
-from resume_helpers import GlobalRandomFlip, augment
+import json
 
+import pytest
+from resume_helpers import augment
+
+from stoker.cli import main
 from stoker.resume import LoaderSpec, check_resume
 
 pytestmark = pytest.mark.timeout(300)
@@ -31,8 +34,13 @@ def test_a_mixture_resumes_exactly_from_4_to_3_ranks(sets):
     assert r.resumes[0]["resumed_from"] is not None
 
 
-def test_a_mixture_with_a_global_rng_transform_fails_naming_the_sample(sets):
-    r = check_resume(_spec(sets, GlobalRandomFlip()), kills=1, world_size=1, epochs=2, seed=1)
-    d = r.difference
-    assert not r.passed and d is not None and d.why == "pixels"
-    assert f"the same sample with other pixels: index {d.got_index}" in r.verdict()
+def test_a_mixture_with_a_global_rng_transform_fails_naming_the_sample(sets, capsys):
+    """``stoker check-resume SET_A --mix-with SET_B --weights ...``, as a user runs it."""
+    argv = ["check-resume", sets["recordio"], "--mix-with", sets["tfrecord"]]
+    argv += ["--weights", "0.7,0.3", "--transforms", "resume_helpers:GlobalRandomFlip"]
+    argv += ["--batch-size", "4", "--workers", "0", "--kills", "1", "--json"]
+    code = main(argv)
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and out["passed"] is False
+    d = out["difference"]
+    assert d["why"] == "pixels" and d["got_index"] == d["expected_index"]
