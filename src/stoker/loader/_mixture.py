@@ -52,6 +52,7 @@ def open_source(
             r, own = as_source(s, remote=remote)
             readers.append(r)
             owned.append(own)
+            r.let_go()  # what opening it pinned: the next set opens beside nothing held
         mix = MixtureSource(
             readers,
             weights,
@@ -131,12 +132,16 @@ def claim_mixture(
     fit beside the others is a :class:`CacheFullError` naming each set's share and what it
     claimed. With workers, this process then lets go of what it pinned while opening."""
     records = (prefetch + 1) * per_batch if workers else per_batch
+    total = sampler.global_size()
+    shares = [
+        f"set {s} ({r.path}): weight {w / sum(sampler.weights):.3g}, {int(q)} of {total} draws"
+        for s, (r, w, q) in enumerate(zip(src.readers, sampler.weights, sampler.quotas))
+    ]
+    src.let_go()  # what the probes at open pinned: from here the claims below cover the reads
     claims: list[Any] = []
-    shares: list[str] = []
+    held: list[str] = []
     for s, r in enumerate(src.readers):
         sizes = r.shard_sizes()
-        share = f"set {s} ({r.path}): weight {sampler.weights[s] / sum(sampler.weights):.3g}, "
-        share += f"{int(sampler.quotas[s])} of {sampler.global_size()} draws an epoch"
         if sizes is None:
             continue
         span = sampler.set_span(s, records, np.asarray(sizes, dtype=np.int64))
@@ -146,15 +151,14 @@ def claim_mixture(
             claim = r.claim_cache(ReadPlan(span, True, order, run))
         except CacheFullError as e:
             _Claims(claims).close()
-            held = "; ".join(shares) or "none"
             raise CacheFullError(
-                f"the mixture's sets do not fit the shard cache together. Claimed before: "
-                f"{held}. Refused: {share}: {e}"
+                f"the mixture's sets do not fit the shard cache together ({'; '.join(shares)} "
+                f"an epoch). Claimed: {'; '.join(held) or 'nothing'}. Refused: set {s}: {e}"
             ) from None
         if claim is not None:
             claims.append(claim)
             nbytes = getattr(claim, "bytes", None)
-            shares.append(share + (f", {size_text(nbytes)}" if nbytes else ""))
+            held.append(f"set {s} {size_text(nbytes)}" if nbytes else f"set {s}")
     if claims and workers:
         src.let_go()
     return _Claims(claims) if claims else None

@@ -52,6 +52,7 @@ class MixtureSource(Reader):
                 )
         if self.label_offsets is not None and (kinds[0][0] or kinds[0][1][0] not in "iu"):
             raise SpecError(f"label_offset= needs integer class labels; the sets have {kinds[0]}")
+        self.let_go()  # a remote set's first shard, read for its labels, is not kept pinned
         codings = {r.encoded for r in self.readers}
         self.encoded = codings.pop() if len(codings) == 1 else None
         self.path = self.readers[0].path
@@ -134,6 +135,16 @@ class MixtureSource(Reader):
             return image, label if shift is None else int(label) + shift[s], key, vals
 
         return get
+
+    def read(self, i: int) -> tuple[Any, Any]:
+        """One sample (the loader's probes at open); its set keeps nothing pinned after, so
+        that the probes of one remote set do not hold cache room while another's are read."""
+        s, j = self._where(i)
+        try:
+            image, label, _key, _vals = self.reader(np.array([i], np.int64))(i)
+            return bytes(image) if isinstance(image, memoryview) else image, label
+        finally:
+            self.readers[s].let_go()
 
     def image_sizes(self) -> np.ndarray:
         return np.concatenate([r.image_sizes() for r in self.readers])
