@@ -18,8 +18,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import alternated, bench_parser, command_line, cpu_count, make_images
-from _common import median_range, stoker_transforms
+from _common import (
+    alternated,
+    bench_parser,
+    command_line,
+    cpu_count,
+    make_images,
+    median_range,
+    stoker_transforms,
+)
 
 
 def steady_rate(source, args, **kw) -> float:

@@ -144,7 +144,12 @@ def test_mixture_arguments_are_checked(two_sets) -> None:
     with pytest.raises(ValueError, match=r"weights\[1\]"):
         Loader(list(two_sets), batch_size=4, weights=[1.0, -1], workers=0)
     with pytest.raises(ValueError, match="does not combine with a mixture"):
-        Loader(list(two_sets), batch_size=4, weights=[1, 1], workers=0,
-               sampler=stoker.sampling.EpochOrder(180))
+        Loader(
+            list(two_sets),
+            batch_size=4,
+            weights=[1, 1],
+            workers=0,
+            sampler=stoker.sampling.EpochOrder(180),
+        )
     with _loader(two_sets, epoch_size=50) as loader:
         assert len(loader.sampler) == 50 and loader.sampler.quotas.tolist() == [38, 12]

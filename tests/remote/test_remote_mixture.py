@@ -9,9 +9,9 @@ import os
 
 import numpy as np
 import pytest
-from conftest import upload_folder
 
 import stoker
+from conftest import upload_folder
 from stoker.storage.cache import MARKER_RESERVE
 
 pytestmark = pytest.mark.timeout(120)

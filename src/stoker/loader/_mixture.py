@@ -114,16 +114,6 @@ def mixture_order(
     )
 
 
-class _Claims:
-    def __init__(self, claims: list[Any]) -> None:
-        self.claims = claims
-
-    def close(self) -> None:
-        for c in self.claims:
-            with contextlib.suppress(Exception):
-                c.close()
-
-
 def claim_mixture(
     src: MixtureSource, sampler: MixtureOrder, *, per_batch: int, prefetch: int, workers: int
 ) -> Any:
@@ -138,7 +128,7 @@ def claim_mixture(
         for s, (r, w, q) in enumerate(zip(src.readers, sampler.weights, sampler.quotas))
     ]
     src.let_go()  # what the probes at open pinned: from here the claims below cover the reads
-    claims: list[Any] = []
+    claims = contextlib.ExitStack()  # its close() closes every claim
     held: list[str] = []
     for s, r in enumerate(src.readers):
         sizes = r.shard_sizes()
@@ -150,18 +140,18 @@ def claim_mixture(
         try:
             claim = r.claim_cache(ReadPlan(span, True, order, run))
         except CacheFullError as e:
-            _Claims(claims).close()
+            claims.close()
             raise CacheFullError(
                 f"the mixture's sets do not fit the shard cache together ({'; '.join(shares)} "
                 f"an epoch). Claimed: {'; '.join(held) or 'nothing'}. Refused: set {s}: {e}"
             ) from None
         if claim is not None:
-            claims.append(claim)
+            claims.callback(claim.close)
             nbytes = getattr(claim, "bytes", None)
             held.append(f"set {s} {size_text(nbytes)}" if nbytes else f"set {s}")
-    if claims and workers:
+    if held and workers:
         src.let_go()
-    return _Claims(claims) if claims else None
+    return claims if held else None
 
 
 def tag(batch: Any, src: Any) -> Any:

@@ -78,8 +78,8 @@ def default_sampler(
     """``EpochOrder`` over ``src``, or ``ShardOrder`` over its shards for ``"shards"``; a
     mixture's ``MixtureOrder``."""
     if isinstance(src, MixtureSource):
-        opts = {"rank": rank, "world_size": world_size, "drop_last": drop_last}
-        return mixture_order(src, seed=seed, shuffle=shuffle, **opts)
+        where = {"rank": rank, "world_size": world_size}
+        return mixture_order(src, seed=seed, shuffle=shuffle, drop_last=drop_last, **where)
     if shuffle != SHARDS:
         return EpochOrder(
             len(src),

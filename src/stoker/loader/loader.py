@@ -134,12 +134,8 @@ class Loader(RingFeed):
         self.batch_size = check_batch_size(batch_size)
         if pair_with is not None and self.batch_size % 2:
             raise ValueError(f"with pair_with, batch_size must be even, got {self.batch_size}")
-        self.workers = check_int(
-            "workers",
-            min(8, usable_cores()) if workers is None else workers,
-            minimum=0,
-            maximum=1024,
-        )
+        workers = min(8, usable_cores()) if workers is None else workers
+        self.workers = check_int("workers", workers, minimum=0, maximum=1024)
         self.prefetch = check_int("prefetch", prefetch, minimum=1, maximum=1024)
         self.timeout = check_timeout(timeout)
         self.on_worker_death = check_choice(

@@ -24,7 +24,7 @@ epoch. The global order (``sum(quota)`` entries) is then split across ranks by
 
 An entry is a draw id: ``p * total + offset[s] + i`` for sample ``i`` of set ``s`` in pass
 ``p`` (``total = sum(sizes)``, ``offset``: the sets laid end to end). Its position in the sets
-laid end to end is ``id % total`` (:meth:`MixtureOrder.locate`). Ids are distinct within an
+laid end to end is ``id % total``. Ids are distinct within an
 epoch (a repeat is another pass), so the samples a rank delivered are known exactly (elastic
 resume), and a repeat gets an augmentation of its own (the loader's per-sample stream is keyed
 by the id).
@@ -36,9 +36,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from stoker._core.checks import check_epoch, check_int, check_rank, check_seed
 from stoker._core.seeding import stream_rng
-from stoker.sampling._checks import array_digest, as_counts, check_epoch, check_int, check_rank
-from stoker.sampling._checks import check_seed
+from stoker.sampling._checks import array_digest, as_counts
 from stoker.sampling.order import SplitSampler, span_of_run, split_for_rank
 from stoker.sampling.shards import DEFAULT_WINDOW, ShardOrder
 
@@ -84,7 +84,7 @@ def mixture_quotas(sizes: object, weights: object, epoch_size: int | None = None
 
 class MixtureOrder(SplitSampler):
     """The order of a weighted mixture of sets (see the module docstring); ``indices(epoch)``
-    gives draw ids, :meth:`locate` their positions in the sets laid end to end and
+    gives draw ids (``id % total``: the position in the sets laid end to end) and
     :meth:`set_of` their sets.
 
     ``sizes``: samples per set; ``weights``: one positive number per set; ``epoch_size``:
@@ -188,13 +188,9 @@ class MixtureOrder(SplitSampler):
         order = self.global_order(epoch)
         return split_for_rank(order, self.rank, self.world_size, drop_last=self.drop_last)
 
-    def locate(self, ids: np.ndarray) -> np.ndarray:
-        """Positions in the sets laid end to end of draw ``ids``."""
-        return np.asarray(ids, dtype=np.int64) % self.total
-
     def set_of(self, ids: np.ndarray) -> np.ndarray:
         """The set of each draw id."""
-        pos = self.locate(ids)
+        pos = np.asarray(ids, dtype=np.int64) % self.total
         return (np.searchsorted(self.offsets, pos, side="right") - 1).astype(np.int64)
 
     def set_span(self, s: int, records: int, shard_sizes: np.ndarray) -> int | None:

@@ -115,10 +115,6 @@ class MixtureSource(Reader):
             return schemas[0]
         return super().schema
 
-    @property
-    def class_names(self) -> list[str] | None:
-        return None
-
     def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()) -> Any:
         made: dict[int, Any] = {}
         if indices is not None:  # each set's reader made once, with the chunk's positions
@@ -146,26 +142,12 @@ class MixtureSource(Reader):
         finally:
             self.readers[s].let_go()
 
-    def image_sizes(self) -> np.ndarray:
-        return np.concatenate([r.image_sizes() for r in self.readers])
-
-    def size_of(self, i: int, image: Any) -> tuple[int, int]:
-        s, j = self._where(i)
-        return self.readers[s].size_of(j, image)
-
     def describe(self, i: int) -> str:
         s, j = self._where(i)
         return f"{self.readers[s].describe(j)} (set {s} of the mixture)"
 
-    def locate(self, i: int) -> tuple[str, int] | None:
-        s, j = self._where(i)
-        return self.readers[s].locate(j)
-
     def files(self) -> list[str]:
         return [f for r in self.readers for f in r.files()]
-
-    def summary(self) -> dict:
-        return {"sets": [{"path": r.path, "samples": len(r)} for r in self.readers]}
 
     def share(self) -> None:
         for r in self.readers:
@@ -176,11 +158,10 @@ class MixtureSource(Reader):
         each = max(1, probes // len(self.readers))
         out: list[int] = []
         for s, r in enumerate(self.readers):
+            n = len(r)
+            spread = np.unique(np.linspace(0, n - 1, num=min(n, each)).astype(np.int64))
             mine = r.probe_positions(each)
-            if mine is None:
-                n = len(r)
-                mine = np.unique(np.linspace(0, n - 1, num=min(n, each)).astype(np.int64))
-            out += [int(p) + self._starts[s] for p in mine]
+            out += [int(p) + self._starts[s] for p in (spread if mine is None else mine)]
         return out
 
     def read_ahead(self, order: np.ndarray, start: int = 0) -> Any:
