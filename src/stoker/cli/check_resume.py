@@ -58,6 +58,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, help="the loader's seed (default 0)")
     g.add_argument("--workers", type=int, default=None, metavar="N", help="worker processes")
     g.add_argument("--drop-last", action="store_true", help="drop_last=True")
+    g.add_argument(
+        "--mix-with",
+        action="append",
+        default=[],
+        metavar="SET",
+        help="another set mixed with SOURCE (repeat for more; needs --weights)",
+    )
+    g.add_argument(
+        "--weights", default=None, metavar="W,W,...", help="the sets' weights, SOURCE's first"
+    )
     c = p.add_argument_group("the check")
     c.add_argument("--kills", type=int, default=3, metavar="K", help="SIGKILLs (default 3)")
     c.add_argument("--world-size", type=int, default=1, metavar="N", help="ranks (default 1)")
@@ -130,8 +140,14 @@ def loader_spec(args: argparse.Namespace, *, workers: int | None = None) -> Any:
             "prefetch_shards": remote.prefetch_shards,
         }
     shuffle: bool | str = {"false": False, "true": True}.get(args.shuffle, args.shuffle)
+    source: Any = args.source
+    if getattr(args, "mix_with", None) or getattr(args, "weights", None):
+        if not args.mix_with or not args.weights:
+            raise ValueError("a mixture needs both --mix-with SET and --weights W,W,...")
+        source = (args.source, *args.mix_with)
+        options["weights"] = [float(w) for w in args.weights.split(",")]
     spec = LoaderSpec(
-        args.source,
+        source,
         batch_size=args.batch_size,
         transforms=args.transforms,
         shuffle=shuffle,

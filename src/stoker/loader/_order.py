@@ -18,8 +18,10 @@ import numpy as np
 
 from stoker._core.system import dist_rank
 from stoker.formats.remote import ReadPlan
+from stoker.loader._mixture import claim_mixture, mixture_order
 from stoker.loader.sources import Source
-from stoker.sampling import EpochOrder, Sampler, ShardOrder
+from stoker.loader.sources.mixture import MixtureSource
+from stoker.sampling import EpochOrder, MixtureOrder, Sampler, ShardOrder
 
 __all__ = ["check_shuffle", "claim_cache", "default_sampler", "read_plan", "sampler_args"]
 
@@ -73,7 +75,11 @@ def default_sampler(
     world_size: int,
     drop_last: bool,
 ) -> Sampler:
-    """``EpochOrder`` over ``src``, or ``ShardOrder`` over its shards for ``"shards"``."""
+    """``EpochOrder`` over ``src``, or ``ShardOrder`` over its shards for ``"shards"``; a
+    mixture's ``MixtureOrder``."""
+    if isinstance(src, MixtureSource):
+        where = {"rank": rank, "world_size": world_size}
+        return mixture_order(src, seed=seed, shuffle=shuffle, drop_last=drop_last, **where)
     if shuffle != SHARDS:
         return EpochOrder(
             len(src),
@@ -140,6 +146,9 @@ def claim_cache(
     """A loader's claim on the shard cache its source reads through (``None`` for a source
     without one): the room :func:`read_plan` says it pins; with workers, this process then
     lets go of what it pinned while opening the set."""
+    if isinstance(src, MixtureSource) and isinstance(sampler, MixtureOrder):
+        opts = {"per_batch": per_batch, "prefetch": prefetch, "workers": workers}
+        return claim_mixture(src, sampler, **opts)
     sizes = src.shard_sizes()
     if sizes is None:
         return None

@@ -51,6 +51,10 @@ class Batch:
     ragged fields as a list of ``(n_i, *shape)`` arrays, text as a list of str, bytes as a
     list of bytes; the schema's image and label names give ``images`` and ``labels``.
     ``batch.padded(name)`` gives ``(values, lengths)`` of a variable field.
+
+    A batch of a mixture of sets (``Loader([A, B], weights=...)``) has ``source``: int64
+    ``(rows,)``, each row's set; its ``indices`` are draw ids (``docs/mixing.md``). ``None``
+    for a batch of one set.
     """
 
     __slots__ = (
@@ -63,6 +67,7 @@ class Batch:
         "fields",
         "lengths",
         "schema",
+        "source",
         "_lease",
         "_retained",
         "__weakref__",
@@ -93,6 +98,7 @@ class Batch:
         self.schema = schema
         self.fields = fields if fields is not None else {}
         self.lengths = lengths if lengths is not None else {}
+        self.source: np.ndarray | None = None  # a mixture's: each row's set
 
     def __getitem__(self, name: str) -> Any:
         schema = self.schema

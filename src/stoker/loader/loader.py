@@ -38,6 +38,7 @@ from stoker.loader._engine import LINUX, choose
 from stoker.loader._feed import Epoch, RingFeed
 from stoker.loader._fields import FieldPlan, plan_fields
 from stoker.loader._habits import DATALOADER_NAMES
+from stoker.loader._mixture import open_source, tag
 from stoker.loader._order import check_shuffle, claim_cache, default_sampler, sampler_args
 from stoker.loader._pool import WorkerPool, warm_up
 from stoker.loader._startup import make_local
@@ -49,7 +50,7 @@ from stoker.loader._state import (
     check_timeout,
 )
 from stoker.loader.batch import Batch
-from stoker.loader.sources import ArraySource, Source, as_source
+from stoker.loader.sources import ArraySource, Source
 from stoker.loader.sources.shape import input_spec, learned_output
 from stoker.pipeline import DecodeOptions, Pipeline
 from stoker.sampling import Sampler
@@ -122,6 +123,9 @@ class Loader(RingFeed):
         prefetch_shards: int = 2,
         engine: str | None = None,
         mix: Any = None,
+        weights: Any = None,
+        epoch_size: int | None = None,
+        label_offset: Any = None,
         **unknown: Any,
     ) -> None:
         # DataLoader habits get the stoker spelling by name, not a bare TypeError
@@ -130,12 +134,8 @@ class Loader(RingFeed):
         self.batch_size = check_batch_size(batch_size)
         if pair_with is not None and self.batch_size % 2:
             raise ValueError(f"with pair_with, batch_size must be even, got {self.batch_size}")
-        self.workers = check_int(
-            "workers",
-            min(8, usable_cores()) if workers is None else workers,
-            minimum=0,
-            maximum=1024,
-        )
+        workers = min(8, usable_cores()) if workers is None else workers
+        self.workers = check_int("workers", workers, minimum=0, maximum=1024)
         self.prefetch = check_int("prefetch", prefetch, minimum=1, maximum=1024)
         self.timeout = check_timeout(timeout)
         self.on_worker_death = check_choice(
@@ -156,10 +156,8 @@ class Loader(RingFeed):
 
         _shm.cleanup_stale()
         whole = sampler is None and shuffle is True  # reads from any shard in any batch
-        remote = RemoteOptions(
-            storage_options, cache_dir, cache_limit, prefetch_shards, whole_set=whole, loader=True
-        )
-        src, owned = as_source(source, remote=remote)
+        remote = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards, whole, True)
+        src, owned = open_source(source, remote, weights, epoch_size, label_offset, sampler)
         self._source: Source | None = src
         self._owns_source = owned
         try:
@@ -202,9 +200,8 @@ class Loader(RingFeed):
         self._owner_pid = os.getpid()
         self._fields: FieldPlan | None = None
         self._out_sizes: dict[tuple[int, int], tuple[int, int]] = {}
-        self._pool = WorkerPool(
-            on_worker_death, LINUX
-        )  # the engine is chosen once the source opens
+        # the engine is chosen once the source opens
+        self._pool = WorkerPool(on_worker_death, LINUX)
         self._slot_state = []
         self._unreserved = set()
         self._ring_width = None
@@ -512,7 +509,7 @@ class Loader(RingFeed):
                     if ahead is not None:
                         ahead.reached(self._next * per)
                     if batch is not None:
-                        yield batch
+                        yield tag(batch, self._source)
             else:
                 for number in range(start, nb):
                     self._dispatch(ep)
@@ -528,7 +525,7 @@ class Loader(RingFeed):
                     if batch is None:
                         continue
                     held = batch
-                    yield batch
+                    yield tag(batch, self._source)
                     if gen != self._generation:
                         raise LoaderError("this iteration was superseded by a newer one")
             if gen == self._generation:

@@ -35,9 +35,10 @@ class LoaderSpec:
     ``transforms``: a transform object, a preset name (``stoker.transforms.presets``) or
     ``"module:attr"`` of a transform (or of a class or function that makes one), resolved in
     the process that builds the loader. ``shuffle``: ``False``, ``True`` or ``"shards"``.
-    ``options``: any other ``Loader`` keyword (``storage_options``, ``cache_dir``, ...)."""
+    ``options``: any other ``Loader`` keyword (``storage_options``, ``cache_dir``, ...).
+    ``source``: a set, or a tuple of sets mixed at ``options["weights"]`` (``docs/mixing.md``)."""
 
-    source: str
+    source: str | tuple[str, ...]
     batch_size: int
     transforms: Any = None
     shuffle: bool | str = False
@@ -69,7 +70,7 @@ class LoaderSpec:
         from stoker.loader import Loader
 
         return Loader(
-            self.source,
+            list(self.source) if isinstance(self.source, tuple) else self.source,
             batch_size=self.batch_size,
             transforms=self.resolved_transforms(),
             shuffle=self.shuffle,

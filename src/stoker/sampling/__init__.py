@@ -1,5 +1,5 @@
 """Layer 1: pure index arithmetic (epoch orders, rank splits, shard-aware order, class balance,
-length and aspect-ratio buckets, the rest of an epoch resumed on another number of ranks).
+length and aspect-ratio buckets, weighted mixtures of sets, the rest of an epoch resumed on another number of ranks).
 
 Every sampler is a pure function of its configuration and the epoch: ``indices(epoch)`` gives
 this rank's global positions, ``len()`` their count, ``batch_widths(epoch, batch_size)`` an
@@ -13,6 +13,7 @@ from stoker.sampling.base import Sampler
 from stoker.sampling.buckets import LengthBuckets, ProportionalWidth
 from stoker.sampling.elastic import ElasticOrder, Rest, Segment, split_rest
 from stoker.sampling.filters import FrequencyReport, filter_by_label_frequency
+from stoker.sampling.mixture import MixtureOrder
 from stoker.sampling.order import EpochOrder, Subset, split_for_rank
 from stoker.sampling.shards import ShardOrder
 
@@ -23,6 +24,7 @@ __all__ = [
     "EpochOrder",
     "FrequencyReport",
     "LengthBuckets",
+    "MixtureOrder",
     "ProportionalWidth",
     "Rest",
     "Sampler",

@@ -47,6 +47,7 @@ import numpy as np
 
 from stoker.sampling._checks import check_epoch, check_int, check_rank
 from stoker.sampling.base import Sampler
+from stoker.sampling.mixture import MixtureOrder
 from stoker.sampling.order import EpochOrder, Subset, split_for_rank
 from stoker.sampling.shards import ShardOrder
 
@@ -62,7 +63,7 @@ __all__ = [
 ]
 
 #: The samplers whose order at another rank and world size can be rebuilt.
-_ELASTIC = (EpochOrder, Subset, ShardOrder)
+_ELASTIC = (EpochOrder, Subset, ShardOrder, MixtureOrder)
 _PLACE = ("rank", "world_size")
 
 
@@ -74,10 +75,13 @@ def is_elastic(sampler: Sampler) -> bool:
 def at_rank(sampler: Sampler, rank: int, world_size: int) -> Sampler:
     """``sampler``'s configuration at another ``rank`` and ``world_size``.
 
-    Supports :class:`EpochOrder`, :class:`Subset` and :class:`ShardOrder` (exactly those
-    types); another sampler is a ``TypeError``: its order cannot be rebuilt from outside.
+    Supports :class:`EpochOrder`, :class:`Subset`, :class:`ShardOrder` and
+    :class:`MixtureOrder` (exactly those types); another sampler is a ``TypeError``: its order
+    cannot be rebuilt from outside.
     """
     rank, world_size = check_rank(rank, world_size)
+    if type(sampler) is MixtureOrder:
+        return sampler.at_rank(rank, world_size)
     if type(sampler) is ShardOrder:
         s: Any = sampler
         return ShardOrder(
@@ -154,7 +158,7 @@ class Rest:
 
 def _rank_orders(sampler: Sampler, world: int, epoch: int) -> list[np.ndarray]:
     """Every rank's ``indices(epoch)`` at ``world`` ranks (one global order for EpochOrder)."""
-    if isinstance(sampler, EpochOrder):
+    if isinstance(sampler, (EpochOrder, MixtureOrder)):
         whole = cast(EpochOrder, at_rank(sampler, 0, world))
         g = whole.global_order(epoch)
         return [split_for_rank(g, r, world, drop_last=whole.drop_last) for r in range(world)]

@@ -246,31 +246,13 @@ class ShardCache:
         eviction is pinned (for downloads ahead of the reader)."""
         return self._get(_Want(key, size, crc32c, fetch, name or key, False, sha256))
 
-    def claim(
-        self,
-        nbytes: int,
-        *,
-        what: str,
-        group: str | None = None,
-        fixes: str = "",
-        shared: bool = True,
-        cap: int | None = None,
-    ) -> Claim:
-        """Claim ``nbytes`` of the budget for pins (the NOTE's Claims; :mod:`.claims`): the
-        claim, or :class:`CacheFullError` naming what is claimed already, the budget and
-        ``fixes``. ``group``, ``shared`` and ``cap``: how one run's claims count together."""
+    def claim(self, nbytes: int, *, what: str, **how: Any) -> Claim:
+        """Claim ``nbytes`` of the budget for pins (the NOTE's Claims): the claim, or
+        :class:`CacheFullError` naming what is claimed already, the budget and the fixes;
+        ``how``: the ``group``, ``shared``, ``cap`` and ``fixes`` of :func:`.claims.claim`."""
         self._ensure_dirs()
         with self._accounting():
-            return claim(
-                self.root,
-                self.limit,
-                nbytes,
-                what=what,
-                group=group,
-                fixes=fixes,
-                shared=shared,
-                cap=cap,
-            )
+            return claim(self.root, self.limit, nbytes, what=what, **how)
 
     def claims(self) -> list[dict[str, Any]]:
         """The live claims: ``bytes``, ``group``, ``what`` and ``pid`` of each."""

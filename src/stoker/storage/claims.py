@@ -57,8 +57,8 @@ def claim(
     nbytes: int,
     *,
     what: str,
-    group: str | None,
-    fixes: str,
+    group: str | None = None,
+    fixes: str = "",
     shared: bool = True,
     cap: int | None = None,
 ) -> Claim:
