@@ -156,8 +156,8 @@ class Loader(RingFeed):
 
         _shm.cleanup_stale()
         whole = sampler is None and shuffle is True  # reads from any shard in any batch
-        remote = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards, whole, True)
-        src, owned = open_source(source, remote, weights, epoch_size, label_offset, sampler)
+        how = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards, whole, True)
+        src, owned = open_source(source, how, weights, epoch_size, label_offset, sampler)
         self._source: Source | None = src
         self._owns_source = owned
         try:

@@ -57,11 +57,8 @@ Claims. Every reader that pins shards (a loader with its workers and downloads a
 claims the bytes it may hold pinned at once (:meth:`ShardCache.claim`), under the cache lock:
 a JSON file in ``claims/`` that its process holds ``LOCK_EX`` for as long as the claim
 lives. The claims of live processes (a file nobody locks is a dead process's and is removed)
-must fit the budget together, or the new claim is refused with :class:`CacheFullError`. The
-claims of one run on one set (its ranks on this node, their loaders and the readers that open
-the set) form one ``group``: its shared claims (pins in the shards every rank reads: an order
-whose ranks interleave, a reader opening the set) count once, as their largest, the claims of
-ranks reading shards of their own add up, and the group counts at most the whole set. So pins
+must fit the budget together, or the new claim is refused with :class:`CacheFullError`. One
+run's claims on one set form a ``group`` that counts once (:func:`.claims.claim`). So pins
 never fill the budget: whenever a reader waits for room, the room is held by entries nobody
 pins, which eviction takes.
 
