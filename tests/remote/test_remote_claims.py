@@ -9,7 +9,7 @@ loopback S3 server) with 1-4 ranks in one process (the ranks' loaders opened one
 every later rank opens while the earlier ones hold their claims), each order, and a cache of
 0.5-1.5x the set. A cell fits when the claims the run makes with an unbounded cache, counted as
 the docs say, and the room a reader needs at open fit the budget. The default run takes a
-pairwise sample; ``-m slow`` runs every cell.
+pairwise sample of the caches 0.5, 1.0 and 1.5x; ``-m slow`` runs every cell.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ CROP = stoker.transforms.RandomCrop(32)
 
 
 ALL = list(itertools.product(FORMATS, RANKS, ORDERS, CACHE))
-SAMPLE = pairwise(ALL)
+SAMPLE = pairwise([c for c in ALL if c[3] in (0.5, 1.0, 1.5)])
 CELLS = [
     pytest.param(*c, id="-".join(map(str, c)), marks=() if c in SAMPLE else pytest.mark.slow)
     for c in ALL
