@@ -1,0 +1,303 @@
+"""RandomResizedCrop(224) -> flip at ImageNet's size: the loader beside the plain chain, side
+by side in one run, on JPEGs as dense as ImageNet's.
+
+The data: genuine 500x375 JPEGs at quality 90 whose files weigh what ImageNet's do (70-110 KB
+on average; ``imagenet_like``: multi-octave noise under film grain, so the entropy-coded data
+is as dense as a photo's, not a smooth synthetic image that decodes fast), a third of them
+progressive, some with restart markers, some 4:4:4 (``imagenet_like_set``), packed into a .rec.
+
+Candidates, each over ``--epochs`` epochs after one untimed epoch, float32 NCHW normalised
+(ImageNet mean and std) and uint8 NCHW:
+
+  (L)   stoker.Loader, ``workers`` workers;
+  (C)   the plain chain, ``workers`` processes in a tight loop over the bytes in memory (no
+        IPC): full decode, torchvision's crop box, the box resized to 224, flip, the write into
+        a batch array; of its formulations (decoder: ``cv2.imdecode`` or simplejpeg; each of
+        bench_loader.py's writes) the fastest per image on one core, timed before the rounds.
+
+Also the first epoch of (L) over its second (a fresh loader each time), and the decode alone
+per image on one core (simplejpeg), on these files and on the bench's sample JPEGs of the same
+size (``stoker sample-data``: smooth, so they decode about twice as fast), which says why the
+two sets give different L/C ratios: the decode, the same library on both sides, is a larger
+share of each sample at real density. Each ratio is the median over ``--rounds`` rounds, each
+round running every candidate once in alternating order.
+
+    python bench/bench_realsize.py            # 2,000 images, 3 rounds
+    python bench/bench_realsize.py --quick    # 300 images, 1 round
+
+Target: L/C >= 1.0 for both dtypes (the loader at least the careful chain's rate).
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import multiprocessing  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+from _common import (  # noqa: E402
+    alternated,
+    bench_parser,
+    command_line,
+    make_images,
+    median_range,
+    stoker_transforms,
+)
+
+H, W = 375, 500
+# (name, OpenCV's imwrite flags beyond quality 90), one in turn per image
+VARIANTS = (
+    ("4:2:0", []),
+    ("progressive", ["IMWRITE_JPEG_PROGRESSIVE", 1]),
+    ("restart markers", ["IMWRITE_JPEG_RST_INTERVAL", 4]),
+    ("4:4:4", ["IMWRITE_JPEG_SAMPLING_FACTOR", "IMWRITE_JPEG_SAMPLING_FACTOR_444"]),
+    ("4:2:0", []),
+    ("progressive", ["IMWRITE_JPEG_PROGRESSIVE", 1]),
+)
+
+
+def imagenet_like(rng: np.random.Generator, h: int = H, w: int = W) -> np.ndarray:
+    """An RGB uint8 image with a photo's spread of detail: six octaves of smooth colour noise
+    (coarse shapes to fine texture) under luminance and colour grain."""
+    import cv2
+
+    img = np.zeros((h, w, 3), np.float32)
+    for octave, amp in ((4, 60), (8, 40), (16, 28), (32, 20), (64, 14), (128, 10)):
+        gh, gw = max(2, h * octave // 500), max(2, w * octave // 500)
+        field = rng.normal(0, 1, (gh, gw, 1)) + rng.normal(0, 0.35, (gh, gw, 3))
+        img += amp * cv2.resize(field.astype(np.float32), (w, h), interpolation=cv2.INTER_CUBIC)
+    img += rng.uniform(60, 190, 3).astype(np.float32)
+    img += rng.normal(0, rng.uniform(8, 13), (h, w, 1)).astype(np.float32)
+    img += rng.normal(0, 3, (h, w, 3)).astype(np.float32)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def encode(img: np.ndarray, variant: int) -> bytes:
+    """``img`` (RGB) as a quality-90 JPEG of ``VARIANTS[variant % len(VARIANTS)]``."""
+    import cv2
+
+    flags = [cv2.IMWRITE_JPEG_QUALITY, 90]
+    for v in VARIANTS[variant % len(VARIANTS)][1]:
+        flags.append(getattr(cv2, v) if isinstance(v, str) else v)
+    ok, buf = cv2.imencode(".jpg", np.ascontiguousarray(img[:, :, ::-1]), flags)
+    if not ok:
+        raise RuntimeError("cv2.imencode failed")
+    return buf.tobytes()
+
+
+def imagenet_like_set(root: Path, n: int, *, classes: int = 10, seed: int = 0) -> Path:
+    """``n`` files (``imagenet_like``, variants in turn) in ``classes`` folders under ``root``;
+    reused when it holds them already."""
+    done = root / f".made-{n}-{seed}"
+    if not done.exists():
+        rng = np.random.default_rng(seed)
+        for i in range(n):
+            d = root / f"c{i % classes}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"{i:06d}.jpg").write_bytes(encode(imagenet_like(rng), i))
+        done.touch()
+    return root
+
+
+# ---------------------------------------------------------------------------- the plain chain
+def _payloads(rec: str, start: int, stop: int) -> list[bytes]:
+    from stoker.formats.recordio import open_records
+
+    r = open_records(rec)
+    try:
+        return [bytes(r.read_header(i)[1]) for i in range(start, stop)]
+    finally:
+        r.close()
+
+
+def _chain(decoder: str, normalize: bool, write_variant: str):
+    """``f(buf, rnd, row)``: the plain chain on one JPEG into CHW batch row ``row``."""
+    import cv2
+    import simplejpeg
+    from bench_loader import chain_write, rrc_box
+
+    cv2.setNumThreads(1)
+    write = chain_write(normalize, write_variant)
+    linear = cv2.INTER_LINEAR
+    if decoder == "cv2.imdecode":
+
+        def decode(buf):
+            return cv2.imdecode(np.frombuffer(buf, np.uint8), cv2.IMREAD_COLOR_RGB)
+    else:
+
+        def decode(buf):
+            return simplejpeg.decode_jpeg(buf, colorspace="RGB")
+
+    def run(buf, rnd, row) -> None:
+        img = decode(buf)
+        top, left, h, w = rrc_box(img.shape[0], img.shape[1], rnd)
+        img = cv2.resize(img[top : top + h, left : left + w], (224, 224), interpolation=linear)
+        write(cv2.flip(img, 1) if rnd.random() < 0.5 else img, row)
+
+    return run
+
+
+def chain_formulations(normalize: bool) -> list[tuple[str, str]]:
+    from bench_loader import CHAIN_WRITES
+
+    return [(d, w) for d in ("cv2.imdecode", "simplejpeg") for w in CHAIN_WRITES[normalize]]
+
+
+def calibrate(rec: str, normalize: bool, n: int) -> tuple[tuple[str, str], list]:
+    """The fastest chain formulation per image on one core over ``n`` records (3 rounds)."""
+    bufs = _payloads(rec, 0, n)
+    row = np.empty((3, 224, 224), np.float32 if normalize else np.uint8)
+    forms = chain_formulations(normalize)
+    times: dict = {f: [] for f in forms}
+    for r in range(3):
+        for f in alternated(forms, r):
+            run, rnd = _chain(f[0], normalize, f[1]), random.Random(0)
+            t = time.thread_time()
+            for buf in bufs:
+                run(buf, rnd, row)
+            times[f].append((time.thread_time() - t) / n * 1e6)
+    got = [(f, *median_range(times[f])) for f in forms]
+    return min(got, key=lambda g: g[1])[0], got
+
+
+def _chain_proc(rec, start, stop, form, normalize, epochs, go, conn) -> None:
+    bufs = _payloads(rec, start, stop)
+    run, rnd = _chain(form[0], normalize, form[1]), random.Random(start)
+    out = np.empty((128, 3, 224, 224), np.float32 if normalize else np.uint8)
+    go.wait()
+    t0, j = time.perf_counter(), 0
+    for _ in range(epochs):
+        for buf in bufs:
+            run(buf, rnd, out[j % 128])
+            j += 1
+    conn.send((j, time.perf_counter() - t0))
+
+
+def run_chain(rec: str, n: int, form, normalize: bool, workers: int, epochs: int) -> float:
+    """Images per second of ``workers`` chain processes at once, each over its share."""
+    ctx = multiprocessing.get_context("spawn")
+    go = ctx.Event()
+    procs, conns = [], []
+    for k in range(workers):
+        a, b = ctx.Pipe()
+        lo, hi = k * n // workers, (k + 1) * n // workers
+        p = ctx.Process(target=_chain_proc, args=(rec, lo, hi, form, normalize, epochs, go, b))
+        p.start()
+        procs.append(p)
+        conns.append(a)
+    time.sleep(1.0)  # every process has read its share
+    go.set()
+    got = [c.recv() for c in conns]
+    for p in procs:
+        p.join()
+    return sum(j for j, _ in got) / max(t for _, t in got)
+
+
+# ---------------------------------------------------------------------------- the loader
+def run_loader(rec: str, normalize: bool, workers: int, epochs: int) -> dict:
+    """Images per second over ``epochs`` epochs after an untimed one; the first epoch's rate."""
+    import stoker
+
+    loader = stoker.Loader(
+        rec,
+        batch_size=128,
+        workers=workers,
+        layout="NCHW",
+        transforms=stoker_transforms("224", normalize=normalize),
+        seed=0,
+    )
+    with loader:
+        rates = []
+        for _ in range(epochs + 1):
+            t0, seen = time.perf_counter(), 0
+            for batch in loader:
+                seen += len(batch.images)
+            rates.append(seen / (time.perf_counter() - t0))
+    return {"rate": statistics.median(rates[1:]), "first": rates[0], "second": rates[1]}
+
+
+def decode_costs(rec: str, sample_rec: str, n: int) -> list[tuple[str, float]]:
+    """Per image on one core: (set, whole decode µs)."""
+    import simplejpeg
+
+    out = []
+    for name, path in (("ImageNet-like", rec), ("sample-data", sample_rec)):
+        bufs = _payloads(path, 0, n)
+        t = time.thread_time()
+        for b in bufs:
+            simplejpeg.decode_jpeg(b, colorspace="RGB")
+        out.append((name, (time.thread_time() - t) / n * 1e6))
+    return out
+
+
+def parse_args(argv: list[str] | None = None):
+    ap = bench_parser(__doc__, "300 images, 1 round")
+    ap.add_argument("--images", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=2)
+    return ap.parse_args(argv)
+
+
+def main() -> int:
+    args = parse_args()
+    n, rounds = (300, 1) if args.quick else (args.images, args.rounds)
+    import stoker
+
+    print(command_line())
+    work = Path(tempfile.gettempdir()) / "stoker-bench-realsize"
+    rec, sample = str(work / f"imagenet_like_{n}.rec"), str(work / f"sample_{n}.rec")
+    if not Path(rec).exists():
+        stoker.pack(imagenet_like_set(work / f"images_{n}", n), rec, overwrite=True, progress=False)
+    if not Path(sample).exists():
+        stoker.pack(
+            make_images(work / f"sample_images_{n}", n=n, size=(H, W)), sample, progress=False
+        )
+    sizes = [p.stat().st_size for p in (work / f"images_{n}").rglob("*.jpg")]
+    print(
+        f"{n} JPEGs {W}x{H}, mean {np.mean(sizes) / 1e3:.0f} KB ({min(sizes) / 1e3:.0f}..."
+        f"{max(sizes) / 1e3:.0f}); {args.workers} workers / processes, batch 128\n"
+    )
+    print("# the whole decode alone, per image on one core (µs)")
+    for name, whole in decode_costs(rec, sample, min(n, 300)):
+        print(f"  {name:14s} {whole:7.0f}")
+    forms = {}
+    for norm in (True, False):
+        forms[norm], got = calibrate(rec, norm, min(n, 200))
+        print(f"\n# the plain chain's formulations, {'float32' if norm else 'uint8'} (µs/img):")
+        for f, med, lo, hi in got:
+            print(f"  {f[0]:13s} {f[1]:34s} {med:6.0f} ({lo:.0f}..{hi:.0f})")
+    names = ["L", "C"]
+    rates: dict = {}
+    for r in range(rounds):
+        for norm in (True, False):
+            for c in alternated(names, r):
+                if c == "C":
+                    got = {"rate": run_chain(rec, n, forms[norm], norm, args.workers, args.epochs)}
+                else:
+                    got = run_loader(rec, norm, args.workers, args.epochs)
+                rates.setdefault((c, norm), []).append(got)
+    print("\n# images/s (median over rounds), and ratios")
+    for norm in (True, False):
+        dt = "float32" if norm else "uint8"
+        med = {c: statistics.median(g["rate"] for g in rates[(c, norm)]) for c in names}
+        print(f"  {dt}: " + "  ".join(f"{c} {med[c]:.0f}" for c in names))
+        each = [x["rate"] / y["rate"] for x, y in zip(rates[("L", norm)], rates[("C", norm)])]
+        m, lo, hi = median_range(each)
+        print(f"    L/C = {m:.2f}x ({lo:.2f}..{hi:.2f})")
+        first = [g["first"] / g["second"] for g in rates[("L", norm)]]
+        print(f"    L first epoch / second epoch = {median_range(first)[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
