@@ -382,3 +382,15 @@ def test_a_worker_that_falls_behind_gets_less_work():
     assert set(made_by.tolist()) <= {1, 2}
     assert (made_by == 1).sum() <= len(x) // 4, made_by  # an even split would be half
     np.testing.assert_array_equal(images[..., :2], x[..., :2])
+
+
+def test_a_batch_without_declared_fields_answers_by_the_names_its_errors_give():
+    x = np.arange(8 * 4 * 4 * 3, dtype=np.uint8).reshape(8, 4, 4, 3)
+    y = np.arange(8, dtype=np.int64)
+    with Loader((x, y), batch_size=4, workers=0) as ld:
+        b = next(iter(ld))
+    assert "images" in b and "labels" in b and "boxes" not in b
+    np.testing.assert_array_equal(b["images"], x[:4])
+    np.testing.assert_array_equal(b["labels"], y[:4])
+    with pytest.raises(KeyError, match=r"it has \['images', 'labels'\]"):
+        b["boxes"]

@@ -102,9 +102,10 @@ class Batch:
 
     def __getitem__(self, name: str) -> Any:
         schema = self.schema
-        if schema is not None and name == schema.image_name:
+        image, label = (schema.image_name, schema.header_name) if schema else ("images", "labels")
+        if name == image:
             return self.images
-        if schema is not None and name == schema.header_name:
+        if name == label:
             return self.labels
         if name not in self.fields:
             have = list(schema) if schema is not None else ["images", "labels"]
@@ -122,9 +123,8 @@ class Batch:
 
     def __contains__(self, name: object) -> bool:
         schema = self.schema
-        if schema is not None and name in (schema.image_name, schema.header_name):
-            return True
-        return name in self.fields
+        image, label = (schema.image_name, schema.header_name) if schema else ("images", "labels")
+        return name in (image, label) or name in self.fields
 
     def padded(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """``(values, lengths)`` of a ragged, text or bytes field: the padded column (zeros
