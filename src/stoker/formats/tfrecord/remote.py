@@ -12,27 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from stoker.formats.remote import RemoteOptions
-from stoker.formats.shardfiles import HeldShard, RemoteShards, ShardFile, open_remote_set
-from stoker.formats.shards import MAX_OPEN_SHARDS, ShardEntry
+from stoker.formats.shardfiles import HeldShard, RemoteShards
 from stoker.formats.tfrecord.features import FeaturePlan
 from stoker.formats.tfrecord.index import cached_meta, cached_offsets, load_meta, load_offsets
 from stoker.formats.tfrecord.shard import Shard
-from stoker.formats.tfrecord.writer import KIND
 
-__all__ = ["RemoteShard", "open_remote", "remote_shard"]
-
-
-def _files(j: int, s: ShardEntry) -> list[ShardFile]:
-    return [ShardFile(s.files["data"], f"shards[{j}].files.data", int(s.bytes or 0))]
-
-
-def open_remote(
-    url: str, options: RemoteOptions | None, opened: RemoteShards | None
-) -> tuple[RemoteShards, dict]:
-    """The shards and manifest of the TFRecord set at ``url`` (``opened``: as another
-    process opened it)."""
-    return open_remote_set(url, options, opened, KIND, _files, cap=MAX_OPEN_SHARDS)
+__all__ = ["RemoteShard", "remote_shard"]
 
 
 class RemoteShard(HeldShard, Shard):

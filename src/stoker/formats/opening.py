@@ -1,0 +1,135 @@
+"""One way to open a set: what a path names, resolved once for every format made of shards.
+
+:func:`open_set` takes a path (or URL) and a format's name and says what a reader reads:
+
+- a URL other than ``file://``: the manifest there, read through the node's shard cache, and
+  its shards as a :class:`~stoker.formats.shardfiles.RemoteShards` (each shard's files are its
+  entry's files by role, in the order of the format's ``FORMAT.roles``);
+- a ``NAME.stoker.json``: the manifest and all of its shards;
+- a bare shard that the manifest beside it lists (the sibling manifest, see
+  :func:`~stoker.formats.manifest.sibling_manifest`): that manifest and the one entry naming
+  this file, so the shard is read as the manifest declares it (fields, class names);
+- anything else: a bare file, no manifest.
+
+What stays the format's own: how a shard's files are opened and checked against the entry.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from stoker.formats.manifest import (
+    MANIFEST_SUFFIX,
+    load,
+    parse,
+    read_json,
+    same_file,
+    shard_file,
+    sibling_manifest,
+)
+from stoker.formats.manifest_json import class_names
+from stoker.formats.remote import RemoteFiles, RemoteOptions, local_path, redact, remote_url
+from stoker.formats.shardfiles import RemoteShards, ShardFile
+from stoker.formats.shards import MAX_OPEN_SHARDS, ShardEntry
+from stoker.formats.spec import FORMATS
+
+__all__ = ["Opened", "open_set", "remote_files"]
+
+
+@dataclass
+class Opened:
+    """What :func:`open_set` found: ``path`` (a ``file://`` URL as its local path),
+    ``manifest_path`` (the local manifest, the redacted URL of a remote one, or ``None`` for a
+    bare file), the loaded ``manifest``, the ``entries`` to read and, for a URL, ``remote``."""
+
+    path: str
+    manifest_path: str | None = None
+    manifest: dict | None = None
+    entries: list[ShardEntry] = field(default_factory=list)
+    remote: RemoteShards | None = None
+
+    @property
+    def class_names(self) -> list[str] | None:
+        """The manifest's class names (``None``: no manifest, or it declares none)."""
+        return None if self.manifest is None else class_names(self.manifest) or None
+
+    def data_files(self) -> list[str]:
+        """Each entry's data file, resolved against the local manifest's folder."""
+        assert self.manifest_path is not None
+        return [str(shard_file(self.manifest_path, s, "data")) for s in self.entries]
+
+
+def remote_files(kind: str, j: int, s: ShardEntry) -> list[ShardFile]:
+    """The files of shard ``j`` (entry ``s``) of a remote ``kind`` set as the shard cache
+    fetches them, in the order of the format's roles: the data file (``bytes`` of the entry),
+    a ``crc`` side file (4 bytes per record), each with the CRC32C or sha256 the entry records
+    for its role."""
+    out = []
+    for role in FORMATS[kind].roles:
+        if role not in s.files:
+            continue
+        crc, sha = s.checksums.get(f"{role}.crc32c"), s.checksums.get(f"{role}.sha256")
+        out.append(
+            ShardFile(
+                s.files[role],
+                f"shards[{j}].files.{role}",
+                int(s.bytes or 0) if role == "data" else 4 * int(s.records),
+                crc32c=None if crc is None else int(crc),
+                sha256=None if sha is None else str(sha),
+            )
+        )
+    return out
+
+
+def _open_remote(
+    url: str, kind: str, options: RemoteOptions | None, opened: RemoteShards | None
+) -> Opened:
+    """The ``kind`` set whose manifest is at ``url``: read through the shard cache and checked,
+    every file listed with its size and the cache's room checked. ``opened``: the set as
+    another process opened it (unpickled), whose checks are not repeated."""
+    if opened is not None:
+        shards = opened
+        m = parse(read_json(shards.files.manifest_copy()), redact(shards.files.url), kind)
+    else:
+        files = RemoteFiles(url, options)
+        m = parse(read_json(files.manifest_copy()), redact(files.url), kind)
+        each = [remote_files(kind, j, s) for j, s in enumerate(m["shards"])]
+        shards = RemoteShards(files, each, cap=MAX_OPEN_SHARDS)
+        shards.check()
+    return Opened(url, redact(url), m, m["shards"], shards)
+
+
+def open_set(
+    path: str | os.PathLike[str],
+    kind: str,
+    *,
+    remote: RemoteOptions | None = None,
+    opened: RemoteShards | None = None,
+    sibling: bool | str = True,
+) -> Opened:
+    """What ``path`` names for a reader of format ``kind``; see the module docstring.
+    ``remote`` and ``opened``: a URL's options and its set as another process opened it (its
+    reader keeps :data:`MAX_OPEN_SHARDS` open at most). ``sibling``: where a bare shard's manifest is
+    looked for (``True``: :func:`~stoker.formats.manifest.sibling_manifest`; a path: that
+    file when it exists; ``False``: nowhere)."""
+    p = os.fspath(path)
+    url = remote_url(p)
+    if url is not None:
+        return _open_remote(url, kind, remote, opened)
+    p = local_path(p)
+    if p.endswith(MANIFEST_SUFFIX):
+        m = load(p, kind=kind)
+        return Opened(p, p, m, m["shards"])
+    if sibling is True:
+        beside = sibling_manifest(p, kind)
+    else:
+        beside = sibling if sibling and os.path.exists(sibling) else None
+    if beside is not None:
+        m = load(beside, kind=kind)
+        me = os.path.abspath(p)
+        for s in m["shards"]:
+            data = str(shard_file(beside, s, "data"))
+            if os.path.abspath(data) == me or same_file(data, p):
+                return Opened(p, beside, m, [s])
+    return Opened(p)
