@@ -17,16 +17,19 @@ What stays the format's own: how a shard's files are opened and checked against 
 from __future__ import annotations
 
 import os
+import re
+import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from stoker._core.errors import ManifestError
 from stoker.formats.manifest import (
     MANIFEST_SUFFIX,
     load,
+    manifest_kind,
     parse,
     read_json,
-    same_file,
     shard_file,
-    sibling_manifest,
 )
 from stoker.formats.manifest_json import class_names
 from stoker.formats.remote import RemoteFiles, RemoteOptions, local_path, redact, remote_url
@@ -34,7 +37,9 @@ from stoker.formats.shardfiles import RemoteShards, ShardFile
 from stoker.formats.shards import MAX_OPEN_SHARDS, ShardEntry
 from stoker.formats.spec import FORMATS
 
-__all__ = ["Opened", "open_set", "remote_files"]
+__all__ = ["Opened", "check_entry", "open_set", "remote_files", "sibling_manifest"]
+
+_SHARD_NUMBER = re.compile(r"-\d{5,}$")
 
 
 @dataclass
@@ -58,6 +63,67 @@ class Opened:
         """Each entry's data file, resolved against the local manifest's folder."""
         assert self.manifest_path is not None
         return [str(shard_file(self.manifest_path, s, "data")) for s in self.entries]
+
+
+def sibling_manifest(path: str, kind: str) -> str | None:
+    """The manifest that sits beside a bare shard: ``PREFIX.stoker.json`` for
+    ``PREFIX-00007.tar`` or ``PREFIX.tfrecord``, when it exists and describes a set of format
+    ``kind`` (:func:`open_set` checks that it lists the shard); else ``None``."""
+    stem = os.path.splitext(os.path.abspath(path))[0]
+    candidate = _SHARD_NUMBER.sub("", stem) + MANIFEST_SUFFIX
+    if not os.path.isfile(candidate):
+        return None
+    try:
+        name = manifest_kind(candidate)
+    except ManifestError:
+        return None  # not ours to read here: the bare shard is read as it is
+    return candidate if name == kind else None
+
+
+def _same(a: str, b: str) -> bool:
+    """Whether two paths name one file (a manifest's shard entry and a path given by hand)."""
+    try:
+        return os.path.abspath(a) == os.path.abspath(b) or os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_entry(manifest_path: str, s: ShardEntry, roles: Iterable[str], hint: str = "") -> None:
+    """What can be checked of shard entry ``s`` without opening its files (a ``stat`` each),
+    for each of ``roles`` it names: the file is there and not a folder, the data file has the
+    ``bytes`` the entry records, a ``crc`` side file holds 4 bytes per record.
+    :class:`ManifestError` names the manifest, the file and its shard (``hint``: how to read
+    without a missing ``crc`` file)."""
+    data = s.files["data"]
+    for role in roles:
+        p = shard_file(manifest_path, s, role)
+        if p is None:
+            continue
+        try:
+            st = os.stat(p)
+        except OSError as e:
+            gone = isinstance(e, FileNotFoundError)
+            raise ManifestError(
+                f"{manifest_path}: the {role} file {p} that the manifest names for shard "
+                f"{data!r} cannot be read: {'it does not exist' if gone else e.strerror or e}"
+                f"{hint if gone and role == 'crc' else ''}"
+            ) from None
+        if stat.S_ISDIR(st.st_mode):
+            raise ManifestError(
+                f"{manifest_path}: shard {s.files[role]!r} (field files.{role}) names a "
+                "directory, not a file"
+            )
+        if role == "data" and st.st_size != s.bytes:
+            raise ManifestError(
+                f"{manifest_path}: {p} is {st.st_size} bytes but the manifest records "
+                f"{s.bytes}; the shard was replaced or truncated"
+            )
+        if role == "crc" and st.st_size != 4 * s.records:
+            raise ManifestError(
+                f"{manifest_path}: the checksum file {p} holds {st.st_size} bytes, not 4 bytes "
+                f"for each record: the {s.records} records of shard {data!r} need "
+                f"{4 * s.records} (truncated, or it belongs to another shard)"
+            )
 
 
 def remote_files(kind: str, j: int, s: ShardEntry) -> list[ShardFile]:
@@ -127,9 +193,7 @@ def open_set(
         beside = sibling if sibling and os.path.exists(sibling) else None
     if beside is not None:
         m = load(beside, kind=kind)
-        me = os.path.abspath(p)
         for s in m["shards"]:
-            data = str(shard_file(beside, s, "data"))
-            if os.path.abspath(data) == me or same_file(data, p):
+            if _same(str(shard_file(beside, s, "data")), p):
                 return Opened(p, beside, m, [s])
     return Opened(p)

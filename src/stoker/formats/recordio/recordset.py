@@ -14,7 +14,6 @@ binary index cache), so a set of 100,000 shards read by 8 workers stays within t
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,6 +21,7 @@ import numpy as np
 
 from stoker._core.errors import CorruptRecordError, ManifestError
 from stoker.formats.manifest import parse, read_json
+from stoker.formats.opening import check_entry
 from stoker.formats.recordio.header import IRHeader
 from stoker.formats.recordio.index import sha256_file
 from stoker.formats.recordio.manifest import KIND, class_names, load_manifest, shard_paths
@@ -55,22 +55,12 @@ def _check_shard(r: RecordFile, shard: ShardEntry, manifest_path: str) -> None:
         )
 
 
-def _no_folders(manifest_path: str, shard: ShardEntry) -> None:
-    """:class:`ManifestError` naming the field when a path of the entry is a directory."""
-    for role, p in zip(("data", "index", "crc"), shard_paths(manifest_path, shard), strict=True):
-        if p is not None and os.path.isdir(p):
-            raise ManifestError(
-                f"{manifest_path}: shard {shard.files[role]!r} (field files.{role}) names a "
-                "directory, not a file"
-            )
-
-
 def open_shard(manifest_path: str, shard: ShardEntry, **kw: Any) -> RecordFile:
     """The ``RecordFile`` of one ``shards[]`` entry of the manifest at ``manifest_path``
     (``kw``: its options); :class:`ManifestError` when the files differ from the entry.
     ``verify_checksums="auto"`` checks the ``.crc32c`` the entry names (which must exist)
     and no other."""
-    _no_folders(manifest_path, shard)
+    check_entry(manifest_path, shard, ("data", "index"))
     rec, idx, crc = shard_paths(manifest_path, shard)
     if kw.get("verify_checksums") == "auto" and crc is None:
         kw = {**kw, "verify_checksums": False}  # the manifest says there is none
@@ -129,56 +119,21 @@ def open_remote_shard(remote: RemoteShards, shard: ShardEntry, j: int, **kw: Any
     return r
 
 
-def _entry_size(manifest_path: str, shard: ShardEntry, path: str) -> int:
-    """The bytes of ``path``, a file of ``shard``'s entry (``OSError`` when it cannot be
-    stat'ed); :class:`ManifestError` naming the field when an entry's path is a directory."""
-    st = os.stat(path)
-    if stat.S_ISDIR(st.st_mode):
-        _no_folders(manifest_path, shard)
-    return st.st_size
+#: How to read a set whose manifest names a checksum file that is gone.
+_NO_CRC = (
+    "; open with verify_checksums=False (RecordSource(path, checksums=False)) to read "
+    "without checksums"
+)
 
 
 def precheck_shards(manifest_path: str, manifest: dict, checksums: Checksums) -> None:
-    """What can be checked of every shard without opening it (a ``stat`` or two each): the
-    ``.rec`` has the size the manifest records; its ``.idx`` is there; a ``.crc32c`` the
-    manifest names exists (unless checksums are off) and holds one uint32 per record of the
-    shard. The ``.idx`` is checked against its sha256 when the shard is first opened."""
+    """What can be checked of every shard without opening it (:func:`~stoker.formats.opening.
+    check_entry`): its ``.idx`` is there, its ``.rec`` has the size the manifest records, a
+    ``.crc32c`` it names exists (unless checksums are off) and holds one uint32 per record.
+    The ``.idx`` is checked against its sha256 when the shard is first opened."""
+    roles = ("index", "data", "crc") if checksums else ("index", "data")
     for shard in manifest["shards"]:
-        rec, idx, crc = shard_paths(manifest_path, shard)
-        try:
-            _entry_size(manifest_path, shard, idx)
-        except OSError as e:
-            raise ManifestError(
-                f"{manifest_path}: the index {idx} that the manifest names for shard "
-                f"{shard.files['data']!r} cannot be read: {e.strerror or e}"
-            ) from None
-        try:
-            size = _entry_size(manifest_path, shard, rec)
-        except OSError as e:
-            raise ManifestError(
-                f"{manifest_path}: shard {shard.files['data']!r} cannot be read: {e.strerror or e}"
-            ) from None
-        if size != shard.bytes:
-            raise ManifestError(
-                f"{manifest_path}: {rec} is {size} bytes but the manifest records "
-                f"{shard.bytes}; the .rec was replaced or truncated"
-            )
-        if crc is None or not checksums:
-            continue
-        try:
-            size = _entry_size(manifest_path, shard, crc)
-        except FileNotFoundError:
-            raise ManifestError(
-                f"{manifest_path}: the checksum file {crc} that the manifest names for shard "
-                f"{shard.files['data']!r} does not exist; open with verify_checksums=False "
-                "(RecordSource(path, checksums=False)) to read without checksums"
-            ) from None
-        if size != 4 * shard.records:
-            raise ManifestError(
-                f"{manifest_path}: the checksum file {crc} holds {size} bytes; the "
-                f"{shard.records} records of shard {shard.files['data']!r} need "
-                f"{4 * shard.records} (truncated, or it belongs to another .rec)"
-            )
+        check_entry(manifest_path, shard, roles, _NO_CRC)
 
 
 class _Shards(Sequence[RecordFile]):

@@ -23,7 +23,7 @@ from stoker._core.errors import CorruptRecordError, ManifestError, SpecError
 from stoker._core.schema import SIZE_FIELD, Schema
 from stoker.formats.base import Reader, ReadSample
 from stoker.formats.manifest import manifest_schema, shard_file
-from stoker.formats.opening import open_set
+from stoker.formats.opening import check_entry, open_set
 from stoker.formats.remote import RemoteOptions
 from stoker.formats.shardfiles import ReadsRemoteShards
 from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardEntry, ShardSet, digest
@@ -127,25 +127,8 @@ class WdsReader(ReadsRemoteShards, Reader):
         return (), "int64"
 
     def _manifest_shard(self, manifest: str, s: ShardEntry) -> Shard:
-        tar, name = str(shard_file(manifest, s, "data")), s.files["data"]
-        if os.path.isdir(tar):
-            raise ManifestError(f"{manifest}: shard {name!r} names a directory, not a file")
-        if not os.path.exists(tar):
-            raise ManifestError(f"{manifest}: shard {name!r} does not exist")
-        size = os.path.getsize(tar)
-        if size != s.bytes:
-            raise ManifestError(
-                f"{manifest}: {tar} is {size} bytes but the manifest records {s.bytes}; "
-                "the shard was replaced or truncated"
-            )
-        crc = shard_file(manifest, s, "crc")
-        if crc is not None:  # checked at open: a side-car of another tar's size
-            if not os.path.isfile(crc) or os.path.getsize(crc) != 4 * s.records:
-                got = f"{os.path.getsize(crc)} bytes" if os.path.isfile(crc) else "missing"
-                raise ManifestError(
-                    f"{manifest}: {crc} (the per-sample checksums of {name!r}) is {got}, "
-                    f"not 4 bytes for each of its {s.records} samples"
-                )
+        check_entry(manifest, s, ("data", "crc"))  # a side-car of another tar's size too
+        tar, crc = str(shard_file(manifest, s, "data")), shard_file(manifest, s, "crc")
         return Shard(
             tar,
             records=s.records,
