@@ -19,8 +19,9 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from stoker._core.errors import ManifestError
 from stoker.formats.manifest import (
@@ -37,7 +38,14 @@ from stoker.formats.shardfiles import RemoteShards, ShardFile
 from stoker.formats.shards import MAX_OPEN_SHARDS, ShardEntry
 from stoker.formats.spec import FORMATS
 
-__all__ = ["Opened", "check_entry", "open_set", "remote_files", "sibling_manifest"]
+__all__ = [
+    "Opened",
+    "check_entry",
+    "open_remote",
+    "open_set",
+    "remote_files",
+    "sibling_manifest",
+]
 
 _SHARD_NUMBER = re.compile(r"-\d{5,}$")
 
@@ -126,21 +134,32 @@ def check_entry(manifest_path: str, s: ShardEntry, roles: Iterable[str], hint: s
             )
 
 
-def remote_files(kind: str, j: int, s: ShardEntry) -> list[ShardFile]:
-    """The files of shard ``j`` (entry ``s``) of a remote ``kind`` set as the shard cache
-    fetches them, in the order of the format's roles: the data file (``bytes`` of the entry),
-    a ``crc`` side file (4 bytes per record), each with the CRC32C or sha256 the entry records
-    for its role."""
+def remote_files(
+    files: RemoteFiles, j: int, s: ShardEntry, roles: Iterable[str]
+) -> list[ShardFile]:
+    """The files of shard ``j`` (entry ``s``) of a remote set as the shard cache fetches them:
+    each of ``roles`` the entry names, in that order. The data file has the entry's ``bytes``
+    (and its CRC32C or sha256 where the entry records one), a ``crc`` side file 4 bytes per
+    record, any other file the size listed at open."""
     out = []
-    for role in FORMATS[kind].roles:
+    for role in roles:
         if role not in s.files:
             continue
-        crc, sha = s.checksums.get(f"{role}.crc32c"), s.checksums.get(f"{role}.sha256")
+        name, where = s.files[role], f"shards[{j}].files.{role}"
+        crc = sha = None
+        if role == "data":
+            size, crc, sha = (
+                int(s.bytes or 0),
+                s.checksums.get("data.crc32c"),
+                s.checksums.get("data.sha256"),
+            )
+        else:
+            size = 4 * int(s.records) if role == "crc" else files.size_of(files.url_of(name, where))
         out.append(
             ShardFile(
-                s.files[role],
-                f"shards[{j}].files.{role}",
-                int(s.bytes or 0) if role == "data" else 4 * int(s.records),
+                name,
+                where,
+                size,
                 crc32c=None if crc is None else int(crc),
                 sha256=None if sha is None else str(sha),
             )
@@ -148,22 +167,36 @@ def remote_files(kind: str, j: int, s: ShardEntry) -> list[ShardFile]:
     return out
 
 
-def _open_remote(
-    url: str, kind: str, options: RemoteOptions | None, opened: RemoteShards | None
-) -> Opened:
-    """The ``kind`` set whose manifest is at ``url``: read through the shard cache and checked,
-    every file listed with its size and the cache's room checked. ``opened``: the set as
-    another process opened it (unpickled), whose checks are not repeated."""
+def open_remote(
+    files: RemoteFiles,
+    kind: str,
+    opened: RemoteShards | None = None,
+    roles: Sequence[str] | None = None,
+    **kw: Any,
+) -> tuple[RemoteShards, dict]:
+    """The opener and the manifest of the ``kind`` set whose manifest ``files`` reads through
+    the shard cache: the manifest checked, each shard's files (``roles``: those read, default
+    the format's) listed with their sizes (one listing per folder) and the cache's room
+    checked, unless a process of this run listed them already. ``opened``: the set as another
+    process opened it (unpickled), whose checks are not repeated. ``kw``: the
+    :class:`RemoteShards` options."""
+    m = parse(read_json(files.manifest_copy()), redact(files.url), kind)
     if opened is not None:
-        shards = opened
-        m = parse(read_json(shards.files.manifest_copy()), redact(shards.files.url), kind)
-    else:
-        files = RemoteFiles(url, options)
-        m = parse(read_json(files.manifest_copy()), redact(files.url), kind)
-        each = [remote_files(kind, j, s) for j, s in enumerate(m["shards"])]
-        shards = RemoteShards(files, each, cap=MAX_OPEN_SHARDS)
+        return opened, m
+    roles = roles or list(FORMATS[kind].roles)
+    fresh = not files.sizes
+    if fresh:
+        files.list_sizes(
+            files.url_of(s.files[role], f"shards[{j}].files.{role}")
+            for j, s in enumerate(m["shards"])
+            for role in roles
+            if role in s.files
+        )
+    each = [remote_files(files, j, s, roles) for j, s in enumerate(m["shards"])]
+    shards = RemoteShards(files, each, cap=MAX_OPEN_SHARDS, **kw)
+    if fresh:
         shards.check()
-    return Opened(url, redact(url), m, m["shards"], shards)
+    return shards, m
 
 
 def open_set(
@@ -182,7 +215,9 @@ def open_set(
     p = os.fspath(path)
     url = remote_url(p)
     if url is not None:
-        return _open_remote(url, kind, remote, opened)
+        files = RemoteFiles(url, remote) if opened is None else opened.files
+        shards, m = open_remote(files, kind, opened)
+        return Opened(url, redact(url), m, m["shards"], shards)
     p = local_path(p)
     if p.endswith(MANIFEST_SUFFIX):
         m = load(p, kind=kind)
