@@ -6,8 +6,7 @@
   its shards as a :class:`~stoker.formats.shardfiles.RemoteShards` (each shard's files are its
   entry's files by role, in the order of the format's ``FORMAT.roles``);
 - a ``NAME.stoker.json``: the manifest and all of its shards;
-- a bare shard that the manifest beside it lists (the sibling manifest, see
-  :func:`~stoker.formats.manifest.sibling_manifest`): that manifest and the one entry naming
+- a bare shard that the manifest beside it lists (:func:`sibling_manifest`): that manifest and the one entry naming
   this file, so the shard is read as the manifest declares it (fields, class names);
 - anything else: a bare file, no manifest.
 
@@ -43,7 +42,6 @@ __all__ = [
     "check_entry",
     "open_remote",
     "open_set",
-    "remote_files",
     "sibling_manifest",
 ]
 
@@ -66,11 +64,6 @@ class Opened:
     def class_names(self) -> list[str] | None:
         """The manifest's class names (``None``: no manifest, or it declares none)."""
         return None if self.manifest is None else class_names(self.manifest) or None
-
-    def data_files(self) -> list[str]:
-        """Each entry's data file, resolved against the local manifest's folder."""
-        assert self.manifest_path is not None
-        return [str(shard_file(self.manifest_path, s, "data")) for s in self.entries]
 
 
 def sibling_manifest(path: str, kind: str) -> str | None:
@@ -134,9 +127,7 @@ def check_entry(manifest_path: str, s: ShardEntry, roles: Iterable[str], hint: s
             )
 
 
-def remote_files(
-    files: RemoteFiles, j: int, s: ShardEntry, roles: Iterable[str]
-) -> list[ShardFile]:
+def _files(files: RemoteFiles, j: int, s: ShardEntry, roles: Iterable[str]) -> list[ShardFile]:
     """The files of shard ``j`` (entry ``s``) of a remote set as the shard cache fetches them:
     each of ``roles`` the entry names, in that order. The data file has the entry's ``bytes``
     (and its CRC32C or sha256 where the entry records one), a ``crc`` side file 4 bytes per
@@ -192,7 +183,7 @@ def open_remote(
             for role in roles
             if role in s.files
         )
-    each = [remote_files(files, j, s, roles) for j, s in enumerate(m["shards"])]
+    each = [_files(files, j, s, roles) for j, s in enumerate(m["shards"])]
     shards = RemoteShards(files, each, cap=MAX_OPEN_SHARDS, **kw)
     if fresh:
         shards.check()

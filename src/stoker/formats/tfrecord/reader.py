@@ -28,12 +28,13 @@ from stoker._core.crc import crc32c
 from stoker._core.errors import SpecError, StokerFormatError
 from stoker._core.schema import Field, Schema
 from stoker.formats.base import Reader, ReadSample
+from stoker.formats.manifest import shard_file
 from stoker.formats.opening import open_set
 from stoker.formats.protowire import WireError, read_varint
 from stoker.formats.remote import RemoteOptions
 from stoker.formats.report import spread
 from stoker.formats.shardfiles import ReadsRemoteShards
-from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardSet, digest
+from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardEntry, ShardSet, digest
 from stoker.formats.tfrecord.example import parse_features
 from stoker.formats.tfrecord.features import (
     KEY_FEATURE,
@@ -140,38 +141,38 @@ class TFRecordReader(ReadsRemoteShards, Reader):
         src = open_set(
             self.path, self.format, remote=c.get("remote"), opened=self._opened, sibling=not asked
         )
-        files: list[tuple[str, int | None, int | None]] = [(src.path, None, None)]
+        entries: list[ShardEntry | None] = [None]  # a bare file
         if (m := src.manifest) is None:
             plan = default_plan(**{k: c[k] for k in (*_DEFAULT_KEYS, "features")})
         else:
-            plan, self._class_names = manifest_plan(m), src.class_names
-            names = src.data_files() if src.remote is None else [src.path] * len(src.entries)
-            files = [(f, s.records, s.bytes) for f, s in zip(names, src.entries, strict=True)]
+            plan, self._class_names, entries = manifest_plan(m), src.class_names, [*src.entries]
         self._remote = src.remote
         if self._remote is not None:
             self._remote.on_release = self._released
         try:
-            for j, (path, records, nbytes) in enumerate(files):
+            for j, s in enumerate(entries):
                 if self._remote is None:
-                    sh = Shard(path, plan, cache=c["cache"])
+                    f = src.path if s is None else shard_file(str(src.manifest_path), s, "data")
+                    sh = Shard(str(f), plan, cache=c["cache"])
                 else:
                     sh = remote_shard(self._remote, j, plan, cache=c["cache"])
-                self._shards.append(self._check_shard(sh, records, nbytes))
+                self._shards.append(self._check_shard(sh, s))
             self._combine()
         except BaseException:
             self.close()
             raise
         self._ready = True
 
-    def _check_shard(self, sh: Shard, records: int | None, nbytes: int | None) -> Shard:
+    def _check_shard(self, sh: Shard, s: ShardEntry | None) -> Shard:
+        """``sh`` checked against its manifest entry ``s`` (``None``: a bare file)."""
         where = f"{sh.path} (listed in {self.path})"
-        if nbytes is not None and sh.size != nbytes:
+        if s is not None and s.bytes is not None and sh.size != s.bytes:
             sh.unmap()
-            raise StokerFormatError(f"{where}: {sh.size} bytes, the manifest says {nbytes}")
-        if records is not None and sh.offsets.shape[0] != records:
+            raise StokerFormatError(f"{where}: {sh.size} bytes, the manifest says {s.bytes}")
+        if s is not None and sh.offsets.shape[0] != s.records:
             sh.unmap()
             raise StokerFormatError(
-                f"{where}: {sh.offsets.shape[0]} records, the manifest says {records}"
+                f"{where}: {sh.offsets.shape[0]} records, the manifest says {s.records}"
             )
         self._touch(len(self._shards), sh)
         return sh
