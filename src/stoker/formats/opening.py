@@ -133,28 +133,15 @@ def _files(files: RemoteFiles, j: int, s: ShardEntry, roles: Iterable[str]) -> l
     (and its CRC32C or sha256 where the entry records one), a ``crc`` side file 4 bytes per
     record, any other file the size listed at open."""
     out = []
-    for role in roles:
-        if role not in s.files:
-            continue
+    for role in [r for r in roles if r in s.files]:
         name, where = s.files[role], f"shards[{j}].files.{role}"
-        crc = sha = None
         if role == "data":
-            size, crc, sha = (
-                int(s.bytes or 0),
-                s.checksums.get("data.crc32c"),
-                s.checksums.get("data.sha256"),
-            )
+            crc, sha = s.checksums.get("data.crc32c"), s.checksums.get("data.sha256")
+            crc, sha = None if crc is None else int(crc), None if sha is None else str(sha)
+            out.append(ShardFile(name, where, int(s.bytes or 0), crc32c=crc, sha256=sha))
         else:
             size = 4 * int(s.records) if role == "crc" else files.size_of(files.url_of(name, where))
-        out.append(
-            ShardFile(
-                name,
-                where,
-                size,
-                crc32c=None if crc is None else int(crc),
-                sha256=None if sha is None else str(sha),
-            )
-        )
+            out.append(ShardFile(name, where, size))
     return out
 
 
@@ -200,9 +187,9 @@ def open_set(
 ) -> Opened:
     """What ``path`` names for a reader of format ``kind``; see the module docstring.
     ``remote`` and ``opened``: a URL's options and its set as another process opened it (its
-    reader keeps :data:`MAX_OPEN_SHARDS` open at most). ``sibling``: where a bare shard's manifest is
-    looked for (``True``: :func:`~stoker.formats.manifest.sibling_manifest`; a path: that
-    file when it exists; ``False``: nowhere)."""
+    reader keeps :data:`MAX_OPEN_SHARDS` open at most). ``sibling``: where a bare shard's
+    manifest is looked for (``True``: :func:`sibling_manifest`; a path: that file when it
+    exists; ``False``: nowhere)."""
     p = os.fspath(path)
     url = remote_url(p)
     if url is not None:

@@ -58,7 +58,7 @@ from stoker.formats.tfrecord.index import (
     NO_SPAN,
     record_error,
 )
-from stoker.formats.tfrecord.remote import remote_shard
+from stoker.formats.tfrecord.remote import RemoteShard
 from stoker.formats.tfrecord.shard import Shard
 
 __all__ = ["MAX_OPEN_SHARDS", "TFRecordReader", "manifest_plan"]
@@ -155,7 +155,7 @@ class TFRecordReader(ReadsRemoteShards, Reader):
                     f = src.path if s is None else shard_file(str(src.manifest_path), s, "data")
                     sh = Shard(str(f), plan, cache=c["cache"])
                 else:
-                    sh = remote_shard(self._remote, j, plan, cache=c["cache"])
+                    sh = RemoteShard(self._remote, j, plan, cache=c["cache"])
                 self._shards.append(self._check_shard(sh, s))
             self._combine()
         except BaseException:

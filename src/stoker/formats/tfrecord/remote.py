@@ -1,5 +1,6 @@
-"""A TFRecord set in object storage: its manifest read through the node's shard cache, and each
-``.tfrecord`` shard read from a pinned copy there (:mod:`stoker.formats.shardfiles`).
+"""A TFRecord set in object storage (opened by :func:`stoker.formats.opening.open_set`): each
+``.tfrecord`` shard read from a pinned copy in the node's shard cache
+(:mod:`stoker.formats.shardfiles`).
 
 A shard's record offsets and what one scan of its Examples learns (labels, keys, field lengths,
 image spans: :mod:`stoker.formats.tfrecord.index`) are cached under the shard cache's key of its
@@ -17,7 +18,7 @@ from stoker.formats.tfrecord.features import FeaturePlan
 from stoker.formats.tfrecord.index import cached_meta, cached_offsets, load_meta, load_offsets
 from stoker.formats.tfrecord.shard import Shard
 
-__all__ = ["RemoteShard", "remote_shard"]
+__all__ = ["RemoteShard"]
 
 
 class RemoteShard(HeldShard, Shard):
@@ -48,7 +49,3 @@ class RemoteShard(HeldShard, Shard):
             super().unmap()
         finally:
             self.let_go()
-
-
-def remote_shard(shards: RemoteShards, j: int, plan: FeaturePlan, *, cache: bool) -> RemoteShard:
-    return RemoteShard(shards, j, plan, cache=cache)

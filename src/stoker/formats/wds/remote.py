@@ -1,5 +1,6 @@
-"""A WebDataset set in object storage: its manifest read through the node's shard cache, and
-each ``.tar`` shard read from a pinned copy there (:mod:`stoker.formats.shardfiles`).
+"""A WebDataset set in object storage (opened by :func:`stoker.formats.opening.open_set`):
+each ``.tar`` shard read from a pinned copy in the node's shard cache
+(:mod:`stoker.formats.shardfiles`).
 
 A tar's member index is cached under the shard cache's key of its copy (its URL, size and
 CRC), so any process of the node that indexed a shard spares the others the download: a
