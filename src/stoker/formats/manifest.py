@@ -39,16 +39,13 @@ its shards as :class:`~stoker.formats.shards.ShardEntry` objects.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stoker._core.errors import ManifestError
 from stoker._core.schema import Schema
 from stoker.formats import manifest_json
 from stoker.formats.manifest_json import (
     MANIFEST_FORMAT,
-    MANIFEST_SUFFIX,
     MANIFEST_VERSION,
     MAX_MANIFEST_BYTES,
     check_classes,
@@ -63,6 +60,7 @@ from stoker.formats.manifest_json import (
     read_json,
     write_json,
 )
+from stoker.formats.manifest_json import MANIFEST_SUFFIX as MANIFEST_SUFFIX  # named by __all__
 from stoker.formats.manifest_json import class_names as class_names  # named by __all__
 from stoker.formats.manifest_v1 import upgrade, upgrade_entry
 from stoker.formats.shards import ShardEntry
@@ -310,31 +308,3 @@ def write_set(
         kind, entries, path=p, schema=None if schema is None else schema.to_json(), **fields
     )
     write_json(p, made)
-
-
-_SHARD_NUMBER = re.compile(r"-\d{5,}$")
-
-
-def sibling_manifest(path: str, kind: str) -> str | None:
-    """The manifest that sits beside a bare shard and names it: ``PREFIX.stoker.json`` for
-    ``PREFIX-00007.tar`` or ``PREFIX.tfrecord``, when it exists and describes a set of format
-    ``kind`` (the caller checks that it lists the shard); else ``None``. A reader that
-    finds one reads the shard through it, so the shard keeps the fields and class names the
-    manifest declares."""
-    stem = os.path.splitext(os.path.abspath(path))[0]
-    candidate = _SHARD_NUMBER.sub("", stem) + MANIFEST_SUFFIX
-    if not os.path.isfile(candidate):
-        return None
-    try:
-        name = manifest_kind(candidate)
-    except ManifestError:
-        return None  # not ours to read here: the bare shard is read as it is
-    return candidate if name == kind else None
-
-
-def same_file(a: str, b: str) -> bool:
-    """Whether two paths name one file (a manifest's shard entry and a path given by hand)."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False

@@ -38,7 +38,6 @@ from stoker.formats.remote import (
     BY_POSITION,
     ReadPlan,
     RemoteFiles,
-    RemoteOptions,
     check_room_for,
     claim_plan,
     claim_shards,
@@ -46,7 +45,7 @@ from stoker.formats.remote import (
     redact,
     with_marks,
 )
-from stoker.formats.shards import OpenShards, ShardEntry, ShardSet
+from stoker.formats.shards import OpenShards, ShardSet
 
 if TYPE_CHECKING:
     from stoker.storage.cache import Pin
@@ -59,7 +58,6 @@ __all__ = [
     "Reopens",
     "ShardFile",
     "ShardsAhead",
-    "open_remote_set",
 ]
 
 #: Shards a reader outside a loader keeps held at most (each pins its cached copy).
@@ -292,32 +290,6 @@ class RemoteShards:
         self._release_claim()
         while self._held:
             self._drop(self._held.oldest())
-
-
-def open_remote_set(
-    url: str,
-    options: RemoteOptions | None,
-    opened: RemoteShards | None,
-    kind: str,
-    files_of: Callable[[int, ShardEntry], list[ShardFile]],
-    *,
-    cap: int,
-) -> tuple[RemoteShards, dict]:
-    """The shards and the manifest of the ``kind`` set whose manifest is at ``url``: read
-    through the shard cache and checked (:func:`~stoker.formats.manifest.parse`: its shards
-    are :class:`ShardEntry` objects; ``files_of(j, entry)``: the files of shard ``j``), every
-    file listed with its size and the cache's room checked. ``opened``: the set as another
-    process opened it (unpickled), whose checks are not repeated."""
-    from stoker.formats.manifest import parse, read_json
-
-    if opened is not None:
-        where = redact(opened.files.url)
-        return opened, parse(read_json(opened.files.manifest_copy()), where, kind)
-    files = RemoteFiles(url, options)
-    m = parse(read_json(files.manifest_copy()), redact(files.url), kind)
-    shards = RemoteShards(files, [files_of(j, s) for j, s in enumerate(m["shards"])], cap=cap)
-    shards.check()
-    return shards, m
 
 
 class ShardsAhead:

@@ -28,6 +28,7 @@ from stoker.formats.manifest import (
     load,
     make,
     manifest_schema,
+    shard_file,
     validate,
     write_json,
 )
@@ -74,10 +75,9 @@ def shard_paths(
 ) -> tuple[str, str, str | None]:
     """The ``.rec``, ``.idx`` and ``.crc32c`` (or ``None``) paths of a shard entry, resolved
     against the folder of ``manifest_path``."""
-    base = os.path.dirname(os.path.abspath(os.fspath(manifest_path)))
-    rec, idx = shard.path("data", base), shard.path("index", base)
+    rec, idx, crc = (shard_file(manifest_path, shard, r) for r in ("data", "index", "crc"))
     assert rec is not None and idx is not None  # required roles
-    return rec, idx, shard.path("crc", base)
+    return rec, idx, crc
 
 
 def shard_entry(info: Any, manifest_path: str | os.PathLike[str]) -> dict:

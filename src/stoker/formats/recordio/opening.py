@@ -8,13 +8,9 @@ from __future__ import annotations
 
 import os
 
+from stoker.formats.opening import open_set
 from stoker.formats.recordio.insightface import with_layout
-from stoker.formats.recordio.manifest import (
-    MANIFEST_SUFFIX,
-    class_names,
-    load_manifest,
-    shard_paths,
-)
+from stoker.formats.recordio.manifest import KIND, MANIFEST_SUFFIX, class_names
 from stoker.formats.recordio.paths import default_crc_path, manifest_path_for
 from stoker.formats.recordio.reader import Checksums, RecordFile
 from stoker.formats.recordio.recordset import RecordSet, open_shard, precheck_shards
@@ -74,28 +70,19 @@ def open_records(
         return RecordSet(url, verify_checksums=verify_checksums, cache=cache, files=files)
     p = local_path(p)
     kw = {"verify_checksums": verify_checksums, "cache": cache}
-    if p.endswith(MANIFEST_SUFFIX):
-        manifest = load_manifest(p)
-        precheck_shards(p, manifest, verify_checksums)
-        if len(manifest["shards"]) != 1:
-            return RecordSet(p, verify_checksums=verify_checksums, cache=cache)
-        return _with_manifest(open_shard(p, manifest["shards"][0], **kw), manifest)
+    idx: str | None = None
     if p.endswith(".idx"):
         rec = p[:-4] + ".rec"
         if not os.path.exists(rec):
             raise FileNotFoundError(f"{p}: no {os.path.basename(rec)} beside it")
-        idx: str | None = p
-        p = rec
-    else:
-        idx = None
-    mpath = manifest_path_for(p)
-    if os.path.exists(mpath):
-        manifest = load_manifest(mpath)
-        me = os.path.abspath(p)
-        for shard in manifest["shards"]:
-            if os.path.abspath(shard_paths(mpath, shard)[0]) == me:
-                precheck_shards(mpath, {"shards": [shard]}, verify_checksums)
-                return _with_manifest(open_shard(mpath, shard, **kw), manifest)
+        idx, p = p, rec
+    src = open_set(p, KIND, sibling=manifest_path_for(p))
+    if (m := src.manifest) is not None:
+        mpath = str(src.manifest_path)
+        precheck_shards(mpath, {"shards": src.entries}, verify_checksums)
+        if len(src.entries) != 1:
+            return RecordSet(p, verify_checksums=verify_checksums, cache=cache)
+        return _with_manifest(open_shard(mpath, src.entries[0], **kw), m)
     crc = default_crc_path(p)
     return _with_layout(
         RecordFile(

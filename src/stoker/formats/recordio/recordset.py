@@ -14,99 +14,66 @@ binary index cache), so a set of 100,000 shards read by 8 workers stays within t
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from stoker._core.errors import CorruptRecordError, ManifestError
-from stoker.formats.manifest import parse, read_json
+from stoker.formats.opening import check_entry, open_remote
 from stoker.formats.recordio.header import IRHeader
 from stoker.formats.recordio.index import sha256_file
 from stoker.formats.recordio.manifest import KIND, class_names, load_manifest, shard_paths
 from stoker.formats.recordio.reader import Checksums, RecordFile
 from stoker.formats.recordio.records import Records
 from stoker.formats.remote import ReadPlan, RemoteFiles, redact
-from stoker.formats.shardfiles import RemoteShards, Reopens, ShardFile, ShardsAhead
+from stoker.formats.shardfiles import RemoteShards, Reopens, ShardsAhead
 from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardEntry, ShardSet
 
 __all__ = ["MAX_OPEN_SHARDS", "RecordSet", "open_shard", "precheck_shards"]
 
 
-def _check_shard(r: RecordFile, shard: ShardEntry, manifest_path: str) -> None:
-    size = os.path.getsize(r.path)
-    if size != shard.bytes:
-        raise ManifestError(
-            f"{manifest_path}: {r.path} is {size} bytes but the manifest records "
-            f"{shard.bytes}; the .rec was replaced or truncated"
-        )
-    sha = r.idx_sha256
-    if sha is None and r.idx_path is not None:
-        sha = sha256_file(r.idx_path)
-    if sha != shard.checksums.get("index.sha256"):
-        raise ManifestError(
-            f"{manifest_path}: idx does not match rec: the sha256 of {r.idx_path} differs "
-            "from the one recorded when the shard was written"
-        )
-    if len(r) != shard.records:
-        raise ManifestError(
-            f"{manifest_path}: {r.path} has {len(r)} records, the manifest says {shard.records}"
-        )
-
-
-def _no_folders(manifest_path: str, shard: ShardEntry) -> None:
-    """:class:`ManifestError` naming the field when a path of the entry is a directory."""
-    for role, p in zip(("data", "index", "crc"), shard_paths(manifest_path, shard), strict=True):
-        if p is not None and os.path.isdir(p):
-            raise ManifestError(
-                f"{manifest_path}: shard {shard.files[role]!r} (field files.{role}) names a "
-                "directory, not a file"
-            )
-
-
-def open_shard(manifest_path: str, shard: ShardEntry, **kw: Any) -> RecordFile:
-    """The ``RecordFile`` of one ``shards[]`` entry of the manifest at ``manifest_path``
-    (``kw``: its options); :class:`ManifestError` when the files differ from the entry.
-    ``verify_checksums="auto"`` checks the ``.crc32c`` the entry names (which must exist)
-    and no other."""
-    _no_folders(manifest_path, shard)
-    rec, idx, crc = shard_paths(manifest_path, shard)
+def _checked(
+    where: str, shard: ShardEntry, rec: str, idx: str, crc: str | None, **kw: Any
+) -> RecordFile:
+    """The ``RecordFile`` of a shard's files (``kw``: its options), checked against its entry
+    (``where``: the manifest, for messages): closed and :class:`ManifestError` when they
+    differ. ``verify_checksums="auto"`` checks the ``.crc32c`` the entry names and no other."""
     if kw.get("verify_checksums") == "auto" and crc is None:
         kw = {**kw, "verify_checksums": False}  # the manifest says there is none
     r = RecordFile(rec, idx, crc_path=crc, **kw)
     try:
-        _check_shard(r, shard, manifest_path)
+        size = os.path.getsize(r.path)
+        if size != shard.bytes:
+            raise ManifestError(
+                f"{where}: {r.path} is {size} bytes but the manifest records "
+                f"{shard.bytes}; the .rec was replaced or truncated"
+            )
+        sha = r.idx_sha256
+        if sha is None and r.idx_path is not None:
+            sha = sha256_file(r.idx_path)
+        if sha != shard.checksums.get("index.sha256"):
+            raise ManifestError(
+                f"{where}: idx does not match rec: the sha256 of {r.idx_path} differs "
+                "from the one recorded when the shard was written"
+            )
+        if len(r) != shard.records:
+            raise ManifestError(
+                f"{where}: {r.path} has {len(r)} records, the manifest says {shard.records}"
+            )
     except BaseException:
         r.close()
         raise
     return r
 
 
-def _side_files(shard: ShardEntry, checksums: Any) -> tuple[str, ...]:
-    """The roles of a shard's side files that are read: ``index``, and ``crc`` when the
-    manifest names one and checksums are read."""
-    return ("index", "crc") if "crc" in shard.files and checksums else ("index",)
-
-
-def remote_files(files: RemoteFiles, shard: ShardEntry, j: int, checksums: Any) -> list[ShardFile]:
-    """The files of shard ``j`` of a remote set as the shard cache fetches them: its ``.rec``
-    (its size and CRC32C from the manifest), its ``.idx`` (its size as listed at open) and,
-    when checksums are read, its ``.crc32c`` (4 bytes per record)."""
-    crc = shard.checksums.get("data.crc32c")
-    out = [
-        ShardFile(
-            shard.files["data"],
-            f"shards[{j}].files.data",
-            int(shard.bytes or 0),
-            None if crc is None else int(crc),
-        )
-    ]
-    for role in _side_files(shard, checksums):
-        field, name = f"shards[{j}].files.{role}", shard.files[role]
-        size = 4 * shard.records if role == "crc" else None
-        out.append(ShardFile(name, field, size or files.size_of(files.url_of(name, field))))
-    return out
+def open_shard(manifest_path: str, shard: ShardEntry, **kw: Any) -> RecordFile:
+    """The ``RecordFile`` of one ``shards[]`` entry of the manifest at ``manifest_path``
+    (``kw``: its options); :class:`ManifestError` when the files differ from the entry (a
+    ``.crc32c`` the entry names must exist)."""
+    check_entry(manifest_path, shard, ("data", "index"))
+    rec, idx, crc = shard_paths(manifest_path, shard)
+    return _checked(manifest_path, shard, rec, idx, crc, **kw)
 
 
 def open_remote_shard(remote: RemoteShards, shard: ShardEntry, j: int, **kw: Any) -> RecordFile:
@@ -115,70 +82,27 @@ def open_remote_shard(remote: RemoteShards, shard: ShardEntry, j: int, **kw: Any
     paths = remote.hold(j)
     try:
         crc = paths[2] if len(paths) > 2 else None
-        if kw.get("verify_checksums") == "auto" and crc is None:
-            kw = {**kw, "verify_checksums": False}
-        r = RecordFile(paths[0], paths[1], crc_path=crc, **kw)
-        try:
-            _check_shard(r, shard, redact(remote.files.url))
-        except BaseException:
-            r.close()
-            raise
+        return _checked(redact(remote.files.url), shard, paths[0], paths[1], crc, **kw)
     except BaseException:
         remote.release(j)
         raise
-    return r
 
 
-def _entry_size(manifest_path: str, shard: ShardEntry, path: str) -> int:
-    """The bytes of ``path``, a file of ``shard``'s entry (``OSError`` when it cannot be
-    stat'ed); :class:`ManifestError` naming the field when an entry's path is a directory."""
-    st = os.stat(path)
-    if stat.S_ISDIR(st.st_mode):
-        _no_folders(manifest_path, shard)
-    return st.st_size
+#: How to read a set whose manifest names a checksum file that is gone.
+_NO_CRC = (
+    "; open with verify_checksums=False (RecordSource(path, checksums=False)) to read "
+    "without checksums"
+)
 
 
 def precheck_shards(manifest_path: str, manifest: dict, checksums: Checksums) -> None:
-    """What can be checked of every shard without opening it (a ``stat`` or two each): the
-    ``.rec`` has the size the manifest records; its ``.idx`` is there; a ``.crc32c`` the
-    manifest names exists (unless checksums are off) and holds one uint32 per record of the
-    shard. The ``.idx`` is checked against its sha256 when the shard is first opened."""
+    """What can be checked of every shard without opening it (:func:`~stoker.formats.opening.
+    check_entry`): its ``.idx`` is there, its ``.rec`` has the size the manifest records, a
+    ``.crc32c`` it names exists (unless checksums are off) and holds one uint32 per record.
+    The ``.idx`` is checked against its sha256 when the shard is first opened."""
+    roles = ("index", "data", "crc") if checksums else ("index", "data")
     for shard in manifest["shards"]:
-        rec, idx, crc = shard_paths(manifest_path, shard)
-        try:
-            _entry_size(manifest_path, shard, idx)
-        except OSError as e:
-            raise ManifestError(
-                f"{manifest_path}: the index {idx} that the manifest names for shard "
-                f"{shard.files['data']!r} cannot be read: {e.strerror or e}"
-            ) from None
-        try:
-            size = _entry_size(manifest_path, shard, rec)
-        except OSError as e:
-            raise ManifestError(
-                f"{manifest_path}: shard {shard.files['data']!r} cannot be read: {e.strerror or e}"
-            ) from None
-        if size != shard.bytes:
-            raise ManifestError(
-                f"{manifest_path}: {rec} is {size} bytes but the manifest records "
-                f"{shard.bytes}; the .rec was replaced or truncated"
-            )
-        if crc is None or not checksums:
-            continue
-        try:
-            size = _entry_size(manifest_path, shard, crc)
-        except FileNotFoundError:
-            raise ManifestError(
-                f"{manifest_path}: the checksum file {crc} that the manifest names for shard "
-                f"{shard.files['data']!r} does not exist; open with verify_checksums=False "
-                "(RecordSource(path, checksums=False)) to read without checksums"
-            ) from None
-        if size != 4 * shard.records:
-            raise ManifestError(
-                f"{manifest_path}: the checksum file {crc} holds {size} bytes; the "
-                f"{shard.records} records of shard {shard.files['data']!r} need "
-                f"{4 * shard.records} (truncated, or it belongs to another .rec)"
-            )
+        check_entry(manifest_path, shard, roles, _NO_CRC)
 
 
 class _Shards(Sequence[RecordFile]):
@@ -255,33 +179,16 @@ class RecordSet(Reopens, Records):
         """The manifest of a set in object storage, checked (each file listed with its size,
         the cache's room), and its opener (:class:`RemoteShards`); as another process opened
         it when this one was unpickled (nothing listed again)."""
-        manifest = parse(read_json(files.manifest_copy()), redact(files.url), KIND)
-        if self._opened is not None:
-            self._remote = self._opened
-        else:
-            fresh = not files.sizes  # a set as a process other than the first opens it: listed
-            if fresh:  # every file with one listing per folder, then checked against it
-                names = [
-                    (s.files[role], f"shards[{j}].files.{role}")
-                    for j, s in enumerate(manifest["shards"])
-                    for role in ("data", *_side_files(s, self.verify_checksums))
-                ]
-                files.list_sizes(files.url_of(n, field) for n, field in names)
-            shards = [
-                remote_files(files, s, j, self.verify_checksums)
-                for j, s in enumerate(manifest["shards"])
-            ]
-            c = self._config
-            self._remote = RemoteShards(
-                files,
-                shards,
-                cap=MAX_OPEN_SHARDS,
-                max_open=c["max_open"],
-                whole=c["whole"],
-                marks=3,
-            )
-            if fresh:
-                self._remote.check()
+        c = self._config
+        self._remote, manifest = open_remote(
+            files,
+            KIND,
+            self._opened,
+            ("data", "index", "crc") if self.verify_checksums else ("data", "index"),
+            max_open=c["max_open"],
+            whole=c["whole"],
+            marks=3,
+        )
         self._remote.on_release = self._released
         return manifest
 

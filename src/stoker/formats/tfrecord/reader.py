@@ -28,23 +28,16 @@ from stoker._core.crc import crc32c
 from stoker._core.errors import SpecError, StokerFormatError
 from stoker._core.schema import Field, Schema
 from stoker.formats.base import Reader, ReadSample
-from stoker.formats.manifest import (
-    MANIFEST_SUFFIX,
-    load,
-    same_file,
-    shard_file,
-    sibling_manifest,
-)
-from stoker.formats.manifest_json import class_names
+from stoker.formats.manifest import shard_file
+from stoker.formats.opening import open_set
 from stoker.formats.protowire import WireError, read_varint
-from stoker.formats.remote import RemoteOptions, remote_url
+from stoker.formats.remote import RemoteOptions
 from stoker.formats.report import spread
 from stoker.formats.shardfiles import ReadsRemoteShards
-from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardSet, digest
+from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardEntry, ShardSet, digest
 from stoker.formats.tfrecord.example import parse_features
 from stoker.formats.tfrecord.features import (
     KEY_FEATURE,
-    FeaturePlan,
     FieldError,
     Resolved,
     default_plan,
@@ -65,7 +58,7 @@ from stoker.formats.tfrecord.index import (
     NO_SPAN,
     record_error,
 )
-from stoker.formats.tfrecord.remote import open_remote, remote_shard
+from stoker.formats.tfrecord.remote import RemoteShard
 from stoker.formats.tfrecord.shard import Shard
 
 __all__ = ["MAX_OPEN_SHARDS", "TFRecordReader", "manifest_plan"]
@@ -79,12 +72,6 @@ _DEFAULT_KEYS = {
 }
 _FRAME = struct.Struct("<QI")  # a record's length and the masked CRC of its 8 bytes
 _U32 = struct.Struct("<I")
-
-
-def shard_files(manifest_path: str, m: dict) -> list[tuple[str, int | None, int | None]]:
-    """``(file, records, bytes)`` of each shard of the loaded manifest ``m``, paths resolved
-    against the manifest's folder."""
-    return [(str(shard_file(manifest_path, s, "data")), s.records, s.bytes) for s in m["shards"]]
 
 
 class TFRecordReader(ReadsRemoteShards, Reader):
@@ -149,76 +136,43 @@ class TFRecordReader(ReadsRemoteShards, Reader):
         if self._ready:
             return
         c = self._config
-        if remote_url(self.path) is not None:
-            self._remote, m = open_remote(self.path, c.get("remote"), self._opened)
-            self._remote.on_release = self._released
-            plan = manifest_plan(m)
-            files: list[tuple[str, int | None, int | None]] = [
-                (str(j), s.records, s.bytes) for j, s in enumerate(m["shards"])
-            ]
-            self._class_names = class_names(m) or None
-        elif self.path.endswith(MANIFEST_SUFFIX):
-            m = load(self.path, kind=self.format)
-            plan = manifest_plan(m)
-            files = shard_files(self.path, m)
-            self._class_names = class_names(m) or None
-        elif (beside := self._through_manifest()) is not None:
-            plan, files = beside  # a stoker shard: its manifest's features and class names
+        asked = c["features"] or any(c[k] != v for k, v in _DEFAULT_KEYS.items())
+        # a stoker shard with its manifest beside it: read with the manifest's features
+        src = open_set(
+            self.path, self.format, remote=c.get("remote"), opened=self._opened, sibling=not asked
+        )
+        entries: list[ShardEntry | None] = [None]  # a bare file
+        if (m := src.manifest) is None:
+            plan = default_plan(**{k: c[k] for k in (*_DEFAULT_KEYS, "features")})
         else:
-            plan = default_plan(
-                image_key=c["image_key"],
-                label_key=c["label_key"],
-                boxes_key=c["boxes_key"],
-                classes_key=c["classes_key"],
-                features=c["features"],
-            )
-            files = [(self.path, None, None)]
+            plan, self._class_names, entries = manifest_plan(m), src.class_names, [*src.entries]
+        self._remote = src.remote
+        if self._remote is not None:
+            self._remote.on_release = self._released
         try:
-            for path, records, nbytes in files:
-                if self._remote is not None:
-                    sh = remote_shard(self._remote, int(path), plan, cache=c["cache"])
-                    self._shards.append(self._check_shard(sh, records, nbytes))
-                    continue
-                self._shards.append(self._open_shard(path, plan, records, nbytes))
+            for j, s in enumerate(entries):
+                if self._remote is None:
+                    f = src.path if s is None else shard_file(str(src.manifest_path), s, "data")
+                    sh = Shard(str(f), plan, cache=c["cache"])
+                else:
+                    sh = RemoteShard(self._remote, j, plan, cache=c["cache"])
+                self._shards.append(self._check_shard(sh, s))
             self._combine()
         except BaseException:
             self.close()
             raise
         self._ready = True
 
-    def _through_manifest(
-        self,
-    ) -> tuple[FeaturePlan, list[tuple[str, int | None, int | None]]] | None:
-        """A bare shard that the stoker manifest beside it lists, read as the manifest declares
-        it (``sibling_manifest``), when no feature keys were asked for; else ``None``."""
-        c = self._config
-        asked = c["features"] or any(
-            c[k] != _DEFAULT_KEYS[k] for k in ("image_key", "label_key", "boxes_key", "classes_key")
-        )
-        manifest = None if asked else sibling_manifest(self.path, self.format)
-        if manifest is None:
-            return None
-        m = load(manifest, kind=self.format)
-        mine = [f for f in shard_files(manifest, m) if same_file(f[0], self.path)]
-        if not mine:
-            return None
-        self._class_names = class_names(m) or None
-        return manifest_plan(m), list(mine)
-
-    def _open_shard(
-        self, path: str, plan: FeaturePlan, records: int | None, nbytes: int | None
-    ) -> Shard:
-        return self._check_shard(Shard(path, plan, cache=self._config["cache"]), records, nbytes)
-
-    def _check_shard(self, sh: Shard, records: int | None, nbytes: int | None) -> Shard:
+    def _check_shard(self, sh: Shard, s: ShardEntry | None) -> Shard:
+        """``sh`` checked against its manifest entry ``s`` (``None``: a bare file)."""
         where = f"{sh.path} (listed in {self.path})"
-        if nbytes is not None and sh.size != nbytes:
+        if s is not None and s.bytes is not None and sh.size != s.bytes:
             sh.unmap()
-            raise StokerFormatError(f"{where}: {sh.size} bytes, the manifest says {nbytes}")
-        if records is not None and sh.offsets.shape[0] != records:
+            raise StokerFormatError(f"{where}: {sh.size} bytes, the manifest says {s.bytes}")
+        if s is not None and sh.offsets.shape[0] != s.records:
             sh.unmap()
             raise StokerFormatError(
-                f"{where}: {sh.offsets.shape[0]} records, the manifest says {records}"
+                f"{where}: {sh.offsets.shape[0]} records, the manifest says {s.records}"
             )
         self._touch(len(self._shards), sh)
         return sh

@@ -1,5 +1,6 @@
-"""A TFRecord set in object storage: its manifest read through the node's shard cache, and each
-``.tfrecord`` shard read from a pinned copy there (:mod:`stoker.formats.shardfiles`).
+"""A TFRecord set in object storage (opened by :func:`stoker.formats.opening.open_set`): each
+``.tfrecord`` shard read from a pinned copy in the node's shard cache
+(:mod:`stoker.formats.shardfiles`).
 
 A shard's record offsets and what one scan of its Examples learns (labels, keys, field lengths,
 image spans: :mod:`stoker.formats.tfrecord.index`) are cached under the shard cache's key of its
@@ -12,27 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from stoker.formats.remote import RemoteOptions
-from stoker.formats.shardfiles import HeldShard, RemoteShards, ShardFile, open_remote_set
-from stoker.formats.shards import MAX_OPEN_SHARDS, ShardEntry
+from stoker.formats.shardfiles import HeldShard, RemoteShards
 from stoker.formats.tfrecord.features import FeaturePlan
 from stoker.formats.tfrecord.index import cached_meta, cached_offsets, load_meta, load_offsets
 from stoker.formats.tfrecord.shard import Shard
-from stoker.formats.tfrecord.writer import KIND
 
-__all__ = ["RemoteShard", "open_remote", "remote_shard"]
-
-
-def _files(j: int, s: ShardEntry) -> list[ShardFile]:
-    return [ShardFile(s.files["data"], f"shards[{j}].files.data", int(s.bytes or 0))]
-
-
-def open_remote(
-    url: str, options: RemoteOptions | None, opened: RemoteShards | None
-) -> tuple[RemoteShards, dict]:
-    """The shards and manifest of the TFRecord set at ``url`` (``opened``: as another
-    process opened it)."""
-    return open_remote_set(url, options, opened, KIND, _files, cap=MAX_OPEN_SHARDS)
+__all__ = ["RemoteShard"]
 
 
 class RemoteShard(HeldShard, Shard):
@@ -63,7 +49,3 @@ class RemoteShard(HeldShard, Shard):
             super().unmap()
         finally:
             self.let_go()
-
-
-def remote_shard(shards: RemoteShards, j: int, plan: FeaturePlan, *, cache: bool) -> RemoteShard:
-    return RemoteShard(shards, j, plan, cache=cache)

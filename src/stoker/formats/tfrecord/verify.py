@@ -19,7 +19,7 @@ from typing import Any
 from stoker._core.errors import CorruptRecordError
 from stoker._core.progress import make_progress
 from stoker._core.schema import Field
-from stoker.formats.manifest import MANIFEST_SUFFIX, load
+from stoker.formats.manifest import MANIFEST_SUFFIX, load, shard_file
 from stoker.formats.protowire import WireError
 from stoker.formats.remote import RemoteOptions, remote_url
 from stoker.formats.report import Problem, VerifyReport, decode_failure
@@ -37,7 +37,7 @@ from stoker.formats.tfrecord.features import (
     wanted_features,
 )
 from stoker.formats.tfrecord.framing import HEADER, FrameError, read_frame
-from stoker.formats.tfrecord.reader import manifest_plan, shard_files
+from stoker.formats.tfrecord.reader import manifest_plan
 from stoker.formats.tfrecord.shard import check_not_gzip
 from stoker.formats.tfrecord.writer import KIND
 from stoker.formats.verify_remote import verify_shards
@@ -86,7 +86,8 @@ def verify(
     if p.endswith(MANIFEST_SUFFIX):
         m = load(p, kind=KIND)
         plan = manifest_plan(m)
-        for (f, _records, _nbytes), s in zip(shard_files(p, m), m["shards"], strict=True):
+        for s in m["shards"]:
+            f = str(shard_file(p, s, "data"))
             if not os.path.isfile(f):
                 report.add(Problem(f, None, None, f"shard listed in {p} does not exist"))
                 continue

@@ -22,16 +22,9 @@ import numpy as np
 from stoker._core.errors import CorruptRecordError, ManifestError, SpecError
 from stoker._core.schema import SIZE_FIELD, Schema
 from stoker.formats.base import Reader, ReadSample
-from stoker.formats.manifest import (
-    MANIFEST_SUFFIX,
-    load,
-    manifest_schema,
-    same_file,
-    shard_file,
-    sibling_manifest,
-)
-from stoker.formats.manifest_json import class_names
-from stoker.formats.remote import RemoteOptions, redact, remote_url
+from stoker.formats.manifest import manifest_schema, shard_file
+from stoker.formats.opening import check_entry, open_set
+from stoker.formats.remote import RemoteOptions
 from stoker.formats.shardfiles import ReadsRemoteShards
 from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardEntry, ShardSet, digest
 from stoker.formats.wds.layout import (
@@ -41,6 +34,7 @@ from stoker.formats.wds.layout import (
     field_suffixes,
     raw_schema,
 )
+from stoker.formats.wds.remote import RemoteTar
 from stoker.formats.wds.shard import Shard, check_uncompressed, decode_field
 
 __all__ = ["MAX_OPEN_SHARDS", "WdsReader", "open_reader"]
@@ -83,42 +77,26 @@ class WdsReader(ReadsRemoteShards, Reader):
         self._schema: Schema | None = None
         self._suffixes: dict[str, str] | None = None
         self._mapped: OpenShards[None] = OpenShards(MAX_OPEN_SHARDS)
-        if remote_url(path) is not None:
-            self._open_remote(path, opened)
+        src = open_set(path, self.format, remote=self._options, opened=opened)
+        m, where = src.manifest, str(src.manifest_path)
+        if m is None:
+            if os.path.isfile(src.path):
+                with open(src.path, "rb") as f:
+                    check_uncompressed(src.path, f.read(8))
+            self._shards = [Shard(src.path, cache=cache)]
             return
-        mine: list[ShardEntry] = []
-        beside = None if path.endswith(MANIFEST_SUFFIX) else sibling_manifest(path, self.format)
-        if beside is not None:
-            m = load(beside, kind=self.format)
-            mine = [s for s in m["shards"] if same_file(str(shard_file(beside, s, "data")), path)]
-        if path.endswith(MANIFEST_SUFFIX):
-            m = load(path, kind=self.format)
-            self._read_manifest(m, path, m["shards"])
-            if not self._shards:
-                raise ManifestError(f"{path}: the manifest lists no shards")
-        elif beside is not None and mine:
-            # a stoker shard: read as its manifest declares it (fields, class names)
-            self._read_manifest(m, beside, mine)
-        else:
-            if os.path.isfile(path):
-                with open(path, "rb") as f:
-                    check_uncompressed(path, f.read(8))
-            self._shards = [Shard(path, cache=cache)]
-
-    def _open_remote(self, url: str, opened: Any) -> None:
-        """A stoker-wds manifest in object storage: its shards read through the shard cache."""
-        from stoker.formats.wds.remote import RemoteTar, open_remote
-
-        self._remote, m = open_remote(url, self._options, opened, cap=MAX_OPEN_SHARDS)
-        self._remote.on_release = self._released
-        where = redact(url)
-        self.manifest = m
+        # a manifest, or a stoker shard read as its manifest declares it (fields, classes)
+        self.manifest = m if len(src.entries) == len(m["shards"]) else {**m, "shards": src.entries}
         self._declared = manifest_schema(m, where)
-        self._class_names = class_names(m) if m.get("classes") else None
-        self._shards = [
-            RemoteTar(self._remote, j, s, manifest=where, cache=self._cache)
-            for j, s in enumerate(m["shards"])
-        ]
+        self._class_names = src.class_names
+        if (remote := src.remote) is None:
+            self._shards = [self._manifest_shard(where, s) for s in src.entries]
+        else:
+            self._remote, remote.on_release = remote, self._released
+            self._shards = [
+                RemoteTar(remote, j, s, manifest=where, cache=cache)
+                for j, s in enumerate(src.entries)
+            ]
         if not self._shards:
             raise ManifestError(f"{where}: the manifest lists no shards")
 
@@ -148,33 +126,9 @@ class WdsReader(ReadsRemoteShards, Reader):
         """One label's shape and dtype: an int64 each (read without any shard)."""
         return (), "int64"
 
-    def _read_manifest(self, m: dict, manifest: str, shards: list[ShardEntry]) -> None:
-        """Read ``shards`` (entries of the manifest ``m`` at ``manifest``) as ``m`` declares."""
-        self.manifest = m if len(shards) == len(m["shards"]) else {**m, "shards": shards}
-        self._declared = manifest_schema(m, manifest)
-        self._class_names = class_names(m) if m.get("classes") else None
-        self._shards = [self._manifest_shard(manifest, s) for s in shards]
-
     def _manifest_shard(self, manifest: str, s: ShardEntry) -> Shard:
-        tar, name = str(shard_file(manifest, s, "data")), s.files["data"]
-        if os.path.isdir(tar):
-            raise ManifestError(f"{manifest}: shard {name!r} names a directory, not a file")
-        if not os.path.exists(tar):
-            raise ManifestError(f"{manifest}: shard {name!r} does not exist")
-        size = os.path.getsize(tar)
-        if size != s.bytes:
-            raise ManifestError(
-                f"{manifest}: {tar} is {size} bytes but the manifest records {s.bytes}; "
-                "the shard was replaced or truncated"
-            )
-        crc = shard_file(manifest, s, "crc")
-        if crc is not None:  # checked at open: a side-car of another tar's size
-            if not os.path.isfile(crc) or os.path.getsize(crc) != 4 * s.records:
-                got = f"{os.path.getsize(crc)} bytes" if os.path.isfile(crc) else "missing"
-                raise ManifestError(
-                    f"{manifest}: {crc} (the per-sample checksums of {name!r}) is {got}, "
-                    f"not 4 bytes for each of its {s.records} samples"
-                )
+        check_entry(manifest, s, ("data", "crc"))  # a side-car of another tar's size too
+        tar, crc = str(shard_file(manifest, s, "data")), shard_file(manifest, s, "crc")
         return Shard(
             tar,
             records=s.records,

@@ -1,5 +1,6 @@
-"""A WebDataset set in object storage: its manifest read through the node's shard cache, and
-each ``.tar`` shard read from a pinned copy there (:mod:`stoker.formats.shardfiles`).
+"""A WebDataset set in object storage (opened by :func:`stoker.formats.opening.open_set`):
+each ``.tar`` shard read from a pinned copy in the node's shard cache
+(:mod:`stoker.formats.shardfiles`).
 
 A tar's member index is cached under the shard cache's key of its copy (its URL, size and
 CRC), so any process of the node that indexed a shard spares the others the download: a
@@ -9,35 +10,11 @@ manifest, and every label is an int64, so opening the set reads no shard.
 
 from __future__ import annotations
 
-from stoker.formats.remote import RemoteOptions
-from stoker.formats.shardfiles import HeldShard, RemoteShards, ShardFile, open_remote_set
+from stoker.formats.shardfiles import HeldShard, RemoteShards
 from stoker.formats.shards import ShardEntry
 from stoker.formats.wds.shard import Shard
-from stoker.formats.wds.writer import KIND
 
-__all__ = ["RemoteTar", "open_remote"]
-
-
-def _files(j: int, s: ShardEntry) -> list[ShardFile]:
-    """The tar, then its per-sample checksums when the manifest names them (4 bytes each)."""
-    sha = s.checksums.get("data.sha256")
-    tar = ShardFile(
-        s.files["data"],
-        f"shards[{j}].files.data",
-        int(s.bytes or 0),
-        sha256=None if sha is None else str(sha),
-    )
-    if "crc" not in s.files:
-        return [tar]
-    return [tar, ShardFile(s.files["crc"], f"shards[{j}].files.crc", 4 * int(s.records))]
-
-
-def open_remote(
-    url: str, options: RemoteOptions | None, opened: RemoteShards | None, *, cap: int
-) -> tuple[RemoteShards, dict]:
-    """The shards and manifest of the WebDataset set at ``url`` (``opened``: as another
-    process opened it)."""
-    return open_remote_set(url, options, opened, KIND, _files, cap=cap)
+__all__ = ["RemoteTar"]
 
 
 class RemoteTar(HeldShard, Shard):
