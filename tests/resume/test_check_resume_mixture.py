@@ -48,7 +48,7 @@ def test_a_mixture_with_a_global_rng_transform_fails_naming_the_sample(sets, cap
     assert d["why"] == "pixels" and d["got_index"] == d["expected_index"]
 
 
-@pytest.mark.parametrize("bad", [1, 0])
+@pytest.mark.parametrize("bad", [1, pytest.param(0, marks=pytest.mark.slow)])
 def test_one_set_chain_on_a_global_rng_fails_naming_a_sample_of_that_set(sets, bad):
     """One set's chain draws from numpy's global generator, the other's from the rng handed
     in: the first differing sample named is one of that set's (B's, then A's), its index the
