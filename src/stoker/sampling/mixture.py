@@ -32,6 +32,7 @@ by the id).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -140,20 +141,12 @@ class MixtureOrder(SplitSampler):
         return int(self.quotas.sum())
 
     def at_rank(self, rank: int, world_size: int) -> MixtureOrder:
-        """This mixture's order at another ``rank`` and ``world_size`` (elastic resume)."""
-        shards = [o.shard_sizes for o in self._shards] or None
-        return MixtureOrder(
-            self.sizes,
-            self.weights,
-            epoch_size=self.epoch_size,
-            shuffle=self.shuffle,
-            seed=self.seed,
-            rank=rank,
-            world_size=world_size,
-            drop_last=self.drop_last,
-            shard_sizes=shards,
-            window=self.window,
-        )
+        """This mixture's order at another ``rank`` and ``world_size`` (elastic resume): the
+        same sets, quotas and passes, at epoch 0 with no position."""
+        other = copy.copy(self)  # the sets' ShardOrders are shared: they know no rank
+        other.rank, other.world_size = check_rank(rank, world_size)
+        other.epoch, other._resume, other._position = 0, None, None
+        return other
 
     def _pass(self, s: int, p: int) -> np.ndarray:
         """Set ``s``'s order in its pass ``p``."""
