@@ -88,12 +88,9 @@ def per_set(src: Any, transforms: Any, build: Callable[[Any], Pipeline]) -> Pipe
     for s, chain in enumerate(transforms.chains):
         try:
             pipes.append(build(chain))
-            if pipes[s].sample_spec != pipes[0].sample_spec:
-                raise SpecError(
-                    f"it ends in {pipes[s].sample_spec.describe()}, set 0's chain in "
-                    f"{pipes[0].sample_spec.describe()}; every set's chain must end in one "
-                    "shape and dtype"
-                )
+            end, first = pipes[s].sample_spec, pipes[0].sample_spec
+            if end != first:
+                raise SpecError(f"it ends in {end.describe()}, set 0's in {first.describe()}")
         except SpecError as e:
             raise SpecError(f"PerSet: the chain of set {s} ({sets[s].path}): {e}") from e
     return dataclasses.replace(pipes[0], per_set=tuple(pipes))

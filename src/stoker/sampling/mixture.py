@@ -43,7 +43,7 @@ from stoker.sampling._checks import array_digest, as_counts
 from stoker.sampling.order import SplitSampler, span_of_run, split_for_rank
 from stoker.sampling.shards import DEFAULT_WINDOW, ShardOrder
 
-__all__ = ["MixtureOrder", "mixture_quotas"]
+__all__ = ["MixtureOrder", "mixture_quotas", "set_of"]
 
 _DOMAIN_SLOTS = 10  # where each set's draws sit in an epoch
 _DOMAIN_PASS = 11  # one pass of one set (shuffle=True)
@@ -81,6 +81,12 @@ def mixture_quotas(sizes: object, weights: object, epoch_size: int | None = None
     short = total - int(q.sum())
     q[np.argsort(-(exact - q), kind="stable")[:short]] += 1
     return q
+
+
+def set_of(offsets: np.ndarray, ids: object) -> np.ndarray:
+    """int64: the set of each draw id, the sets laid end to end from ``offsets`` (the NOTE)."""
+    pos = np.asarray(ids, dtype=np.int64) % int(offsets[-1])
+    return (np.searchsorted(offsets, pos, side="right") - 1).astype(np.int64)
 
 
 class MixtureOrder(SplitSampler):
@@ -183,8 +189,7 @@ class MixtureOrder(SplitSampler):
 
     def set_of(self, ids: np.ndarray) -> np.ndarray:
         """The set of each draw id."""
-        pos = np.asarray(ids, dtype=np.int64) % self.total
-        return (np.searchsorted(self.offsets, pos, side="right") - 1).astype(np.int64)
+        return set_of(self.offsets, ids)
 
     def set_span(self, s: int, records: int, shard_sizes: np.ndarray) -> int | None:
         """At most how many of set ``s``'s shards ``records`` consecutive positions of a rank

@@ -11,7 +11,7 @@ import numpy as np
 
 from stoker._core.errors import SpecError
 from stoker.formats import Reader
-from stoker.sampling.mixture import mixture_quotas
+from stoker.sampling.mixture import mixture_quotas, set_of
 
 __all__ = ["MixtureSource"]
 
@@ -69,8 +69,7 @@ class MixtureSource(Reader):
 
     def set_of(self, ids: np.ndarray) -> np.ndarray:
         """int64: the set of each draw id (``batch.source``)."""
-        pos = np.asarray(ids, dtype=np.int64) % int(self.offsets[-1])
-        return (np.searchsorted(self.offsets, pos, side="right") - 1).astype(np.int64)
+        return set_of(self.offsets, ids)
 
     def _local(self, ids: np.ndarray, s: int) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)
