@@ -196,7 +196,9 @@ class Pipeline:
     let a recognised chain head run as one op (``stoker.transforms.fused``); ``False`` runs
     every step on its own, the reference the fused op is tested and measured against.
     ``mix``: a batch mixer (:mod:`stoker.transforms.mix`) the worker that fills a chunk of a
-    batch runs on the chunk's rows (no ``pair_with``, no fields)."""
+    batch runs on the chunk's rows (no ``pair_with``, no fields). ``per_set``: a mixture's
+    chains one per set (``stoker.transforms.PerSet``): each set's pipeline, this one being set
+    0's; the worker runs each sample through its set's (``MixtureSource.set_of``)."""
 
     input_spec: ArraySpec
     transforms: Transform | None = None
@@ -212,6 +214,7 @@ class Pipeline:
     #: say it (``shape.learned_output``, from the set's first image); each is checked against it
     learned: ArraySpec | None = None
     mix: BatchMix | None = None
+    per_set: tuple[Pipeline, ...] = ()
     sample_spec: ArraySpec = field(init=False)
     # fill_row's fast paths (see _split_tail): a trailing Normalize writes straight into the
     # batch row; a recognised head (resize, crop, flip) runs as one op.

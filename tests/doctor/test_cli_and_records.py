@@ -107,3 +107,26 @@ def test_the_report_never_splits_an_option_across_lines(width):
     lines.wrap("x " * 30 + "Give --step-time or --model to compare, or --seconds 10.")
     words = "\n".join(lines).split()
     assert {"--step-time", "--model", "--seconds"} <= set(words)
+
+
+def test_a_mixture_reports_each_sets_share_and_rate(tmp_path, capsys):
+    """``--mix-with B --weights 0.75,0.25``: the loader runs read the mixture, and the report
+    gives each set's share of the samples and rate (a RecordIO and a TFRecord set)."""
+    from stoker.doctor import Report
+    from stoker.pack import pack
+
+    for name, fmt in (("a", "recordio"), ("b", "tfrecord")):
+        folder = make_folder(tmp_path / f"i{name}", n=40, size=16)
+        pack(folder, tmp_path / name / "train", format=fmt, workers=1, progress=False)
+    a, b = (str(tmp_path / n / "train.stoker.json") for n in "ab")
+    assert main(["doctor", a, "--mix-with", b, "--no-loader"]) == 2  # no --weights
+    assert "needs both --mix-with SET and --weights" in capsys.readouterr().err
+    argv = ["doctor", a, "--mix-with", b, "--weights", "0.75,0.25", "--workers-max", "1"]
+    argv += ["--transforms", "doctor_bottlenecks:FIXED16", "--batch-size", "8", "--json"]
+    assert main([*argv, "--seconds", "1", "--sample-size", "16", "--step-time", "1"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    run = d["loader"]["measured"][0]
+    assert len(run["per_set"]) == 2 and sum(run["per_set"]) == run["samples"] > 0
+    assert run["per_set"][0] > run["per_set"][1] > 0  # 40 of A to 13 of B an epoch
+    words = " ".join(Report(d).render().split())
+    assert "Per set at 1 workers (share, samples/s): set 0 " in words and "; set 1 " in words

@@ -1,8 +1,9 @@
 """A Keras fit through ``stoker.keras.fit_resumable`` (torch backend), as a training script runs
-it: ``resume_fit.py SET LOG CKPT_DIR KILL_AT WORKERS``. Every batch the loader delivers is
-appended to LOG (epoch, batch number, a digest of its pixels and labels); at train step
-KILL_AT (0: never) the process SIGKILLs itself, after that step's checkpoint, if any, is
-written. A second run with the same CKPT_DIR resumes from its newest checkpoint."""
+it: ``resume_fit.py SET[,SET] LOG CKPT_DIR KILL_AT WORKERS`` (several sets: a mixture). Every
+batch the loader delivers is appended to LOG (epoch, batch number, a digest of its pixels and
+labels); at train step KILL_AT (0: never) the process SIGKILLs itself, after that step's
+checkpoint, if any, is written. A second run with the same CKPT_DIR resumes from its newest
+checkpoint."""
 
 from __future__ import annotations
 
@@ -64,7 +65,12 @@ def tiny_model(size: int) -> keras.Model:
 def main(path: str, log: str, folder: str, kill_at: int, workers: int) -> None:
     model = tiny_model(40)
     tf = Compose([RandomCrop(40), HorizontalFlip()])
-    loader = LoggedLoader(path, batch_size=6, transforms=tf, shuffle=True, seed=3, workers=workers)
+    sets = path.split(",")  # several: a mixture of 42 draws an epoch, as one set's 42 samples
+    mixed = {"weights": [0.75, 0.25], "epoch_size": 42} if len(sets) > 1 else {}
+    source = sets if mixed else path
+    loader = LoggedLoader(
+        source, batch_size=6, transforms=tf, shuffle=True, seed=3, workers=workers, **mixed
+    )
     loader.log = log
     with loader:
         # the kill counts this process's steps; the checkpoint callback runs first

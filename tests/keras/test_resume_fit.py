@@ -1,6 +1,7 @@
 """Keras ``fit`` resumed mid-epoch: a 3-epoch ``fit_resumable`` SIGKILLed in its second epoch
 and run again on the same checkpoint folder in a new process trains on exactly the batches of
-an uninterrupted fit (pixels and labels compared), and ends with the same weights."""
+an uninterrupted fit (pixels and labels compared), and ends with the same weights; for one set
+and for a mixture of two."""
 
 from __future__ import annotations
 
@@ -43,15 +44,18 @@ def packed(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("keras-resume")
     images = stoker.make_sample_data(root / "images", classes=3, per_class=14, size=48, workers=1)
     stoker.pack(images, root / "set" / "train", workers=1, progress=False)
-    return str(root / "set" / "train.stoker.json")
+    other = stoker.make_sample_data(root / "b", classes=2, per_class=9, size=48, workers=1)
+    stoker.pack(other, root / "b" / "train", format="tfrecord", workers=1, progress=False)
+    return f"{root / 'set' / 'train.stoker.json'},{root / 'b' / 'train.stoker.json'}"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers, mixed", [(0, False), (2, False), (2, True)])
 def test_a_fit_killed_mid_epoch_resumes_with_the_same_batches_and_weights(
-    tmp_path, packed, workers
+    tmp_path, packed, workers, mixed
 ):
-    path = packed
+    """One set, or a mixture of it and a TFRecord set (42 draws an epoch, as the one set's)."""
+    path = packed if mixed else packed.split(",")[0]
     assert _fit(path, tmp_path / "ref.log", tmp_path / "ref", 0, workers) == 0
     reference = _lines(tmp_path / "ref.log")
     assert len(reference) == 21

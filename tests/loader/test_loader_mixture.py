@@ -1,7 +1,7 @@
 """A loader over several sets (``Loader([A, B], weights=...)``): the epoch rule in numbers on
 real packed sets (RecordIO and TFRecord), the same batches for any worker count, ranks
-disjoint, and exact resume (mid-epoch, at an epoch boundary, after a ``break``, and from 4 to 3
-ranks)."""
+disjoint, exact resume (mid-epoch, at an epoch boundary, after a ``break``, and from 4 to 3
+ranks), and a chain per set (``PerSet``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 
 import stoker
 from stoker import Loader
-from stoker.transforms import Compose, HorizontalFlip, RandomCrop
+from stoker._core.errors import SpecError
+from stoker.transforms import CenterCrop, Compose, HorizontalFlip, PerSet, RandomCrop
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -153,3 +154,28 @@ def test_mixture_arguments_are_checked(two_sets) -> None:
         )
     with _loader(two_sets, epoch_size=50) as loader:
         assert len(loader.sampler) == 50 and loader.sampler.quotas.tolist() == [38, 12]
+
+
+def test_each_set_gets_its_own_chain(two_sets) -> None:
+    """``PerSet([A's, B's])``: B's rows are B's centre crops (as a loader of B alone with that
+    chain gives them), A's random crops; the same bytes with 2 workers; chains that end in
+    different shapes are refused naming the set."""
+    chains = PerSet([Compose([RandomCrop(20), HorizontalFlip()]), CenterCrop(20)])
+    with _loader(two_sets, transforms=chains) as loader:
+        mixed = _epoch(loader)
+    with _loader(two_sets, transforms=chains, workers=2) as loader:
+        assert _same(_epoch(loader), mixed)
+    with Loader(two_sets[1], batch_size=60, transforms=CenterCrop(20)) as alone:
+        b = next(iter(alone))
+        centre = dict(zip(b.keys.tolist(), b.images.copy()))
+        with Loader(two_sets[0], batch_size=120, transforms=CenterCrop(20)) as a_alone:
+            a = next(iter(a_alone))
+            a_centre = dict(zip(a.keys.tolist(), a.images.copy()))
+    _, source, keys, images = (np.concatenate(x) for x in zip(*mixed))
+    assert all(np.array_equal(images[r], centre[keys[r]]) for r in np.flatnonzero(source == 1))
+    a_rows = np.flatnonzero(source == 0)
+    assert sum(np.array_equal(images[r], a_centre[keys[r]]) for r in a_rows) < len(a_rows) / 2
+    with pytest.raises(SpecError, match=r"PerSet: the chain of set 1 \(.*b/train.*\(16, 16, 3\)"):
+        _loader(two_sets, transforms=PerSet([RandomCrop(20), RandomCrop(16)]))
+    with pytest.raises(ValueError, match="PerSet holds 2 chains for 1 set"):
+        Loader(two_sets[0], batch_size=4, transforms=chains)

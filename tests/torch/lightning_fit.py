@@ -1,5 +1,5 @@
 """A Lightning fit over a ``StatefulDataLoader`` of ``RecordDataset`` with a stoker sampler, as
-``docs/resume.md`` gives it. Run as a script: ``lightning_fit.py SET LOG CKPT_DIR KILL_AT
+``docs/resume.md`` gives it. Run as a script: ``lightning_fit.py SET[,SET] LOG CKPT_DIR KILL_AT
 WORKERS [resume]``. Each training step appends its epoch, step and a digest of the batch's
 pixels and labels to LOG; at step KILL_AT (0: never) the process SIGKILLs itself; ``resume``
 fits from the newest checkpoint in CKPT_DIR."""
@@ -16,7 +16,7 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from stoker.sampling import EpochOrder
+from stoker.sampling import EpochOrder, MixtureOrder
 from stoker.torch import RecordDataset
 from stoker.transforms import Compose, HorizontalFlip, RandomCrop
 
@@ -46,8 +46,14 @@ class Model(pl.LightningModule):
 
 
 def main(path: str, log: str, ckpt_dir: str, kill_at: int, workers: int, resume: bool) -> None:
-    ds = RecordDataset(path, transforms=Compose([RandomCrop(40), HorizontalFlip()]), seed=7)
-    sampler = EpochOrder(len(ds), shuffle=True, seed=3)
+    sets = path.split(",")  # several: a mixture of 42 draws an epoch, as one set's 42 samples
+    tf = Compose([RandomCrop(40), HorizontalFlip()])
+    ds = RecordDataset(sets if len(sets) > 1 else path, transforms=tf, seed=7)
+    sampler = (
+        MixtureOrder(ds.sizes, [0.75, 0.25], epoch_size=42, seed=3)
+        if len(sets) > 1
+        else EpochOrder(len(ds), shuffle=True, seed=3)
+    )
     dl = StatefulDataLoader(ds, batch_size=6, sampler=sampler, num_workers=workers)
     every = ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=3, save_top_k=-1)
     trainer = pl.Trainer(

@@ -13,19 +13,25 @@ import sys
 import numpy as np
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from stoker.sampling import ClassBalanced, EpochOrder, LengthBuckets
+from stoker.sampling import ClassBalanced, EpochOrder, LengthBuckets, MixtureOrder
 from stoker.torch import RecordDataset
 from stoker.transforms import Compose, HorizontalFlip, RandomCrop
 
 BATCH = 6
 #: (sampler kind, DataLoader workers)
 CONFIGS = [(kind, w) for kind in ("order", "balanced", "buckets") for w in (0, 2)]
+CONFIGS.append(("mixture", 2))  # the dataset's state in each worker too
 
 
 def build(path: str, kind: str, workers: int) -> tuple[RecordDataset, StatefulDataLoader]:
-    ds = RecordDataset(path, transforms=Compose([RandomCrop(40), HorizontalFlip()]), seed=7)
+    """``path``: sets joined by commas; a ``mixture`` reads them all, the other kinds the first."""
+    sets = path.split(",")
+    tf = Compose([RandomCrop(40), HorizontalFlip()])
+    ds = RecordDataset(sets if kind == "mixture" else sets[0], transforms=tf, seed=7)
     labels = np.asarray(ds.targets)
-    if kind == "order":
+    if kind == "mixture":
+        sampler = MixtureOrder(ds.sizes, [0.75, 0.25], shuffle=True, seed=3)
+    elif kind == "order":
         sampler = EpochOrder(len(ds), shuffle=True, seed=3)
     elif kind == "balanced":
         sampler = ClassBalanced(labels, seed=3)

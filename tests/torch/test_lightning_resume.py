@@ -1,4 +1,5 @@
-"""Lightning: a 3-epoch fit over a StatefulDataLoader of RecordDataset with a stoker sampler,
+"""Lightning: a 3-epoch fit over a StatefulDataLoader of RecordDataset with a stoker sampler
+(one set's epoch order, or a mixture of two sets' ``MixtureOrder``),
 SIGKILLed mid-epoch and resumed from its last checkpoint in a new process, trains on exactly
 the batches of an uninterrupted fit (pixels and labels compared): the loader's state is saved
 in the checkpoint and restored."""
@@ -37,13 +38,19 @@ def _steps(log) -> list[tuple[int, int, str]]:
         return [(int(e), int(s), d) for e, s, d in (ln.split() for ln in f)]
 
 
-@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
-def test_a_fit_killed_mid_epoch_resumes_with_the_same_batches(tmp_path, workers):
+@pytest.mark.parametrize(
+    "workers, mixed", [(0, False), (2, True), pytest.param(2, False, marks=pytest.mark.slow)]
+)
+def test_a_fit_killed_mid_epoch_resumes_with_the_same_batches(tmp_path, workers, mixed):
     images = stoker.make_sample_data(
         tmp_path / "images", classes=3, per_class=14, size=48, workers=1
     )
     stoker.pack(images, tmp_path / "set" / "train", workers=1, progress=False)
     path = str(tmp_path / "set" / "train.stoker.json")  # 42 samples: 7 steps an epoch
+    if mixed:  # with a TFRecord set of 18 in a MixtureOrder of 42 draws an epoch
+        other = stoker.make_sample_data(tmp_path / "b", classes=2, per_class=9, size=48, workers=1)
+        stoker.pack(other, tmp_path / "b" / "train", format="tfrecord", workers=1, progress=False)
+        path += f",{tmp_path / 'b' / 'train.stoker.json'}"
     assert _fit(path, tmp_path / "ref.log", tmp_path / "ref", 0, workers) == 0
     reference = _steps(tmp_path / "ref.log")
     assert len(reference) == 21

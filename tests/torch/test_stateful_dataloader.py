@@ -1,5 +1,6 @@
 """A plain DataLoader resumes too: torchdata's ``StatefulDataLoader`` over ``RecordDataset`` with
-a stoker sampler (the epoch order, the class-balanced draw, length buckets), 0 and 2 workers,
+a stoker sampler (the epoch order, the class-balanced draw, length buckets, with 0 and 2
+workers; a mixture of a RecordIO and a TFRecord set with ``MixtureOrder``, 2 workers),
 stopped after k batches of the second epoch and resumed in a new process, delivers the rest
 of that epoch exactly: the same samples, the same augmentation (pixels compared)."""
 
@@ -35,7 +36,9 @@ def packed(tmp_path_factory) -> str:
         root / "images", classes=3, per_class=14, size=48, seed=4, workers=1
     )
     stoker.pack(images, root / "set" / "train", workers=1, progress=False)
-    return str(root / "set" / "train.stoker.json")
+    other = stoker.make_sample_data(root / "b", classes=2, per_class=9, size=48, seed=5, workers=1)
+    stoker.pack(other, root / "b" / "train", format="tfrecord", workers=1, progress=False)
+    return f"{root / 'set' / 'train.stoker.json'},{root / 'b' / 'train.stoker.json'}"
 
 
 def _script(tmp_path, mode: str, path: str) -> dict:
@@ -73,7 +76,7 @@ def test_a_plain_dataloader_resumes_from_what_the_loop_consumed(packed, workers)
     took (``consumed=``), not what the sampler handed out."""
 
     def loader(sampler: EpochOrder) -> DataLoader:
-        ds = RecordDataset(packed, seed=7)
+        ds = RecordDataset(packed.split(",")[0], seed=7)
         return DataLoader(ds, batch_size=BATCH, sampler=sampler, num_workers=workers)
 
     sampler = EpochOrder(42, shuffle=True, seed=1)

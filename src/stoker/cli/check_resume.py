@@ -24,6 +24,28 @@ pixels, label and fields; the verdict names the first sample that differs and wh
 0: exact; 1: not exact, or a run could not finish (the message says which); 2: a bad argument."""
 
 
+def add_mix_arguments(g: Any) -> None:
+    """``--mix-with SET`` (repeated) and ``--weights W,W,...``: a mixture of SOURCE and SETs."""
+    g.add_argument(
+        "--mix-with",
+        action="append",
+        default=[],
+        metavar="SET",
+        help="another set mixed with SOURCE (repeat for more; needs --weights)",
+    )
+    g.add_argument(
+        "--weights", default=None, metavar="W,W,...", help="the sets' weights, SOURCE's first"
+    )
+
+
+def mix_options(args: argparse.Namespace) -> tuple[list[str], list[float] | None]:
+    """The sets after SOURCE and their ``weights=`` (``([], None)`` for one set)."""
+    others, weights = getattr(args, "mix_with", None), getattr(args, "weights", None)
+    if bool(others) != bool(weights):
+        raise ValueError("a mixture needs both --mix-with SET and --weights W,W,...")
+    return list(others or []), [float(w) for w in weights.split(",")] if weights else None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "source",
@@ -58,16 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, help="the loader's seed (default 0)")
     g.add_argument("--workers", type=int, default=None, metavar="N", help="worker processes")
     g.add_argument("--drop-last", action="store_true", help="drop_last=True")
-    g.add_argument(
-        "--mix-with",
-        action="append",
-        default=[],
-        metavar="SET",
-        help="another set mixed with SOURCE (repeat for more; needs --weights)",
-    )
-    g.add_argument(
-        "--weights", default=None, metavar="W,W,...", help="the sets' weights, SOURCE's first"
-    )
+    add_mix_arguments(g)
     c = p.add_argument_group("the check")
     c.add_argument("--kills", type=int, default=3, metavar="K", help="SIGKILLs (default 3)")
     c.add_argument("--world-size", type=int, default=1, metavar="N", help="ranks (default 1)")
@@ -140,12 +153,9 @@ def loader_spec(args: argparse.Namespace, *, workers: int | None = None) -> Any:
             "prefetch_shards": remote.prefetch_shards,
         }
     shuffle: bool | str = {"false": False, "true": True}.get(args.shuffle, args.shuffle)
-    source: Any = args.source
-    if getattr(args, "mix_with", None) or getattr(args, "weights", None):
-        if not args.mix_with or not args.weights:
-            raise ValueError("a mixture needs both --mix-with SET and --weights W,W,...")
-        source = (args.source, *args.mix_with)
-        options["weights"] = [float(w) for w in args.weights.split(",")]
+    others, weights = mix_options(args)
+    source: Any = (args.source, *others) if others else args.source
+    options.update({"weights": weights} if others else {})
     spec = LoaderSpec(
         source,
         batch_size=args.batch_size,

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options, scrub
+from stoker.cli.check_resume import add_mix_arguments, mix_options
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "run"]
 
@@ -105,6 +106,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also write a chart of stage rates and worker scaling (needs matplotlib: "
         'pip install "stoker[plot]")',
     )
+    add_mix_arguments(p)
     _add_storage_arguments(p)
 
 
@@ -153,6 +155,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"stoker doctor: error: {e}", file=sys.stderr)
             return 2
     try:
+        mix_with, weights = mix_options(args)
         report = diagnose(
             args.source,
             transforms=args.transforms,
@@ -168,6 +171,8 @@ def _run(args: argparse.Namespace) -> int:
             remote=remote_options(args),
             shuffle="shards" if args.shuffle == "shards" else True,
             window=args.window,
+            mix_with=mix_with,
+            weights=weights,
         )
     except (ValueError, TypeError) as e:  # bad arguments: one line, no traceback
         from stoker._core.errors import StokerError

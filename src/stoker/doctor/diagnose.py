@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from stoker._core.checks import check_choice, check_int
@@ -80,6 +80,8 @@ def diagnose(
     remote: Any = None,
     shuffle: bool | str = True,
     window: int | None = None,
+    mix_with: Sequence[str] = (),
+    weights: Any = None,
 ) -> Report:
     """Measure each stage of the input pipeline for ``source`` and return a :class:`Report`.
 
@@ -97,7 +99,10 @@ def diagnose(
     - ``remote``: for a set's manifest URL, how it is reached and cached
       (:class:`~stoker.formats.remote.RemoteOptions`); ``shuffle`` (``True`` or ``"shards"``)
       and ``window`` (default :data:`~stoker.sampling.shards.DEFAULT_WINDOW`): the loader's
-      order the shard cache is judged under.
+      order the shard cache is judged under;
+    - ``mix_with``, ``weights``: the loader runs read ``source`` mixed with these sets
+      (``docs/mixing.md``; the other stages measure ``source``), and the report gives each
+      set's share of the samples and rate.
     """
     t_start = time.perf_counter()
     batch_size = check_int("batch_size", batch_size, minimum=1)
@@ -145,6 +150,8 @@ def diagnose(
         remote=remote,
         shuffle=shuffle,
         window=window,
+        mix_with=tuple(mix_with),
+        weights=weights,
     )
     steps = _Steps(_FIXED_STEPS + (len(settings.workers) if loader else 0), progress)
     f = Findings(settings, sample)

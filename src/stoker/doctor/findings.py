@@ -81,6 +81,8 @@ class Settings:
     remote: Any = None
     shuffle: bool | str = True
     window: int = DEFAULT_WINDOW
+    mix_with: tuple[str, ...] = ()  # the loader runs mix SOURCE with these at ``weights``
+    weights: Any = None
 
     #: when the budget of ``seconds`` runs out, and the running stage's share of it
     #: (``time.perf_counter``; ``diagnose`` sets the share before each stage)

@@ -202,6 +202,7 @@ def _loader(f: Findings) -> dict[str, Any]:
                 "skipped": len(r.skipped),
                 "load": r.load.to_dict() if r.load else None,
                 "given_load": sweep.given_load.get(r.workers),
+                "per_set": list(r.per_set),
             }
             for r in sweep.runs
         ],
@@ -490,6 +491,11 @@ def _loader_table(
             taken = f"{load['others_cores']:.1f} of {load['cores']}"
             row += f"{taken:>23}{_num(m.get('given_load')):>22}"
         out.append(row)
+    best: dict[str, Any] = max(meas.values(), key=lambda p: p.get("rate") or 0, default={})
+    if best.get("per_set"):  # a mixture: each set's share of the samples, at the best rate
+        n, rate = sum(best["per_set"]), best["rate"] or 0
+        each = [f"set {s} {c / n:.0%}, {_num(rate * c / n)}" for s, c in enumerate(best["per_set"])]
+        out.wrap(f"Per set at {best['workers']} workers (share, samples/s): {'; '.join(each)}.")
     if ld.get("efficiency") is not None:
         out.wrap(
             "predicted(k) = min(e k / (b + c / s_k), s_k / m), s_k = min(1, C / (L + k)): "

@@ -6,17 +6,21 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from stoker._core.errors import CacheFullError, size_text
+from stoker._core.errors import CacheFullError, SpecError, size_text
 from stoker.formats.remote import ReadPlan, RemoteOptions
 from stoker.loader.sources import as_source
 from stoker.loader.sources.mixture import MixtureSource
+from stoker.pipeline import Pipeline
 from stoker.sampling import MixtureOrder, Sampler
+from stoker.transforms.compose import PerSet, as_chain
 
-__all__ = ["claim_mixture", "mixture_order", "open_source", "tag"]
+__all__ = ["claim_mixture", "mixture_order", "open_source", "per_set", "tag"]
 
 
 def open_source(
@@ -66,6 +70,30 @@ def open_source(
                 r.close()
         raise
     return mix, True
+
+
+def per_set(src: Any, transforms: Any, build: Callable[[Any], Pipeline]) -> Pipeline:
+    """``build(chain)`` of ``transforms`` as one chain, or with :class:`PerSet` of each set's
+    (``Pipeline.per_set``), every one ending in set 0's sample shape and dtype: else a
+    ``SpecError`` naming the set."""
+    if not isinstance(transforms, PerSet):
+        return build(as_chain(transforms))
+    sets = src.readers if isinstance(src, MixtureSource) else [src]
+    if len(transforms.chains) != len(sets):
+        raise ValueError(
+            f"PerSet holds {len(transforms.chains)} chains for {len(sets)} set(s): one per set "
+            "of a mixture, Loader([SET_A, SET_B], weights=..., transforms=PerSet([ta, tb]))"
+        )
+    pipes: list[Pipeline] = []
+    for s, chain in enumerate(transforms.chains):
+        try:
+            pipes.append(build(chain))
+            end, first = pipes[s].sample_spec, pipes[0].sample_spec
+            if end != first:
+                raise SpecError(f"it ends in {end.describe()}, set 0's in {first.describe()}")
+        except SpecError as e:
+            raise SpecError(f"PerSet: the chain of set {s} ({sets[s].path}): {e}") from e
+    return dataclasses.replace(pipes[0], per_set=tuple(pipes))
 
 
 def _offsets(readers: list[Any], label_offset: Any) -> list[int] | None:

@@ -159,66 +159,72 @@ def fill_chunk(
     bad: list[tuple[int, int, int | None, str]] = []
     rngs = SampleRngs(seed, task.epoch)
     at = rngs.at  # sample_rng(seed, epoch, i), re-keyed in place
-    read, fill_row, width = source.reader(task.indices), pipeline.fill_row, task.width
-    decode = _decoder(source.encoded, pipeline)
-    # the fused head straight into the row; fill_row takes whatever it declines
-    fast = None if task.half else pipeline.row_writer(width)
+    read, width, ids = source.reader(task.indices), task.width, task.indices.tolist()
     row0, n = task.row0, len(task.indices)
-    # a head whose draws all come from the first block of a sample's stream takes them from
-    # one computation for the chunk, not from a generator re-keyed per sample
-    firsts: list = (
-        rngs.first_blocks(task.indices).tolist()
-        if fast is not None and n >= FIRST_BLOCKS_FROM and pipeline.row_draws_first_block()
-        else []
-    )
     indices[row0 : row0 + n] = task.indices  # rows of skipped samples are dropped by main
     if task.half:
         indices[row0 + task.half : row0 + task.half + n] = task.indices
-    for row, gi in enumerate(task.indices.tolist(), start=row0):
-        if cancelled is not None and cancelled():
-            return "cancelled", None
-        if progress is not None:
-            progress[0] = gi  # main reads it if this process dies
-        try:
-            payload, label, key, _ = read(gi)
-            img = payload if decode is None else decode(payload)
-            labels[row] = label
-            keys[row] = key
-            if firsts:
-                if fast(img, None, images[row], firsts[row - row0]):  # type: ignore[misc]
-                    continue
-                rng = at(gi)  # declined before any draw: the step-by-step path names why
-            else:
-                rng = at(gi)
-                if fast is not None and fast(img, rng, images[row]):
-                    continue
-            # the sample is named in an error only: no message is formatted per sample
-            out = fill_row(
-                img, rng, images[row], width, what="key {} (position {})", args=(key, gi)
-            )
-            if task.half:
-                assert out is not None  # fill_row returns the sample whenever pair_with is set
-                pair = pipeline.check(
-                    pipeline.apply_pair(out, rng),
-                    what="key {} (position {}), pair_with",
-                    args=(key, gi),
-                )
-                r2 = row + task.half
-                pipeline.place(pair, images[r2], width)
-                labels[r2] = label
-                keys[r2] = key
-        except Exception as e:  # noqa: BLE001 - every failure is reported with its sample
-            if on_error == "raise":
-                return "error", error_info(e, source, gi)
-            k = None
+    for pipe, part in by_set(pipeline, source, task.indices):
+        fill_row, decode = pipe.fill_row, _decoder(source.encoded, pipe)
+        # the fused head straight into the row; fill_row takes whatever it declines
+        fast = None if task.half else pipe.row_writer(width)
+        # a head whose draws all come from the first block of a sample's stream takes them
+        # from one computation for the chunk, not from a generator re-keyed per sample
+        firsts: list = (
+            rngs.first_blocks(task.indices[part]).tolist()
+            if fast is not None and len(part) >= FIRST_BLOCKS_FROM and pipe.row_draws_first_block()
+            else []
+        )
+        for j, k in enumerate(part.tolist()):
+            row, gi = row0 + k, ids[k]
+            if cancelled is not None and cancelled():
+                return "cancelled", None
+            if progress is not None:
+                progress[0] = gi  # main reads it if this process dies
             try:
-                k = int(source.key(gi))
-            except Exception:  # noqa: BLE001
-                pass
-            bad.append((row, int(gi), k, f"{type(e).__name__}: {e}"))
+                payload, label, key, _ = read(gi)
+                img = payload if decode is None else decode(payload)
+                labels[row] = label
+                keys[row] = key
+                if firsts:
+                    if fast(img, None, images[row], firsts[j]):  # type: ignore[misc]
+                        continue
+                    rng = at(gi)  # declined before any draw: the step-by-step path names why
+                else:
+                    rng = at(gi)
+                    if fast is not None and fast(img, rng, images[row]):
+                        continue
+                # the sample is named in an error only: no message is formatted per sample
+                out = fill_row(
+                    img, rng, images[row], width, what="key {} (position {})", args=(key, gi)
+                )
+                if task.half:
+                    assert out is not None  # fill_row returns the sample whenever pair_with is set
+                    pair = pipe.check(
+                        pipe.apply_pair(out, rng),
+                        what="key {} (position {}), pair_with",
+                        args=(key, gi),
+                    )
+                    r2 = row + task.half
+                    pipe.place(pair, images[r2], width)
+                    labels[r2] = label
+                    keys[r2] = key
+            except Exception as e:  # noqa: BLE001 - every failure is reported with its sample
+                if on_error == "raise":
+                    return "error", error_info(e, source, gi)
+                bad.append(_skipped(source, gi, row, e))
     if soft is not None:
         _mix(task, pipeline, seed, images, labels, soft, bad)
     return "done", bad
+
+
+def by_set(pipeline: Pipeline, source: Source, ids: np.ndarray) -> list[tuple[Pipeline, Any]]:
+    """``(pipeline, positions in ids)`` of each chain: one for all, or with a mixture's chains
+    per set (``Pipeline.per_set``) each set's, with the positions of its samples."""
+    if not pipeline.per_set:
+        return [(pipeline, np.arange(len(ids)))]
+    sets = source.set_of(ids)  # type: ignore[attr-defined]
+    return [(p, np.flatnonzero(sets == s)) for s, p in enumerate(pipeline.per_set)]
 
 
 def _mix(
@@ -289,6 +295,10 @@ def _fill_fields(
     width, height, encoded = task.width, task.height, source.encoded
     row0, n = task.row0, len(task.indices)
     indices[row0 : row0 + n] = task.indices
+    pipes = [pipeline] * n
+    for pipe, part in by_set(pipeline, source, task.indices):
+        for k in part.tolist():
+            pipes[k] = pipe
     for row, gi in enumerate(task.indices.tolist(), start=row0):
         if cancelled is not None and cancelled():
             return "cancelled", None
@@ -298,7 +308,7 @@ def _fill_fields(
             payload, label, key, vals = read(gi)
             fill_sample(
                 plan,
-                pipeline,
+                pipes[row - row0],
                 payload,
                 vals,
                 at(gi),

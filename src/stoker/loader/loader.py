@@ -38,7 +38,7 @@ from stoker.loader._engine import LINUX, choose
 from stoker.loader._feed import Epoch, RingFeed
 from stoker.loader._fields import FieldPlan, plan_fields
 from stoker.loader._habits import DATALOADER_NAMES
-from stoker.loader._mixture import open_source, tag
+from stoker.loader._mixture import open_source, per_set, tag
 from stoker.loader._order import check_shuffle, claim_cache, default_sampler, sampler_args
 from stoker.loader._pool import WorkerPool, warm_up
 from stoker.loader._startup import make_local
@@ -236,21 +236,25 @@ class Loader(RingFeed):
                 f"{list(self._fields.schema.extra)} (pass fields=[] to leave them out)"
             )
         wide = sampler is not None and (sampler.variable_width or sized)
-        transforms, pair_with = as_chain(transforms), as_chain(pair_with)
-        spec, where = input_spec(src, transforms, wide, sized, self.on_error)
-        return Pipeline(
-            spec,
-            transforms=transforms,
-            pair_with=pair_with,
-            layout=layout,
-            decode=decode or DecodeOptions(),
-            variable_width=wide,
-            variable_height=sized,
-            geometry=self._fields.geometry if self._fields is not None else frozenset(),
-            input_from=where,
-            learned=learned_output(src, spec, transforms, wide, sized),
-            mix=mix,
-        )
+        pair_with = as_chain(pair_with)
+
+        def build(chain: Any) -> Pipeline:  # one chain's (PerSet: one per set, _mixture)
+            spec, where = input_spec(src, chain, wide, sized, self.on_error)
+            return Pipeline(
+                spec,
+                transforms=chain,
+                pair_with=pair_with,
+                layout=layout,
+                decode=decode or DecodeOptions(),
+                variable_width=wide,
+                variable_height=sized,
+                geometry=self._fields.geometry if self._fields is not None else frozenset(),
+                input_from=where,
+                learned=learned_output(src, spec, chain, wide, sized),
+                mix=mix,
+            )
+
+        return per_set(src, transforms, build)
 
     def _default_sampler(
         self, src: Source, shuffle: bool | str, rank: int | None, world_size: int | None

@@ -32,6 +32,7 @@ by the id).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -42,7 +43,7 @@ from stoker.sampling._checks import array_digest, as_counts
 from stoker.sampling.order import SplitSampler, span_of_run, split_for_rank
 from stoker.sampling.shards import DEFAULT_WINDOW, ShardOrder
 
-__all__ = ["MixtureOrder", "mixture_quotas"]
+__all__ = ["MixtureOrder", "mixture_quotas", "set_of"]
 
 _DOMAIN_SLOTS = 10  # where each set's draws sit in an epoch
 _DOMAIN_PASS = 11  # one pass of one set (shuffle=True)
@@ -80,6 +81,12 @@ def mixture_quotas(sizes: object, weights: object, epoch_size: int | None = None
     short = total - int(q.sum())
     q[np.argsort(-(exact - q), kind="stable")[:short]] += 1
     return q
+
+
+def set_of(offsets: np.ndarray, ids: object) -> np.ndarray:
+    """int64: the set of each draw id, the sets laid end to end from ``offsets`` (the NOTE)."""
+    pos = np.asarray(ids, dtype=np.int64) % int(offsets[-1])
+    return (np.searchsorted(offsets, pos, side="right") - 1).astype(np.int64)
 
 
 class MixtureOrder(SplitSampler):
@@ -140,20 +147,12 @@ class MixtureOrder(SplitSampler):
         return int(self.quotas.sum())
 
     def at_rank(self, rank: int, world_size: int) -> MixtureOrder:
-        """This mixture's order at another ``rank`` and ``world_size`` (elastic resume)."""
-        shards = [o.shard_sizes for o in self._shards] or None
-        return MixtureOrder(
-            self.sizes,
-            self.weights,
-            epoch_size=self.epoch_size,
-            shuffle=self.shuffle,
-            seed=self.seed,
-            rank=rank,
-            world_size=world_size,
-            drop_last=self.drop_last,
-            shard_sizes=shards,
-            window=self.window,
-        )
+        """This mixture's order at another ``rank`` and ``world_size`` (elastic resume): the
+        same sets, quotas and passes, at epoch 0 with no position."""
+        other = copy.copy(self)  # the sets' ShardOrders are shared: they know no rank
+        other.rank, other.world_size = check_rank(rank, world_size)
+        other.epoch, other._resume, other._position = 0, None, None
+        return other
 
     def _pass(self, s: int, p: int) -> np.ndarray:
         """Set ``s``'s order in its pass ``p``."""
@@ -190,8 +189,7 @@ class MixtureOrder(SplitSampler):
 
     def set_of(self, ids: np.ndarray) -> np.ndarray:
         """The set of each draw id."""
-        pos = np.asarray(ids, dtype=np.int64) % self.total
-        return (np.searchsorted(self.offsets, pos, side="right") - 1).astype(np.int64)
+        return set_of(self.offsets, ids)
 
     def set_span(self, s: int, records: int, shard_sizes: np.ndarray) -> int | None:
         """At most how many of set ``s``'s shards ``records`` consecutive positions of a rank

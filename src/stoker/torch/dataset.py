@@ -64,7 +64,9 @@ class RecordDataset(Dataset):
     off or pass ``epoch`` through your own sampler. ``state_dict()``/``load_state_dict()``
     carry the epoch and seed; with a stoker sampler (which keeps its own position) torchdata's
     ``StatefulDataLoader`` resumes mid-epoch with the same samples and augmentation
-    (``docs/sampling.md``, *Resuming a DataLoader*).
+    (``docs/sampling.md``, *Resuming a DataLoader*). ``path`` a list of sets reads them laid
+    end to end (``stoker.loader.MixtureSource``): pair it with ``MixtureOrder(ds.sizes,
+    weights, ...)`` as the sampler, whose draw ids it takes (``docs/mixing.md``).
 
     A set packed with fields (``docs/contracts.md``) gives a dict instead: the image tensor
     under the schema's image name, the label (as above) under its label name, and each
@@ -96,7 +98,7 @@ class RecordDataset(Dataset):
             isinstance(fields, str) or not all(isinstance(n, str) for n in fields)
         ):
             raise TypeError(f"fields must be a list of field names or None, got {fields!r}")
-        self.path = os.fspath(path)
+        self.path: Any = [os.fspath(p) for p in path] if isinstance(path, list) else os.fspath(path)
         self.transforms = transforms
         self.seed = int(seed)
         self.epoch = int(epoch)
@@ -107,6 +109,7 @@ class RecordDataset(Dataset):
         self._targets: list[Any] | None = None
         reader = self._open()
         self._n = len(reader)
+        self.sizes = getattr(reader, "sizes", np.array([self._n])).tolist()  # per set
         self.class_names = reader.class_names
         full = reader.schema
         self.schema: Schema = full.select(list(full.extra) if fields is None else list(fields))
@@ -126,6 +129,11 @@ class RecordDataset(Dataset):
     def _open(self) -> Any:
         from stoker.formats import open_reader
 
+        if isinstance(self.path, list):  # a mixture: read by draw id, weighted by its sampler
+            from stoker.loader.sources.mixture import MixtureSource
+
+            sets = [open_reader(p, format=self.format, **self.options) for p in self.path]
+            return MixtureSource(sets, [1] * len(sets), owned=[True] * len(sets))
         return open_reader(self.path, format=self.format, **self.options)
 
     def _get_reader(self) -> Any:
@@ -204,7 +212,7 @@ class RecordDataset(Dataset):
             raise TypeError(f"RecordDataset index must be an int, got {type(i).__name__}")
         n = self._n
         idx = int(i) + n if i < 0 else int(i)
-        if not 0 <= idx < n:
+        if not 0 <= idx < (n if not isinstance(self.path, list) else 1 << 62):
             raise IndexError(f"index {i} out of range for {n} records in {self.path}")
         read = self._get_reader().reader(np.array([idx], np.int64), self._stored)
         payload, label, _key, vals = read(idx)

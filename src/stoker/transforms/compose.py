@@ -31,6 +31,7 @@ __all__ = [
     "Compose",
     "FnTransform",
     "OneOf",
+    "PerSet",
     "RandomApply",
     "RandomChoice",
     "as_transform",
@@ -172,6 +173,21 @@ def as_chain(t: Any) -> Transform | None:
     if t is None or isinstance(t, Transform):
         return t
     return Compose(t) if isinstance(t, (list, tuple)) else as_transform(t)
+
+
+@dataclass(frozen=True)
+class PerSet:
+    """One chain per set of a mixture: ``Loader([A, B], weights=..., transforms=PerSet([ta,
+    tb]))`` runs each sample through its set's chain (each as ``transforms=`` takes it: a
+    transform, a list as a ``Compose``, a callable, ``None``). A plain list stays one chain
+    (a ``Compose``); every chain must end in the same shape and dtype (the loader checks)."""
+
+    chains: Sequence[Any]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.chains, (list, tuple)) or not self.chains:
+            raise TypeError(f"PerSet takes a list of chains, one per set, got {self.chains!r}")
+        object.__setattr__(self, "chains", tuple(as_chain(c) for c in self.chains))
 
 
 def _steps(transforms: Iterable[Any], owner: str) -> tuple[Transform, ...]:

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from stoker._core.quiet import quiet_logger
 from stoker.doctor.measure.load import Load, LoadMeter
 from stoker.doctor.measure.timing import Spread, spread_of
@@ -72,6 +74,7 @@ class LoaderRun:
     #: seconds per sample over rounds of batches in the window: median and interval
     spread: Spread | None = None
     engine: str | None = None  # the loader's engine ("linux" or "portable"; None: no workers)
+    per_set: tuple[int, ...] = ()  # a mixture's samples in the window, set by set
 
     @property
     def main_cpu_per_sample_s(self) -> float:
@@ -90,14 +93,18 @@ class LoaderRun:
         return (1.0 / sp.hi_s, 1.0 / sp.lo_s)
 
 
-def loader_source(path: str, remote: Any = None) -> tuple[Any, bool]:
+def loader_source(path: Any, remote: Any = None, weights: Any = None) -> tuple[Any, bool]:
     """The loader's own source object, opened once for all the worker counts (a folder is
     scanned once), and whether the caller closes it; the path itself when that is not
     possible (the loader built from the path then raises the clear error). ``remote``: how a
-    set's URL is reached and cached (``RemoteOptions``)."""
+    set's URL is reached and cached (``RemoteOptions``); a list of sets: their mixture at
+    ``weights``."""
     try:
         from stoker.loader import as_source
+        from stoker.loader._mixture import open_source
 
+        if isinstance(path, list):
+            return open_source(path, remote, weights, None, None, None)
         return as_source(path, remote=remote)
     except Exception:  # noqa: BLE001 - the Loader built from the path raises the clear error
         return path, False
@@ -179,6 +186,7 @@ def measure_loader(
         window.seen + len(skipped),
         spread_of(window.rounds),
         engine,
+        tuple(np.bincount(np.concatenate(window.sets)).tolist()) if window.sets else (),
     )
 
 
@@ -219,6 +227,7 @@ class _Window:
         self.t_first: float | None = None
         self.p0 = 0.0
         self.threads: tuple[int, ...] = ()
+        self.sets: list[np.ndarray] = []  # a mixture's batch.source, batch by batch
 
     def run(self, loader: Loader) -> None:
         """Iterate (epoch after epoch) until the window closes or an epoch gives nothing."""
@@ -249,6 +258,8 @@ class _Window:
         if self.t0 is None:
             return False
         self.samples += len(batch.images)
+        if getattr(batch, "source", None) is not None:
+            self.sets.append(batch.source.copy())
         now = clock()
         self._rn += len(batch.images)
         self._rb += 1

@@ -98,7 +98,9 @@ def _sweep(f: Findings, step: Callable[[str], None]) -> list[LoaderRun]:
     """The loader at each worker count, on one source object; stops at the first failure."""
     s = f.settings
     runs: list[LoaderRun] = []
-    src_obj, owned = loader_source(s.path, s.remote)
+    src_obj, owned = loader_source(
+        [s.path, *s.mix_with] if s.mix_with else s.path, s.remote, s.weights
+    )
     try:
         for n, k in enumerate(s.workers):
             stop = s.deadline - 0.05 - 0.02 * k  # room to stop its workers

@@ -11,7 +11,7 @@ import numpy as np
 
 from stoker._core.errors import SpecError
 from stoker.formats import Reader
-from stoker.sampling.mixture import mixture_quotas
+from stoker.sampling.mixture import mixture_quotas, set_of
 
 __all__ = ["MixtureSource"]
 
@@ -43,15 +43,9 @@ class MixtureSource(Reader):
         self.epoch_size = epoch_size
         self.owned = list(owned) if owned is not None else [False] * len(self.readers)
         self.label_offsets = None if label_offsets is None else [int(o) for o in label_offsets]
-        kinds = [r.label_kind() for r in self.readers]
-        for s, kind in enumerate(kinds):
-            if kind != kinds[0]:
-                raise SpecError(
-                    f"the sets' labels differ: {self._name(0)} has {kinds[0]}, "
-                    f"{self._name(s)} has {kind} (shape, dtype); a mixture's sets share one kind"
-                )
-        if self.label_offsets is not None and (kinds[0][0] or kinds[0][1][0] not in "iu"):
-            raise SpecError(f"label_offset= needs integer class labels; the sets have {kinds[0]}")
+        kind = self._shared([r.label_kind() for r in self.readers], "labels (shape, dtype)")
+        if self.label_offsets is not None and (kind[0] or kind[1][0] not in "iu"):
+            raise SpecError(f"label_offset= needs integer class labels; the sets have {kind}")
         self.let_go()  # a remote set's first shard, read for its labels, is not kept pinned
         codings = {r.encoded for r in self.readers}
         self.encoded = codings.pop() if len(codings) == 1 else None
@@ -61,6 +55,17 @@ class MixtureSource(Reader):
         r = self.readers[s]
         return f"set {s} ({r.path or type(r).__name__})"
 
+    def _shared(self, values: list[Any], what: str) -> Any:
+        """``values[0]``, every set's being equal; else a ``SpecError`` naming two sets."""
+        for s, v in enumerate(values):
+            if v != values[0]:
+                one, other = (x.describe() if hasattr(x, "describe") else x for x in (values[0], v))
+                raise SpecError(
+                    f"the sets' {what} differ: {self._name(0)} has {one}, {self._name(s)} "
+                    f"{other}; a mixture's sets share one"
+                )
+        return values[0]
+
     def _where(self, i: int) -> tuple[int, int]:
         """``(set, position in the set)`` of draw id ``i``."""
         pos = int(i) % int(self.offsets[-1])
@@ -69,8 +74,7 @@ class MixtureSource(Reader):
 
     def set_of(self, ids: np.ndarray) -> np.ndarray:
         """int64: the set of each draw id (``batch.source``)."""
-        pos = np.asarray(ids, dtype=np.int64) % int(self.offsets[-1])
-        return (np.searchsorted(self.offsets, pos, side="right") - 1).astype(np.int64)
+        return set_of(self.offsets, ids)
 
     def _local(self, ids: np.ndarray, s: int) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)
@@ -98,14 +102,7 @@ class MixtureSource(Reader):
 
     @property
     def sample_spec(self) -> Any:
-        specs = [r.sample_spec for r in self.readers]
-        for s, spec in enumerate(specs):
-            if spec != specs[0]:
-                raise SpecError(
-                    f"the sets' images differ: {self._name(0)} reads {specs[0].describe()}, "
-                    f"{self._name(s)} {spec.describe()}"
-                )
-        return specs[0]
+        return self._shared([r.sample_spec for r in self.readers], "images")
 
     @property
     def schema(self) -> Any:
