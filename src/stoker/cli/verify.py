@@ -95,7 +95,7 @@ def _refusal(path: str, name: str, remote: Any, relaxed: bool) -> Any:
     opened with the reader's ``checksums=False``, where it has that option."""
     import inspect
 
-    from stoker._core.errors import CorruptRecordError, StokerError
+    from stoker._core.errors import CacheFullError, CorruptRecordError, StokerError
     from stoker.formats import registry
     from stoker.formats.report import Problem
 
@@ -108,6 +108,8 @@ def _refusal(path: str, name: str, remote: Any, relaxed: bool) -> Any:
     try:
         with registry.open_reader(path, format=name, remote=remote, **off) as reader:
             reader.keys(), reader.labels()
+    except CacheFullError:
+        return None  # the budget's, not the set's: the walk below downloads one shard at a time
     except CorruptRecordError as e:
         return Problem(e.path, e.key, e.offset, f"the loader refuses it: {e.reason}", e.idx_line)
     except (StokerError, OSError, ValueError) as e:
