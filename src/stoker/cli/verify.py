@@ -1,5 +1,7 @@
-"""``stoker verify FILE``: walk a whole data set in any format and report every problem (exit 1
-if any), through the format's ``verify`` in the registry."""
+"""``stoker verify FILE``: open a data set in any format exactly as the loader opens it (the
+registry's reader: manifest checks, side-cars, sibling manifests, remote sizes and checksums; a
+refusal is a problem), then walk it whole through the format's ``verify`` in the registry and
+report every problem (exit 1 if any)."""
 
 from __future__ import annotations
 
@@ -15,13 +17,14 @@ __all__ = ["DESCRIPTION", "HELP", "add_arguments", "report_json", "run"]
 
 
 HELP = "check framing, indexes, checksums (and optionally decode every image)"
-DESCRIPTION = """Walk FILE (a NAME.stoker.json with all its shards, a .rec/.idx, a TFRecord
-file, a WebDataset .tar, an LMDB folder: any format stoker reads): the record framing, the
-index against the real record boundaries, the checksums, and with --decode every image. Exit 1
-listing the file, key, byte offset and reason of each problem. FILE may be the URL of a set's
-manifest (RecordIO, TFRecord or WebDataset; s3://, gs://, az://, http(s)://): each shard is
-downloaded through the shard cache, checked against the manifest's size and checksum, and walked, one shard at a time (a
-set larger than --cache-limit verifies); problems name the shard's URL."""
+DESCRIPTION = """Open FILE exactly as the loader does (a refusal is a problem), then walk it
+(a NAME.stoker.json with all its shards, a .rec/.idx, a TFRecord file, a WebDataset .tar, an
+LMDB folder: any format stoker reads): the record framing, the index against the real record
+boundaries, the checksums, and with --decode every image. Exit 1 listing the file, key, byte
+offset and reason of each problem. FILE may be the URL of a set's manifest (RecordIO, TFRecord
+or WebDataset; s3://, gs://, az://, http(s)://): each shard and its side-cars are downloaded
+through the shard cache and walked as a local copy is, one shard at a time (a set larger than
+--cache-limit verifies); problems name the shard's URL."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -85,6 +88,35 @@ def report_json(report: Any, format: str) -> dict[str, Any]:
     }
 
 
+def _refusal(path: str, name: str, remote: Any, relaxed: bool) -> Any:
+    """``None`` when the loader's reader opens ``path`` (``registry.open_reader``, its keys and
+    labels read as the loader reads them), else its refusal as a problem naming the file, key
+    and byte offset it names. ``relaxed`` (``--no-checksums``, ``--allow-missing-checksums``):
+    opened with the reader's ``checksums=False``, where it has that option."""
+    import inspect
+
+    from stoker._core.errors import CacheFullError, CorruptRecordError, StokerError
+    from stoker.formats import registry
+    from stoker.formats.report import Problem
+
+    opener = registry.get(name).load("reader")
+    off = (
+        {"checksums": False}
+        if relaxed and "checksums" in inspect.signature(opener).parameters
+        else {}
+    )
+    try:
+        with registry.open_reader(path, format=name, remote=remote, **off) as reader:
+            reader.keys(), reader.labels()
+    except CacheFullError:
+        return None  # the budget's, not the set's: the walk below downloads one shard at a time
+    except CorruptRecordError as e:
+        return Problem(e.path, e.key, e.offset, f"the loader refuses it: {e.reason}", e.idx_line)
+    except (StokerError, OSError, ValueError) as e:
+        return Problem(path, None, None, f"the loader refuses to open it: {e}")
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     return run_on_set("verify", args, lambda name: _run(args, name))
 
@@ -103,6 +135,8 @@ def _run(args: argparse.Namespace, name: str) -> int:
         extra["allow_missing_checksums"] = True
     if remote_url(args.file) is not None:
         extra["remote"] = remote_options(args)
+    relaxed = args.no_checksums or args.allow_missing_checksums
+    refusal = _refusal(args.file, name, extra.get("remote"), relaxed)
     report = registry.get(name).load("verify")(
         args.file,
         checksums=not args.no_checksums,
@@ -111,6 +145,14 @@ def _run(args: argparse.Namespace, name: str) -> int:
         progress=False if args.quiet or args.json else None,
         **extra,
     )
+    where = None if refusal is None else (refusal.key, refusal.offset)
+    said = refusal is None or any(
+        p.reason in refusal.reason or (p.key, p.offset) == where != (None, None)
+        for p in report.problems
+    )  # the walk names it already; an empty set is the empty-set rule's
+    if not said and report.records:  # first what the loader says, then the walk
+        report.problem_count += 1
+        report.problems[:] = [refusal, *report.problems][: report.max_problems]
     if report.records == 0 and report.ok and not args.allow_empty:
         from stoker.formats.report import Problem
 

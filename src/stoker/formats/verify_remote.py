@@ -10,9 +10,9 @@ than the budget verifies, and the downloads are atomic as every cache download i
 name each shard's URL (without credentials), never a local copy (:func:`relabel`).
 
 :func:`verify_shards` is the walk for a format whose shards are whole files (TFRecord's
-``.tfrecord``, WebDataset's ``.tar``): the format gives the function that checks one manifest
-entry against a local file, as its local verify does (size, checksum, every record); RecordIO's
-walk (``recordio.verify_remote``) uses the same folder and relabelling.
+``.tfrecord``, WebDataset's ``.tar``, RecordIO's ``.rec`` with its ``.idx``): the format gives
+the function that checks one manifest entry against its local files, as its local verify does
+(size, checksums, every record).
 """
 
 from __future__ import annotations
@@ -81,14 +81,15 @@ def verify_shards(
     *,
     remote: RemoteOptions | None,
     kind: str,
-    verify_entry: Callable[[VerifyReport, str, ShardEntry, dict], None],
+    verify_entry: Callable[[VerifyReport, dict[str, str], ShardEntry, dict], None],
     max_problems: int,
 ) -> VerifyReport:
     """Verify the ``kind`` set whose manifest is at ``url``, one whole-file shard (its data
-    file) at a time: ``verify_entry(report, local_path, entry, manifest)`` checks the entry
-    against its downloaded copy (as the format's local verify does). A shard that is not there is a
-    problem naming its URL. Raises what stops the whole walk: an unreadable or hostile
-    manifest, storage that cannot be reached, a shard larger than the cache's budget."""
+        file and side-cars) at a time: ``verify_entry(report, local_paths_by_role, entry,
+        manifest)`` checks the entry against its downloaded copies (as the format's local verify
+        does; a side-car that is not there is handed over as a local path that is not there, for the
+    walk to report as a local one). A shard that is not there is a problem naming its URL. Raises what stops the whole walk: an unreadable or hostile
+        manifest, storage that cannot be reached, a shard larger than the cache's budget."""
     if max_problems < 0:
         raise ValueError(f"max_problems must be >= 0, got {max_problems}")
     with fresh_files(url, remote) as files:
@@ -96,20 +97,30 @@ def verify_shards(
         report = VerifyReport(shown, max_problems=max_problems)
         m = parse(read_json(files.manifest_copy()), shown, kind)
         urls = [
-            files.url_of(s.files["data"], f"shards[{j}].files.data")
+            {r: files.url_of(n, f"shards[{j}].files.{r}") for r, n in s.files.items()}
             for j, s in enumerate(m["shards"])
         ]
         # files.sizes: what exists (one listing per folder, or a HEAD each over HTTP)
-        files.sizes.update(files.remote.sizes(urls, missing_ok=True))
-        for j, (entry, u) in enumerate(zip(m["shards"], urls, strict=True)):
-            if u not in files.sizes:
+        files.sizes.update(
+            files.remote.sizes([u for e in urls for u in e.values()], missing_ok=True)
+        )
+        for j, (entry, roles) in enumerate(zip(m["shards"], urls, strict=True)):
+            if roles["data"] not in files.sizes:
                 report.add(
-                    Problem(redact(u), None, None, "shard listed in the manifest is missing")
+                    Problem(
+                        redact(roles["data"]), None, None, "shard listed in the manifest is missing"
+                    )
                 )
                 continue
             n0, m0 = len(report.problems), len(report.notes)
-            with files.fetch(u, what=f"shard {j} ({entry.files['data']})") as pin:
-                verify_entry(report, pin.path, entry, m)
-            relabel(report, n0, m0, {pin.path: redact(u)})
+            with contextlib.ExitStack() as pins:
+                local = {  # a side-car not there: a path not there, which the walk reports
+                    r: pins.enter_context(files.fetch(u, what=f"shard {j} {r}")).path
+                    if u in files.sizes
+                    else os.path.join(files.cache.root, f"{j}-{r}-missing")
+                    for r, u in roles.items()
+                }
+                verify_entry(report, local, entry, m)
+            relabel(report, n0, m0, {local[r]: redact(u) for r, u in roles.items()})
             files.cache.clear()  # one shard at a time
     return report

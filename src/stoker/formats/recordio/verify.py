@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from stoker._core.checksum import file_crc32c
 from stoker._core.errors import IndexFormatError
 from stoker._core.progress import make_progress
 from stoker._core.schema import Schema
@@ -396,7 +397,7 @@ def _verify_entry(
 ) -> None:
     """One shard's files (local paths) against its manifest entry, and walked (``idx_p``
     ``None``: the ``.idx`` is missing, which the caller has reported)."""
-    size = os.path.getsize(rec)
+    size, want = os.path.getsize(rec), shard.checksums.get("data.crc32c")
     if size != shard.bytes:
         report.add(Problem(rec, None, None, f"is {size} bytes, the manifest says {shard.bytes}"))
     want_sha = shard.checksums.get("index.sha256")
@@ -406,6 +407,10 @@ def _verify_entry(
         )
     before = report.indexed
     _verify_shard(report, rec, idx_p, crc, opts, name)
+    if size == shard.bytes and opts.checksums and want is not None:
+        if (got := file_crc32c(rec)) != int(want):
+            why = f"its CRC32C is 0x{got:08x}, the manifest's data.crc32c 0x{int(want):08x}"
+            report.add(Problem(rec, None, None, f"{why}: the shard changed after it was written"))
     if idx_p is not None and report.indexed - before != shard.records:
         report.add(
             Problem(

@@ -69,8 +69,8 @@ def verify(
     p = os.fspath(path)
     if remote_url(p) is not None:
 
-        def entry(report: VerifyReport, local: str, s: ShardEntry, m: dict) -> None:
-            _verify_entry(report, local, s, manifest_plan(m), checksums, decode, progress)
+        def entry(report: VerifyReport, local: dict[str, str], s: ShardEntry, m: dict) -> None:
+            _verify_entry(report, local["data"], s, manifest_plan(m), checksums, decode, progress)
 
         report = verify_shards(
             p,

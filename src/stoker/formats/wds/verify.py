@@ -6,8 +6,9 @@ reported (sizes past the end, links and devices, unsafe names, a key that comes 
 sample without exactly one image, a bad ``.cls``, a missing end-of-archive marker); every
 image must be non-empty (and decode, with ``decode=f``); every field must parse. For a
 manifest: each shard's size and sample count, its sha256 when recorded, and each sample's
-CRC32C against the shard's ``.crc32c`` side-car when it names one (``checksums``). A tar
-without a side-car (one stoker did not write) has no per-sample checksums: the report says so.
+CRC32C against the shard's ``.crc32c`` side-car when it names one (``checksums``). A bare tar
+is walked as the reader reads it: as its sibling manifest's entry when that lists it; else (a
+tar stoker did not write) it has no per-sample checksums, and the report says so.
 A header that cannot be trusted ends the walk of its tar (nothing after it can be located).
 """
 
@@ -19,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from stoker._core.checksum import file_sha256
-from stoker._core.errors import CorruptRecordError
+from stoker._core.errors import CorruptRecordError, StokerError
 from stoker._core.progress import make_progress
 from stoker._core.schema import Schema
 from stoker.formats.manifest import MANIFEST_SUFFIX, load, manifest_schema, shard_file
@@ -29,6 +30,7 @@ from stoker.formats.shards import ShardEntry
 from stoker.formats.verify_remote import verify_shards
 from stoker.formats.wds.index import build_index
 from stoker.formats.wds.layout import IMAGE_SUFFIXES, RAW_FIELDS, field_suffixes, raw_schema
+from stoker.formats.wds.reader import WdsReader
 from stoker.formats.wds.shard import CrcCheck, check_uncompressed, decode_field, read_crcs
 from stoker.formats.wds.tarfmt import Walk
 from stoker.formats.wds.writer import KIND
@@ -152,8 +154,9 @@ def verify(
     p = os.fspath(path)
     if remote_url(p) is not None:
 
-        def entry(report: VerifyReport, local: str, s: ShardEntry, m: dict) -> None:
-            _verify_entry(report, local, s, _fields(m, redact(p)), checksums, decode)
+        def entry(report: VerifyReport, local: dict[str, str], s: ShardEntry, m: dict) -> None:
+            crc = local.get("crc") if checksums else None
+            _verify_entry(report, local["data"], s, _fields(m, redact(p)), checksums, decode, crc)
 
         report = verify_shards(
             p,
@@ -162,32 +165,44 @@ def verify(
             verify_entry=entry,
             max_problems=max_problems,
         )
-        report.notes.append(
-            "per-sample CRC32Cs are compared by the loader as it reads; a URL's verify compares "
-            "each tar's size and sha256 and walks its samples"
-        )
         return _no_sums(report, checksums)
     report = VerifyReport(p, max_problems=max_problems)
-    if not p.endswith(MANIFEST_SUFFIX):
+    listed = _as_the_reader_reads(p)
+    if listed is None:
         _verify_tar(report, p, _raw_fields(), decode, None)
         report.notes.append(_UNCHECKED)
         return report
-    m = load(p, kind=KIND)
-    fields = _fields(m, p)
+    manifest, m = listed
+    fields = _fields(m, manifest)
     bar = make_progress(len(m["shards"]), "verify", unit="shard", enabled=progress)
     try:
         for s in m["shards"]:
-            tar = str(shard_file(p, s, "data"))
+            tar = str(shard_file(manifest, s, "data"))
             if not os.path.isfile(tar):
                 report.add(Problem(tar, None, None, "the shard the manifest lists does not exist"))
                 continue
-            _verify_entry(report, tar, s, fields, checksums, decode, p)
+            crc = shard_file(manifest, s, "crc") if checksums else None
+            _verify_entry(report, tar, s, fields, checksums, decode, crc)
             bar.update(1)
     finally:
         bar.close()
     if checksums and any("crc" not in s.files for s in m["shards"]):
         report.notes.append(_UNCHECKED)
     return _no_sums(report, checksums)
+
+
+def _as_the_reader_reads(path: str) -> tuple[str, dict] | None:
+    """The manifest the reader reads ``path`` as (its path, and the manifest with the shards
+    read): ``path`` itself, or the sibling manifest that lists the bare tar ``path``; ``None``
+    for a tar read bare (the reader's refusal to open one is the loader's, reported as such by
+    ``stoker verify``)."""
+    if path.endswith(MANIFEST_SUFFIX):
+        return path, load(path, kind=KIND)
+    try:
+        with WdsReader(path) as r:
+            return (r.shards[0].manifest, r.manifest) if r.manifest is not None else None
+    except (StokerError, OSError):
+        return None
 
 
 def _fields(m: dict, where: str) -> tuple[Schema, dict[str, str]]:
@@ -202,10 +217,10 @@ def _verify_entry(
     fields: tuple[Schema, dict[str, str]],
     checksums: bool,
     decode: Decode | None,
-    manifest: str | None = None,
+    crc: str | None = None,
 ) -> None:
     """Check manifest entry ``s`` against file ``tar``: its size, sha256, every sample (and
-    its CRC32C, when the entry names a side-car and ``manifest`` locates it)."""
+    its CRC32C against the side-car ``crc``, when given)."""
     size = os.path.getsize(tar)
     if size != s.bytes:
         report.add(Problem(tar, None, None, f"is {size} bytes, the manifest says {s.bytes}"))
@@ -213,9 +228,6 @@ def _verify_entry(
         report.checksummed += 1
         if file_sha256(tar) != s.checksums["data.sha256"]:
             report.add(Problem(tar, None, None, "sha256 differs from the manifest's"))
-    crc = None
-    if checksums and manifest is not None:
-        crc = shard_file(manifest, s, "crc")
     _verify_tar(report, tar, fields, decode, s.records, crc)
 
 
