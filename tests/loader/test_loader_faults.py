@@ -259,7 +259,7 @@ def test_slots_that_cannot_be_reserved_stop_the_loader_cleanly(
     # ever naming an unreserved slot
     import errno
 
-    from stoker.loader import _shm
+    from stoker.loader import _shm, _startup
     from stoker.loader._pool import WorkerPool
 
     real = _shm.reserve
@@ -292,6 +292,9 @@ def test_slots_that_cannot_be_reserved_stop_the_loader_cleanly(
 
     monkeypatch.setattr(_shm, "reserve", reserve)
     monkeypatch.setattr(WorkerPool, "_spawn", spawn)
+    # the workers make the first batch even in a process whose worker server still boots
+    # (else the main process makes it and meets the full disk a batch later)
+    monkeypatch.setattr(_startup, "server_booting", lambda: False)
     x, y = arrays
     before = shm_names()
     with Loader((x, y), batch_size=4, workers=2) as ld:
