@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from stoker._core.crc import crc32c
-from stoker._core.errors import SpecError, StokerFormatError
+from stoker._core.errors import CorruptRecordError, SpecError, StokerFormatError
 from stoker._core.schema import Field, Schema
 from stoker.formats.base import Reader, ReadSample
 from stoker.formats.manifest import shard_file
@@ -213,8 +213,15 @@ class TFRecordReader(ReadsRemoteShards, Reader):
         self._labels.setflags(write=False)
         if res.keyed:
             self._keys = np.concatenate([m.keys for m in metas if m.keys is not None])
-            if np.unique(self._keys).shape[0] != total:
-                raise StokerFormatError(f"{self.path}: records share keys ({res.key_feature})")
+            _, first = np.unique(self._keys, return_index=True)
+            if first.shape[0] != total:  # the first record whose key an earlier one holds
+                i = int(np.setdiff1d(np.arange(total), first)[0])
+                j, r = self._set.locate(i)
+                key = int(self._keys[i])
+                why = f"record {r}: key {key} ({res.key_feature}) is an earlier record's; keys must be unique in a set"
+                raise CorruptRecordError(
+                    self._shards[j].path, int(self._shards[j].offsets[r]), why, key=key
+                )
         else:
             self._keys = np.arange(total, dtype=np.int64)
         self._keys.setflags(write=False)
