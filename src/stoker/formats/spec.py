@@ -25,7 +25,6 @@ it, so that no other room spells a format's name or its files:
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,19 +76,6 @@ class Format:
     def writable(self) -> bool:
         """Whether pack and convert can write this format."""
         return self.writer is not None
-
-    def shard_names(self, prefix: str | os.PathLike[str], shards: int | None) -> list[dict]:
-        """The files of a set written under ``prefix`` by role, one dict per shard (``shards``
-        of them; ``None``: the one unsharded file). Each role's name is the data file's with
-        the role's suffix in place of the data suffix."""
-        path = self.load("shard_path")
-        data = self.roles.get("data", "")
-        out = []
-        for j in [None] if shards is None else range(shards):
-            p = path(os.fspath(prefix), j)
-            base = p[: len(p) - len(data)] if data and p.endswith(data) else p
-            out.append({role: base + suffix for role, suffix in self.roles.items()})
-        return out
 
 
 #: Every registered format by name: filled by :mod:`stoker.formats.registry` (one line per

@@ -386,13 +386,6 @@ def _boxes(
     return boxes
 
 
-def label_values(
-    name: str, feat: str, f: Field, mv: memoryview, feats: dict[str, RawFeature]
-) -> np.ndarray:
-    """The label of one record, flattened (``prod(shape)`` values)."""
-    return np.asarray(field_value(name, feat, f, mv, feats)).reshape(-1)
-
-
 def lengths_of(f: Field, value: Any) -> int:
     """Rows or bytes of a variable field's value (what ``max_len`` is the largest of)."""
     if f.kind == "text":

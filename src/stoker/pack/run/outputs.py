@@ -91,8 +91,8 @@ class OutputPaths:
 
     def shard_files(self) -> list[str]:
         """The final shard files of this run's format (see the class docstring)."""
-        # a format's shards, then their per-shard side files (an index, CRC32Cs)
-        suffixes = (*get(self.format).extensions, ".crc32c")
+        fmt = get(self.format)  # a format's shards, then their side files (its roles)
+        suffixes = tuple(dict.fromkeys([*fmt.extensions, *fmt.roles.values()]))
         found = _outputs_like(self.prefix, suffixes)
         return sorted(found, key=lambda p: [p.lower().endswith(x) for x in suffixes].index(True))
 
