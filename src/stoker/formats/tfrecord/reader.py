@@ -213,9 +213,9 @@ class TFRecordReader(ReadsRemoteShards, Reader):
         self._labels.setflags(write=False)
         if res.keyed:
             self._keys = np.concatenate([m.keys for m in metas if m.keys is not None])
-            _, first = np.unique(self._keys, return_index=True)
-            if first.shape[0] != total:  # the first record whose key an earlier one holds
-                i = int(np.setdiff1d(np.arange(total), first)[0])
+            firsts = np.unique(self._keys, return_index=True)[1]
+            if firsts.shape[0] != total:  # the first record whose key an earlier one holds
+                i = int(np.setdiff1d(np.arange(total), firsts)[0])
                 j, r = self._set.locate(i)
                 key = int(self._keys[i])
                 why = f"record {r}: key {key} ({res.key_feature}) is an earlier record's; keys must be unique in a set"
