@@ -25,6 +25,7 @@ _LAZY: dict[str, str] = {
     "cleanup_stale": "stoker.loader._shm",
     "node_loaders": "stoker.loader._node",
     "on_sigterm": "stoker.loader.preempt",
+    "open_source": "stoker.loader._mixture",
     "release_workers": "stoker.loader._keep",
     "warm_up": "stoker.loader._pool",
 }

@@ -100,8 +100,7 @@ def loader_source(path: Any, remote: Any = None, weights: Any = None) -> tuple[A
     set's URL is reached and cached (``RemoteOptions``); a list of sets: their mixture at
     ``weights``."""
     try:
-        from stoker.loader import as_source
-        from stoker.loader._mixture import open_source
+        from stoker.loader import as_source, open_source
 
         if isinstance(path, list):
             return open_source(path, remote, weights, None, None, None)
