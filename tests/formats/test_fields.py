@@ -217,10 +217,11 @@ def _corrupt(manifest: str, key: int, at_from_end: int, value: bytes) -> tuple[i
     """Overwrite bytes ``at_from_end`` before the end of record ``key``'s payload (keeping
     the manifest's recorded size: only the bytes change); returns the record's file offset."""
     with open_records(manifest) as r:
-        rec = r.shards[0].path
-        pos = r.positions([key])[0]
-        off = r.offset(int(pos))
-        length = len(r.read(int(pos)))
+        shard = r.shards[0]
+        rec = shard.path
+        pos = shard.positions([key])[0]
+        off = shard.offset(int(pos))
+        length = len(shard.read(int(pos)))
     with open(rec, "r+b") as f:
         f.seek(off + 8 + length - at_from_end)
         f.write(value)

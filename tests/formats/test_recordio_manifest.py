@@ -45,7 +45,7 @@ def test_single_shard_opens_as_record_file_with_classes(tmp_path):
     mpath, ps = write_shards(tmp_path, [4])
     for target in (mpath, tmp_path / "train-00000.rec", tmp_path / "train-00000.idx"):
         with open_records(target) as r:
-            assert isinstance(r, RecordFile)
+            assert isinstance(r, RecordSet) and isinstance(r.shards[0], RecordFile)
             assert [bytes(r.read(i)) for i in range(len(r))] == ps
             if target == mpath:
                 assert r.class_names == ["cat", "dog", "emu"]
@@ -71,7 +71,7 @@ def test_multi_shard_reads_as_one(tmp_path):
         assert isinstance(r, RecordSet) and len(r) == 10
         assert [bytes(r.read(i)) for i in range(10)] == ps
         assert [r.key(i) for i in range(10)] == [0, 1, 2, 0, 1, 2, 3, 4, 0, 1]
-        assert [r.shard_of(i) for i in range(10)] == [0, 0, 0, 2, 2, 2, 2, 2, 3, 3]
+        assert [r.locate(i)[0] for i in range(10)] == [0, 0, 0, 2, 2, 2, 2, 2, 3, 3]
         assert r.locate(-1) == (3, 1)
         assert r.keys.tolist() == [0, 1, 2, 0, 1, 2, 3, 4, 0, 1]
         assert r.labels().tolist() == [float(i % 3) for i in range(10)]

@@ -35,10 +35,9 @@ from stoker.formats.recordio.header import (
     label_problem,
     whole_numbers,
 )
-from stoker.formats.recordio.hints import AccessHints, chunk_by_shard
+from stoker.formats.recordio.hints import AccessHints
 from stoker.formats.recordio.insightface import layout_table
-from stoker.formats.recordio.opening import open_records
-from stoker.formats.recordio.records import Records
+from stoker.formats.recordio.manifest import manifest_schema
 from stoker.formats.recordio.recordset import RecordSet
 from stoker.formats.recordio.verify import verify_records
 from stoker.formats.remote import RemoteOptions, local_path, remote_url
@@ -47,7 +46,7 @@ from stoker.formats.report import VerifyReport, spread
 __all__ = ["RecordIOReader", "open_reader", "verify"]
 
 
-def declared_kind(records: Records) -> tuple[tuple[int, ...], str, int] | None:
+def declared_kind(records: RecordSet) -> tuple[tuple[int, ...], str, int] | None:
     """``(shape, dtype, classes)`` of the labels the set's manifest declares: its schema's
     header field, or int64 class ids when it names classes without a schema (every folder
     packed before schemas were written); ``None`` for a set without a manifest, whose kind is
@@ -55,7 +54,7 @@ def declared_kind(records: Records) -> tuple[tuple[int, ...], str, int] | None:
     names = records.class_names or ()
     if records.manifest is None:
         return None
-    declared = records._declared()
+    declared = manifest_schema(records.manifest)
     head = declared.header_name if declared is not None else None
     if declared is not None and head is not None:
         f = declared[head]
@@ -87,12 +86,6 @@ def _record_sizes(shards: Sequence[Any]) -> np.ndarray:
         order = np.sort(offs)
         parts.append(np.append(order[1:], s.size) - order)
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-
-
-def _offset(rec: Records, i: int) -> int:
-    """The byte offset of position ``i`` in its file: every reader object ``open_records``
-    gives (a ``RecordFile``, a ``RecordSet``, an insightface set's image records) has one."""
-    return int(rec.offset(i))  # type: ignore[attr-defined]
 
 
 class RecordIOReader(Reader):
@@ -129,7 +122,7 @@ class RecordIOReader(Reader):
             self.remote = RemoteOptions()
         self.checksums = checksums
         self.cache = bool(cache)
-        self._rec: Records | None = None
+        self._rec: RecordSet | None = None
         self._labels: np.ndarray | None = None
         self._keys: np.ndarray | None = None
         self._schema: Schema | None = None
@@ -142,25 +135,19 @@ class RecordIOReader(Reader):
         self._len = len(self.records)
 
     @property
-    def records(self) -> Records:
-        """The RecordIO reader of the image records (``open_records(...).images()``), opened
-        on first use in this process."""
-        if self._rec is None and getattr(self, "_files", None) is not None:
+    def records(self) -> RecordSet:
+        """The set's image records, opened on first use in this process."""
+        if self._rec is None:
             self._rec = RecordSet(
                 self.path,
                 verify_checksums="auto" if self.checksums else False,
                 cache=self.cache,
+                remote=self.remote,
                 files=self._files,
                 max_open=getattr(self, "_max_open", None),
                 whole=getattr(self, "_cache_whole", None),
+                images=True,
             )
-        if self._rec is None:
-            self._rec = open_records(
-                self.path,
-                verify_checksums="auto" if self.checksums else False,
-                cache=self.cache,
-                remote=self.remote,
-            ).images()
         return self._rec
 
     def __getstate__(self) -> dict:
@@ -230,20 +217,17 @@ class RecordIOReader(Reader):
     def claim_cache(self, plan: Any) -> Any:
         """For a set in object storage, claim the room a loader's ``plan`` needs in the node's
         shard cache (:meth:`RecordSet.claim`); ``None`` for a local set."""
-        rec = self.records
-        return rec.claim(plan) if self.remote is not None and isinstance(rec, RecordSet) else None
+        return self.records.claim(plan)
 
     def remote_shards(self) -> Any:
-        rec = self.records
-        return rec.remote if self.remote is not None and isinstance(rec, RecordSet) else None
+        return self.records.remote
 
     def let_go(self) -> None:
         """This process reads no more for now (or read every shard for keys, labels or the
         schema): a remote set keeps none of its shards pinned, the shard cache needs that
         room for the batches."""
-        rec = self._rec
-        if self.remote is not None and isinstance(rec, RecordSet):
-            rec.focus(np.zeros(0, np.int64))
+        if self._rec is not None:
+            self._rec.focus(np.zeros(0, np.int64))
 
     def label_kind(self) -> tuple[tuple[int, ...], str]:
         """``(shape, dtype)`` of one label: what the manifest declares (:func:`declared_kind`).
@@ -260,12 +244,9 @@ class RecordIOReader(Reader):
                 lab = self.labels()
                 return tuple(lab.shape[1:]), lab.dtype.name
             else:
-                rec = self.records
-                first = rec.shard(0) if isinstance(rec, RecordSet) else rec
-                raw = np.asarray(first.labels())
+                raw = np.asarray(self.records.shard(0).labels())
                 lab = declared_labels(raw, inferred_kind(raw), 0)
-                if isinstance(rec, RecordSet):
-                    rec.focus(np.zeros(0, np.int64))  # the main process keeps nothing pinned
+                self.let_go()  # the main process keeps nothing pinned
                 self._label_dtype, self._label_shape = lab.dtype.name, tuple(lab.shape[1:])
                 self._whole_labels = INFERRED_INT64 if lab.dtype == np.int64 else ""
         return self._label_shape, self._label_dtype
@@ -317,8 +298,7 @@ class RecordIOReader(Reader):
     def read_ahead(self, order: np.ndarray, start: int = 0) -> Any:
         """Downloads ahead of ``order`` for a set in object storage (``None`` otherwise):
         see :meth:`RecordSet.read_ahead`."""
-        rec = self.records
-        return rec.read_ahead(order, start) if isinstance(rec, RecordSet) else None
+        return self.records.read_ahead(order, start)
 
     def probe_positions(self, probes: int) -> list[int] | None:
         """For a set in object storage, the first ``probes`` positions (its first shard, which
@@ -337,15 +317,14 @@ class RecordIOReader(Reader):
                 size = 0  # a file gone: reading it names the problem
             self._hints_on = self.hints.decide(size)
         if self._hints_on:
-            for shard, pos in chunk_by_shard(self.records, indices):
+            for shard, pos in self.records.chunks(indices):
                 shard.advise(pos)
         return self._hints_on
 
     def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()) -> ReadSample:
         self.label_kind()  # what a label must be, decided in this process too
         if indices is not None:
-            if self.remote is not None and isinstance(self.records, RecordSet):
-                self.records.focus(indices)  # pin only what this chunk reads
+            self.records.focus(indices)  # a remote set pins only what this chunk reads
             self.advise(indices)
         if fields:
             return self._field_reader(tuple(fields))
@@ -406,28 +385,19 @@ class RecordIOReader(Reader):
 
     def locate(self, i: int) -> tuple[str, int] | None:
         """``(file, byte offset)`` of sample ``i``: the shard ``.rec`` and the record's offset."""
-        rec = self.records
-        if isinstance(rec, RecordSet):
-            j, k = rec.locate(i)
-            shard = rec.shard(j)
-            return shard.path, int(shard.offset(k))
-        return rec.shards[0].path, _offset(rec, i)
+        j, k = self.records.locate(i)
+        shard = self.records.shard(j)
+        return shard.path, int(shard.offset(k))
 
     def shard_sizes(self) -> np.ndarray:
         """Image records per shard: a manifest's record counts, in manifest order; a single
         ``.rec`` is one shard."""
-        rec = self.records
-        if isinstance(rec, RecordSet) and rec.manifest is not None:
-            counts = [e.records for e in rec.manifest["shards"]]
-            return np.array(counts, dtype=np.int64)
-        return np.array([self._len], dtype=np.int64)
+        return self.records.shard_sizes()
 
     def files(self) -> list[str]:
         """The ``.rec`` files that hold the records (every shard of a set)."""
         rec = self.records
-        if isinstance(rec, RecordSet):
-            return [rec.shard_location(j) for j in range(len(rec.manifest["shards"]))]  # type: ignore[index]
-        return [s.path for s in rec.shards]
+        return [rec.shard_location(j) for j in range(len(rec.shards))]
 
     def summary(self) -> dict:
         """What ``stoker inspect`` shows of a RecordIO set beyond the samples: every record
@@ -435,7 +405,7 @@ class RecordIOReader(Reader):
         per record, the insightface layout (``identities``; ``metadata_records`` and, by kind,
         ``metadata``: ``header``, ``identity`` and ``other`` records that hold no image), the
         rejects the manifest counts."""
-        full = open_records(self.path, verify_checksums=False, cache=self.cache, remote=self.remote)
+        full = RecordSet(self.path, verify_checksums=False, cache=self.cache, remote=self.remote)
         try:
             shards = full.shards
             out: dict[str, Any] = {
@@ -466,14 +436,14 @@ class RecordIOReader(Reader):
         rec = self.records
         where = f"key {rec.key(i)} (position {i}) of {self.path}"
         try:
-            where += f", byte offset {_offset(rec, i)}"
+            where += f", byte offset {rec.offset(i)}"
         except Exception:  # noqa: BLE001 - best effort for a message
             pass
         return where
 
     def fingerprint(self) -> dict:
         rec = self._rec
-        if self.remote is not None and isinstance(rec, RecordSet) and rec.files is not None:
+        if rec is not None and rec.files is not None:
             # the manifest pins every shard (size, .idx digest, CRC): its digest is the set's
             with open(rec.files.manifest_copy(), "rb") as f:
                 digest = hashlib.sha256(f.read()).hexdigest()[:32]
