@@ -2,9 +2,9 @@
 
 See ``README.md`` in this folder (and ``docs/format.md``) for the byte layout.
 
-- :func:`open_records` opens a ``.rec``, its ``.idx`` or a ``NAME.stoker.json`` manifest
-  (several shards read as one) as a :class:`RecordSet` and checks the files against the
-  manifest; :class:`RecordFile` is one shard.
+- :class:`RecordSet` opens a ``.rec``, its ``.idx`` or a ``NAME.stoker.json`` manifest
+  (several shards read as one) and checks the files against the manifest; :class:`RecordFile`
+  is one shard. :func:`open_records` (deprecated) gives the sample-level ``RecordIOReader``.
 - :class:`RecordWriter` writes ``.rec`` + ``.idx`` (+ ``.crc32c``) atomically and resumes
   after a killed run.
 - :func:`verify_records` walks a whole file and reports every problem.
@@ -32,7 +32,8 @@ from stoker.formats.recordio.manifest import (
 )
 from stoker.formats.recordio.paths import default_crc_path, default_idx_path, manifest_path_for
 from stoker.formats.recordio.reader import RecordFile
-from stoker.formats.recordio.recordset import RecordSet, open_records
+from stoker.formats.recordio.recordset import RecordSet
+from stoker.formats.recordio.seam import open_records
 from stoker.formats.recordio.verify import Problem, VerifyReport, verify_records
 from stoker.formats.recordio.writer import RecordWriter, ShardInfo
 from stoker.formats.spec import Dialect, Format

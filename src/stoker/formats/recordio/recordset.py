@@ -54,7 +54,6 @@ from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardEntry, Shard
 __all__ = [
     "MAX_OPEN_SHARDS",
     "RecordSet",
-    "open_records",
     "open_shard",
     "precheck_shards",
 ]
@@ -582,15 +581,3 @@ class RecordSet(Reopens):
             key=r.key(k),
             idx_line=r.idx_line(k),
         )
-
-
-def open_records(
-    path: str | os.PathLike[str],
-    *,
-    verify_checksums: Checksums = False,
-    cache: bool = True,
-    remote: RemoteOptions | None = None,
-) -> RecordSet:
-    """Open a ``.rec``, its ``.idx``, or a ``NAME.stoker.json`` manifest as a
-    :class:`RecordSet` (see its module docstring for what is checked at open)."""
-    return RecordSet(path, verify_checksums=verify_checksums, cache=cache, remote=remote)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from math import isfinite
 from typing import Any
@@ -43,7 +44,7 @@ from stoker.formats.recordio.verify import verify_records
 from stoker.formats.remote import RemoteOptions, local_path, remote_url
 from stoker.formats.report import VerifyReport, spread
 
-__all__ = ["RecordIOReader", "open_reader", "verify"]
+__all__ = ["RecordIOReader", "open_reader", "open_records", "verify"]
 
 
 def declared_kind(records: RecordSet) -> tuple[tuple[int, ...], str, int] | None:
@@ -475,6 +476,26 @@ def open_reader(
 ) -> RecordIOReader:
     """The registry's opener: a ``.rec``, its ``.idx`` or a ``NAME.stoker.json`` (a path or
     a URL; ``remote``: how to reach and cache it) as a :class:`RecordIOReader`."""
+    return RecordIOReader(path, checksums=checksums, cache=cache, remote=remote)
+
+
+def open_records(
+    path: str | os.PathLike[str],
+    *,
+    verify_checksums: bool | str = False,
+    cache: bool = True,
+    remote: RemoteOptions | None = None,
+) -> RecordIOReader:
+    """Deprecated (goes in the next release): RecordIO's :class:`RecordIOReader`, as
+    ``stoker.formats.open(path)`` gives it (``verify_checksums``: any but ``False`` checks
+    the ``.crc32c`` where the set has one). ``RecordSet(path)`` reads records by position."""
+    warnings.warn(
+        "open_records is deprecated and goes in the next release: stoker.formats.open(path) "
+        "gives the same Reader; stoker.formats.recordio.RecordSet(path) reads records",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    checksums = verify_checksums is not False
     return RecordIOReader(path, checksums=checksums, cache=cache, remote=remote)
 
 
