@@ -41,14 +41,13 @@ from stoker.formats.recordio.manifest import (
 from stoker.formats.recordio.paths import default_crc_path, manifest_path_for
 from stoker.formats.recordio.reader import Checksums, PlainRead, RecordFile
 from stoker.formats.remote import (
-    ReadPlan,
     RemoteFiles,
     RemoteOptions,
     local_path,
     redact,
     remote_url,
 )
-from stoker.formats.shardfiles import RemoteShards, Reopens, ShardsAhead
+from stoker.formats.shardfiles import RemoteShards, Reopens
 from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardEntry, ShardSet
 
 __all__ = [
@@ -337,34 +336,10 @@ class RecordSet(Reopens):
             if self._remote is not None:
                 self._remote.release(j)
 
-    def claim(self, plan: ReadPlan) -> Any:
-        """For a remote set, claim the room ``plan`` needs in the node's shard cache
-        (:meth:`RemoteShards.claim`; :class:`CacheFullError` when it cannot be had) and keep
-        at most as many shards open as it allows; ``None`` for a local set. The processes
-        that read for the loader (its workers) then claim nothing of their own. Release the
-        claim with its ``close()``."""
-        return None if self._remote is None else self._remote.claim(plan)
-
     @property
     def max_open(self) -> int:
         """Shards this set keeps open at most in this process."""
         return MAX_OPEN_SHARDS if self._remote is None else self._remote.max_open
-
-    def read_ahead(self, order: np.ndarray, start: int = 0) -> ShardsAhead | None:
-        """For a remote set with ``prefetch_shards`` > 0: a :class:`~stoker.formats.
-        shardfiles.ShardsAhead` that downloads the shards of ``order`` (global positions, in
-        reading order) ahead of position ``start``; ``None`` for a local set."""
-        if self._remote is None:
-            return None
-        return self._remote.read_ahead(order, self._starts, start)
-
-    def focus(self, positions: np.ndarray) -> None:
-        """A remote set about to read ``positions`` (a chunk of a batch) closes the other
-        shards it holds open, so their cached copies are unpinned and can make room: what a
-        process pins is what its current chunk reads (all stay open when the cache holds the
-        whole set). A local set keeps its shards open."""
-        if self._remote is not None and self._open_shards:
-            self._remote.focus(self._set.shards_read(positions))
 
     def shard_location(self, j: int) -> str:
         """Where shard ``j``'s ``.rec`` lives, for messages: a local path or a URL."""

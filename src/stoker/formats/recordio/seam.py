@@ -43,6 +43,8 @@ from stoker.formats.recordio.recordset import RecordSet
 from stoker.formats.recordio.verify import verify_records
 from stoker.formats.remote import RemoteOptions, local_path, remote_url
 from stoker.formats.report import VerifyReport, spread
+from stoker.formats.shardfiles import ReadsRemoteShards
+from stoker.formats.shards import ShardSet
 
 __all__ = ["RecordIOReader", "open_reader", "open_records", "verify"]
 
@@ -89,7 +91,7 @@ def _record_sizes(shards: Sequence[Any]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
-class RecordIOReader(Reader):
+class RecordIOReader(ReadsRemoteShards, Reader):
     """The image records of a RecordIO set as a :class:`Reader`.
 
     ``checksums=True``: every record read is checked against the ``.crc32c`` side-car where
@@ -124,6 +126,7 @@ class RecordIOReader(Reader):
         self.checksums = checksums
         self.cache = bool(cache)
         self._rec: RecordSet | None = None
+        self._remote = None  # the open set's opener (a set in object storage)
         self._labels: np.ndarray | None = None
         self._keys: np.ndarray | None = None
         self._schema: Schema | None = None
@@ -149,7 +152,11 @@ class RecordIOReader(Reader):
                 whole=getattr(self, "_cache_whole", None),
                 images=True,
             )
+            self._remote = self._rec.remote
         return self._rec
+
+    def _shard_set(self) -> ShardSet:
+        return self.records._set
 
     def __getstate__(self) -> dict:
         shape, dtype = self.label_kind()
@@ -187,7 +194,7 @@ class RecordIOReader(Reader):
         self._max_open = state.get("_max_open")
         self._cache_whole = state.get("_cache_whole")
         self._hints_on = None
-        self._rec = None
+        self._rec = self._remote = None
         self._labels = None
         self._keys = None
         self._schema = None
@@ -214,21 +221,6 @@ class RecordIOReader(Reader):
                 self._whole_labels = INFERRED_INT64 if dtype == "int64" else ""
             self.let_go()
         return self._labels
-
-    def claim_cache(self, plan: Any) -> Any:
-        """For a set in object storage, claim the room a loader's ``plan`` needs in the node's
-        shard cache (:meth:`RecordSet.claim`); ``None`` for a local set."""
-        return self.records.claim(plan)
-
-    def remote_shards(self) -> Any:
-        return self.records.remote
-
-    def let_go(self) -> None:
-        """This process reads no more for now (or read every shard for keys, labels or the
-        schema): a remote set keeps none of its shards pinned, the shard cache needs that
-        room for the batches."""
-        if self._rec is not None:
-            self._rec.focus(np.zeros(0, np.int64))
 
     def label_kind(self) -> tuple[tuple[int, ...], str]:
         """``(shape, dtype)`` of one label: what the manifest declares (:func:`declared_kind`).
@@ -296,18 +288,6 @@ class RecordIOReader(Reader):
         """An unpickled reader's conversion of a one-float header label to the label dtype."""
         return int if self._label_dtype == "int64" else np.float32
 
-    def read_ahead(self, order: np.ndarray, start: int = 0) -> Any:
-        """Downloads ahead of ``order`` for a set in object storage (``None`` otherwise):
-        see :meth:`RecordSet.read_ahead`."""
-        return self.records.read_ahead(order, start)
-
-    def probe_positions(self, probes: int) -> list[int] | None:
-        """For a set in object storage, the first ``probes`` positions (its first shard, which
-        the loader reads anyway) instead of a spread that would fetch a shard per probe."""
-        if self.remote is None:
-            return None
-        return list(range(min(probes, self._len)))
-
     def advise(self, indices: np.ndarray) -> bool:
         """Access hints for the chunk ``indices`` when :attr:`hints` decides for them (once
         per process, on the bytes of :meth:`files`); whether they were given."""
@@ -325,7 +305,7 @@ class RecordIOReader(Reader):
     def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()) -> ReadSample:
         self.label_kind()  # what a label must be, decided in this process too
         if indices is not None:
-            self.records.focus(indices)  # a remote set pins only what this chunk reads
+            self._focus(indices)  # a remote set pins only what this chunk reads
             self.advise(indices)
         if fields:
             return self._field_reader(tuple(fields))
@@ -464,7 +444,7 @@ class RecordIOReader(Reader):
     def close(self) -> None:
         if self._rec is not None:
             self._rec.close()
-            self._rec = None
+            self._rec = self._remote = None
 
 
 def open_reader(
