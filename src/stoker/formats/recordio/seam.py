@@ -180,24 +180,9 @@ class RecordIOReader(ReadsRemoteShards, Reader):
         }
 
     def __setstate__(self, state: dict) -> None:
-        self.path = state["path"]
-        self.checksums = state["checksums"]
-        self.cache = state.get("cache", True)
-        self._len = state["_len"]
-        self._label_dtype = state["_label_dtype"]
-        self._label_shape = state["_label_shape"]
-        self._classes = state.get("_classes", 0)
-        self._whole_labels = state.get("_whole_labels", "")
-        self.hints = state.get("hints", AccessHints())
-        self.remote = state.get("remote")
-        self._files = state.get("_files")
-        self._max_open = state.get("_max_open")
-        self._cache_whole = state.get("_cache_whole")
-        self._hints_on = None
-        self._rec = self._remote = None
-        self._labels = None
-        self._keys = None
-        self._schema = None
+        self.__dict__.update(state)  # what __getstate__ gives; the rest reopens here
+        self._hints_on = self._rec = self._remote = None
+        self._labels = self._keys = self._schema = None
 
     def __len__(self) -> int:
         return self._len
