@@ -290,15 +290,6 @@ class RecordSet(Reopens):
         """The files of a set in object storage and the cache they are read through."""
         return self._remote
 
-    @property
-    def _planned_open(self) -> int | None:
-        """How many shards a loader's claim lets this set keep open (``None``: no claim)."""
-        return None if self._remote is None else self._remote._planned_open
-
-    @property
-    def _planned_whole(self) -> bool | None:
-        return None if self._remote is None else self._remote._planned_whole
-
     def shard(self, j: int) -> RecordFile:
         """The reader of shard ``j`` (opened and checked on first use; cached)."""
         if self._bare is not None:
@@ -319,7 +310,7 @@ class RecordSet(Reopens):
             r = open_remote_shard(self._remote, entry, j, **kw)
         # the shard reads its records as the set's manifest declares them (a field trailer)
         r.manifest, r.class_names = self.manifest, self.class_names
-        self._open_shards.limit = self.max_open
+        self._open_shards.limit = MAX_OPEN_SHARDS if self._remote is None else self._remote.max_open
         for old, _ in self._open_shards.use(j, r):
             self._drop(old, close=False)  # forgotten already; a remote one's pins go
         return r
@@ -335,11 +326,6 @@ class RecordSet(Reopens):
         finally:
             if self._remote is not None:
                 self._remote.release(j)
-
-    @property
-    def max_open(self) -> int:
-        """Shards this set keeps open at most in this process."""
-        return MAX_OPEN_SHARDS if self._remote is None else self._remote.max_open
 
     def shard_location(self, j: int) -> str:
         """Where shard ``j``'s ``.rec`` lives, for messages: a local path or a URL."""

@@ -175,8 +175,8 @@ class RecordIOReader(ReadsRemoteShards, Reader):
             # and how many shards a loader's claim on the cache lets each reader keep open
             # (and whether it claimed the whole set)
             "_files": getattr(self._rec, "files", None),
-            "_max_open": getattr(self._rec, "_planned_open", None),
-            "_cache_whole": getattr(self._rec, "_planned_whole", None),
+            "_max_open": getattr(self._remote, "_planned_open", None),
+            "_cache_whole": getattr(self._remote, "_planned_whole", None),
         }
 
     def __setstate__(self, state: dict) -> None:
