@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from stoker.cli import main
-from stoker.formats.recordio import open_records
+from stoker.formats.recordio import RecordSet
 
 ARGS = ["--workers", "1", "--quiet"]
 
@@ -112,7 +112,7 @@ def test_pack_lst_outside_root_flag(images, tmp_path):
         assert f.read().splitlines()[1].split("\t")[1:3] == [f"../{other}/{name2}", "outside_root"]
     args = ["pack", str(lst), out + "2", "--root", root, "--allow-outside-root", *ARGS]
     assert main(args) == 0
-    with open_records(out + "2.stoker.json") as rec:
+    with RecordSet(out + "2.stoker.json") as rec:
         assert rec.keys.tolist() == [0, 1]
 
 
@@ -135,7 +135,7 @@ def test_a_listing_of_absolute_paths_packs_every_row_and_root_confines(images, t
     listing = _absolute_listing(images, tmp_path / "meta")
     out = str(tmp_path / "o")
     assert main(["pack", listing, out, *ARGS]) == 0
-    with open_records(out + ".stoker.json") as rec:
+    with RecordSet(out + ".stoker.json") as rec:
         assert len(rec) == 24
     # --root asks for confinement: every row lies outside it, so nothing is packed
     capsys.readouterr()
@@ -180,7 +180,7 @@ def test_inspect_text_and_json(packed, capsys):
 def test_verify_ok_then_reports_corruption(packed, capsys):
     assert main(["verify", packed + ".stoker.json", "--decode"]) == 0
     assert "OK" in capsys.readouterr().out
-    with open_records(packed + ".rec") as r:
+    with RecordSet(packed + ".rec") as r:
         off = r.offset(5)
         key = r.key(5)
     with open(packed + ".rec", "r+b") as f:  # flip one bit of record 5's magic
@@ -194,7 +194,7 @@ def test_verify_ok_then_reports_corruption(packed, capsys):
 
 
 def test_verify_checksums_and_decode(packed, capsys):
-    with open_records(packed + ".rec") as r:
+    with RecordSet(packed + ".rec") as r:
         _, img = r.read_header(3)
         off = r.offset(3) + 8 + 24 + len(img) // 2  # inside the JPEG entropy data
     with open(packed + ".rec", "r+b") as f:

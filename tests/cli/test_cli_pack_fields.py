@@ -13,7 +13,7 @@ from PIL import Image
 
 from stoker._core.schema import Field, Schema
 from stoker.cli import main
-from stoker.formats.recordio import open_records
+from stoker.formats.recordio import RecordSet
 from stoker.loader.sources.records import RecordSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pack"))
@@ -48,7 +48,7 @@ def test_cli_packs_a_jsonl_listing_and_inspect_shows_its_fields(tmp_path, capsys
     listing.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = str(tmp_path / "set")
     assert main(["pack", str(listing), out, *ARGS]) == 0
-    with open_records(out + ".stoker.json") as r:
+    with RecordSet(out + ".stoker.json") as r:
         assert list(r.schema) == ["image", "label", "boxes", "text", "mask"]
         assert r.schema["boxes"] == Field.boxes(max_len=2)
         for i, row in enumerate(rows):
@@ -92,7 +92,7 @@ def test_cli_csv_with_a_schema_file(tmp_path, capsys) -> None:
     schema_path.write_text(json.dumps(schema.to_json()))
     out = str(tmp_path / "set")
     assert main(["pack", str(listing), out, "--schema", str(schema_path), *ARGS]) == 0
-    with open_records(out + ".stoker.json") as r:
+    with RecordSet(out + ".stoker.json") as r:
         assert r.schema == schema.with_max_len({"boxes": 2, "text": 6})
         got = r.read_fields(2)[2]
         assert got["boxes"].dtype == np.int32 and got["boxes"].tolist() == rows[2]["boxes"]

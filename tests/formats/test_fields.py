@@ -26,9 +26,9 @@ from stoker.formats.fields import (
 from stoker.formats.recordio import (
     IR_SIZE,
     IRHeader,
+    RecordSet,
     RecordWriter,
     make_manifest,
-    open_records,
     pack_header,
     shard_entry,
     write_manifest,
@@ -161,7 +161,7 @@ def test_read_fields_gives_back_every_field_and_read_header_the_image_alone(
     tmp_path, shards
 ) -> None:
     manifest, images = _write_set(tmp_path, 9, shards=shards)
-    with open_records(manifest, verify_checksums=True) as r:
+    with RecordSet(manifest, verify_checksums=True) as r:
         assert r.schema == SCHEMA
         assert r.plain_reader() is None  # records of this set end in a trailer
         for i in range(len(r)):
@@ -184,7 +184,7 @@ def test_mxnet_reads_the_image_and_first_label_of_a_record_with_fields(tmp_path)
         sub = tmp_path / image.__name__.strip("_")
         sub.mkdir()
         manifest, images = _write_set(sub, 4, image=image)
-        with open_records(manifest) as r:
+        with RecordSet(manifest) as r:
             for i in range(4):
                 payload = bytes(r.read(i))
                 flag, label = struct.unpack_from("<If", payload)
@@ -201,7 +201,7 @@ def test_old_sets_load_unchanged(tmp_path) -> None:
     with RecordWriter(rec) as w:
         for i in range(5):
             w.write(i, pack_header(IRHeader(0, float(i), i, 0), _jpeg(i)))
-    with open_records(rec) as r:
+    with RecordSet(rec) as r:
         assert r.schema == Schema.classification((), "float32")
         assert r.plain_reader() is not None
         header, image, fields = r.read_fields(3)
@@ -216,11 +216,12 @@ def test_old_sets_load_unchanged(tmp_path) -> None:
 def _corrupt(manifest: str, key: int, at_from_end: int, value: bytes) -> tuple[int, str]:
     """Overwrite bytes ``at_from_end`` before the end of record ``key``'s payload (keeping
     the manifest's recorded size: only the bytes change); returns the record's file offset."""
-    with open_records(manifest) as r:
-        rec = r.shards[0].path
-        pos = r.positions([key])[0]
-        off = r.offset(int(pos))
-        length = len(r.read(int(pos)))
+    with RecordSet(manifest) as r:
+        shard = r.shards[0]
+        rec = shard.path
+        pos = shard.positions([key])[0]
+        off = shard.offset(int(pos))
+        length = len(shard.read(int(pos)))
     with open(rec, "r+b") as f:
         f.seek(off + 8 + length - at_from_end)
         f.write(value)
@@ -229,12 +230,12 @@ def _corrupt(manifest: str, key: int, at_from_end: int, value: bytes) -> tuple[i
 
 def test_a_damaged_trailer_names_the_file_key_offset_and_field(tmp_path) -> None:
     manifest, _ = _write_set(tmp_path, 6)
-    with open_records(manifest) as r:
+    with RecordSet(manifest) as r:
         payload = bytes(r.read(5))
     length = struct.unpack("<I", payload[-8:-4])[0]
     # the year field (int16, last) cannot be damaged into a short read; the length word can
     off, rec = _corrupt(manifest, 5, 8, struct.pack("<I", length - 1))
-    with open_records(manifest) as r, pytest.raises(CorruptRecordError) as e:
+    with RecordSet(manifest) as r, pytest.raises(CorruptRecordError) as e:
         r.read_fields(5)
     err = e.value
     assert err.path == rec and err.key == 5 and "field trailer" in str(err)
@@ -246,7 +247,7 @@ def test_a_damaged_trailer_names_the_file_key_offset_and_field(tmp_path) -> None
     (tmp_path / "b").mkdir()
     manifest2, _ = _write_set(tmp_path / "b", 4)
     off, rec = _corrupt(manifest2, 2, 4, b"XXXX")
-    with open_records(manifest2) as r:
+    with RecordSet(manifest2) as r:
         with pytest.raises(CorruptRecordError, match="key 2.*byte offset.*STKF"):
             r.read_header(2)
         assert bytes(r.read_header(1)[1]) == _jpeg(1)
@@ -254,13 +255,13 @@ def test_a_damaged_trailer_names_the_file_key_offset_and_field(tmp_path) -> None
 
 def test_a_text_field_that_is_not_utf8_names_the_field_and_its_byte(tmp_path) -> None:
     manifest, _ = _write_set(tmp_path, 4)
-    with open_records(manifest) as r:
+    with RecordSet(manifest) as r:
         at = bytes(r.read(1)).index("ünïcode ✓ 1".encode())
         off = r.offset(1)
     with open(tmp_path / "data-0.rec", "r+b") as f:
         f.seek(off + 8 + at)
         f.write(b"\xff")
-    with open_records(manifest) as r, pytest.raises(CorruptRecordError) as e:
+    with RecordSet(manifest) as r, pytest.raises(CorruptRecordError) as e:
         r.read_fields(1, ["caption"])
     assert "field 'caption'" in str(e.value) and "UTF-8" in str(e.value)
     assert e.value.offset == off + 8 + at and e.value.key == 1
@@ -273,7 +274,7 @@ def test_a_manifest_with_a_bad_schema_is_refused(tmp_path) -> None:
     m["schema"]["fields"][2]["kind"] = "polygon"
     path.write_text(json.dumps(m))
     with pytest.raises(ManifestError, match="fields\\[2\\].*boxes"):
-        open_records(manifest)
+        RecordSet(manifest)
 
 
 def test_the_writer_checks_each_records_fields(tmp_path) -> None:

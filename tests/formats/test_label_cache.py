@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from _recordio_util import face_set
 
-from stoker.formats.recordio import IRHeader, RecordFile, RecordWriter, open_records, pack_header
+from stoker.formats.recordio import IRHeader, RecordFile, RecordSet, RecordWriter, pack_header
 from stoker.formats.recordio.labelcache import label_cache_path, read_label_cache
 
 OLD = time.time() - 3600  # files "modified an hour ago": past the racy window
@@ -91,7 +91,7 @@ def test_an_insightface_sets_image_labels_are_cached(tmp_path, monkeypatch, head
     for p in (rec, rec[:-4] + ".idx"):
         os.utime(p, (OLD, OLD))
     want = [0, 0, 0, 1, 2, 2, 2, 2]
-    with open_records(rec) as r:
+    with RecordSet(rec) as r:
         first = int(r.image_positions[0])
         assert r.images().labels().tolist() == want
     assert first == (0 if header_last else 1)
@@ -107,7 +107,7 @@ def test_an_insightface_sets_image_labels_are_cached(tmp_path, monkeypatch, head
 
     with monkeypatch.context() as m:
         m.setattr(RecordFile, "_labels_at", recording)
-        with open_records(rec) as r:
+        with RecordSet(rec) as r:
             assert r.images().labels().tolist() == want
             images = set(r.image_positions.tolist())
     assert read and images.isdisjoint(read)  # only the identity records were read

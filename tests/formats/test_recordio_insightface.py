@@ -10,8 +10,8 @@ from stoker._core.errors import CorruptRecordError
 from stoker.formats.recordio import (
     IRHeader,
     RecordFile,
+    RecordSet,
     RecordWriter,
-    open_records,
     pack_header,
     verify_records,
 )
@@ -21,7 +21,7 @@ from stoker.formats.recordio import (
 def test_identity_ranges_and_image_keys(tmp_path, header_last):
     rec = tmp_path / "faces.rec"
     a, b = face_set(rec, header_last=header_last)
-    with open_records(rec) as r:
+    with RecordSet(rec) as r:
         assert (a, b) == (9, 12) and len(r) == 12
         np.testing.assert_array_equal(r.identity_ranges, [[1, 4], [4, 5], [5, 9]])
         assert r.identity_ranges.dtype == np.int64
@@ -39,7 +39,7 @@ def test_images_view_skips_header_and_identity_records(tmp_path):
 
     rec = tmp_path / "faces.rec"
     face_set(rec, per_identity=(2, 3))
-    with open_records(rec) as r:
+    with RecordSet(rec) as r:
         with pytest.raises(ValueError, match="different label counts"):
             r.labels()  # header/identity records carry 2 labels, images 1
         imgs = r.images()
@@ -56,7 +56,7 @@ def test_images_view_skips_header_and_identity_records(tmp_path):
     plain = tmp_path / "plain.rec"
     with RecordWriter(plain) as w:
         w.write(0, pack_header(IRHeader(0, 1.0, 0, 0), b"x"))
-    with RecordFile(plain) as r:
+    with RecordSet(plain) as r:
         assert r.images() is r
 
 
@@ -65,13 +65,13 @@ def test_plain_sets_have_no_identity_ranges(tmp_path):
     with RecordWriter(rec) as w:
         for k in range(5):
             w.write(k, pack_header(IRHeader(0, [k, k + 1], 0, 0), b"img"))  # 2 labels, images
-    with open_records(rec) as r:
+    with RecordSet(rec) as r:
         assert r.identity_ranges is None and r.image_keys is None and r.image_positions is None
     rec2 = tmp_path / "plain2.rec"
     with RecordWriter(rec2) as w:
         w.write(0, pack_header(IRHeader(0, [0.5, 2.25], 0, 0), b""))  # not integers
         w.write(1, pack_header(IRHeader(0, 1.0, 0, 0), b"img"))
-    with open_records(rec2) as r:
+    with RecordSet(rec2) as r:
         assert r.identity_ranges is None
 
 
@@ -82,7 +82,7 @@ def test_identity_record_out_of_range_is_reported(tmp_path):
     rec = tmp_path / "bad.rec"
     a, _ = face_set(rec, breaker=breaker)
     with pytest.raises(CorruptRecordError) as ei:
-        open_records(rec)  # the layout is checked when the set is opened
+        RecordSet(rec)  # the layout is checked when the set is opened
     assert ei.value.key == a + 1 and "outside the image keys" in str(ei.value)
 
 
@@ -93,17 +93,17 @@ def test_header_naming_missing_keys_is_reported(tmp_path):
     rec = tmp_path / "missing.rec"
     face_set(rec, breaker=breaker)
     with pytest.raises(CorruptRecordError, match="insightface header"):
-        open_records(rec)
+        RecordSet(rec)
 
 
 def test_a_file_reader_knows_no_layout_the_opened_set_does(tmp_path):
-    # RecordFile reads the file; open_records recognises insightface's layout
+    # RecordFile reads the file; RecordSet recognises insightface's layout
     rec = tmp_path / "faces.rec"
     face_set(rec, per_identity=(2, 3))
     with RecordFile(rec) as r:
-        assert r.identity_ranges is None and r.images() is r and len(r) == 8
-    with open_records(rec) as r:
-        assert isinstance(r, RecordFile) and r.image_keys.tolist() == [1, 2, 3, 4, 5]
+        assert not hasattr(r, "identity_ranges") and not hasattr(r, "images") and len(r) == 8
+    with RecordSet(rec) as r:
+        assert isinstance(r, RecordSet) and r.image_keys.tolist() == [1, 2, 3, 4, 5]
 
 
 @pytest.mark.parametrize("header_last", [True, False])

@@ -17,7 +17,6 @@ from stoker.formats.recordio import (
     RecordSet,
     load_manifest,
     make_manifest,
-    open_records,
     shard_entry,
     verify_records,
     write_manifest,
@@ -44,8 +43,8 @@ def test_manifest_round_trip_and_relative_paths(tmp_path):
 def test_single_shard_opens_as_record_file_with_classes(tmp_path):
     mpath, ps = write_shards(tmp_path, [4])
     for target in (mpath, tmp_path / "train-00000.rec", tmp_path / "train-00000.idx"):
-        with open_records(target) as r:
-            assert isinstance(r, RecordFile)
+        with RecordSet(target) as r:
+            assert isinstance(r, RecordSet) and isinstance(r.shards[0], RecordFile)
             assert [bytes(r.read(i)) for i in range(len(r))] == ps
             if target == mpath:
                 assert r.class_names == ["cat", "dog", "emu"]
@@ -61,17 +60,17 @@ def test_rec_beside_its_manifest_picks_up_classes(tmp_path):
     info = ShardInfo(rec, rec[:-4] + ".idx", rec[:-4] + ".crc32c", 3, os.path.getsize(rec), sha)
     mp = tmp_path / "solo.stoker.json"
     write_manifest(mp, make_manifest([shard_entry(info, mp)], classes={"a": 1, "b": 0}))
-    with open_records(rec) as r:
+    with RecordSet(rec) as r:
         assert r.class_names == ["b", "a"]
 
 
 def test_multi_shard_reads_as_one(tmp_path):
     mpath, ps = write_shards(tmp_path, [3, 0, 5, 2])
-    with open_records(mpath, verify_checksums=True) as r:
+    with RecordSet(mpath, verify_checksums=True) as r:
         assert isinstance(r, RecordSet) and len(r) == 10
         assert [bytes(r.read(i)) for i in range(10)] == ps
         assert [r.key(i) for i in range(10)] == [0, 1, 2, 0, 1, 2, 3, 4, 0, 1]
-        assert [r.shard_of(i) for i in range(10)] == [0, 0, 0, 2, 2, 2, 2, 2, 3, 3]
+        assert [r.locate(i)[0] for i in range(10)] == [0, 0, 0, 2, 2, 2, 2, 2, 3, 3]
         assert r.locate(-1) == (3, 1)
         assert r.keys.tolist() == [0, 1, 2, 0, 1, 2, 3, 4, 0, 1]
         assert r.labels().tolist() == [float(i % 3) for i in range(10)]
@@ -93,7 +92,7 @@ def test_idx_from_another_rec_is_named(tmp_path):
     other.mkdir()
     write_rec(other, [payload(50 + i, size=5) for i in range(3)], name="o", checksums=False)
     os.replace(other / "o.idx", tmp_path / "train-00001.idx")
-    with open_records(mpath) as r:  # shards open lazily: checked when first read
+    with RecordSet(mpath) as r:  # shards open lazily: checked when first read
         assert bytes(r.read(0))
         with pytest.raises(ManifestError, match="idx does not match rec"):
             r.read(3)
@@ -106,7 +105,7 @@ def test_rec_replaced_is_named(tmp_path):
     with open(tmp_path / "train-00000.rec", "ab") as f:
         f.write(b"\x00" * 4)
     with pytest.raises(ManifestError, match="replaced or truncated"):
-        open_records(mpath)
+        RecordSet(mpath)
 
 
 def test_an_index_the_manifest_names_but_that_is_gone_is_named_at_open(tmp_path):
@@ -117,7 +116,7 @@ def test_an_index_the_manifest_names_but_that_is_gone_is_named_at_open(tmp_path)
 
     mpath, _ = write_shards(tmp_path, [2, 3])
     os.remove(tmp_path / "train-00001.idx")
-    for open_ in (open_records, lambda p: stoker.Loader(p, batch_size=2, workers=0)):
+    for open_ in (RecordSet, lambda p: stoker.Loader(p, batch_size=2, workers=0)):
         with pytest.raises(ManifestError) as e:
             open_(mpath)
         msg = str(e.value)
@@ -138,7 +137,7 @@ def test_pickle_named_stoker_json_is_never_unpickled(tmp_path):
     with pytest.raises(ManifestError, match="not a JSON manifest"):
         load_manifest(bad)
     with pytest.raises(ManifestError):
-        open_records(bad)
+        RecordSet(bad)
     with pytest.raises(ManifestError):
         verify_records(bad)
     assert not sentinel.exists()

@@ -79,12 +79,12 @@ _CHILD = textwrap.dedent(
 
     def main():
         from stoker import Loader
-        from stoker.formats.recordio import open_records
+        from stoker.formats.recordio import RecordSet
         from stoker.transforms import CenterCrop
 
         path, n, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
         most = 0
-        with open_records(path) as r:
+        with RecordSet(path) as r:
             assert len(r) == n
             for i in range(n):
                 assert len(r.read(i)) > 24

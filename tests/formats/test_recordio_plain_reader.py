@@ -12,7 +12,7 @@ import pytest
 from _recordio_util import MAGIC_LE, face_set, mutate, payload, write_rec
 
 from stoker._core.errors import CorruptRecordError, StokerFormatError
-from stoker.formats.recordio import IRHeader, RecordFile, open_records, pack_header
+from stoker.formats.recordio import IRHeader, RecordFile, RecordSet, pack_header
 
 
 def _mixed_payloads() -> list[bytes]:
@@ -146,7 +146,7 @@ def test_plain_reader_of_an_insightface_sets_images(tmp_path):
     # MS1M-style sets are read through their image view: positions 0..M-1 of the view
     rec = tmp_path / "faces.rec"
     face_set(rec, per_identity=(2, 3))
-    with open_records(rec) as r:
+    with RecordSet(rec) as r:
         images = r.images()
         n = len(images)
         for told in (None, [n - 1, 0, 0, n, -1]):  # told a chunk's positions, or not

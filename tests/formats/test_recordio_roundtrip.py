@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from stoker.formats.recordio import (
     IRHeader,
     RecordFile,
+    RecordSet,
     RecordWriter,
     frame_record,
     iter_records,
-    open_records,
     pack_header,
     unpack_header,
 )
@@ -57,7 +57,7 @@ def test_write_read_round_trip(tmp_path_factory, items, shuffle_keys):
             w.write(k, p)
     # on disk: exactly the concatenation of the literal framing
     assert rec.read_bytes() == b"".join(naive_frame(p) for p in items)
-    with open_records(rec, verify_checksums=True) as r:
+    with RecordSet(rec, verify_checksums=True) as r:
         assert len(r) == len(items)
         assert r.keys.tolist() == keys
         for i, p in enumerate(items):
@@ -167,7 +167,7 @@ def test_positions_of_keys_sorted_and_unsorted(tmp_path):
         with RecordFile(rec) as r:
             assert r.positions([11, 2]).tolist() == [keys.index(11), keys.index(2)]
             assert r.position(5) == keys.index(5)
-            assert bytes(r.read_key(9)) == struct.pack("<I", 9)
+            assert bytes(r.read(r.position(9))) == struct.pack("<I", 9)
             with pytest.raises(KeyError, match="key 7"):
                 r.position(7)
             assert not r.keys.flags.writeable

@@ -163,9 +163,9 @@ def test_source_reader_gives_what_read_and_key_give(tmp_path, kind):
             assert np.asarray(label).dtype == np.asarray(want_label).dtype == opened.labels().dtype
             np.testing.assert_array_equal(label, want_label)
         src.close()
-    from stoker.formats.recordio import open_records
+    from stoker.formats.recordio import RecordSet
 
-    with open_records(path) as r:
+    with RecordSet(path) as r:
         bad_at = r.offset(5)
     sent = pickle.dumps(RecordSource(path))  # what a worker gets, before the damage
     with open(path, "r+b") as f:
@@ -210,9 +210,9 @@ def test_record_source_pickles_as_its_path(rec):
 def test_corrupt_record_is_named_by_file_and_key(tmp_path):
     path = str(tmp_path / "bad.rec")
     payloads, keys = write_rec(path, n=6)
-    from stoker.formats.recordio import open_records
+    from stoker.formats.recordio import RecordSet
 
-    rec = open_records(path)
+    rec = RecordSet(path)
     start = rec.offset(3) + 8 + 24  # dmlc record header, then IRHeader: the JPEG of key 103
     rec.close()
     with open(path, "r+b") as f:

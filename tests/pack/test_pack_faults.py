@@ -29,7 +29,7 @@ from packhelp import (
     write,
 )
 
-from stoker.formats.recordio import open_records, verify_records
+from stoker.formats.recordio import RecordSet, verify_records
 from stoker.pack import pack
 
 
@@ -45,7 +45,7 @@ def test_worker_segfault_rejects_that_file_only(tmp_path):  # B2 #21
         rows = f.read().splitlines()[1:]
     assert [row.split("\t")[1:3] for row in rows] == [["a/img015x.jpg", "decoder_crash"]]
     assert verify_records(r.manifest).ok
-    with open_records(r.manifest) as rec:
+    with RecordSet(r.manifest) as rec:
         assert len(rec) == 60
         keys = rec.keys.tolist()
         assert 16 not in keys  # the crashing file's key is the gap
@@ -92,7 +92,7 @@ def _kill_resume_run(tmp_path, kill_at: list[float]) -> None:
     assert proc.returncode == 0, err.decode()  # the one shard is written again if not whole
     report = verify_records(out + ".stoker.json")
     assert report.ok, [str(p) for p in report.problems]
-    with open_records(out + ".stoker.json") as rec:
+    with RecordSet(out + ".stoker.json") as rec:
         written = len(rec)
     with open(out + ".rejects.tsv") as f:
         rejected = len(f.read().splitlines()) - 1

@@ -19,7 +19,7 @@ from stoker import pack
 from stoker._core.errors import PackError, TooManyRejectsError
 from stoker._core.schema import Field, Schema
 from stoker.codecs import decode_mask, image_size
-from stoker.formats.recordio import load_manifest, open_records, verify_records
+from stoker.formats.recordio import RecordSet, load_manifest, verify_records
 from stoker.loader.sources.records import RecordSource
 
 N = 7
@@ -92,7 +92,7 @@ def _write_csv(path, rows: list[dict]) -> str:
 
 def _check_set(manifest: str, root, rows: list[dict]) -> None:
     """Every record's fields equal its listing row's, through both readers."""
-    with open_records(manifest, verify_checksums=True) as r:
+    with RecordSet(manifest, verify_checksums=True) as r:
         assert r.schema == WANT
         assert len(r) == len(rows)
         for i, row in enumerate(rows):
@@ -170,7 +170,7 @@ def test_a_given_schema_replaces_the_inference(tmp_path) -> None:
     listing = _write_jsonl(tmp_path / "l.jsonl", rows)
     r = pack(listing, tmp_path / "out", workers=1, schema=str(path))
     want = schema.with_max_len({"blob": 3, "ids": 2})
-    with open_records(r.manifest) as rec:
+    with RecordSet(r.manifest) as rec:
         assert rec.schema == want
         _, _, f0 = rec.read_fields(0)
         assert f0["blob"] == base64.b64decode("AAEC") and f0["scores"].dtype == np.float64
@@ -198,7 +198,7 @@ def test_inference_rules(tmp_path) -> None:
         for i in range(3)
     ]
     r = pack(_write_jsonl(tmp_path / "l.jsonl", rows), tmp_path / "out", workers=1)
-    with open_records(r.manifest) as rec:
+    with RecordSet(r.manifest) as rec:
         s = rec.schema
     assert s["label"] == Field.numeric((), "float32", header=True)
     assert s["bbox"].geometry == "boxes"

@@ -233,9 +233,9 @@ def test_path_plus_several_labels_is_a_label_vector(tmp_path, kind, fmt):
         assert labels.shape == (3, 3) and labels.dtype == np.float32
         np.testing.assert_array_equal(labels, np.asarray(vectors, np.float32))
     if fmt == "recordio":  # the IRHeader's several labels, as an im2rec list packs them
-        from stoker.formats.recordio import open_records
+        from stoker.formats.recordio import RecordSet
 
-        with open_records(r.manifest) as rec:
+        with RecordSet(r.manifest) as rec:
             h, _ = rec.read_header(1)
             assert h.flag == 3 and np.asarray(h.label).tolist() == [0, 0.5, 0]
 

@@ -16,7 +16,7 @@ import pytest
 from packhelp import image_bytes, write
 
 from stoker import pack
-from stoker.formats.recordio import load_manifest, open_records
+from stoker.formats.recordio import RecordSet, load_manifest
 
 
 def _images(root, n: int) -> list[str]:
@@ -49,7 +49,7 @@ def _pack_cli(listing, out) -> tuple[subprocess.CompletedProcess, dict[int, str]
 
 
 def _labels(manifest: str) -> list:
-    with open_records(manifest) as r:
+    with RecordSet(manifest) as r:
         return r.labels().tolist()
 
 

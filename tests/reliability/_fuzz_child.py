@@ -91,7 +91,7 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
 def run_case(base: Path, work: Path, payloads: list[bytes], rng: random.Random) -> str:
     """One mutation: ``"ok"``, ``"format-error"``, ``"wrong"`` or ``"other: ..."``."""
     from stoker._core.errors import StokerFormatError
-    from stoker.formats.recordio import open_records, verify_records
+    from stoker.formats.recordio import RecordSet, verify_records
 
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(base, work)
@@ -106,7 +106,7 @@ def run_case(base: Path, work: Path, payloads: list[bytes], rng: random.Random) 
         path = work / "ds.rec"
     outcome = "ok"
     try:
-        r = open_records(path, verify_checksums=checksums)
+        r = RecordSet(path, verify_checksums=checksums)
         try:
             for i in range(len(r)):
                 got = bytes(r.read(i))

@@ -69,10 +69,10 @@ def judge_error(case: Any, e: BaseException) -> Outcome:
 
 
 def _read(case: Any, path: str, *, checksums: bool) -> Outcome:
-    from stoker.formats.recordio import open_records
+    from stoker.formats.recordio import RecordSet
 
     try:
-        r = open_records(path, verify_checksums=checksums)
+        r = RecordSet(path, verify_checksums=checksums)
         try:
             r.identity_ranges  # noqa: B018 - an insightface layout is checked here
             r.images()

@@ -10,7 +10,7 @@ import pytest
 from _reliability_util import load_corpus_module
 
 from stoker._core.errors import CorruptRecordError
-from stoker.formats.recordio import open_records
+from stoker.formats.recordio import RecordSet
 
 
 @pytest.fixture()
@@ -31,7 +31,7 @@ def damaged(tmp_path):
 
 
 def _read_all(path: str) -> None:
-    r = open_records(path, verify_checksums=False)
+    r = RecordSet(path, verify_checksums=False)
     try:
         for i in range(len(r)):
             r.read_header(i)

@@ -376,8 +376,8 @@ class Reopens:
 
 
 class ReadsRemoteShards(Reopens):
-    """What a format reader over :class:`RemoteShards` offers the loader (the hooks a
-    RecordIO set offers too): ``claim_cache``, ``let_go``, ``read_ahead``,
+    """What a format reader over :class:`RemoteShards` offers the loader (every
+    format's reader made of shards, RecordIO's too): ``claim_cache``, ``let_go``, ``read_ahead``,
     ``probe_positions``, and ``_focus`` for each chunk it reads. A reader sets ``_remote``
     (``None`` for a local set) and gives its shards' positions (``_shard_set``, opened)."""
 

@@ -2,9 +2,9 @@
 
 See ``README.md`` in this folder (and ``docs/format.md``) for the byte layout.
 
-- :func:`open_records` opens a ``.rec``, its ``.idx`` or a ``NAME.stoker.json`` manifest
-  (several shards read as one) and checks the files against the manifest; what it returns
-  keeps the :class:`Records` contract (``records.py``).
+- :class:`RecordSet` opens a ``.rec``, its ``.idx`` or a ``NAME.stoker.json`` manifest
+  (several shards read as one) and checks the files against the manifest; :class:`RecordFile`
+  is one shard. :func:`open_records` (deprecated) gives the sample-level ``RecordIOReader``.
 - :class:`RecordWriter` writes ``.rec`` + ``.idx`` (+ ``.crc32c``) atomically and resumes
   after a killed run.
 - :func:`verify_records` walks a whole file and reports every problem.
@@ -21,7 +21,7 @@ from stoker.formats.recordio.framing import (
 )
 from stoker.formats.recordio.header import IR_SIZE, IRHeader, pack_header, unpack_header
 from stoker.formats.recordio.index import IndexTable, load_index, parse_idx
-from stoker.formats.recordio.insightface import IDENTITY_TABLE, ImageRecords
+from stoker.formats.recordio.insightface import IDENTITY_TABLE
 from stoker.formats.recordio.manifest import (
     MANIFEST_SUFFIX,
     load_manifest,
@@ -30,11 +30,10 @@ from stoker.formats.recordio.manifest import (
     validate_manifest,
     write_manifest,
 )
-from stoker.formats.recordio.opening import open_records
 from stoker.formats.recordio.paths import default_crc_path, default_idx_path, manifest_path_for
 from stoker.formats.recordio.reader import RecordFile
-from stoker.formats.recordio.records import Records
 from stoker.formats.recordio.recordset import RecordSet
+from stoker.formats.recordio.seam import open_records
 from stoker.formats.recordio.verify import Problem, VerifyReport, verify_records
 from stoker.formats.recordio.writer import RecordWriter, ShardInfo
 from stoker.formats.spec import Dialect, Format
@@ -76,13 +75,11 @@ __all__ = [
     "MANIFEST_SUFFIX",
     "MAX_RECORD_BYTES",
     "IRHeader",
-    "ImageRecords",
     "IndexTable",
     "Problem",
     "RecordFile",
     "RecordSet",
     "RecordWriter",
-    "Records",
     "ShardInfo",
     "VerifyReport",
     "default_crc_path",

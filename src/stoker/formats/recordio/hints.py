@@ -33,23 +33,17 @@ follow are correct without them.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from stoker._core.system import page_cache_budget
-from stoker.formats.shards import ShardSet
-
-if TYPE_CHECKING:
-    from stoker.formats.recordio.records import Records
 
 __all__ = [
     "HINT_FRACTION",
     "AccessHints",
     "advise_ranges",
-    "chunk_by_shard",
     "page_cache_budget",
 ]
 
@@ -119,29 +113,3 @@ def advise_ranges(mm: Any, starts: np.ndarray, ends: np.ndarray) -> None:
             madvise(mmap.MADV_WILLNEED, run_lo, run_hi - run_lo)
     except (OSError, ValueError):
         return  # advice only: the reads that follow are correct without it
-
-
-def chunk_by_shard(records: Records, indices: np.ndarray) -> Iterator[tuple[Any, np.ndarray]]:
-    """The positions of a chunk (positions of ``records``) grouped by the ``.rec`` that holds
-    them, as ``(shard reader, positions inside that shard)``: one file (an insightface set's
-    image positions mapped to its file positions) or the shards of a ``RecordSet`` (by the
-    record counts its manifest lists)."""
-    n = len(records)
-    pos = np.asarray(indices, dtype=np.int64).reshape(-1)
-    pos = pos[(pos >= 0) & (pos < n)]
-    if pos.shape[0] == 0:
-        return
-    shards = records.shards
-    if len(shards) == 1:
-        shard = shards[0]
-        mapped = records.image_positions if records is not shard else None
-        yield shard, (pos if mapped is None else np.asarray(mapped, dtype=np.int64)[pos])
-        return
-    manifest = records.manifest or {}
-    entries = manifest.get("shards", [])
-    if len(entries) != len(shards):
-        return  # no manifest to place positions by: no hints
-    placed = ShardSet(entries)
-    which = placed.shard_of(pos)
-    for j in np.unique(which).tolist():
-        yield shards[j], pos[which == j] - placed.starts[j]

@@ -4,9 +4,8 @@ insightface's ``face2rec`` writes a header record with key 0: ``flag = 2``, labe
 and no image. Keys ``1 .. a-1`` are the images (each labelled with its identity); keys
 ``a .. b-1`` are one record per identity whose two labels give that identity's ``[start,
 end)`` image keys (``MXFaceDataset``, ``face_image_iter``). :func:`detect_layout` recognises
-it when a set is opened (:func:`with_layout`: the file becomes an :class:`InsightfaceFile`,
-whose ``identity_ranges``/``image_keys``/``image_positions`` expose it),
-:class:`ImageRecords` reads the image records alone and :func:`layout_table` gives the header
+it when a ``RecordSet`` of one shard is opened (its ``identity_ranges``, ``image_keys`` and
+``image_positions``; its ``images()`` reads the image records alone), and :func:`layout_table` gives the header
 and identity records as JSON (what ``stoker unpack`` keeps beside the images and ``stoker
 inspect`` counts as metadata records). :func:`layout_records` makes the header and identity
 records for images keyed ``1..N`` (what ``stoker pack --layout insightface`` appends after the
@@ -17,28 +16,21 @@ record, ``id2`` 0).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from stoker._core.errors import CorruptRecordError
 from stoker.formats.recordio.header import IRHeader, pack_header
 from stoker.formats.recordio.reader import RecordFile
-from stoker.formats.recordio.records import PlainRead, Records
-
-if TYPE_CHECKING:
-    from stoker._core.schema import Schema
 
 __all__ = [
     "IDENTITY_TABLE",
-    "ImageRecords",
-    "InsightfaceFile",
     "Layout",
     "detect_layout",
     "layout_records",
     "layout_table",
-    "with_layout",
 ]
 
 #: the file ``stoker unpack`` writes beside an insightface set's images (its header and
@@ -139,57 +131,6 @@ def detect_layout(r: RecordFile) -> Layout | None:
     return Layout(ranges, np.arange(1, a, dtype=np.int64), image_positions)
 
 
-class InsightfaceFile(RecordFile):
-    """A ``.rec`` with insightface's layout: a :class:`RecordFile` that also gives the
-    layout (re-detected after unpickling, in the process that reads) and its image records
-    alone (:meth:`images`)."""
-
-    def _open(self) -> None:
-        super()._open()
-        self._identity: Layout | None = None
-
-    def _layout(self) -> Layout | None:
-        if self._identity is None:
-            self._identity = detect_layout(self)
-        return self._identity
-
-    @property
-    def identity_ranges(self) -> np.ndarray | None:
-        """int64 ``(n_identities, 2)`` of ``[start_key, end_key)`` image key ranges, row ``j``
-        for identity record key ``first_identity_key + j``."""
-        layout = self._layout()
-        return None if layout is None else layout.ranges
-
-    @property
-    def image_keys(self) -> np.ndarray | None:
-        """The keys that are images (``1..first_identity_key-1``)."""
-        layout = self._layout()
-        return None if layout is None else layout.image_keys
-
-    @property
-    def image_positions(self) -> np.ndarray | None:
-        """The positions of the image records (for ``read``/``labels``)."""
-        layout = self._layout()
-        return None if layout is None else layout.image_positions
-
-    def images(self) -> Records:
-        """A view of the image records alone, positions ``0..M-1`` mapped to
-        ``image_positions`` (the header and identity records skipped)."""
-        return ImageRecords(self) if self.image_positions is not None else self
-
-
-def with_layout(r: RecordFile) -> RecordFile:
-    """``r`` as an :class:`InsightfaceFile` when its record 0 is insightface's header (the
-    layout checked now: :class:`CorruptRecordError` when it is malformed), else ``r``. The
-    open file is kept: only its class changes."""
-    layout = detect_layout(r)
-    if layout is None:
-        return r
-    r.__class__ = InsightfaceFile
-    r._identity = layout  # type: ignore[attr-defined]
-    return r
-
-
 #: the largest key a float32 label holds exactly
 _EXACT_KEYS = 1 << 24
 
@@ -234,9 +175,9 @@ def layout_records(labels: np.ndarray) -> list[tuple[int, bytes]]:
     return out
 
 
-def layout_table(r: Records) -> dict[str, Any] | None:
+def layout_table(r: Any) -> dict[str, Any] | None:
     """The header and identity records of an insightface set as a JSON-safe dict, or ``None``
-    for a set without that layout (``r``: the set or its :class:`ImageRecords` view).
+    for a set without that layout (``r``: a ``RecordSet``, or its view of the images).
 
     ``{"layout": "insightface", "records": all records, "header": {"key": 0, "flag",
     "label": [a, b], "id", "id2"}, "image_keys": [1, a], "identities": [{"key": a + j,
@@ -268,122 +209,3 @@ def layout_table(r: Records) -> dict[str, Any] | None:
             for j, (s, e) in enumerate(ranges.tolist())
         ],
     }
-
-
-class ImageRecords(Records):
-    """The image records of an insightface-layout ``RecordFile``, as positions ``0..M-1``;
-    same reading API. Pickles as its parent (paths) and re-derives the positions. Other
-    attributes (``path``, ``manifest``, ``class_names``, ...) are the parent's."""
-
-    def __init__(self, parent: RecordFile) -> None:
-        pos = parent.image_positions
-        if pos is None:
-            raise ValueError(f"{parent.path} is not an insightface-layout set")
-        self.parent = parent
-        self._pos = pos
-
-    def __getstate__(self) -> dict:
-        return {"parent": self.parent}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["parent"])  # type: ignore[misc]
-
-    def __len__(self) -> int:
-        return int(self._pos.shape[0])
-
-    def __repr__(self) -> str:
-        return f"ImageRecords({self.parent.path!r}, {len(self)} images)"
-
-    def __getattr__(self, name: str) -> Any:
-        # path, manifest, class_names, idx_path, size, ... come from the parent
-        if name in ("parent", "_pos"):
-            raise AttributeError(name)
-        return getattr(self.parent, name)
-
-    def _p(self, i: int) -> int:
-        return int(self._pos[self._check_index(i)])
-
-    @property
-    def shards(self) -> list[RecordFile]:
-        return self.parent.shards
-
-    @property
-    def identity_ranges(self) -> np.ndarray | None:
-        return self.parent.identity_ranges
-
-    @property
-    def image_keys(self) -> np.ndarray | None:
-        return self.parent.image_keys
-
-    @property
-    def image_positions(self) -> np.ndarray | None:
-        return self.parent.image_positions
-
-    def images(self) -> Records:
-        return self.parent.images()
-
-    @property
-    def keys(self) -> np.ndarray:
-        return self.parent.keys[self._pos]
-
-    @property
-    def offsets(self) -> np.ndarray:
-        return self.parent.offsets[self._pos]
-
-    def key(self, i: int) -> int:
-        return self.parent.key(self._p(i))
-
-    def offset(self, i: int) -> int:
-        return self.parent.offset(self._p(i))
-
-    def read(self, i: int) -> memoryview:
-        return self.parent.read(self._p(i))
-
-    def read_header(self, i: int) -> tuple[IRHeader, memoryview]:
-        return self.parent.read_header(self._p(i))
-
-    def read_fields(
-        self, i: int, names: Sequence[str] | None = None
-    ) -> tuple[IRHeader, memoryview, dict[str, Any]]:
-        return self.parent.read_fields(self._p(i), names)
-
-    @property
-    def schema(self) -> Schema:
-        return self.parent.schema
-
-    def plain_reader(self, positions: Sequence[int] | np.ndarray | None = None) -> PlainRead | None:
-        """``RecordFile.plain_reader`` over the image positions."""
-        pos, n = self._pos, int(self._pos.shape[0])
-        known: dict[int, int] = {}
-        parent_positions = None
-        if positions is not None:
-            mine = np.asarray(positions, dtype=np.int64).reshape(-1)
-            mine = mine[(mine >= 0) & (mine < n)]
-            parent_positions = pos[mine]
-            known = dict(zip(mine.tolist(), parent_positions.tolist(), strict=True))
-        read = self.parent.plain_reader(parent_positions)
-        if read is None:
-            return None
-
-        def image(i: int) -> tuple[float, memoryview, int] | None:
-            j = known.get(i)
-            if j is None:
-                if not 0 <= i < n:
-                    return None
-                j = int(pos[i])
-            return read(j)
-
-        return image
-
-    def labels(self, positions: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
-        if positions is None:
-            pos = self._pos
-            n = pos.shape[0]
-            if n > 1 and bool(np.all(pos[1:] - pos[:-1] == 1)):  # as face2rec writes them
-                return self.parent.labels_span(int(pos[0]), n)  # cached, as for all records
-            return self.parent.labels(pos)
-        sel = np.asarray(positions, dtype=np.int64).reshape(-1)
-        return self.parent.labels(self._pos[sel])
-
-    def close(self) -> None:
-        self.parent.close()

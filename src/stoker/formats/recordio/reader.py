@@ -14,12 +14,13 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 
-from stoker._core.errors import CorruptRecordError
+from stoker._core.errors import CorruptRecordError, SpecError
+from stoker._core.schema import Schema
 from stoker.formats.fields import TrailerError, decode_trailer, split_trailer
 from stoker.formats.recordio.framing import (
     LENGTH_MASK,
@@ -33,10 +34,13 @@ from stoker.formats.recordio.header import IR_FORMAT, IR_SIZE, IRHeader, unpack_
 from stoker.formats.recordio.hints import advise_ranges
 from stoker.formats.recordio.index import IndexTable, load_index
 from stoker.formats.recordio.labelcache import read_label_cache, write_label_cache
+from stoker.formats.recordio.manifest import manifest_schema
 from stoker.formats.recordio.paths import default_crc_path, default_idx_path
-from stoker.formats.recordio.records import PlainRead, Records
 
-__all__ = ["Checksums", "RecordFile", "open_file"]
+__all__ = ["Checksums", "PlainRead", "RecordFile", "open_file"]
+
+#: ``f(i)`` of :meth:`RecordFile.plain_reader`: ``(label, image bytes, key)`` or ``None``.
+PlainRead = Callable[[int], tuple[float, memoryview, int] | None]
 
 #: ``verify_checksums``: ``True`` (the ``.crc32c`` must exist), ``False`` (never read it) or
 #: ``"auto"`` (checked when it exists; a file a manifest names must exist).
@@ -45,7 +49,7 @@ Checksums = bool | Literal["auto"]
 _HEAD_IR = struct.Struct("<II" + IR_FORMAT[1:])  # record header + IRHeader, one unpack
 
 
-class RecordFile(Records):
+class RecordFile:
     """Random access to a ``.rec`` file through its ``.idx``.
 
     ``idx_path`` defaults to ``NAME.idx`` beside ``NAME.rec``; when that does not exist the
@@ -57,10 +61,10 @@ class RecordFile(Records):
     also checks that the record ends before the next record the ``.idx`` lists.
     ``cache=False`` skips the binary index cache.
 
-    Keeps the :class:`Records` contract: ``shards`` is ``[self]``; ``class_names`` and
-    ``manifest`` are set by :func:`open_records` when a manifest names the file. It reads
-    the file and knows no layout: ``open_records`` recognises insightface's
-    (``insightface.py``) when it opens a set.
+    ``class_names`` and ``manifest`` are set by the ``RecordSet`` whose manifest names the
+    file (its schema then says whether records end in a field trailer). It reads the file
+    and knows no layout: ``RecordSet`` recognises insightface's (``insightface.py``). A
+    context manager: ``close`` on exit.
     """
 
     def __init__(
@@ -172,9 +176,57 @@ class RecordFile(Records):
                 pass
             self._mm = None
 
+    def __enter__(self) -> RecordFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_index(self, i: int) -> int:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"record position {i} out of range for {n} records")
+        return i + n if i < 0 else i
+
     @property
-    def closed(self) -> bool:
-        return self._closed
+    def schema(self) -> Schema:
+        """The schema the manifest declares; else an image and its IRHeader label(s), float32
+        of the first record's label count (what every set packed without fields is)."""
+        declared = self._declared()
+        if declared is not None:
+            return declared
+        shape: tuple[int, ...] = ()
+        if len(self):
+            header, _ = self.read_header(0)
+            shape = (header.flag,) if header.flag else ()
+        return Schema.classification(shape, "float32")
+
+    def _declared(self) -> Schema | None:
+        """The manifest's schema (parsed once per manifest object), or ``None``."""
+        m = self.manifest
+        cached = self.__dict__.get("_declared_cache")
+        if cached is not None and cached[0] is m:
+            return cached[1]
+        schema = manifest_schema(m) if m else None
+        self.__dict__["_declared_cache"] = (m, schema)
+        return schema
+
+    def _stored(self) -> Schema | None:
+        """The declared schema when its records end in a field trailer, else ``None``."""
+        schema = self._declared()
+        return schema if schema is not None and schema.stored else None
+
+    def _check_field_names(self, names: Sequence[str] | None) -> Schema | None:
+        """The trailer's schema after checking that ``names`` are stored fields of it."""
+        stored = self._stored()
+        have = list(stored.stored) if stored is not None else []
+        unknown = [n for n in names or () if n not in have]
+        if unknown:
+            raise SpecError(
+                f"{self!r}: no stored fields {unknown}; the set stores "
+                f"{have or 'none'} beyond the image and the label"
+            )
+        return stored
 
     def __getstate__(self) -> dict:
         return {
@@ -204,11 +256,6 @@ class RecordFile(Records):
     # ------------------------------------------------------------------ index
     def __len__(self) -> int:
         return len(self._table)
-
-    @property
-    def shards(self) -> list[RecordFile]:
-        """``[self]``: a single file is its own one shard."""
-        return [self]
 
     @property
     def keys(self) -> np.ndarray:
@@ -454,9 +501,6 @@ class RecordFile(Records):
 
         return read
 
-    def read_key(self, key: int) -> memoryview:
-        return self.read(self.position(key))
-
     def labels(self, positions: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
         """Labels of all records (or of ``positions``) without decoding images.
 
@@ -471,7 +515,7 @@ class RecordFile(Records):
     def labels_span(self, first: int, n: int) -> np.ndarray:
         """Labels of positions ``first .. first + n - 1``, through the label cache (see
         labelcache): what :meth:`labels` gives for every record and
-        ``ImageRecords.labels`` for an insightface set's image records."""
+        ``RecordSet.labels`` for an insightface set's image records."""
         if self._cache:
             cached = read_label_cache(self.path, self.idx_path, n, first)
             if cached is not None:
@@ -538,19 +582,6 @@ class RecordFile(Records):
             f"{int(flags[j])} (IRHeader flag), {int(counts.max())} of the "
             f"{int(flags.shape[0])} records read have {usual}",
         )
-
-    @classmethod
-    def scan(cls, rec_path: str | os.PathLike[str], **kwargs: Any) -> RecordFile:
-        """Open a ``.rec`` without its ``.idx``: walk it; keys are positions ``0..N-1``."""
-        self = cls.__new__(cls)
-        self._setup(
-            os.fspath(rec_path),
-            None,
-            cache=kwargs.get("cache", True),
-            verify_checksums=kwargs.get("verify_checksums", False),
-            crc_path=kwargs.get("crc_path"),
-        )
-        return self
 
 
 def open_file(paths: Mapping[str, Any], **options: Any) -> RecordFile:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from math import isfinite
 from typing import Any
@@ -35,19 +36,20 @@ from stoker.formats.recordio.header import (
     label_problem,
     whole_numbers,
 )
-from stoker.formats.recordio.hints import AccessHints, chunk_by_shard
+from stoker.formats.recordio.hints import AccessHints
 from stoker.formats.recordio.insightface import layout_table
-from stoker.formats.recordio.opening import open_records
-from stoker.formats.recordio.records import Records
+from stoker.formats.recordio.manifest import manifest_schema
 from stoker.formats.recordio.recordset import RecordSet
 from stoker.formats.recordio.verify import verify_records
 from stoker.formats.remote import RemoteOptions, local_path, remote_url
 from stoker.formats.report import VerifyReport, spread
+from stoker.formats.shardfiles import ReadsRemoteShards
+from stoker.formats.shards import ShardSet
 
-__all__ = ["RecordIOReader", "open_reader", "verify"]
+__all__ = ["RecordIOReader", "open_reader", "open_records", "verify"]
 
 
-def declared_kind(records: Records) -> tuple[tuple[int, ...], str, int] | None:
+def declared_kind(records: RecordSet) -> tuple[tuple[int, ...], str, int] | None:
     """``(shape, dtype, classes)`` of the labels the set's manifest declares: its schema's
     header field, or int64 class ids when it names classes without a schema (every folder
     packed before schemas were written); ``None`` for a set without a manifest, whose kind is
@@ -55,7 +57,7 @@ def declared_kind(records: Records) -> tuple[tuple[int, ...], str, int] | None:
     names = records.class_names or ()
     if records.manifest is None:
         return None
-    declared = records._declared()
+    declared = manifest_schema(records.manifest)
     head = declared.header_name if declared is not None else None
     if declared is not None and head is not None:
         f = declared[head]
@@ -89,13 +91,7 @@ def _record_sizes(shards: Sequence[Any]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
-def _offset(rec: Records, i: int) -> int:
-    """The byte offset of position ``i`` in its file: every reader object ``open_records``
-    gives (a ``RecordFile``, a ``RecordSet``, an insightface set's image records) has one."""
-    return int(rec.offset(i))  # type: ignore[attr-defined]
-
-
-class RecordIOReader(Reader):
+class RecordIOReader(ReadsRemoteShards, Reader):
     """The image records of a RecordIO set as a :class:`Reader`.
 
     ``checksums=True``: every record read is checked against the ``.crc32c`` side-car where
@@ -129,7 +125,8 @@ class RecordIOReader(Reader):
             self.remote = RemoteOptions()
         self.checksums = checksums
         self.cache = bool(cache)
-        self._rec: Records | None = None
+        self._rec: RecordSet | None = None
+        self._remote = None  # the open set's opener (a set in object storage)
         self._labels: np.ndarray | None = None
         self._keys: np.ndarray | None = None
         self._schema: Schema | None = None
@@ -142,26 +139,24 @@ class RecordIOReader(Reader):
         self._len = len(self.records)
 
     @property
-    def records(self) -> Records:
-        """The RecordIO reader of the image records (``open_records(...).images()``), opened
-        on first use in this process."""
-        if self._rec is None and getattr(self, "_files", None) is not None:
+    def records(self) -> RecordSet:
+        """The set's image records, opened on first use in this process."""
+        if self._rec is None:
             self._rec = RecordSet(
                 self.path,
                 verify_checksums="auto" if self.checksums else False,
                 cache=self.cache,
+                remote=self.remote,
                 files=self._files,
                 max_open=getattr(self, "_max_open", None),
                 whole=getattr(self, "_cache_whole", None),
+                images=True,
             )
-        if self._rec is None:
-            self._rec = open_records(
-                self.path,
-                verify_checksums="auto" if self.checksums else False,
-                cache=self.cache,
-                remote=self.remote,
-            ).images()
+            self._remote = self._rec.remote
         return self._rec
+
+    def _shard_set(self) -> ShardSet:
+        return self.records._set
 
     def __getstate__(self) -> dict:
         shape, dtype = self.label_kind()
@@ -180,29 +175,14 @@ class RecordIOReader(Reader):
             # and how many shards a loader's claim on the cache lets each reader keep open
             # (and whether it claimed the whole set)
             "_files": getattr(self._rec, "files", None),
-            "_max_open": getattr(self._rec, "_planned_open", None),
-            "_cache_whole": getattr(self._rec, "_planned_whole", None),
+            "_max_open": getattr(self._remote, "_planned_open", None),
+            "_cache_whole": getattr(self._remote, "_planned_whole", None),
         }
 
     def __setstate__(self, state: dict) -> None:
-        self.path = state["path"]
-        self.checksums = state["checksums"]
-        self.cache = state.get("cache", True)
-        self._len = state["_len"]
-        self._label_dtype = state["_label_dtype"]
-        self._label_shape = state["_label_shape"]
-        self._classes = state.get("_classes", 0)
-        self._whole_labels = state.get("_whole_labels", "")
-        self.hints = state.get("hints", AccessHints())
-        self.remote = state.get("remote")
-        self._files = state.get("_files")
-        self._max_open = state.get("_max_open")
-        self._cache_whole = state.get("_cache_whole")
-        self._hints_on = None
-        self._rec = None
-        self._labels = None
-        self._keys = None
-        self._schema = None
+        self.__dict__.update(state)  # what __getstate__ gives; the rest reopens here
+        self._hints_on = self._rec = self._remote = None
+        self._labels = self._keys = self._schema = None
 
     def __len__(self) -> int:
         return self._len
@@ -227,24 +207,6 @@ class RecordIOReader(Reader):
             self.let_go()
         return self._labels
 
-    def claim_cache(self, plan: Any) -> Any:
-        """For a set in object storage, claim the room a loader's ``plan`` needs in the node's
-        shard cache (:meth:`RecordSet.claim`); ``None`` for a local set."""
-        rec = self.records
-        return rec.claim(plan) if self.remote is not None and isinstance(rec, RecordSet) else None
-
-    def remote_shards(self) -> Any:
-        rec = self.records
-        return rec.remote if self.remote is not None and isinstance(rec, RecordSet) else None
-
-    def let_go(self) -> None:
-        """This process reads no more for now (or read every shard for keys, labels or the
-        schema): a remote set keeps none of its shards pinned, the shard cache needs that
-        room for the batches."""
-        rec = self._rec
-        if self.remote is not None and isinstance(rec, RecordSet):
-            rec.focus(np.zeros(0, np.int64))
-
     def label_kind(self) -> tuple[tuple[int, ...], str]:
         """``(shape, dtype)`` of one label: what the manifest declares (:func:`declared_kind`).
         A set without a declaration, local: from every label (:meth:`labels`); in object
@@ -260,12 +222,9 @@ class RecordIOReader(Reader):
                 lab = self.labels()
                 return tuple(lab.shape[1:]), lab.dtype.name
             else:
-                rec = self.records
-                first = rec.shard(0) if isinstance(rec, RecordSet) else rec
-                raw = np.asarray(first.labels())
+                raw = np.asarray(self.records.shard(0).labels())
                 lab = declared_labels(raw, inferred_kind(raw), 0)
-                if isinstance(rec, RecordSet):
-                    rec.focus(np.zeros(0, np.int64))  # the main process keeps nothing pinned
+                self.let_go()  # the main process keeps nothing pinned
                 self._label_dtype, self._label_shape = lab.dtype.name, tuple(lab.shape[1:])
                 self._whole_labels = INFERRED_INT64 if lab.dtype == np.int64 else ""
         return self._label_shape, self._label_dtype
@@ -314,19 +273,6 @@ class RecordIOReader(Reader):
         """An unpickled reader's conversion of a one-float header label to the label dtype."""
         return int if self._label_dtype == "int64" else np.float32
 
-    def read_ahead(self, order: np.ndarray, start: int = 0) -> Any:
-        """Downloads ahead of ``order`` for a set in object storage (``None`` otherwise):
-        see :meth:`RecordSet.read_ahead`."""
-        rec = self.records
-        return rec.read_ahead(order, start) if isinstance(rec, RecordSet) else None
-
-    def probe_positions(self, probes: int) -> list[int] | None:
-        """For a set in object storage, the first ``probes`` positions (its first shard, which
-        the loader reads anyway) instead of a spread that would fetch a shard per probe."""
-        if self.remote is None:
-            return None
-        return list(range(min(probes, self._len)))
-
     def advise(self, indices: np.ndarray) -> bool:
         """Access hints for the chunk ``indices`` when :attr:`hints` decides for them (once
         per process, on the bytes of :meth:`files`); whether they were given."""
@@ -337,15 +283,14 @@ class RecordIOReader(Reader):
                 size = 0  # a file gone: reading it names the problem
             self._hints_on = self.hints.decide(size)
         if self._hints_on:
-            for shard, pos in chunk_by_shard(self.records, indices):
+            for shard, pos in self.records.chunks(indices):
                 shard.advise(pos)
         return self._hints_on
 
     def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()) -> ReadSample:
         self.label_kind()  # what a label must be, decided in this process too
         if indices is not None:
-            if self.remote is not None and isinstance(self.records, RecordSet):
-                self.records.focus(indices)  # pin only what this chunk reads
+            self._focus(indices)  # a remote set pins only what this chunk reads
             self.advise(indices)
         if fields:
             return self._field_reader(tuple(fields))
@@ -406,28 +351,19 @@ class RecordIOReader(Reader):
 
     def locate(self, i: int) -> tuple[str, int] | None:
         """``(file, byte offset)`` of sample ``i``: the shard ``.rec`` and the record's offset."""
-        rec = self.records
-        if isinstance(rec, RecordSet):
-            j, k = rec.locate(i)
-            shard = rec.shard(j)
-            return shard.path, int(shard.offset(k))
-        return rec.shards[0].path, _offset(rec, i)
+        j, k = self.records.locate(i)
+        shard = self.records.shard(j)
+        return shard.path, int(shard.offset(k))
 
     def shard_sizes(self) -> np.ndarray:
         """Image records per shard: a manifest's record counts, in manifest order; a single
         ``.rec`` is one shard."""
-        rec = self.records
-        if isinstance(rec, RecordSet) and rec.manifest is not None:
-            counts = [e.records for e in rec.manifest["shards"]]
-            return np.array(counts, dtype=np.int64)
-        return np.array([self._len], dtype=np.int64)
+        return self.records.shard_sizes()
 
     def files(self) -> list[str]:
         """The ``.rec`` files that hold the records (every shard of a set)."""
         rec = self.records
-        if isinstance(rec, RecordSet):
-            return [rec.shard_location(j) for j in range(len(rec.manifest["shards"]))]  # type: ignore[index]
-        return [s.path for s in rec.shards]
+        return [rec.shard_location(j) for j in range(len(rec.shards))]
 
     def summary(self) -> dict:
         """What ``stoker inspect`` shows of a RecordIO set beyond the samples: every record
@@ -435,7 +371,7 @@ class RecordIOReader(Reader):
         per record, the insightface layout (``identities``; ``metadata_records`` and, by kind,
         ``metadata``: ``header``, ``identity`` and ``other`` records that hold no image), the
         rejects the manifest counts."""
-        full = open_records(self.path, verify_checksums=False, cache=self.cache, remote=self.remote)
+        full = RecordSet(self.path, verify_checksums=False, cache=self.cache, remote=self.remote)
         try:
             shards = full.shards
             out: dict[str, Any] = {
@@ -466,14 +402,14 @@ class RecordIOReader(Reader):
         rec = self.records
         where = f"key {rec.key(i)} (position {i}) of {self.path}"
         try:
-            where += f", byte offset {_offset(rec, i)}"
+            where += f", byte offset {rec.offset(i)}"
         except Exception:  # noqa: BLE001 - best effort for a message
             pass
         return where
 
     def fingerprint(self) -> dict:
         rec = self._rec
-        if self.remote is not None and isinstance(rec, RecordSet) and rec.files is not None:
+        if rec is not None and rec.files is not None:
             # the manifest pins every shard (size, .idx digest, CRC): its digest is the set's
             with open(rec.files.manifest_copy(), "rb") as f:
                 digest = hashlib.sha256(f.read()).hexdigest()[:32]
@@ -493,7 +429,7 @@ class RecordIOReader(Reader):
     def close(self) -> None:
         if self._rec is not None:
             self._rec.close()
-            self._rec = None
+            self._rec = self._remote = None
 
 
 def open_reader(
@@ -505,6 +441,26 @@ def open_reader(
 ) -> RecordIOReader:
     """The registry's opener: a ``.rec``, its ``.idx`` or a ``NAME.stoker.json`` (a path or
     a URL; ``remote``: how to reach and cache it) as a :class:`RecordIOReader`."""
+    return RecordIOReader(path, checksums=checksums, cache=cache, remote=remote)
+
+
+def open_records(
+    path: str | os.PathLike[str],
+    *,
+    verify_checksums: bool | str = False,
+    cache: bool = True,
+    remote: RemoteOptions | None = None,
+) -> RecordIOReader:
+    """Deprecated (goes in the next release): RecordIO's :class:`RecordIOReader`, as
+    ``stoker.formats.open(path)`` gives it (``verify_checksums``: any but ``False`` checks
+    the ``.crc32c`` where the set has one). ``RecordSet(path)`` reads records by position."""
+    warnings.warn(
+        "open_records is deprecated and goes in the next release: stoker.formats.open(path) "
+        "gives the same Reader; stoker.formats.recordio.RecordSet(path) reads records",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    checksums = verify_checksums is not False
     return RecordIOReader(path, checksums=checksums, cache=cache, remote=remote)
 
 
