@@ -56,7 +56,7 @@ demo: $(DEMO_STAMP)
 DEFAULT := not slow and not interop
 test: $(TEST_STAMP)
 	t0=$$(date +%s) && \
-	$(PY) -m pytest -q -n 2 -m "$(DEFAULT) and not alone" --time-budget $(TEST_BUDGET) --budget-since $$t0 $(PYTEST_ARGS) && \
+	$(PY) -m pytest -q -n 2 --dist worksteal -m "$(DEFAULT) and not alone" --time-budget $(TEST_BUDGET) --budget-since $$t0 $(PYTEST_ARGS) && \
 	$(PY) -m pytest -q -m "$(DEFAULT) and alone" --time-budget $(TEST_BUDGET) --budget-since $$t0 $(PYTEST_ARGS)
 
 # what needs TensorFlow, Lightning or a Ray cluster
