@@ -295,10 +295,11 @@ def _fill_fields(
     width, height, encoded = task.width, task.height, source.encoded
     row0, n = task.row0, len(task.indices)
     indices[row0 : row0 + n] = task.indices
-    pipes = [pipeline] * n
-    for pipe, part in by_set(pipeline, source, task.indices):
-        for k in part.tolist():
-            pipes[k] = pipe
+    pipes = [pipeline] * n  # a mixture's chains per set: each sample's own
+    if pipeline.per_set:
+        for pipe, part in by_set(pipeline, source, task.indices):
+            for k in part.tolist():
+                pipes[k] = pipe
     for row, gi in enumerate(task.indices.tolist(), start=row0):
         if cancelled is not None and cancelled():
             return "cancelled", None
