@@ -439,7 +439,7 @@ def test_the_loader_reads_a_detection_set_with_its_boxes(tmp_path):
 
 
 def test_many_shards_keep_few_files_mapped(tmp_path, monkeypatch):
-    import stoker.formats.tfrecord.reader as reader_mod
+    import stoker.formats.sharded as reader_mod
 
     monkeypatch.setattr(reader_mod, "MAX_OPEN_SHARDS", 2)
     shards, images = [], []

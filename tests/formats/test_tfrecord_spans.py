@@ -14,7 +14,7 @@ import pytest
 import simplejpeg
 
 import stoker.formats.tfrecord.index as index
-import stoker.formats.tfrecord.reader as reader_mod
+import stoker.formats.tfrecord.shard as reader_mod
 from stoker._core.errors import CorruptRecordError
 from stoker._core.schema import Field, Schema
 from stoker.formats.tfrecord import TFRecordReader, open_writer
@@ -75,14 +75,14 @@ def package_records(detection: bool) -> list[dict]:
 
 def full_parse_reads(r: TFRecordReader) -> list[bytes]:
     """Every image through the full parse: the span table says no span is known."""
-    table = r._span_table()
-    starts = table[3].copy()
-    table[3][:] = NO_SPAN
+    starts = r.shard(0)._span_lists()[1]
+    saved = list(starts)
+    starts[:] = [NO_SPAN] * len(starts)
     try:
         f = r.reader()
         return [bytes(f(i)[0]) for i in range(len(r))]
     finally:
-        table[3][:] = starts
+        starts[:] = saved
 
 
 def fast_reads(r: TFRecordReader, monkeypatch, indices=None) -> list[tuple[bytes, object]]:
@@ -196,7 +196,7 @@ def test_a_wrong_cached_span_falls_back_to_the_full_parse(tmp_path):
         fh.write(raw)
     for checksums in (True, False):
         with TFRecordReader(path, checksums=checksums) as r:
-            assert int(r._span_table()[3][0]) == spans[0, 0]  # the edited entry was loaded
+            assert int(r.shard(0)._span_lists()[1][0]) == spans[0, 0]  # the edited entry was loaded
             assert [bytes(r.reader()(i)[0]) for i in range(4)] == images
 
 

@@ -345,7 +345,7 @@ def test_a_set_of_shards_reads_as_one(tmp_path):
         with pytest.raises(IndexError):
             r.reader()(8)
         fp = r.fingerprint()
-        assert fp["format"] == "wds" and fp["count"] == 8
+        assert fp["format"] == "wds" and fp["records"] == 8
     # a shard replaced after the manifest was written is refused by name
     os.unlink(entries[1]["path"])
     _write_stoker(tmp_path / "m", 2, shard=1)  # same size (padded to 10240), one more sample
@@ -354,7 +354,7 @@ def test_a_set_of_shards_reads_as_one(tmp_path):
     bare = [{**e, "files": {"data": e["files"]["data"]}} for e in entries]  # no side-cars
     write_set_manifest(m, bare)
     with open_reader(m) as r:  # without side-cars, the count is what finds it
-        with pytest.raises(ManifestError, match="m-00001.tar holds 2 samples"):
+        with pytest.raises(ManifestError, match="m-00001.tar has 2 records, the manifest says 1"):
             r.labels()
     os.unlink(entries[1]["path"])
     _write_stoker(tmp_path / "m", 40, shard=1)
@@ -433,7 +433,7 @@ def test_many_shards_stay_within_the_open_map_limit(tmp_path):
     write_set_manifest(m, entries)
     with open_reader(m) as r:
         assert r.labels().tolist() == [k % 3 for k in range(n)]
-        assert not any(s.is_open for s in r.shards)  # indexing maps and unmaps
+        assert not any(s.is_open for s in r._all())  # indexing maps and unmaps
         f = r.reader()
         assert [bytes(f(i)[0]) for i in range(n)] == [jpeg(k % 5) for k in range(n)]
-        assert sum(s.is_open for s in r.shards) == MAX_OPEN_SHARDS
+        assert sum(s.is_open for s in r._shards) == MAX_OPEN_SHARDS

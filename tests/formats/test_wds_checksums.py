@@ -32,8 +32,8 @@ def _flip_image_byte(manifest: str, position: int) -> tuple[str, int]:
     offset of the sample's first header."""
     r = open_reader(manifest)
     image = bytes(r.reader()(position)[0])
-    s, j = r._locate(position)
-    tar, header = r.shards[s].path, int(r.shards[s].index().headers[j])
+    s, j = r.where(position)
+    tar, header = r.shard(s).path, int(r.shard(s).index().headers[j])
     r.close()
     with open(tar, "rb") as f:
         data = f.read()

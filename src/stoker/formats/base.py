@@ -88,8 +88,10 @@ if TYPE_CHECKING:
     from stoker._core.schema import Schema
 
 __all__ = [
+    "ReadRecord",
     "ReadSample",
     "Reader",
+    "Shard",
     "ShardWriter",
     "data_files",
     "is_encoded",
@@ -351,6 +353,50 @@ class Reader(_Closing, abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional
         pass
+
+
+#: ``f(r, key)`` of :meth:`Shard.reader`: ``(image, label, fields)`` of record ``r``.
+ReadRecord = Callable[[int, int], tuple[Any, Any, dict[str, Any]]]
+
+
+class Shard(_Closing, abc.ABC):
+    """One shard of a set, opened from its files (a format's ``FORMAT.open_shard``): what a
+    format writes to be read; :class:`~stoker.formats.sharded.ShardedReader` makes the set
+    (manifest, positions, the open-shard LRU, object storage). Records are ``r`` in
+    ``[0, len(s))``. ``path``: where the shard is, for messages; ``blocks``: the first record
+    of each run of records the format reads together (a compressed chunk, a row group), or
+    ``None`` when any record reads alone (shard-aware order keeps a window inside few)."""
+
+    path: str = ""
+    blocks: np.ndarray | None = None
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    @abc.abstractmethod
+    def keys(self) -> np.ndarray | None:
+        """int64 stored keys in record order, or ``None`` (the set's positions are its keys)."""
+
+    @abc.abstractmethod
+    def labels(self) -> np.ndarray | None:
+        """Every record's label (as :meth:`Reader.labels`), or ``None`` when none is stored."""
+
+    @property
+    @abc.abstractmethod
+    def schema(self) -> Schema: ...
+
+    @abc.abstractmethod
+    def reader(self, rows: np.ndarray | None, fields: tuple[str, ...]) -> ReadRecord:
+        """``f(r, key) -> (image, label, fields)`` for a chunk reading ``rows`` (``None``: any);
+        ``fields`` are stored fields the schema has; an error names the file, the record, its
+        key and byte offset. The shard maps its files again if it was closed meanwhile."""
+
+    @abc.abstractmethod
+    def where(self, r: int) -> tuple[int, str]:
+        """Record ``r``'s byte offset in the data file and its name for messages."""
+
+    def close(self) -> None:  # noqa: B027 - a shard without open files
+        """Let go of open files and maps (what is indexed stays); a read opens them again."""
 
 
 def no_fields(reader: Reader, fields: tuple[str, ...]) -> None:

@@ -114,7 +114,7 @@ def check_entry(manifest_path: str, s: ShardEntry, roles: Iterable[str], hint: s
                 f"{manifest_path}: shard {s.files[role]!r} (field files.{role}) names a "
                 "directory, not a file"
             )
-        if role == "data" and st.st_size != s.bytes:
+        if role == "data" and s.bytes is not None and st.st_size != s.bytes:
             raise ManifestError(
                 f"{manifest_path}: {p} is {st.st_size} bytes but the manifest records "
                 f"{s.bytes}; the shard was replaced or truncated"

@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from stoker.formats.shards import MAX_OPEN_SHARDS
 from stoker.formats.spec import Dialect, Format
 from stoker.formats.tfrecord.example import encode_example, parse_features
 from stoker.formats.tfrecord.features import feature_names, image_hw
 from stoker.formats.tfrecord.framing import frame, mask_crc, masked_crc
-from stoker.formats.tfrecord.reader import MAX_OPEN_SHARDS, TFRecordReader
+from stoker.formats.tfrecord.reader import TFRecordReader
 from stoker.formats.tfrecord.verify import verify
 from stoker.formats.tfrecord.writer import (
     TFRecordShardWriter,
@@ -60,7 +61,7 @@ FORMAT = Format(
         options=("features", "key_feature"),
     ),
     shard_path=f"{_T}.writer:shard_path",
-    open_shard=f"{_T}.shard:open_shard",
+    open_shard=f"{_T}.shard:TFRecordShard",
 )
 
 

@@ -32,12 +32,12 @@ from stoker.formats.tfrecord.features import (
     check_follows,
     default_plan,
     field_value,
+    manifest_plan,
     resolve,
     settle_label,
     wanted_features,
 )
 from stoker.formats.tfrecord.framing import HEADER, FrameError, read_frame
-from stoker.formats.tfrecord.reader import manifest_plan
 from stoker.formats.tfrecord.shard import check_not_gzip
 from stoker.formats.tfrecord.writer import KIND
 from stoker.formats.verify_remote import verify_shards

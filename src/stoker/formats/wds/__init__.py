@@ -18,9 +18,10 @@ import os
 from typing import Any
 
 from stoker.formats.manifest import load, validate
+from stoker.formats.shards import MAX_OPEN_SHARDS
 from stoker.formats.spec import Dialect, Format
 from stoker.formats.wds.layout import IMAGE_SUFFIXES, LABEL_SUFFIX, field_suffixes, split_name
-from stoker.formats.wds.reader import MAX_OPEN_SHARDS, WdsReader, open_reader
+from stoker.formats.wds.reader import WdsReader, open_reader
 from stoker.formats.wds.tarfmt import TarError, checksum, ustar_header
 from stoker.formats.wds.verify import verify
 from stoker.formats.wds.writer import (
@@ -90,5 +91,5 @@ FORMAT = Format(
         },
     ),
     shard_path=f"{_W}.writer:shard_path",
-    open_shard=f"{_W}.shard:open_shard",
+    open_shard=f"{_W}.shard:WdsShard",
 )

@@ -1,5 +1,7 @@
-"""One tar shard opened for random access: its member index (from the cache or one pass over
-the headers) and a read-only memory map that member data is sliced from.
+"""One tar shard (:class:`~stoker.formats.base.Shard`) opened for random access: its member
+index (from the cache or one pass over the headers) and a read-only memory map that member
+data is sliced from. A shard of a set in object storage finds its index under its cached
+copy's key (any process of the node that indexed it spares the others the download).
 
 The map is opened on first use in the process that reads, and again after a fork (the
 process id is checked), so no file handle crosses a process boundary.
@@ -10,17 +12,27 @@ from __future__ import annotations
 import json
 import mmap
 import os
-from collections.abc import Mapping
+import warnings
 from typing import Any
 
 import numpy as np
 
 from stoker._core.errors import CorruptRecordError, ManifestError, SpecError
-from stoker._core.schema import Field
+from stoker._core.schema import Field, Schema
+from stoker.formats.base import ReadRecord, Shard
+from stoker.formats.manifest import manifest_schema
+from stoker.formats.sharded import SetPlan, ShardFiles
 from stoker.formats.wds.index import TarIndex, load_index
-from stoker.formats.wds.layout import IMAGE_SUFFIXES, sample_crc
+from stoker.formats.wds.layout import (
+    IMAGE_SUFFIXES,
+    LABEL_SUFFIX,
+    RAW_FIELDS,
+    field_suffixes,
+    raw_schema,
+    sample_crc,
+)
 
-__all__ = ["Shard", "check_uncompressed", "decode_field", "open_shard"]
+__all__ = ["WdsShard", "check_uncompressed", "decode_field"]
 
 _COMPRESSED = (
     (b"\x1f\x8b", "gzip"),
@@ -120,52 +132,50 @@ class CrcCheck:
         return f"checksum mismatch: stored crc32c {stored:#010x}, data has {got:#010x}"
 
 
-class Shard:
-    """One tar: ``index()``, ``view()``, per-sample ``columns`` for a suffix map, and its
-    samples' CRC32Cs (``crcs()``) when a side-car ``crc`` is named."""
+class WdsShard(Shard):
+    """One tar: its member index, its map and, with a side-car ``crc``, its samples'
+    CRC32Cs; see the module docstring."""
 
-    def __init__(
-        self,
-        path: str,
-        *,
-        records: int | None = None,
-        tar_bytes: int | None = None,
-        manifest: str | None = None,
-        cache: bool = True,
-        crc: str | None = None,
-    ) -> None:
-        self.path, self.records, self.tar_bytes = path, records, tar_bytes
-        self.manifest, self.cache, self.crc = manifest, cache, crc
+    @classmethod
+    def plan(cls, manifest: dict | None, where: str, *, cache: bool = True) -> SetPlan:
+        """A manifest's schema (an image and its label when it declares none); a bare tar's
+        is read from its members. Keys are positions, labels int64."""
+        schema = None
+        if manifest is not None:
+            schema = manifest_schema(manifest, where) or Schema.classification()
+        return SetPlan(
+            (cache, where), schema, keyed=False, label_kind=((), "int64"), roles=("data", "crc")
+        )
+
+    def __init__(self, files: ShardFiles, plan: SetPlan) -> None:
+        self.cache, self.manifest = plan.read
+        self.declared: Schema | None = plan.schema
+        self.files, self.path, self.tar_bytes = files, files.where, files.size
         self._crcs: CrcCheck | None = None
         self._index: TarIndex | None = None
         self._mm: mmap.mmap | None = None
         self._view: memoryview | None = None
         self._pid = -1
         self._columns: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
-        #: what the tar's bytes are filed under in the caches, for a shard in object storage
-        self.identity: str | None = None
+        self._schema: Schema | None = None
 
-    def local(self) -> str:
-        """The local file holding the tar (a shard in object storage: its pinned copy)."""
-        return self.path
-
-    def local_crc(self) -> str:
-        """The local file holding the side-car (named by ``crc``)."""
-        assert self.crc is not None
-        return self.crc
-
+    # ------------------------------------------------------------------ the file
     def crcs(self) -> CrcCheck | None:
         """The check of each sample against the side-car, read once per process; ``None``
         without one (a tar stoker did not write: its samples are read unchecked)."""
-        if self.crc is None:
+        if not self.files.has("crc"):
             return None
         if self._crcs is None:
             index = self.index()
-            self._crcs = CrcCheck(index, read_crcs(self.local_crc(), len(index)))
+            local = self.files.path("crc")
+            assert local is not None
+            self._crcs = CrcCheck(index, read_crcs(local, len(index)))
         return self._crcs
 
     def _map(self) -> memoryview:
-        with open(self.local(), "rb") as f:
+        local = self.files.path("data")
+        assert local is not None
+        with open(local, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if self.tar_bytes is not None and size != self.tar_bytes:
                 raise ManifestError(
@@ -191,7 +201,7 @@ class Shard:
     def index(self) -> TarIndex:
         if self._index is None:
             index = None
-            if self.identity is not None and self.tar_bytes is not None:
+            if self.files.identity is not None and self.tar_bytes is not None:
                 # a shard in object storage: its index as any process of the node built it
                 index = load_index(
                     self.path,
@@ -199,20 +209,13 @@ class Shard:
                     self.tar_bytes,
                     _raise(self.path),
                     cache=self.cache,
-                    identity=self.identity,
+                    identity=self.files.identity,
                 )
-            if index is None:
-                index = self._build_index()
-            if self.records is not None and len(index) != self.records:
-                raise ManifestError(
-                    f"{self.manifest}: {self.path} holds {len(index)} samples, the manifest "
-                    f"says {self.records}"
-                )
-            self._index = index
+            self._index = index if index is not None else self._build_index()
         return self._index
 
     def _build_index(self) -> TarIndex:
-        was_open = self.is_open and self._pid == os.getpid()
+        was_open = self._view is not None and self._pid == os.getpid()
         view = self.view()
         try:
             index = load_index(
@@ -221,12 +224,12 @@ class Shard:
                 len(view),
                 _raise(self.path),
                 cache=self.cache,
-                identity=self.identity,
+                identity=self.files.identity,
             )
         finally:
             del view
             if not was_open:  # mapped only to index it: a set of many shards stays unmapped
-                self._drop()
+                self.close()
         assert index is not None
         return index
 
@@ -255,16 +258,96 @@ class Shard:
             except BufferError:
                 pass
 
-    def close(self) -> None:
-        """Release the map (the index stays: it is small and costs a pass to rebuild)."""
-        self._drop()
-
     @property
     def is_open(self) -> bool:
         return self._view is not None
 
+    def close(self) -> None:
+        """Release the map (the index stays: it is small and costs a pass to rebuild)."""
+        try:
+            self._drop()
+        finally:
+            self.files.let_go()
 
-def open_shard(paths: Mapping[str, Any], *, cache: bool = True) -> Shard:
-    """The reader of one tar from its files by role (``data``: the ``.tar``, ``crc``: its
-    per-sample checksums or ``None``)."""
-    return Shard(paths["data"], cache=cache, crc=paths.get("crc"))
+    # ------------------------------------------------------------------ the contract
+    def __len__(self) -> int:
+        return len(self.index())
+
+    def keys(self) -> None:
+        return None
+
+    def labels(self) -> np.ndarray | None:
+        """Each sample's ``.cls``, or ``None`` for a tar without any."""
+        index = self.index()
+        return index.labels if len(index) and bool(index.has_cls[0]) else None
+
+    def where(self, r: int) -> tuple[int, str]:
+        index = self.index()
+        return int(index.headers[r]), f"sample {index.key_name(r)!r}"
+
+    @property
+    def schema(self) -> Schema:
+        if self._schema is None:
+            self._schema = self.declared or self._raw_schema()
+        return self._schema
+
+    def _raw_schema(self) -> Schema:
+        """A tar without a manifest: image, ``.cls``, and ``.txt`` and ``.json`` as text
+        fields where any sample holds them."""
+        index = self.index()
+        lengths = {}
+        for suffix, name in RAW_FIELDS.items():
+            m = index.max_size(suffix)
+            if m is not None:
+                lengths[name] = m
+        unread = sorted(
+            f".{x}"
+            for x in index.suffixes
+            if x not in RAW_FIELDS and x != LABEL_SUFFIX and x not in IMAGE_SUFFIXES
+        )
+        if unread:  # fields a manifest would declare: say they are left out
+            warnings.warn(
+                f"{self.path}: members {', '.join(unread)} are not read: a tar without "
+                "a stoker manifest is read as image, .cls, .txt and .json; open the "
+                "set's NAME.stoker.json (or keep it beside the tar) to read its fields",
+                stacklevel=2,
+            )
+        return raw_schema(lengths)
+
+    def reader(self, rows: np.ndarray | None, fields: tuple[str, ...]) -> ReadRecord:
+        """``f(r, key) -> (image memoryview, label, {field: value})``; ``key`` is the
+        sample's position in the set."""
+        schema = self.schema
+        stored = schema.stored
+        if self.declared is None:
+            suffixes = {n: s for s, n in RAW_FIELDS.items() if n in schema}
+        else:
+            suffixes = field_suffixes(schema)
+        path, index = self.path, self.index()
+        cols = self.columns(suffixes)
+        off, size = cols[""]
+        labels = index.labels
+
+        def read(r: int, key: int) -> tuple[Any, int, dict[str, Any]]:
+            view = self.view()
+            o, n = int(off[r]), int(size[r])
+            check = self.crcs()
+            if check is not None:
+                bad = check.problem(view, r)
+                if bad is not None:
+                    head = int(index.headers[r])
+                    why = f"sample {index.key_name(r)!r}: {bad}"
+                    raise CorruptRecordError(path, head, why, key=key)
+            if n <= 0:
+                why = f"sample {index.key_name(r)!r}: its image member is empty"
+                raise CorruptRecordError(path, o, why, key=key)
+            out: dict[str, Any] = {}
+            for name in fields:
+                fo, fs = cols[name]
+                where = (path, index.key_name(r), key)
+                out[name] = decode_field(
+                    view, int(fo[r]), int(fs[r]), stored[name], name, suffixes[name], where
+                )
+            return view[o : o + n], int(labels[r]), out
+
+        return read

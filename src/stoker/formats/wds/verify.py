@@ -200,7 +200,7 @@ def _as_the_reader_reads(path: str) -> tuple[str, dict] | None:
         return path, load(path, kind=KIND)
     try:
         with WdsReader(path) as r:
-            return (r.shards[0].manifest, r.manifest) if r.manifest is not None else None
+            return (str(r.manifest_path), r.manifest) if r.manifest is not None else None
     except (StokerError, OSError):
         return None
 
