@@ -22,6 +22,7 @@ keys are stored, the roles of the files a shard reads.
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -120,7 +121,9 @@ class ShardedReader(ReadsRemoteShards, Reader):
         sibling: bool | str = True,
         **options: Any,
     ) -> None:
+        fmt = FORMATS[format]  # the shard class by name: a worker imports its module first
         config = {"path": os.fspath(path), "format": format, "remote": remote}
+        config.update(shard=fmt.open_shard, roles=tuple(fmt.roles))
         self._reopen({**config, "sibling": sibling, "options": options}, None)
         self._ensure()
 
@@ -140,8 +143,8 @@ class ShardedReader(ReadsRemoteShards, Reader):
         if self._ready:
             return
         c = self._config
-        fmt = FORMATS[self.format]
-        self._cls = fmt.load("open_shard")
+        module, _, name = c["shard"].partition(":")
+        self._cls = getattr(importlib.import_module(module), name)
         src = open_set(
             self.path, self.format, remote=c["remote"], opened=self._opened, sibling=c["sibling"]
         )
@@ -159,7 +162,7 @@ class ShardedReader(ReadsRemoteShards, Reader):
         if remote is not None:
             remote.on_release = self._released
             self._files = [
-                ShardFiles(remote.location(j), s, remote=remote, j=j, roles=tuple(fmt.roles))
+                ShardFiles(remote.location(j), s, remote=remote, j=j, roles=c["roles"])
                 for j, s in enumerate(src.entries)
             ]
         elif src.manifest is not None:
@@ -304,7 +307,7 @@ class ShardedReader(ReadsRemoteShards, Reader):
         return [
             p
             for f in self._files
-            for role in FORMATS[self.format].roles
+            for role in self._config["roles"]
             if (p := f.location(role)) is not None
         ]
 
