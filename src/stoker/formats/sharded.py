@@ -122,7 +122,7 @@ class ShardedReader(ReadsRemoteShards, Reader):
         **options: Any,
     ) -> None:
         fmt = FORMATS[format]  # the shard class by name: a worker imports its module first
-        config = {"path": os.fspath(path), "format": format, "remote": remote}
+        config: dict[str, Any] = {"path": os.fspath(path), "format": format, "remote": remote}
         config.update(shard=fmt.open_shard, roles=tuple(fmt.roles))
         self._reopen({**config, "sibling": sibling, "options": options}, None)
         self._ensure()

@@ -1,5 +1,9 @@
-"""Verification of a set in object storage by its manifest's URL (what ``stoker verify s3://...``
-runs), for every format: each shard downloaded afresh and walked as a local shard is.
+"""The walk of ``stoker verify`` over a set made of shards, for every format: :func:`verify_set`
+resolves what a path names as the loader does (a URL, a manifest, a bare shard that its sibling
+manifest lists, a bare file) and hands each shard's files to the format's walk.
+
+A set in object storage is verified by its manifest's URL, each shard downloaded afresh and
+walked as a local shard is.
 
 A copy already in the node's shard cache is not trusted to be what storage holds now (the
 object may have changed since it was cached), so each shard is downloaded again: through a
@@ -24,12 +28,64 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
-from stoker.formats.manifest import parse, read_json
-from stoker.formats.remote import RemoteFiles, RemoteOptions, redact
+from stoker._core.progress import make_progress
+from stoker.formats.manifest import parse, read_json, shard_file
+from stoker.formats.opening import open_set
+from stoker.formats.remote import RemoteFiles, RemoteOptions, redact, remote_url
 from stoker.formats.report import Problem, VerifyReport
 from stoker.formats.shards import ShardEntry
 
-__all__ = ["fresh_files", "relabel", "verify_shards"]
+__all__ = ["fresh_files", "relabel", "verify_set", "verify_shards"]
+
+#: ``entry(report, local paths by role, entry, manifest)``: a format's walk of one shard.
+VerifyEntry = Callable[[VerifyReport, dict[str, str], ShardEntry, dict], None]
+
+
+def verify_set(
+    path: str | os.PathLike[str],
+    kind: str,
+    *,
+    entry: VerifyEntry,
+    bare: Callable[[VerifyReport, str], None],
+    max_problems: int,
+    progress: bool | None = None,
+    remote: RemoteOptions | None = None,
+    sibling: bool = True,
+) -> VerifyReport:
+    """Verify the ``kind`` set at ``path`` as the loader opens it: a URL through
+    :func:`verify_shards`; a manifest's shards, or the one entry of a bare shard that its
+    sibling manifest lists (``sibling``), each through ``entry``; any other file through
+    ``bare(report, path)``. A shard the manifest lists that is not there is a problem; an
+    unreadable manifest raises ``ManifestError``."""
+    if max_problems < 0:
+        raise ValueError(f"max_problems must be >= 0, got {max_problems}")
+    p = os.fspath(path)
+    if remote_url(p) is not None:
+        return verify_shards(
+            p, remote=remote, kind=kind, verify_entry=entry, max_problems=max_problems
+        )
+    report = VerifyReport(p, max_problems=max_problems)
+    src = open_set(p, kind, sibling=sibling)
+    if src.manifest is None:
+        bare(report, src.path)
+        return report
+    where = str(src.manifest_path)
+    many = len(src.entries) > 1
+    bar = make_progress(
+        len(src.entries), "verify", unit="shard", enabled=progress if many else False
+    )
+    try:
+        for s in src.entries:
+            local = {r: str(shard_file(where, s, r)) for r in s.files}
+            if not os.path.isfile(local["data"]):
+                why = f"the shard {where} lists does not exist"
+                report.add(Problem(local["data"], None, None, why))
+                continue
+            entry(report, local, s, src.manifest)
+            bar.update(1)
+    finally:
+        bar.close()
+    return report
 
 
 @contextlib.contextmanager
@@ -81,7 +137,7 @@ def verify_shards(
     *,
     remote: RemoteOptions | None,
     kind: str,
-    verify_entry: Callable[[VerifyReport, dict[str, str], ShardEntry, dict], None],
+    verify_entry: VerifyEntry,
     max_problems: int,
 ) -> VerifyReport:
     """Verify the ``kind`` set whose manifest is at ``url``, one whole-file shard (its data

@@ -19,9 +19,8 @@ from typing import Any
 from stoker._core.errors import CorruptRecordError
 from stoker._core.progress import make_progress
 from stoker._core.schema import Field
-from stoker.formats.manifest import MANIFEST_SUFFIX, load, shard_file
 from stoker.formats.protowire import WireError
-from stoker.formats.remote import RemoteOptions, remote_url
+from stoker.formats.remote import RemoteOptions
 from stoker.formats.report import Problem, VerifyReport, decode_failure
 from stoker.formats.shards import ShardEntry
 from stoker.formats.tfrecord.example import parse_features
@@ -38,9 +37,9 @@ from stoker.formats.tfrecord.features import (
     wanted_features,
 )
 from stoker.formats.tfrecord.framing import HEADER, FrameError, read_frame
-from stoker.formats.tfrecord.shard import check_not_gzip
+from stoker.formats.tfrecord.shard import DEFAULT_KEYS, check_not_gzip
 from stoker.formats.tfrecord.writer import KIND
-from stoker.formats.verify_remote import verify_shards
+from stoker.formats.verify_remote import verify_set
 
 __all__ = ["verify"]
 
@@ -52,10 +51,10 @@ def verify(
     decode: Callable[[bytes], object] | None = None,
     max_problems: int = 1000,
     progress: bool | None = None,
-    image_key: str = "image/encoded",
-    label_key: str | None = "image/class/label",
-    boxes_key: str | None = "image/object/bbox",
-    classes_key: str | None = "image/object/class/label",
+    image_key: str = DEFAULT_KEYS["image_key"],
+    label_key: str | None = DEFAULT_KEYS["label_key"],
+    boxes_key: str | None = DEFAULT_KEYS["boxes_key"],
+    classes_key: str | None = DEFAULT_KEYS["classes_key"],
     features: dict[str, Any] | None = None,
     remote: RemoteOptions | None = None,
 ) -> VerifyReport:
@@ -64,43 +63,31 @@ def verify(
     its own). Raises ``ManifestError`` for an unreadable manifest only. A manifest's URL is
     walked shard by shard from fresh downloads (``remote``: how to reach it;
     :mod:`stoker.formats.verify_remote`)."""
-    if max_problems < 0:
-        raise ValueError(f"max_problems must be >= 0, got {max_problems}")
-    p = os.fspath(path)
-    if remote_url(p) is not None:
+    keys = {
+        "image_key": image_key,
+        "label_key": label_key,
+        "boxes_key": boxes_key,
+        "classes_key": classes_key,
+    }
 
-        def entry(report: VerifyReport, local: dict[str, str], s: ShardEntry, m: dict) -> None:
-            _verify_entry(report, local["data"], s, manifest_plan(m), checksums, decode, progress)
+    def entry(report: VerifyReport, local: dict[str, str], s: ShardEntry, m: dict) -> None:
+        _verify_entry(report, local["data"], s, manifest_plan(m), checksums, decode, progress)
 
-        report = verify_shards(
-            p,
-            remote=remote,
-            kind=KIND,
-            verify_entry=entry,
-            max_problems=max_problems,
-        )
-        report.notes.insert(0, _NO_INDEX)
-        return report
-    report = VerifyReport(p, max_problems=max_problems)
-    report.notes.append(_NO_INDEX)
-    if p.endswith(MANIFEST_SUFFIX):
-        m = load(p, kind=KIND)
-        plan = manifest_plan(m)
-        for s in m["shards"]:
-            f = str(shard_file(p, s, "data"))
-            if not os.path.isfile(f):
-                report.add(Problem(f, None, None, f"shard listed in {p} does not exist"))
-                continue
-            _verify_entry(report, f, s, plan, checksums, decode, progress)
-        return report
-    plan = default_plan(
-        image_key=image_key,
-        label_key=label_key,
-        boxes_key=boxes_key,
-        classes_key=classes_key,
-        features=features,
+    def bare(report: VerifyReport, p: str) -> None:
+        plan = default_plan(**keys, features=features)  # type: ignore[arg-type]
+        _verify_file(report, p, plan, checksums, decode, progress)
+
+    report = verify_set(
+        path,
+        KIND,
+        entry=entry,
+        bare=bare,
+        max_problems=max_problems,
+        progress=progress,
+        remote=remote,
+        sibling=not features and keys == DEFAULT_KEYS,  # as the reader reads it
     )
-    _verify_file(report, p, plan, checksums, decode, progress)
+    report.notes.insert(0, _NO_INDEX)
     return report
 
 

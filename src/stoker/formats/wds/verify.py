@@ -20,17 +20,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from stoker._core.checksum import file_sha256
-from stoker._core.errors import CorruptRecordError, StokerError
-from stoker._core.progress import make_progress
+from stoker._core.errors import CorruptRecordError
 from stoker._core.schema import Schema
-from stoker.formats.manifest import MANIFEST_SUFFIX, load, manifest_schema, shard_file
-from stoker.formats.remote import RemoteOptions, redact, remote_url
+from stoker.formats.manifest import manifest_schema
+from stoker.formats.remote import RemoteOptions
 from stoker.formats.report import Problem, VerifyReport, decode_failure
 from stoker.formats.shards import ShardEntry
-from stoker.formats.verify_remote import verify_shards
+from stoker.formats.verify_remote import verify_set
 from stoker.formats.wds.index import build_index
 from stoker.formats.wds.layout import IMAGE_SUFFIXES, RAW_FIELDS, field_suffixes, raw_schema
-from stoker.formats.wds.reader import WdsReader
 from stoker.formats.wds.shard import CrcCheck, check_uncompressed, decode_field, read_crcs
 from stoker.formats.wds.tarfmt import Walk
 from stoker.formats.wds.writer import KIND
@@ -149,60 +147,30 @@ def verify(
     Never raises for problems in the data (they go into the report); raises
     ``ManifestError`` for an unreadable manifest. A manifest's URL is walked shard by shard
     from fresh downloads (``remote``: how to reach it; :mod:`stoker.formats.verify_remote`)."""
-    if max_problems < 0:
-        raise ValueError(f"max_problems must be >= 0, got {max_problems}")
-    p = os.fspath(path)
-    if remote_url(p) is not None:
+    unchecked: list[object] = []
 
-        def entry(report: VerifyReport, local: dict[str, str], s: ShardEntry, m: dict) -> None:
-            crc = local.get("crc") if checksums else None
-            _verify_entry(report, local["data"], s, _fields(m, redact(p)), checksums, decode, crc)
+    def entry(report: VerifyReport, local: dict[str, str], s: ShardEntry, m: dict) -> None:
+        crc = local.get("crc") if checksums else None
+        if checksums and crc is None:
+            unchecked.append(s)
+        _verify_entry(report, local["data"], s, _fields(m, report.path), checksums, decode, crc)
 
-        report = verify_shards(
-            p,
-            remote=remote,
-            kind=KIND,
-            verify_entry=entry,
-            max_problems=max_problems,
-        )
-        return _no_sums(report, checksums)
-    report = VerifyReport(p, max_problems=max_problems)
-    listed = _as_the_reader_reads(p)
-    if listed is None:
+    def bare(report: VerifyReport, p: str) -> None:
         _verify_tar(report, p, _raw_fields(), decode, None)
-        report.notes.append(_UNCHECKED)
-        return report
-    manifest, m = listed
-    fields = _fields(m, manifest)
-    bar = make_progress(len(m["shards"]), "verify", unit="shard", enabled=progress)
-    try:
-        for s in m["shards"]:
-            tar = str(shard_file(manifest, s, "data"))
-            if not os.path.isfile(tar):
-                report.add(Problem(tar, None, None, "the shard the manifest lists does not exist"))
-                continue
-            crc = shard_file(manifest, s, "crc") if checksums else None
-            _verify_entry(report, tar, s, fields, checksums, decode, crc)
-            bar.update(1)
-    finally:
-        bar.close()
-    if checksums and any("crc" not in s.files for s in m["shards"]):
+        unchecked.append(p)
+
+    report = verify_set(
+        path,
+        KIND,
+        entry=entry,
+        bare=bare,
+        max_problems=max_problems,
+        progress=progress,
+        remote=remote,
+    )
+    if unchecked:
         report.notes.append(_UNCHECKED)
     return _no_sums(report, checksums)
-
-
-def _as_the_reader_reads(path: str) -> tuple[str, dict] | None:
-    """The manifest the reader reads ``path`` as (its path, and the manifest with the shards
-    read): ``path`` itself, or the sibling manifest that lists the bare tar ``path``; ``None``
-    for a tar read bare (the reader's refusal to open one is the loader's, reported as such by
-    ``stoker verify``)."""
-    if path.endswith(MANIFEST_SUFFIX):
-        return path, load(path, kind=KIND)
-    try:
-        with WdsReader(path) as r:
-            return (str(r.manifest_path), r.manifest) if r.manifest is not None else None
-    except (StokerError, OSError):
-        return None
 
 
 def _fields(m: dict, where: str) -> tuple[Schema, dict[str, str]]:
