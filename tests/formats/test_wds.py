@@ -433,7 +433,7 @@ def test_many_shards_stay_within_the_open_map_limit(tmp_path):
     write_set_manifest(m, entries)
     with open_reader(m) as r:
         assert r.labels().tolist() == [k % 3 for k in range(n)]
-        assert not any(s.is_open for s in r._all())  # indexing maps and unmaps
+        assert not any(s._view is not None for s in r._all())  # indexing maps and unmaps
         f = r.reader()
         assert [bytes(f(i)[0]) for i in range(n)] == [jpeg(k % 5) for k in range(n)]
-        assert sum(s.is_open for s in r._shards) == MAX_OPEN_SHARDS
+        assert sum(s._view is not None for s in r._shards) == MAX_OPEN_SHARDS

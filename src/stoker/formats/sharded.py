@@ -39,7 +39,7 @@ from stoker.formats.shardfiles import ReadsRemoteShards, RemoteShards
 from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardEntry, ShardSet, digest
 from stoker.formats.spec import FORMATS
 
-__all__ = ["SetPlan", "ShardFiles", "ShardedReader"]
+__all__ = ["RemoteOptions", "SetPlan", "ShardFiles", "ShardedReader"]
 
 
 @dataclass(frozen=True)

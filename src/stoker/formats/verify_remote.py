@@ -35,7 +35,7 @@ from stoker.formats.remote import RemoteFiles, RemoteOptions, redact, remote_url
 from stoker.formats.report import Problem, VerifyReport
 from stoker.formats.shards import ShardEntry
 
-__all__ = ["fresh_files", "relabel", "verify_set", "verify_shards"]
+__all__ = ["RemoteOptions", "fresh_files", "relabel", "verify_set", "verify_shards"]
 
 #: ``entry(report, local paths by role, entry, manifest)``: a format's walk of one shard.
 VerifyEntry = Callable[[VerifyReport, dict[str, str], ShardEntry, dict], None]

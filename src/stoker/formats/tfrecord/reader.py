@@ -11,9 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from stoker.formats.remote import RemoteOptions
 from stoker.formats.report import spread
-from stoker.formats.sharded import ShardedReader
+from stoker.formats.sharded import RemoteOptions, ShardedReader
 from stoker.formats.tfrecord.shard import DEFAULT_KEYS
 
 __all__ = ["TFRecordReader"]

@@ -108,7 +108,7 @@ class TFRecordShard(Shard):
             if offsets is not None:
                 meta = cached_meta(self.path, self.size, offsets, features, **kw)
         if offsets is None or meta is None:
-            self.map()
+            self._map()
             try:
                 offsets = load_offsets(self.path, self.view, self.size, **kw)
                 meta = load_meta(self.path, self.view, self.size, offsets, features, **kw)
@@ -121,7 +121,7 @@ class TFRecordShard(Shard):
         self._labels: np.ndarray | None = None
 
     # ------------------------------------------------------------------ the file
-    def map(self) -> None:
+    def _map(self) -> None:
         local = self.files.path("data")
         assert local is not None
         with open(local, "rb") as f:
@@ -161,7 +161,7 @@ class TFRecordShard(Shard):
         touching a page past the end of a file truncated in place raises SIGBUS, one size
         check per chunk turns the usual case into a clean error."""
         if self.mm is None and self.size:
-            self.map()
+            self._map()
         if self.mm is not None and self.mm.size() < self.size:
             raise CorruptRecordError(
                 self.path,

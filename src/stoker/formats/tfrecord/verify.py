@@ -20,7 +20,6 @@ from stoker._core.errors import CorruptRecordError
 from stoker._core.progress import make_progress
 from stoker._core.schema import Field
 from stoker.formats.protowire import WireError
-from stoker.formats.remote import RemoteOptions
 from stoker.formats.report import Problem, VerifyReport, decode_failure
 from stoker.formats.shards import ShardEntry
 from stoker.formats.tfrecord.example import parse_features
@@ -39,7 +38,7 @@ from stoker.formats.tfrecord.features import (
 from stoker.formats.tfrecord.framing import HEADER, FrameError, read_frame
 from stoker.formats.tfrecord.shard import DEFAULT_KEYS, check_not_gzip
 from stoker.formats.tfrecord.writer import KIND
-from stoker.formats.verify_remote import verify_set
+from stoker.formats.verify_remote import RemoteOptions, verify_set
 
 __all__ = ["verify"]
 

@@ -18,8 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from stoker.formats.remote import RemoteOptions
-from stoker.formats.sharded import ShardedReader
+from stoker.formats.sharded import RemoteOptions, ShardedReader
 
 __all__ = ["WdsReader", "open_reader"]
 

@@ -160,7 +160,7 @@ class WdsShard(Shard):
         self._schema: Schema | None = None
 
     # ------------------------------------------------------------------ the file
-    def crcs(self) -> CrcCheck | None:
+    def _crcs_check(self) -> CrcCheck | None:
         """The check of each sample against the side-car, read once per process; ``None``
         without one (a tar stoker did not write: its samples are read unchecked)."""
         if not self.files.has("crc"):
@@ -191,7 +191,7 @@ class WdsShard(Shard):
         self._pid = os.getpid()
         return self._view
 
-    def view(self) -> memoryview:
+    def _view_of(self) -> memoryview:
         """The whole tar, mapped read-only in this process."""
         if self._view is None or self._pid != os.getpid():
             self._drop()
@@ -216,7 +216,7 @@ class WdsShard(Shard):
 
     def _build_index(self) -> TarIndex:
         was_open = self._view is not None and self._pid == os.getpid()
-        view = self.view()
+        view = self._view_of()
         try:
             index = load_index(
                 self.path,
@@ -233,7 +233,7 @@ class WdsShard(Shard):
         assert index is not None
         return index
 
-    def columns(self, suffixes: dict[str, str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    def _columns_of(self, suffixes: dict[str, str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Per sample ``(offset, size)`` of the image (under ``""``) and of each field in
         ``suffixes`` (name -> suffix)."""
         if self._columns is None:
@@ -257,10 +257,6 @@ class WdsShard(Shard):
                 mm.close()
             except BufferError:
                 pass
-
-    @property
-    def is_open(self) -> bool:
-        return self._view is not None
 
     def close(self) -> None:
         """Release the map (the index stays: it is small and costs a pass to rebuild)."""
@@ -324,14 +320,14 @@ class WdsShard(Shard):
         else:
             suffixes = field_suffixes(schema)
         path, index = self.path, self.index()
-        cols = self.columns(suffixes)
+        cols = self._columns_of(suffixes)
         off, size = cols[""]
         labels = index.labels
 
         def read(r: int, key: int) -> tuple[Any, int, dict[str, Any]]:
-            view = self.view()
+            view = self._view_of()
             o, n = int(off[r]), int(size[r])
-            check = self.crcs()
+            check = self._crcs_check()
             if check is not None:
                 bad = check.problem(view, r)
                 if bad is not None:

@@ -23,10 +23,9 @@ from stoker._core.checksum import file_sha256
 from stoker._core.errors import CorruptRecordError
 from stoker._core.schema import Schema
 from stoker.formats.manifest import manifest_schema
-from stoker.formats.remote import RemoteOptions
 from stoker.formats.report import Problem, VerifyReport, decode_failure
 from stoker.formats.shards import ShardEntry
-from stoker.formats.verify_remote import verify_set
+from stoker.formats.verify_remote import RemoteOptions, verify_set
 from stoker.formats.wds.index import build_index
 from stoker.formats.wds.layout import IMAGE_SUFFIXES, RAW_FIELDS, field_suffixes, raw_schema
 from stoker.formats.wds.shard import CrcCheck, check_uncompressed, decode_field, read_crcs
