@@ -21,6 +21,7 @@ __all__ = ["main"]
 COMMANDS: dict[str, str] = {
     "pack": "pack",
     "convert": "convert",
+    "index": "index",
     "inspect": "inspect_cmd",
     "verify": "verify",
     "unpack": "unpack",

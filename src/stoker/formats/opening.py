@@ -33,7 +33,7 @@ from stoker.formats.manifest import (
 )
 from stoker.formats.manifest_json import class_names
 from stoker.formats.remote import RemoteFiles, RemoteOptions, local_path, redact, remote_url
-from stoker.formats.shardfiles import RemoteShards, ShardFile
+from stoker.formats.shardfiles import REINDEX, RemoteShards, ShardFile
 from stoker.formats.shards import MAX_OPEN_SHARDS, ShardEntry
 from stoker.formats.spec import FORMATS
 
@@ -118,6 +118,7 @@ def check_entry(manifest_path: str, s: ShardEntry, roles: Iterable[str], hint: s
             raise ManifestError(
                 f"{manifest_path}: {p} is {st.st_size} bytes but the manifest records "
                 f"{s.bytes}; the shard was replaced or truncated"
+                f"{REINDEX if 'index' in s.files else ''}"
             )
         if role == "crc" and st.st_size != 4 * s.records:
             raise ManifestError(

@@ -28,8 +28,10 @@ in place, opened by their manifest's URL (its ``reader`` takes ``remote=``, a
 
 from __future__ import annotations
 
+import glob
 import importlib
 import os
+import re
 from typing import Any
 
 from stoker.formats.base import Reader
@@ -44,6 +46,7 @@ from stoker.formats.remote import (
 from stoker.formats.spec import FORMATS, Format
 
 __all__ = [
+    "BRACE",
     "DEFAULT",
     "FORMATS",
     "Format",
@@ -51,9 +54,28 @@ __all__ = [
     "get",
     "names",
     "open_reader",
+    "pattern_refusal",
     "register",
     "writable",
 ]
+
+
+#: One ``{...}`` of a brace pattern (``shards-{000000..000099}.tar``, ``{a,b}``).
+BRACE = re.compile(r"\{([^{}]*)\}")
+
+
+def pattern_refusal(source: str) -> str | None:
+    """What to say of a source that is a pattern of tar shards (it needs ``stoker index``
+    first), else ``None``."""
+    from stoker.storage.urls import redact
+
+    if not (BRACE.search(source) or (remote_url(source) is None and glob.has_magic(source))):
+        return None
+    shown = redact(source)
+    return (
+        f"{shown} is a pattern of tar shards, not a set: index it once with `stoker index "
+        f"'{shown}' OUT{MANIFEST_SUFFIX}` (OUT in the tars' folder), then open OUT{MANIFEST_SUFFIX}"
+    )
 
 
 def register(fmt: Format) -> Format:

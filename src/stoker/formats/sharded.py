@@ -102,6 +102,17 @@ class ShardFiles:
             return self._paths.get(role)
         return self._remote.location(self._j, self._roles.index(role)) if self.has(role) else None
 
+    def read(self, role: str, limit: int) -> bytes:
+        """At most ``limit`` bytes of the (small) file of ``role``; a remote one is fetched
+        alone into the cache, not with the shard's other files."""
+        if self._remote is None:
+            with open(self._paths[role], "rb") as f:
+                return f.read(limit)
+        shards, j, k = self._remote, self._j, self._roles.index(role)
+        what = f"shard {j} ({shards.entries[j][k].name})"
+        with shards.files.fetch(shards.url(j, k), what=what) as pin, open(pin.path, "rb") as f:
+            return f.read(limit)
+
     def let_go(self) -> None:
         if self._remote is not None:
             self._remote.release(self._j)

@@ -60,6 +60,8 @@ __all__ = [
     "ShardsAhead",
 ]
 
+#: What a changed shard of a collection ``stoker index`` indexed asks of the user.
+REINDEX = ": the collection changed since it was indexed; run `stoker index` again"
 #: Shards a reader outside a loader keeps held at most (each pins its cached copy).
 MAX_OPEN_REMOTE_SHARDS = 4
 
@@ -158,10 +160,11 @@ class RemoteShards:
             for f in s:
                 url = files.url_of(f.name, f.field)
                 if listed[url] != f.size:
+                    indexed = any(g.field.endswith(".index") for g in s)
                     raise ManifestError(
                         f"{redact(files.url)}: {redact(url)} is {listed[url]} bytes but the "
                         f"manifest records {f.size} ({f.field}); the shard was replaced or "
-                        "truncated"
+                        f"truncated{REINDEX if indexed else ''}"
                     )
         check_room_for(files, [sum(f.size for f in s) for s in self.entries], self.sizes)
 

@@ -20,7 +20,15 @@ from typing import Any
 from stoker.formats.manifest import load, validate
 from stoker.formats.shards import MAX_OPEN_SHARDS
 from stoker.formats.spec import Dialect, Format
-from stoker.formats.wds.layout import IMAGE_SUFFIXES, LABEL_SUFFIX, field_suffixes, split_name
+from stoker.formats.wds.index import index_file, parse_cache
+from stoker.formats.wds.layout import (
+    IMAGE_SUFFIXES,
+    LABEL_SUFFIX,
+    RAW_FIELDS,
+    field_suffixes,
+    raw_schema,
+    split_name,
+)
 from stoker.formats.wds.reader import WdsReader, open_reader
 from stoker.formats.wds.tarfmt import TarError, checksum, ustar_header
 from stoker.formats.wds.verify import verify
@@ -38,14 +46,18 @@ __all__ = [
     "IMAGE_SUFFIXES",
     "LABEL_SUFFIX",
     "MAX_OPEN_SHARDS",
+    "RAW_FIELDS",
     "TarError",
     "WdsReader",
     "WdsShardWriter",
     "checksum",
     "field_suffixes",
+    "index_file",
     "load_manifest",
     "open_reader",
     "open_writer",
+    "parse_cache",
+    "raw_schema",
     "shard_path",
     "split_name",
     "ustar_header",
@@ -79,7 +91,7 @@ FORMAT = Format(
     manifest=f"{_W}:write_set_manifest",
     verify=f"{_W}:verify",
     remote=True,
-    roles={"data": ".tar", "crc": ".crc32c"},
+    roles={"data": ".tar", "crc": ".crc32c", "index": ".stkwds"},
     v1=Dialect(
         FORMAT_NAME,
         {

@@ -33,6 +33,7 @@ changed file is indexed again; an entry that does not parse is rebuilt, never tr
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from collections.abc import Callable
@@ -51,7 +52,7 @@ from stoker.formats.wds.layout import (
 )
 from stoker.formats.wds.tarfmt import DIRECTORY, TarError, Walk, walk
 
-__all__ = ["OnProblem", "TarIndex", "build_index", "load_index", "name_problem"]
+__all__ = ["OnProblem", "TarIndex", "build_index", "index_file", "load_index", "name_problem"]
 
 MAGIC = b"STKWDS\x00\x01"
 _HEAD = struct.Struct("<8s6Q")
@@ -371,3 +372,24 @@ def load_index(
     if entry is not None:
         write_cache_file(entry, index.chunks())
     return index
+
+
+def index_file(path: str, where: str) -> TarIndex:
+    """The index of the tar at local ``path`` (what ``stoker index`` writes beside a tar it
+    did not write); the first problem a reader would refuse is a ``CorruptRecordError``
+    naming ``where`` (the tar's URL or path) and its byte offset."""
+    from stoker._core.errors import CorruptRecordError
+
+    def refuse(offset: int, reason: str) -> None:
+        raise CorruptRecordError(where, offset, reason)
+
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise CorruptRecordError(where, 0, "an empty file, not a tar")
+        with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
+            view = memoryview(mm)
+            try:
+                return build_index(view, size, refuse, Walk(where, size))
+            finally:
+                view.release()

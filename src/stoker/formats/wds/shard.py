@@ -22,7 +22,7 @@ from stoker._core.schema import Field, Schema
 from stoker.formats.base import ReadRecord, Shard
 from stoker.formats.manifest import manifest_schema
 from stoker.formats.sharded import SetPlan, ShardFiles
-from stoker.formats.wds.index import TarIndex, load_index
+from stoker.formats.wds.index import TarIndex, load_index, parse_cache
 from stoker.formats.wds.layout import (
     IMAGE_SUFFIXES,
     LABEL_SUFFIX,
@@ -144,7 +144,11 @@ class WdsShard(Shard):
         if manifest is not None:
             schema = manifest_schema(manifest, where) or Schema.classification()
         return SetPlan(
-            (cache, where), schema, keyed=False, label_kind=((), "int64"), roles=("data", "crc")
+            (cache, where),
+            schema,
+            keyed=False,
+            label_kind=((), "int64"),
+            roles=("data", "crc", "index"),
         )
 
     def __init__(self, files: ShardFiles, plan: SetPlan) -> None:
@@ -199,6 +203,8 @@ class WdsShard(Shard):
         return self._view
 
     def index(self) -> TarIndex:
+        if self._index is None and self.files.has("index"):
+            self._index = self._indexed()
         if self._index is None:
             index = None
             if self.files.identity is not None and self.tar_bytes is not None:
@@ -213,6 +219,19 @@ class WdsShard(Shard):
                 )
             self._index = index if index is not None else self._build_index()
         return self._index
+
+    def _indexed(self) -> TarIndex:
+        """The index ``stoker index`` wrote beside a tar it did not write (its side-car)."""
+        size = self.tar_bytes or 0
+        found = parse_cache(self.files.read("index", 2 * size + (1 << 16)), size)
+        if found is None:
+            raise CorruptRecordError(
+                str(self.files.location("index")),
+                None,
+                f"is not the member index of {self.path} ({size} bytes): the collection "
+                "changed since it was indexed; run `stoker index` again",
+            )
+        return found
 
     def _build_index(self) -> TarIndex:
         was_open = self._view is not None and self._pid == os.getpid()

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from stoker.formats import Reader
+from stoker.formats.registry import pattern_refusal
 from stoker.formats.remote import RemoteOptions, local_path, remote_url
 from stoker.loader.sources.arrays import ArraySource
 from stoker.loader.sources.folder import FolderSource
@@ -68,6 +69,8 @@ def as_source(source: Any, *, remote: RemoteOptions | None = None) -> tuple[Read
         return ArraySource(*source), True
     if isinstance(source, (str, os.PathLike)):
         path = local_path(os.fspath(source))
+        if not os.path.exists(path) and (why := pattern_refusal(path)) is not None:
+            raise ValueError(why)
         if remote_url(path) is not None:
             from stoker.formats import format_of
 
