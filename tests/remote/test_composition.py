@@ -1,6 +1,7 @@
 """Every format in every place in every order: the same images and labels written as RecordIO,
-TFRecord and WebDataset shards (each through its registry writer, same shard boundaries) and as
-an LMDB database, read from local disk, from ``s3://`` (moto's server on loopback) and from
+TFRecord and WebDataset shards (each through its registry writer, same shard boundaries), as
+tars written by ``webdataset.TarWriter`` and indexed by ``stoker index``, and as an LMDB
+database, read from local disk, from ``s3://`` (moto's server on loopback) and from
 ``http://`` (``python -m http.server``), with ``shuffle=False``, ``True`` and ``"shards"``, 0 and
 2 workers, 1 and 2 ranks (the loader's ``rank``/``world_size``, every rank of a run sharing one
 shard cache), give the batches of the local RecordIO set (images after seeded augmentation,
@@ -28,7 +29,7 @@ from stoker.storage.remote import Remote, close_filesystems
 from storage_doubles import StaticServer, upload_tree
 
 N, SHARD, CLASSES, BATCH, SEED = 30, 4, 4, 5, 7
-FORMATS = ("recordio", "tfrecord", "wds", "lmdb")
+FORMATS = ("recordio", "tfrecord", "wds", "indexed", "lmdb")
 PLACES = ("local", "s3", "http")
 ORDERS = (False, True, "shards")
 WORKERS = (0, 2)
@@ -84,7 +85,24 @@ def folder(tmp_path_factory) -> str:
             name, os.path.join(root, name, "set"), blobs, labels, shard=SHARD, classes=CLASSES
         )
     _write_lmdb(os.path.join(root, "lmdb"), blobs, labels)
+    _write_indexed(os.path.join(root, "indexed"), blobs, labels)
     return root
+
+
+def _write_indexed(folder: str, blobs: list[bytes], labels: list[int]) -> None:
+    """Tars of ``SHARD`` samples written by WebDataset's own writer, indexed in place."""
+    import webdataset
+
+    from stoker.pack.index import index_collection
+
+    os.makedirs(folder)
+    for j, start in enumerate(range(0, len(blobs), SHARD)):
+        with webdataset.TarWriter(os.path.join(folder, f"part-{j:03d}.tar")) as w:
+            for k in range(start, min(start + SHARD, len(blobs))):
+                w.write({"__key__": f"k{k:04d}", "jpg": blobs[k], "cls": labels[k]})
+    last = (len(blobs) - 1) // SHARD
+    pattern = os.path.join(folder, f"part-{{000..{last:03d}}}.tar")
+    index_collection(pattern, os.path.join(folder, "set.stoker.json"), progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +122,7 @@ def s3_sets(s3_server, folder, tmp_path_factory):
     bucket = "composition-sets"
     r = Remote(f"s3://{bucket}")
     r.fs().mkdir(bucket)
-    for name in ("recordio", "tfrecord", "wds"):
+    for name in ("recordio", "tfrecord", "wds", "indexed"):
         upload_tree(os.path.join(folder, name), f"s3://{bucket}/{name}")
     close_filesystems()
     yield f"s3://{bucket}"

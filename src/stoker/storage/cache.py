@@ -427,7 +427,7 @@ class ShardCache:
             None,
             f"downloaded twice into the shard cache {self.root} and neither copy passed the "
             f"check ({'; then '.join(problems)}); the stored object does not match the size "
-            "and checksum its manifest gives: re-upload it or rewrite the manifest",
+            "and checksum its manifest gives: re-upload it or rewrite the manifest (for a collection of tars: run `stoker index` again)",
         )
 
     def _write_marker(self, part: str, want: _Want) -> str:

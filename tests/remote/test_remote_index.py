@@ -1,0 +1,83 @@
+"""``stoker index`` over tars in a bucket (written by WebDataset's own ``TarWriter``, on the
+loopback S3 server): the index is written beside them from their brace pattern, the loader
+reads the collection in place exactly once over two ranks with the samples WebDataset reads,
+and a tar changed on the server since it was indexed is refused naming ``stoker index``. (Every
+order, place and rank count against the other formats: test_composition.py's ``indexed``.)"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import numpy as np
+import pytest
+import simplejpeg
+import webdataset
+
+import stoker
+from stoker.cli import main
+from stoker.formats import open_reader
+from stoker.storage.remote import Remote
+from storage_doubles import upload_tree
+
+pytestmark = pytest.mark.timeout(120)
+TARS, PER = 6, 4
+
+
+@pytest.fixture
+def bucket_collection(s3env, tmp_path, cache_dir):
+    """The tars in the bucket (their local copies' folder, the pattern) and the index made of
+    them by the command line, written beside them in the bucket."""
+    local = tmp_path / "tars"
+    local.mkdir()
+    rng = np.random.default_rng(2)
+    for t in range(TARS):
+        with webdataset.TarWriter(str(local / f"part-{t:03d}.tar")) as w:
+            for k in range(t * PER, (t + 1) * PER):
+                img = simplejpeg.encode_jpeg(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8))
+                w.write({"__key__": f"k{k:04d}", "jpg": img, "cls": k % 3})
+    upload_tree(str(local), f"s3://{s3env}/coll")
+    pattern = f"s3://{s3env}/coll/part-{{000..{TARS - 1:03d}}}.tar"
+    out = f"s3://{s3env}/coll/coll.stoker.json"
+    assert main(["index", pattern, out, "--quiet", "--cache-dir", cache_dir]) == 0
+    return str(local), out
+
+
+def _webdataset_samples(folder: str) -> Counter:
+    out: Counter = Counter()
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name), "rb") as f:
+            stream = webdataset.tariterators.tar_file_expander([{"url": name, "stream": f}])
+            for s in webdataset.tariterators.group_by_keys(stream):
+                out[(s["__key__"], s["jpg"], int(s["cls"]))] += 1
+    return out
+
+
+def test_an_indexed_bucket_reads_in_place_exactly_once(bucket_collection, cache_dir):
+    local, url = bucket_collection
+    with open_reader(url, cache_dir=cache_dir) as r:
+        f = r.reader()
+        ours = Counter((r.key_name(i), bytes(f(i)[0]), int(f(i)[1])) for i in range(len(r)))
+    assert ours == _webdataset_samples(local)
+    seen = []
+    for rank in range(2):
+        kw = dict(batch_size=4, shuffle=True, seed=1, workers=rank * 2, cache_dir=cache_dir)
+        with stoker.Loader(url, rank=rank, world_size=2, **kw) as ld:
+            seen += [int(i) for b in ld for i in b.indices]
+    assert sorted(seen) == list(range(TARS * PER))
+
+
+def test_a_tar_changed_in_the_bucket_is_refused(bucket_collection, tmp_path):
+    local, url = bucket_collection
+    victim = os.path.join(local, "part-002.tar")
+    with open(victim, "r+b") as f:  # one byte of a JPEG's data: the same size, other bytes
+        f.seek(512 + 100)
+        b = f.read(1)
+        f.seek(512 + 100)
+        f.write(bytes([b[0] ^ 0xFF]))
+    Remote(url).upload(victim, url.rsplit("/", 1)[0] + "/part-002.tar")
+    with pytest.raises(Exception, match=r"sha256.*run `stoker index` again") as e:
+        with stoker.Loader(url, batch_size=4, shuffle=False, cache_dir=str(tmp_path / "c")) as ld:
+            for _ in ld:
+                pass
+    assert "part-002.tar" in str(e.value), str(e.value)
