@@ -165,3 +165,14 @@ def test_a_stopped_index_resumes_with_the_tars_it_had_not_finished(
 def test_the_loader_given_a_pattern_says_to_index_it(collection):
     with pytest.raises(ValueError, match=r"pattern of tar shards.*stoker index"):
         stoker.Loader(_pattern(collection), batch_size=4)
+
+
+def test_verify_checks_each_tar_against_its_index(collection, tmp_path, capsys):
+    root = _copy(collection, tmp_path / "c")
+    out = os.path.join(root, "c.stoker.json")
+    index_collection(_pattern(root), out, progress=False)
+    assert main(["verify", out]) == 0
+    side = os.path.join(root, "shards-000004.stkwds")
+    os.replace(os.path.join(root, "shards-000005.stkwds"), side)  # another tar's index
+    assert main(["verify", out]) != 0
+    assert "shards-000004.stkwds" in capsys.readouterr().out

@@ -26,7 +26,7 @@ from stoker.formats.manifest import manifest_schema
 from stoker.formats.report import Problem, VerifyReport, decode_failure
 from stoker.formats.shards import ShardEntry
 from stoker.formats.verify_remote import RemoteOptions, verify_set
-from stoker.formats.wds.index import build_index
+from stoker.formats.wds.index import build_index, index_file
 from stoker.formats.wds.layout import IMAGE_SUFFIXES, RAW_FIELDS, field_suffixes, raw_schema
 from stoker.formats.wds.shard import CrcCheck, check_uncompressed, decode_field, read_crcs
 from stoker.formats.wds.tarfmt import Walk
@@ -153,6 +153,8 @@ def verify(
         if checksums and crc is None:
             unchecked.append(s)
         _verify_entry(report, local["data"], s, _fields(m, report.path), checksums, decode, crc)
+        if "index" in local:
+            _check_side_car(report, local["data"], local["index"])
 
     def bare(report: VerifyReport, p: str) -> None:
         _verify_tar(report, p, _raw_fields(), decode, None)
@@ -196,6 +198,24 @@ def _verify_entry(
         if file_sha256(tar) != s.checksums["data.sha256"]:
             report.add(Problem(tar, None, None, "sha256 differs from the manifest's"))
     _verify_tar(report, tar, fields, decode, s.records, crc)
+
+
+def _check_side_car(report: VerifyReport, tar: str, side: str) -> None:
+    """The index ``stoker index`` wrote beside ``tar`` is the tar's index as it is now (a tar
+    whose walk found problems is reported by the walk alone)."""
+    try:
+        built = b"".join(index_file(tar, tar).chunks())
+    except (CorruptRecordError, OSError):
+        return
+    try:
+        with open(side, "rb") as f:
+            same = f.read(len(built) + 1) == built
+    except OSError as e:
+        report.add(Problem(side, None, None, f"cannot read: {e.strerror or e}"))
+        return
+    if not same:
+        why = f"is not the member index of {tar} as it is now: run `stoker index` again"
+        report.add(Problem(side, None, None, why))
 
 
 _UNCHECKED = (
