@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -56,7 +56,6 @@ class SetPlan:
     label_kind: tuple[tuple[int, ...], str] | None = None
     roles: tuple[str, ...] = ("data",)
     keys_from: str = "stored keys"
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class ShardFiles:

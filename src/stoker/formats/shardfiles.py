@@ -52,7 +52,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_OPEN_REMOTE_SHARDS",
-    "HeldShard",
     "ReadsRemoteShards",
     "RemoteShards",
     "Reopens",
@@ -343,20 +342,6 @@ class ShardsAhead:
         that needs that shard downloads it itself and raises what it meets)."""
         with contextlib.suppress(Exception):
             self._fetcher.close()
-
-
-class HeldShard:
-    """What a format's shard reads of a remote set: its files' local paths, pinned cached
-    copies held while the reader maps them (``local()``), let go with ``let_go()``."""
-
-    shards: RemoteShards
-    j: int
-
-    def local(self) -> str:
-        return self.shards.hold(self.j)[0]
-
-    def let_go(self) -> None:
-        self.shards.release(self.j)
 
 
 class Reopens:

@@ -26,7 +26,6 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from stoker._core.atomic import atomic_write
@@ -233,7 +232,7 @@ class _Journal:
         os.makedirs(folder, exist_ok=True)
         self.path = os.path.join(folder, key + ".jsonl")
         self._done: dict[str, dict] = {}
-        self._size: Callable[[str], int] = _sizer(options)
+        self._options = options
         if os.path.exists(self.path):
             with open(self.path, encoding="utf-8") as f:
                 for line in f:
@@ -247,7 +246,7 @@ class _Journal:
         entry = self._done.get(tar)
         if entry is not None and "checked" not in entry:
             try:
-                same = self._size(tar) == entry["bytes"]
+                same = _size(tar, self._options) == entry["bytes"]
             except OSError:
                 same = False
             if not same:
@@ -264,12 +263,9 @@ class _Journal:
         os.unlink(self.path)
 
 
-def _sizer(options: RemoteOptions) -> Callable[[str], int]:
-    def size(tar: str) -> int:
-        if remote_url(tar) is None:
-            return os.path.getsize(tar)
-        from stoker.storage.remote import Remote
+def _size(tar: str, options: RemoteOptions) -> int:
+    if remote_url(tar) is None:
+        return os.path.getsize(tar)
+    from stoker.storage.remote import Remote
 
-        return Remote(tar, options.storage_options).size(tar)
-
-    return size
+    return Remote(tar, options.storage_options).size(tar)
