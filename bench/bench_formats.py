@@ -18,9 +18,12 @@ format and round, each divided by RecordIO's of the same round:
 The tables give the median ratio with its spread (min..max over the rounds), and the median
 CPU time of the process tree per image (microseconds) for each.
 
-Convert: ``stoker convert`` of the RecordIO set into each format, against ``cp`` of the
-source's files (the ``.rec``, ``.idx`` and ``.crc32c``), alternated the same way: median
-seconds, MB/s of the source and the ratio to ``cp``.
+``indexed`` is the same samples as tars of 1,000 written by ``webdataset.TarWriter`` (as a
+published collection is) and indexed in place by ``stoker index``.
+
+Convert: ``stoker convert`` of the RecordIO set into each format, and ``stoker index`` of the
+tars, against ``cp`` of the source's files (the ``.rec``, ``.idx`` and ``.crc32c``),
+alternated the same way: median seconds, MB/s of the source and the ratio to ``cp``.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ import time
 
 from _common import command_line, cpu_between, cpu_count, make_images, tree_cpu, warm_page_cache
 
-FORMATS = ("recordio", "tfrecord", "wds", "lmdb")
+FORMATS = ("recordio", "tfrecord", "wds", "indexed", "lmdb")
+PER_TAR = 1000
 _MAIN = {"recordio": ".rec", "tfrecord": ".tfrecord", "wds": ".tar"}
 
 
@@ -98,7 +102,43 @@ def run_loader(path: str, args: argparse.Namespace) -> dict[str, float]:
 
 
 def _warm(path: str) -> None:
+    if path.endswith(".stoker.json") and os.path.isdir(os.path.dirname(path) + "/tars"):
+        for name in os.listdir(os.path.dirname(path) + "/tars"):
+            warm_page_cache(os.path.join(os.path.dirname(path), "tars", name))
+        return
     warm_page_cache(path if os.path.isfile(path) else os.path.join(path, "data.mdb"))
+
+
+def write_tars(rec_manifest: str, folder: str) -> str:
+    """The RecordIO set's image bytes and labels as tars of ``PER_TAR`` samples written by
+    ``webdataset.TarWriter``; returns their brace pattern."""
+    import webdataset
+
+    import stoker.formats as formats
+
+    os.makedirs(folder, exist_ok=True)
+    with formats.open(rec_manifest) as r:
+        f = r.reader()
+        last = (len(r) - 1) // PER_TAR
+        for t in range(last + 1):
+            with webdataset.TarWriter(os.path.join(folder, f"part-{t:05d}.tar")) as w:
+                for i in range(t * PER_TAR, min((t + 1) * PER_TAR, len(r))):
+                    img, label, key, _ = f(i)
+                    w.write({"__key__": f"{key:010d}", "jpg": bytes(img), "cls": int(label)})
+    return os.path.join(folder, f"part-{{00000..{last:05d}}}.tar")
+
+
+def index_tars(pattern: str, workers: int) -> str:
+    """``stoker index`` of the tars ``pattern`` names, from scratch; the manifest's path."""
+    from stoker.pack.index import index_collection
+
+    folder = os.path.dirname(pattern)
+    for name in os.listdir(folder):
+        if not name.endswith(".tar"):
+            os.unlink(os.path.join(folder, name))
+    out = os.path.join(folder, "set.stoker.json")
+    index_collection(pattern, out, workers=workers, progress=False)
+    return out
 
 
 def _spread(values: list[float]) -> str:
@@ -130,6 +170,7 @@ def time_converts(
     from stoker.pack import convert
 
     conv: dict[str, list[float]] = {k: [] for k in ("cp", "tfrecord", "wds", "recordio")}
+    conv["index"] = []
     for r in range(rounds):
         order = list(conv) if r % 2 == 0 else list(conv)[::-1]
         for what in order:
@@ -139,6 +180,8 @@ def time_converts(
             if what == "cp":
                 os.makedirs(out, exist_ok=True)
                 subprocess.run(["cp", *src_files, out], check=True)
+            elif what == "index":
+                index_tars(args.pattern, args.workers)
             else:
                 convert(
                     rec_manifest,
@@ -180,7 +223,9 @@ def print_convert_table(conv: dict, nbytes: int, rounds: int) -> None:
     print(f"{'method':<22} {'seconds':>8} {'MB/s':>8} {'/ cp':>7}")
     cp_s = statistics.median(conv["cp"])
     for what, times in conv.items():
-        name = "cp .rec .idx .crc32c" if what == "cp" else f"convert -> {what}"
+        name = {"cp": "cp .rec .idx .crc32c", "index": "index the tars"}.get(
+            what, f"convert -> {what}"
+        )
         dt = statistics.median(times)
         print(f"{name:<22} {dt:>8.3f} {nbytes / 1e6 / dt:>8.1f} {dt / cp_s:>7.1f}")
     print("(/ cp: the method's time divided by cp's; 1.0 = as fast as copying the bytes)")
@@ -208,6 +253,8 @@ def prepare(work: str, n_images: int, args: argparse.Namespace) -> tuple[dict, s
             overwrite=True,
             progress=False,
         )
+    args.pattern = write_tars(rec_manifest, os.path.join(work, "tars"))
+    sets["indexed"] = index_tars(args.pattern, args.workers)
     sets["lmdb"] = os.path.join(work, "set_lmdb")
     write_lmdb(rec_manifest, sets["lmdb"])
     paths = {f: (p + _MAIN[f] if f in _MAIN else p) for f, p in sets.items()}
