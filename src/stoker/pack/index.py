@@ -26,7 +26,8 @@ import json
 import os
 import re
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from stoker._core.atomic import atomic_write
 from stoker._core.checksum import file_sha256
@@ -125,15 +126,20 @@ def index_collection(
     out: str,
     *,
     workers: int = 4,
+    engine: str = "local",
     remote: RemoteOptions | None = None,
     progress: bool | None = None,
 ) -> dict:
     """Index the tars ``source`` names (:func:`expand`) into the manifest ``out`` (a path or
-    URL ending in ``.stoker.json``); see the module docstring. Returns the manifest."""
+    URL ending in ``.stoker.json``); see the module docstring. ``engine``: ``"local"``
+    (``workers`` threads here) or ``"ray"`` (a Ray task per tar, on the cluster
+    ``RAY_ADDRESS`` names or one started here). Returns the manifest."""
     if not out.endswith(MANIFEST_SUFFIX):
         raise ValueError(f"{out}: the index is a manifest, NAME{MANIFEST_SUFFIX}")
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
+    if engine not in ("local", "ray"):
+        raise ValueError(f"engine is 'local' or 'ray', got {engine!r}")
     tars = expand(source)
     if not tars:
         raise ValueError(f"{redact(source)} names no tar")
@@ -146,8 +152,8 @@ def index_collection(
     bar.update(len(tars) - len(todo))
     with tempfile.TemporaryDirectory(dir=_staging(out, options)) as stage:
 
-        def run(tar: str) -> None:
-            entry, index = _one(tar, options)
+        def store(tar: str, got: tuple[dict, bytes]) -> None:
+            entry, index = got
             side = os.path.join(stage, hashlib.sha256(tar.encode()).hexdigest()[:16])
             with atomic_write(side) as f:
                 f.write(index)
@@ -156,12 +162,40 @@ def index_collection(
             bar.update(1)
 
         try:
-            with ThreadPoolExecutor(workers) as pool:
-                for got in [pool.submit(run, t) for t in todo]:
-                    got.result()
+            (_on_ray if engine == "ray" else _on_threads)(todo, options, workers, store)
         finally:
             bar.close()
         return _commit(out, tars, names, journal, stage, options)
+
+
+Store = Callable[[str, tuple[dict, bytes]], None]
+
+
+def _on_threads(todo: list[str], options: RemoteOptions, workers: int, store: Store) -> None:
+    """Each tar indexed by one of ``workers`` threads, stored here as it finishes."""
+    with ThreadPoolExecutor(workers) as pool:
+        running = {pool.submit(_one, t, options): t for t in todo}
+        for got in as_completed(running):
+            store(running[got], got.result())
+
+
+def _on_ray(todo: list[str], options: RemoteOptions, workers: int, store: Store) -> None:
+    """Each tar indexed by a Ray task (run again if its worker dies), stored here."""
+    from stoker.pack.engines.ray_engine import MAX_RETRIES, import_ray
+
+    ray = import_ray()
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    try:
+        task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(_one)
+        running = {task.remote(t, options): t for t in todo}
+        while running:
+            (done,), _ = ray.wait(list(running), num_returns=1)
+            store(running.pop(done), ray.get(done))
+    finally:
+        if started:
+            ray.shutdown()
 
 
 def _side_name(name: str) -> str:
