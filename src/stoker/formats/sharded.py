@@ -13,7 +13,8 @@ What the set does, once for every format:
   (mapped) at once, the least recently used closed first;
 - positions, keys and labels concatenated over the shards, the schema (declared, or every
   shard's, which must agree), ``locate``, ``describe``, ``files``, ``shard_sizes``,
-  ``fingerprint``, and the remote hooks (:class:`~stoker.formats.shardfiles.ReadsRemoteShards`).
+  ``block_sizes`` (each shard's ``blocks``), ``fingerprint``, and the remote hooks
+  (:class:`~stoker.formats.shardfiles.ReadsRemoteShards`).
 
 A format says what it knows before any shard is open in a :class:`SetPlan` (its shard class's
 ``plan(manifest, where, **options)``): what every shard reads with, a declared schema, whether
@@ -122,7 +123,7 @@ class ShardedReader(ReadsRemoteShards, Reader):
         **options: Any,
     ) -> None:
         fmt = FORMATS[format]  # the shard class by name: a worker imports its module first
-        config = {"path": os.fspath(path), "format": format, "remote": remote}
+        config: dict[str, Any] = {"path": os.fspath(path), "format": format, "remote": remote}
         config.update(shard=fmt.open_shard, roles=tuple(fmt.roles))
         self._reopen({**config, "sibling": sibling, "options": options}, None)
         self._ensure()
@@ -313,6 +314,14 @@ class ShardedReader(ReadsRemoteShards, Reader):
 
     def shard_sizes(self) -> np.ndarray:
         return self._shard_set().shard_sizes()
+
+    def block_sizes(self) -> np.ndarray | None:
+        """Records per block where some shard declares blocks (one without is one block)."""
+        firsts = [(s, sh.blocks) for s, sh in zip(self._set.starts, self._all()) if len(sh)]
+        if all(b is None for _, b in firsts):
+            return None
+        cuts = [s + np.asarray([0] if b is None else b, np.int64) for s, b in firsts]
+        return np.diff(np.unique(np.concatenate([*cuts, [len(self)]])))
 
     def where(self, i: int) -> tuple[int, int]:
         """``(shard, record inside it)`` of position ``i``."""
