@@ -2,7 +2,9 @@
 of whatever format ``path`` is, and pack and convert find a format's writer here.
 
 A format is one folder under ``stoker/formats`` that exports one :class:`~stoker.formats.spec.
-Format` (``FORMAT``), plus one line below that registers it. Every callable of a format is named
+Format` (``FORMAT``), plus one line below that registers it; a format of another package
+registers itself when its module is imported, and ``STOKER_FORMATS=module,...`` imports it in
+every process (``docs/contracts.md``). Every callable of a format is named
 as ``"module:attribute"`` and imported on first use, so a format's own dependencies (``lmdb``)
 load only when used. Nothing outside a format's folder and this module names a format: it asks
 for ``names()``, ``writable()``, ``DEFAULT`` or ``get(name)``.
@@ -66,6 +68,10 @@ register(importlib.import_module("stoker.formats.recordio").FORMAT)
 register(importlib.import_module("stoker.formats.tfrecord").FORMAT)
 register(importlib.import_module("stoker.formats.wds").FORMAT)
 register(importlib.import_module("stoker.formats.lmdb").FORMAT)
+# Formats of other packages: STOKER_FORMATS names modules (comma-separated) whose import
+# registers their FORMAT, in every process that reads (the CLI, check-resume's children).
+for _module in filter(None, os.environ.get("STOKER_FORMATS", "").replace(" ", "").split(",")):
+    importlib.import_module(_module)
 
 #: What pack and convert write when no format is named.
 DEFAULT = "recordio"
