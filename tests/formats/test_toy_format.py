@@ -144,6 +144,16 @@ def test_shard_order_reads_few_blocks_at_a_time(folder):
         assert max(len({k for k in block[: i + 1] if last[k] >= i}) for i in range(N)) <= 4
 
 
+def test_a_format_without_blocks_opens_no_shard_for_them(tmp_path):
+    """WebDataset's plan declares no blocks: its shards stay unopened (a remote set's
+    undownloaded) and shard order windows whole shards."""
+    blobs, labels = jpegs(12, seed=3, classes=2, h0=32, w0=32, hmod=2)
+    source = write_set("wds", str(tmp_path / "set"), blobs, labels, shard=4, classes=2)
+    with stoker.formats.open(source) as r:
+        assert r.block_sizes() is None
+        assert r._shards == [None, None, None]
+
+
 def _cli(*args: str, formats: bool = True) -> subprocess.CompletedProcess:
     """``python -m stoker.cli ARGS``; ``STOKER_FORMATS=toyfmt`` (importable from here) when
     ``formats``."""

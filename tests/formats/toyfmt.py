@@ -52,7 +52,7 @@ class ToyShard(Shard):
 
     @classmethod
     def plan(cls, manifest: dict | None, where: str, **options: Any) -> SetPlan:
-        return SetPlan(schema=cls.schema, label_kind=((), "int64"))
+        return SetPlan(schema=cls.schema, label_kind=((), "int64"), blocks=True)
 
     def __init__(self, files: ShardFiles, plan: SetPlan) -> None:
         self.files, self.path = files, files.where

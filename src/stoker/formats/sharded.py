@@ -49,7 +49,8 @@ class SetPlan:
     with: the format's own), ``schema`` (declared; ``None``: the shards'), ``keyed``
     (``False``: the positions are the keys, no shard is opened for them), ``label_kind``
     (one label's ``(shape, dtype)`` where known without a shard), ``roles`` (the files of an
-    entry checked and read) and ``keys_from`` (where stored keys come from, for messages)."""
+    entry checked and read), ``keys_from`` (where stored keys come from, for messages) and
+    ``blocks`` (whether shards may declare blocks: only then are they opened for them)."""
 
     read: Any = None
     schema: Schema | None = None
@@ -57,6 +58,7 @@ class SetPlan:
     label_kind: tuple[tuple[int, ...], str] | None = None
     roles: tuple[str, ...] = ("data",)
     keys_from: str = "stored keys"
+    blocks: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -317,6 +319,9 @@ class ShardedReader(ReadsRemoteShards, Reader):
 
     def block_sizes(self) -> np.ndarray | None:
         """Records per block where some shard declares blocks (one without is one block)."""
+        self._ensure()
+        if not self.plan.blocks:  # no shard is opened for blocks it cannot have
+            return None
         firsts = [(s, sh.blocks) for s, sh in zip(self._set.starts, self._all()) if len(sh)]
         if all(b is None for _, b in firsts):
             return None
