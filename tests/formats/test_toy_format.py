@@ -154,21 +154,21 @@ def test_a_format_without_blocks_opens_no_shard_for_them(tmp_path):
         assert r._shards == [None, None, None]
 
 
-def _cli(*args: str, formats: bool = True) -> subprocess.CompletedProcess:
-    """``python -m stoker.cli ARGS``; ``STOKER_FORMATS=toyfmt`` (importable from here) when
-    ``formats``."""
+def _cli(*args: str, formats: str = "toyfmt") -> subprocess.CompletedProcess:
+    """``python -m stoker.cli ARGS`` with ``STOKER_FORMATS=formats`` (``toyfmt`` is importable
+    from here)."""
     path = [os.path.dirname(__file__), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
-    env.pop("STOKER_FORMATS", None)
-    env.update({"STOKER_FORMATS": "toyfmt"} if formats else {})
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), STOKER_FORMATS=formats)
     cmd = [sys.executable, "-m", "stoker.cli", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
 
 
 def test_stoker_verify_walks_it_and_names_a_broken_block(folder, tmp_path):
     source = os.path.join(folder, "toy", "set.stoker.json")
-    out = _cli("verify", source, "--json", formats=False)
+    out = _cli("verify", source, "--json", formats="")
     assert out.returncode != 0 and "kind 'toy' is not a format stoker reads" in out.stderr
+    out = _cli("verify", source, "--json", formats="toyfmt, no_such_format_module")
+    assert out.returncode != 0 and "STOKER_FORMATS names 'no_such_format_module'" in out.stderr
     out = _cli("verify", source, "--json")
     report = json.loads(out.stdout)
     assert out.returncode == 0 and report["ok"] and report["format"] == "toy"

@@ -71,7 +71,10 @@ register(importlib.import_module("stoker.formats.lmdb").FORMAT)
 # Formats of other packages: STOKER_FORMATS names modules (comma-separated) whose import
 # registers their FORMAT, in every process that reads (the CLI, check-resume's children).
 for _module in filter(None, os.environ.get("STOKER_FORMATS", "").replace(" ", "").split(",")):
-    importlib.import_module(_module)
+    try:
+        importlib.import_module(_module)
+    except ImportError as e:
+        raise ImportError(f"STOKER_FORMATS names {_module!r}, which does not import: {e}") from e
 
 #: What pack and convert write when no format is named.
 DEFAULT = "recordio"
