@@ -196,3 +196,48 @@ def test_stoker_check_resume_resumes_it_exactly_on_two_ranks(folder):
     report = json.loads(out.stdout or "{}")
     assert out.returncode == 0 and report["passed"] is True, out.stderr[-2000:]
     assert len(report["kills"]) == 1
+
+
+RANK = """
+import json, sys
+import torch.distributed as dist
+import stoker
+rank, init, source, out = int(sys.argv[1]), *sys.argv[2:]
+dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=2)
+try:
+    kw = dict(batch_size=5, transforms=stoker.transforms.RandomCrop(32), seed=7, workers=2)
+    with stoker.Loader(source, shuffle="shards", **kw) as ld:  # rank, world size: from gloo
+        with open(out, "w") as f:
+            json.dump([b.indices.tolist() for b in ld], f)
+finally:
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_two_gloo_ranks_read_it_in_shard_order(folder, tmp_path):
+    """Two real torch.distributed (gloo) processes, each a loader with 2 workers that import
+    the format themselves: each rank's order is the one ``rank=``/``world_size=`` give."""
+    pytest.importorskip("torch")
+    source = os.path.join(folder, "toy", "set.stoker.json")
+    path = [os.path.dirname(__file__), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), STOKER_FORMATS="toyfmt")
+    args = [str(tmp_path / "init"), source]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", RANK, str(r), *args, str(tmp_path / f"{r}.json")],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for r in range(2)
+    ]  # fmt: skip
+    try:
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for r, p in enumerate(procs):
+        assert p.returncode == 0, f"rank {r}:\n{outputs[r]}"
+        got = json.loads((tmp_path / f"{r}.json").read_text())
+        want = _batches(source, 0, shuffle="shards", rank=r, world_size=2)
+        assert got == [w[3].tolist() for w in want]
