@@ -195,3 +195,61 @@ def test_iterates_like_a_torch_sampler():
     s = ShardOrder([3, 4], seed=2)
     s.set_epoch(1)
     assert list(s) == s.indices(1).tolist()
+
+
+def most_open(seq: np.ndarray) -> int:
+    """The most units (shards, blocks) of ``seq`` begun and not finished at any point."""
+    last = {j: i for i, j in enumerate(seq.tolist())}
+    open_now: set[int] = set()
+    most = 0
+    for i, j in enumerate(seq.tolist()):
+        open_now.add(j)
+        most = max(most, len(open_now))
+        if last[j] == i:
+            open_now.discard(j)
+    return most
+
+
+@SETTINGS
+@given(
+    shards=st.lists(st.lists(st.integers(1, 6), min_size=0, max_size=5), min_size=1, max_size=12),
+    world=st.integers(1, 3),
+    window=st.integers(1, 4),
+    drop_last=st.booleans(),
+    seed=st.integers(0, 2**32),
+)
+def test_blocks_window_by_block_inside_the_same_split(shards, world, window, drop_last, seed):
+    """Shards read in blocks: a rank reads the shards the plain order deals it, every
+    promise of an epoch kept, and at any point at most ``window`` blocks (so at most
+    ``window`` shards) are begun and not finished."""
+    sizes = [sum(b) for b in shards]
+    if np.count_nonzero(sizes) < world:
+        return
+    blocks = [n for b in shards for n in b]
+    block_of = np.repeat(np.arange(len(blocks)), blocks)
+    kw = {"window": window, "seed": seed, "drop_last": drop_last}
+    samplers = ranks(sizes, world, blocks=blocks, **kw)
+    for epoch in range(2):
+        check_epoch(samplers, sizes, epoch)
+        for s, plain in zip(samplers, ranks(sizes, world, **kw), strict=True):
+            assert np.array_equal(s.rank_shards(epoch), plain.rank_shards(epoch))
+            mine = own_prefix(s.indices(epoch))
+            assert most_open(block_of[mine]) <= window
+            assert most_open(shard_of(sizes)[mine]) <= window
+
+
+def test_blocks_keep_a_window_inside_few_blocks():
+    """Four shards of two blocks of 4 and a window of 2: every 8 positions of the order read
+    2 blocks (windows of whole shards would mix 4 blocks)."""
+    s = ShardOrder([8, 8, 8, 8], blocks=[4] * 8, window=2, seed=5)
+    for epoch in range(3):
+        order = s.indices(epoch)
+        assert sorted(order.tolist()) == list(range(32))
+        for w in range(0, 32, 8):
+            assert len(set((order[w : w + 8] // 4).tolist())) == 2
+    assert ShardOrder([8, 8, 8, 8], window=2, seed=5).fingerprint() != s.fingerprint()
+
+
+def test_blocks_that_cross_a_shard_are_refused():
+    with pytest.raises(ValueError, match="whole blocks"):
+        ShardOrder([6, 6], blocks=[4, 4, 4])

@@ -62,3 +62,26 @@ def test_orders_that_draw_from_the_whole_set_have_no_span():
     # a run inside one window's records touches at most two windows
     assert ShardOrder([50] * 20, window=4).shard_span(10, np.array([50] * 20)) == 8
     assert EpochOrder(1000).shard_span(10, np.array([50] * 20)) == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shards=st.lists(st.lists(st.integers(1, 5), min_size=0, max_size=4), min_size=1, max_size=10),
+    window=st.integers(1, 4),
+    world=st.integers(1, 3),
+    drop_last=st.booleans(),
+    run=st.integers(1, 30),
+)
+def test_shard_order_span_with_blocks_is_never_exceeded(shards, window, world, drop_last, run):
+    """Windows of blocks: the span still counts the shards a run touches (what a cache holds)."""
+    sizes = np.array([sum(b) for b in shards], dtype=np.int64)
+    if np.count_nonzero(sizes) < world:
+        return
+    blocks = [n for b in shards for n in b]
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    for rank in range(world):
+        s = ShardOrder(sizes, window=window, world_size=world, rank=rank, drop_last=drop_last,
+                       blocks=blocks)  # fmt: skip
+        bound = s.shard_span(run, sizes)
+        for epoch in range(2):
+            assert _most_touched(s.indices(epoch), starts, run) <= bound

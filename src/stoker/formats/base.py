@@ -45,7 +45,8 @@ What has a default (override where the reader knows better):
   shows (JSON-safe: shards, bytes per record, a layout);
 - ``r.shard_sizes()``: int64 records per shard in position order (positions run through the
   shards in order), or ``None`` for a set that is not made of shards; what shard-aware order
-  (``shuffle="shards"``) deals to the ranks;
+  (``shuffle="shards"``) deals to the ranks; ``r.block_sizes()``: records per block where
+  shards read in blocks (``Shard.blocks``), what that order windows; ``None`` by default;
 - ``r.share()``: called by the loader before it starts workers (arrays and a folder's listing
   move into shared memory here; nothing for a reader that pickles as its configuration);
 - ``r.read_ahead(order, start)``: downloads ahead of the reading order for a set in object
@@ -314,6 +315,12 @@ class Reader(_Closing, abc.ABC):
     def shard_sizes(self) -> np.ndarray | None:
         """int64 records per shard in position order, or ``None`` when the set has no
         shards (the default)."""
+        return None
+
+    def block_sizes(self) -> np.ndarray | None:
+        """int64 records per block in position order where the set's shards read in blocks
+        (each shard cut into whole blocks), else ``None`` (the default): what shard-aware order
+        windows."""
         return None
 
     def share(self) -> None:  # noqa: B027 - optional hook

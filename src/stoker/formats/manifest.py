@@ -64,7 +64,7 @@ from stoker.formats.manifest_json import MANIFEST_SUFFIX as MANIFEST_SUFFIX  # n
 from stoker.formats.manifest_json import class_names as class_names  # named by __all__
 from stoker.formats.manifest_v1 import upgrade, upgrade_entry
 from stoker.formats.shards import ShardEntry
-from stoker.formats.spec import FORMATS, Format  # FORMATS: filled by the registry
+from stoker.formats.spec import FORMATS, Format, lookup  # FORMATS: filled by the registry
 
 __all__ = [
     "entry_json",
@@ -98,7 +98,7 @@ def kind_of(m: Any, path: str = "<manifest>") -> str:
     name = m.get("format")
     if name == MANIFEST_FORMAT:
         kind = m.get("kind")
-        fmt = FORMATS.get(kind) if isinstance(kind, str) else None
+        fmt = lookup(kind)
         if fmt is None or fmt.manifest is None:
             raise fail(path, f"kind {kind!r} is not a format stoker reads (it reads {_known()})")
         return fmt.name

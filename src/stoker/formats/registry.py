@@ -2,7 +2,9 @@
 of whatever format ``path`` is, and pack and convert find a format's writer here.
 
 A format is one folder under ``stoker/formats`` that exports one :class:`~stoker.formats.spec.
-Format` (``FORMAT``), plus one line below that registers it. Every callable of a format is named
+Format` (``FORMAT``), plus one line below that registers it; a format of another package
+registers itself when its module is imported, which a ``stoker.formats`` entry point names
+(imported when a name is not known: ``docs/contracts.md``). Every callable of a format is named
 as ``"module:attribute"`` and imported on first use, so a format's own dependencies (``lmdb``)
 load only when used. Nothing outside a format's folder and this module names a format: it asks
 for ``names()``, ``writable()``, ``DEFAULT`` or ``get(name)``.
@@ -43,7 +45,7 @@ from stoker.formats.remote import (
     local_path,
     remote_url,
 )
-from stoker.formats.spec import FORMATS, Format
+from stoker.formats.spec import FORMATS, Format, lookup
 
 __all__ = [
     "BRACE",
@@ -88,7 +90,6 @@ register(importlib.import_module("stoker.formats.recordio").FORMAT)
 register(importlib.import_module("stoker.formats.tfrecord").FORMAT)
 register(importlib.import_module("stoker.formats.wds").FORMAT)
 register(importlib.import_module("stoker.formats.lmdb").FORMAT)
-
 #: What pack and convert write when no format is named.
 DEFAULT = "recordio"
 
@@ -104,7 +105,7 @@ def writable() -> list[str]:
 
 
 def get(name: str) -> Format:
-    fmt = FORMATS.get(name)
+    fmt = lookup(name)
     if fmt is None:
         raise ValueError(f"unknown format {name!r}; stoker knows {sorted(FORMATS)}")
     return fmt

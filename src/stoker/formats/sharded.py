@@ -13,7 +13,8 @@ What the set does, once for every format:
   (mapped) at once, the least recently used closed first;
 - positions, keys and labels concatenated over the shards, the schema (declared, or every
   shard's, which must agree), ``locate``, ``describe``, ``files``, ``shard_sizes``,
-  ``fingerprint``, and the remote hooks (:class:`~stoker.formats.shardfiles.ReadsRemoteShards`).
+  ``block_sizes`` (each shard's ``blocks``), ``fingerprint``, and the remote hooks
+  (:class:`~stoker.formats.shardfiles.ReadsRemoteShards`).
 
 A format says what it knows before any shard is open in a :class:`SetPlan` (its shard class's
 ``plan(manifest, where, **options)``): what every shard reads with, a declared schema, whether
@@ -48,7 +49,8 @@ class SetPlan:
     with: the format's own), ``schema`` (declared; ``None``: the shards'), ``keyed``
     (``False``: the positions are the keys, no shard is opened for them), ``label_kind``
     (one label's ``(shape, dtype)`` where known without a shard), ``roles`` (the files of an
-    entry checked and read) and ``keys_from`` (where stored keys come from, for messages)."""
+    entry checked and read), ``keys_from`` (where stored keys come from, for messages) and
+    ``blocks`` (whether shards may declare blocks: only then are they opened for them)."""
 
     read: Any = None
     schema: Schema | None = None
@@ -56,6 +58,7 @@ class SetPlan:
     label_kind: tuple[tuple[int, ...], str] | None = None
     roles: tuple[str, ...] = ("data",)
     keys_from: str = "stored keys"
+    blocks: bool = False
 
 
 class ShardFiles:
@@ -323,6 +326,17 @@ class ShardedReader(ReadsRemoteShards, Reader):
 
     def shard_sizes(self) -> np.ndarray:
         return self._shard_set().shard_sizes()
+
+    def block_sizes(self) -> np.ndarray | None:
+        """Records per block where some shard declares blocks (one without is one block)."""
+        self._ensure()
+        if not self.plan.blocks:  # no shard is opened for blocks it cannot have
+            return None
+        firsts = [(s, sh.blocks) for s, sh in zip(self._set.starts, self._all()) if len(sh)]
+        if all(b is None for _, b in firsts):
+            return None
+        cuts = [s + np.asarray([0] if b is None else b, np.int64) for s, b in firsts]
+        return np.diff(np.unique(np.concatenate([*cuts, [len(self)]])))
 
     def where(self, i: int) -> tuple[int, int]:
         """``(shard, record inside it)`` of position ``i``."""

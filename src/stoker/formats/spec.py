@@ -25,12 +25,13 @@ it, so that no other room spells a format's name or its files:
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FORMATS", "Dialect", "Format"]
+__all__ = ["FORMATS", "Dialect", "Format", "lookup"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +84,28 @@ class Format:
 #: format) when the ``stoker.formats`` package is imported; read where a format is looked up
 #: by name below the registry (a manifest's ``kind``).
 FORMATS: dict[str, Format] = {}
+
+
+def lookup(name: object) -> Format | None:
+    """The format registered as ``name``; on a miss, the ``stoker.formats`` entry points of
+    installed packages are imported once (each a module whose import registers its FORMAT)
+    and the name is looked up again. ``None`` when no format has it."""
+    fmt = FORMATS.get(name) if isinstance(name, str) else None
+    if fmt is None and isinstance(name, str):
+        _plugins()
+        fmt = FORMATS.get(name)
+    return fmt
+
+
+@functools.cache
+def _plugins() -> None:
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="stoker.formats"):
+        try:
+            ep.load()
+        except ImportError as e:
+            raise ImportError(
+                f"the stoker.formats entry point {ep.name!r} names {ep.value!r}, which does "
+                f"not import: {e}"
+            ) from e

@@ -5,7 +5,8 @@
 - ``shuffle="shards"``: shard-aware order (:class:`~stoker.sampling.ShardOrder` with its
   default window): each rank reads whole shards of its own, a few at a time, which is what a
   set read from object storage through a bounded cache needs. The source must be made of
-  shards (``source.shard_sizes()``); for another window pass
+  shards (``source.shard_sizes()``), windowed by blocks where its shards read in blocks
+  (``source.block_sizes()``); for another window pass
   ``sampler=stoker.sampling.ShardOrder(source.shard_sizes(), window=k, ...)``.
 """
 
@@ -99,7 +100,10 @@ def default_sampler(
         raise ValueError(
             f"{_describe(src)}: its shards hold {int(sizes.sum())} samples, the source {len(src)}"
         )
-    return ShardOrder(sizes, seed=seed, rank=rank, world_size=world_size, drop_last=drop_last)
+    blocks = src.block_sizes()
+    return ShardOrder(
+        sizes, seed=seed, rank=rank, world_size=world_size, drop_last=drop_last, blocks=blocks
+    )
 
 
 def read_plan(

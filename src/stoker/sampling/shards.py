@@ -11,6 +11,9 @@ from ``(seed, epoch)``:
    shards once per epoch and no other rank reads them;
 3. a rank reads its shards in permuted order, ``window`` consecutive shards at a time, the
    samples of one window shuffled together (from ``(seed, epoch, rank, window number)``).
+   A set whose shards read in blocks (``blocks``: a Parquet row group, a compressed chunk)
+   is windowed by blocks instead: the rank's shards in the same order, each cut into its
+   blocks, ``window`` consecutive blocks at a time, so a window decodes few blocks.
 
 Equal steps: every rank yields the same number of samples (unequal step counts deadlock DDP),
 and that number is the same every epoch. Dealing largest first makes the slots' sample counts
@@ -40,7 +43,7 @@ from stoker.sampling._checks import (
     check_seed,
 )
 from stoker.sampling.base import Sampler
-from stoker.sampling.order import runs_touched
+from stoker.sampling.order import runs_touched, span_of_run
 
 __all__ = ["DEFAULT_WINDOW", "ShardOrder", "slot_loads"]
 
@@ -87,7 +90,8 @@ class ShardOrder(Sampler):
 
     ``shard_sizes``: records per shard, global positions running through the shards in order
     (what ``source.shard_sizes()`` gives). ``window`` (default :data:`DEFAULT_WINDOW`, 4):
-    shards whose samples are shuffled together. At any point of a rank's order at most
+    shards whose samples are shuffled together (``blocks``, records per block in position
+    order, each shard cut into whole blocks: blocks). At any point of a rank's order at most
     ``window`` of its shards are begun and not finished, so a cache that holds ``window``
     shards per rank (plus those fetched ahead) never fetches one twice in an epoch; a larger
     window mixes more, a smaller one needs less cache.
@@ -115,10 +119,17 @@ class ShardOrder(Sampler):
         world_size: int = 1,
         drop_last: bool = False,
         window: int = DEFAULT_WINDOW,
+        blocks: object = None,
     ) -> None:
         self.shard_sizes = as_counts(shard_sizes, name="shard_sizes", what="records per shard")
         self.starts = np.concatenate([[0], np.cumsum(self.shard_sizes)]).astype(np.int64)
         self.n = int(self.starts[-1])
+        self.cuts = None  # block boundaries, shard boundaries among them
+        if blocks is not None:
+            sizes = as_counts(blocks, name="blocks", what="records per block")
+            self.cuts = np.unique(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+            if self.cuts[-1] != self.n or not np.isin(self.starts, self.cuts).all():
+                raise ValueError("blocks must cut each shard into whole blocks")
         self.rank, self.world_size = check_rank(rank, world_size)
         self.seed = check_seed(seed)
         self.drop_last = bool(drop_last)
@@ -165,14 +176,20 @@ class ShardOrder(Sampler):
         perm, owner = self._split(epoch)
         return perm[owner[perm] == self.rank]
 
+    def _runs(self, shards: np.ndarray) -> list[tuple[int, int]]:
+        """What a window groups, as ``(first, end)`` positions: ``shards``, or their blocks."""
+        s, c = self.starts, self.cuts
+        if c is None:
+            return [(s[j], s[j + 1]) for j in shards.tolist()]
+        at = np.searchsorted(c, s)
+        return [(c[k], c[k + 1]) for j in shards.tolist() for k in range(at[j], at[j + 1])]
+
     def indices(self, epoch: int) -> np.ndarray:
-        mine = self.rank_shards(epoch)
+        mine = self._runs(self.rank_shards(epoch))
         parts = []
         for w, first in enumerate(range(0, len(mine), self.window)):
             group = mine[first : first + self.window]
-            pos = np.concatenate(
-                [np.arange(self.starts[j], self.starts[j + 1], dtype=np.int64) for j in group]
-            )
+            pos = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in group])
             rng = stream_rng(self.seed, _DOMAIN_WINDOW, epoch, self.rank, w)
             parts.append(pos[rng.permutation(len(pos))])
         order = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
@@ -190,6 +207,8 @@ class ShardOrder(Sampler):
         full = int(np.count_nonzero(sizes))
         if full == 0 or records <= 0:
             return 0
+        if self.cuts is not None:  # the two windows it ends in, and whole shards between
+            return int(min(full, 2 * self.window + span_of_run(records, sizes)))
         # windows of `window` shards; a rank's last window may be short, and lies inside a
         # run only when the padding that wraps to the order's start follows it
         windows = runs_touched(records, np.sort(sizes), self.window, short=bool(self.padding))
@@ -202,6 +221,7 @@ class ShardOrder(Sampler):
             "shards": len(self.shard_sizes),
             "shard_sizes": array_digest(self.shard_sizes),
             "window": self.window,
+            **({} if self.cuts is None else {"blocks": array_digest(np.diff(self.cuts))}),
             "seed": self.seed,
             "rank": self.rank,
             "world_size": self.world_size,
