@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections import Counter
 
 import braceexpand
@@ -176,3 +178,25 @@ def test_verify_checks_each_tar_against_its_index(collection, tmp_path, capsys):
     os.replace(os.path.join(root, "shards-000005.stkwds"), side)  # another tar's index
     assert main(["verify", out]) != 0
     assert "shards-000004.stkwds" in capsys.readouterr().out
+
+
+#: Ray keeps sockets open in a process after ``shutdown``: the driver runs in its own.
+ON_RAY = """
+import sys
+from stoker.pack.index import index_collection
+index_collection(sys.argv[1], sys.argv[2], engine="ray", workers=2, progress=False)
+"""
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(300)
+def test_ray_tasks_write_the_index_the_threads_write(collection, tmp_path):
+    here, there = _copy(collection, tmp_path / "a"), _copy(collection, tmp_path / "b")
+    index_collection(_pattern(here), os.path.join(here, "c.stoker.json"), progress=False)
+    env = dict(os.environ, STOKER_CACHE_DIR=str(tmp_path / "cache"))
+    argv = [sys.executable, "-c", ON_RAY, _pattern(there), os.path.join(there, "c.stoker.json")]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name in sorted(os.listdir(here)):
+        with open(os.path.join(here, name), "rb") as a, open(os.path.join(there, name), "rb") as b:
+            assert a.read() == b.read(), name
