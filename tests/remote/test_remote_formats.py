@@ -310,3 +310,16 @@ def test_a_full_cache_while_the_loader_sizes_the_images_is_a_cache_full_error(
         stoker.Loader(url, batch_size=4, workers=0, cache_dir=cache_dir,
                       cache_limit=4 * max(sizes) + 100)  # fmt: skip
     assert "transforms" not in str(e.value)
+
+
+def test_verify_of_a_url_downloads_each_shard_once(shard_sets, s3env, tmp_path, proxy, monkeypatch):
+    """``stoker verify URL`` opens the set as the loader does (manifest, listing, sizes) and
+    walks each shard from one fresh download: a TFRecord set's scan is not a second one."""
+    from stoker.cli import main
+
+    url = _upload(shard_sets["tfrecord"], s3env, "tfrecord-verify")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    names = [_data(s) for s in _manifest(shard_sets["tfrecord"])["shards"]]
+    assert main(["verify", url, "--cache-dir", str(tmp_path / "cache")]) == 0
+    got = [r[1].split("?")[0] for r in proxy.requests if r[0] == "GET"]
+    assert sorted(n for n in names for p in got if p.endswith("/" + n)) == sorted(names)

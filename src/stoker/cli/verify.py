@@ -89,14 +89,16 @@ def report_json(report: Any, format: str) -> dict[str, Any]:
 
 
 def _refusal(path: str, name: str, remote: Any, relaxed: bool) -> Any:
-    """``None`` when the loader's reader opens ``path`` (``registry.open_reader``, its keys and
-    labels read as the loader reads them), else its refusal as a problem naming the file, key
+    """``None`` when the loader's reader opens ``path`` (``registry.open_reader``; a local
+    set's keys and labels read as the loader reads them, a URL's manifest, listing and sizes
+    checked without a download: the walk downloads each shard once), else its refusal as a problem naming the file, key
     and byte offset it names. ``relaxed`` (``--no-checksums``, ``--allow-missing-checksums``):
     opened with the reader's ``checksums=False``, where it has that option."""
     import inspect
 
     from stoker._core.errors import CacheFullError, CorruptRecordError, StokerError
     from stoker.formats import registry
+    from stoker.formats.remote import remote_url
     from stoker.formats.report import Problem
 
     opener = registry.get(name).load("reader")
@@ -107,7 +109,8 @@ def _refusal(path: str, name: str, remote: Any, relaxed: bool) -> Any:
     )
     try:
         with registry.open_reader(path, format=name, remote=remote, **off) as reader:
-            reader.keys(), reader.labels()
+            if remote_url(path) is None:  # a URL's shards: read once, by the walk below
+                reader.keys(), reader.labels()
     except CacheFullError:
         return None  # the budget's, not the set's: the walk below downloads one shard at a time
     except CorruptRecordError as e:

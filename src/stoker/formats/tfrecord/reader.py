@@ -62,8 +62,9 @@ class TFRecordReader(ShardedReader):
             cache=bool(cache),
             **keys,
         )
-        self.keys()  # every shard scanned at open: a bad file fails here
-        self.labels()
+        if self._remote is None:  # a local set: every shard scanned at open, a bad file fails here
+            self.keys()
+            self.labels()
 
     def summary(self) -> dict:
         """What ``stoker inspect`` shows: shards, bytes, bytes per record (min, median, mean,
