@@ -64,7 +64,7 @@ FORMAT = Format(
         },
     ),
     shard_path=f"{_R}.shardwriter:shard_path",
-    open_shard=f"{_R}.reader:open_file",
+    open_shard=f"{_R}.shard:RecordIOShard",
 )
 
 __all__ = [

@@ -14,7 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -37,7 +37,7 @@ from stoker.formats.recordio.labelcache import read_label_cache, write_label_cac
 from stoker.formats.recordio.manifest import manifest_schema
 from stoker.formats.recordio.paths import default_crc_path, default_idx_path
 
-__all__ = ["Checksums", "PlainRead", "RecordFile", "open_file"]
+__all__ = ["Checksums", "PlainRead", "RecordFile"]
 
 #: ``f(i)`` of :meth:`RecordFile.plain_reader`: ``(label, image bytes, key)`` or ``None``.
 PlainRead = Callable[[int], tuple[float, memoryview, int] | None]
@@ -582,9 +582,3 @@ class RecordFile:
             f"{int(flags[j])} (IRHeader flag), {int(counts.max())} of the "
             f"{int(flags.shape[0])} records read have {usual}",
         )
-
-
-def open_file(paths: Mapping[str, Any], **options: Any) -> RecordFile:
-    """The reader of one shard from its files by role (``data``: the ``.rec``, ``index``:
-    its ``.idx``, ``crc``: its ``.crc32c`` or ``None``); ``options``: :class:`RecordFile`'s."""
-    return RecordFile(paths["data"], paths.get("index"), crc_path=paths.get("crc"), **options)
