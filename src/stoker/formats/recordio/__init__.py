@@ -2,9 +2,11 @@
 
 See ``README.md`` in this folder (and ``docs/format.md``) for the byte layout.
 
-- :class:`RecordSet` opens a ``.rec``, its ``.idx`` or a ``NAME.stoker.json`` manifest
-  (several shards read as one) and checks the files against the manifest; :class:`RecordFile`
-  is one shard. :func:`open_records` (deprecated) gives the sample-level ``RecordIOReader``.
+- ``stoker.formats.open(path)`` reads a ``.rec``, its ``.idx`` or a ``NAME.stoker.json``
+  manifest (several shards read as one, each checked against its entry) as the sample-level
+  ``RecordIOReader`` (``seam.py``), a ``ShardedReader`` of ``RecordIOShard`` (``shard.py``);
+  :class:`RecordFile` reads one ``.rec`` by position. :func:`open_records` (deprecated) gives
+  the same reader.
 - :class:`RecordWriter` writes ``.rec`` + ``.idx`` (+ ``.crc32c``) atomically and resumes
   after a killed run.
 - :func:`verify_records` walks a whole file and reports every problem.
@@ -32,7 +34,6 @@ from stoker.formats.recordio.manifest import (
 )
 from stoker.formats.recordio.paths import default_crc_path, default_idx_path, manifest_path_for
 from stoker.formats.recordio.reader import RecordFile
-from stoker.formats.recordio.recordset import RecordSet
 from stoker.formats.recordio.seam import open_records
 from stoker.formats.recordio.verify import Problem, VerifyReport, verify_records
 from stoker.formats.recordio.writer import RecordWriter, ShardInfo
@@ -78,7 +79,6 @@ __all__ = [
     "IndexTable",
     "Problem",
     "RecordFile",
-    "RecordSet",
     "RecordWriter",
     "ShardInfo",
     "VerifyReport",

@@ -190,7 +190,10 @@ class RecordIOShard(Shard):
         ok = kind.fast()
         if fields or ok is None:
             return slow
-        plain = f.plain_reader(None if rows is None or pos is None else pos[rows])
+        if rows is not None and pos is not None:
+            rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+            rows = pos[rows[(rows >= 0) & (rows < pos.shape[0])]]
+        plain = f.plain_reader(rows)
         if plain is None:
             return slow
         if pos is not None:
