@@ -47,7 +47,7 @@ FORMAT = Format(
     (".rec", ".idx"),
     writer=f"{_R}.shardwriter:open_writer",
     manifest=f"{_R}.shardwriter:write_set_manifest",
-    verify=f"{_R}.seam:verify",
+    verify=f"{_R}.verify_remote:verify",
     remote=True,
     roles={"data": ".rec", "index": ".idx", "crc": ".crc32c"},
     required=("data", "index"),

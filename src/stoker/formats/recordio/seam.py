@@ -1,7 +1,6 @@
 """RecordIO behind the seam: a ``.rec``, its ``.idx`` or a ``NAME.stoker.json`` as a sample-level
-:class:`~stoker.formats.base.Reader` (what the registry's ``open_reader`` returns): a
-:class:`~stoker.formats.sharded.ShardedReader` of :class:`~stoker.formats.recordio.shard.
-RecordIOShard`, and the registry's ``verify``.
+:class:`~stoker.formats.base.Reader` (the registry's ``open_reader``): a :class:`~stoker.
+formats.sharded.ShardedReader` of :class:`~stoker.formats.recordio.shard.RecordIOShard`.
 
 The samples are the image records (an insightface set's header and identity records are not
 samples); the label is the record's IRHeader label, of the kind the manifest declares (its
@@ -40,18 +39,17 @@ from stoker.formats.recordio.insightface import layout_table
 from stoker.formats.recordio.manifest import MANIFEST_SUFFIX, manifest_schema
 from stoker.formats.recordio.paths import manifest_path_for
 from stoker.formats.recordio.shard import RecordIOShard
-from stoker.formats.recordio.verify import verify_records
 from stoker.formats.remote import RemoteOptions, local_path, redact, remote_url
-from stoker.formats.report import VerifyReport, spread
+from stoker.formats.report import spread
 from stoker.formats.sharded import ShardedReader
 from stoker.formats.shards import ShardSet
 
-__all__ = ["RecordIOReader", "open_reader", "open_records", "verify"]
+__all__ = ["RecordIOReader", "open_reader", "open_records"]
 
 
 def declared_labels(labels: np.ndarray, dtype: str, classes: int) -> np.ndarray:
-    """``labels`` as the manifest declares them: int64 labels that are not whole numbers
-    within int64 (or not class ids, with ``classes``) read as -1 (reading their record raises
+    """``labels`` as ``dtype``: int64 labels that are not whole numbers within int64 (or not
+    one of ``classes`` class ids) read as -1 (reading their record raises
     ``CorruptRecordError``); float32 labels as they are."""
     if dtype != "int64":
         return labels.astype(dtype)
@@ -69,11 +67,10 @@ class RecordIOReader(ShardedReader):
     ``checksums=True``: every record read is checked against the ``.crc32c`` side-car where
     the set has one (a ``.crc32c`` the manifest names but that is missing, or whose size does
     not fit the record count, is an error at open); ``False`` reads without it. ``cache``:
-    use the index and label caches (:mod:`stoker._core.cache`).
-
-    ``hints``: the access hints a chunk (``reader(indices)``) is read with when the set is
-    larger than the page cache (:mod:`stoker.formats.recordio.hints`); an instance may set
-    its own :class:`AccessHints` before it is used or sent to workers.
+    use the index and label caches (:mod:`stoker._core.cache`). ``hints``: the access hints a
+    chunk (``reader(indices)``) is read with when the set is larger than the page cache
+    (:mod:`stoker.formats.recordio.hints`); an instance may set its own before it is used or
+    sent to workers.
     """
 
     format = "recordio"
@@ -106,13 +103,9 @@ class RecordIOReader(ShardedReader):
             if not os.path.exists(rec):
                 raise FileNotFoundError(f"{p}: no {os.path.basename(rec)} beside it")
         self.checksums, self.cache, self._given = checksums, bool(cache), p
+        options = {"checksums": checksums, "cache": bool(cache)}
         super().__init__(
-            rec,
-            format="recordio",
-            remote=remote,
-            sibling=manifest_path_for(rec),
-            checksums=checksums,
-            cache=bool(cache),
+            rec, format="recordio", remote=remote, sibling=manifest_path_for(rec), **options
         )
 
     def _reopen(self, config: dict[str, Any], opened: Any) -> None:
@@ -123,14 +116,12 @@ class RecordIOReader(ShardedReader):
         self._hints_on: bool | None = None  # decided at the first chunk in each process
 
     def __getstate__(self) -> dict:
-        state = super().__getstate__()
-        state.update(kind=self.label_kind_(), given=self._given, checksums=self.checksums)
-        state.update(cache=self.cache, hints=self.hints)
-        return state
+        kept = {k: getattr(self, k) for k in ("_given", "checksums", "cache", "hints")}
+        return {**super().__getstate__(), "kind": self.label_kind_(), **kept}
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
-        self._kind, self._given, self.hints = state["kind"], state["given"], state["hints"]
+        self._kind, self._given, self.hints = state["kind"], state["_given"], state["hints"]
         self.checksums, self.cache = state["checksums"], state["cache"]
 
     def _positions(self, src: Opened) -> ShardSet:
@@ -138,23 +129,22 @@ class RecordIOReader(ShardedReader):
         recognised (its samples are the image records; a malformed layout is an error here)."""
         if len(self._files) > 1 or self._remote is not None:
             return super()._positions(src)
-        sh = self._rio(0)
-        sh.find_layout()
-        return ShardSet([len(sh)])
+        self._rio(0).find_layout()
+        return ShardSet([len(self._rio(0))])
 
     def _rio(self, j: int) -> RecordIOShard:
         return cast(RecordIOShard, self.shard(j))
 
     def _stored_keys(self) -> np.ndarray:
         self._ensure()
-        parts = [np.asarray(self.shard(j).keys(), np.int64) for j in range(len(self._files))]
+        parts = [np.asarray(self._rio(j).keys(), np.int64) for j in range(len(self._files))]
         self.let_go()
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return np.concatenate(parts)
 
+    # ------------------------------------------------------------------ labels
     def labels(self) -> np.ndarray:
         if self._labels is None:
-            raw = self._raw_labels()
-            kind = self._declared()
+            raw, kind = self._raw_labels(), self._declared()
             dtype = inferred_kind(raw) if kind is None else kind.dtype
             self._labels = declared_labels(raw, dtype, 0 if kind is None else kind.classes)
             self._labels.setflags(write=False)
@@ -165,51 +155,51 @@ class RecordIOReader(ShardedReader):
         shard whose records carry another label count than the earlier shards'."""
         self._ensure()
         parts: list[np.ndarray] = []
+        first: np.ndarray | None = None  # what a set without a record gives
         for j in range(len(self._files)):
-            sh = self._rio(j)
-            lab = sh.labels()
-            if len(lab) and parts and lab.shape[1:] != parts[0].shape[1:]:
+            lab = (sh := self._rio(j)).labels()
+            first = lab if first is None else first
+            if not len(lab):
+                continue
+            if parts and lab.shape[1:] != parts[0].shape[1:]:
                 f, p = sh.open(), sh.at(0)
+                counts = [int(a.shape[1]) if a.ndim == 2 else 0 for a in (lab, parts[0])]
                 raise CorruptRecordError(
                     f.path,
                     f.offset(p),
-                    f"records carry different label counts: this shard's have "
-                    f"{_count(lab)} (IRHeader flag), earlier shards' {_count(parts[0])} "
-                    f"(manifest {self.manifest_path})",
+                    f"records carry different label counts: this shard's have {counts[0]} "
+                    f"(IRHeader flag), earlier shards' {counts[1]} (manifest {self.manifest_path})",
                     key=f.key(p),
                     idx_line=f.idx_line(p),
                 )
-            if len(lab) or not parts:
-                parts.append(lab)
+            parts.append(lab)
         self.let_go()  # a remote set keeps nothing pinned in this process
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+        return np.concatenate(parts) if parts or first is None else first
 
     def _declared(self) -> LabelKind | None:
         """The label kind the manifest declares: its schema's header field, or int64 class
         ids when it names classes without a schema; ``None``: inferred from the labels."""
         self._ensure()
-        names = self.class_names_ or ()
+        classes = len(self.class_names_ or ())
         declared = manifest_schema(self.manifest) if self.manifest is not None else None
         head = declared.header_name if declared is not None else None
-        if declared is not None and head is not None:
-            f = declared[head]
-            whole = DECLARED_INT64 if f.dtype == "int64" else ""
-            return LabelKind(tuple(f.shape), f.dtype, len(names) if not f.shape else 0, whole)
-        return LabelKind((), "int64", len(names), DECLARED_INT64) if names else None
+        if declared is None or head is None:
+            return LabelKind((), "int64", classes, DECLARED_INT64) if classes else None
+        f = declared[head]
+        whole = DECLARED_INT64 if f.dtype == "int64" else ""
+        return LabelKind(tuple(f.shape), f.dtype, 0 if f.shape else classes, whole)
 
     def label_kind_(self) -> LabelKind:
-        """The set's :class:`LabelKind`: what the manifest declares; a set without a
-        declaration, local: from every label (:meth:`labels`); in object storage: from its
-        first shard's labels, so opening it does not download every shard (a later shard
-        whose labels are not whole numbers where the first shard's are is read as that
-        dtype all the same)."""
+        """The set's :class:`LabelKind`: declared by the manifest, else inferred from every
+        label; a set in object storage infers it from its first shard's labels, so opening
+        it downloads no more (a later shard is read as that dtype all the same)."""
         if self._kind is None:
             kind = self._declared()
             if kind is None:
                 if self._remote is None or self._labels is not None:
                     lab = self.labels()
                 else:
-                    raw = np.asarray(self.shard(0).labels())
+                    raw = np.asarray(self._rio(0).labels())
                     self.let_go()
                     lab = declared_labels(raw, inferred_kind(raw), 0)
                 whole = INFERRED_INT64 if lab.dtype == np.int64 else ""
@@ -229,15 +219,15 @@ class RecordIOReader(ShardedReader):
             self._ensure()
             kind = self.label_kind_()
             declared = manifest_schema(self.manifest) if self.manifest else None
-            if declared is None:
-                declared = self.shard(0).schema
-            head = declared.header_name
+            declared = declared or self._rio(0).schema
             label = Field.numeric(kind.shape, kind.dtype, header=True)
+            head = declared.header_name
             fields = tuple((n, label if n == head else f) for n, f in declared.fields)
             self._schema = declared if head is None else Schema(fields)
             self.let_go()  # a remote set read its first shard for it: nothing stays pinned
         return self._schema
 
+    # ------------------------------------------------------------------ reading
     def advise(self, rows: dict[int, np.ndarray]) -> bool:
         """Access hints for a chunk's ``rows`` by shard when :attr:`hints` decides for them
         (once per process, on the bytes of :meth:`files`); whether they were given."""
@@ -255,10 +245,10 @@ class RecordIOReader(ShardedReader):
     def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()) -> ReadSample:
         """``f(i) -> (image, label, key, fields)``: a set of one local shard reads through its
         shard's reader directly; any other set finds each sample's shard first."""
+        self._ensure()
         kind, names = self.label_kind_(), tuple(fields)
-        stored = self.schema.stored
-        unknown = [n for n in names if n not in stored]
-        if unknown:
+        stored = self.schema.stored if names else ()
+        if unknown := [n for n in names if n not in stored]:
             raise SpecError(
                 f"{self.path}: no stored fields {unknown}; the set stores {list(stored) or 'none'}"
             )
@@ -267,9 +257,11 @@ class RecordIOReader(ShardedReader):
             self._focus(indices)  # a remote set pins only what this chunk reads
             pos = np.asarray(indices, dtype=np.int64).reshape(-1)
             pos = pos[(pos >= 0) & (pos < len(self))]
-            of = self._set.shard_of(pos)
-            for j in np.unique(of).tolist():
-                rows[j] = pos[of == j] - self._set.starts[j]
+            if len(self._files) == 1:
+                rows = {0: pos}
+            else:
+                of = self._set.shard_of(pos)
+                rows = {j: pos[of == j] - self._set.starts[j] for j in np.unique(of).tolist()}
             self.advise(rows)
         shard = self._rio
         if len(self._files) == 1 and self._remote is None:
@@ -288,6 +280,7 @@ class RecordIOReader(ShardedReader):
 
         return read
 
+    # ------------------------------------------------------------------ what it is
     def files(self) -> list[str]:
         """The ``.rec`` files that hold the records (every shard of a set)."""
         self._ensure()
@@ -299,27 +292,25 @@ class RecordIOReader(ShardedReader):
         per record, the insightface layout (``identities``; ``metadata_records`` and, by kind,
         ``metadata``: ``header``, ``identity`` and ``other`` records that hold no image), the
         rejects the manifest counts."""
-        shards: list[RecordIOShard] = []
-        sizes = []
+        shards, sizes = [], []
         for j in range(len(self._files)):
             shards.append(sh := self._rio(j))
             offs = np.sort(np.asarray(sh.open().offsets, dtype=np.int64))
             sizes.append(np.append(offs[1:], sh.size) - offs)
         self.let_go()
         records = sum(sh.count for sh in shards)
+        extra = records - len(self)
         out: dict[str, Any] = {
             "records": records,
             "shards": len(shards),
             "rec_bytes": int(sum(sh.size for sh in shards)),
-            "bytes_per_record": spread(np.concatenate(sizes) if sizes else np.zeros(0, np.int64)),
+            "bytes_per_record": spread(np.concatenate(sizes)),
         }
-        if records != len(self):
-            out["metadata_records"] = records - len(self)
-        layout = shards[0].layout if len(shards) == 1 else None
-        if layout is not None:
-            n = int(len(layout.ranges))
-            out["identities"] = n
-            kinds = {"header": 1, "identity": n, "other": records - len(self) - 1 - n}
+        if extra:
+            out["metadata_records"] = extra
+        if (layout := shards[0].layout) is not None:
+            n = out["identities"] = int(len(layout.ranges))
+            kinds = {"header": 1, "identity": n, "other": extra - 1 - n}
             out["metadata"] = {k: v for k, v in kinds.items() if v or k != "other"}
         if self.manifest:
             out["rejects"] = self.manifest.get("rejects", {}).get("count")
@@ -328,33 +319,17 @@ class RecordIOReader(ShardedReader):
     def identity_table(self) -> dict[str, Any] | None:
         """An insightface set's header and identity records as JSON (``layout_table``: what
         ``stoker unpack`` keeps beside the images); ``None`` for any other set."""
-        self._ensure()
-        sh = self._rio(0) if len(self._files) == 1 else None
-        if sh is None or sh.layout is None:
-            return None
-        return layout_table(sh.open(), sh.layout)
+        sh = self._rio(0) if len(self.shard_sizes()) == 1 else None
+        return None if sh is None or sh.layout is None else layout_table(sh.open(), sh.layout)
 
     def fingerprint(self) -> dict:
         self._ensure()
-        if self._remote is not None:
-            # the manifest pins every shard (size, .idx digest, CRC): its digest is the set's
+        out = {"type": "records", "len": len(self)}
+        if self._remote is not None:  # the manifest pins every shard (size, .idx digest, CRC)
             with open(self._remote.files.manifest_copy(), "rb") as f:
-                digest = hashlib.sha256(f.read()).hexdigest()[:32]
-            return {"type": "records", "len": len(self), "manifest_sha": digest}
-        try:
-            size = os.path.getsize(self._given)
-        except OSError:
-            size = 0
-        return {
-            "type": "records",
-            "len": len(self),
-            "bytes": size,
-            "sha": sha(self.keys().tobytes(), self.labels().tobytes()),
-        }
-
-
-def _count(a: np.ndarray) -> int:
-    return int(a.shape[1]) if a.ndim == 2 else 0
+                return {**out, "manifest_sha": hashlib.sha256(f.read()).hexdigest()[:32]}
+        size = os.path.getsize(self._given) if os.path.isfile(self._given) else 0
+        return {**out, "bytes": size, "sha": sha(self.keys().tobytes(), self.labels().tobytes())}
 
 
 def open_reader(
@@ -376,9 +351,9 @@ def open_records(
     cache: bool = True,
     remote: RemoteOptions | None = None,
 ) -> RecordIOReader:
-    """Deprecated (goes in the next release): RecordIO's :class:`RecordIOReader`, as
-    ``stoker.formats.open(path)`` gives it (``verify_checksums``: any but ``False`` checks
-    the ``.crc32c`` where the set has one)."""
+    """Deprecated (goes in the next release): the :class:`RecordIOReader` that
+    ``stoker.formats.open(path)`` gives (``verify_checksums``: any but ``False`` checks the
+    ``.crc32c`` where the set has one)."""
     warnings.warn(
         "open_records is deprecated and goes in the next release: stoker.formats.open(path) "
         "gives the same Reader",
@@ -387,25 +362,3 @@ def open_records(
     )
     checksums = verify_checksums is not False
     return RecordIOReader(path, checksums=checksums, cache=cache, remote=remote)
-
-
-def verify(
-    path: str | os.PathLike[str],
-    *,
-    idx_path: str | os.PathLike[str] | None = None,
-    remote: RemoteOptions | None = None,
-    **kw: Any,
-) -> VerifyReport:
-    """The registry's ``verify``: :func:`~stoker.formats.recordio.verify_records` on ``path``
-    (an ``.idx`` is verified with the ``.rec`` beside it), with its options ``kw``
-    (``checksums``, ``decode``, ``max_problems``, ``progress``, ``allow_missing_checksums``). A
-    manifest's URL is verified shard by shard through the shard cache (``remote``: how to
-    reach and cache it; see :func:`~stoker.formats.recordio.verify_remote.verify_remote`)."""
-    url = remote_url(os.fspath(path))
-    if url is not None:
-        if idx_path is not None:
-            raise ValueError("idx_path is for a local .rec; a set in object storage has a manifest")
-        from stoker.formats.recordio.verify_remote import verify_remote
-
-        return verify_remote(url, remote=remote, **kw)
-    return verify_records(local_path(os.fspath(path)), idx_path=idx_path, **kw)
