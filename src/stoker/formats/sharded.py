@@ -48,7 +48,8 @@ class SetPlan:
     with: the format's own), ``schema`` (declared; ``None``: the shards'), ``keyed``
     (``False``: the positions are the keys, no shard is opened for them), ``label_kind``
     (one label's ``(shape, dtype)`` where known without a shard), ``roles`` (the files of an
-    entry checked and read) and ``keys_from`` (where stored keys come from, for messages)."""
+    entry checked and read), ``keys_from`` (where stored keys come from, for messages) and
+    ``extra`` (the format's own; ``"hint"``: what a missing file's error adds)."""
 
     read: Any = None
     schema: Schema | None = None

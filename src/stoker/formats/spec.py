@@ -15,8 +15,9 @@ it, so that no other room spells a format's name or its files:
 - ``v1``: the :class:`Dialect` of the version-1 manifests it wrote before every format shared
   one schema (``None``: it has none); a version-1 manifest opens through it;
 - callables, named ``"module:attribute"`` and imported on first use (:meth:`Format.load`):
-  ``reader(path, **options) -> Reader``, ``open_shard(paths, **options)`` (one shard's
-  reader from its files by role, what a :class:`~stoker.formats.shards.ShardSet` opens),
+  ``reader(path, **options) -> Reader``, ``open_shard`` (the format's
+  :class:`~stoker.formats.base.Shard` class, what a :class:`~stoker.formats.sharded.
+  ShardedReader` opens each shard with),
   ``shard_path(prefix, shard) -> str`` (the data file of shard ``shard``, ``None``: the one
   unsharded file), ``writer``, ``manifest``, ``verify`` and ``sniff`` (see the registry);
 - ``remote``: whether its sets are read in place from object storage and HTTP(S).

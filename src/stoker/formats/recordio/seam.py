@@ -102,27 +102,26 @@ class RecordIOReader(ShardedReader):
             rec = rec[:-4] + ".rec"
             if not os.path.exists(rec):
                 raise FileNotFoundError(f"{p}: no {os.path.basename(rec)} beside it")
-        self.checksums, self.cache, self._given = checksums, bool(cache), p
         options = {"checksums": checksums, "cache": bool(cache)}
         super().__init__(
             rec, format="recordio", remote=remote, sibling=manifest_path_for(rec), **options
         )
+        self._config["given"] = p  # what the fingerprint sizes
 
     def _reopen(self, config: dict[str, Any], opened: Any) -> None:
         if not config["options"]["checksums"]:  # no .crc32c fetched or checked
             config = {**config, "roles": ("data", "index")}
         super()._reopen(config, opened)
+        self.checksums, self.cache = config["options"]["checksums"], config["options"]["cache"]
         self._kind: LabelKind | None = None  # decided in the process that opens the set
         self._hints_on: bool | None = None  # decided at the first chunk in each process
 
     def __getstate__(self) -> dict:
-        kept = {k: getattr(self, k) for k in ("_given", "checksums", "cache", "hints")}
-        return {**super().__getstate__(), "kind": self.label_kind_(), **kept}
+        return {**super().__getstate__(), "kind": self.label_kind_(), "hints": self.hints}
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
-        self._kind, self._given, self.hints = state["kind"], state["_given"], state["hints"]
-        self.checksums, self.cache = state["checksums"], state["cache"]
+        self._kind, self.hints = state["kind"], state["hints"]
 
     def _positions(self, src: Opened) -> ShardSet:
         """A set of one local shard opens it now: its files checked, insightface's layout
@@ -328,7 +327,8 @@ class RecordIOReader(ShardedReader):
         if self._remote is not None:  # the manifest pins every shard (size, .idx digest, CRC)
             with open(self._remote.files.manifest_copy(), "rb") as f:
                 return {**out, "manifest_sha": hashlib.sha256(f.read()).hexdigest()[:32]}
-        size = os.path.getsize(self._given) if os.path.isfile(self._given) else 0
+        given = self._config.get("given", self.path)
+        size = os.path.getsize(given) if os.path.isfile(given) else 0
         return {**out, "bytes": size, "sha": sha(self.keys().tobytes(), self.labels().tobytes())}
 
 
