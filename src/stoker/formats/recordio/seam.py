@@ -117,7 +117,7 @@ class RecordIOReader(ShardedReader):
         self._hints_on: bool | None = None  # decided at the first chunk in each process
 
     def __getstate__(self) -> dict:
-        return {**super().__getstate__(), "kind": self.label_kind_(), "hints": self.hints}
+        return {**super().__getstate__(), "kind": self.label_type(), "hints": self.hints}
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
@@ -188,7 +188,7 @@ class RecordIOReader(ShardedReader):
         whole = DECLARED_INT64 if f.dtype == "int64" else ""
         return LabelKind(tuple(f.shape), f.dtype, 0 if f.shape else classes, whole)
 
-    def label_kind_(self) -> LabelKind:
+    def label_type(self) -> LabelKind:
         """The set's :class:`LabelKind`: declared by the manifest, else inferred from every
         label; a set in object storage infers it from its first shard's labels, so opening
         it downloads no more (a later shard is read as that dtype all the same)."""
@@ -207,7 +207,7 @@ class RecordIOReader(ShardedReader):
         return self._kind
 
     def label_kind(self) -> tuple[tuple[int, ...], str]:
-        kind = self.label_kind_()
+        kind = self.label_type()
         return kind.shape, kind.dtype
 
     @property
@@ -216,7 +216,7 @@ class RecordIOReader(ShardedReader):
         first record's label count), its header field typed as :meth:`labels` gives it."""
         if self._schema is None:
             self._ensure()
-            kind = self.label_kind_()
+            kind = self.label_type()
             declared = manifest_schema(self.manifest) if self.manifest else None
             declared = declared or self._rio(0).schema
             label = Field.numeric(kind.shape, kind.dtype, header=True)
@@ -245,7 +245,7 @@ class RecordIOReader(ShardedReader):
         """``f(i) -> (image, label, key, fields)``: a set of one local shard reads through its
         shard's reader directly; any other set finds each sample's shard first."""
         self._ensure()
-        kind, names = self.label_kind_(), tuple(fields)
+        kind, names = self.label_type(), tuple(fields)
         stored = self.schema.stored if names else ()
         if unknown := [n for n in names if n not in stored]:
             raise SpecError(
