@@ -34,10 +34,7 @@ from stoker.formats.sharded import SetPlan, ShardFiles
 __all__ = ["RAW", "RecordIOShard"]
 
 #: How to read a set whose manifest names a checksum file that is gone.
-NO_CRC = (
-    "; open with verify_checksums=False (RecordSource(path, checksums=False)) to read "
-    "without checksums"
-)
+NO_CRC = "; open with checksums=False (RecordSource(path, checksums=False)) to read without them"
 #: The IRHeader's labels as stored (float32), the kind a shard reads without a set.
 RAW = LabelKind((), "float32")
 
