@@ -169,7 +169,7 @@ class ShardedReader(ReadsRemoteShards, Reader):
         self.class_names_ = src.class_names
         self.plan: SetPlan = self._cls.plan(src.manifest, where, **c["options"])
         roles = self.plan.roles
-        if src.manifest is not None and not src.entries:
+        if src.manifest is not None and not src.entries and not self.empty_ok:
             raise ManifestError(f"{where}: the manifest lists no shards")
         self._remote = remote = src.remote
         if remote is not None:

@@ -126,7 +126,7 @@ class RecordIOReader(ShardedReader):
     def _positions(self, src: Opened) -> ShardSet:
         """A set of one local shard opens it now: its files checked, insightface's layout
         recognised (its samples are the image records; a malformed layout is an error here)."""
-        if len(self._files) > 1 or self._remote is not None:
+        if len(self._files) != 1 or self._remote is not None:
             return super()._positions(src)
         self._rio(0).find_layout()
         return ShardSet([len(self._rio(0))])
@@ -138,7 +138,7 @@ class RecordIOReader(ShardedReader):
         self._ensure()
         parts = [np.asarray(self._rio(j).keys(), np.int64) for j in range(len(self._files))]
         self.let_go()
-        return np.concatenate(parts)
+        return np.concatenate([np.zeros(0, np.int64), *parts])
 
     # ------------------------------------------------------------------ labels
     def labels(self) -> np.ndarray:
@@ -154,10 +154,10 @@ class RecordIOReader(ShardedReader):
         shard whose records carry another label count than the earlier shards'."""
         self._ensure()
         parts: list[np.ndarray] = []
-        first: np.ndarray | None = None  # what a set without a record gives
+        first = np.zeros(0, np.float32)  # what a set without a record gives
         for j in range(len(self._files)):
             lab = (sh := self._rio(j)).labels()
-            first = lab if first is None else first
+            first = lab if j == 0 else first
             if not len(lab):
                 continue
             if parts and lab.shape[1:] != parts[0].shape[1:]:
@@ -173,7 +173,7 @@ class RecordIOReader(ShardedReader):
                 )
             parts.append(lab)
         self.let_go()  # a remote set keeps nothing pinned in this process
-        return np.concatenate(parts) if parts or first is None else first
+        return np.concatenate(parts) if parts else first
 
     def _declared(self) -> LabelKind | None:
         """The label kind the manifest declares: its schema's header field, or int64 class
@@ -218,7 +218,8 @@ class RecordIOReader(ShardedReader):
             self._ensure()
             kind = self.label_type()
             declared = manifest_schema(self.manifest) if self.manifest else None
-            declared = declared or self._rio(0).schema
+            if declared is None:  # a set without one: its first record's label count
+                declared = self._rio(0).schema if self._files else Schema.classification()
             label = Field.numeric(kind.shape, kind.dtype, header=True)
             head = declared.header_name
             fields = tuple((n, label if n == head else f) for n, f in declared.fields)
@@ -291,7 +292,7 @@ class RecordIOReader(ShardedReader):
         per record, the insightface layout (``identities``; ``metadata_records`` and, by kind,
         ``metadata``: ``header``, ``identity`` and ``other`` records that hold no image), the
         rejects the manifest counts."""
-        shards, sizes = [], []
+        shards, sizes = [], [np.zeros(0, np.int64)]
         for j in range(len(self._files)):
             shards.append(sh := self._rio(j))
             offs = np.sort(np.asarray(sh.open().offsets, dtype=np.int64))
@@ -307,7 +308,7 @@ class RecordIOReader(ShardedReader):
         }
         if extra:
             out["metadata_records"] = extra
-        if (layout := shards[0].layout) is not None:
+        if (layout := shards[0].layout if shards else None) is not None:
             n = out["identities"] = int(len(layout.ranges))
             kinds = {"header": 1, "identity": n, "other": extra - 1 - n}
             out["metadata"] = {k: v for k, v in kinds.items() if v or k != "other"}
