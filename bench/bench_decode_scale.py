@@ -53,7 +53,7 @@ def box_share(h: int, w: int, side: float, draws: int = 20_000) -> float:
 def main() -> int:
     import simplejpeg
 
-    from stoker.formats.recordio import RecordSet
+    from stoker.formats.recordio import RecordFile
 
     args = parse_args()
     n = 50 if args.quick else 200
@@ -61,7 +61,7 @@ def main() -> int:
     work = Path(args.work or os.path.join(tempfile.gettempdir(), "stoker-bench-loader"))
     work.mkdir(parents=True, exist_ok=True)
     _images, rec = make_data(work, n=n, size=(375, 500), name=f"rrc_375x500_{n}")
-    r = RecordSet(rec)
+    r = RecordFile(rec)
     payloads = [bytes(r.read_header(i)[1]) for i in range(len(r))]
     r.close()
     h, w, _, _ = simplejpeg.decode_jpeg_header(payloads[0])

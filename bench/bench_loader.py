@@ -299,11 +299,11 @@ def _limit_worker(args, conn) -> None:
 
     from stoker._core.seeding import SampleRngs
     from stoker.codecs import DECODED_SPEC
-    from stoker.formats.recordio import RecordSet
+    from stoker.formats.recordio import RecordFile
     from stoker.pipeline import DecodeOptions, Pipeline
 
     cv2.setNumThreads(1)
-    rec = RecordSet(path)
+    rec = RecordFile(path)
     payloads = [bytes(rec.read_header(i)[1]) for i in range(start, stop)]
     rec.close()
     pipe = Pipeline(
@@ -412,10 +412,10 @@ def _chain_setup(path: str, kind: str, start: int, stop: int):
     """The records ``[start, stop)`` as arrays, and the chain's augmentation and row size."""
     import cv2
 
-    from stoker.formats.recordio import RecordSet
+    from stoker.formats.recordio import RecordFile
 
     cv2.setNumThreads(1)
-    rec = RecordSet(path)
+    rec = RecordFile(path)
     payloads = [np.frombuffer(bytes(rec.read_header(i)[1]), np.uint8) for i in range(start, stop)]
     rec.close()
     return payloads, (_chain_112 if kind == "112" else _chain_rrc), (112 if kind == "112" else 224)
@@ -554,11 +554,11 @@ def _loop_once(target, job: tuple, workers: int) -> tuple[list, dict] | None:
 def repeat_rec(src: str, dst: str, times: int) -> str:
     """A .rec ``times`` as long, with its CRC side-car: the same records repeated under new
     keys (made again when an older run left one without the side-car)."""
-    from stoker.formats.recordio import RecordSet, RecordWriter
+    from stoker.formats.recordio import RecordFile, RecordWriter
 
     if os.path.exists(dst) and os.path.exists(crc_path(dst)):
         return dst
-    rec = RecordSet(src)
+    rec = RecordFile(src)
     payloads = [bytes(rec.read(i)) for i in range(len(rec))]
     rec.close()
     with RecordWriter(dst, overwrite=True, checksums=True) as w:

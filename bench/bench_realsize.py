@@ -110,9 +110,9 @@ def imagenet_like_set(root: Path, n: int, *, classes: int = 10, seed: int = 0) -
 
 # ---------------------------------------------------------------------------- the plain chain
 def _payloads(rec: str, start: int, stop: int) -> list[bytes]:
-    from stoker.formats.recordio import RecordSet
+    from stoker.formats.recordio import RecordFile
 
-    r = RecordSet(rec)
+    r = RecordFile(rec)
     try:
         return [bytes(r.read_header(i)[1]) for i in range(start, stop)]
     finally:

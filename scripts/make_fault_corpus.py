@@ -6,8 +6,8 @@ one of them split into a multi-part record, then damaged one way per *variant*; 
 for ``stoker pack`` and for the loader's folder source; insightface layouts; hostile
 manifests for ``stoker unpack``. A *case* is one variant run through one entry point:
 
-- ``read``: ``RecordSet(target, verify_checksums=True)`` then ``read_header`` of every
-  position (``images()`` first for an insightface set);
+- ``read``: RecordIO's reader (``RecordIOReader(target, checksums=True)``, which checks an
+  insightface layout as it opens) then ``read`` of every position and ``labels()``;
 - ``read-nocrc``: the same without checksums (what the framing alone must catch);
 - ``verify``: ``verify_records(target, checksums=True)`` must report a problem;
 - ``loader``: ``stoker.Loader(target, workers=0)`` iterated over one epoch;

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from stoker.cli import COMMANDS, main
-from stoker.formats.recordio import RecordSet
+from stoker.formats.recordio.seam import RecordIOReader
 
 ARGS = ["--workers", "1", "--quiet"]
 
@@ -107,7 +107,7 @@ def test_a_missing_src_is_named_and_nothing_is_created(capsys, tmp_path):
 def test_pack_and_convert_create_the_outputs_folder(images, tmp_path):
     out = tmp_path / "a" / "b" / "train"
     assert main(["pack", images, str(out), *ARGS]) == 0
-    with RecordSet(f"{out}.stoker.json") as rec:
+    with RecordIOReader(f"{out}.stoker.json") as rec:
         assert len(rec) == 6
     wds = tmp_path / "c" / "d" / "train"
     assert main(["convert", f"{out}.stoker.json", str(wds), "--format", "wds", *ARGS]) == 0
@@ -136,14 +136,14 @@ def test_labels_none_packs_a_flat_folder_unlabelled(flat, tmp_path, capsys):
     with open(out + ".stoker.json") as f:
         manifest = json.load(f)
     assert manifest["pack"]["labels"] == "none" and manifest["classes"] == {}
-    with RecordSet(out + ".stoker.json") as rec:
+    with RecordIOReader(out + ".stoker.json") as rec:
         assert rec.labels().tolist() == [0] * 6
 
 
 def test_labels_none_labels_a_class_tree_zero_and_is_refused_for_a_list(images, tmp_path, capsys):
     out = str(tmp_path / "tree")
     assert main(["pack", images, out, "--labels", "none", *ARGS]) == 0
-    with RecordSet(out + ".stoker.json") as rec:
+    with RecordIOReader(out + ".stoker.json") as rec:
         assert rec.labels().tolist() == [0] * 6 and not rec.manifest["classes"]
     lst = tmp_path / "x.lst"
     lst.write_text("0\t1\tclass_00/00000.jpg\n")
@@ -172,9 +172,9 @@ def test_verify_json_reports_counts_and_each_problem(images, tmp_path, capsys):
     ok = json.loads(capsys.readouterr().out)
     assert ok["ok"] is True and ok["records"] == 6 and ok["decoded"] == 6
     assert ok["format"] == "recordio" and ok["problems"] == []
-    with RecordSet(out + ".rec") as r:
-        _, img = r.read_header(2)
-        offset = r.offset(2) + 8 + 24 + len(img) // 2  # inside the third image's data
+    with RecordIOReader(out + ".rec") as r:
+        img = r.read(2)[0]
+        offset = r.locate(2)[1] + 8 + 24 + len(img) // 2  # inside the third image's data
         key = r.key(2)
     with open(out + ".rec", "r+b") as f:
         f.seek(offset)

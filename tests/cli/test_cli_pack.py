@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from stoker.cli import main
-from stoker.formats.recordio import RecordSet
+from stoker.formats.recordio.seam import RecordIOReader
 
 ARGS = ["--workers", "1", "--quiet"]
 
@@ -112,8 +112,8 @@ def test_pack_lst_outside_root_flag(images, tmp_path):
         assert f.read().splitlines()[1].split("\t")[1:3] == [f"../{other}/{name2}", "outside_root"]
     args = ["pack", str(lst), out + "2", "--root", root, "--allow-outside-root", *ARGS]
     assert main(args) == 0
-    with RecordSet(out + "2.stoker.json") as rec:
-        assert rec.keys.tolist() == [0, 1]
+    with RecordIOReader(out + "2.stoker.json") as rec:
+        assert rec.keys().tolist() == [0, 1]
 
 
 def _absolute_listing(images, folder) -> str:
@@ -135,7 +135,7 @@ def test_a_listing_of_absolute_paths_packs_every_row_and_root_confines(images, t
     listing = _absolute_listing(images, tmp_path / "meta")
     out = str(tmp_path / "o")
     assert main(["pack", listing, out, *ARGS]) == 0
-    with RecordSet(out + ".stoker.json") as rec:
+    with RecordIOReader(out + ".stoker.json") as rec:
         assert len(rec) == 24
     # --root asks for confinement: every row lies outside it, so nothing is packed
     capsys.readouterr()
@@ -180,8 +180,8 @@ def test_inspect_text_and_json(packed, capsys):
 def test_verify_ok_then_reports_corruption(packed, capsys):
     assert main(["verify", packed + ".stoker.json", "--decode"]) == 0
     assert "OK" in capsys.readouterr().out
-    with RecordSet(packed + ".rec") as r:
-        off = r.offset(5)
+    with RecordIOReader(packed + ".rec") as r:
+        off = r.locate(5)[1]
         key = r.key(5)
     with open(packed + ".rec", "r+b") as f:  # flip one bit of record 5's magic
         f.seek(off)
@@ -194,9 +194,9 @@ def test_verify_ok_then_reports_corruption(packed, capsys):
 
 
 def test_verify_checksums_and_decode(packed, capsys):
-    with RecordSet(packed + ".rec") as r:
-        _, img = r.read_header(3)
-        off = r.offset(3) + 8 + 24 + len(img) // 2  # inside the JPEG entropy data
+    with RecordIOReader(packed + ".rec") as r:
+        img = r.read(3)[0]
+        off = r.locate(3)[1] + 8 + 24 + len(img) // 2  # inside the JPEG entropy data
     with open(packed + ".rec", "r+b") as f:
         f.seek(off)
         f.write(b"\x00\x00\x00\x00")

@@ -12,6 +12,7 @@ from stoker.formats.recordio import (
     make_manifest,
     pack_header,
     shard_entry,
+    unpack_header,
     write_manifest,
 )
 
@@ -144,3 +145,15 @@ def write_shards(tmp_path, sizes, *, name="train", same_keys=True):
     )
     write_manifest(mpath, m)
     return mpath, allp
+
+
+def image(p: bytes) -> bytes:
+    """The image bytes of dmlc payload ``p`` (after its IRHeader and labels)."""
+    return bytes(unpack_header(p)[1])
+
+
+def header_of(r, i: int):
+    """The IRHeader of sample ``i`` of RecordIO reader ``r``, read from its shard's file."""
+    j, row = r.where(i)
+    sh = r.shard(j)
+    return sh.open().read_header(sh.at(row))[0]

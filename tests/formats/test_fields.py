@@ -26,14 +26,23 @@ from stoker.formats.fields import (
 from stoker.formats.recordio import (
     IR_SIZE,
     IRHeader,
-    RecordSet,
+    RecordFile,
     RecordWriter,
     make_manifest,
     pack_header,
     shard_entry,
     write_manifest,
 )
+from stoker.formats.recordio.seam import RecordIOReader
 from stoker.loader.sources.records import RecordSource
+
+
+def _at(r: RecordIOReader, i: int) -> tuple[RecordFile, int]:
+    """The file of sample ``i`` of ``r`` and the record's position in it."""
+    j, row = r.where(i)
+    sh = r.shard(j)
+    return sh.open(), sh.at(row)
+
 
 SCHEMA = Schema(
     {
@@ -161,20 +170,25 @@ def test_read_fields_gives_back_every_field_and_read_header_the_image_alone(
     tmp_path, shards
 ) -> None:
     manifest, images = _write_set(tmp_path, 9, shards=shards)
-    with RecordSet(manifest, verify_checksums=True) as r:
+    with RecordIOReader(manifest, checksums=True) as r:
         assert r.schema == SCHEMA
-        assert r.plain_reader() is None  # records of this set end in a trailer
+        assert _at(r, 0)[0].plain_reader() is None  # records of this set end in a trailer
+        every, caption, plain = (
+            r.reader(None, n) for n in (tuple(SCHEMA.stored), ("caption",), ())
+        )
         for i in range(len(r)):
-            header, image, fields = r.read_fields(i)
+            f, p = _at(r, i)
+            header, image, fields = f.read_fields(p)
             assert bytes(image) == images[i]
             assert header.label == float(i % 3)
             want = {n: SCHEMA[n].check(v, name=n) for n, v in _values(i).items()}
             _same(want, fields)
-            assert bytes(r.read_header(i)[1]) == images[i]
-            _same({"caption": want["caption"]}, r.read_fields(i, ["caption"])[2])
+            _same(want, every(i)[3])
+            assert bytes(f.read_header(p)[1]) == bytes(plain(i)[0]) == images[i]
+            _same({"caption": want["caption"]}, caption(i)[3])
         with pytest.raises(SpecError, match="nothing"):
-            r.read_fields(0, ["nothing"])
-        assert r.labels().tolist() == [float(i % 3) for i in range(9)]
+            r.reader(None, ("nothing",))
+        assert r.labels().tolist() == [i % 3 for i in range(9)]
 
 
 def test_mxnet_reads_the_image_and_first_label_of_a_record_with_fields(tmp_path) -> None:
@@ -184,9 +198,10 @@ def test_mxnet_reads_the_image_and_first_label_of_a_record_with_fields(tmp_path)
         sub = tmp_path / image.__name__.strip("_")
         sub.mkdir()
         manifest, images = _write_set(sub, 4, image=image)
-        with RecordSet(manifest) as r:
+        with RecordIOReader(manifest) as r:
             for i in range(4):
-                payload = bytes(r.read(i))
+                f, p = _at(r, i)
+                payload = bytes(f.read(p))
                 flag, label = struct.unpack_from("<If", payload)
                 assert flag == 0 and label == float(i % 3)
                 after = np.frombuffer(payload[IR_SIZE:], np.uint8)
@@ -201,13 +216,14 @@ def test_old_sets_load_unchanged(tmp_path) -> None:
     with RecordWriter(rec) as w:
         for i in range(5):
             w.write(i, pack_header(IRHeader(0, float(i), i, 0), _jpeg(i)))
-    with RecordSet(rec) as r:
-        assert r.schema == Schema.classification((), "float32")
-        assert r.plain_reader() is not None
-        header, image, fields = r.read_fields(3)
+    with RecordIOReader(rec) as r:
+        f, p = _at(r, 3)
+        assert f.schema == Schema.classification((), "float32")
+        assert f.plain_reader() is not None
+        header, image, fields = f.read_fields(p)
         assert fields == {} and bytes(image) == _jpeg(3) and header.label == 3.0
         with pytest.raises(SpecError, match="stores none"):
-            r.read_fields(0, ["boxes"])
+            r.reader(None, ("boxes",))
     src = RecordSource(rec)
     assert src.schema == Schema.classification((), "int64")
     assert src.reader(np.arange(5), ())(2)[1:] == (2, 2, {})
@@ -216,8 +232,8 @@ def test_old_sets_load_unchanged(tmp_path) -> None:
 def _corrupt(manifest: str, key: int, at_from_end: int, value: bytes) -> tuple[int, str]:
     """Overwrite bytes ``at_from_end`` before the end of record ``key``'s payload (keeping
     the manifest's recorded size: only the bytes change); returns the record's file offset."""
-    with RecordSet(manifest) as r:
-        shard = r.shards[0]
+    with RecordIOReader(manifest) as r:
+        shard = r.shard(0).open()
         rec = shard.path
         pos = shard.positions([key])[0]
         off = shard.offset(int(pos))
@@ -230,13 +246,14 @@ def _corrupt(manifest: str, key: int, at_from_end: int, value: bytes) -> tuple[i
 
 def test_a_damaged_trailer_names_the_file_key_offset_and_field(tmp_path) -> None:
     manifest, _ = _write_set(tmp_path, 6)
-    with RecordSet(manifest) as r:
-        payload = bytes(r.read(5))
+    with RecordIOReader(manifest) as r:
+        f, p = _at(r, 5)
+        payload = bytes(f.read(p))
     length = struct.unpack("<I", payload[-8:-4])[0]
     # the year field (int16, last) cannot be damaged into a short read; the length word can
     off, rec = _corrupt(manifest, 5, 8, struct.pack("<I", length - 1))
-    with RecordSet(manifest) as r, pytest.raises(CorruptRecordError) as e:
-        r.read_fields(5)
+    with RecordIOReader(manifest, checksums=False) as r, pytest.raises(CorruptRecordError) as e:
+        r.reader(None, tuple(SCHEMA.stored))(5)
     err = e.value
     assert err.path == rec and err.key == 5 and "field trailer" in str(err)
     # one byte less of body: the first field starts one byte later, and so on to the end
@@ -247,22 +264,23 @@ def test_a_damaged_trailer_names_the_file_key_offset_and_field(tmp_path) -> None
     (tmp_path / "b").mkdir()
     manifest2, _ = _write_set(tmp_path / "b", 4)
     off, rec = _corrupt(manifest2, 2, 4, b"XXXX")
-    with RecordSet(manifest2) as r:
+    with RecordIOReader(manifest2, checksums=False) as r:
         with pytest.raises(CorruptRecordError, match="key 2.*byte offset.*STKF"):
-            r.read_header(2)
-        assert bytes(r.read_header(1)[1]) == _jpeg(1)
+            r.read(2)
+        assert bytes(r.read(1)[0]) == _jpeg(1)
 
 
 def test_a_text_field_that_is_not_utf8_names_the_field_and_its_byte(tmp_path) -> None:
     manifest, _ = _write_set(tmp_path, 4)
-    with RecordSet(manifest) as r:
-        at = bytes(r.read(1)).index("ünïcode ✓ 1".encode())
-        off = r.offset(1)
+    with RecordIOReader(manifest) as r:
+        f, p = _at(r, 1)
+        at = bytes(f.read(p)).index("ünïcode ✓ 1".encode())
+        off = r.locate(1)[1]
     with open(tmp_path / "data-0.rec", "r+b") as f:
         f.seek(off + 8 + at)
         f.write(b"\xff")
-    with RecordSet(manifest) as r, pytest.raises(CorruptRecordError) as e:
-        r.read_fields(1, ["caption"])
+    with RecordIOReader(manifest, checksums=False) as r, pytest.raises(CorruptRecordError) as e:
+        r.reader(None, ("caption",))(1)
     assert "field 'caption'" in str(e.value) and "UTF-8" in str(e.value)
     assert e.value.offset == off + 8 + at and e.value.key == 1
 
@@ -274,7 +292,7 @@ def test_a_manifest_with_a_bad_schema_is_refused(tmp_path) -> None:
     m["schema"]["fields"][2]["kind"] = "polygon"
     path.write_text(json.dumps(m))
     with pytest.raises(ManifestError, match="fields\\[2\\].*boxes"):
-        RecordSet(manifest)
+        RecordIOReader(manifest)
 
 
 def test_the_writer_checks_each_records_fields(tmp_path) -> None:

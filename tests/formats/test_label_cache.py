@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from _recordio_util import face_set
 
-from stoker.formats.recordio import IRHeader, RecordFile, RecordSet, RecordWriter, pack_header
+from stoker.formats.recordio import IRHeader, RecordFile, RecordWriter, pack_header
 from stoker.formats.recordio.labelcache import label_cache_path, read_label_cache
+from stoker.formats.recordio.seam import RecordIOReader
 
 OLD = time.time() - 3600  # files "modified an hour ago": past the racy window
 
@@ -91,9 +92,9 @@ def test_an_insightface_sets_image_labels_are_cached(tmp_path, monkeypatch, head
     for p in (rec, rec[:-4] + ".idx"):
         os.utime(p, (OLD, OLD))
     want = [0, 0, 0, 1, 2, 2, 2, 2]
-    with RecordSet(rec) as r:
-        first = int(r.image_positions[0])
-        assert r.images().labels().tolist() == want
+    with RecordIOReader(rec) as r:  # an insightface set: its samples are the image records
+        first = int(r.shard(0).rows[0])
+        assert r.labels().tolist() == want
     assert first == (0 if header_last else 1)
     cached = read_label_cache(rec, rec[:-4] + ".idx", len(want), first)
     assert cached is not None and cached.tolist() == want
@@ -107,9 +108,9 @@ def test_an_insightface_sets_image_labels_are_cached(tmp_path, monkeypatch, head
 
     with monkeypatch.context() as m:
         m.setattr(RecordFile, "_labels_at", recording)
-        with RecordSet(rec) as r:
-            assert r.images().labels().tolist() == want
-            images = set(r.image_positions.tolist())
+        with RecordIOReader(rec) as r:
+            assert r.labels().tolist() == want
+            images = set(r.shard(0).rows.tolist())
     assert read and images.isdisjoint(read)  # only the identity records were read
     with RecordFile(rec) as r:  # other positions: read from the records, right values
         assert r.labels([first + 4, first + 5, first + 6]).tolist() == [2, 2, 2]

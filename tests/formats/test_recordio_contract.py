@@ -1,6 +1,6 @@
-"""What ``RecordSet`` (or ``images()``) returns, a ``RecordSet``, has for every set:
-``shards`` (``RecordFile``s), ``manifest``, ``class_names``, the insightface attributes and
-``plain_reader``."""
+"""What RecordIO's reader (``RecordIOReader``, a ``ShardedReader``) has for every set: its
+shards (``RecordIOShard`` over a ``RecordFile``), ``manifest``, ``class_names``, the
+insightface layout of a set of one shard, and the reader of a chunk."""
 
 from __future__ import annotations
 
@@ -9,67 +9,65 @@ import pickle
 import numpy as np
 from _recordio_util import face_set, payload, write_rec, write_shards
 
-from stoker.formats.recordio import RecordFile, RecordSet
+from stoker.formats.recordio import RecordFile
+from stoker.formats.recordio.seam import RecordIOReader
+from stoker.formats.recordio.shard import RecordIOShard
 
 
 def test_a_single_file_is_its_own_one_shard(tmp_path):
     rec = write_rec(tmp_path, [payload(i) for i in range(4)])
-    with RecordSet(rec) as r:
-        assert isinstance(r, RecordSet)
-        assert len(r.shards) == 1 and isinstance(r.shards[0], RecordFile)
-        assert r.shards[0].path == rec
+    with RecordIOReader(rec) as r:
+        assert r.shard_sizes().tolist() == [4] and r.files() == [rec]
+        sh = r.shard(0)
+        assert isinstance(sh, RecordIOShard) and isinstance(sh.open(), RecordFile)
+        assert sh.open().path == rec
         assert r.manifest is None and r.class_names is None
-        assert r.identity_ranges is None and r.image_keys is None and r.image_positions is None
-        assert r.images() is r
-        assert r.plain_reader() is not None
+        assert r.identity_table() is None and sh.layout is None
+        assert r.reader(np.arange(4))(0)[2] == 0
         copy = pickle.loads(pickle.dumps(r))
         try:
-            assert [s.path for s in copy.shards] == [rec] and len(copy) == 4
+            assert copy.files() == [rec] and len(copy) == 4
         finally:
             copy.close()
 
 
 def test_a_manifest_set_lists_its_shards_in_position_order(tmp_path):
     mpath, ps = write_shards(tmp_path, [3, 2])
-    with RecordSet(mpath) as r:
-        assert isinstance(r, RecordSet)
-        assert [s.path for s in r.shards] == [
-            str(tmp_path / "train-00000.rec"),
-            str(tmp_path / "train-00001.rec"),
-        ]
-        assert all(isinstance(s, RecordFile) for s in r.shards)
-        assert sum(len(s) for s in r.shards) == len(r) == len(ps)
+    with RecordIOReader(mpath) as r:
+        want = [str(tmp_path / "train-00000.rec"), str(tmp_path / "train-00001.rec")]
+        assert r.files() == want
+        assert [r.shard(j).open().path for j in range(2)] == want
+        assert r.shard_sizes().tolist() == [3, 2] and len(r) == len(ps)
         assert r.manifest is not None and r.manifest["records"] == 5
         assert r.class_names == ["cat", "dog", "emu"]
-        assert r.identity_ranges is None and r.image_keys is None and r.image_positions is None
-        assert r.images() is r
-        assert r.plain_reader() is None  # several shards: callers read with read_header
+        assert r.identity_table() is None
+        get = r.reader(np.arange(5))  # several shards: each sample's shard found first
+        assert [get(i)[2] for i in range(5)] == r.keys().tolist()
         copy = pickle.loads(pickle.dumps(r))
         try:
-            assert [s.path for s in copy.shards] == [s.path for s in r.shards]
+            assert copy.files() == r.files()
         finally:
             copy.close()
 
 
 def test_a_one_shard_manifest_gives_a_file_with_its_manifest(tmp_path):
     mpath, _ = write_shards(tmp_path, [3])
-    with RecordSet(mpath) as r:
-        assert len(r.shards) == 1 and isinstance(r.shards[0], RecordFile)
-        assert r.shards[0].manifest is r.manifest
+    with RecordIOReader(mpath) as r:
+        assert r.shard_sizes().tolist() == [3]
+        assert r.shard(0).open().manifest is not None
         assert r.manifest is not None and r.class_names == ["cat", "dog", "emu"]
 
 
 def test_the_image_records_of_an_insightface_set_keep_the_contract(tmp_path):
     rec = tmp_path / "faces.rec"
     face_set(rec, per_identity=(2, 3))
-    with RecordSet(rec) as r:
-        imgs = r.images()
-        assert isinstance(imgs, RecordSet) and len(imgs) == 5 and len(r) == 8
-        assert list(imgs.shards) == list(r.shards)
-        assert imgs.manifest is None and imgs.class_names is None
-        np.testing.assert_array_equal(imgs.identity_ranges, r.identity_ranges)
-        np.testing.assert_array_equal(imgs.image_keys, [1, 2, 3, 4, 5])
-        assert imgs.plain_reader() is not None
+    with RecordIOReader(rec) as r:
+        assert len(r) == 5 and len(r.shard(0).open()) == 8
+        assert r.shard_sizes().tolist() == [5]
+        assert r.manifest is None and r.class_names is None
+        assert r.identity_table()["identities"][0]["start_key"] == 1
+        assert r.keys().tolist() == [1, 2, 3, 4, 5]
+        assert [r.reader(np.arange(5))(i)[2] for i in range(5)] == [1, 2, 3, 4, 5]
 
 
 def test_open_records_is_deprecated_and_gives_the_reader(tmp_path):

@@ -208,7 +208,11 @@ def _evict(path: str) -> None:
 def test_willneed_fetches_the_chunk_before_it_is_read(tmp_path) -> None:
     rec = _big_rec(tmp_path, n=200, size=40_000)  # ~6 MB: ~30 pages between chunk records
     r = _worker_copy(rec, AccessHints(mode=True))  # set-up reads every label: evict after
-    offset = r.records.offset  # opening reads the first records (the insightface check)
+    r.locate(0)  # opening reads the first records (the insightface check)
+
+    def offset(i: int) -> int:
+        return r.locate(i)[1]
+
     _evict(rec)
     before = _resident(rec)
     first = int(offset(20)) // PAGE

@@ -10,26 +10,31 @@ from stoker._core.errors import CorruptRecordError
 from stoker.formats.recordio import (
     IRHeader,
     RecordFile,
-    RecordSet,
     RecordWriter,
     pack_header,
     verify_records,
 )
+from stoker.formats.recordio.seam import RecordIOReader
+
+
+def _ranges(r: RecordIOReader) -> list[list[int]] | None:
+    """The ``[start_key, end_key)`` of each identity, from the reader's identity table."""
+    table = r.identity_table()
+    return None if table is None else [[t["start_key"], t["end_key"]] for t in table["identities"]]
 
 
 @pytest.mark.parametrize("header_last", [True, False])
 def test_identity_ranges_and_image_keys(tmp_path, header_last):
     rec = tmp_path / "faces.rec"
     a, b = face_set(rec, header_last=header_last)
-    with RecordSet(rec) as r:
-        assert (a, b) == (9, 12) and len(r) == 12
-        np.testing.assert_array_equal(r.identity_ranges, [[1, 4], [4, 5], [5, 9]])
-        assert r.identity_ranges.dtype == np.int64
-        assert r.image_keys.tolist() == list(range(1, 9))
-        pos = r.image_positions
-        assert [r.key(int(p)) for p in pos] == list(range(1, 9))
-        assert r.labels(pos).tolist() == [0, 0, 0, 1, 2, 2, 2, 2]
-        h, img = r.read_header(int(pos[0]))
+    with RecordIOReader(rec) as r:
+        assert (a, b) == (9, 12) and len(r.shard(0).open()) == 12 and len(r) == 8
+        assert _ranges(r) == [[1, 4], [4, 5], [5, 9]]
+        assert r.shard(0).layout.ranges.dtype == np.int64
+        assert r.keys().tolist() == list(range(1, 9))
+        assert [r.key(i) for i in range(8)] == list(range(1, 9))
+        assert r.labels().tolist() == [0, 0, 0, 1, 2, 2, 2, 2]
+        img, _label = r.read(0)
         assert bytes(img) == b"\xff\xd8jpeg1"
     assert verify_records(rec).ok
 
@@ -39,25 +44,24 @@ def test_images_view_skips_header_and_identity_records(tmp_path):
 
     rec = tmp_path / "faces.rec"
     face_set(rec, per_identity=(2, 3))
-    with RecordSet(rec) as r:
+    with RecordIOReader(rec) as imgs:
         with pytest.raises(ValueError, match="different label counts"):
-            r.labels()  # header/identity records carry 2 labels, images 1
-        imgs = r.images()
-        assert len(imgs) == 5 and imgs.keys.tolist() == [1, 2, 3, 4, 5]
+            imgs.shard(0).open().labels()  # header/identity records carry 2 labels, images 1
+        assert len(imgs) == 5 and imgs.keys().tolist() == [1, 2, 3, 4, 5]
         assert imgs.labels().tolist() == [0, 0, 1, 1, 1]
-        assert imgs.labels([4]).tolist() == [1.0]
-        assert bytes(imgs.read_header(0)[1]) == b"\xff\xd8jpeg1"
-        assert imgs.identity_ranges.tolist() == [[1, 3], [3, 6]]
+        assert imgs.read(4)[1] == 1
+        assert bytes(imgs.read(0)[0]) == b"\xff\xd8jpeg1"
+        assert _ranges(imgs) == [[1, 3], [3, 6]]
         copy = pickle.loads(pickle.dumps(imgs))
         try:
-            assert len(copy) == 5 and bytes(copy.read(4)) == bytes(imgs.read(4))
+            assert len(copy) == 5 and bytes(copy.read(4)[0]) == bytes(imgs.read(4)[0])
         finally:
             copy.close()
     plain = tmp_path / "plain.rec"
     with RecordWriter(plain) as w:
         w.write(0, pack_header(IRHeader(0, 1.0, 0, 0), b"x"))
-    with RecordSet(plain) as r:
-        assert r.images() is r
+    with RecordIOReader(plain) as r:
+        assert len(r) == 1 and r.identity_table() is None
 
 
 def test_plain_sets_have_no_identity_ranges(tmp_path):
@@ -65,14 +69,14 @@ def test_plain_sets_have_no_identity_ranges(tmp_path):
     with RecordWriter(rec) as w:
         for k in range(5):
             w.write(k, pack_header(IRHeader(0, [k, k + 1], 0, 0), b"img"))  # 2 labels, images
-    with RecordSet(rec) as r:
-        assert r.identity_ranges is None and r.image_keys is None and r.image_positions is None
+    with RecordIOReader(rec) as r:
+        assert r.identity_table() is None and len(r) == 5
     rec2 = tmp_path / "plain2.rec"
     with RecordWriter(rec2) as w:
         w.write(0, pack_header(IRHeader(0, [0.5, 2.25], 0, 0), b""))  # not integers
         w.write(1, pack_header(IRHeader(0, 1.0, 0, 0), b"img"))
-    with RecordSet(rec2) as r:
-        assert r.identity_ranges is None
+    with RecordIOReader(rec2) as r:
+        assert r.identity_table() is None
 
 
 def test_identity_record_out_of_range_is_reported(tmp_path):
@@ -82,7 +86,7 @@ def test_identity_record_out_of_range_is_reported(tmp_path):
     rec = tmp_path / "bad.rec"
     a, _ = face_set(rec, breaker=breaker)
     with pytest.raises(CorruptRecordError) as ei:
-        RecordSet(rec)  # the layout is checked when the set is opened
+        RecordIOReader(rec)  # the layout is checked when the set is opened
     assert ei.value.key == a + 1 and "outside the image keys" in str(ei.value)
 
 
@@ -93,17 +97,17 @@ def test_header_naming_missing_keys_is_reported(tmp_path):
     rec = tmp_path / "missing.rec"
     face_set(rec, breaker=breaker)
     with pytest.raises(CorruptRecordError, match="insightface header"):
-        RecordSet(rec)
+        RecordIOReader(rec)
 
 
 def test_a_file_reader_knows_no_layout_the_opened_set_does(tmp_path):
-    # RecordFile reads the file; RecordSet recognises insightface's layout
+    # RecordFile reads the file; the set's reader recognises insightface's layout
     rec = tmp_path / "faces.rec"
     face_set(rec, per_identity=(2, 3))
     with RecordFile(rec) as r:
         assert not hasattr(r, "identity_ranges") and not hasattr(r, "images") and len(r) == 8
-    with RecordSet(rec) as r:
-        assert isinstance(r, RecordSet) and r.image_keys.tolist() == [1, 2, 3, 4, 5]
+    with RecordIOReader(rec) as r:
+        assert r.keys().tolist() == [1, 2, 3, 4, 5]
 
 
 @pytest.mark.parametrize("header_last", [True, False])

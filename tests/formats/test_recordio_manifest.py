@@ -9,18 +9,18 @@ import pickle
 
 import numpy as np
 import pytest
-from _recordio_util import payload, write_rec, write_shards
+from _recordio_util import header_of, image, payload, write_rec, write_shards
 
 from stoker._core.errors import ManifestError
 from stoker.formats.recordio import (
     RecordFile,
-    RecordSet,
     load_manifest,
     make_manifest,
     shard_entry,
     verify_records,
     write_manifest,
 )
+from stoker.formats.recordio.seam import RecordIOReader
 
 
 def test_manifest_round_trip_and_relative_paths(tmp_path):
@@ -43,9 +43,9 @@ def test_manifest_round_trip_and_relative_paths(tmp_path):
 def test_single_shard_opens_as_record_file_with_classes(tmp_path):
     mpath, ps = write_shards(tmp_path, [4])
     for target in (mpath, tmp_path / "train-00000.rec", tmp_path / "train-00000.idx"):
-        with RecordSet(target) as r:
-            assert isinstance(r, RecordSet) and isinstance(r.shards[0], RecordFile)
-            assert [bytes(r.read(i)) for i in range(len(r))] == ps
+        with RecordIOReader(target) as r:
+            assert isinstance(r.shard(0).open(), RecordFile) and r.shard_sizes().tolist() == [4]
+            assert [bytes(r.read(i)[0]) for i in range(len(r))] == [image(p) for p in ps]
             if target == mpath:
                 assert r.class_names == ["cat", "dog", "emu"]
                 assert r.manifest["pack"]["workers"] == 2
@@ -60,27 +60,26 @@ def test_rec_beside_its_manifest_picks_up_classes(tmp_path):
     info = ShardInfo(rec, rec[:-4] + ".idx", rec[:-4] + ".crc32c", 3, os.path.getsize(rec), sha)
     mp = tmp_path / "solo.stoker.json"
     write_manifest(mp, make_manifest([shard_entry(info, mp)], classes={"a": 1, "b": 0}))
-    with RecordSet(rec) as r:
+    with RecordIOReader(rec) as r:
         assert r.class_names == ["b", "a"]
 
 
 def test_multi_shard_reads_as_one(tmp_path):
     mpath, ps = write_shards(tmp_path, [3, 0, 5, 2])
-    with RecordSet(mpath, verify_checksums=True) as r:
-        assert isinstance(r, RecordSet) and len(r) == 10
-        assert [bytes(r.read(i)) for i in range(10)] == ps
+    with RecordIOReader(mpath, checksums=True) as r:
+        assert len(r) == 10 and r.shard_sizes().tolist() == [3, 0, 5, 2]
+        assert [bytes(r.read(i)[0]) for i in range(10)] == [image(p) for p in ps]
         assert [r.key(i) for i in range(10)] == [0, 1, 2, 0, 1, 2, 3, 4, 0, 1]
-        assert [r.locate(i)[0] for i in range(10)] == [0, 0, 0, 2, 2, 2, 2, 2, 3, 3]
-        assert r.locate(-1) == (3, 1)
-        assert r.keys.tolist() == [0, 1, 2, 0, 1, 2, 3, 4, 0, 1]
-        assert r.labels().tolist() == [float(i % 3) for i in range(10)]
-        assert r.labels([9, 0, 4]).tolist() == [0.0, 0.0, 1.0]
-        assert r.class_names == ["cat", "dog", "emu"] and r.identity_ranges is None
-        h, img = r.read_header(7)
-        assert h.id == 7
+        assert [r.where(i)[0] for i in range(10)] == [0, 0, 0, 2, 2, 2, 2, 2, 3, 3]
+        assert r.where(-1) == (3, 1)
+        assert r.keys().tolist() == [0, 1, 2, 0, 1, 2, 3, 4, 0, 1]
+        assert r.labels().tolist() == [i % 3 for i in range(10)]
+        assert r.labels()[[9, 0, 4]].tolist() == [0, 0, 1]
+        assert r.class_names == ["cat", "dog", "emu"] and r.identity_table() is None
+        assert header_of(r, 7).id == 7
         r2 = pickle.loads(pickle.dumps(r))
         try:
-            assert bytes(r2.read(9)) == ps[9]
+            assert bytes(r2.read(9)[0]) == image(ps[9])
         finally:
             r2.close()
 
@@ -92,8 +91,8 @@ def test_idx_from_another_rec_is_named(tmp_path):
     other.mkdir()
     write_rec(other, [payload(50 + i, size=5) for i in range(3)], name="o", checksums=False)
     os.replace(other / "o.idx", tmp_path / "train-00001.idx")
-    with RecordSet(mpath) as r:  # shards open lazily: checked when first read
-        assert bytes(r.read(0))
+    with RecordIOReader(mpath) as r:  # shards open lazily: checked when first read
+        assert bytes(r.read(0)[0])
         with pytest.raises(ManifestError, match="idx does not match rec"):
             r.read(3)
     rep = verify_records(mpath)
@@ -105,7 +104,7 @@ def test_rec_replaced_is_named(tmp_path):
     with open(tmp_path / "train-00000.rec", "ab") as f:
         f.write(b"\x00" * 4)
     with pytest.raises(ManifestError, match="replaced or truncated"):
-        RecordSet(mpath)
+        RecordIOReader(mpath)
 
 
 def test_an_index_the_manifest_names_but_that_is_gone_is_named_at_open(tmp_path):
@@ -116,7 +115,7 @@ def test_an_index_the_manifest_names_but_that_is_gone_is_named_at_open(tmp_path)
 
     mpath, _ = write_shards(tmp_path, [2, 3])
     os.remove(tmp_path / "train-00001.idx")
-    for open_ in (RecordSet, lambda p: stoker.Loader(p, batch_size=2, workers=0)):
+    for open_ in (RecordIOReader, lambda p: stoker.Loader(p, batch_size=2, workers=0)):
         with pytest.raises(ManifestError) as e:
             open_(mpath)
         msg = str(e.value)
@@ -137,7 +136,7 @@ def test_pickle_named_stoker_json_is_never_unpickled(tmp_path):
     with pytest.raises(ManifestError, match="not a JSON manifest"):
         load_manifest(bad)
     with pytest.raises(ManifestError):
-        RecordSet(bad)
+        RecordIOReader(bad)
     with pytest.raises(ManifestError):
         verify_records(bad)
     assert not sentinel.exists()

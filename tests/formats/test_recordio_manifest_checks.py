@@ -10,7 +10,8 @@ import pytest
 from _recordio_util import payload, write_rec, write_shards
 
 from stoker._core.errors import CorruptRecordError, ManifestError, StokerFormatError
-from stoker.formats.recordio import RecordFile, RecordSet, load_manifest
+from stoker.formats.recordio import RecordFile, load_manifest
+from stoker.formats.recordio.seam import RecordIOReader
 from stoker.loader.sources import RecordSource
 
 
@@ -30,7 +31,7 @@ def test_a_shard_listed_twice_is_refused(tmp_path):
         m["records"] += m["shards"][0]["records"]
 
     _edit(mpath, twice)
-    for opener in (load_manifest, RecordSet, RecordSource):
+    for opener in (load_manifest, RecordIOReader, RecordSource):
         with pytest.raises(ManifestError, match=r"shards\[2\]\.files\.data 'train-00000.rec'") as e:
             opener(mpath)
         assert str(mpath) in str(e.value) and "listed once" in str(e.value)
@@ -51,7 +52,7 @@ def test_record_counts_that_disagree_are_refused(tmp_path):
 
     _edit(mpath, total)
     with pytest.raises(ManifestError, match="records is 6 but the shards hold 5"):
-        RecordSet(mpath)
+        RecordIOReader(mpath)
 
     def shard(m):
         m["records"], m["shards"][1]["records"] = 6, 3
@@ -61,7 +62,7 @@ def test_record_counts_that_disagree_are_refused(tmp_path):
         RecordSource(mpath)  # its .crc32c holds 2 records
     with pytest.raises(ManifestError, match="has 2 records, the manifest says 3"):
         RecordSource(mpath, checksums=False).labels()
-    with RecordSet(mpath, verify_checksums=False) as r:
+    with RecordIOReader(mpath, checksums=False) as r:
         with pytest.raises(ManifestError, match="has 2 records, the manifest says 3"):
             r.read(3)  # shards open lazily: checked when first read
 
@@ -80,7 +81,7 @@ def test_a_folder_named_as_a_shard_file_is_a_manifest_error(tmp_path):
         with pytest.raises(
             ManifestError, match=rf"shards\[0\]\.files\.{field} '{value}' names a folder"
         ):
-            RecordSet(mpath)
+            RecordIOReader(mpath)
         with pytest.raises(ManifestError, match=str(mpath)):
             RecordSource(mpath)
     for field in ("data", "index", "crc"):
@@ -96,7 +97,7 @@ def test_a_folder_named_as_a_shard_file_is_a_manifest_error(tmp_path):
         with pytest.raises(
             ManifestError, match=rf"'sub' \(field files\.{field}\) names a directory"
         ):
-            RecordSet(mpath, verify_checksums=field != "data").read(0)
+            RecordIOReader(mpath, checksums=field != "data").read(0)
 
 
 def test_a_record_with_another_label_count_names_file_key_and_offset(tmp_path):
@@ -132,7 +133,7 @@ def test_shards_with_other_label_counts_name_file_key_and_offset(tmp_path):
             m["shards"][1]["checksums"]["index.sha256"] = r.idx_sha256
 
     _edit(mpath, refresh)
-    with RecordSet(mpath) as r:
+    with RecordIOReader(mpath) as r:
         with pytest.raises(CorruptRecordError, match="different label counts") as e:
             r.labels()
         assert (e.value.path, e.value.key, e.value.offset) == (rec1, 0, 0)

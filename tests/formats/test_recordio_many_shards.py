@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from stoker.formats.recordio import IRHeader, frame_record, make_manifest, pack_header
-from stoker.formats.recordio.recordset import MAX_OPEN_SHARDS
+from stoker.formats.shards import MAX_OPEN_SHARDS
 
 PER_SHARD = 2
 
@@ -79,15 +79,15 @@ _CHILD = textwrap.dedent(
 
     def main():
         from stoker import Loader
-        from stoker.formats.recordio import RecordSet
+        from stoker.formats.recordio.seam import RecordIOReader
         from stoker.transforms import CenterCrop
 
         path, n, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
         most = 0
-        with RecordSet(path) as r:
+        with RecordIOReader(path) as r:
             assert len(r) == n
             for i in range(n):
-                assert len(r.read(i)) > 24
+                assert len(r.read(i)[0]) > 0
                 if i % 97 == 0:
                     most = max(most, maps())
             most = max(most, maps())

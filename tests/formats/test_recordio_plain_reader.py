@@ -8,11 +8,14 @@ import random
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 from _recordio_util import MAGIC_LE, face_set, mutate, payload, write_rec
 
 from stoker._core.errors import CorruptRecordError, StokerFormatError
-from stoker.formats.recordio import IRHeader, RecordFile, RecordSet, pack_header
+from stoker.formats.recordio import IRHeader, RecordFile, pack_header
+from stoker.formats.recordio.seam import RecordIOReader
+from stoker.formats.recordio.shard import RAW
 
 
 def _mixed_payloads() -> list[bytes]:
@@ -146,14 +149,14 @@ def test_plain_reader_of_an_insightface_sets_images(tmp_path):
     # MS1M-style sets are read through their image view: positions 0..M-1 of the view
     rec = tmp_path / "faces.rec"
     face_set(rec, per_identity=(2, 3))
-    with RecordSet(rec) as r:
-        images = r.images()
-        n = len(images)
+    with RecordIOReader(rec) as r:
+        sh, n = r.shard(0), len(r)
+        f = sh.open()
         for told in (None, [n - 1, 0, 0, n, -1]):  # told a chunk's positions, or not
-            plain = images.plain_reader(told)
-            assert plain is not None
+            get = sh.samples(None if told is None else np.array(told), (), RAW)
             for i in range(n):
-                label, image, key = plain(i)
-                header, want = images.read_header(i)
-                assert (label, bytes(image), key) == (header.label, bytes(want), images.key(i))
-            assert plain(n) is None and plain(-1) is None
+                image, label, key, _ = get(i)
+                header, want = f.read_header(sh.at(i))
+                assert (label, bytes(image), key) == (header.label, bytes(want), r.key(i))
+            with pytest.raises(IndexError):
+                get(n)

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from stoker.formats.recordio import (
     IRHeader,
     RecordFile,
-    RecordSet,
     RecordWriter,
     frame_record,
     iter_records,
@@ -57,7 +56,7 @@ def test_write_read_round_trip(tmp_path_factory, items, shuffle_keys):
             w.write(k, p)
     # on disk: exactly the concatenation of the literal framing
     assert rec.read_bytes() == b"".join(naive_frame(p) for p in items)
-    with RecordSet(rec, verify_checksums=True) as r:
+    with RecordFile(rec, verify_checksums=True) as r:  # any payload: a file's records
         assert len(r) == len(items)
         assert r.keys.tolist() == keys
         for i, p in enumerate(items):

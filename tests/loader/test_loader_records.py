@@ -163,10 +163,8 @@ def test_source_reader_gives_what_read_and_key_give(tmp_path, kind):
             assert np.asarray(label).dtype == np.asarray(want_label).dtype == opened.labels().dtype
             np.testing.assert_array_equal(label, want_label)
         src.close()
-    from stoker.formats.recordio import RecordSet
-
-    with RecordSet(path) as r:
-        bad_at = r.offset(5)
+    with RecordSource(path) as r:
+        bad_at = r.locate(5)[1]
     sent = pickle.dumps(RecordSource(path))  # what a worker gets, before the damage
     with open(path, "r+b") as f:
         f.seek(bad_at)
@@ -210,10 +208,8 @@ def test_record_source_pickles_as_its_path(rec):
 def test_corrupt_record_is_named_by_file_and_key(tmp_path):
     path = str(tmp_path / "bad.rec")
     payloads, keys = write_rec(path, n=6)
-    from stoker.formats.recordio import RecordSet
-
-    rec = RecordSet(path)
-    start = rec.offset(3) + 8 + 24  # dmlc record header, then IRHeader: the JPEG of key 103
+    rec = RecordSource(path)
+    start = rec.locate(3)[1] + 8 + 24  # dmlc record header, then IRHeader: the JPEG of key 103
     rec.close()
     with open(path, "r+b") as f:
         f.seek(start)

@@ -338,3 +338,10 @@ def kill_and_rerun(args: list[str], out: str, clean: str, sig: int, at: float, d
     assert registry.format_of(manifest).load("verify")(manifest, progress=False).ok, what
     assert folder_files(out) == folder_files(clean), what
     return landed
+
+
+def header_of(reader, i: int):
+    """The IRHeader of sample ``i`` of RecordIO reader ``reader``, from its shard's file."""
+    j, row = reader.where(i)
+    sh = reader.shard(j)
+    return sh.open().read_header(sh.at(row))[0]

@@ -8,12 +8,13 @@ import os
 
 import numpy as np
 import pytest
-from packhelp import image_bytes, make_tree, set_digests, sha, write
+from packhelp import header_of, image_bytes, make_tree, set_digests, sha, write
 from PIL import Image
 
 from stoker import OutputExistsError, PackError, TooManyRejectsError
 from stoker.codecs import decode
-from stoker.formats.recordio import RecordSet, load_manifest, verify_records
+from stoker.formats.recordio import load_manifest, verify_records
+from stoker.formats.recordio.seam import RecordIOReader
 from stoker.pack import make_sample_data, pack
 from stoker.pack.plan.options import PackOptions
 from stoker.pack.plan.scan import unescape_name
@@ -53,14 +54,14 @@ def test_round_trip_and_counters(sample, tmp_path, capsys):  # B2 #25
     assert r.written + r.rejected + r.ignored == r.found
     assert r.passthrough == 120 and r.reencoded == 0
     assert verify_records(r.manifest).ok
-    with RecordSet(r.manifest) as rec:
+    with RecordIOReader(r.manifest) as rec:
         assert len(rec) == 120 and rec.class_names == ["class_00", "class_01", "class_02"]
-        assert rec.labels().tolist() == [0.0] * 40 + [1.0] * 40 + [2.0] * 40
-        assert rec.keys.tolist() == list(range(120))
-        h, img = rec.read_header(41)
+        assert rec.labels().tolist() == [0] * 40 + [1] * 40 + [2] * 40
+        assert rec.keys().tolist() == list(range(120))
+        img = rec.read(41)[0]
         with open(os.path.join(sample, "class_01", "00001.jpg"), "rb") as f:
             assert bytes(img) == f.read()  # original bytes, untouched
-        assert h.id == 41
+        assert header_of(rec, 41).id == 41
     m = load_manifest(r.manifest)
     assert m["pack"]["class_counts"] == {"class_00": 40, "class_01": 40, "class_02": 40}
 
@@ -71,7 +72,7 @@ def test_bytes_identical_for_any_worker_count(sample, tmp_path):  # B2 #24
     pack(sample, tmp_path / "w1" / "out", workers=1, shuffle=True, seed=3)
     pack(sample, tmp_path / "w2" / "out", workers=2, shuffle=True, seed=3)
     assert outputs(str(tmp_path / "w1" / "out")) == outputs(str(tmp_path / "w2" / "out"))
-    with RecordSet(str(tmp_path / "w2" / "out.rec")) as rec:
+    with RecordIOReader(str(tmp_path / "w2" / "out.rec")) as rec:
         labels = rec.labels()
     assert sorted(labels.tolist()) == [0.0] * 40 + [1.0] * 40 + [2.0] * 40
     assert labels.tolist() != sorted(labels.tolist())  # shuffled
@@ -84,7 +85,7 @@ def test_shards_and_list_file(sample, tmp_path):
         "out-00001.rec",
         "out-00002.rec",
     ]
-    with RecordSet(r.manifest) as rec:
+    with RecordIOReader(r.manifest) as rec:
         assert len(rec) == 120
     lines = read_text(r.list_path).splitlines()
     assert lines[0] == "0\t0.000000\tclass_00/00000.jpg" and len(lines) == 120
@@ -107,12 +108,12 @@ def test_bad_files_rejected_listed_and_rest_packed(tmp_path):  # B1 #1, #3, #7
         ("b/cut.jpg", "truncated"),
     ]
     assert r.formats == {"JPEG": 6, "PNG": 1}
-    with RecordSet(r.manifest) as rec:
-        keys = rec.keys.tolist()
+    with RecordIOReader(r.manifest) as rec:
+        keys = rec.keys().tolist()
         assert len(keys) == 7
         empty_key = int(next(row[0] for row in rows if row[2] == "empty"))
         assert empty_key not in keys  # a gap where the reject was
-        shapes = {tuple(decode(rec.read_header(i)[1]).shape) for i in range(len(rec))}
+        shapes = {tuple(decode(rec.read(i)[0]).shape) for i in range(len(rec))}
     assert shapes == {(32, 32, 3), (20, 24, 3)}
 
 
@@ -126,7 +127,7 @@ def test_empty_class_and_bad_only_class_keep_ids(tmp_path):  # B1 #16
     ra = pack(a, tmp_path / "ra", workers=1)
     rb = pack(b, tmp_path / "rb", workers=1)
     assert ra.classes == rb.classes == {"x": 0, "y": 1, "z": 2}
-    with RecordSet(ra.manifest) as r1, RecordSet(rb.manifest) as r2:
+    with RecordIOReader(ra.manifest) as r1, RecordIOReader(rb.manifest) as r2:
         assert r1.labels().tolist() == r2.labels().tolist() == [0, 0, 2, 2]
     assert load_manifest(rb.manifest)["pack"]["class_counts"]["y"] == 0
 
@@ -267,8 +268,8 @@ def test_resumed_manifest_equals_a_clean_runs(tmp_path, shard_size):
 def test_resize_reencodes(sample, tmp_path):
     r = pack(sample, tmp_path / "out", workers=2, resize=16, quality=80)
     assert r.reencoded == 120 and r.passthrough == 0
-    with RecordSet(r.manifest) as rec:
-        assert decode(rec.read_header(7)[1]).shape == (16, 16, 3)
+    with RecordIOReader(r.manifest) as rec:
+        assert decode(rec.read(7)[0]).shape == (16, 16, 3)
 
 
 def test_lst_input_keeps_its_keys_and_labels(tmp_path):
@@ -279,10 +280,10 @@ def test_lst_input_keeps_its_keys_and_labels(tmp_path):
     lst.write_text("10\t4\tp.jpg\n3\t1\t2.5\tq.jpg\n")
     r = pack(lst, tmp_path / "out", workers=1, root=root)
     assert r.written == 2
-    with RecordSet(r.shards[0]) as rec:
-        assert rec.keys.tolist() == [10, 3]
-        assert rec.read_header(0)[0].label == 4.0
-        assert rec.read_header(1)[0].label.tolist() == [1.0, 2.5]
+    with RecordIOReader(r.shards[0]) as rec:
+        assert rec.keys().tolist() == [10, 3]
+        assert header_of(rec, 0).label == 4.0
+        assert header_of(rec, 1).label.tolist() == [1.0, 2.5]
 
 
 def test_lst_paths_stay_inside_root_unless_allowed(tmp_path):
@@ -301,8 +302,8 @@ def test_lst_paths_stay_inside_root_unless_allowed(tmp_path):
     assert load_manifest(r.manifest)["rejects"]["reasons"] == r.reasons
     r = pack(lst, tmp_path / "all", workers=1, root=root, allow_outside_root=True)
     assert r.written == 3 and r.reasons == {"missing": 1}
-    with RecordSet(r.manifest) as rec:
-        assert rec.keys.tolist() == [0, 1, 2]
+    with RecordIOReader(r.manifest) as rec:
+        assert rec.keys().tolist() == [0, 1, 2]
 
 
 def test_bad_arguments(tmp_path, sample):
@@ -352,11 +353,11 @@ def test_pnm_and_upper_case_gif_are_packed(tmp_path):
     r = pack(src, tmp_path / "out", workers=1)
     assert (r.found, r.written, r.rejected, r.ignored) == (3, 3, 0, 0)
     assert r.formats == {"GIF": 1, "PNM": 2} and r.reencoded == 3
-    with RecordSet(r.manifest) as rec:
+    with RecordIOReader(r.manifest) as rec:
         for i, name in enumerate(["a/gray.pgm", "a/rgb.ppm", "b/anim.GIF"]):
             with Image.open(src / name) as im:
                 ref = np.asarray(im.convert("RGB"))
-            assert np.array_equal(decode(rec.read_header(i)[1]), ref), name
+            assert np.array_equal(decode(rec.read(i)[0]), ref), name
 
 
 def test_hidden_names_are_ignored(tmp_path):

@@ -19,7 +19,8 @@ from stoker import pack
 from stoker._core.errors import PackError, TooManyRejectsError
 from stoker._core.schema import Field, Schema
 from stoker.codecs import decode_mask, image_size
-from stoker.formats.recordio import RecordSet, load_manifest, verify_records
+from stoker.formats.recordio import load_manifest, verify_records
+from stoker.formats.recordio.seam import RecordIOReader
 from stoker.loader.sources.records import RecordSource
 
 N = 7
@@ -92,13 +93,14 @@ def _write_csv(path, rows: list[dict]) -> str:
 
 def _check_set(manifest: str, root, rows: list[dict]) -> None:
     """Every record's fields equal its listing row's, through both readers."""
-    with RecordSet(manifest, verify_checksums=True) as r:
+    with RecordIOReader(manifest, checksums=True) as r:
         assert r.schema == WANT
         assert len(r) == len(rows)
+        read = r.reader(None, tuple(WANT.stored))
         for i, row in enumerate(rows):
-            header, image, fields = r.read_fields(i)
+            image, label, _key, fields = read(i)
             assert bytes(image) == (root / row["image"]).read_bytes()
-            assert header.label == float(["cat", "dog", "eel"].index(row["label"]))
+            assert label == ["cat", "dog", "eel"].index(row["label"])
             _same_row(fields, row, root)
     src = RecordSource(manifest)
     assert src.schema == WANT
@@ -170,13 +172,14 @@ def test_a_given_schema_replaces_the_inference(tmp_path) -> None:
     listing = _write_jsonl(tmp_path / "l.jsonl", rows)
     r = pack(listing, tmp_path / "out", workers=1, schema=str(path))
     want = schema.with_max_len({"blob": 3, "ids": 2})
-    with RecordSet(r.manifest) as rec:
+    with RecordIOReader(r.manifest) as rec:
         assert rec.schema == want
-        _, _, f0 = rec.read_fields(0)
+        read = rec.reader(None, tuple(want.stored))
+        f0 = read(0)[3]
         assert f0["blob"] == base64.b64decode("AAEC") and f0["scores"].dtype == np.float64
-        assert rec.read_fields(1)[2]["ids"].tolist() == [8, 9]
-        assert rec.read_fields(1)[2]["ids"].dtype == np.int32
-        assert rec.read_header(0)[0].label == 3.0
+        assert read(1)[3]["ids"].tolist() == [8, 9]
+        assert read(1)[3]["ids"].dtype == np.int32
+        assert read(0)[1] == 3.0
 
 
 def test_inference_rules(tmp_path) -> None:
@@ -198,7 +201,7 @@ def test_inference_rules(tmp_path) -> None:
         for i in range(3)
     ]
     r = pack(_write_jsonl(tmp_path / "l.jsonl", rows), tmp_path / "out", workers=1)
-    with RecordSet(r.manifest) as rec:
+    with RecordIOReader(r.manifest) as rec:
         s = rec.schema
     assert s["label"] == Field.numeric((), "float32", header=True)
     assert s["bbox"].geometry == "boxes"

@@ -233,10 +233,12 @@ def test_path_plus_several_labels_is_a_label_vector(tmp_path, kind, fmt):
         assert labels.shape == (3, 3) and labels.dtype == np.float32
         np.testing.assert_array_equal(labels, np.asarray(vectors, np.float32))
     if fmt == "recordio":  # the IRHeader's several labels, as an im2rec list packs them
-        from stoker.formats.recordio import RecordSet
+        from packhelp import header_of
 
-        with RecordSet(r.manifest) as rec:
-            h, _ = rec.read_header(1)
+        from stoker.formats.recordio.seam import RecordIOReader
+
+        with RecordIOReader(r.manifest) as rec:
+            h = header_of(rec, 1)
             assert h.flag == 3 and np.asarray(h.label).tolist() == [0, 0.5, 0]
 
 

@@ -16,7 +16,8 @@ import pytest
 from packhelp import image_bytes, write
 
 from stoker import pack
-from stoker.formats.recordio import RecordSet, load_manifest
+from stoker.formats.recordio import load_manifest
+from stoker.formats.recordio.seam import RecordIOReader
 
 
 def _images(root, n: int) -> list[str]:
@@ -49,7 +50,7 @@ def _pack_cli(listing, out) -> tuple[subprocess.CompletedProcess, dict[int, str]
 
 
 def _labels(manifest: str) -> list:
-    with RecordSet(manifest) as r:
+    with RecordIOReader(manifest) as r:
         return r.labels().tolist()
 
 

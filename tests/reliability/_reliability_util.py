@@ -69,15 +69,13 @@ def judge_error(case: Any, e: BaseException) -> Outcome:
 
 
 def _read(case: Any, path: str, *, checksums: bool) -> Outcome:
-    from stoker.formats.recordio import RecordSet
+    from stoker.formats.recordio.seam import RecordIOReader
 
     try:
-        r = RecordSet(path, verify_checksums=checksums)
+        r = RecordIOReader(path, checksums=checksums)  # an insightface layout is checked here
         try:
-            r.identity_ranges  # noqa: B018 - an insightface layout is checked here
-            r.images()
             for i in range(len(r)):
-                r.read_header(i)
+                r.read(i)
             r.labels()
         finally:
             r.close()

@@ -10,7 +10,7 @@ import pytest
 from _reliability_util import load_corpus_module
 
 from stoker._core.errors import CorruptRecordError
-from stoker.formats.recordio import RecordSet
+from stoker.formats.recordio.seam import RecordIOReader
 
 
 @pytest.fixture()
@@ -31,10 +31,10 @@ def damaged(tmp_path):
 
 
 def _read_all(path: str) -> None:
-    r = RecordSet(path, verify_checksums=False)
+    r = RecordIOReader(path, checksums=False)
     try:
         for i in range(len(r)):
-            r.read_header(i)
+            r.read(i)
     finally:
         r.close()
 

@@ -182,26 +182,27 @@ def test_record_dataset_reads_a_remote_set_as_the_local_one(remote_set, cache_di
 
 
 def test_shards_stay_open_only_when_the_cache_holds_the_set(remote_set, cache_dir, monkeypatch):
-    from stoker.formats.recordio import recordset
+    from stoker.formats.recordio.shard import RecordIOShard
 
     opens = []
-    real = recordset.open_remote_shard
+    real = RecordIOShard.open
 
-    def counted(files, shard, j, **kw):
-        opens.append(j)
-        return real(files, shard, j, **kw)
+    def counted(self):
+        if self.file is None:  # the shard's files held and mapped (again)
+            opens.append(self.files._j)
+        return real(self)
 
-    monkeypatch.setattr(recordset, "open_remote_shard", counted)
+    monkeypatch.setattr(RecordIOShard, "open", counted)
     sizes = _rec_bytes(remote_set.local)
     small = int(sum(sizes) * 0.49)
     for shuffle, limit, batch in ((True, None, 20), (False, small, 4)):
         opens.clear()
         kw = dict(batch_size=batch, seed=6, shuffle=shuffle, workers=0)
         with stoker.Loader(remote_set.url, cache_dir=cache_dir, cache_limit=limit, **kw) as ld:
-            records = ld.source.records
+            remote = ld.source.remote_shards()
             most = 0
             for _ in ld:
-                most = max(most, len(records._open_shards))
+                most = max(most, len(remote.held()))
         if limit is None:  # the cache holds the set: each shard opened once and kept open
             # (shard 0 twice more: after the label probe and after reading the schema)
             assert most == 15 and len(opens) <= 17

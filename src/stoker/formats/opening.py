@@ -185,17 +185,21 @@ def open_set(
     remote: RemoteOptions | None = None,
     opened: RemoteShards | None = None,
     sibling: bool | str = True,
+    roles: Sequence[str] | None = None,
+    marks: int | None = None,
 ) -> Opened:
     """What ``path`` names for a reader of format ``kind``; see the module docstring.
     ``remote`` and ``opened``: a URL's options and its set as another process opened it (its
     reader keeps :data:`MAX_OPEN_SHARDS` open at most). ``sibling``: where a bare shard's
     manifest is looked for (``True``: :func:`sibling_manifest`; a path: that file when it
-    exists; ``False``: nowhere)."""
+    exists; ``False``: nowhere). ``roles`` and ``marks``: a URL's files fetched for each shard
+    (default: the format's roles) and the markers the shard cache reserves (see
+    :class:`RemoteShards`)."""
     p = os.fspath(path)
     url = remote_url(p)
     if url is not None:
         files = RemoteFiles(url, remote) if opened is None else opened.files
-        shards, m = open_remote(files, kind, opened)
+        shards, m = open_remote(files, kind, opened, roles, marks=marks)
         return Opened(url, redact(url), m, m["shards"], shards)
     p = local_path(p)
     if p.endswith(MANIFEST_SUFFIX):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ from stoker._core.errors import CorruptRecordError, ManifestError, SpecError, St
 from stoker._core.schema import SIZE_FIELD, Schema
 from stoker.formats.base import Reader, ReadSample, Shard
 from stoker.formats.manifest import shard_file
-from stoker.formats.opening import check_entry, open_set
+from stoker.formats.opening import Opened, check_entry, open_set
 from stoker.formats.remote import RemoteOptions
 from stoker.formats.shardfiles import ReadsRemoteShards, RemoteShards
 from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardEntry, ShardSet, digest
@@ -50,7 +50,8 @@ class SetPlan:
     (``False``: the positions are the keys, no shard is opened for them), ``label_kind``
     (one label's ``(shape, dtype)`` where known without a shard), ``roles`` (the files of an
     entry checked and read), ``keys_from`` (where stored keys come from, for messages) and
-    ``blocks`` (whether shards may declare blocks: only then are they opened for them)."""
+    ``blocks`` (whether shards may declare blocks: only then are they opened for them) and
+    ``extra`` (the format's own; ``"hint"``: what a missing file's error adds)."""
 
     read: Any = None
     schema: Schema | None = None
@@ -59,6 +60,7 @@ class SetPlan:
     roles: tuple[str, ...] = ("data",)
     keys_from: str = "stored keys"
     blocks: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class ShardFiles:
@@ -123,7 +125,13 @@ class ShardFiles:
 class ShardedReader(ReadsRemoteShards, Reader):
     """A set of shards of one format; see the module docstring. ``options`` go to the
     format's ``plan``; ``sibling``: where a bare shard's manifest is looked for
-    (:func:`~stoker.formats.opening.open_set`)."""
+    (:func:`~stoker.formats.opening.open_set`). ``_config["roles"]``: the files of a shard
+    that are read (every role of the format; a subclass may read fewer)."""
+
+    #: Files per shard the shard cache reserves markers for (``None``: the most a shard has).
+    marks: int | None = None
+    #: Whether a set of 0 records opens (else a :class:`StokerFormatError`).
+    empty_ok = False
 
     def __init__(
         self,
@@ -159,7 +167,13 @@ class ShardedReader(ReadsRemoteShards, Reader):
         module, _, name = c["shard"].partition(":")
         self._cls = getattr(importlib.import_module(module), name)
         src = open_set(
-            self.path, self.format, remote=c["remote"], opened=self._opened, sibling=c["sibling"]
+            self.path,
+            self.format,
+            remote=c["remote"],
+            opened=self._opened,
+            sibling=c["sibling"],
+            roles=c["roles"],
+            marks=self.marks,
         )
         where = str(src.manifest_path or src.path)
         m = src.manifest  # with the shards read (a bare shard's sibling manifest: one)
@@ -169,7 +183,7 @@ class ShardedReader(ReadsRemoteShards, Reader):
         self.class_names_ = src.class_names
         self.plan: SetPlan = self._cls.plan(src.manifest, where, **c["options"])
         roles = self.plan.roles
-        if src.manifest is not None and not src.entries:
+        if src.manifest is not None and not src.entries and not self.empty_ok:
             raise ManifestError(f"{where}: the manifest lists no shards")
         self._remote = remote = src.remote
         if remote is not None:
@@ -182,7 +196,7 @@ class ShardedReader(ReadsRemoteShards, Reader):
             mp = str(src.manifest_path)
             self._files = []
             for s in src.entries:
-                check_entry(mp, s, roles)
+                check_entry(mp, s, roles, self.plan.extra.get("hint", ""))
                 paths = {r: str(shard_file(mp, s, r)) for r in roles if r in s.files}
                 self._files.append(ShardFiles(paths["data"], s, paths))
         else:
@@ -190,15 +204,16 @@ class ShardedReader(ReadsRemoteShards, Reader):
         self._shards = [None] * len(self._files)
         self._ready = True
         try:
-            if src.manifest is None:
-                self._set = ShardSet([len(self.shard(0))])
-            else:
-                self._set = ShardSet(src.entries)
+            self._set = self._positions(src)
         except BaseException:
             self.close()
             raise
-        if len(self._set) == 0:
+        if len(self._set) == 0 and not self.empty_ok:
             raise StokerFormatError(f"{self.path}: the data set has 0 records")
+
+    def _positions(self, src: Opened) -> ShardSet:
+        """The set's positions: the manifest's record counts, or a bare shard's records."""
+        return ShardSet([len(self.shard(0))]) if src.manifest is None else ShardSet(src.entries)
 
     def shard(self, j: int) -> Shard:
         """Shard ``j``, opened on first use and marked used (the least recently used beyond

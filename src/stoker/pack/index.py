@@ -172,11 +172,18 @@ Store = Callable[[str, tuple[dict, bytes]], None]
 
 
 def _on_threads(todo: list[str], options: RemoteOptions, workers: int, store: Store) -> None:
-    """Each tar indexed by one of ``workers`` threads, stored here as it finishes."""
+    """Each tar indexed by one of ``workers`` threads, stored here as it finishes; the first
+    failure is raised once every other tar is stored."""
+    failed: list[BaseException] = []
     with ThreadPoolExecutor(workers) as pool:
         running = {pool.submit(_one, t, options): t for t in todo}
         for got in as_completed(running):
-            store(running[got], got.result())
+            if got.exception() is not None:
+                failed.append(got.exception())  # type: ignore[arg-type]
+            else:
+                store(running[got], got.result())
+    if failed:  # every other tar is stored first: a rerun does only what failed
+        raise failed[0]
 
 
 def _on_ray(todo: list[str], options: RemoteOptions, workers: int, store: Store) -> None:
@@ -190,9 +197,18 @@ def _on_ray(todo: list[str], options: RemoteOptions, workers: int, store: Store)
     try:
         task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(_one)
         running = {task.remote(t, options): t for t in todo}
+        failed: list[BaseException] = []
         while running:
             (done,), _ = ray.wait(list(running), num_returns=1)
-            store(running.pop(done), ray.get(done))
+            tar = running.pop(done)
+            try:
+                got = ray.get(done)
+            except Exception as e:  # noqa: BLE001 - the task's error, raised once the rest is stored
+                failed.append(getattr(e, "cause", None) or e)
+                continue
+            store(tar, got)
+        if failed:
+            raise failed[0]
     finally:
         if started:
             ray.shutdown()

@@ -2,9 +2,11 @@
 
 See ``README.md`` in this folder (and ``docs/format.md``) for the byte layout.
 
-- :class:`RecordSet` opens a ``.rec``, its ``.idx`` or a ``NAME.stoker.json`` manifest
-  (several shards read as one) and checks the files against the manifest; :class:`RecordFile`
-  is one shard. :func:`open_records` (deprecated) gives the sample-level ``RecordIOReader``.
+- ``stoker.formats.open(path)`` reads a ``.rec``, its ``.idx`` or a ``NAME.stoker.json``
+  manifest (several shards read as one, each checked against its entry) as the sample-level
+  ``RecordIOReader`` (``seam.py``), a ``ShardedReader`` of ``RecordIOShard`` (``shard.py``);
+  :class:`RecordFile` reads one ``.rec`` by position. :func:`open_records` (deprecated) gives
+  the same reader.
 - :class:`RecordWriter` writes ``.rec`` + ``.idx`` (+ ``.crc32c``) atomically and resumes
   after a killed run.
 - :func:`verify_records` walks a whole file and reports every problem.
@@ -32,7 +34,6 @@ from stoker.formats.recordio.manifest import (
 )
 from stoker.formats.recordio.paths import default_crc_path, default_idx_path, manifest_path_for
 from stoker.formats.recordio.reader import RecordFile
-from stoker.formats.recordio.recordset import RecordSet
 from stoker.formats.recordio.seam import open_records
 from stoker.formats.recordio.verify import Problem, VerifyReport, verify_records
 from stoker.formats.recordio.writer import RecordWriter, ShardInfo
@@ -46,7 +47,7 @@ FORMAT = Format(
     (".rec", ".idx"),
     writer=f"{_R}.shardwriter:open_writer",
     manifest=f"{_R}.shardwriter:write_set_manifest",
-    verify=f"{_R}.seam:verify",
+    verify=f"{_R}.verify_remote:verify",
     remote=True,
     roles={"data": ".rec", "index": ".idx", "crc": ".crc32c"},
     required=("data", "index"),
@@ -64,7 +65,7 @@ FORMAT = Format(
         },
     ),
     shard_path=f"{_R}.shardwriter:shard_path",
-    open_shard=f"{_R}.reader:open_file",
+    open_shard=f"{_R}.shard:RecordIOShard",
 )
 
 __all__ = [
@@ -78,7 +79,6 @@ __all__ = [
     "IndexTable",
     "Problem",
     "RecordFile",
-    "RecordSet",
     "RecordWriter",
     "ShardInfo",
     "VerifyReport",

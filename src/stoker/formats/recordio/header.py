@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import numbers
 import struct
-from typing import NamedTuple
+from collections.abc import Callable
+from dataclasses import dataclass
+from math import isfinite
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -20,6 +23,7 @@ __all__ = [
     "INFERRED_INT64",
     "IR_SIZE",
     "IRHeader",
+    "LabelKind",
     "inferred_kind",
     "label_problem",
     "whole_numbers",
@@ -153,3 +157,44 @@ def label_problem(header: IRHeader, classes: int = 0, *, whole: str = "") -> str
                 f"0..{classes - 1})"
             )
     return None
+
+
+@dataclass(frozen=True)
+class LabelKind:
+    """What a set's label is, decided once in the process that opens the set and sent to its
+    workers, which read each label from the header they parse (never the label array):
+    ``shape`` and ``dtype`` of one label, ``classes`` (class ids a one-number int64 label must
+    be one of; 0: any) and ``whole`` (why labels must be whole numbers; "": they need not)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    classes: int = 0
+    whole: str = ""
+
+    def problem(self, header: IRHeader) -> str | None:
+        """:func:`label_problem` of ``header`` in this set."""
+        return label_problem(header, self.classes, whole=self.whole)
+
+    def of(self, header: IRHeader) -> Any:
+        """The label of a (checked) ``header``, as the set's labels hold it."""
+        if self.shape:
+            return np.asarray(header.label, self.dtype).reshape(self.shape)
+        return self.scalar(header.label)  # type: ignore[arg-type]
+
+    @property
+    def scalar(self) -> Callable[[float], Any]:
+        """A one-number label's conversion to the label dtype."""
+        return int if self.dtype == "int64" else np.float32
+
+    def fast(self) -> Callable[[float], bool] | None:
+        """The fast path's one test of a one-float label (``None``: the label is not one
+        number): finite, and where labels are int64 a whole number within int64 (or one of
+        the class ids). A label that fails goes the slow way, where :meth:`problem` names it."""
+        if self.shape:
+            return None
+        if not self.whole:
+            return isfinite
+        if self.classes:
+            hi = float(self.classes)
+            return lambda v: 0.0 <= v < hi and v.is_integer()  # NaN and inf compare False
+        return lambda v: -(2.0**63) < v < 2.0**63 and v.is_integer()

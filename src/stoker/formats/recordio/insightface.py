@@ -4,8 +4,8 @@ insightface's ``face2rec`` writes a header record with key 0: ``flag = 2``, labe
 and no image. Keys ``1 .. a-1`` are the images (each labelled with its identity); keys
 ``a .. b-1`` are one record per identity whose two labels give that identity's ``[start,
 end)`` image keys (``MXFaceDataset``, ``face_image_iter``). :func:`detect_layout` recognises
-it when a ``RecordSet`` of one shard is opened (its ``identity_ranges``, ``image_keys`` and
-``image_positions``; its ``images()`` reads the image records alone), and :func:`layout_table` gives the header
+it when a set of one local shard is opened (``RecordIOShard.find_layout``: the set's samples
+are then the image records alone), and :func:`layout_table` gives the header
 and identity records as JSON (what ``stoker unpack`` keeps beside the images and ``stoker
 inspect`` counts as metadata records). :func:`layout_records` makes the header and identity
 records for images keyed ``1..N`` (what ``stoker pack --layout insightface`` appends after the
@@ -175,9 +175,9 @@ def layout_records(labels: np.ndarray) -> list[tuple[int, bytes]]:
     return out
 
 
-def layout_table(r: Any) -> dict[str, Any] | None:
-    """The header and identity records of an insightface set as a JSON-safe dict, or ``None``
-    for a set without that layout (``r``: a ``RecordSet``, or its view of the images).
+def layout_table(f: RecordFile, layout: Layout) -> dict[str, Any]:
+    """The header and identity records of the insightface ``layout`` of ``f`` as a JSON-safe
+    dict.
 
     ``{"layout": "insightface", "records": all records, "header": {"key": 0, "flag",
     "label": [a, b], "id", "id2"}, "image_keys": [1, a], "identities": [{"key": a + j,
@@ -185,10 +185,7 @@ def layout_table(r: Any) -> dict[str, Any] | None:
     ``j`` (face2rec labels its images ``j``); ``metadata_records`` counts the header, the
     identity records and any other record that is no image.
     """
-    ranges = r.identity_ranges
-    if ranges is None:
-        return None
-    f = r.shards[0]  # the layout is one .rec's (a set of several shards has none)
+    ranges = layout.ranges
     header, _ = f.read_header(f.position(0))
     a, b = (int(x) for x in np.asarray(header.label))
     n_images = a - 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -37,7 +37,7 @@ from stoker.formats.recordio.labelcache import read_label_cache, write_label_cac
 from stoker.formats.recordio.manifest import manifest_schema
 from stoker.formats.recordio.paths import default_crc_path, default_idx_path
 
-__all__ = ["Checksums", "PlainRead", "RecordFile", "open_file"]
+__all__ = ["Checksums", "PlainRead", "RecordFile"]
 
 #: ``f(i)`` of :meth:`RecordFile.plain_reader`: ``(label, image bytes, key)`` or ``None``.
 PlainRead = Callable[[int], tuple[float, memoryview, int] | None]
@@ -61,10 +61,10 @@ class RecordFile:
     also checks that the record ends before the next record the ``.idx`` lists.
     ``cache=False`` skips the binary index cache.
 
-    ``class_names`` and ``manifest`` are set by the ``RecordSet`` whose manifest names the
-    file (its schema then says whether records end in a field trailer). It reads the file
-    and knows no layout: ``RecordSet`` recognises insightface's (``insightface.py``). A
-    context manager: ``close`` on exit.
+    ``manifest`` is set by the shard whose manifest names the file (its schema then says
+    whether records end in a field trailer). It reads the file and knows no layout: the
+    set's reader recognises insightface's (``insightface.py``). A context manager: ``close``
+    on exit.
     """
 
     def __init__(
@@ -92,7 +92,6 @@ class RecordFile:
         cache: bool,
         verify_checksums: Checksums,
         crc_path: str | os.PathLike[str] | None,
-        class_names: list[str] | None = None,
         manifest: dict | None = None,
     ) -> None:
         """Set the paths and options (all that pickles), then open the files."""
@@ -105,7 +104,6 @@ class RecordFile:
             )
         self.verify_checksums: Checksums = verify_checksums
         self.crc_path = os.fspath(crc_path) if crc_path is not None else None
-        self.class_names = class_names
         self.manifest = manifest
         self._open()
 
@@ -235,7 +233,6 @@ class RecordFile:
             "cache": self._cache,
             "verify_checksums": self.verify_checksums,
             "crc_path": self.crc_path,
-            "class_names": self.class_names,
             "manifest": self.manifest,
         }
 
@@ -246,7 +243,6 @@ class RecordFile:
             cache=state["cache"],
             verify_checksums=state["verify_checksums"],
             crc_path=state["crc_path"],
-            class_names=state["class_names"],
             manifest=state["manifest"],
         )
 
@@ -514,8 +510,8 @@ class RecordFile:
 
     def labels_span(self, first: int, n: int) -> np.ndarray:
         """Labels of positions ``first .. first + n - 1``, through the label cache (see
-        labelcache): what :meth:`labels` gives for every record and
-        ``RecordSet.labels`` for an insightface set's image records."""
+        labelcache): what :meth:`labels` gives for every record, and a shard's labels for an
+        insightface set's image records."""
         if self._cache:
             cached = read_label_cache(self.path, self.idx_path, n, first)
             if cached is not None:
@@ -582,9 +578,3 @@ class RecordFile:
             f"{int(flags[j])} (IRHeader flag), {int(counts.max())} of the "
             f"{int(flags.shape[0])} records read have {usual}",
         )
-
-
-def open_file(paths: Mapping[str, Any], **options: Any) -> RecordFile:
-    """The reader of one shard from its files by role (``data``: the ``.rec``, ``index``:
-    its ``.idx``, ``crc``: its ``.crc32c`` or ``None``); ``options``: :class:`RecordFile`'s."""
-    return RecordFile(paths["data"], paths.get("index"), crc_path=paths.get("crc"), **options)

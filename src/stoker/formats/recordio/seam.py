@@ -1,6 +1,6 @@
 """RecordIO behind the seam: a ``.rec``, its ``.idx`` or a ``NAME.stoker.json`` as a sample-level
-:class:`~stoker.formats.base.Reader` (what the registry's ``open_reader`` returns), and the
-registry's ``verify``.
+:class:`~stoker.formats.base.Reader` (the registry's ``open_reader``): a :class:`~stoker.
+formats.sharded.ShardedReader` of :class:`~stoker.formats.recordio.shard.RecordIOShard`.
 
 The samples are the image records (an insightface set's header and identity records are not
 samples); the label is the record's IRHeader label, of the kind the manifest declares (its
@@ -8,11 +8,10 @@ schema's header field; int64 class ids for a manifest with classes and no schema
 whose label does not fit it (2.5 in an int64 set, an id outside the classes) is a
 ``CorruptRecordError`` and never changes the set's dtype. A set without a manifest has its kind
 inferred from every label (``inferred_kind``: int64 when most are whole numbers, else
-float32), and a label that does not fit it is a corrupt record too.
-:meth:`RecordIOReader.labels` gives the same in every process. A worker never holds
-the label array: it reads each label from the header it parses anyway, so its start-up and
-memory do not grow with the set (5.8M labels are 46 MB); the label's dtype and shape travel in
-the pickle instead.
+float32), and a label that does not fit it is a corrupt record too. The kind
+(:class:`~stoker.formats.recordio.header.LabelKind`) travels in the pickle: a worker reads each
+label from the header it parses and never holds the label array (5.8M labels are 46 MB).
+Keys are each shard's ``.idx`` keys (keys of different shards may repeat).
 """
 
 from __future__ import annotations
@@ -20,54 +19,37 @@ from __future__ import annotations
 import hashlib
 import os
 import warnings
-from collections.abc import Callable, Sequence
-from math import isfinite
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from stoker._core.errors import CorruptRecordError, SpecError
 from stoker._core.schema import Field, Schema
-from stoker.formats.base import Reader, ReadSample, sha
+from stoker.formats.base import ReadSample, sha
+from stoker.formats.opening import Opened
 from stoker.formats.recordio.header import (
     DECLARED_INT64,
     INFERRED_INT64,
+    LabelKind,
     inferred_kind,
-    label_problem,
     whole_numbers,
 )
 from stoker.formats.recordio.hints import AccessHints
 from stoker.formats.recordio.insightface import layout_table
-from stoker.formats.recordio.manifest import manifest_schema
-from stoker.formats.recordio.recordset import RecordSet
-from stoker.formats.recordio.verify import verify_records
-from stoker.formats.remote import RemoteOptions, local_path, remote_url
-from stoker.formats.report import VerifyReport, spread
-from stoker.formats.shardfiles import ReadsRemoteShards
+from stoker.formats.recordio.manifest import MANIFEST_SUFFIX, manifest_schema
+from stoker.formats.recordio.paths import manifest_path_for
+from stoker.formats.recordio.shard import RecordIOShard
+from stoker.formats.remote import RemoteOptions, local_path, redact, remote_url
+from stoker.formats.report import spread
+from stoker.formats.sharded import ShardedReader
 from stoker.formats.shards import ShardSet
 
-__all__ = ["RecordIOReader", "open_reader", "open_records", "verify"]
-
-
-def declared_kind(records: RecordSet) -> tuple[tuple[int, ...], str, int] | None:
-    """``(shape, dtype, classes)`` of the labels the set's manifest declares: its schema's
-    header field, or int64 class ids when it names classes without a schema (every folder
-    packed before schemas were written); ``None`` for a set without a manifest, whose kind is
-    inferred from its labels (``inferred_kind``)."""
-    names = records.class_names or ()
-    if records.manifest is None:
-        return None
-    declared = manifest_schema(records.manifest)
-    head = declared.header_name if declared is not None else None
-    if declared is not None and head is not None:
-        f = declared[head]
-        return tuple(f.shape), f.dtype, len(names) if not f.shape else 0
-    return ((), "int64", len(names)) if names else None
+__all__ = ["RecordIOReader", "open_reader", "open_records"]
 
 
 def declared_labels(labels: np.ndarray, dtype: str, classes: int) -> np.ndarray:
-    """``labels`` as the manifest declares them: int64 labels that are not whole numbers
-    within int64 (or not class ids, with ``classes``) read as -1 (reading their record raises
+    """``labels`` as ``dtype``: int64 labels that are not whole numbers within int64 (or not
+    one of ``classes`` class ids) read as -1 (reading their record raises
     ``CorruptRecordError``); float32 labels as they are."""
     if dtype != "int64":
         return labels.astype(dtype)
@@ -79,33 +61,22 @@ def declared_labels(labels: np.ndarray, dtype: str, classes: int) -> np.ndarray:
     return np.where(ok, labels, -1).astype(np.int64)
 
 
-def _record_sizes(shards: Sequence[Any]) -> np.ndarray:
-    """Each record's bytes on disk (framing and padding included), from the offsets."""
-    parts = []
-    for s in shards:
-        offs = np.asarray(s.offsets, dtype=np.int64)
-        if offs.size == 0:
-            continue
-        order = np.sort(offs)
-        parts.append(np.append(order[1:], s.size) - order)
-    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-
-
-class RecordIOReader(ReadsRemoteShards, Reader):
+class RecordIOReader(ShardedReader):
     """The image records of a RecordIO set as a :class:`Reader`.
 
     ``checksums=True``: every record read is checked against the ``.crc32c`` side-car where
     the set has one (a ``.crc32c`` the manifest names but that is missing, or whose size does
     not fit the record count, is an error at open); ``False`` reads without it. ``cache``:
-    use the index and label caches (:mod:`stoker._core.cache`).
-
-    ``hints``: the access hints a chunk (``reader(indices)``) is read with when the set is
-    larger than the page cache (:mod:`stoker.formats.recordio.hints`); an instance may set
-    its own :class:`AccessHints` before it is used or sent to workers.
+    use the index and label caches (:mod:`stoker._core.cache`). ``hints``: the access hints a
+    chunk (``reader(indices)``) is read with when the set is larger than the page cache
+    (:mod:`stoker.formats.recordio.hints`); an instance may set its own before it is used or
+    sent to workers.
     """
 
     format = "recordio"
     hints: AccessHints = AccessHints()
+    marks = 3  # a shard's .rec, .idx and .crc32c, whichever are read
+    empty_ok = True
 
     def __init__(
         self,
@@ -119,163 +90,147 @@ class RecordIOReader(ReadsRemoteShards, Reader):
             raise TypeError(f"checksums must be True or False, got {checksums!r}")
         if remote is not None and not isinstance(remote, RemoteOptions):
             raise TypeError(f"remote must be a RemoteOptions, got {type(remote).__name__}")
-        self.path = os.fspath(path)
-        self.remote = remote if remote_url(self.path) is not None else None
-        if self.remote is None and remote_url(self.path) is not None:
-            self.remote = RemoteOptions()
-        self.checksums = checksums
-        self.cache = bool(cache)
-        self._rec: RecordSet | None = None
-        self._remote = None  # the open set's opener (a set in object storage)
-        self._labels: np.ndarray | None = None
-        self._keys: np.ndarray | None = None
-        self._schema: Schema | None = None
-        self._label_dtype = ""  # set when unpickled (see __getstate__)
-        self._label_shape: tuple[int, ...] = ()
-        self._classes = 0  # class ids a declared int64 label must be one of (0: any)
-        self._whole_labels = ""  # why labels are int64 (a fraction is corrupt); "": need not be
-        self._hints_on: bool | None = None  # decided at the first chunk in each process
-        self._files = None
-        self._len = len(self.records)
-
-    @property
-    def records(self) -> RecordSet:
-        """The set's image records, opened on first use in this process."""
-        if self._rec is None:
-            self._rec = RecordSet(
-                self.path,
-                verify_checksums="auto" if self.checksums else False,
-                cache=self.cache,
-                remote=self.remote,
-                files=self._files,
-                max_open=getattr(self, "_max_open", None),
-                whole=getattr(self, "_cache_whole", None),
-                images=True,
+        p = os.fspath(path)
+        url = remote_url(p)
+        if url is not None and not url.endswith(MANIFEST_SUFFIX):
+            raise ValueError(
+                f"{redact(url)}: a RecordIO set in object storage is opened by its manifest "
+                f"(NAME{MANIFEST_SUFFIX}, which `stoker pack` writes beside the shards)"
             )
-            self._remote = self._rec.remote
-        return self._rec
+        rec = local_path(p) if url is None else p
+        if rec.endswith(".idx"):
+            rec = rec[:-4] + ".rec"
+            if not os.path.exists(rec):
+                raise FileNotFoundError(f"{p}: no {os.path.basename(rec)} beside it")
+        options = {"checksums": checksums, "cache": bool(cache)}
+        super().__init__(
+            rec, format="recordio", remote=remote, sibling=manifest_path_for(rec), **options
+        )
+        self._config["given"] = p  # what the fingerprint sizes
 
-    def _shard_set(self) -> ShardSet:
-        return self.records._set
+    def _reopen(self, config: dict[str, Any], opened: Any) -> None:
+        if not config["options"]["checksums"]:  # no .crc32c fetched or checked
+            config = {**config, "roles": ("data", "index")}
+        super()._reopen(config, opened)
+        self.checksums, self.cache = config["options"]["checksums"], config["options"]["cache"]
+        self._kind: LabelKind | None = None  # decided in the process that opens the set
+        self._hints_on: bool | None = None  # decided at the first chunk in each process
 
     def __getstate__(self) -> dict:
-        shape, dtype = self.label_kind()
-        return {
-            "path": self.path,
-            "checksums": self.checksums,
-            "cache": self.cache,
-            "_len": self._len,
-            "_label_dtype": dtype,
-            "_label_shape": shape,
-            "_classes": self._classes,
-            "_whole_labels": self._whole_labels,
-            "hints": self.hints,
-            "remote": self.remote,
-            # a remote set travels with what its opening learnt (sizes, the manifest's copy)
-            # and how many shards a loader's claim on the cache lets each reader keep open
-            # (and whether it claimed the whole set)
-            "_files": getattr(self._rec, "files", None),
-            "_max_open": getattr(self._remote, "_planned_open", None),
-            "_cache_whole": getattr(self._remote, "_planned_whole", None),
-        }
+        return {**super().__getstate__(), "kind": self.label_type(), "hints": self.hints}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)  # what __getstate__ gives; the rest reopens here
-        self._hints_on = self._rec = self._remote = None
-        self._labels = self._keys = self._schema = None
+        super().__setstate__(state)
+        self._kind, self.hints = state["kind"], state["hints"]
 
-    def __len__(self) -> int:
-        return self._len
+    def _positions(self, src: Opened) -> ShardSet:
+        """A set of one local shard opens it now: its files checked, insightface's layout
+        recognised (its samples are the image records; a malformed layout is an error here)."""
+        if len(self._files) != 1 or self._remote is not None:
+            return super()._positions(src)
+        self._rio(0).find_layout()
+        return ShardSet([len(self._rio(0))])
 
-    def key(self, i: int) -> int:
-        return int(self.records.key(i))
+    def _rio(self, j: int) -> RecordIOShard:
+        return cast(RecordIOShard, self.shard(j))
 
-    def keys(self) -> np.ndarray:
-        if self._keys is None:
-            self._keys = np.asarray(self.records.keys, dtype=np.int64)
-            self.let_go()
-        return self._keys
+    def _stored_keys(self) -> np.ndarray:
+        self._ensure()
+        parts = [np.asarray(self._rio(j).keys(), np.int64) for j in range(len(self._files))]
+        self.let_go()
+        return np.concatenate([np.zeros(0, np.int64), *parts])
 
+    # ------------------------------------------------------------------ labels
     def labels(self) -> np.ndarray:
         if self._labels is None:
-            raw = np.asarray(self.records.labels())
-            kind = declared_kind(self.records)
-            dtype = inferred_kind(raw) if kind is None else kind[1]
-            self._labels = declared_labels(raw, dtype, 0 if kind is None else kind[2])
-            if kind is None:
-                self._whole_labels = INFERRED_INT64 if dtype == "int64" else ""
-            self.let_go()
+            raw, kind = self._raw_labels(), self._declared()
+            dtype = inferred_kind(raw) if kind is None else kind.dtype
+            self._labels = declared_labels(raw, dtype, 0 if kind is None else kind.classes)
+            self._labels.setflags(write=False)
         return self._labels
 
-    def label_kind(self) -> tuple[tuple[int, ...], str]:
-        """``(shape, dtype)`` of one label: what the manifest declares (:func:`declared_kind`).
-        A set without a declaration, local: from every label (:meth:`labels`); in object
-        storage: from its first shard's labels, so opening it does not download every
-        shard (a later shard whose labels are not whole numbers where the first shard's are
-        is read as that dtype all the same)."""
-        if not self._label_dtype:
-            kind = declared_kind(self.records)
-            if kind is not None:  # stated by the manifest: never inferred from the records
-                self._label_shape, self._label_dtype, self._classes = kind
-                self._whole_labels = DECLARED_INT64 if self._label_dtype == "int64" else ""
-            elif self.remote is None or self._labels is not None:
-                lab = self.labels()
-                return tuple(lab.shape[1:]), lab.dtype.name
-            else:
-                raw = np.asarray(self.records.shard(0).labels())
-                lab = declared_labels(raw, inferred_kind(raw), 0)
-                self.let_go()  # the main process keeps nothing pinned
-                self._label_dtype, self._label_shape = lab.dtype.name, tuple(lab.shape[1:])
-                self._whole_labels = INFERRED_INT64 if lab.dtype == np.int64 else ""
-        return self._label_shape, self._label_dtype
+    def _raw_labels(self) -> np.ndarray:
+        """Every IRHeader label as stored (float32); an error names the first record of a
+        shard whose records carry another label count than the earlier shards'."""
+        self._ensure()
+        parts: list[np.ndarray] = []
+        first = np.zeros(0, np.float32)  # what a set without a record gives
+        for j in range(len(self._files)):
+            lab = (sh := self._rio(j)).labels()
+            first = lab if j == 0 else first
+            if not len(lab):
+                continue
+            if parts and lab.shape[1:] != parts[0].shape[1:]:
+                f, p = sh.open(), sh.at(0)
+                counts = [int(a.shape[1]) if a.ndim == 2 else 0 for a in (lab, parts[0])]
+                raise CorruptRecordError(
+                    f.path,
+                    f.offset(p),
+                    f"records carry different label counts: this shard's have {counts[0]} "
+                    f"(IRHeader flag), earlier shards' {counts[1]} (manifest {self.manifest_path})",
+                    key=f.key(p),
+                    idx_line=f.idx_line(p),
+                )
+            parts.append(lab)
+        self.let_go()  # a remote set keeps nothing pinned in this process
+        return np.concatenate(parts) if parts else first
 
-    @property
-    def class_names(self) -> list[str] | None:
-        names = self.records.class_names
-        return list(names) if names else None
+    def _declared(self) -> LabelKind | None:
+        """The label kind the manifest declares: its schema's header field, or int64 class
+        ids when it names classes without a schema; ``None``: inferred from the labels."""
+        self._ensure()
+        classes = len(self.class_names_ or ())
+        declared = manifest_schema(self.manifest) if self.manifest is not None else None
+        head = declared.header_name if declared is not None else None
+        if declared is None or head is None:
+            return LabelKind((), "int64", classes, DECLARED_INT64) if classes else None
+        f = declared[head]
+        whole = DECLARED_INT64 if f.dtype == "int64" else ""
+        return LabelKind(tuple(f.shape), f.dtype, 0 if f.shape else classes, whole)
+
+    def label_type(self) -> LabelKind:
+        """The set's :class:`LabelKind`: declared by the manifest, else inferred from every
+        label; a set in object storage infers it from its first shard's labels, so opening
+        it downloads no more (a later shard is read as that dtype all the same)."""
+        if self._kind is None:
+            kind = self._declared()
+            if kind is None:
+                if self._remote is None or self._labels is not None:
+                    lab = self.labels()
+                else:
+                    raw = np.asarray(self._rio(0).labels())
+                    self.let_go()
+                    lab = declared_labels(raw, inferred_kind(raw), 0)
+                whole = INFERRED_INT64 if lab.dtype == np.int64 else ""
+                kind = LabelKind(tuple(lab.shape[1:]), lab.dtype.name, 0, whole)
+            self._kind = kind
+        return self._kind
+
+    def label_kind(self) -> tuple[tuple[int, ...], str]:
+        kind = self.label_type()
+        return kind.shape, kind.dtype
 
     @property
     def schema(self) -> Schema:
-        """The schema the manifest declares (an image and its label without one), its header
-        field typed as :meth:`labels` gives it."""
+        """The schema the manifest declares (else an image and its IRHeader label(s), of the
+        first record's label count), its header field typed as :meth:`labels` gives it."""
         if self._schema is None:
-            if self._label_dtype:  # unpickled: from the state it was sent, not every label
-                dtype, shape = self._label_dtype, self._label_shape
-            else:
-                shape, dtype = self.label_kind()
-            declared = self.records.schema
+            self._ensure()
+            kind = self.label_type()
+            declared = manifest_schema(self.manifest) if self.manifest else None
+            if declared is None:  # a set without one: its first record's label count
+                declared = self._rio(0).schema if self._files else Schema.classification()
+            label = Field.numeric(kind.shape, kind.dtype, header=True)
             head = declared.header_name
-            label = Field.numeric(shape, dtype, header=True)
-            if head is None:
-                self._schema = declared
-            else:
-                self._schema = Schema(
-                    tuple((n, label if n == head else f) for n, f in declared.fields)
-                )
+            fields = tuple((n, label if n == head else f) for n, f in declared.fields)
+            self._schema = declared if head is None else Schema(fields)
             self.let_go()  # a remote set read its first shard for it: nothing stays pinned
         return self._schema
 
-    def _label(self, i: int, header: Any) -> Any:
-        """The label of position ``i`` as :meth:`labels` gives it, from its parsed header;
-        ``CorruptRecordError`` naming the file, key and offset when it is NaN or infinite."""
-        bad = label_problem(header, self._classes, whole=self._whole_labels)
-        if bad is not None:
-            path, off = self.locate(i) or (self.path, None)
-            raise CorruptRecordError(path, off, bad, key=int(self.records.key(i)))
-        if not self._label_dtype:  # the process that opened the set holds every label
-            return self.labels()[i]
-        if self._label_shape:
-            return np.asarray(header.label, self._label_dtype).reshape(self._label_shape)
-        return self._scalar_label(header.label)
-
-    @property
-    def _scalar_label(self) -> Callable[[Any], Any]:
-        """An unpickled reader's conversion of a one-float header label to the label dtype."""
-        return int if self._label_dtype == "int64" else np.float32
-
-    def advise(self, indices: np.ndarray) -> bool:
-        """Access hints for the chunk ``indices`` when :attr:`hints` decides for them (once
-        per process, on the bytes of :meth:`files`); whether they were given."""
+    # ------------------------------------------------------------------ reading
+    def advise(self, rows: dict[int, np.ndarray]) -> bool:
+        """Access hints for a chunk's ``rows`` by shard when :attr:`hints` decides for them
+        (once per process, on the bytes of :meth:`files`); whether they were given."""
         if self._hints_on is None:
             try:
                 size = sum(os.path.getsize(f) for f in self.files())
@@ -283,87 +238,53 @@ class RecordIOReader(ReadsRemoteShards, Reader):
                 size = 0  # a file gone: reading it names the problem
             self._hints_on = self.hints.decide(size)
         if self._hints_on:
-            for shard, pos in self.records.chunks(indices):
-                shard.advise(pos)
+            for j, r in rows.items():
+                self._rio(j).advise(r)
         return self._hints_on
 
     def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()) -> ReadSample:
-        self.label_kind()  # what a label must be, decided in this process too
-        if indices is not None:
-            self._focus(indices)  # a remote set pins only what this chunk reads
-            self.advise(indices)
-        if fields:
-            return self._field_reader(tuple(fields))
-        rec, key, label_of = self.records, self.records.key, self._label
-
-        def slow(i: int) -> tuple[Any, Any, int, dict[str, Any]]:
-            k = key(i)
-            header, image = rec.read_header(i)
-            return image, label_of(i, header), k, {}
-
-        # Unpickled (a worker), single-part records with one label take plain_reader: one
-        # unpack for both headers, no per-sample fstat. Any other record, and every error,
-        # goes the slow way, which names what is wrong.
-        if not self._label_dtype or self._label_shape:
-            return slow
-        plain = rec.plain_reader(indices)  # None on sets of several shards
-        if plain is None:
-            return slow
-        as_label, ok = self._scalar_label, self._label_ok()
-
-        def get(i: int) -> tuple[Any, Any, int, dict[str, Any]]:
-            got = plain(i)
-            if got is None:
-                return slow(i)
-            label, image, k = got
-            if not ok(label):
-                return slow(i)  # which names the record
-            return image, as_label(label), k, {}
-
-        return get
-
-    def _label_ok(self) -> Callable[[float], bool]:
-        """The fast path's one test of a one-float label: finite, and where the labels are
-        int64 (declared or inferred) a whole number within int64 (or one of its class ids). A label
-        that fails goes the slow way, whose ``label_problem`` names what is wrong."""
-        if not self._whole_labels:
-            return isfinite
-        lo, hi = (0.0, float(self._classes)) if self._classes else (-(2.0**63), 2.0**63)
-        if self._classes:
-            return lambda v: lo <= v < hi and v.is_integer()  # NaN and inf compare False
-        return lambda v: lo < v < hi and v.is_integer()
-
-    def _field_reader(self, names: tuple[str, ...]) -> ReadSample:
-        rec = self.records
-        stored = rec.schema.stored
-        unknown = [n for n in names if n not in stored]
-        if unknown:
+        """``f(i) -> (image, label, key, fields)``: a set of one local shard reads through its
+        shard's reader directly; any other set finds each sample's shard first."""
+        self._ensure()
+        kind, names = self.label_type(), tuple(fields)
+        stored = self.schema.stored if names else ()
+        if unknown := [n for n in names if n not in stored]:
             raise SpecError(
                 f"{self.path}: no stored fields {unknown}; the set stores {list(stored) or 'none'}"
             )
-        key, label_of = rec.key, self._label
+        rows: dict[int, np.ndarray] = {}
+        if indices is not None:
+            self._focus(indices)  # a remote set pins only what this chunk reads
+            pos = np.asarray(indices, dtype=np.int64).reshape(-1)
+            pos = pos[(pos >= 0) & (pos < len(self))]
+            if len(self._files) == 1:
+                rows = {0: pos}
+            else:
+                of = self._set.shard_of(pos)
+                rows = {j: pos[of == j] - self._set.starts[j] for j in np.unique(of).tolist()}
+            self.advise(rows)
+        shard = self._rio
+        if len(self._files) == 1 and self._remote is None:
+            return shard(0).samples(rows.get(0), names, kind)
+        got: dict[int, ReadSample] = {}
+        locate, use, is_open = self._set.locate, self._open.get, self._open.__contains__
 
         def read(i: int) -> tuple[Any, Any, int, dict[str, Any]]:
-            header, image, vals = rec.read_fields(i, names)
-            return image, label_of(i, header), key(i), vals
+            j, r = locate(i, self.path)
+            f = got.get(j)
+            if f is None or not is_open(j):
+                f = got[j] = shard(j).samples(rows.get(j), names, kind)
+            else:
+                use(j)
+            return f(r)
 
         return read
 
-    def locate(self, i: int) -> tuple[str, int] | None:
-        """``(file, byte offset)`` of sample ``i``: the shard ``.rec`` and the record's offset."""
-        j, k = self.records.locate(i)
-        shard = self.records.shard(j)
-        return shard.path, int(shard.offset(k))
-
-    def shard_sizes(self) -> np.ndarray:
-        """Image records per shard: a manifest's record counts, in manifest order; a single
-        ``.rec`` is one shard."""
-        return self.records.shard_sizes()
-
+    # ------------------------------------------------------------------ what it is
     def files(self) -> list[str]:
         """The ``.rec`` files that hold the records (every shard of a set)."""
-        rec = self.records
-        return [rec.shard_location(j) for j in range(len(rec.shards))]
+        self._ensure()
+        return [f.where for f in self._files]
 
     def summary(self) -> dict:
         """What ``stoker inspect`` shows of a RecordIO set beyond the samples: every record
@@ -371,65 +292,45 @@ class RecordIOReader(ReadsRemoteShards, Reader):
         per record, the insightface layout (``identities``; ``metadata_records`` and, by kind,
         ``metadata``: ``header``, ``identity`` and ``other`` records that hold no image), the
         rejects the manifest counts."""
-        full = RecordSet(self.path, verify_checksums=False, cache=self.cache, remote=self.remote)
-        try:
-            shards = full.shards
-            out: dict[str, Any] = {
-                "records": len(full),
-                "shards": len(shards),
-                "rec_bytes": int(sum(s.size for s in shards)),
-                "bytes_per_record": spread(_record_sizes(shards)),
-            }
-            if len(full) != self._len:
-                out["metadata_records"] = len(full) - self._len
-            if full.identity_ranges is not None:
-                n = int(len(full.identity_ranges))
-                out["identities"] = n
-                kinds = {"header": 1, "identity": n, "other": len(full) - self._len - 1 - n}
-                out["metadata"] = {k: v for k, v in kinds.items() if v or k != "other"}
-            if full.manifest:
-                out["rejects"] = full.manifest.get("rejects", {}).get("count")
-            return out
-        finally:
-            full.close()
+        shards, sizes = [], [np.zeros(0, np.int64)]
+        for j in range(len(self._files)):
+            shards.append(sh := self._rio(j))
+            offs = np.sort(np.asarray(sh.open().offsets, dtype=np.int64))
+            sizes.append(np.append(offs[1:], sh.size) - offs)
+        self.let_go()
+        records = sum(sh.count for sh in shards)
+        extra = records - len(self)
+        out: dict[str, Any] = {
+            "records": records,
+            "shards": len(shards),
+            "rec_bytes": int(sum(sh.size for sh in shards)),
+            "bytes_per_record": spread(np.concatenate(sizes)),
+        }
+        if extra:
+            out["metadata_records"] = extra
+        if (layout := shards[0].layout if shards else None) is not None:
+            n = out["identities"] = int(len(layout.ranges))
+            kinds = {"header": 1, "identity": n, "other": extra - 1 - n}
+            out["metadata"] = {k: v for k, v in kinds.items() if v or k != "other"}
+        if self.manifest:
+            out["rejects"] = self.manifest.get("rejects", {}).get("count")
+        return out
 
     def identity_table(self) -> dict[str, Any] | None:
         """An insightface set's header and identity records as JSON (``layout_table``: what
         ``stoker unpack`` keeps beside the images); ``None`` for any other set."""
-        return layout_table(self.records)
-
-    def describe(self, i: int) -> str:
-        rec = self.records
-        where = f"key {rec.key(i)} (position {i}) of {self.path}"
-        try:
-            where += f", byte offset {rec.offset(i)}"
-        except Exception:  # noqa: BLE001 - best effort for a message
-            pass
-        return where
+        sh = self._rio(0) if len(self.shard_sizes()) == 1 else None
+        return None if sh is None or sh.layout is None else layout_table(sh.open(), sh.layout)
 
     def fingerprint(self) -> dict:
-        rec = self._rec
-        if rec is not None and rec.files is not None:
-            # the manifest pins every shard (size, .idx digest, CRC): its digest is the set's
-            with open(rec.files.manifest_copy(), "rb") as f:
-                digest = hashlib.sha256(f.read()).hexdigest()[:32]
-            return {"type": "records", "len": self._len, "manifest_sha": digest}
-        size = 0
-        try:
-            size = os.path.getsize(self.path)
-        except OSError:
-            pass
-        return {
-            "type": "records",
-            "len": self._len,
-            "bytes": size,
-            "sha": sha(self.keys().tobytes(), self.labels().tobytes()),
-        }
-
-    def close(self) -> None:
-        if self._rec is not None:
-            self._rec.close()
-            self._rec = self._remote = None
+        self._ensure()
+        out = {"type": "records", "len": len(self)}
+        if self._remote is not None:  # the manifest pins every shard (size, .idx digest, CRC)
+            with open(self._remote.files.manifest_copy(), "rb") as f:
+                return {**out, "manifest_sha": hashlib.sha256(f.read()).hexdigest()[:32]}
+        given = self._config.get("given", self.path)
+        size = os.path.getsize(given) if os.path.isfile(given) else 0
+        return {**out, "bytes": size, "sha": sha(self.keys().tobytes(), self.labels().tobytes())}
 
 
 def open_reader(
@@ -451,36 +352,14 @@ def open_records(
     cache: bool = True,
     remote: RemoteOptions | None = None,
 ) -> RecordIOReader:
-    """Deprecated (goes in the next release): RecordIO's :class:`RecordIOReader`, as
-    ``stoker.formats.open(path)`` gives it (``verify_checksums``: any but ``False`` checks
-    the ``.crc32c`` where the set has one). ``RecordSet(path)`` reads records by position."""
+    """Deprecated (goes in the next release): the :class:`RecordIOReader` that
+    ``stoker.formats.open(path)`` gives (``verify_checksums``: any but ``False`` checks the
+    ``.crc32c`` where the set has one)."""
     warnings.warn(
         "open_records is deprecated and goes in the next release: stoker.formats.open(path) "
-        "gives the same Reader; stoker.formats.recordio.RecordSet(path) reads records",
+        "gives the same Reader",
         DeprecationWarning,
         stacklevel=2,
     )
     checksums = verify_checksums is not False
     return RecordIOReader(path, checksums=checksums, cache=cache, remote=remote)
-
-
-def verify(
-    path: str | os.PathLike[str],
-    *,
-    idx_path: str | os.PathLike[str] | None = None,
-    remote: RemoteOptions | None = None,
-    **kw: Any,
-) -> VerifyReport:
-    """The registry's ``verify``: :func:`~stoker.formats.recordio.verify_records` on ``path``
-    (an ``.idx`` is verified with the ``.rec`` beside it), with its options ``kw``
-    (``checksums``, ``decode``, ``max_problems``, ``progress``, ``allow_missing_checksums``). A
-    manifest's URL is verified shard by shard through the shard cache (``remote``: how to
-    reach and cache it; see :func:`~stoker.formats.recordio.verify_remote.verify_remote`)."""
-    url = remote_url(os.fspath(path))
-    if url is not None:
-        if idx_path is not None:
-            raise ValueError("idx_path is for a local .rec; a set in object storage has a manifest")
-        from stoker.formats.recordio.verify_remote import verify_remote
-
-        return verify_remote(url, remote=remote, **kw)
-    return verify_records(local_path(os.fspath(path)), idx_path=idx_path, **kw)

@@ -1,5 +1,7 @@
-"""Verification of a RecordIO set in object storage, by its manifest's URL (what ``stoker verify
-s3://...`` runs): every shard downloaded afresh and walked as a local shard is.
+"""The registry's ``verify`` of RecordIO (:func:`verify`: a local set walked by
+:func:`~stoker.formats.recordio.verify_records`), and the verification of a set in object
+storage by its manifest's URL (what ``stoker verify s3://...`` runs): every shard downloaded
+afresh and walked as a local shard is.
 
 Each shard is downloaded again, through a shard cache of its own that holds one shard at a
 time (:mod:`stoker.formats.verify_remote`, which every format's remote verify shares), and
@@ -12,14 +14,34 @@ import os
 from typing import Any
 
 from stoker.formats.recordio.manifest import KIND
-from stoker.formats.recordio.verify import _Options, _verify_entry, _with_schema
-from stoker.formats.remote import RemoteOptions
+from stoker.formats.recordio.verify import _Options, _verify_entry, _with_schema, verify_records
+from stoker.formats.remote import RemoteOptions, local_path, remote_url
 from stoker.formats.report import VerifyReport
 from stoker.formats.shards import ShardEntry
 from stoker.formats.verify_remote import verify_shards
 from stoker.storage.urls import redact
 
-__all__ = ["verify_remote"]
+__all__ = ["verify", "verify_remote"]
+
+
+def verify(
+    path: str | os.PathLike[str],
+    *,
+    idx_path: str | os.PathLike[str] | None = None,
+    remote: RemoteOptions | None = None,
+    **kw: Any,
+) -> VerifyReport:
+    """The registry's ``verify``: :func:`~stoker.formats.recordio.verify_records` on ``path``
+    (an ``.idx`` is verified with the ``.rec`` beside it), with its options ``kw``
+    (``checksums``, ``decode``, ``max_problems``, ``progress``, ``allow_missing_checksums``); a
+    manifest's URL is verified shard by shard through the shard cache (``remote``: how to
+    reach and cache it; :func:`verify_remote`)."""
+    url = remote_url(os.fspath(path))
+    if url is None:
+        return verify_records(local_path(os.fspath(path)), idx_path=idx_path, **kw)
+    if idx_path is not None:
+        raise ValueError("idx_path is for a local .rec; a set in object storage has a manifest")
+    return verify_remote(url, remote=remote, **kw)
 
 
 def verify_remote(
