@@ -197,6 +197,11 @@ def open_set(
     :class:`RemoteShards`)."""
     p = os.fspath(path)
     url = remote_url(p)
+    if url is not None and not url.endswith(MANIFEST_SUFFIX):
+        raise ValueError(
+            f"{redact(url)}: a {kind} set in object storage is opened by its manifest "
+            f"(NAME{MANIFEST_SUFFIX}, which `stoker pack` writes beside the shards)"
+        )
     if url is not None:
         files = RemoteFiles(url, remote) if opened is None else opened.files
         shards, m = open_remote(files, kind, opened, roles, marks=marks)

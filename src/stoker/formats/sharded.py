@@ -35,12 +35,12 @@ from stoker._core.schema import SIZE_FIELD, Schema
 from stoker.formats.base import Reader, ReadSample, Shard
 from stoker.formats.manifest import shard_file
 from stoker.formats.opening import Opened, check_entry, open_set
-from stoker.formats.remote import RemoteOptions
+from stoker.formats.remote import RemoteOptions, local_path
 from stoker.formats.shardfiles import ReadsRemoteShards, RemoteShards
 from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardEntry, ShardSet, digest
 from stoker.formats.spec import FORMATS
 
-__all__ = ["RemoteOptions", "SetPlan", "ShardFiles", "ShardedReader"]
+__all__ = ["RemoteOptions", "SetPlan", "ShardFiles", "ShardedReader", "local_path"]
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,8 @@ class ShardedReader(ReadsRemoteShards, Reader):
         sibling: bool | str = True,
         **options: Any,
     ) -> None:
+        if remote is not None and not isinstance(remote, RemoteOptions):
+            raise TypeError(f"remote must be a RemoteOptions, got {type(remote).__name__}")
         fmt = FORMATS[format]  # the shard class by name: a worker imports its module first
         config: dict[str, Any] = {"path": os.fspath(path), "format": format, "remote": remote}
         config.update(shard=fmt.open_shard, roles=tuple(fmt.roles))

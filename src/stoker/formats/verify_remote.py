@@ -31,14 +31,42 @@ from dataclasses import replace
 from stoker._core.progress import make_progress
 from stoker.formats.manifest import parse, read_json, shard_file
 from stoker.formats.opening import open_set
-from stoker.formats.remote import RemoteFiles, RemoteOptions, redact, remote_url
+from stoker.formats.remote import RemoteFiles, RemoteOptions, local_path, redact, remote_url
 from stoker.formats.report import Problem, VerifyReport
 from stoker.formats.shards import ShardEntry
 
-__all__ = ["RemoteOptions", "fresh_files", "relabel", "verify_set", "verify_shards"]
+__all__ = [
+    "RemoteOptions",
+    "fresh_files",
+    "relabel",
+    "verify_at",
+    "verify_set",
+    "verify_shards",
+]
 
 #: ``entry(report, local paths by role, entry, manifest)``: a format's walk of one shard.
 VerifyEntry = Callable[[VerifyReport, dict[str, str], ShardEntry, dict], None]
+
+
+def verify_at(
+    path: str | os.PathLike[str],
+    kind: str,
+    *,
+    local: Callable[[str], VerifyReport],
+    entry: VerifyEntry,
+    max_problems: int,
+    remote: RemoteOptions | None = None,
+    local_only: str = "",
+) -> VerifyReport:
+    """A format's own walk of a local set (``local(path)``, a ``file://`` URL as its path), or
+    :func:`verify_shards` of a URL with the format's shard walk ``entry``; ``local_only``:
+    why a URL is refused with the options given (empty: it is not)."""
+    p = os.fspath(path)
+    if remote_url(p) is None:
+        return local(local_path(p))
+    if local_only:
+        raise ValueError(local_only)
+    return verify_shards(p, remote=remote, kind=kind, verify_entry=entry, max_problems=max_problems)
 
 
 def verify_set(

@@ -26,7 +26,6 @@ import numpy as np
 from stoker._core.errors import CorruptRecordError, SpecError
 from stoker._core.schema import Field, Schema
 from stoker.formats.base import ReadSample, sha
-from stoker.formats.opening import Opened
 from stoker.formats.recordio.header import (
     DECLARED_INT64,
     INFERRED_INT64,
@@ -36,12 +35,11 @@ from stoker.formats.recordio.header import (
 )
 from stoker.formats.recordio.hints import AccessHints
 from stoker.formats.recordio.insightface import layout_table
-from stoker.formats.recordio.manifest import MANIFEST_SUFFIX, manifest_schema
+from stoker.formats.recordio.manifest import manifest_schema
 from stoker.formats.recordio.paths import manifest_path_for
 from stoker.formats.recordio.shard import RecordIOShard
-from stoker.formats.remote import RemoteOptions, local_path, redact, remote_url
 from stoker.formats.report import spread
-from stoker.formats.sharded import ShardedReader
+from stoker.formats.sharded import RemoteOptions, ShardedReader, local_path
 from stoker.formats.shards import ShardSet
 
 __all__ = ["RecordIOReader", "open_reader", "open_records"]
@@ -88,16 +86,8 @@ class RecordIOReader(ShardedReader):
     ) -> None:
         if not isinstance(checksums, bool):
             raise TypeError(f"checksums must be True or False, got {checksums!r}")
-        if remote is not None and not isinstance(remote, RemoteOptions):
-            raise TypeError(f"remote must be a RemoteOptions, got {type(remote).__name__}")
         p = os.fspath(path)
-        url = remote_url(p)
-        if url is not None and not url.endswith(MANIFEST_SUFFIX):
-            raise ValueError(
-                f"{redact(url)}: a RecordIO set in object storage is opened by its manifest "
-                f"(NAME{MANIFEST_SUFFIX}, which `stoker pack` writes beside the shards)"
-            )
-        rec = local_path(p) if url is None else p
+        rec = local_path(p)
         if rec.endswith(".idx"):
             rec = rec[:-4] + ".rec"
             if not os.path.exists(rec):
@@ -123,7 +113,7 @@ class RecordIOReader(ShardedReader):
         super().__setstate__(state)
         self._kind, self.hints = state["kind"], state["hints"]
 
-    def _positions(self, src: Opened) -> ShardSet:
+    def _positions(self, src: Any) -> ShardSet:
         """A set of one local shard opens it now: its files checked, insightface's layout
         recognised (its samples are the image records; a malformed layout is an error here)."""
         if len(self._files) != 1 or self._remote is not None:
