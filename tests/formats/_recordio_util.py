@@ -156,4 +156,4 @@ def header_of(r, i: int):
     """The IRHeader of sample ``i`` of RecordIO reader ``r``, read from its shard's file."""
     j, row = r.where(i)
     sh = r.shard(j)
-    return sh.open().read_header(sh.at(row))[0]
+    return sh._file().read_header(sh._at(row))[0]

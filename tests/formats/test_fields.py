@@ -41,7 +41,7 @@ def _at(r: RecordIOReader, i: int) -> tuple[RecordFile, int]:
     """The file of sample ``i`` of ``r`` and the record's position in it."""
     j, row = r.where(i)
     sh = r.shard(j)
-    return sh.open(), sh.at(row)
+    return sh._file(), sh._at(row)
 
 
 SCHEMA = Schema(
@@ -233,7 +233,7 @@ def _corrupt(manifest: str, key: int, at_from_end: int, value: bytes) -> tuple[i
     """Overwrite bytes ``at_from_end`` before the end of record ``key``'s payload (keeping
     the manifest's recorded size: only the bytes change); returns the record's file offset."""
     with RecordIOReader(manifest) as r:
-        shard = r.shard(0).open()
+        shard = r.shard(0)._file()
         rec = shard.path
         pos = shard.positions([key])[0]
         off = shard.offset(int(pos))

@@ -19,8 +19,8 @@ def test_a_single_file_is_its_own_one_shard(tmp_path):
     with RecordIOReader(rec) as r:
         assert r.shard_sizes().tolist() == [4] and r.files() == [rec]
         sh = r.shard(0)
-        assert isinstance(sh, RecordIOShard) and isinstance(sh.open(), RecordFile)
-        assert sh.open().path == rec
+        assert isinstance(sh, RecordIOShard) and isinstance(sh._file(), RecordFile)
+        assert sh._file().path == rec
         assert r.manifest is None and r.class_names is None
         assert r.identity_table() is None and sh.layout is None
         assert r.reader(np.arange(4))(0)[2] == 0
@@ -36,7 +36,7 @@ def test_a_manifest_set_lists_its_shards_in_position_order(tmp_path):
     with RecordIOReader(mpath) as r:
         want = [str(tmp_path / "train-00000.rec"), str(tmp_path / "train-00001.rec")]
         assert r.files() == want
-        assert [r.shard(j).open().path for j in range(2)] == want
+        assert [r.shard(j)._file().path for j in range(2)] == want
         assert r.shard_sizes().tolist() == [3, 2] and len(r) == len(ps)
         assert r.manifest is not None and r.manifest["records"] == 5
         assert r.class_names == ["cat", "dog", "emu"]
@@ -54,7 +54,7 @@ def test_a_one_shard_manifest_gives_a_file_with_its_manifest(tmp_path):
     mpath, _ = write_shards(tmp_path, [3])
     with RecordIOReader(mpath) as r:
         assert r.shard_sizes().tolist() == [3]
-        assert r.shard(0).open().manifest is not None
+        assert r.shard(0)._file().manifest is not None
         assert r.manifest is not None and r.class_names == ["cat", "dog", "emu"]
 
 
@@ -62,7 +62,7 @@ def test_the_image_records_of_an_insightface_set_keep_the_contract(tmp_path):
     rec = tmp_path / "faces.rec"
     face_set(rec, per_identity=(2, 3))
     with RecordIOReader(rec) as r:
-        assert len(r) == 5 and len(r.shard(0).open()) == 8
+        assert len(r) == 5 and len(r.shard(0)._file()) == 8
         assert r.shard_sizes().tolist() == [5]
         assert r.manifest is None and r.class_names is None
         assert r.identity_table()["identities"][0]["start_key"] == 1

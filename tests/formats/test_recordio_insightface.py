@@ -28,7 +28,7 @@ def test_identity_ranges_and_image_keys(tmp_path, header_last):
     rec = tmp_path / "faces.rec"
     a, b = face_set(rec, header_last=header_last)
     with RecordIOReader(rec) as r:
-        assert (a, b) == (9, 12) and len(r.shard(0).open()) == 12 and len(r) == 8
+        assert (a, b) == (9, 12) and len(r.shard(0)._file()) == 12 and len(r) == 8
         assert _ranges(r) == [[1, 4], [4, 5], [5, 9]]
         assert r.shard(0).layout.ranges.dtype == np.int64
         assert r.keys().tolist() == list(range(1, 9))
@@ -46,7 +46,7 @@ def test_images_view_skips_header_and_identity_records(tmp_path):
     face_set(rec, per_identity=(2, 3))
     with RecordIOReader(rec) as imgs:
         with pytest.raises(ValueError, match="different label counts"):
-            imgs.shard(0).open().labels()  # header/identity records carry 2 labels, images 1
+            imgs.shard(0)._file().labels()  # header/identity records carry 2 labels, images 1
         assert len(imgs) == 5 and imgs.keys().tolist() == [1, 2, 3, 4, 5]
         assert imgs.labels().tolist() == [0, 0, 1, 1, 1]
         assert imgs.read(4)[1] == 1

@@ -44,7 +44,7 @@ def test_single_shard_opens_as_record_file_with_classes(tmp_path):
     mpath, ps = write_shards(tmp_path, [4])
     for target in (mpath, tmp_path / "train-00000.rec", tmp_path / "train-00000.idx"):
         with RecordIOReader(target) as r:
-            assert isinstance(r.shard(0).open(), RecordFile) and r.shard_sizes().tolist() == [4]
+            assert isinstance(r.shard(0)._file(), RecordFile) and r.shard_sizes().tolist() == [4]
             assert [bytes(r.read(i)[0]) for i in range(len(r))] == [image(p) for p in ps]
             if target == mpath:
                 assert r.class_names == ["cat", "dog", "emu"]

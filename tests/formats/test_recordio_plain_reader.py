@@ -151,12 +151,12 @@ def test_plain_reader_of_an_insightface_sets_images(tmp_path):
     face_set(rec, per_identity=(2, 3))
     with RecordIOReader(rec) as r:
         sh, n = r.shard(0), len(r)
-        f = sh.open()
+        f = sh._file()
         for told in (None, [n - 1, 0, 0, n, -1]):  # told a chunk's positions, or not
-            get = sh.samples(None if told is None else np.array(told), (), RAW)
+            get = sh._samples(None if told is None else np.array(told), (), RAW)
             for i in range(n):
                 image, label, key, _ = get(i)
-                header, want = f.read_header(sh.at(i))
+                header, want = f.read_header(sh._at(i))
                 assert (label, bytes(image), key) == (header.label, bytes(want), r.key(i))
             with pytest.raises(IndexError):
                 get(n)

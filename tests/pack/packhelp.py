@@ -344,4 +344,4 @@ def header_of(reader, i: int):
     """The IRHeader of sample ``i`` of RecordIO reader ``reader``, from its shard's file."""
     j, row = reader.where(i)
     sh = reader.shard(j)
-    return sh.open().read_header(sh.at(row))[0]
+    return sh._file().read_header(sh._at(row))[0]

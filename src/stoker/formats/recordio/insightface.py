@@ -4,7 +4,7 @@ insightface's ``face2rec`` writes a header record with key 0: ``flag = 2``, labe
 and no image. Keys ``1 .. a-1`` are the images (each labelled with its identity); keys
 ``a .. b-1`` are one record per identity whose two labels give that identity's ``[start,
 end)`` image keys (``MXFaceDataset``, ``face_image_iter``). :func:`detect_layout` recognises
-it when a set of one local shard is opened (``RecordIOShard.find_layout``: the set's samples
+it when a set of one local shard is opened (``RecordIOShard._find_layout``: the set's samples
 are then the image records alone), and :func:`layout_table` gives the header
 and identity records as JSON (what ``stoker unpack`` keeps beside the images and ``stoker
 inspect`` counts as metadata records). :func:`layout_records` makes the header and identity

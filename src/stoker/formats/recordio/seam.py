@@ -118,7 +118,7 @@ class RecordIOReader(ShardedReader):
         recognised (its samples are the image records; a malformed layout is an error here)."""
         if len(self._files) != 1 or self._remote is not None:
             return super()._positions(src)
-        self._rio(0).find_layout()
+        self._rio(0)._find_layout()
         return ShardSet([len(self._rio(0))])
 
     def _rio(self, j: int) -> RecordIOShard:
@@ -151,7 +151,7 @@ class RecordIOReader(ShardedReader):
             if not len(lab):
                 continue
             if parts and lab.shape[1:] != parts[0].shape[1:]:
-                f, p = sh.open(), sh.at(0)
+                f, p = sh._file(), sh._at(0)
                 counts = [int(a.shape[1]) if a.ndim == 2 else 0 for a in (lab, parts[0])]
                 raise CorruptRecordError(
                     f.path,
@@ -218,7 +218,7 @@ class RecordIOReader(ShardedReader):
         return self._schema
 
     # ------------------------------------------------------------------ reading
-    def advise(self, rows: dict[int, np.ndarray]) -> bool:
+    def _advise(self, rows: dict[int, np.ndarray]) -> bool:
         """Access hints for a chunk's ``rows`` by shard when :attr:`hints` decides for them
         (once per process, on the bytes of :meth:`files`); whether they were given."""
         if self._hints_on is None:
@@ -229,7 +229,7 @@ class RecordIOReader(ShardedReader):
             self._hints_on = self.hints.decide(size)
         if self._hints_on:
             for j, r in rows.items():
-                self._rio(j).advise(r)
+                self._rio(j)._advise(r)
         return self._hints_on
 
     def reader(self, indices: np.ndarray | None = None, fields: tuple[str, ...] = ()) -> ReadSample:
@@ -252,10 +252,10 @@ class RecordIOReader(ShardedReader):
             else:
                 of = self._set.shard_of(pos)
                 rows = {j: pos[of == j] - self._set.starts[j] for j in np.unique(of).tolist()}
-            self.advise(rows)
+            self._advise(rows)
         shard = self._rio
         if len(self._files) == 1 and self._remote is None:
-            return shard(0).samples(rows.get(0), names, kind)
+            return shard(0)._samples(rows.get(0), names, kind)
         got: dict[int, ReadSample] = {}
         locate, use, is_open = self._set.locate, self._open.get, self._open.__contains__
 
@@ -263,7 +263,7 @@ class RecordIOReader(ShardedReader):
             j, r = locate(i, self.path)
             f = got.get(j)
             if f is None or not is_open(j):
-                f = got[j] = shard(j).samples(rows.get(j), names, kind)
+                f = got[j] = shard(j)._samples(rows.get(j), names, kind)
             else:
                 use(j)
             return f(r)
@@ -285,7 +285,7 @@ class RecordIOReader(ShardedReader):
         shards, sizes = [], [np.zeros(0, np.int64)]
         for j in range(len(self._files)):
             shards.append(sh := self._rio(j))
-            offs = np.sort(np.asarray(sh.open().offsets, dtype=np.int64))
+            offs = np.sort(np.asarray(sh._file().offsets, dtype=np.int64))
             sizes.append(np.append(offs[1:], sh.size) - offs)
         self.let_go()
         records = sum(sh.count for sh in shards)
@@ -310,7 +310,7 @@ class RecordIOReader(ShardedReader):
         """An insightface set's header and identity records as JSON (``layout_table``: what
         ``stoker unpack`` keeps beside the images); ``None`` for any other set."""
         sh = self._rio(0) if len(self.shard_sizes()) == 1 else None
-        return None if sh is None or sh.layout is None else layout_table(sh.open(), sh.layout)
+        return None if sh is None or sh.layout is None else layout_table(sh._file(), sh.layout)
 
     def fingerprint(self) -> dict:
         self._ensure()

@@ -55,7 +55,7 @@ class RecordIOShard(Shard):
         self.rows: np.ndarray | None = None
         self.layout: Layout | None = None
         self.file: RecordFile | None = None
-        f = self.open()
+        f = self._file()
         self.count, self.size = len(f), f.size
         e = files.entry
         if e is not None:
@@ -81,7 +81,7 @@ class RecordIOShard(Shard):
                 "from the one recorded when the shard was written"
             )
 
-    def open(self) -> RecordFile:
+    def _file(self) -> RecordFile:
         """The :class:`RecordFile`, mapped (again, after a close)."""
         if self.file is not None:
             return self.file
@@ -110,9 +110,9 @@ class RecordIOShard(Shard):
         self.file = f
         return f
 
-    def find_layout(self) -> None:
+    def _find_layout(self) -> None:
         """Recognise insightface's layout: the samples are then the image records alone."""
-        self.layout = detect_layout(self.open())
+        self.layout = detect_layout(self._file())
         if self.layout is not None:
             self.rows = self.layout.image_positions
 
@@ -126,18 +126,18 @@ class RecordIOShard(Shard):
     def __len__(self) -> int:
         return self.count if self.rows is None else int(self.rows.shape[0])
 
-    def at(self, r: int) -> int:
+    def _at(self, r: int) -> int:
         """The file position of sample ``r``."""
         return r if self.rows is None else int(self.rows[r])
 
     def keys(self) -> np.ndarray:
-        keys = np.asarray(self.open().keys, dtype=np.int64)
+        keys = np.asarray(self._file().keys, dtype=np.int64)
         return keys if self.rows is None else keys[self.rows]
 
     def labels(self) -> np.ndarray:
         """The IRHeader labels as stored: float32 ``(N,)``, or ``(N, k)`` for ``k`` labels a
         record (the set types them, :class:`LabelKind`)."""
-        f, rows = self.open(), self.rows
+        f, rows = self._file(), self.rows
         if rows is None:
             return f.labels()  # through the label cache
         if rows.shape[0] and bool(np.all(np.diff(rows) == 1)):
@@ -146,17 +146,17 @@ class RecordIOShard(Shard):
 
     @property
     def schema(self) -> Schema:
-        return self.open().schema
+        return self._file().schema
 
     def where(self, r: int) -> tuple[int, str]:
-        f, p = self.open(), self.at(r)
+        f, p = self._file(), self._at(r)
         return f.offset(p), f"key {f.key(p)}"
 
-    def advise(self, rows: np.ndarray) -> None:
-        self.open().advise(rows if self.rows is None else self.rows[rows])
+    def _advise(self, rows: np.ndarray) -> None:
+        self._file().advise(rows if self.rows is None else self.rows[rows])
 
     def reader(self, rows: np.ndarray | None, fields: tuple[str, ...]) -> ReadRecord:
-        get = self.samples(rows, fields, RAW)
+        get = self._samples(rows, fields, RAW)
 
         def read(r: int, key: int) -> tuple[Any, Any, dict[str, Any]]:
             image, label, _key, out = get(r)
@@ -164,13 +164,13 @@ class RecordIOShard(Shard):
 
         return read
 
-    def samples(
+    def _samples(
         self, rows: np.ndarray | None, fields: tuple[str, ...], kind: LabelKind
     ) -> ReadSample:
         """``f(r) -> (image, label, key, fields)`` of sample ``r`` for a chunk reading ``rows``
         (``None``: any), its label typed as ``kind`` says; a label that does not fit it is a
         ``CorruptRecordError`` naming the file, the key and the offset."""
-        f, pos = self.open(), self.rows
+        f, pos = self._file(), self.rows
         problem, label_of = kind.problem, kind.of
 
         def slow(r: int) -> tuple[Any, Any, int, dict[str, Any]]:
