@@ -53,11 +53,15 @@ def write_tars(folder: str, tars: int, per: int) -> None:
                     tf.addfile(info, io.BytesIO(data))
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="100 tars x 200 samples")
     ap.add_argument("--workers", type=int, default=4, help="index threads (default 4)")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     tars, per = (100, 200) if args.quick else (1000, 1000)
     work = tempfile.mkdtemp(prefix="stoker-bench-index-")
     print(f"command: {command_line()}\n{cpu_count()} cores, python {sys.version.split()[0]}")
