@@ -185,21 +185,21 @@ def test_shards_stay_open_only_when_the_cache_holds_the_set(remote_set, cache_di
     from stoker.formats.recordio.shard import RecordIOShard
 
     opens = []
-    real = RecordIOShard.open
+    real = RecordIOShard._file
 
     def counted(self):
         if self.file is None:  # the shard's files held and mapped (again)
             opens.append(self.files._j)
         return real(self)
 
-    monkeypatch.setattr(RecordIOShard, "open", counted)
+    monkeypatch.setattr(RecordIOShard, "_file", counted)
     sizes = _rec_bytes(remote_set.local)
     small = int(sum(sizes) * 0.49)
     for shuffle, limit, batch in ((True, None, 20), (False, small, 4)):
         opens.clear()
         kw = dict(batch_size=batch, seed=6, shuffle=shuffle, workers=0)
         with stoker.Loader(remote_set.url, cache_dir=cache_dir, cache_limit=limit, **kw) as ld:
-            remote = ld.source.remote_shards()
+            remote = ld.source.remote().shards
             most = 0
             for _ in ld:
                 most = max(most, len(remote.held()))

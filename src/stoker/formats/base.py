@@ -49,12 +49,9 @@ What has a default (override where the reader knows better):
   shards read in blocks (``Shard.blocks``), what that order windows; ``None`` by default;
 - ``r.share()``: called by the loader before it starts workers (arrays and a folder's listing
   move into shared memory here; nothing for a reader that pickles as its configuration);
-- ``r.read_ahead(order, start)``: downloads ahead of the reading order for a set in object
-  storage (an object with ``reached(p)`` and ``close()``), ``None`` by default;
-  ``r.probe_positions(n)``: where to read a few images' sizes without fetching much (``None``:
-  a spread over the set); ``r.claim_cache(plan)`` and ``r.let_go()``: a set read through the
-  node's shard cache claims the room its loader's plan needs at open, and lets go of what the
-  main process pinned once the workers read (``docs/remote.md``);
+- ``r.remote()``: a set read through the node's shard cache, what the loader asks of it (the
+  room its plan claims at open, downloads ahead of the order, where to probe, letting go of
+  what the main process pinned once the workers read: ``docs/remote.md``); ``None`` by default;
 - ``r.close()``.
 
 A reader pickles as its configuration (paths and options) and reopens lazily in the process
@@ -270,7 +267,8 @@ class Reader(_Closing, abc.ABC):
         finally:
             if bar is not None:
                 bar.close()
-            self.let_go()
+            if (remote := self.remote()) is not None:
+                remote.let_go()
         self.__dict__["_image_sizes"] = out
         return out
 
@@ -327,33 +325,11 @@ class Reader(_Closing, abc.ABC):
         """Make the reader ready to cross to worker processes; the loader calls it before it
         starts workers. Nothing to do for a reader that pickles as its configuration."""
 
-    def read_ahead(self, order: np.ndarray, start: int = 0) -> Any:
-        """An object with ``reached(p)`` and ``close()`` that fetches what ``order`` (global
-        positions in reading order) needs ahead of the reader, from position ``start``; the
-        loader calls ``reached`` as batches are delivered. ``None`` (the default): nothing to
-        fetch."""
+    def remote(self) -> Any:
+        """A set read through the node's shard cache: what the loader asks of it
+        (:class:`~stoker.formats.shardfiles.RemoteSet`: ``claim``, ``read_ahead``,
+        ``probe_positions``, ``let_go``, ``shards``); ``None`` (the default) for a local set."""
         return None
-
-    def probe_positions(self, probes: int) -> list[int] | None:
-        """Where to read ``probes`` images' sizes cheaply (a remote set's first shard), or
-        ``None`` (the default) for a spread over the set."""
-        return None
-
-    def claim_cache(self, plan: Any) -> Any:
-        """For a set read through a shard cache, claim the room ``plan``
-        (:class:`~stoker.formats.remote.ReadPlan`) needs, or raise ``CacheFullError``; an
-        object with ``close()``, or ``None`` (the default: nothing cached)."""
-        return None
-
-    def remote_shards(self) -> Any:
-        """A set in object storage: its :class:`~stoker.formats.shardfiles.RemoteShards`, each
-        shard's files with their URLs and the manifest's sizes and the cache they are read
-        through; ``None`` for a local set (the default)."""
-        return None
-
-    def let_go(self) -> None:  # noqa: B027 - optional hook
-        """This process reads nothing more for now (the workers read): release what the
-        reader holds for reading, such as pinned cached shards. The default holds nothing."""
 
     @abc.abstractmethod
     def fingerprint(self) -> dict: ...

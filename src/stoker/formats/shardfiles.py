@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_OPEN_REMOTE_SHARDS",
+    "RemoteSet",
     "ReadsRemoteShards",
     "RemoteShards",
     "Reopens",
@@ -363,45 +364,51 @@ class Reopens:
         raise NotImplementedError
 
 
+class RemoteSet:
+    """What the loader asks of a set read through the node's shard cache (the reader's
+    ``remote()``): ``claim(plan)`` the room its order needs (:meth:`RemoteShards.claim`;
+    ``CacheFullError`` when it cannot be had), ``read_ahead(order, start)`` (downloads ahead
+    of the reading order, ``None`` without ``prefetch_shards``), ``probe_positions(n)`` (the
+    first ``n``: its first shard, which the loader reads anyway, not a spread that fetches a
+    shard per probe), ``let_go()`` (this process keeps none of its shards held) and ``shards``
+    (the :class:`RemoteShards`: each shard's files, URLs and sizes)."""
+
+    def __init__(self, shards: RemoteShards, positions: ShardSet) -> None:
+        self.shards, self._set = shards, positions
+
+    def claim(self, plan: ReadPlan) -> Any:
+        return self.shards.claim(plan)
+
+    def read_ahead(self, order: np.ndarray, start: int = 0) -> ShardsAhead | None:
+        return self.shards.read_ahead(order, self._set.starts, start)
+
+    def probe_positions(self, probes: int) -> list[int]:
+        return list(range(min(probes, len(self._set))))
+
+    def let_go(self) -> None:
+        self.shards.focus(set())
+
+
 class ReadsRemoteShards(Reopens):
-    """What a format reader over :class:`RemoteShards` offers the loader (every
-    format's reader made of shards, RecordIO's too): ``claim_cache``, ``let_go``, ``read_ahead``,
-    ``probe_positions``, and ``_focus`` for each chunk it reads. A reader sets ``_remote``
-    (``None`` for a local set) and gives its shards' positions (``_shard_set``, opened)."""
+    """A reader over :class:`RemoteShards` (every format's set made of shards): ``remote()``,
+    ``_let_go()`` and ``_focus`` for each chunk it reads. A reader sets ``_remote`` (``None``
+    for a local set) and gives its shards' positions (``_shard_set``, opened)."""
 
     _remote: RemoteShards | None
 
     def _shard_set(self) -> ShardSet:
         raise NotImplementedError
 
-    def __len__(self) -> int:
-        raise NotImplementedError
+    def remote(self) -> RemoteSet | None:
+        """A set in object storage: what the loader asks of it (:class:`RemoteSet`); ``None``
+        for a local set."""
+        positions = self._shard_set()  # opened
+        return None if self._remote is None else RemoteSet(self._remote, positions)
 
-    def claim_cache(self, plan: ReadPlan) -> Any:
-        """For a set in object storage, claim the room a loader's ``plan`` needs in the node's
-        shard cache (:meth:`RemoteShards.claim`); ``None`` for a local set."""
-        self._shard_set()  # opened
-        return None if self._remote is None else self._remote.claim(plan)
-
-    def remote_shards(self) -> RemoteShards | None:
-        self._shard_set()  # opened
-        return self._remote
-
-    def let_go(self) -> None:
+    def _let_go(self) -> None:
         """This process reads no more for now: a remote set keeps none of its shards held."""
         if self._remote is not None:
             self._remote.focus(set())
-
-    def read_ahead(self, order: np.ndarray, start: int = 0) -> ShardsAhead | None:
-        """Downloads ahead of ``order`` for a set in object storage (``None`` otherwise)."""
-        starts = self._shard_set().starts
-        return None if self._remote is None else self._remote.read_ahead(order, starts, start)
-
-    def probe_positions(self, probes: int) -> list[int] | None:
-        """For a set in object storage, the first ``probes`` positions (its first shard, which
-        the loader reads anyway) instead of a spread that would fetch a shard per probe."""
-        self._shard_set()
-        return None if self._remote is None else list(range(min(probes, len(self))))
 
     def _focus(self, indices: np.ndarray | None) -> None:
         """A remote set about to read ``indices`` (a chunk of a batch) lets go of the other

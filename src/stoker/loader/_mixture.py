@@ -15,7 +15,7 @@ import numpy as np
 from stoker._core.errors import CacheFullError, SpecError, size_text
 from stoker.formats.remote import ReadPlan, RemoteOptions
 from stoker.loader.sources import as_source
-from stoker.loader.sources.mixture import MixtureSource
+from stoker.loader.sources.mixture import MixtureSource, let_go
 from stoker.pipeline import Pipeline
 from stoker.sampling import MixtureOrder, Sampler
 from stoker.transforms.compose import PerSet, as_chain
@@ -56,7 +56,7 @@ def open_source(
             r, own = as_source(s, remote=remote)
             readers.append(r)
             owned.append(own)
-            r.let_go()  # what opening it pinned: the next set opens beside nothing held
+            let_go(r)  # what opening it pinned: the next set opens beside nothing held
         mix = MixtureSource(
             readers,
             weights,
@@ -166,7 +166,8 @@ def claim_mixture(
         order = f"a mixture with shuffle={sampler.shuffle!r}"
         run = f"rank {sampler.rank} of {sampler.world_size}, {workers} workers"
         try:
-            claim = r.claim_cache(ReadPlan(span, True, order, run))
+            remote = r.remote()
+            claim = None if remote is None else remote.claim(ReadPlan(span, True, order, run))
         except CacheFullError as e:
             claims.close()
             raise CacheFullError(

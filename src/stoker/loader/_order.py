@@ -159,7 +159,8 @@ def claim_cache(
     plan = read_plan(
         sampler, sizes, shuffle=shuffle, per_batch=per_batch, prefetch=prefetch, workers=workers
     )
-    claim = src.claim_cache(plan)
+    remote = src.remote()
+    claim = None if remote is None else remote.claim(plan)
     if claim is not None and workers:
-        src.let_go()  # the workers read; this process keeps nothing pinned
+        remote.let_go()  # the workers read; this process keeps nothing pinned
     return claim

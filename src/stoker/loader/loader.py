@@ -502,7 +502,8 @@ class Loader(RingFeed):
         ep = Epoch(gen, epoch, order, widths, deque(range(start, nb)), heights)
         held: Batch | None = None
         per = self._per_batch
-        ahead = self.source.read_ahead(order, start * per)  # a remote set's downloads
+        remote = self.source.remote()  # a remote set's downloads ahead of the order
+        ahead = None if remote is None else remote.read_ahead(order, start * per)
         try:
             if self.workers == 0:
                 for number in range(start, nb):

@@ -394,12 +394,13 @@ def measure_remote(
     reader: Any, *, shuffle: bool | str = True, window: int, prefetch_shards: int
 ) -> RemoteStorage:
     """Download the largest shard of a remote set (any format: its reader's
-    :meth:`~stoker.formats.base.Reader.remote_shards`) once, without the cache, into a
+    :meth:`~stoker.formats.base.Reader.remote`) once, without the cache, into a
     temporary file in the cache's folder (throughput; the time to first byte from one-byte
     GETs), and read the cache's budget, use and free space."""
     from stoker.formats.remote import redact
 
-    shards = reader.remote_shards()
+    remote = reader.remote()
+    shards = None if remote is None else remote.shards
     if shards is None:
         raise ValueError(f"{reader.path}: not a set in object storage")
     files = shards.files

@@ -53,7 +53,7 @@ def _remote(f: Findings) -> RemoteStorage | None:
     records above were read from the cache's copies); the set's size is then what the cache
     holds of it. ``None`` for a local set, or when the download fails (noted as not measured)."""
     s, sample = f.settings, f.sample
-    if sample.records is None or sample.records.remote_shards() is None:
+    if sample.records is None or sample.records.remote() is None:
         return None
     from stoker.formats.remote import RemoteOptions
 
@@ -70,7 +70,7 @@ def _remote(f: Findings) -> RemoteStorage | None:
         return None
     sample.total_bytes = remote.set_bytes
     # the sample's shards stay cached but unpinned: the loader runs need the cache's room
-    sample.records.let_go()
+    sample.records.remote().let_go()
     if remote.skipped:
         f.skip("storage (download)", remote.skipped)
     return remote

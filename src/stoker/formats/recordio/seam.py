@@ -127,7 +127,7 @@ class RecordIOReader(ShardedReader):
     def _stored_keys(self) -> np.ndarray:
         self._ensure()
         parts = [np.asarray(self._rio(j).keys(), np.int64) for j in range(len(self._files))]
-        self.let_go()
+        self._let_go()
         return np.concatenate([np.zeros(0, np.int64), *parts])
 
     # ------------------------------------------------------------------ labels
@@ -162,7 +162,7 @@ class RecordIOReader(ShardedReader):
                     idx_line=f.idx_line(p),
                 )
             parts.append(lab)
-        self.let_go()  # a remote set keeps nothing pinned in this process
+        self._let_go()  # a remote set keeps nothing pinned in this process
         return np.concatenate(parts) if parts else first
 
     def _declared(self) -> LabelKind | None:
@@ -189,7 +189,7 @@ class RecordIOReader(ShardedReader):
                     lab = self.labels()
                 else:
                     raw = np.asarray(self._rio(0).labels())
-                    self.let_go()
+                    self._let_go()
                     lab = declared_labels(raw, inferred_kind(raw), 0)
                 whole = INFERRED_INT64 if lab.dtype == np.int64 else ""
                 kind = LabelKind(tuple(lab.shape[1:]), lab.dtype.name, 0, whole)
@@ -214,7 +214,7 @@ class RecordIOReader(ShardedReader):
             head = declared.header_name
             fields = tuple((n, label if n == head else f) for n, f in declared.fields)
             self._schema = declared if head is None else Schema(fields)
-            self.let_go()  # a remote set read its first shard for it: nothing stays pinned
+            self._let_go()  # a remote set read its first shard for it: nothing stays pinned
         return self._schema
 
     # ------------------------------------------------------------------ reading
@@ -287,7 +287,7 @@ class RecordIOReader(ShardedReader):
             shards.append(sh := self._rio(j))
             offs = np.sort(np.asarray(sh._file().offsets, dtype=np.int64))
             sizes.append(np.append(offs[1:], sh.size) - offs)
-        self.let_go()
+        self._let_go()
         records = sum(sh.count for sh in shards)
         extra = records - len(self)
         out: dict[str, Any] = {

@@ -16,6 +16,12 @@ from stoker.sampling.mixture import mixture_quotas, set_of
 __all__ = ["MixtureSource"]
 
 
+def let_go(reader: Any) -> None:
+    """A set in object storage keeps none of its shards held in this process."""
+    if (remote := reader.remote()) is not None:
+        remote.let_go()
+
+
 class MixtureSource(Reader):
     """``readers`` (each any format, local or remote) laid end to end, drawn at ``weights``
     (``epoch_size``: draws per epoch, ``None``: the default rule; see
@@ -46,7 +52,7 @@ class MixtureSource(Reader):
         kind = self._shared([r.label_kind() for r in self.readers], "labels (shape, dtype)")
         if self.label_offsets is not None and (kind[0] or kind[1][0] not in "iu"):
             raise SpecError(f"label_offset= needs integer class labels; the sets have {kind}")
-        self.let_go()  # a remote set's first shard, read for its labels, is not kept pinned
+        self._let_go()  # a remote set's first shard, read for its labels, is not kept pinned
         codings = {r.encoded for r in self.readers}
         self.encoded = codings.pop() if len(codings) == 1 else None
         self.path = self.readers[0].path
@@ -137,7 +143,7 @@ class MixtureSource(Reader):
             image, label, _key, _vals = self.reader(np.array([i], np.int64))(i)
             return bytes(image) if isinstance(image, memoryview) else image, label
         finally:
-            self.readers[s].let_go()
+            let_go(self.readers[s])
 
     def describe(self, i: int) -> str:
         s, j = self._where(i)
@@ -150,6 +156,11 @@ class MixtureSource(Reader):
         for r in self.readers:
             r.share()
 
+    def remote(self) -> Any:
+        """What the loader asks of the sets in object storage, together (``None`` when every
+        set is local)."""
+        return self if any(r.remote() is not None for r in self.readers) else None
+
     def probe_positions(self, probes: int) -> list[int] | None:
         """A few positions of every set (a remote set's own: its first shard)."""
         each = max(1, probes // len(self.readers))
@@ -157,7 +168,8 @@ class MixtureSource(Reader):
         for s, r in enumerate(self.readers):
             n = len(r)
             spread = np.unique(np.linspace(0, n - 1, num=min(n, each)).astype(np.int64))
-            mine = r.probe_positions(each)
+            remote = r.remote()
+            mine = None if remote is None else remote.probe_positions(each)
             out += [int(p) + self._starts[s] for p in (spread if mine is None else mine)]
         return out
 
@@ -167,16 +179,20 @@ class MixtureSource(Reader):
         sets = self.set_of(order)
         parts = []
         for s, r in enumerate(self.readers):
-            mine = sets == s
-            seen = np.concatenate([[0], np.cumsum(mine)])
-            ahead = r.read_ahead(self._local(order, s), int(seen[start]))
+            if (remote := r.remote()) is None:
+                continue
+            seen = np.concatenate([[0], np.cumsum(sets == s)])
+            ahead = remote.read_ahead(self._local(order, s), int(seen[start]))
             if ahead is not None:
                 parts.append((ahead, seen))
         return _Ahead(parts) if parts else None
 
     def let_go(self) -> None:
+        self._let_go()
+
+    def _let_go(self) -> None:
         for r in self.readers:
-            r.let_go()
+            let_go(r)
 
     def fingerprint(self) -> dict:
         return {

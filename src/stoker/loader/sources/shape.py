@@ -34,6 +34,13 @@ PROBES = 8
 BAD_SAMPLE = (StokerFormatError, ImageDecodeError, FileNotFoundError, PermissionError)
 
 
+def probe_positions(source: Any, probes: int) -> list[int] | None:
+    """Where to read ``probes`` images cheaply: a remote set's first shard (its
+    ``remote().probe_positions``), else ``None`` (a spread over the set)."""
+    remote = source.remote()
+    return None if remote is None else remote.probe_positions(probes)
+
+
 def _size(source: Reader, i: int) -> tuple[int, int]:
     """(height, width) of sample ``i`` from its image header (the size decoding gives: the
     decoders ignore EXIF orientation), or a decoded image's shape."""
@@ -56,7 +63,7 @@ def shared_image_spec(
     says); when none can be read, the first one's error is raised as it is. Any other error
     (a full shard cache, a storage failure) is raised at once, as itself."""
     n = len(source)
-    positions = source.probe_positions(probes)  # a remote set: where nothing is fetched
+    positions = probe_positions(source, probes)  # a remote set: where nothing is fetched
     if positions is None:
         positions = np.unique(np.linspace(0, n - 1, num=min(n, probes)).astype(np.int64)).tolist()
     seen: dict[tuple[int, int], list[int]] = {}  # size -> positions, in the order first seen
@@ -103,7 +110,7 @@ def learned_output(
         spec, transforms, learnt=True, **wide
     ):
         return None
-    i = (source.probe_positions(1) or [0])[0]
+    i = (probe_positions(source, 1) or [0])[0]
     try:
         image, _label = source.read(i)
         img = decode(image) if is_encoded(source.encoded, image) else np.asarray(image)
@@ -152,7 +159,7 @@ def check_first_image(source: Reader, transforms: Any) -> None:
     the worker, which reports it as ``on_error`` says."""
     if transforms is None or len(source) == 0:
         return
-    positions = source.probe_positions(1)
+    positions = probe_positions(source, 1)
     i = positions[0] if positions else 0
     try:
         h, w = _size(source, i)
