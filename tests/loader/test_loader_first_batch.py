@@ -147,3 +147,29 @@ def test_a_rec_loaders_worker_imports_nothing_the_server_did_not(tmp_path):
     )
     assert out.returncode == 0, out.stderr.decode()
     assert out.stdout.decode().split() == []
+
+
+# the worker server's environment, and this process's after the server started
+SERVER_ENV = """
+import os
+from stoker.loader import _pool
+from stoker.loader._process import SERVER
+_pool.warm_up()
+with open(f"/proc/{SERVER._forkserver_pid}/environ", "rb") as f:
+    server = dict(e.split(b"=", 1) for e in f.read().split(b"\\0") if b"=" in e)
+print(server[b"OPENBLAS_NUM_THREADS"].decode(), server[b"OMP_NUM_THREADS"].decode(),
+      os.environ["OPENBLAS_NUM_THREADS"], "OMP_NUM_THREADS" in os.environ)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux engine's server")
+def test_the_worker_server_imports_numpy_with_one_blas_thread():
+    """A BLAS that starts a thread per core when numpy is imported slows the server's boot;
+    the workers run one thread each anyway. The caller's environment stays as it was."""
+    env = dict(os.environ, PYTHONPATH=SRC, OPENBLAS_NUM_THREADS="4")
+    env.pop("OMP_NUM_THREADS", None)
+    out = subprocess.run(
+        [sys.executable, "-c", SERVER_ENV], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["1", "1", "4", "False"]
