@@ -42,13 +42,34 @@ def run(workers, **kw):
         rows += [(b.images.copy(), b.labels.copy(), b.keys.copy()) for b in it]
     return here, pids, rows
 
+def same_as_without_workers(got):
+    _, _, want = run(0)
+    return len(got) == len(want) and all(
+        all(np.array_equal(a, b) for a, b in zip(g, w)) for g, w in zip(got, want))
+
 mode = sys.argv[2]
 if mode == "same":
     here, pids, got = run(2)
-    _, _, want = run(0)
-    same = len(got) == len(want) and all(
-        all(np.array_equal(a, b) for a, b in zip(g, w)) for g, w in zip(got, want))
-    print(json.dumps({"here": here, "workers": len(pids), "same": same}))
+    print(json.dumps({"here": here, "workers": len(pids), "same": same_as_without_workers(got)}))
+elif mode == "rest":
+    # the workers come up once the main process has made the first chunk of the first batch
+    import threading
+    from stoker.loader import _startup
+    chunks, fill_chunk = [], _startup.fill_chunk
+
+    def first_chunk_then_the_workers(task, **kw):
+        out = fill_chunk(task, **kw)
+        chunks.append(len(task.indices))
+        for t in threading.enumerate():
+            if t.name == "stoker-worker-start" and len(chunks) == 1:
+                t.join()
+        return out
+
+    _startup.fill_chunk = first_chunk_then_the_workers
+    here, pids, got = run(2)
+    made = list(chunks)
+    same = same_as_without_workers(got)
+    print(json.dumps({"here": here, "chunks": made, "workers": len(pids), "same": same}))
 else:
     try:
         run(2)
@@ -76,6 +97,15 @@ def test_first_batch_made_here_is_the_workers_bytes(folder):
     assert out["here"], "the first batch of a fresh process came from a worker"
     assert out["workers"] == 2  # started meanwhile: up once the first batch is out
     assert out["same"]  # every batch, the first included, equal to workers=0's
+
+
+def test_the_workers_make_the_rest_of_a_batch_begun_here(folder):
+    """Workers up after the main process made part of the first batch take the rest of it:
+    the rows made here are copied into its ring slot, every byte as without workers."""
+    out = _fresh(folder, "rest")
+    assert not out["here"], "the first batch was made here alone"
+    assert out["chunks"] == [2], "not one chunk made here, then the workers'"
+    assert out["workers"] == 2 and out["same"]
 
 
 @pytest.mark.slow
@@ -151,11 +181,14 @@ def test_a_rec_loaders_worker_imports_nothing_the_server_did_not(tmp_path):
 
 # the worker server's environment, and this process's after the server started
 SERVER_ENV = """
-import os
+import os, time
 from stoker.loader import _pool
 from stoker.loader._process import SERVER
 _pool.warm_up()
-with open(f"/proc/{SERVER._forkserver_pid}/environ", "rb") as f:
+proc = f"/proc/{SERVER._forkserver_pid}"
+while b"forkserver" not in open(f"{proc}/cmdline", "rb").read():  # not exec'd yet
+    time.sleep(0.01)
+with open(f"{proc}/environ", "rb") as f:
     server = dict(e.split(b"=", 1) for e in f.read().split(b"\\0") if b"=" in e)
 print(server[b"OPENBLAS_NUM_THREADS"].decode(), server[b"OMP_NUM_THREADS"].decode(),
       os.environ["OPENBLAS_NUM_THREADS"], "OMP_NUM_THREADS" in os.environ)
