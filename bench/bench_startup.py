@@ -57,24 +57,32 @@ print(json.dumps({{"t0": t0, "first": t1 - t0, "import": imported - t_import, "p
 
 
 def one_run(
-    rec: str, args: argparse.Namespace, src: str | None = None, pycache: str | None = None
+    rec: str,
+    workers: int,
+    normalize: bool,
+    src: str | None = None,
+    pycache: str | None = None,
+    *,
+    imagenet: bool = False,
+    engine: str | None = None,
 ) -> dict:
     """One fresh process: its first batch and the probe's steps, relative to ``Loader(``;
-    stoker imported from ``src`` (a source tree's ``src`` folder) when given. ``pycache``: a
+    stoker imported from ``src`` (a source tree's ``src`` folder) when given; ``imagenet``:
+    RandomResizedCrop(224), batch 64 (else the 112 px chain, batch 256). ``pycache``: a
     folder for compiled bytecode (``PYTHONPYCACHEPREFIX``), written there even where the
     environment says not to, so that modules load as from an installed package; ``None``
     leaves the environment as it is."""
     with tempfile.TemporaryDirectory() as tmp:
         probe = os.path.join(tmp, "steps.txt")
-        kind, batch = ("224", 64) if args.imagenet else ("112", 256)
+        kind, batch = ("224", 64) if imagenet else ("112", 256)
         code = CHILD.format(
             bench=str(HERE),
             rec=rec,
-            norm=not args.uint8,
-            workers=args.workers,
+            norm=normalize,
+            workers=workers,
             batch=batch,
             kind=kind,
-            engine=args.engine,
+            engine=engine,
         )
         env = dict(os.environ, STOKER_STARTUP_PROBE=probe)
         if pycache is not None:
@@ -209,13 +217,14 @@ def main() -> int:
     print(f"# {n} images {what}, {args.workers} workers, {runs} fresh processes")
     sides = [("this tree", None)] + ([(args.against, args.against)] if args.against else [])
     caches = {name: bytecode_cache(work, src, args.no_bytecode) for name, src in sides}
+    how, kw = (args.workers, not args.uint8), {"imagenet": args.imagenet, "engine": args.engine}
     for name, src in sides:  # compiles into the cache: not counted
-        one_run(rec, args, src, caches[name])
+        one_run(rec, *how, src, caches[name], **kw)
     got: dict[str, list[dict]] = {name: [] for name, _ in sides}
     for i in range(runs):
         for name, src in sides if i % 2 == 0 else sides[::-1]:
             t = time.perf_counter()
-            got[name].append(one_run(rec, args, src, caches[name]))
+            got[name].append(one_run(rec, *how, src, caches[name], **kw))
             print(
                 f"... run {i + 1} ({name}): first batch {got[name][-1]['first']:.3f} s "
                 f"({time.perf_counter() - t:.1f} s in all)",
