@@ -42,8 +42,8 @@ def run(workers, **kw):
         rows += [(b.images.copy(), b.labels.copy(), b.keys.copy()) for b in it]
     return here, pids, rows
 
-def same_as_without_workers(got):
-    _, _, want = run(0)
+def same_as_without_workers(got, **kw):
+    _, _, want = run(0, **kw)
     return len(got) == len(want) and all(
         all(np.array_equal(a, b) for a, b in zip(g, w)) for g, w in zip(got, want))
 
@@ -66,9 +66,10 @@ elif mode == "rest":
         return out
 
     _startup.fill_chunk = first_chunk_then_the_workers
-    here, pids, got = run(2)
+    kw = {"pair_with": HorizontalFlip()} if sys.argv[3:] == ["pair_with"] else {}
+    here, pids, got = run(2, **kw)
     made = list(chunks)
-    same = same_as_without_workers(got)
+    same = same_as_without_workers(got, **kw)
     print(json.dumps({"here": here, "chunks": made, "workers": len(pids), "same": same}))
 else:
     try:
@@ -79,10 +80,10 @@ else:
 """
 
 
-def _fresh(path: str, mode: str) -> dict:
+def _fresh(path: str, mode: str, *more: str) -> dict:
     env = dict(os.environ, PYTHONPATH=SRC)
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(SCRIPT), path, mode],
+        [sys.executable, "-c", textwrap.dedent(SCRIPT), path, mode, *more],
         capture_output=True,
         text=True,
         env=env,
@@ -99,10 +100,12 @@ def test_first_batch_made_here_is_the_workers_bytes(folder):
     assert out["same"]  # every batch, the first included, equal to workers=0's
 
 
-def test_the_workers_make_the_rest_of_a_batch_begun_here(folder):
+@pytest.mark.parametrize("more", [[], ["pair_with"]])
+def test_the_workers_make_the_rest_of_a_batch_begun_here(folder, more):
     """Workers up after the main process made part of the first batch take the rest of it:
-    the rows made here are copied into its ring slot, every byte as without workers."""
-    out = _fresh(folder, "rest")
+    the rows made here (and their pairs) are copied into its ring slot, every byte as
+    without workers."""
+    out = _fresh(folder, "rest", *more)
     assert not out["here"], "the first batch was made here alone"
     assert out["chunks"] == [2], "not one chunk made here, then the workers'"
     assert out["workers"] == 2 and out["same"]
