@@ -29,9 +29,9 @@ import numpy as np
 from stoker.loader import Loader
 from stoker.transforms import Compose, HorizontalFlip, Normalize, RandomCrop, Resize
 
-def run(workers, **kw):
+def run(workers, batch_size=8, **kw):
     chain = Compose([Resize(40), RandomCrop(32), HorizontalFlip(), Normalize()])
-    ld = Loader(sys.argv[1], batch_size=8, transforms=chain, layout="NCHW", shuffle=True,
+    ld = Loader(sys.argv[1], batch_size=batch_size, transforms=chain, layout="NCHW", shuffle=True,
                 seed=5, workers=workers, **kw)
     with ld:
         it = iter(ld)
@@ -52,24 +52,26 @@ if mode == "same":
     here, pids, got = run(2)
     print(json.dumps({"here": here, "workers": len(pids), "same": same_as_without_workers(got)}))
 elif mode == "rest":
-    # the workers come up once the main process has made the first chunk of the first batch
+    # the workers come up once the main process has made `after` chunks of the first batch
     import threading
     from stoker.loader import _startup
+    opts = sys.argv[3:]
+    after, size = (7, 16) if "late" in opts else (1, 8)
     chunks, fill_chunk = [], _startup.fill_chunk
 
     def first_chunk_then_the_workers(task, **kw):
         out = fill_chunk(task, **kw)
         chunks.append(len(task.indices))
         for t in threading.enumerate():
-            if t.name == "stoker-worker-start" and len(chunks) == 1:
+            if t.name == "stoker-worker-start" and len(chunks) == after:
                 t.join()
         return out
 
     _startup.fill_chunk = first_chunk_then_the_workers
-    kw = {"pair_with": HorizontalFlip()} if sys.argv[3:] == ["pair_with"] else {}
-    here, pids, got = run(2, **kw)
+    kw = {"pair_with": HorizontalFlip()} if "pair_with" in opts else {}
+    here, pids, got = run(2, size, **kw)
     made = list(chunks)
-    same = same_as_without_workers(got, **kw)
+    same = same_as_without_workers(got, batch_size=size, **kw)
     print(json.dumps({"here": here, "chunks": made, "workers": len(pids), "same": same}))
 else:
     try:
@@ -108,6 +110,16 @@ def test_the_workers_make_the_rest_of_a_batch_begun_here(folder, more):
     out = _fresh(folder, "rest", *more)
     assert not out["here"], "the first batch was made here alone"
     assert out["chunks"] == [2], "not one chunk made here, then the workers'"
+    assert out["workers"] == 2 and out["same"]
+
+
+def test_a_small_rest_is_made_here_while_the_workers_begin_the_next_batch(folder):
+    """Workers up with less than a quarter of the first batch left: it is finished here (in
+    fresh arrays), the workers making the next batches meanwhile; every byte as without
+    workers."""
+    out = _fresh(folder, "rest", "late")
+    assert out["here"], "the first batch came from the ring"
+    assert out["chunks"] == [2] * 8, "not 7 chunks, then the rest, made here"
     assert out["workers"] == 2 and out["same"]
 
 

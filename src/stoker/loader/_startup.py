@@ -23,15 +23,17 @@ data (:func:`own_code`: a user's transform or source never runs in the main proc
 ``workers=0`` asks for it), :class:`PoolStart` starts the workers in a :class:`WorkerStart`
 thread, and the main thread makes the next batch itself, a chunk at a time
 (:class:`LocalBatch`: ``fill_chunk`` into fresh arrays, as ``workers=0`` makes every batch,
-the same bytes the workers write). Once the workers are up, they make the chunks left: the
-rows made so far are copied into the batch's ring slot and the rest is dispatched as any
-batch is, beside the next batches; a sample that fails under ``on_error="raise"`` hands its
-chunk to the workers too, so that a failure is reported by a worker as always. The pool is
-not touched on the main thread meanwhile: the first use of ``_pool`` there (dispatching a
-batch, ``worker_pids()``, ``close()``) waits for the thread and raises what kept a worker
-from starting. The thread pickles the source and pipeline for each worker while the main
-thread reads through them; both pickle from plain state (``__getstate__`` copies), never
-from what a read changes.
+the same bytes the workers write). Once the workers are up, they begin the next batches,
+and the batch under way is finished here when less than a quarter of it is left (sooner
+than a worker's first chunk starts: it unpickles its configuration and maps its rows first);
+a larger rest goes to the workers: the rows made so far are copied into the batch's ring slot
+and the rest is dispatched as any batch is. A sample that fails under ``on_error="raise"``
+hands its chunk to the workers too, so that a failure is reported by a worker as always.
+The pool is not touched on the main thread meanwhile: the first use of ``_pool`` there
+(dispatching a batch, ``worker_pids()``, ``close()``) waits for the thread and raises what
+kept a worker from starting. The thread pickles the source and pipeline for each worker
+while the main thread reads through them; both pickle from plain state (``__getstate__``
+copies), never from what a read changes.
 
 Reserving a slot (``posix_fallocate`` of the anonymous file: the kernel allocates and zeroes
 its pages) costs tens of milliseconds for a float32 slot. Done one by one on the main thread
@@ -292,6 +294,8 @@ class PoolStart:
 
         def _send(self, ep: Any, number: int, made: LocalBatch | None = None) -> None: ...
 
+        def _dispatch(self, ep: Any) -> None: ...
+
     @property
     def _pool(self) -> WorkerPool:
         """The workers; while a thread starts them, the first use on the main thread waits
@@ -347,17 +351,24 @@ class PoolStart:
 
     def _made_here(self, ep: Any, number: int) -> Batch | None | NotMade:
         """Batch ``number``, the next to dispatch, made in this process while the workers
-        start, a chunk at a time; :data:`NOT_MADE` when they are up before it is done, or a
-        sample failed under ``on_error="raise"``: they are given the rest (``_send``)."""
+        start, an eighth at a time. Once they are up, a rest under a quarter of it is made
+        here too while they begin the next batches; :data:`NOT_MADE` when they are given a
+        larger rest, or the rest from a sample that failed under ``on_error="raise"``
+        (``_send``)."""
         start = self._starting
         if start is None or start.done() or not ep.pending or ep.pending[0] != number:
             return NOT_MADE
-        part = LocalBatch(self, ep, number)
-        step = 2 * max(1, -(-len(part.bidx) // 16))  # even (mixed pairs), an eighth of it
-        error = part.fill(step, lambda: not start.done())
         ep.pending.popleft()
-        if error is None and part.made == len(part.bidx):
+        part = LocalBatch(self, ep, number)
+        n = len(part.bidx)
+        error = part.fill(2 * max(1, -(-n // 16)), lambda: not start.done())  # even: mixed pairs
+        if error is None and part.made == n:
             return part.batch()
         self._join_start(start)
+        if error is None and 4 * (n - part.made) < n:  # made here sooner than the workers start
+            self._dispatch(ep)  # they begin the next batches meanwhile
+            error = part.fill(n)
+            if error is None:
+                return part.batch()
         self._send(ep, number, part)
         return NOT_MADE
