@@ -58,7 +58,7 @@ def install_main() -> None:
     from stoker.loader import _node, _pool, _shm, _startup, loader
 
     timed(loader.Loader, "__init__", "main: Loader() constructor")
-    timed(loader, "warm_up", "main: start the worker server (spawn)")
+    timed(_pool, "warm_up", "main: start the worker server (spawn)")
     timed(_node, "preflight_and_register", "main: ring preflight")
     timed(_shm.SharedFd, "create", "main: ring memfd")
     timed(_shm, "reserve", "main: reserve a ring range (fallocate)")
