@@ -14,9 +14,9 @@ workers start, the first ``prefetch`` slots in a thread while they start (``_sta
 each other slot just before its first task. No task names an unreserved slot. While the
 worker server of a process's first loader is still importing, the workers start in a thread
 and the main process makes the batches in fresh arrays, a chunk at a time, until they are up
-(``_startup.py``); a batch half made then is copied into its slot before the workers are given
-the rest. Before its first write to a range of rows, a worker maps those pages in one
-``MADV_POPULATE_WRITE`` call.
+(``_startup.py``); the part made of a batch with a quarter or more left then is copied into
+its slot before the workers are given the rest. Before its first write to a range of rows, a
+worker maps those pages in one ``MADV_POPULATE_WRITE`` call.
 Ownership of the descriptor: main holds it from creation to teardown (to reserve slots and
 to start workers, respawned ones included); each worker gets a duplicate with its start (the
 ``WorkerConfig`` pickles it through the fork server's fd passing, ``SharedFd.__reduce__``),
