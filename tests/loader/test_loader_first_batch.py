@@ -56,7 +56,7 @@ elif mode == "rest":
     import threading
     from stoker.loader import _startup
     opts = sys.argv[3:]
-    after, size = (7, 16) if "late" in opts else (1, 8)
+    after, size = (4, 160) if "late" in opts else (1, 128)
     chunks, fill_chunk = [], _startup.fill_chunk
 
     def first_chunk_then_the_workers(task, **kw):
@@ -102,24 +102,34 @@ def test_first_batch_made_here_is_the_workers_bytes(folder):
     assert out["same"]  # every batch, the first included, equal to workers=0's
 
 
+@pytest.fixture(scope="module")
+def folder_160(tmp_path_factory) -> str:
+    """170 small JPEGs: batches of 128 and 160, made here in chunks of 32."""
+    from loader_helpers import make_folder
+
+    root = tmp_path_factory.mktemp("folder_160")
+    make_folder(str(root), n=170, size=(36, 40))
+    return str(root)
+
+
 @pytest.mark.parametrize("more", [[], ["pair_with"]])
-def test_the_workers_make_the_rest_of_a_batch_begun_here(folder, more):
+def test_the_workers_make_the_rest_of_a_batch_begun_here(folder_160, more):
     """Workers up after the main process made part of the first batch take the rest of it:
     the rows made here (and their pairs) are copied into its ring slot, every byte as
     without workers."""
-    out = _fresh(folder, "rest", *more)
+    out = _fresh(folder_160, "rest", *more)
     assert not out["here"], "the first batch was made here alone"
-    assert out["chunks"] == [2], "not one chunk made here, then the workers'"
+    assert out["chunks"] == [32], "not one chunk made here, then the workers'"
     assert out["workers"] == 2 and out["same"]
 
 
-def test_a_small_rest_is_made_here_while_the_workers_begin_the_next_batch(folder):
+def test_a_small_rest_is_made_here_while_the_workers_begin_the_next_batch(folder_160):
     """Workers up with less than a quarter of the first batch left: it is finished here (in
     fresh arrays), the workers making the next batches meanwhile; every byte as without
     workers."""
-    out = _fresh(folder, "rest", "late")
+    out = _fresh(folder_160, "rest", "late")
     assert out["here"], "the first batch came from the ring"
-    assert out["chunks"] == [2] * 8, "not 7 chunks, then the rest, made here"
+    assert out["chunks"] == [32] * 5, "not 4 chunks, then the rest, made here"
     assert out["workers"] == 2 and out["same"]
 
 

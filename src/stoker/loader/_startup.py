@@ -21,13 +21,13 @@ yet: ``_pool.server_booting``), step 3 would leave the main process waiting for 
 first batch's time. So when everything a sample passes through is stoker's own code and plain
 data (:func:`own_code`: a user's transform or source never runs in the main process unless
 ``workers=0`` asks for it), :class:`PoolStart` starts the workers in a :class:`WorkerStart`
-thread, and the main thread makes the next batch itself, a chunk at a time
-(:class:`LocalBatch`: ``fill_chunk`` into fresh arrays, as ``workers=0`` makes every batch,
-the same bytes the workers write). Once the workers are up, they begin the next batches,
-and the batch under way is finished here when less than a quarter of it is left (sooner
-than a worker's first chunk starts: it unpickles its configuration and maps its rows first);
-a larger rest goes to the workers: the rows made so far are copied into the batch's ring slot
-and the rest is dispatched as any batch is. A sample that fails under ``on_error="raise"``
+thread, and the main thread makes the next batch itself, a chunk (an eighth, at least 32
+samples) at a time (:class:`LocalBatch`: ``fill_chunk`` into fresh arrays, as ``workers=0``
+makes every batch, the same bytes the workers write). Once the workers are up, they begin
+the next batches, and the batch under way is finished here when less than a quarter of it
+is left (sooner than a worker's first chunk starts: it unpickles its configuration and maps
+its rows first); a larger rest goes to the workers: the rows made so far are copied into the
+batch's ring slot and the rest is dispatched as any batch is. A sample that fails under ``on_error="raise"``
 hands its chunk to the workers too, so that a failure is reported by a worker as always.
 The pool is not touched on the main thread meanwhile: the first use of ``_pool`` there
 (dispatching a batch, ``worker_pids()``, ``close()``) waits for the thread and raises what
@@ -59,7 +59,7 @@ from stoker.loader import _shm
 from stoker.loader._compact import compact, compact_fields, dims
 from stoker.loader._pool import WorkerPool, server_booting
 from stoker.loader._ring import RingLayout
-from stoker.loader._worker import Task, fill_chunk
+from stoker.loader._worker import FIRST_BLOCKS_FROM, Task, fill_chunk
 from stoker.loader._worker_errors import rebuild
 from stoker.loader.batch import Batch, make_batch
 
@@ -351,7 +351,7 @@ class PoolStart:
 
     def _made_here(self, ep: Any, number: int) -> Batch | None | NotMade:
         """Batch ``number``, the next to dispatch, made in this process while the workers
-        start, an eighth at a time. Once they are up, a rest under a quarter of it is made
+        start, a chunk at a time. Once they are up, a rest under a quarter of it is made
         here too while they begin the next batches; :data:`NOT_MADE` when they are given a
         larger rest, or the rest from a sample that failed under ``on_error="raise"``
         (``_send``)."""
@@ -361,7 +361,10 @@ class PoolStart:
         ep.pending.popleft()
         part = LocalBatch(self, ep, number)
         n = len(part.bidx)
-        error = part.fill(2 * max(1, -(-n // 16)), lambda: not start.done())  # even: mixed pairs
+        # an eighth at a time, even (mixed pairs), and long enough to take the samples' first
+        # random blocks at once (as a worker's chunk does)
+        step = max(FIRST_BLOCKS_FROM, 2 * -(-n // 16))
+        error = part.fill(step, lambda: not start.done())
         if error is None and part.made == n:
             return part.batch()
         self._join_start(start)
