@@ -475,7 +475,6 @@ class RingFeed(PoolStart):
         made = self._made_here(ep, number)  # while the workers start (_startup.py)
         if made is not NOT_MADE:
             return made  # type: ignore[return-value]
-        # else the workers make it, or the rest of it
         started = time.monotonic()
         key = (ep.generation, number)
         while True:

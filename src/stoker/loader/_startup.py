@@ -240,8 +240,7 @@ class LocalBatch:
         return None
 
     def batch(self) -> Batch | None:
-        """The batch of the arrays (every row made), or ``None`` when every sample was
-        skipped."""
+        """The batch of the arrays, every row made (``None``: every sample skipped)."""
         views = compact(self.views, self.bad, self.half)
         fields = compact_fields(self.fields, self.bad)
         self.loader._account(self.ep.epoch, self.bad)
