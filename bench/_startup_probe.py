@@ -58,12 +58,14 @@ def install_main() -> None:
     from stoker.loader import _node, _pool, _shm, _startup, loader
 
     timed(loader.Loader, "__init__", "main: Loader() constructor")
-    timed(loader, "warm_up", "main: start the worker server (spawn)")
+    timed(_pool, "warm_up", "main: start the worker server (spawn)")
     timed(_node, "preflight_and_register", "main: ring preflight")
     timed(_shm.SharedFd, "create", "main: ring memfd")
     timed(_shm, "reserve", "main: reserve a ring range (fallocate)")
     timed(_pool.WorkerPool, "_spawn", "main: start a worker (connect, server forks)")
-    if hasattr(_startup, "first_here"):  # an older tree (--against) makes none
+    if hasattr(_startup, "LocalBatch"):  # chunks of a batch, made until the workers are up
+        timed(_startup.LocalBatch, "fill", "main: a batch made here while the workers start")
+    elif hasattr(_startup, "first_here"):  # an older tree (--against); older still: none
         timed(_startup, "first_here", "main: a batch made here while the workers start")
 
 

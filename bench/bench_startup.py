@@ -1,14 +1,18 @@
 """Where the time between ``Loader(...)`` and its first batch goes, in a fresh process.
 
-Each run is a new Python process that imports stoker, makes a ``Loader`` over the bench's
-112 px ``.rec`` (resize 128 -> crop 112 -> flip -> float32 NCHW normalised, batch 256,
-``--workers`` workers) and takes its first batch; ``_startup_probe.py`` notes when each step
-of the main process, the worker server and the workers starts and ends (one monotonic clock
-for all processes). Printed: each step's start and length in ms after ``Loader(`` was called,
-medians over the runs with the spread of the length, and the first batch's arrival.
+Each run is a new Python process that makes a ``Loader`` over the bench's 112 px ``.rec``
+(resize 128 -> crop 112 -> flip -> float32 NCHW normalised, batch 256, ``--workers`` workers)
+and takes its first batch as a user's script does: ``import stoker`` and the transforms before
+the clock starts, then ``stoker.Loader(...)``, whose first use imports the loader's modules.
+``--imagenet``: over 500x375 JPEGs as dense as ImageNet's (``bench_realsize.py``'s),
+RandomResizedCrop(224) -> flip -> float32, batch 64. ``_startup_probe.py`` notes when each
+step of the main process, the worker server and the workers starts and ends (one monotonic
+clock for all processes). Printed: each step's start and length in ms after ``Loader(`` was
+called, medians over the runs with the spread of the length, and the first batch's arrival.
 
     python bench/bench_startup.py            # 20,000 images, 7 runs
     python bench/bench_startup.py --quick    # 600 images, 3 runs
+    python bench/bench_startup.py --imagenet --images 2000 [--engine portable]
 """
 
 from __future__ import annotations
@@ -32,14 +36,17 @@ import os, sys, time, json
 t_import = time.perf_counter()
 sys.path.insert(0, {bench!r})
 import _startup_probe
-_startup_probe.install_main()
+import stoker
 from _common import stoker_transforms
-from stoker.loader import Loader, _pool
-_pool._PRELOAD.append("_startup_probe")
+transforms = stoker_transforms({kind!r}, normalize={norm})
 imported = time.perf_counter()
 t0 = time.perf_counter()
-loader = Loader({rec!r}, batch_size=256, transforms=stoker_transforms("112", normalize={norm}),
-                layout="NCHW", shuffle=True, seed=0, workers={workers})
+# what `stoker.Loader` imports on first use, wrapped by the probe as it is imported
+_startup_probe.install_main()
+_startup_probe.note("main: import the loader (stoker.Loader)", t0, time.perf_counter())
+stoker.loader._pool._PRELOAD.append("_startup_probe")
+loader = stoker.Loader({rec!r}, batch_size={batch}, transforms=transforms, layout="NCHW",
+                       shuffle=True, seed=0, workers={workers}, engine={engine!r})
 it = iter(loader)
 batch = next(it)
 t1 = time.perf_counter()
@@ -50,16 +57,33 @@ print(json.dumps({{"t0": t0, "first": t1 - t0, "import": imported - t_import, "p
 
 
 def one_run(
-    rec: str, workers: int, normalize: bool, src: str | None = None, pycache: str | None = None
+    rec: str,
+    workers: int,
+    normalize: bool,
+    src: str | None = None,
+    pycache: str | None = None,
+    *,
+    imagenet: bool = False,
+    engine: str | None = None,
 ) -> dict:
     """One fresh process: its first batch and the probe's steps, relative to ``Loader(``;
-    stoker imported from ``src`` (a source tree's ``src`` folder) when given. ``pycache``: a
+    stoker imported from ``src`` (a source tree's ``src`` folder) when given; ``imagenet``:
+    RandomResizedCrop(224), batch 64 (else the 112 px chain, batch 256). ``pycache``: a
     folder for compiled bytecode (``PYTHONPYCACHEPREFIX``), written there even where the
     environment says not to, so that modules load as from an installed package; ``None``
     leaves the environment as it is."""
     with tempfile.TemporaryDirectory() as tmp:
         probe = os.path.join(tmp, "steps.txt")
-        code = CHILD.format(bench=str(HERE), rec=rec, norm=normalize, workers=workers)
+        kind, batch = ("224", 64) if imagenet else ("112", 256)
+        code = CHILD.format(
+            bench=str(HERE),
+            rec=rec,
+            norm=normalize,
+            workers=workers,
+            batch=batch,
+            kind=kind,
+            engine=engine,
+        )
         env = dict(os.environ, STOKER_STARTUP_PROBE=probe)
         if pycache is not None:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -120,7 +144,7 @@ def report(runs: list[dict]) -> None:
     first, lo, hi = median_range([1000 * r["first"] for r in runs])
     print(f"| **first batch** | | **{first:.0f}** ({lo:.0f}..{hi:.0f}) | {len(runs)} |")
     imp = median_range([1000 * r["import"] for r in runs])[0]
-    print(f"\n(before Loader(): importing stoker.loader in the fresh process, {imp:.0f} ms)")
+    print(f"\n(before Loader(): importing stoker and the transforms, {imp:.0f} ms)")
 
 
 def bytecode_cache(work: Path, src: str | None, off: bool) -> str | None:
@@ -134,12 +158,32 @@ def bytecode_cache(work: Path, src: str | None, off: bool) -> str | None:
     return str(work / "pycache" / name)
 
 
+def imagenet_rec(work: Path, n: int) -> str:
+    """``bench_realsize.py``'s ``n`` ImageNet-like JPEGs packed into a .rec; reused when there."""
+    from bench_realsize import imagenet_like_set
+
+    from stoker import pack
+
+    rec = work / f"imagenet_like_{n}.rec"
+    if not rec.exists():
+        pack(
+            imagenet_like_set(work / f"images_imagenet_{n}", n), rec, overwrite=True, progress=False
+        )
+    return str(rec)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = bench_parser(__doc__, "600 images, 3 runs")
     ap.add_argument("--images", type=int, default=None, help="images in the .rec (20,000)")
     ap.add_argument("--runs", type=int, default=None, help="fresh processes (7; --quick: 3)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--uint8", action="store_true", help="uint8 NCHW output instead of float32")
+    ap.add_argument(
+        "--imagenet",
+        action="store_true",
+        help="500x375 JPEGs as dense as ImageNet's, RandomResizedCrop(224), batch 64",
+    )
+    ap.add_argument("--engine", default=None, choices=("linux", "portable"))
     ap.add_argument("--work", default=None, help="data folder (default: a temporary one)")
     ap.add_argument(
         "--no-bytecode",
@@ -163,18 +207,24 @@ def main() -> int:
     runs = args.runs or (3 if args.quick else 7)
     work = Path(args.work or os.path.join(tempfile.gettempdir(), "stoker-bench-loader"))
     work.mkdir(parents=True, exist_ok=True)
-    _images, rec = make_data(work, n=n, size=112, name=f"s112_{n}")
+    rec = (
+        imagenet_rec(work, n)
+        if args.imagenet
+        else make_data(work, n=n, size=112, name=f"s112_{n}")[1]
+    )
     print(f"command: {command_line()}")
-    print(f"# {n} images 112x112, batch 256, {args.workers} workers, {runs} fresh processes")
+    what = "500x375 ImageNet-like, batch 64" if args.imagenet else "112x112, batch 256"
+    print(f"# {n} images {what}, {args.workers} workers, {runs} fresh processes")
     sides = [("this tree", None)] + ([(args.against, args.against)] if args.against else [])
     caches = {name: bytecode_cache(work, src, args.no_bytecode) for name, src in sides}
+    how, kw = (args.workers, not args.uint8), {"imagenet": args.imagenet, "engine": args.engine}
     for name, src in sides:  # compiles into the cache: not counted
-        one_run(rec, args.workers, not args.uint8, src, caches[name])
+        one_run(rec, *how, src, caches[name], **kw)
     got: dict[str, list[dict]] = {name: [] for name, _ in sides}
     for i in range(runs):
         for name, src in sides if i % 2 == 0 else sides[::-1]:
             t = time.perf_counter()
-            got[name].append(one_run(rec, args.workers, not args.uint8, src, caches[name]))
+            got[name].append(one_run(rec, *how, src, caches[name], **kw))
             print(
                 f"... run {i + 1} ({name}): first batch {got[name][-1]['first']:.3f} s "
                 f"({time.perf_counter() - t:.1f} s in all)",

@@ -23,9 +23,10 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 # The least of FRESH_RUNS first batches (s): under FIRST_BATCH_CEILING_S, or, on a machine
 # busy enough to slow every process down, under YARDSTICK_RATIO times the least time a fresh
 # interpreter takes to import NumPy and OpenCV, timed between them (slowed down as much).
-# Recorded with the first batch made by the main process while the workers start: 0.37 s at
-# a load of 8-14, 1.1x the yardstick; the start-up that waited for the worker server's
-# imports gave 0.79 s, 2.3x, in the same hour (docs/loader.md, "Speed floors").
+# Recorded with the first batch made by the main process while the workers start, timed
+# from stoker.Loader( (its imports included): 0.28 s at a load of 4, 1.7x the yardstick; the
+# start-up that waited for the worker server's imports gave 2.3x (docs/loader.md, "Speed
+# floors").
 FRESH_RUNS = 4
 FIRST_BATCH_CEILING_S = 0.3
 YARDSTICK_RATIO = 2.0

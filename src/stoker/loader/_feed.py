@@ -13,8 +13,10 @@ that ran out fails there, never as a SIGBUS later). The control block is reserve
 workers start, the first ``prefetch`` slots in a thread while they start (``_startup.py``),
 each other slot just before its first task. No task names an unreserved slot. While the
 worker server of a process's first loader is still importing, the workers start in a thread
-and the main process makes the batches in fresh arrays until they are up (``_startup.py``). Before its first
-write to a range of rows, a worker maps those pages in one ``MADV_POPULATE_WRITE`` call.
+and the main process makes the batches in fresh arrays, a chunk at a time, until they are up
+(``_startup.py``); the part made of a batch with a quarter or more left then is copied into
+its slot before the workers are given the rest. Before its first write to a range of rows, a
+worker maps those pages in one ``MADV_POPULATE_WRITE`` call.
 Ownership of the descriptor: main holds it from creation to teardown (to reserve slots and
 to start workers, respawned ones included); each worker gets a duplicate with its start (the
 ``WorkerConfig`` pickles it through the fork server's fd passing, ``SharedFd.__reduce__``),
@@ -135,7 +137,7 @@ from stoker.loader._compact import compact, compact_fields, dims
 from stoker.loader._fields import FieldPlan
 from stoker.loader._pool import JOIN_S, WorkerPool
 from stoker.loader._ring import RingLayout
-from stoker.loader._startup import NOT_MADE, PoolStart, SlotReservations
+from stoker.loader._startup import NOT_MADE, LocalBatch, PoolStart, SlotReservations
 from stoker.loader._worker import Task, WorkerConfig
 from stoker.loader._worker_errors import rebuild
 from stoker.loader.batch import Batch, SlotLease, make_batch
@@ -407,25 +409,36 @@ class RingFeed(PoolStart):
             return
         self._take_reports()  # so the queue lengths are current
         while self._can_dispatch(ep.pending):
-            slot = self._slot_state.index(_FREE)
-            if slot in self._unreserved:
-                self._reserve_slot(slot)
-            number = ep.pending.popleft()
-            bidx, width, height, half, rows = self._batch_plan(ep, number)
-            per = -(-len(bidx) // len(self._pool.handles)) if len(bidx) else 1  # one per worker
-            per += per % 2 if self.pipeline.mix is not None else 0  # mixed pairs stay in a chunk
-            chunks = [(r0, bidx[r0 : r0 + per]) for r0 in range(0, len(bidx), per)]
-            self._slot_state[slot] = _WORK
-            info = _Inflight(slot, ep.epoch, width, rows, half, len(chunks), height=height)
-            self._inflight[(ep.generation, number)] = info
-            for r0, cidx in chunks:
-                task = Task(
-                    ep.generation, number, slot, ep.epoch, width, rows, r0, cidx, half, height,
-                    self.seed,
-                )  # fmt: skip
-                lost = self._pool.assign((slot, r0), task, self._generation)
-                if lost:
-                    self._answered(lost)
+            self._send(ep, ep.pending.popleft())
+
+    def _send(self, ep: Epoch, number: int, made: LocalBatch | None = None) -> None:
+        """Batch ``number`` into a free slot, one chunk per worker; ``made``: its first rows,
+        made in this process while the workers started (copied into the slot first)."""
+        assert self._layout is not None and self._mem is not None
+        slot = self._slot_state.index(_FREE)
+        if slot in self._unreserved:
+            self._reserve_slot(slot)
+        bidx, width, height, half, rows = self._batch_plan(ep, number)
+        first = 0 if made is None else made.made
+        todo = len(bidx) - first
+        per = -(-todo // len(self._pool.handles)) if todo else 1  # one per worker
+        per += per % 2 if self.pipeline.mix is not None else 0  # mixed pairs stay in a chunk
+        chunks = [(r0, bidx[r0 : r0 + per]) for r0 in range(first, len(bidx), per)]
+        self._slot_state[slot] = _WORK
+        info = _Inflight(slot, ep.epoch, width, rows, half, len(chunks), height=height)
+        if made is not None:
+            views = self._layout.views(self._mem, slot, width, rows, height)
+            made.copy_into(views, self._layout.field_views(self._mem, slot, width, rows, height))
+            info.bad.extend(made.bad)
+        self._inflight[(ep.generation, number)] = info
+        for r0, cidx in chunks:
+            task = Task(
+                ep.generation, number, slot, ep.epoch, width, rows, r0, cidx, half, height,
+                self.seed,
+            )  # fmt: skip
+            lost = self._pool.assign((slot, r0), task, self._generation)
+            if lost:
+                self._answered(lost)
 
     def _can_dispatch(self, pending: deque) -> bool:
         """A batch is waiting, a slot is free and fewer than ``prefetch`` are being made."""

@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from stoker._core.errors import WorkerDiedError
 from stoker.loader._process import SERVER
-from stoker.loader._worker import PARK, RING, Task, WorkerConfig, worker_main
+from stoker.loader._worker import _THREAD_ENV, PARK, RING, Task, WorkerConfig, worker_main
 
 if TYPE_CHECKING:
     from stoker.loader._engine import Engine
@@ -108,7 +109,26 @@ def warm_up() -> None:
         # transform defined in the script come from multiprocessing's, started when needed
         if getattr(SERVER, "_forkserver_pid", 0) is None:
             _BOOTING = True
-        SERVER.ensure_running()
+        with one_thread():
+            SERVER.ensure_running()
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """This process's environment says one thread for BLAS and OpenMP while a worker server
+    or a spawned worker starts (on the main thread: the window is a fork and an exec), as each
+    worker sets at its start (``_worker._limit_threads``), but before the interpreter imports
+    numpy: a BLAS that starts a thread per core at import costs tens of ms there."""
+    saved = {name: os.environ.get(name) for name in _THREAD_ENV}
+    os.environ.update(dict.fromkeys(_THREAD_ENV, "1"))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def server_booting() -> bool:
@@ -242,7 +262,8 @@ class WorkerPool:
         )
         handle = WorkerHandle(wid, proc, parent_conn, lifeline=keep)
         try:
-            _start(proc)
+            with one_thread() if engine.portable else contextlib.nullcontext():
+                _start(proc)
         except BaseException:
             handle.close()
             raise

@@ -21,16 +21,19 @@ yet: ``_pool.server_booting``), step 3 would leave the main process waiting for 
 first batch's time. So when everything a sample passes through is stoker's own code and plain
 data (:func:`own_code`: a user's transform or source never runs in the main process unless
 ``workers=0`` asks for it), :class:`PoolStart` starts the workers in a :class:`WorkerStart`
-thread, and the main thread makes the next batch itself (:func:`first_here`, which is
-:func:`make_local`, the ``workers=0`` path: ``fill_chunk`` into fresh arrays, the same bytes
-the workers write) for as long as they are not up. It gives a batch up (the workers make it)
-when they come up before half of it is done, and when a sample fails under
-``on_error="raise"``, so that a failure is reported by a worker as always. The pool is not
-touched on the main thread meanwhile: the first use of ``_pool`` there (dispatching a batch,
-``worker_pids()``, ``close()``) waits for the thread and raises what kept a worker from
-starting. The thread pickles the source and pipeline for each worker while the main thread
-reads through them; both pickle from plain state (``__getstate__`` copies), never from what
-a read changes.
+thread, and the main thread makes the next batch itself, a chunk (an eighth, at least 32
+samples) at a time (:class:`LocalBatch`: ``fill_chunk`` into fresh arrays, as ``workers=0``
+makes every batch, the same bytes the workers write). Once the workers are up, they begin
+the next batches, and the batch under way is finished here when less than a quarter of it
+is left (sooner than a worker's first chunk starts: it unpickles its configuration and maps
+its rows first); a larger rest goes to the workers: the rows made so far are copied into the
+batch's ring slot and the rest is dispatched as any batch is. A sample that fails under ``on_error="raise"``
+hands its chunk to the workers too, so that a failure is reported by a worker as always.
+The pool is not touched on the main thread meanwhile: the first use of ``_pool`` there
+(dispatching a batch, ``worker_pids()``, ``close()``) waits for the thread and raises what
+kept a worker from starting. The thread pickles the source and pipeline for each worker
+while the main thread reads through them; both pickle from plain state (``__getstate__``
+copies), never from what a read changes.
 
 Reserving a slot (``posix_fallocate`` of the anonymous file: the kernel allocates and zeroes
 its pages) costs tens of milliseconds for a float32 slot. Done one by one on the main thread
@@ -56,17 +59,17 @@ from stoker.loader import _shm
 from stoker.loader._compact import compact, compact_fields, dims
 from stoker.loader._pool import WorkerPool, server_booting
 from stoker.loader._ring import RingLayout
-from stoker.loader._worker import Task, fill_chunk
+from stoker.loader._worker import FIRST_BLOCKS_FROM, Task, fill_chunk
 from stoker.loader._worker_errors import rebuild
 from stoker.loader.batch import Batch, make_batch
 
 __all__ = [
     "NOT_MADE",
+    "LocalBatch",
     "NotMade",
     "PoolStart",
     "SlotReservations",
     "WorkerStart",
-    "first_here",
     "make_local",
     "own_code",
 ]
@@ -116,7 +119,7 @@ class SlotReservations:
 
 
 class NotMade:
-    """:func:`make_local`'s answer when it gave the batch up (see ``cancelled``)."""
+    """``PoolStart._made_here``'s answer when the workers make the batch, or the rest of it."""
 
 
 NOT_MADE = NotMade()
@@ -190,64 +193,88 @@ class WorkerStart:
         return self._error
 
 
-def make_local(
-    loader: Any, ep: Any, number: int, cancelled: Callable[[], bool] | None = None
-) -> Batch | None | NotMade:
-    """Batch ``number`` of ``ep`` made in this process into fresh arrays, as a worker makes it
-    (``fill_chunk``: the same bytes), or ``None`` when every sample of it was skipped. With
-    ``workers=0`` the loader makes every batch so. At a loader's start (``cancelled`` given),
-    :data:`NOT_MADE` when ``cancelled()`` turned true or a sample failed: the workers then
-    make the batch, and report a failure as they report any."""
-    bidx, width, height, half, rows = loader._batch_plan(ep, number)
-    pipeline, label_spec = loader.pipeline, loader._label_spec
-    shape = (rows, *pipeline.row_shape(width, height))
-    images = np.empty(shape, dtype=pipeline.dtype)
-    labels = np.empty((rows, *dims(label_spec)), dtype=label_spec.dtype)
-    keys = np.empty(rows, dtype=np.int64)
-    indices = np.empty(rows, dtype=np.int64)
-    fields = None
-    if loader._fields is not None:
-        fields = loader._fields.arrays(rows, pipeline.frame(width, height))
-    task = Task(ep.generation, number, -1, ep.epoch, width, rows, 0, bidx, half, height)
-    status, payload = fill_chunk(
-        task,
-        source=loader.source,
-        pipeline=pipeline,
-        seed=loader.seed,
-        views=(images, labels, keys, indices),
-        on_error=loader.on_error,
-        cancelled=cancelled,
-        fields=fields,
-    )
-    if cancelled is not None and status != "done":
-        return NOT_MADE
-    if status == "error":
-        raise rebuild(payload, None)
-    views = compact((images, labels, keys, indices), payload, half)
-    fields = compact_fields(fields, payload)
-    loader._account(ep.epoch, payload)
-    if len(views[0]) == 0:
+class LocalBatch:
+    """Batch ``number`` of ``ep`` made in this process into fresh arrays as a worker makes it
+    (``fill_chunk``: the same bytes), a chunk at a time from its first row (:meth:`fill`);
+    ``made`` of its source samples are done."""
+
+    def __init__(self, loader: Any, ep: Any, number: int) -> None:
+        self.loader, self.ep, self.number = loader, ep, number
+        self.bidx, self.width, self.height, self.half, rows = loader._batch_plan(ep, number)
+        pipeline, label_spec = loader.pipeline, loader._label_spec
+        self.views = (
+            np.empty((rows, *pipeline.row_shape(self.width, self.height)), pipeline.dtype),
+            np.empty((rows, *dims(label_spec)), label_spec.dtype),
+            np.empty(rows, np.int64),
+            np.empty(rows, np.int64),
+        )
+        self.fields = None
+        if loader._fields is not None:
+            self.fields = loader._fields.arrays(rows, pipeline.frame(self.width, self.height))
+        self.made = 0
+        self.bad: list = []  # the skipped samples of the rows made
+
+    def fill(self, step: int, going: Callable[[], bool] = lambda: True) -> Any:
+        """Make the next chunks of ``step`` samples while ``going()``; the error of the first
+        sample that failed under ``on_error="raise"`` (its chunk is left unmade), else None."""
+        loader, ep, n = self.loader, self.ep, len(self.bidx)
+        while self.made < n and going():
+            stop = min(self.made + step, n)
+            task = Task(
+                ep.generation, self.number, -1, ep.epoch, self.width, len(self.views[0]),
+                self.made, self.bidx[self.made : stop], self.half, self.height,
+            )  # fmt: skip
+            status, payload = fill_chunk(
+                task,
+                source=loader.source,
+                pipeline=loader.pipeline,
+                seed=loader.seed,
+                views=self.views,
+                on_error=loader.on_error,
+                fields=self.fields,
+            )
+            if status == "error":
+                return payload
+            self.bad.extend(payload)
+            self.made = stop
         return None
-    return make_batch(views, fields, ep.epoch, number)
+
+    def batch(self) -> Batch | None:
+        """The batch of the arrays, every row made (``None``: every sample skipped)."""
+        views = compact(self.views, self.bad, self.half)
+        fields = compact_fields(self.fields, self.bad)
+        self.loader._account(self.ep.epoch, self.bad)
+        if len(views[0]) == 0:
+            return None
+        return make_batch(views, fields, self.ep.epoch, self.number)
+
+    def copy_into(self, views: tuple, fields: Any) -> None:
+        """The rows made so far (and their paired rows) into a ring slot's ``views`` and
+        field columns ``fields``, before any worker is given the rest."""
+        spans = [(0, self.made)] + ([(self.half, self.half + self.made)] if self.half else [])
+        ours, theirs = [*self.views], [*views]
+        if fields is not None and self.fields is not None:
+            ours += [*self.fields.columns.values(), *self.fields.lengths.values()]
+            theirs += [*fields.columns.values(), *fields.lengths.values()]
+        for dst, src in zip(theirs, ours, strict=True):
+            for a, b in spans:
+                dst[a:b] = src[a:b]
 
 
-def first_here(loader: Any, start: WorkerStart, ep: Any, number: int) -> Batch | None | NotMade:
-    """:func:`make_local` while ``start`` brings the workers up: given up (:data:`NOT_MADE`)
-    when they are up before half its samples are done (they make it faster), and when a
-    sample fails under ``on_error="raise"``."""
-    rows, seen = loader._per_batch, [0]
-
-    def cancelled() -> bool:
-        seen[0] += 1
-        return start.done() and seen[0] <= rows // 2
-
-    return make_local(loader, ep, number, cancelled)
+def make_local(loader: Any, ep: Any, number: int) -> Batch | None:
+    """``workers=0``: batch ``number`` of ``ep`` made in this process into fresh arrays, or
+    ``None`` when every sample of it was skipped."""
+    part = LocalBatch(loader, ep, number)
+    error = part.fill(max(len(part.bidx), 1))
+    if error is not None:
+        raise rebuild(error, None)
+    return part.batch()
 
 
 class PoolStart:
     """The part of :class:`~stoker.loader._feed.RingFeed` that starts its workers: at once,
     or, while the worker server is still importing, in a :class:`WorkerStart` thread while
-    the main thread makes the first batch (:meth:`_made_here`)."""
+    the main thread makes the first batches (:meth:`_made_here`)."""
 
     _starting: WorkerStart | None = None  # the workers being started in a thread
     workers: int
@@ -263,6 +290,10 @@ class PoolStart:
         def _engine(self) -> Any: ...
 
         def _teardown_workers(self, grace: float = ...) -> None: ...
+
+        def _send(self, ep: Any, number: int, made: LocalBatch | None = None) -> None: ...
+
+        def _dispatch(self, ep: Any) -> None: ...
 
     @property
     def _pool(self) -> WorkerPool:
@@ -319,13 +350,27 @@ class PoolStart:
 
     def _made_here(self, ep: Any, number: int) -> Batch | None | NotMade:
         """Batch ``number``, the next to dispatch, made in this process while the workers
-        start (:func:`first_here`), or :data:`NOT_MADE`."""
+        start, a chunk at a time. Once they are up, a rest under a quarter of it is made
+        here too while they begin the next batches; :data:`NOT_MADE` when they are given a
+        larger rest, or the rest from a sample that failed under ``on_error="raise"``
+        (``_send``)."""
         start = self._starting
         if start is None or start.done() or not ep.pending or ep.pending[0] != number:
             return NOT_MADE
-        made = first_here(self, start, ep, number)
-        if made is NOT_MADE:
-            self._join_start(start)  # the workers make it
-        else:
-            ep.pending.popleft()
-        return made
+        ep.pending.popleft()
+        part = LocalBatch(self, ep, number)
+        n = len(part.bidx)
+        # an eighth at a time, even (mixed pairs), and long enough to take the samples' first
+        # random blocks at once (as a worker's chunk does)
+        step = max(FIRST_BLOCKS_FROM, 2 * -(-n // 16))
+        error = part.fill(step, lambda: not start.done())
+        if error is None and part.made == n:
+            return part.batch()
+        self._join_start(start)
+        if error is None and 4 * (n - part.made) < n:  # made here sooner than the workers start
+            self._dispatch(ep)  # they begin the next batches meanwhile
+            error = part.fill(n)
+            if error is None:
+                return part.batch()
+        self._send(ep, number, part)
+        return NOT_MADE
