@@ -502,8 +502,7 @@ class Loader(RingFeed):
         ep = Epoch(gen, epoch, order, widths, deque(range(start, nb)), heights)
         held: Batch | None = None
         per = self._per_batch
-        remote = self.source.remote()  # a remote set's downloads ahead of the order
-        ahead = None if remote is None else remote.read_ahead(order, start * per)
+        ahead = (r := self.source.remote()) and r.read_ahead(order, start * per)  # downloads
         try:
             if self.workers == 0:
                 for number in range(start, nb):
