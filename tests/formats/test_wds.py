@@ -436,4 +436,26 @@ def test_many_shards_stay_within_the_open_map_limit(tmp_path):
         assert not any(s._view is not None for s in r._all())  # indexing maps and unmaps
         f = r.reader()
         assert [bytes(f(i)[0]) for i in range(n)] == [jpeg(k % 5) for k in range(n)]
-        assert sum(s._view is not None for s in r._shards) == MAX_OPEN_SHARDS
+        assert sum(s is not None and s._view is not None for s in r._shards) == MAX_OPEN_SHARDS
+
+
+def test_a_set_of_many_shards_keeps_few_indexes(tmp_path, monkeypatch):
+    """Beyond ``MAX_KEPT_SHARDS`` opened shards, the least recently used is forgotten (its
+    index read again when next used): a worker's memory over a set of many shards stays
+    bounded, and every read still gives its sample."""
+    import stoker.formats.sharded as sharded
+
+    monkeypatch.setattr(sharded, "MAX_KEPT_SHARDS", 3)
+    entries = []
+    for k in range(8):
+        w = open_writer(tmp_path / "kept", k)
+        w.write(k, jpeg(k % 5), k % 3)
+        entries.append(w.commit())
+    m = tmp_path / "kept.stoker.json"
+    write_set_manifest(m, entries)
+    with open_reader(m) as r:
+        assert r.labels().tolist() == [k % 3 for k in range(8)]
+        f = r.reader()
+        for i in np.random.default_rng(1).permutation(8).tolist() * 2:
+            assert bytes(f(i)[0]) == jpeg(i % 5)
+            assert sum(s is not None for s in r._shards) <= 3

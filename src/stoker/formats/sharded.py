@@ -40,7 +40,19 @@ from stoker.formats.shardfiles import ReadsRemoteShards, RemoteShards
 from stoker.formats.shards import MAX_OPEN_SHARDS, OpenShards, ShardEntry, ShardSet, digest
 from stoker.formats.spec import FORMATS
 
-__all__ = ["RemoteOptions", "SetPlan", "ShardFiles", "ShardedReader", "local_path"]
+__all__ = [
+    "MAX_KEPT_SHARDS",
+    "RemoteOptions",
+    "SetPlan",
+    "ShardFiles",
+    "ShardedReader",
+    "local_path",
+]
+
+#: Opened shards (their indexes: offsets, keys, labels) a set keeps per process; the least
+#: recently used beyond it is forgotten and opened again when next read, so a worker's memory
+#: over a set of 40,000 shards stays that of this many.
+MAX_KEPT_SHARDS = 1024
 
 
 @dataclass(frozen=True)
@@ -157,6 +169,7 @@ class ShardedReader(ReadsRemoteShards, Reader):
         self._remote = None
         self._shards: list[Shard | None] = []
         self._open: OpenShards[None] = OpenShards(MAX_OPEN_SHARDS)
+        self._kept: OpenShards[None] = OpenShards(MAX_KEPT_SHARDS)
         self._keys: np.ndarray | None = None
         self._labels: np.ndarray | None = None
         self._schema: Schema | None = None
@@ -218,8 +231,8 @@ class ShardedReader(ReadsRemoteShards, Reader):
         return ShardSet([len(self.shard(0))]) if src.manifest is None else ShardSet(src.entries)
 
     def shard(self, j: int) -> Shard:
-        """Shard ``j``, opened on first use and marked used (the least recently used beyond
-        ``MAX_OPEN_SHARDS`` closed)."""
+        """Shard ``j``, opened on first use and marked used: the least recently used beyond
+        ``MAX_OPEN_SHARDS`` are closed, beyond :data:`MAX_KEPT_SHARDS` forgotten too."""
         sh = self._shards[j]
         if sh is None:
             files = self._files[j]
@@ -233,7 +246,10 @@ class ShardedReader(ReadsRemoteShards, Reader):
                 )
             self._shards[j] = sh
         for old, _ in self._open.use(j):
-            shard = self._shards[old]
+            if (shard := self._shards[old]) is not None:
+                shard.close()
+        for old, _ in self._kept.use(j):  # forgotten: its index is read again when it is
+            shard, self._shards[old] = self._shards[old], None  # next used
             if shard is not None:
                 shard.close()
         return sh
