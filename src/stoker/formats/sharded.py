@@ -195,7 +195,7 @@ class ShardedReader(ReadsRemoteShards, Reader):
         if m is not None and len(src.entries) != len(m["shards"]):
             m = {**m, "shards": src.entries}
         self._where, self.manifest, self.manifest_path = where, m, src.manifest_path
-        self.class_names_ = src.class_names
+        self._class_names = src.class_names
         self.plan: SetPlan = self._cls.plan(src.manifest, where, **c["options"])
         roles = self.plan.roles
         if src.manifest is not None and not src.entries and not self.empty_ok:
@@ -249,7 +249,8 @@ class ShardedReader(ReadsRemoteShards, Reader):
             if (shard := self._shards[old]) is not None:
                 shard.close()
         for old, _ in self._kept.use(j):  # forgotten: its index is read again when it is
-            shard, self._shards[old] = self._shards[old], None  # next used
+            shard, self._shards[old] = self._shards[old], None  # next used, and a reader
+            self._open.pop(old)  # made before asks for it again
             if shard is not None:
                 shard.close()
         return sh
@@ -345,7 +346,7 @@ class ShardedReader(ReadsRemoteShards, Reader):
     @property
     def class_names(self) -> list[str] | None:
         self._ensure()
-        return self.class_names_
+        return self._class_names
 
     def files(self) -> list[str]:
         """The shards' files, in position order (a set in object storage: their URLs)."""

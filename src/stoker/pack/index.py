@@ -146,6 +146,7 @@ def index_collection(
     options = remote or RemoteOptions()
     folder = _folder(out)
     names = [_name_in(folder, t) for t in tars]
+    name_of = dict(zip(tars, names, strict=True))
     journal = _Journal(out, options)
     todo = [t for t in tars if journal.get(t) is None]
     bar = make_progress(len(tars), "index", unit="tar", enabled=progress)
@@ -157,7 +158,7 @@ def index_collection(
             side = os.path.join(stage, hashlib.sha256(tar.encode()).hexdigest()[:16])
             with atomic_write(side) as f:
                 f.write(index)
-            _put(side, _at(folder, _side_name(names[tars.index(tar)])), options)
+            _put(side, _at(folder, _side_name(name_of[tar])), options)
             journal.add(tar, entry)
             bar.update(1)
 

@@ -169,7 +169,7 @@ class RecordIOReader(ShardedReader):
         """The label kind the manifest declares: its schema's header field, or int64 class
         ids when it names classes without a schema; ``None``: inferred from the labels."""
         self._ensure()
-        classes = len(self.class_names_ or ())
+        classes = len(self._class_names or ())
         declared = manifest_schema(self.manifest) if self.manifest is not None else None
         head = declared.header_name if declared is not None else None
         if declared is None or head is None:

@@ -205,10 +205,7 @@ class TFRecordShard(Shard):
         res = self.meta.resolved
         assert res is not None
         schema = self.schema
-        entries = {n: (ft, f) for n, ft, f in res.entries}
-        for n in fields:
-            if n not in entries or schema[n].kind == "image" or schema[n].header:
-                raise SpecError(f"{self.path}: no stored field {n!r}; it has {list(schema.extra)}")
+        entries = {n: (ft, f) for n, ft, f in res.entries}  # ``fields``: stored, the set checked
         image_name = schema.image_name
         image_feat = entries[image_name][0]
         asked = [(n, entries[n][0], schema[n]) for n in fields]
