@@ -24,6 +24,9 @@ TEST_EXTRAS := $(DEMO_EXTRAS),test
 # the default run's wall-clock budget in seconds (tests/conftest.py fails the run past it)
 TEST_BUDGET ?= 360
 INTEROP_BUDGET ?= 300
+# the tests start many Python processes (workers, CLI runs, ranks): let them keep the compiled
+# modules (in the ignored __pycache__/) rather than compile stoker and the tests again in each
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test test-interop test-slow bench lint wheel-check docs-figures clean venv
 
@@ -52,12 +55,13 @@ demo: $(DEMO_STAMP)
 	$(PY) scripts/demo/run.py
 
 # the default run: neither `slow` nor `interop`, within TEST_BUDGET seconds: two test processes
-# side by side (pytest-xdist), then the tests marked `alone` (tests/run_gates.py) by themselves
+# side by side (pytest-xdist), then the tests marked `alone` by themselves, collected from the
+# files tests/run_gates.py names alone
 DEFAULT := not slow and not interop
 test: $(TEST_STAMP)
 	t0=$$(date +%s) && \
 	$(PY) -m pytest -q -n 2 --dist worksteal -m "$(DEFAULT) and not alone" --time-budget $(TEST_BUDGET) --budget-since $$t0 $(PYTEST_ARGS) && \
-	$(PY) -m pytest -q -m "$(DEFAULT) and alone" --time-budget $(TEST_BUDGET) --budget-since $$t0 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "$(DEFAULT) and alone" --time-budget $(TEST_BUDGET) --budget-since $$t0 $(PYTEST_ARGS) $$($(PY) tests/run_gates.py)
 
 # what needs TensorFlow, Lightning or a Ray cluster
 test-interop: $(INTEROP_STAMP)

@@ -1,9 +1,10 @@
 """Real storage on loopback for tests and benchmarks (test code, not part of the package): an S3
 server, a static HTTP server and a fault-injecting proxy.
 
-:class:`S3Server` is moto's S3 server (``moto[server]``, a development dependency) in a
-thread of this process on ``127.0.0.1`` and a free port. Every instance in one process shares
-moto's in-memory state, so tests use a bucket or prefix of their own. :meth:`S3Server.env`
+:class:`S3Server` is moto's S3 server (``moto[server]``, a development dependency) on
+``127.0.0.1`` and a free port, in a thread of this process or (``process=True``, the tests'
+session server) in a child process. The thread-mode instances of one process share moto's
+in-memory state; tests use a bucket or prefix of their own. :meth:`S3Server.env`
 gives distinctive fake credentials and the endpoint for ``os.environ`` or a child process.
 
 :class:`FaultProxy` is an HTTP/1.1 forwarding proxy in front of such an endpoint; point a
@@ -31,6 +32,7 @@ what a plain static HTTP server gives (an HTML folder index without sizes, no ``
 from __future__ import annotations
 
 import http.client
+import json
 import logging
 import os
 import socket
@@ -52,17 +54,35 @@ FAKE_SECRET_ACCESS_KEY = "stokerFakeSecret/9vQ3mZ1kP7wX+hT4"
 
 
 class S3Server:
-    """moto's S3 server on 127.0.0.1 and a free port, in a thread of this process."""
+    """moto's S3 server on 127.0.0.1 and a free port, in a thread of this process, or with
+    ``process=True`` in a child process of its own (:func:`serve`): its request threads then
+    do not take turns with the client's on this process's interpreter lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, process: bool = False) -> None:
         self._server: Any = None
         self._port: int | None = None
+        self._process = process
 
     def start(self) -> S3Server:
-        from moto.server import ThreadedMotoServer  # a development dependency
-
         if self._server is not None:
             return self
+        if self._process:
+            proc = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if not line:
+                proc.wait(10)
+                raise RuntimeError("moto's S3 server did not start in its child process")
+            self._server = proc
+            self._port = int(json.loads(line)["endpoint"].rsplit(":", 1)[1])
+            return self
+        from moto.server import ThreadedMotoServer  # a development dependency
+
         # werkzeug logs every request at INFO on stderr; keep its warnings and errors only
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -74,6 +94,11 @@ class S3Server:
     def stop(self) -> None:
         server, self._server = self._server, None
         if server is None:
+            return
+        if isinstance(server, subprocess.Popen):
+            server.stdin.close()  # serve() stops at the end of its input
+            server.stdout.close()
+            server.wait(10)
             return
         server.stop()
         inner = getattr(server, "_server", None)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import stoker
-from conftest import upload_folder
 from stoker.storage.cache import MARKER_RESERVE
+from storage_doubles import upload_tree
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -29,8 +29,8 @@ def _epoch(loader) -> list[tuple]:
 
 @pytest.mark.parametrize("fraction", [1.1, 0.3])
 def test_two_remote_sets_share_one_cache_budget(s3env, s3_server, packed, cache_dir, fraction):
-    upload_folder(packed, s3env, "a")
-    upload_folder(packed, s3env, "b")
+    upload_tree(packed, f"s3://{s3env}/a")
+    upload_tree(packed, f"s3://{s3env}/b")
     urls = [f"s3://{s3env}/{p}/train.stoker.json" for p in ("a", "b")]
     local = os.path.join(packed, "train.stoker.json")
     limit = int(fraction * 2 * _set_bytes(packed))
