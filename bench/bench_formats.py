@@ -22,8 +22,10 @@ CPU time of the process tree per image (microseconds) for each.
 published collection is) and indexed in place by ``stoker index``.
 
 Convert: ``stoker convert`` of the RecordIO set into each format, and ``stoker index`` of the
-tars, against ``cp`` of the source's files (the ``.rec``, ``.idx`` and ``.crc32c``),
-alternated the same way: median seconds, MB/s of the source and the ratio to ``cp``.
+tars on the local pool and as Ray tasks (a local Ray runtime of ``--workers`` CPUs, started
+before the clocks), against ``cp`` of the source's files (the ``.rec``, ``.idx`` and
+``.crc32c``), alternated the same way: median seconds, MB/s of the source, tars indexed per
+second and the ratio to ``cp``.
 """
 
 from __future__ import annotations
@@ -128,8 +130,9 @@ def write_tars(rec_manifest: str, folder: str) -> str:
     return os.path.join(folder, f"part-{{00000..{last:05d}}}.tar")
 
 
-def index_tars(pattern: str, workers: int) -> str:
-    """``stoker index`` of the tars ``pattern`` names, from scratch; the manifest's path."""
+def index_tars(pattern: str, workers: int, engine: str = "local") -> str:
+    """``stoker index`` of the tars ``pattern`` names, from scratch, on ``engine``; the
+    manifest's path."""
     from stoker.pack.index import index_collection
 
     folder = os.path.dirname(pattern)
@@ -137,8 +140,20 @@ def index_tars(pattern: str, workers: int) -> str:
         if not name.endswith(".tar"):
             os.unlink(os.path.join(folder, name))
     out = os.path.join(folder, "set.stoker.json")
-    index_collection(pattern, out, workers=workers, progress=False)
+    index_collection(pattern, out, workers=workers, engine=engine, progress=False)
     return out
+
+
+def start_ray(workers: int) -> bool:
+    """A local Ray runtime of ``workers`` CPUs, started before any clock (``stoker index
+    --engine ray`` uses a running one); False, said in one line, where Ray is not installed."""
+    try:
+        import ray
+    except ImportError:
+        print("index on Ray: not timed, Ray is not installed (pip install 'stoker[ray]')")
+        return False
+    ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    return True
 
 
 def _spread(values: list[float]) -> str:
@@ -171,6 +186,8 @@ def time_converts(
 
     conv: dict[str, list[float]] = {k: [] for k in ("cp", "tfrecord", "wds", "recordio")}
     conv["index"] = []
+    if args.ray:
+        conv["index-ray"] = []
     for r in range(rounds):
         order = list(conv) if r % 2 == 0 else list(conv)[::-1]
         for what in order:
@@ -180,8 +197,8 @@ def time_converts(
             if what == "cp":
                 os.makedirs(out, exist_ok=True)
                 subprocess.run(["cp", *src_files, out], check=True)
-            elif what == "index":
-                index_tars(args.pattern, args.workers)
+            elif what.startswith("index"):
+                index_tars(args.pattern, args.workers, "ray" if what == "index-ray" else "local")
             else:
                 convert(
                     rec_manifest,
@@ -217,17 +234,24 @@ def print_loader_table(runs: list[dict], args: argparse.Namespace) -> None:
         print(row)
 
 
-def print_convert_table(conv: dict, nbytes: int, rounds: int) -> None:
+def print_convert_table(conv: dict, nbytes: int, rounds: int, tars: int) -> None:
     print()
-    print(f"convert of the RecordIO set ({nbytes / 1e6:.1f} MB), median of {rounds}")
-    print(f"{'method':<22} {'seconds':>8} {'MB/s':>8} {'/ cp':>7}")
+    print(
+        f"convert of the RecordIO set ({nbytes / 1e6:.1f} MB), and index of the same samples "
+        f"as {tars} tars, median of {rounds}"
+    )
+    print(f"{'method':<22} {'seconds':>8} {'MB/s':>8} {'shards/s':>9} {'/ cp':>7}")
     cp_s = statistics.median(conv["cp"])
+    names = {
+        "cp": "cp .rec .idx .crc32c",
+        "index": "index, local pool",
+        "index-ray": "index, Ray tasks",
+    }
     for what, times in conv.items():
-        name = {"cp": "cp .rec .idx .crc32c", "index": "index the tars"}.get(
-            what, f"convert -> {what}"
-        )
         dt = statistics.median(times)
-        print(f"{name:<22} {dt:>8.3f} {nbytes / 1e6 / dt:>8.1f} {dt / cp_s:>7.1f}")
+        per_s = f"{tars / dt:>9.1f}" if what.startswith("index") else f"{'':>9}"
+        name = names.get(what, f"convert -> {what}")
+        print(f"{name:<22} {dt:>8.3f} {nbytes / 1e6 / dt:>8.1f} {per_s} {dt / cp_s:>7.1f}")
     print("(/ cp: the method's time divided by cp's; 1.0 = as fast as copying the bytes)")
 
 
@@ -301,12 +325,17 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         runs = time_loaders(paths, args, rounds)
+        args.ray = start_ray(args.workers)
         conv = time_converts(rec_manifest, src_files, work, args, rounds)
+        if args.ray:
+            import ray
+
+            ray.shutdown()
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
     print_loader_table(runs, args)
-    print_convert_table(conv, nbytes, rounds)
+    print_convert_table(conv, nbytes, rounds, -(-n_images // PER_TAR))
     return 0
 
 
