@@ -87,9 +87,6 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 #: taken (``Loader``, ``RecordDataset``, ``stoker.formats.open``): :class:`RemoteOptions`.
 REMOTE_KEYWORDS = ("storage_options", "cache_dir", "cache_limit", "prefetch_shards")
 
-#: The environment variables the storage clients read (credentials, endpoints, regions).
-_ENV_PREFIXES = ("AWS_", "GOOGLE_", "GCE_", "AZURE_", "FSSPEC_")
-
 
 @dataclass(frozen=True)
 class RemoteOptions:
@@ -151,7 +148,7 @@ class RemoteFiles:
     """
 
     def __init__(self, url: str, options: RemoteOptions | None = None) -> None:
-        from stoker.storage.remote import Remote
+        from stoker.storage.remote import Remote, storage_env
 
         self.url = check_url(url)
         self.options = options or RemoteOptions()
@@ -160,7 +157,7 @@ class RemoteFiles:
         self.sizes: dict[str, int] = {}  # URL -> size, from the folder listings
         self._copy: str | None = None
         self._joined: dict[str, str] = {}  # name -> URL, each name checked and joined once
-        self._env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
+        self._env = storage_env()
 
     def __repr__(self) -> str:
         return f"RemoteFiles({redact(self.url)!r})"

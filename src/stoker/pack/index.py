@@ -27,7 +27,7 @@ import os
 import re
 import tempfile
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from stoker._core.atomic import atomic_write
 from stoker._core.checksum import file_sha256
@@ -132,7 +132,7 @@ def index_collection(
 ) -> dict:
     """Index the tars ``source`` names (:func:`expand`) into the manifest ``out`` (a path or
     URL ending in ``.stoker.json``); see the module docstring. ``engine``: ``"local"``
-    (``workers`` threads here) or ``"ray"`` (a Ray task per tar, on the cluster
+    (``workers`` processes here) or ``"ray"`` (a Ray task per tar, on the cluster
     ``RAY_ADDRESS`` names or one started here). Returns the manifest."""
     if not out.endswith(MANIFEST_SUFFIX):
         raise ValueError(f"{out}: the index is a manifest, NAME{MANIFEST_SUFFIX}")
@@ -163,7 +163,7 @@ def index_collection(
             bar.update(1)
 
         try:
-            (_on_ray if engine == "ray" else _on_threads)(todo, options, workers, store)
+            (_on_ray if engine == "ray" else _on_processes)(todo, options, workers, store)
         finally:
             bar.close()
         return _commit(out, tars, names, journal, stage, options)
@@ -172,11 +172,16 @@ def index_collection(
 Store = Callable[[str, tuple[dict, bytes]], None]
 
 
-def _on_threads(todo: list[str], options: RemoteOptions, workers: int, store: Store) -> None:
-    """Each tar indexed by one of ``workers`` threads, stored here as it finishes; the first
-    failure is raised once every other tar is stored."""
+def _on_processes(todo: list[str], options: RemoteOptions, workers: int, store: Store) -> None:
+    """Each tar indexed by one of ``workers`` processes (a tar's header walk holds the
+    interpreter lock), stored here as it finishes; the first failure is raised once every
+    other tar is stored."""
+    from stoker.pack._procs import pool_context
+    from stoker.storage.remote import storage_env
+
     failed: list[BaseException] = []
-    with ThreadPoolExecutor(workers) as pool:
+    n, ctx, env = min(workers, len(todo)) or 1, pool_context(), storage_env()
+    with ProcessPoolExecutor(n, ctx, initializer=_start, initargs=(os.getpid(), env)) as pool:
         running = {pool.submit(_one, t, options): t for t in todo}
         for got in as_completed(running):
             if got.exception() is not None:
@@ -185,6 +190,14 @@ def _on_threads(todo: list[str], options: RemoteOptions, workers: int, store: St
                 store(running[got], got.result())
     if failed:  # every other tar is stored first: a rerun does only what failed
         raise failed[0]
+
+
+def _start(main_pid: int, env: dict[str, str]) -> None:
+    """A worker reaches storage with the variables of the process that started the index."""
+    from stoker.pack._procs import worker_init
+
+    os.environ.update(env)
+    worker_init(main_pid)
 
 
 def _on_ray(todo: list[str], options: RemoteOptions, workers: int, store: Store) -> None:

@@ -47,13 +47,13 @@ from stoker._core.errors import ManifestError, StorageError
 from stoker.storage.retry import RetryPolicy, ShortReadError, classify
 from stoker.storage.urls import check_url, is_url, redact
 
-__all__ = ["Remote", "close_filesystems"]
+__all__ = ["Remote", "close_filesystems", "storage_env"]
 
 T = TypeVar("T")
 
 _FILESYSTEMS: dict[tuple[Any, ...], Any] = {}
 _FS_LOCK = threading.Lock()
-_CREDENTIAL_ENV_PREFIXES = ("AWS_", "GOOGLE_", "GCS", "AZURE_", "FSSPEC_")
+_CREDENTIAL_ENV_PREFIXES = ("AWS_", "GOOGLE_", "GCE_", "GCS", "AZURE_", "FSSPEC_")
 _HTTP_HINT = (
     "the HTTP server refused the request: check that the URL is served to this machine, or "
     "pass what it asks for (headers, auth) in storage_options"
@@ -89,10 +89,15 @@ async def _client_without_redirects(**kwargs: Any) -> Any:
     return aiohttp.ClientSession(trace_configs=[trace], **kwargs)
 
 
+def storage_env() -> dict[str, str]:
+    """The environment variables storage backends read credentials and endpoints from: what
+    a worker process (whose environment is its server's, which may be older) is given."""
+    return {k: v for k, v in os.environ.items() if k.startswith(_CREDENTIAL_ENV_PREFIXES)}
+
+
 def _credential_env() -> str:
-    """A digest of the environment variables backends read credentials from."""
-    items = sorted((k, v) for k, v in os.environ.items() if k.startswith(_CREDENTIAL_ENV_PREFIXES))
-    return hashlib.sha256(repr(items).encode()).hexdigest()
+    """A digest of :func:`storage_env`."""
+    return hashlib.sha256(repr(sorted(storage_env().items())).encode()).hexdigest()
 
 
 def _fs_options(protocol: str, options: dict[str, Any], timeout: float) -> dict[str, Any]:
