@@ -15,8 +15,10 @@ Candidates, each over ``--epochs`` epochs after one untimed epoch, float32 NCHW 
         a batch array; of its formulations (decoder: ``cv2.imdecode`` or simplejpeg; each of
         bench_loader.py's writes) the fastest per image on one core, timed before the rounds.
 
-Also the first epoch of (L) over its second (a fresh loader each time), and the decode alone
-per image on one core (simplejpeg), on these files and on the bench's sample JPEGs of the same
+Also the first epoch of (L) over its second: a fresh loader each round, and a fresh process's
+first loader (``fresh_epochs``, a child process, what a training script sees) over epochs of
+the set once and ten times over (its fixed start-up weighs less in a longer epoch); the decode
+alone per image on one core (simplejpeg), on these files and on the bench's sample JPEGs of the same
 size (``stoker sample-data``: smooth, so they decode about twice as fast), which says why the
 two sets give different L/C ratios: the decode, the same library on both sides, is a larger
 share of each sample at real density. Each ratio is the median over ``--rounds`` rounds, each
@@ -225,6 +227,49 @@ def run_loader(rec: str, normalize: bool, workers: int, epochs: int) -> dict:
     return {"rate": statistics.median(rates[1:]), "first": rates[0], "second": rates[1]}
 
 
+def fresh_epochs(rec: str, normalize: bool, workers: int, times: int) -> float:
+    """A fresh interpreter's first loader (what a training script sees) over epochs of the set
+    ``times`` over (a sampler repeating it, shuffled): its first epoch's rate over its second's.
+    Runs this file with ``--fresh`` in a child process."""
+    import json
+    import subprocess
+
+    argv = [sys.executable, __file__, "--fresh", json.dumps([rec, normalize, workers, times])]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    return float(json.loads(out.strip().splitlines()[-1]))
+
+
+def _fresh_child(rec: str, normalize: bool, workers: int, times: int) -> None:
+    import stoker
+    import stoker.formats
+    from stoker.sampling import Sampler
+
+    class Repeated(Sampler):
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def indices(self, epoch: int) -> np.ndarray:
+            order = np.tile(np.arange(self.n), times)
+            return np.random.default_rng(epoch).permutation(order)
+
+        def __len__(self) -> int:
+            return self.n * times
+
+    t = stoker_transforms("224", normalize=normalize)
+    n = len(stoker.formats.open(rec))
+    loader = stoker.Loader(
+        rec, batch_size=128, workers=workers, layout="NCHW", transforms=t, sampler=Repeated(n)
+    )
+    rates = []
+    with loader:
+        for _ in range(2):
+            t0, seen = time.perf_counter(), 0
+            for batch in loader:
+                seen += len(batch.images)
+            rates.append(seen / (time.perf_counter() - t0))
+    print(rates[0] / rates[1])
+
+
 def decode_costs(rec: str, sample_rec: str, n: int) -> list[tuple[str, float]]:
     """Per image on one core: (set, whole decode µs), the best of 4 passes."""
     import simplejpeg
@@ -251,6 +296,11 @@ def parse_args(argv: list[str] | None = None):
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--fresh"]:
+        import json
+
+        _fresh_child(*json.loads(sys.argv[2]))
+        return 0
     args = parse_args()
     n, rounds = (300, 1) if args.quick else (args.images, args.rounds)
     import stoker
@@ -297,7 +347,12 @@ def main() -> int:
         m, lo, hi = median_range(each)
         print(f"    L/C = {m:.2f}x ({lo:.2f}..{hi:.2f})")
         first = [g["first"] / g["second"] for g in rates[("L", norm)]]
-        print(f"    L first epoch / second epoch = {median_range(first)[0]:.2f}")
+        print(
+            f"    L first epoch / second epoch, a loader of this process = {statistics.median(first):.2f}"
+        )
+        for times in (1, 10):
+            r = fresh_epochs(rec, norm, args.workers, times)
+            print(f"    L first epoch / second, a fresh process, {n * times} images = {r:.2f}")
     return 0
 
 
