@@ -49,3 +49,28 @@ def test_the_start_method_is_chosen_in_one_place():
     assert pool_context("spawn").get_start_method() == "spawn"
     with pytest.raises(ValueError, match="start_method must be one of"):
         LocalEngine(2, start_method="fork")
+
+
+def test_a_script_read_from_standard_input_is_told_to_save_it_to_a_file(tmp_path):
+    """Python's multiprocessing runs the main script again in each worker; one read from
+    standard input (``python -``) cannot be, and each worker would die as it starts: the pack
+    says so at once instead of rejecting every image as a decoder crash."""
+    import os
+    import subprocess
+    import sys
+
+    import stoker
+
+    images = stoker.make_sample_data(tmp_path / "img", classes=2, per_class=2, size=16, workers=1)
+    out = tmp_path / "out" / "train"
+    script = (
+        f"import stoker\nstoker.pack({str(images)!r}, {str(out)!r}, workers=2, progress=False)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "src"))
+    run = subprocess.run(
+        [sys.executable, "-"], input=script, capture_output=True, text=True, env=env, timeout=120
+    )
+    assert run.returncode != 0
+    assert "'<stdin>' is not a file" in run.stderr and "save it to a file" in run.stderr
+    assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.context as mpc
+import os
 import signal
+import sys
 from multiprocessing.context import BaseContext, SpawnContext, SpawnProcess
 
 from stoker._core.orphans import WatchedWorker, watch_main
@@ -74,6 +76,14 @@ def pool_context(start_method: str | None = None) -> BaseContext:
     method = start_method or default_start_method()
     if method not in START_METHODS:
         raise ValueError(f"start_method must be one of {', '.join(START_METHODS)}, got {method!r}")
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path and getattr(main, "__spec__", None) is None and not os.path.isfile(path):
+        raise RuntimeError(  # rather than every worker dying as it starts
+            f"worker processes cannot start: multiprocessing runs the main script again in "
+            f"each, and {path!r} is not a file (a script read from standard input); save it "
+            "to a file, or use the command line (stoker pack, convert, index, sample-data)"
+        )
     if method == "spawn" or _FORKSERVER is None:
         return _SpawnPool()
     ctx = _FORKSERVER()
