@@ -56,12 +56,12 @@ demo: $(DEMO_STAMP)
 
 # the default run: neither `slow` nor `interop`, within TEST_BUDGET seconds: two test processes
 # side by side (pytest-xdist), then the tests marked `alone` by themselves, collected from the
-# files tests/run_gates.py names alone
+# files tests/run_gates.py names alone (from the whole tree when PYTEST_ARGS is given)
 DEFAULT := not slow and not interop
 test: $(TEST_STAMP)
 	t0=$$(date +%s) && \
 	$(PY) -m pytest -q -n 2 --dist worksteal -m "$(DEFAULT) and not alone" --time-budget $(TEST_BUDGET) --budget-since $$t0 $(PYTEST_ARGS) && \
-	$(PY) -m pytest -q -m "$(DEFAULT) and alone" --time-budget $(TEST_BUDGET) --budget-since $$t0 $(PYTEST_ARGS) $$($(PY) tests/run_gates.py)
+	$(PY) -m pytest -q -m "$(DEFAULT) and alone" --time-budget $(TEST_BUDGET) --budget-since $$t0 $(PYTEST_ARGS) $(if $(PYTEST_ARGS),,$$($(PY) tests/run_gates.py))
 
 # what needs TensorFlow, Lightning or a Ray cluster
 test-interop: $(INTEROP_STAMP)
