@@ -256,7 +256,8 @@ def _fresh_child(rec: str, normalize: bool, workers: int, times: int) -> None:
             return self.n * times
 
     t = stoker_transforms("224", normalize=normalize)
-    n = len(stoker.formats.open(rec))
+    with stoker.formats.open(rec) as r:
+        n = len(r)
     loader = stoker.Loader(
         rec, batch_size=128, workers=workers, layout="NCHW", transforms=t, sampler=Repeated(n)
     )

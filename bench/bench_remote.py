@@ -50,9 +50,9 @@ from _common import command_line, cpu_between, cpu_count, tree_cpu, warm_page_ca
 
 MB = 1_000_000
 TARGET_RATIO = 0.9  # steady remote at 25 ms over local
-#: the loopback S3 server and proxy: test code, run as a script in a child process
-DOUBLES = str(Path(__file__).resolve().parents[1] / "tests" / "storage_doubles.py")
-sys.path.insert(0, os.path.dirname(DOUBLES))  # for its fake credentials
+#: the loopback S3 server and proxy (``Served``: each in a child process) and fake credentials
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from storage_doubles import Served  # noqa: E402 - test code, on the path just above
 
 
 # ---------------------------------------------------------------------------- data
@@ -153,37 +153,6 @@ def run_epochs(
 def run_local(folder: Path, args: argparse.Namespace) -> dict:
     warm_page_cache(folder)  # every file of the set, read right before the run
     return {"epochs": run_epochs(str(folder / "train.stoker.json"), args)}
-
-
-class Served:
-    """``python tests/storage_doubles.py`` in a child process: the S3 server, or a proxy in
-    front of it (the serving costs CPU in its own process, not in the loader's main one)."""
-
-    def __init__(self, *args: str) -> None:
-        import subprocess
-
-        self.proc = subprocess.Popen(
-            [sys.executable, DOUBLES, *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        self.endpoint = json.loads(self.proc.stdout.readline())["endpoint"]
-
-    def counts(self) -> dict:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write("\n")
-        self.proc.stdin.flush()
-        return json.loads(self.proc.stdout.readline())
-
-    def __enter__(self) -> Served:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
 
 
 def run_remote(

@@ -112,23 +112,19 @@ def no_leaks(request):
     family = {os.getpid()} | children_before
     fds_before = _fds()
     yield
-    deadline = time.monotonic() + 5.0
-    while True:
+    deadline, collected = time.monotonic() + 5.0, False
+    while True:  # children exit, and other threads close their fds, a moment after the test
         kids_now = _children()
         family |= kids_now
         shm_new = {p for p in set(glob.glob(SHM_GLOB)) - shm_before if _segment_is_ours(p, family)}
         kids_new = kids_now - children_before
-        if not shm_new and not kids_new:
+        leaked_fds = _new_fds(fds_before)
+        if not (shm_new or kids_new or leaked_fds) or time.monotonic() > deadline:
             break
-        if time.monotonic() > deadline:
-            break
+        if leaked_fds and not collected:  # an fd an unreachable object still holds
+            gc.collect()
+            collected = True
         time.sleep(0.05)
-    leaked_fds = _new_fds(fds_before)
-    if leaked_fds:  # another thread's close (a server's side, a pool's pipe) may lag a moment
-        gc.collect()
-        while leaked_fds and time.monotonic() < deadline:
-            time.sleep(0.05)
-            leaked_fds = _new_fds(fds_before)
     problems = []
     if shm_new:
         problems.append(f"shared-memory segments left: {sorted(shm_new)}")

@@ -46,7 +46,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FaultProxy", "S3Server", "StaticServer"]
+__all__ = ["FaultProxy", "S3Server", "Served", "StaticServer"]
 
 # Distinctive values, so a test can assert that none of them appears in any output.
 FAKE_ACCESS_KEY_ID = "STOKERFAKEKEYID7Q2XW"
@@ -55,7 +55,7 @@ FAKE_SECRET_ACCESS_KEY = "stokerFakeSecret/9vQ3mZ1kP7wX+hT4"
 
 class S3Server:
     """moto's S3 server on 127.0.0.1 and a free port, in a thread of this process, or with
-    ``process=True`` in a child process of its own (:func:`serve`): its request threads then
+    ``process=True`` in a child process of its own (:class:`Served`): its request threads then
     do not take turns with the client's on this process's interpreter lock."""
 
     def __init__(self, *, process: bool = False) -> None:
@@ -67,19 +67,8 @@ class S3Server:
         if self._server is not None:
             return self
         if self._process:
-            proc = subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            if not line:
-                proc.wait(10)
-                raise RuntimeError("moto's S3 server did not start in its child process")
-            self._server = proc
-            self._port = int(json.loads(line)["endpoint"].rsplit(":", 1)[1])
+            self._server = served = Served()
+            self._port = int(served.endpoint.rsplit(":", 1)[1])
             return self
         from moto.server import ThreadedMotoServer  # a development dependency
 
@@ -95,10 +84,8 @@ class S3Server:
         server, self._server = self._server, None
         if server is None:
             return
-        if isinstance(server, subprocess.Popen):
-            server.stdin.close()  # serve() stops at the end of its input
-            server.stdout.close()
-            server.wait(10)
+        if isinstance(server, Served):
+            server.close()
             return
         server.stop()
         inner = getattr(server, "_server", None)
@@ -450,6 +437,44 @@ def _header(headers: list[tuple[str, str]], name: str) -> str | None:
         if k.lower() == name:
             return v
     return None
+
+
+class Served:
+    """This file run as a script (:func:`serve`) in a child process: the S3 server, or with
+    ``--proxy-to`` a proxy in front of one, serving on a core of its own; its arguments are
+    :func:`serve`'s. :attr:`endpoint` once started; :meth:`counts`, the proxy's requests."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait(10)
+            raise RuntimeError(f"storage_doubles.py {' '.join(args)} did not start")
+        self.endpoint: str = json.loads(line)["endpoint"]
+
+    def counts(self) -> dict:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()  # serve() stops at the end of its input
+        self.proc.stdout.close()
+        self.proc.wait(30)
+
+    def __enter__(self) -> Served:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def serve(argv: list[str] | None = None) -> int:

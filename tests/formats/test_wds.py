@@ -420,18 +420,23 @@ def test_loader_batches_equal_recordio_for_the_same_samples(tmp_path):
         assert sorted(t for batch in got["wds"] for t in batch[3]) == sorted(s["txt"] for s in data)
 
 
+def _one_record_shards(stem, n: int):
+    """A set of ``n`` shards of one record each (key k, image k % 5, label k % 3); its manifest."""
+    entries = []
+    for k in range(n):
+        w = open_writer(stem, k)
+        w.write(k, jpeg(k % 5), k % 3)
+        entries.append(w.commit())
+    m = stem.parent / (stem.name + ".stoker.json")
+    write_set_manifest(m, entries)
+    return m
+
+
 def test_many_shards_stay_within_the_open_map_limit(tmp_path):
     from stoker.formats.wds import MAX_OPEN_SHARDS
 
     n = MAX_OPEN_SHARDS + 6
-    entries = []
-    for k in range(n):
-        w = open_writer(tmp_path / "many", k)
-        w.write(k, jpeg(k % 5), k % 3)
-        entries.append(w.commit())
-    m = tmp_path / "many.stoker.json"
-    write_set_manifest(m, entries)
-    with open_reader(m) as r:
+    with open_reader(_one_record_shards(tmp_path / "many", n)) as r:
         assert r.labels().tolist() == [k % 3 for k in range(n)]
         assert not any(s._view is not None for s in r._all())  # indexing maps and unmaps
         f = r.reader()
@@ -446,14 +451,7 @@ def test_a_set_of_many_shards_keeps_few_indexes(tmp_path, monkeypatch):
     import stoker.formats.sharded as sharded
 
     monkeypatch.setattr(sharded, "MAX_KEPT_SHARDS", 3)
-    entries = []
-    for k in range(8):
-        w = open_writer(tmp_path / "kept", k)
-        w.write(k, jpeg(k % 5), k % 3)
-        entries.append(w.commit())
-    m = tmp_path / "kept.stoker.json"
-    write_set_manifest(m, entries)
-    with open_reader(m) as r:
+    with open_reader(_one_record_shards(tmp_path / "kept", 8)) as r:
         assert r.labels().tolist() == [k % 3 for k in range(8)]
         f = r.reader()
         for i in np.random.default_rng(1).permutation(8).tolist() * 2:

@@ -163,7 +163,8 @@ def index_collection(
             bar.update(1)
 
         try:
-            (_on_ray if engine == "ray" else _on_processes)(todo, options, workers, store)
+            if todo:  # every tar in the journal: no pool or Ray runtime to start
+                (_on_ray if engine == "ray" else _on_processes)(todo, options, workers, store)
         finally:
             bar.close()
         return _commit(out, tars, names, journal, stage, options)
@@ -180,8 +181,12 @@ def _on_processes(todo: list[str], options: RemoteOptions, workers: int, store: 
     from stoker.storage.remote import storage_env
 
     failed: list[BaseException] = []
-    n, ctx, env = min(workers, len(todo)) or 1, pool_context(), storage_env()
-    with ProcessPoolExecutor(n, ctx, initializer=_start, initargs=(os.getpid(), env)) as pool:
+    with ProcessPoolExecutor(
+        min(workers, len(todo)),
+        pool_context(),
+        initializer=_start,
+        initargs=(os.getpid(), storage_env()),
+    ) as pool:
         running = {pool.submit(_one, t, options): t for t in todo}
         for got in as_completed(running):
             if got.exception() is not None:
