@@ -10,6 +10,8 @@ Candidates, each over ``--epochs`` epochs after one untimed epoch, float32 NCHW 
 (ImageNet mean and std) and uint8 NCHW:
 
   (L)   stoker.Loader, ``workers`` workers;
+  (R)   (L) with region decode (``DecodeOptions(region=True)``: only the crop's box of each
+        JPEG is decoded), where the region decoder is built;
   (C)   the plain chain, ``workers`` processes in a tight loop over the bytes in memory (no
         IPC): full decode, torchvision's crop box, the box resized to 224, flip, the write into
         a batch array; of its formulations (decoder: ``cv2.imdecode`` or simplejpeg; each of
@@ -205,9 +207,10 @@ def run_chain(rec: str, n: int, form, normalize: bool, workers: int, epochs: int
 
 
 # ---------------------------------------------------------------------------- the loader
-def run_loader(rec: str, normalize: bool, workers: int, epochs: int) -> dict:
+def run_loader(rec: str, normalize: bool, workers: int, epochs: int, region: bool = False) -> dict:
     """Images per second over ``epochs`` epochs after an untimed one; the first epoch's rate."""
     import stoker
+    from stoker.pipeline import DecodeOptions
 
     loader = stoker.Loader(
         rec,
@@ -216,6 +219,7 @@ def run_loader(rec: str, normalize: bool, workers: int, epochs: int) -> dict:
         layout="NCHW",
         transforms=stoker_transforms("224", normalize=normalize),
         seed=0,
+        decode=DecodeOptions(region=region),
     )
     with loader:
         rates = []
@@ -271,19 +275,34 @@ def _fresh_child(rec: str, normalize: bool, workers: int, times: int) -> None:
     print(rates[0] / rates[1])
 
 
-def decode_costs(rec: str, sample_rec: str, n: int) -> list[tuple[str, float]]:
-    """Per image on one core: (set, whole decode µs), the best of 4 passes."""
+def decode_costs(rec: str, sample_rec: str, n: int) -> list[tuple[str, str, float]]:
+    """Per image on one core: (set, what, µs), the best of 4 passes. What: the whole decode;
+    and with the region decoder, a RandomResizedCrop(224) box of the image, and its last pixel
+    alone (the rows above it skipped: about the entropy decoding, which no box can skip)."""
     import simplejpeg
 
-    out = []
+    from stoker.codecs import REGION
+    from stoker.transforms import RandomResizedCrop
+
+    crop, rng, out = RandomResizedCrop(224), np.random.default_rng(0), []
+    one = np.empty((1, 1, 3), np.uint8)
     for name, path in (("ImageNet-like", rec), ("sample-data", sample_rec)):
-        bufs, best = _payloads(path, 0, n), float("inf")
-        for _ in range(4):
-            t = time.thread_time()
-            for b in bufs:
-                simplejpeg.decode_jpeg(b, colorspace="RGB")
-            best = min(best, (time.thread_time() - t) / n * 1e6)
-        out.append((name, best))
+        bufs = _payloads(path, 0, n)
+        boxes = [crop.params((H, W), rng) for _ in bufs]
+        runs = {"whole decode": lambda b, box: simplejpeg.decode_jpeg(b, colorspace="RGB")}
+        if REGION is not None:
+            runs["the box's region"] = lambda b, box: REGION(
+                b, *box, np.empty((box[2], box[3], 3), np.uint8), False
+            )
+            runs["the last pixel"] = lambda b, box: REGION(b, H - 1, W - 1, 1, 1, one, False)
+        for what, fn in runs.items():
+            best = float("inf")
+            for _ in range(4):
+                t = time.thread_time()
+                for b, box in zip(bufs, boxes):
+                    fn(b, box)
+                best = min(best, (time.thread_time() - t) / n * 1e6)
+            out.append((name, what, best))
     return out
 
 
@@ -320,16 +339,18 @@ def main() -> int:
         f"{n} JPEGs {W}x{H}, mean {np.mean(sizes) / 1e3:.0f} KB ({min(sizes) / 1e3:.0f}..."
         f"{max(sizes) / 1e3:.0f}); {args.workers} workers / processes, batch 128\n"
     )
-    print("# the whole decode alone, per image on one core (µs)")
-    for name, whole in decode_costs(rec, sample, min(n, 300)):
-        print(f"  {name:14s} {whole:7.0f}")
+    print("# the decode alone, per image on one core (µs)")
+    for name, what, cost in decode_costs(rec, sample, min(n, 300)):
+        print(f"  {name:14s} {what:18s} {cost:7.0f}")
     forms = {}
     for norm in (True, False):
         forms[norm], got = calibrate(rec, norm, min(n, 200))
         print(f"\n# the plain chain's formulations, {'float32' if norm else 'uint8'} (µs/img):")
         for f, med, lo, hi in got:
             print(f"  {f[0]:13s} {f[1]:34s} {med:6.0f} ({lo:.0f}..{hi:.0f})")
-    names = ["L", "C"]
+    from stoker.codecs import REGION
+
+    names = ["L", "C"] if REGION is None else ["L", "R", "C"]
     rates: dict = {}
     for r in range(rounds):
         for norm in (True, False):
@@ -337,16 +358,17 @@ def main() -> int:
                 if c == "C":
                     got = {"rate": run_chain(rec, n, forms[norm], norm, args.workers, args.epochs)}
                 else:
-                    got = run_loader(rec, norm, args.workers, args.epochs)
+                    got = run_loader(rec, norm, args.workers, args.epochs, region=c == "R")
                 rates.setdefault((c, norm), []).append(got)
     print("\n# images/s (median over rounds), and ratios")
     for norm in (True, False):
         dt = "float32" if norm else "uint8"
         med = {c: statistics.median(g["rate"] for g in rates[(c, norm)]) for c in names}
         print(f"  {dt}: " + "  ".join(f"{c} {med[c]:.0f}" for c in names))
-        each = [x["rate"] / y["rate"] for x, y in zip(rates[("L", norm)], rates[("C", norm)])]
-        m, lo, hi = median_range(each)
-        print(f"    L/C = {m:.2f}x ({lo:.2f}..{hi:.2f})")
+        for a, b in (("L", "C"), ("R", "C"), ("R", "L"))[: len(names) * 2 - 3]:
+            each = [x["rate"] / y["rate"] for x, y in zip(rates[(a, norm)], rates[(b, norm)])]
+            m, lo, hi = median_range(each)
+            print(f"    {a}/{b} = {m:.2f}x ({lo:.2f}..{hi:.2f})")
         first = [g["first"] / g["second"] for g in rates[("L", norm)]]
         print(
             f"    L first epoch / second epoch, a loader of this process = {statistics.median(first):.2f}"

@@ -51,11 +51,14 @@ class DecodeOptions:
     """``fast``: fast DCT and upsampling (a little less accurate); ``scale_on_decode``: let the
     transforms' ``decode_hint`` pick a reduced JPEG decode scale; ``max_pixels``: an image whose
     header declares more pixels (width x height) is refused with ``ImageTooLargeError`` before
-    any pixel is decoded (a decompression bomb), ``None`` for no limit."""
+    any pixel is decoded (a decompression bomb), ``None`` for no limit; ``region``: a
+    ``RandomResizedCrop`` at the head of the chain decodes only its box of a JPEG (the same
+    pixels; off by default: it does not pay at ImageNet's sizes, docs/loader.md)."""
 
     fast: bool = False
     scale_on_decode: bool = True
     max_pixels: int | None = DEFAULT_MAX_PIXELS
+    region: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_pixels", check_max_pixels(self.max_pixels))
@@ -397,24 +400,25 @@ class Pipeline:
         """Decode one encoded sample, at reduced JPEG scale when the transforms allow it."""
         return self.decoder()(buf)
 
-    def decoder(self) -> Callable[[Any], np.ndarray]:
+    def decoder(self, region: bool = False) -> Callable[[Any], np.ndarray]:
         """``decode_image`` as a function for a hot loop, made once per process (it does not
-        travel with the pipeline to a worker): :func:`stoker.codecs.decoder`."""
-        fn = self.__dict__.get("_decoder_fn")
+        travel with the pipeline to a worker): :func:`stoker.codecs.decoder`. ``region``: for
+        the row writer, which slices a ``JpegImage`` (``DecodeOptions.region``) as it crops."""
+        fused = self._fused
+        boxes = region and self.decode.region and fused is not None and not fused.draws_first_block
+        name = "_region_fn" if boxes else "_decoder_fn"
+        fn = self.__dict__.get(name)
         if fn is None:
             # the hint is asked with the size from the JPEG header that decode parses anyway
-            hint = (
-                getattr(self.transforms, "decode_hint", None)
-                if self.decode.scale_on_decode
-                else None
-            )
-            fn = _decoder(min_size=hint, fast=self.decode.fast, max_pixels=self.decode.max_pixels)
-            object.__setattr__(self, "_decoder_fn", fn)
+            d = self.decode
+            hint = getattr(self.transforms, "decode_hint", None) if d.scale_on_decode else None
+            fn = _decoder(min_size=hint, fast=d.fast, max_pixels=d.max_pixels, region=boxes)
+            object.__setattr__(self, name, fn)
         return fn
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_decoder_fn", "_row_fn"):  # closures: each process makes its own
+        for name in ("_decoder_fn", "_region_fn", "_row_fn"):  # closures: made per process
             state.pop(name, None)
         return state
 

@@ -12,14 +12,8 @@ from PIL import Image
 
 import stoker.codecs
 from stoker import ImageDecodeError, ImageTooLargeError
-from stoker.codecs import (
-    DEFAULT_MAX_PIXELS,
-    _bmp_size,
-    _riff_webp_size,
-    _tiff_size,
-    decode,
-    image_size,
-)
+from stoker.codecs import DEFAULT_MAX_PIXELS, decode, image_size
+from stoker.codecs.headers import bmp_size, riff_webp_size, tiff_size
 
 
 def encode(arr, fmt, **kw):
@@ -113,20 +107,20 @@ def test_numpy_integer_limit():
 def test_webp_and_bmp_header_parsers_agree_with_pillow(h, w):
     arr = np.zeros((h, w, 3), np.uint8)
     for kw in ({}, {"lossless": True}):
-        assert _riff_webp_size(memoryview(encode(arr, "WEBP", **kw))) == (h, w)
-    assert _riff_webp_size(memoryview(encode(np.dstack([arr, arr[:, :, :1]]), "WEBP"))) == (h, w)
-    assert _bmp_size(memoryview(encode(arr, "BMP"))) == (h, w)
+        assert riff_webp_size(memoryview(encode(arr, "WEBP", **kw))) == (h, w)
+    assert riff_webp_size(memoryview(encode(np.dstack([arr, arr[:, :, :1]]), "WEBP"))) == (h, w)
+    assert bmp_size(memoryview(encode(arr, "BMP"))) == (h, w)
     for kw in ({}, {"compression": "tiff_deflate"}, {"big_tiff": True}):
         buf = encode(arr, "TIFF", **kw)
-        assert _tiff_size(memoryview(buf)) == ((h, w) if not kw.get("big_tiff") else None)
+        assert tiff_size(memoryview(buf)) == ((h, w) if not kw.get("big_tiff") else None)
         assert decode(buf, max_pixels=h * w).shape == (h, w, 3)
     assert image_size(encode(arr, "BMP")) == (h, w)
 
 
 def test_header_parsers_give_up_on_other_bytes():
-    assert _riff_webp_size(memoryview(b"RIFF\x00\x00\x00\x00WAVEfmt " + bytes(20))) is None
-    assert _bmp_size(memoryview(b"BM" + bytes(10))) is None
-    assert _tiff_size(memoryview(b"II*\x00\xff\xff\x00\x00")) is None  # IFD past the end
+    assert riff_webp_size(memoryview(b"RIFF\x00\x00\x00\x00WAVEfmt " + bytes(20))) is None
+    assert bmp_size(memoryview(b"BM" + bytes(10))) is None
+    assert tiff_size(memoryview(b"II*\x00\xff\xff\x00\x00")) is None  # IFD past the end
 
 
 def test_radiance_hdr_header_is_read_too():

@@ -10,13 +10,17 @@ import os
 import pytest
 from doctor_bottlenecks import FIXED16, make_folder
 
+from stoker.codecs import REGION
+from stoker.doctor import changes as C
 from stoker.doctor import diagnose
+from stoker.doctor import verdict as V
 from stoker.doctor.stages.alternatives import pack_size
 from stoker.doctor.verdict import headline
 from stoker.transforms import CenterCrop, Compose, HorizontalFlip, RandomResizedCrop, Resize
 
 CROP = Compose([RandomResizedCrop(224), HorizontalFlip()])
 CENTRE = Compose([Resize(128), CenterCrop(112)])
+COST = V.Cost(1e-3, 1e-4, 2e-3, 2e-3, 3e-3, 3e-3)  # read, decode, augment: wall and CPU s
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +77,23 @@ def test_a_small_budget_is_kept(tmp_path):
     for cut in b["cut"]:
         assert any(x["stage"] == cut and "budget ran out" in x["reason"] for x in r.not_measured)
     assert os.path.isdir(src)
+
+
+@pytest.mark.skipif(REGION is None, reason="the region decoder is not built")
+def test_region_decode_is_timed_where_a_random_resized_crop_leads_and_offered_as_no_trade(photos):
+    """The crop's box alone is timed for CROP (its region decoder applies) and not for CENTRE;
+    offered, it keeps what the model sees (the same pixels) and says the measured figures."""
+    runs = {}
+    for name, chain in (("crop", CROP), ("centre", CENTRE)):
+        runs[name] = diagnose(photos, transforms=chain, batch_size=16, seconds=1.0, loader=False,
+                              progress=False)  # fmt: skip
+    timed = {n: {s["name"] for s in r.stages} for n, r in runs.items()}
+    assert "decode the crop's box only" in timed["crop"]
+    assert "decode the crop's box only" not in timed["centre"]
+    recs = C.recommend(
+        COST, workers=2, cores=1, efficiency=1.0, loader_rate=100.0, h2d_rate=None,
+        model_rate=1000.0, decode_scaled=(1e-3, 1e-3, "decode the crop's box only", 1.1e-3),
+        trade="crops upsampled",
+    )  # fmt: skip
+    (region,) = [r for r in recs if r.action.startswith("decode only the crop's box")]
+    assert not region.changes_data and "2.000 -> 1.000 ms/sample" in region.detail

@@ -26,6 +26,7 @@ it, as libjpeg-turbo does (anything unusual goes to simplejpeg's header read).
 from __future__ import annotations
 
 import collections
+import importlib
 import io
 import itertools
 import re
@@ -38,13 +39,21 @@ import numpy as np
 
 from stoker._core.errors import ImageDecodeError, ImageTooLargeError, without_reprs
 from stoker._core.specs import ArraySpec
+from stoker.codecs.headers import bmp_size, radiance_size, riff_webp_size, tiff_size
 from stoker.codecs.jpeg import jpeg_frame
 from stoker.codecs.png import PNG_MAGIC as _PNG_MAGIC
 from stoker.codecs.png import encode_png
 
+try:  # the region decoder (a C extension), where it was built: it needs libjpeg-turbo's headers
+    REGION = importlib.import_module("stoker.codecs._region").region
+except ImportError:  # pragma: no cover - a build without it decodes whole images
+    REGION = None
+
 __all__ = [
     "DECODED_SPEC",
     "DEFAULT_MAX_PIXELS",
+    "REGION",
+    "JpegImage",
     "MinSize",
     "check_max_pixels",
     "decode",
@@ -184,8 +193,10 @@ def decoder(
     min_size: MinSize = None,
     fast: bool = False,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    region: bool = False,
 ) -> Callable[[Any], np.ndarray]:
     """``f(buf)``: ``decode(buf, min_size=..., fast=..., max_pixels=...)`` for a hot loop.
+    ``region=True`` (where :data:`REGION` is built): the common record as a :class:`JpegImage`.
 
     The common record (an RGB or grey JPEG within ``max_pixels`` that no reduced scale fits)
     is decoded with one header read and one decode call; everything else (another format, a
@@ -197,6 +208,7 @@ def decoder(
 
     max_pixels = check_max_pixels(max_pixels)
     header, decode_jpeg = simplejpeg.decode_jpeg_header, simplejpeg.decode_jpeg
+    region = region and REGION is not None
 
     def general(buf: Any) -> np.ndarray:
         return decode(buf, min_size=min_size, fast=fast, max_pixels=max_pixels)
@@ -234,12 +246,38 @@ def decoder(
                 reduces[(h, w)] = reduce
             if reduce:
                 return general(buf)  # a reduced scale may fit: decode picks it
+        if region:
+            return JpegImage(buf, (h, w, 3), fast, general)  # type: ignore[return-value]
         try:
             return np.asarray(decode_jpeg(buf, colorspace="RGB", fastdct=fast, fastupsample=fast))
         except ValueError:  # damaged: decode tries Pillow, then names the fault
             return general(buf)
 
     return run
+
+
+class JpegImage:
+    """A JPEG of the size its header gives, not decoded yet: ``img[rows, columns]`` decodes only
+    that box (exactly the whole decode's pixels), ``np.asarray(img)`` all of it. A box libjpeg
+    refuses (damage in or above it) is cut from the whole decode, which names the fault."""
+
+    __slots__ = ("buf", "fast", "shape", "whole")
+    dtype = np.dtype(np.uint8)
+
+    def __init__(self, buf: Any, shape: tuple[int, int, int], fast: bool, whole: Callable) -> None:
+        self.buf, self.shape, self.fast, self.whole = buf, shape, fast, whole
+
+    def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray:
+        (top, bottom, _), (left, right, _) = (s.indices(n) for s, n in zip(key, self.shape))
+        out = np.empty((bottom - top, right - left, 3), np.uint8)
+        try:
+            REGION(self.buf, top, left, bottom - top, right - left, out, self.fast)  # type: ignore[misc]
+        except ValueError:
+            return self.whole(self.buf)[key]
+        return out
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.whole(self.buf)
 
 
 def check_max_pixels(max_pixels: Any) -> int | None:
@@ -271,90 +309,15 @@ def _check_pixels(h: int, w: int, max_pixels: int, what: str) -> None:
 _BOMB_PIXELS = re.compile(r"\(([0-9]+) pixels\)")
 
 
-def _riff_webp_size(mv: memoryview) -> tuple[int, int] | None:
-    """(h, w) from a WebP header (VP8, VP8L or VP8X chunk), or ``None``."""
-    if len(mv) < 30 or mv[0:4] != b"RIFF" or mv[8:12] != b"WEBP":
-        return None
-    chunk = bytes(mv[12:16])
-    if chunk == b"VP8 " and mv[23:26] == b"\x9d\x01\x2a":
-        w, h = struct.unpack("<HH", mv[26:30])
-        return h & 0x3FFF, w & 0x3FFF
-    if chunk == b"VP8L" and mv[20] == 0x2F:
-        (bits,) = struct.unpack("<I", mv[21:25])
-        return ((bits >> 14) & 0x3FFF) + 1, (bits & 0x3FFF) + 1
-    if chunk == b"VP8X":
-        w = int.from_bytes(mv[24:27], "little") + 1
-        h = int.from_bytes(mv[27:30], "little") + 1
-        return h, w
-    return None
-
-
-def _bmp_size(mv: memoryview) -> tuple[int, int] | None:
-    """(h, w) from a BMP header (BITMAPINFOHEADER or later, or OS/2's), or ``None``."""
-    if len(mv) < 26 or mv[0:2] != b"BM":
-        return None
-    (dib,) = struct.unpack("<I", mv[14:18])
-    if dib == 12:
-        w, h = struct.unpack("<HH", mv[18:22])
-        return h, w
-    if dib >= 40:
-        w, h = struct.unpack("<ii", mv[18:26])
-        return abs(h), abs(w)
-    return None
-
-
-def _tiff_size(mv: memoryview) -> tuple[int, int] | None:
-    """(h, w) of the first page of a classic TIFF (ImageLength/ImageWidth of IFD 0), or
-    ``None`` (BigTIFF, a damaged IFD: Pillow reads those)."""
-    head = bytes(mv[0:4])
-    if head == b"II*\x00":
-        e = "<"
-    elif head == b"MM\x00*":
-        e = ">"
-    else:
-        return None
-    try:
-        (ifd,) = struct.unpack_from(e + "I", mv, 4)
-        (n,) = struct.unpack_from(e + "H", mv, ifd)
-        size: dict[int, int] = {}
-        for pos in range(ifd + 2, ifd + 2 + 12 * n, 12):
-            tag, typ = struct.unpack_from(e + "HH", mv, pos)
-            if tag in (256, 257):
-                fmt = {3: "H", 4: "I"}.get(typ)
-                if fmt is None:
-                    return None
-                size[tag] = struct.unpack_from(e + fmt, mv, pos + 8)[0]
-                if len(size) == 2:
-                    return size[257], size[256]
-    except struct.error:
-        return None
-    return None
-
-
-def _radiance_size(mv: memoryview) -> tuple[int, int] | None:
-    """(h, w) from a Radiance HDR header (``-Y h +X w`` after the blank line), or ``None``."""
-    if mv[0:2] != b"#?":
-        return None
-    head = bytes(mv[:4096])
-    end = head.find(b"\n\n")
-    if end < 0:
-        return None
-    tokens = head[end + 2 :].split(b"\n", 1)[0].split()
-    if len(tokens) != 4 or not (tokens[1].isdigit() and tokens[3].isdigit()):
-        return None
-    a, b = int(tokens[1]), int(tokens[3])
-    return (a, b) if tokens[0].endswith(b"Y") else (b, a)
-
-
 def _check_other_header(mv: memoryview, max_pixels: int) -> None:
     """Check the size a non-JPEG/PNG header declares, before any pixel is decoded: parsed here
     for WebP, BMP, TIFF and Radiance HDR (cheap), read by Pillow (header only) for the rest. A
     header neither reads is left to the decoders (``decode`` checks their result)."""
     for fmt, size in (
-        ("WebP", _riff_webp_size),
-        ("BMP", _bmp_size),
-        ("TIFF", _tiff_size),
-        ("HDR", _radiance_size),
+        ("WebP", riff_webp_size),
+        ("BMP", bmp_size),
+        ("TIFF", tiff_size),
+        ("HDR", radiance_size),
     ):
         hw = size(mv)
         if hw is not None:

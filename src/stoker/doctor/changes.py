@@ -178,11 +178,14 @@ def _decode_scaled(
     cost = base.cost
     if scaled[0] >= _WORTH * cost.decode_s:
         return None
+    region = scaled[2].endswith("box only")  # the same pixels: no trade
     return base.change(
-        "decode at reduced size (JPEG DCT scaling, scale-on-decode)",
+        "decode only the crop's box (DecodeOptions(region=True))"
+        if region
+        else "decode at reduced size (JPEG DCT scaling, scale-on-decode)",
         f"decode {1e3 * cost.decode_s:.3f} -> {1e3 * scaled[0]:.3f} ms/sample ({scaled[2]})",
         replace(cost, decode_s=scaled[0], decode_cpu_s=scaled[1]),
-        trade=trade,
+        trade="" if region else trade,
         hi=scaled[3] / scaled[0],
     )
 

@@ -80,7 +80,6 @@ import numpy as np
 
 from stoker._core.specs import ArraySpec
 from stoker.codecs import DECODED_SPEC, encode_png, image_size
-from stoker.formats.manifest import MANIFEST_SUFFIX, read_json
 
 if TYPE_CHECKING:
     from stoker._core.schema import Schema
@@ -103,29 +102,13 @@ ReadSample = Callable[[int], tuple[Any, Any, int, dict[str, Any]]]
 
 
 def data_files(path: str) -> list[str]:
-    """The data files of a set opened from ``path`` (see :meth:`Reader.files`); names a
-    manifest gives are kept only when relative, inside its folder and existing."""
+    """The data files of a set opened from ``path`` (see :meth:`Reader.files`): the regular
+    files of a folder, or ``path`` itself when it is a file (a manifest's reader, a
+    ``ShardedReader``, names its shards' files itself)."""
     if os.path.isdir(path):
         names = sorted(os.listdir(path))
         return [p for p in (os.path.join(path, n) for n in names) if os.path.isfile(p)]
-    if not path.endswith(MANIFEST_SUFFIX):
-        return [path] if os.path.isfile(path) else []
-    folder = os.path.dirname(os.path.abspath(path))
-    out: list[str] = []
-    try:
-        shards = read_json(path).get("shards", [])
-    except Exception:  # noqa: BLE001 - best effort: the reader itself reports a bad manifest
-        return out
-    for entry in shards if isinstance(shards, list) else ():
-        # a shard's files by role (version 2), or the string fields of a version-1 entry
-        files = entry.get("files", entry) if isinstance(entry, dict) else {}
-        for v in files.values() if isinstance(files, dict) else ():
-            if not isinstance(v, str) or not v or os.path.isabs(v) or ".." in v.split("/"):
-                continue
-            p = os.path.join(folder, v)
-            if os.path.isfile(p) and p not in out:
-                out.append(p)
-    return out
+    return [path] if os.path.isfile(path) else []
 
 
 class _Closing:
@@ -297,8 +280,7 @@ class Reader(_Closing, abc.ABC):
         return None
 
     def files(self) -> list[str]:
-        """The data files behind the reader: ``path`` when it is a file other than a manifest,
-        the regular files of a folder, or the files a manifest's shard entries name."""
+        """The data files behind the reader: :func:`data_files` of ``path`` by default."""
         return data_files(self.path)
 
     def summary(self) -> dict:

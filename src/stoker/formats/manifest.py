@@ -72,7 +72,6 @@ __all__ = [
     "load",
     "longest",
     "make",
-    "manifest_format",
     "manifest_kind",
     "parse",
     "shard_file",
@@ -108,23 +107,6 @@ def kind_of(m: Any, path: str = "<manifest>") -> str:
         if fmt.v1 is not None and fmt.v1.format == name:
             return fmt.name
     raise fail(path, f"format {name!r} is not one stoker reads (it reads {_known()})")
-
-
-def manifest_format(path: str | os.PathLike[str]) -> str:
-    """Deprecated: the raw ``format`` field of a manifest (``"stoker"`` for every version-2
-    manifest, whatever its format); :func:`manifest_kind` names the format."""
-    import warnings
-
-    warnings.warn(
-        "manifest_format is deprecated: every manifest's format is 'stoker' since version 2; "
-        "use manifest_kind(path) for the format's name",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    m = read_json(path)
-    if not isinstance(m, dict) or not isinstance(m.get("format"), str):
-        raise fail(os.fspath(path), "no format field: not a stoker manifest")
-    return m["format"]
 
 
 def manifest_kind(path: str | os.PathLike[str]) -> str:

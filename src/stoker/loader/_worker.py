@@ -165,9 +165,9 @@ def fill_chunk(
     if task.half:
         indices[row0 + task.half : row0 + task.half + n] = task.indices
     for pipe, part in by_set(pipeline, source, task.indices):
-        fill_row, decode = pipe.fill_row, _decoder(source.encoded, pipe)
         # the fused head straight into the row; fill_row takes whatever it declines
         fast = None if task.half else pipe.row_writer(width)
+        fill_row, decode = pipe.fill_row, _decoder(source.encoded, pipe, fast is not None)
         # a head whose draws all come from the first block of a sample's stream takes them
         # from one computation for the chunk, not from a generator re-keyed per sample
         firsts: list = (
@@ -195,6 +195,7 @@ def fill_chunk(
                     if fast is not None and fast(img, rng, images[row]):
                         continue
                 # the sample is named in an error only: no message is formatted per sample
+                img = np.asarray(img)  # a JpegImage the row writer declined: decoded whole
                 out = fill_row(
                     img, rng, images[row], width, what="key {} (position {})", args=(key, gi)
                 )
@@ -250,12 +251,13 @@ def _mix(
     )
 
 
-def _decoder(encoded: bool | None, pipeline: Pipeline) -> Callable[[Any], np.ndarray] | None:
+def _decoder(encoded: bool | None, pipe: Pipeline, region: bool) -> Callable[[Any], Any] | None:
     """The decode of a source's images: none for decoded arrays (``encoded=False``); for a
-    source that says per sample (``None``), one that passes an ndarray through."""
+    source that says per sample (``None``), one that passes an ndarray through. ``region``:
+    for a row writer (``Pipeline.decoder``)."""
     if encoded is False:
         return None
-    decode = pipeline.decoder()
+    decode = pipe.decoder(region)
     if encoded:
         return decode
 

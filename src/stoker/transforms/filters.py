@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -74,33 +75,31 @@ def _filter3x3(img: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     return out
 
 
+class _Kernel(Transform):
+    """One of PIL's 3×3 filters (same kernel, same frame handling, within 1 LSB)."""
+
+    _builtin = True
+    moves_geometry = False  # a filter leaves boxes, points and masks where they are
+    _kernel: ClassVar[np.ndarray]
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        check_image(img, type(self).__name__)
+        return _filter3x3(img, self._kernel)
+
+    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
+        image_spec_dims(in_spec, type(self).__name__)
+        return in_spec
+
+
 @dataclass(frozen=True)
-class Sharpen(Transform):
+class Sharpen(_Kernel):
     """PIL's ``ImageFilter.SHARPEN`` (same kernel, same frame handling, within 1 LSB)."""
 
-    _builtin = True
-    moves_geometry = False  # a filter leaves boxes, points and masks where they are
-
-    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        check_image(img, "Sharpen")
-        return _filter3x3(img, _SHARPEN)
-
-    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
-        image_spec_dims(in_spec, "Sharpen")
-        return in_spec
+    _kernel = _SHARPEN
 
 
 @dataclass(frozen=True)
-class Smooth(Transform):
+class Smooth(_Kernel):
     """PIL's ``ImageFilter.SMOOTH`` (same kernel, same frame handling, within 1 LSB)."""
 
-    _builtin = True
-    moves_geometry = False  # a filter leaves boxes, points and masks where they are
-
-    def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        check_image(img, "Smooth")
-        return _filter3x3(img, _SMOOTH)
-
-    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
-        image_spec_dims(in_spec, "Smooth")
-        return in_spec
+    _kernel = _SMOOTH

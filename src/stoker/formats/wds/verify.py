@@ -171,7 +171,9 @@ def verify(
     )
     if unchecked:
         report.notes.append(_UNCHECKED)
-    return _no_sums(report, checksums)
+    if not checksums:
+        report.notes.append("shard sha256 sums not compared (checksums=False)")
+    return report
 
 
 def _fields(m: dict, where: str) -> tuple[Schema, dict[str, str]]:
@@ -222,9 +224,3 @@ _UNCHECKED = (
     "no per-sample checksums (a tar without a stoker .crc32c side-car): its samples' bytes are "
     "not checked, only its structure"
 )
-
-
-def _no_sums(report: VerifyReport, checksums: bool) -> VerifyReport:
-    if not checksums:
-        report.notes.append("shard sha256 sums not compared (checksums=False)")
-    return report

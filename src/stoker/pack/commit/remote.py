@@ -91,25 +91,6 @@ def _folder_url(url: str) -> str:
     return url.rstrip("/").rsplit("/", 1)[0]
 
 
-def _outputs(prefix: str) -> tuple[list[str], str]:
-    """The staged files to upload (everything the pack wrote beside its manifest, partials,
-    journals and locks excepted) and the manifest, which goes last."""
-    folder, base = os.path.split(prefix)
-    manifest = prefix + MANIFEST_SUFFIX
-    files = []
-    for name in sorted(os.listdir(folder)):
-        path = os.path.join(folder, name)
-        if path == manifest or not name.startswith(base) or not os.path.isfile(path):
-            continue
-        rest = name[len(base) :]
-        if not rest.startswith((".", "-")) or name.endswith((".partial", ".journal", ".lock")):
-            continue
-        if ".journal" in name or ".plan" in name:
-            continue
-        files.append(path)
-    return files, manifest
-
-
 def _holds(
     remote: Remote, url: str, size: int, crc: int, md5: str | None, present: Mapping[str, int]
 ) -> bool:
