@@ -91,4 +91,4 @@ docs-figures: $(DEMO_STAMP)
 	$(PY) scripts/make_docs_figures.py
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist src/*.egg-info src/stoker/codecs/_region*.so .pytest_cache .mypy_cache .ruff_cache

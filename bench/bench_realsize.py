@@ -18,8 +18,8 @@ Candidates, each over ``--epochs`` epochs after one untimed epoch, float32 NCHW 
         bench_loader.py's writes) the fastest per image on one core, timed before the rounds.
 
 Also the first epoch of (L) over its second: a fresh loader each round, and a fresh process's
-first loader (``fresh_epochs``, a child process, what a training script sees) over epochs of
-the set once and ten times over (its fixed start-up weighs less in a longer epoch); the decode
+first loader (``fresh_epochs``, a child process each round, what a training script sees) over
+epochs of the set once and ten times over (its fixed start-up weighs less in a longer epoch); the decode
 alone per image on one core (simplejpeg), on these files and on the bench's sample JPEGs of the same
 size (``stoker sample-data``: smooth, so they decode about twice as fast), which says why the
 two sets give different L/C ratios: the decode, the same library on both sides, is a larger
@@ -373,9 +373,12 @@ def main() -> int:
         print(
             f"    L first epoch / second epoch, a loader of this process = {statistics.median(first):.2f}"
         )
-        for times in (1, 10):
-            r = fresh_epochs(rec, norm, args.workers, times)
-            print(f"    L first epoch / second, a fresh process, {n * times} images = {r:.2f}")
+        for times in (1, 10):  # a fresh process each round: their median
+            fresh = [fresh_epochs(rec, norm, args.workers, times) for _ in range(rounds)]
+            m, lo, hi = median_range(fresh)
+            print(
+                f"    L first epoch / second, a fresh process, {n * times} images = {m:.2f} ({lo:.2f}..{hi:.2f})"
+            )
     return 0
 
 
