@@ -51,9 +51,8 @@ class DecodeOptions:
     """``fast``: fast DCT and upsampling (a little less accurate); ``scale_on_decode``: let the
     transforms' ``decode_hint`` pick a reduced JPEG decode scale; ``max_pixels``: an image whose
     header declares more pixels (width x height) is refused with ``ImageTooLargeError`` before
-    any pixel is decoded (a decompression bomb), ``None`` for no limit; ``region``: a
-    ``RandomResizedCrop`` at the head of the chain decodes only its box of a JPEG (the same
-    pixels; off by default: it does not pay at ImageNet's sizes, docs/loader.md)."""
+    any pixel is decoded (a decompression bomb), ``None`` for no limit; ``region``: a leading
+    ``RandomResizedCrop`` decodes only its box of each JPEG (the same pixels; docs/loader.md)."""
 
     fast: bool = False
     scale_on_decode: bool = True

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from stoker._core.seeding import SampleRngs
+from stoker.codecs import JpegImage
 from stoker.loader._fields import FieldViews, fill_sample
 from stoker.loader._ring import RingLayout
 from stoker.loader._shm import Mapping, SharedFd, populate, process_start_time
@@ -195,7 +196,8 @@ def fill_chunk(
                     if fast is not None and fast(img, rng, images[row]):
                         continue
                 # the sample is named in an error only: no message is formatted per sample
-                img = np.asarray(img)  # a JpegImage the row writer declined: decoded whole
+                if type(img) is JpegImage:  # one the row writer declined: decoded whole
+                    img = np.asarray(img)
                 out = fill_row(
                     img, rng, images[row], width, what="key {} (position {})", args=(key, gi)
                 )
@@ -252,9 +254,8 @@ def _mix(
 
 
 def _decoder(encoded: bool | None, pipe: Pipeline, region: bool) -> Callable[[Any], Any] | None:
-    """The decode of a source's images: none for decoded arrays (``encoded=False``); for a
-    source that says per sample (``None``), one that passes an ndarray through. ``region``:
-    for a row writer (``Pipeline.decoder``)."""
+    """The decode of a source's images (``region``: for a row writer, ``Pipeline.decoder``):
+    none for decoded arrays (``encoded=False``); per sample (``None``): an ndarray passes."""
     if encoded is False:
         return None
     decode = pipe.decoder(region)
