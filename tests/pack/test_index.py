@@ -202,3 +202,31 @@ def test_ray_tasks_write_the_index_the_threads_write(collection, tmp_path):
     for name in sorted(os.listdir(here)):
         with open(os.path.join(here, name), "rb") as a, open(os.path.join(there, name), "rb") as b:
             assert a.read() == b.read(), name
+
+
+@pytest.mark.parametrize("role", ["data", "index"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "https://other.example.com/shards-000001.tar",
+        "s3://another-bucket/shards-000001.tar",
+        "http://169.254.169.254/latest/meta-data",
+        "/etc/passwd",
+        "../elsewhere/shards-000001.tar",
+    ],
+)
+def test_an_index_that_points_at_another_host_or_folder_is_refused(indexed, role, name):
+    """An index names its tars and side-cars relative to its own folder: an entry naming another
+    host, a metadata address, an absolute path or a way out is refused at open, naming the
+    shard, before anything is read from it."""
+    with open(indexed) as f:
+        m = json.load(f)
+    m["shards"][1]["files"][role] = name
+    hostile = os.path.join(os.path.dirname(indexed), f"hostile-{role}.stoker.json")
+    with open(hostile, "w") as f:
+        json.dump(m, f)
+    try:
+        with pytest.raises(ManifestError, match=r"shards\[1\]\.files\." + role):
+            stoker.Loader(hostile, batch_size=4, workers=0)
+    finally:
+        os.remove(hostile)
