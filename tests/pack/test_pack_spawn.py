@@ -74,3 +74,34 @@ def test_a_script_read_from_standard_input_is_told_to_save_it_to_a_file(tmp_path
     assert run.returncode != 0
     assert "'<stdin>' is not a file" in run.stderr and "save it to a file" in run.stderr
     assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")
+
+
+def test_a_script_without_a_main_guard_is_told_to_add_one_instead_of_hanging(tmp_path):
+    """A plain script calling stoker.pack at its top level: each forkserver worker would run it
+    again (and wait on the pack the script holds: a hang); the pack says so at once, naming the
+    line. The same call under ``if __name__ == "__main__":`` packs."""
+    import os
+    import subprocess
+    import sys
+
+    import stoker
+
+    images = stoker.make_sample_data(tmp_path / "img", classes=2, per_class=2, size=16, workers=1)
+    call = f"stoker.pack({str(images)!r}, {str(tmp_path / 'out' / 'train')!r}, progress=False)"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "src"))
+    runs = {}
+    for name, body in (
+        ("plain", f"import stoker\n\n{call}\n"),
+        ("guarded", f'import stoker\n\nif __name__ == "__main__":\n    {call}\n'),
+    ):
+        (tmp_path / f"{name}.py").write_text(body)
+        runs[name] = subprocess.run(
+            [sys.executable, str(tmp_path / f"{name}.py")],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+    plain = runs["plain"]
+    assert plain.returncode != 0 and "plain.py line 3 runs outside" in plain.stderr
+    assert 'if __name__ == "__main__":' in plain.stderr
+    assert runs["guarded"].returncode == 0, runs["guarded"].stderr
+    assert (tmp_path / "out" / "train.rec").is_file()

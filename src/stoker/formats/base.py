@@ -1,7 +1,7 @@
 """The contracts every format implements: a sample-level :class:`Reader` (what the loader, the
-DataLoader path, the doctor and the CLI use) and a :class:`ShardWriter` (what pack and convert
-write through). How a format reads its own files below its reader is its own business (RecordIO's
-record-level ``Records``, for one).
+DataLoader path, the doctor and the CLI use), a :class:`Shard` (one shard of a format's set,
+which :class:`~stoker.formats.sharded.ShardedReader` makes a set of) and a :class:`ShardWriter`
+(what pack and convert write through).
 
 A :class:`Reader` is a data set in one format, with random access by position ``i`` in
 ``[0, len(r))``. It is the one read contract: every format's reader, an image folder and
@@ -22,37 +22,8 @@ and the CLI read through it and nothing else. What a reader must give:
 - ``r.fingerprint()``: a JSON-safe identity (format, count, a hash of keys and labels) kept in
   loader state and checked on resume.
 
-What has a default (override where the reader knows better):
-
-- ``r.key(i)``; ``r.read(i) -> (image, label)``: one sample through ``reader``;
-- ``r.encoded``: ``True`` (the default) when images are handed over encoded, to be decoded by
-  the loader; ``False`` when they are decoded arrays (``r.sample_spec`` says their shape and
-  dtype; the loader writes them without a decode); ``None`` when it is per sample: an ndarray
-  is a decoded image, anything else encoded bytes (an LMDB Datum set holds both kinds);
-- ``r.schema``: the :class:`~stoker._core.schema.Schema` of one sample (default: an image and
-  its label, ``Schema.classification`` of ``label_spec``); ``r.class_names`` (``None``);
-- ``r.sample_spec`` (one image as read, before transforms: any size, 3 channels, uint8 by
-  default) and ``r.label_spec`` (one label, from ``r.label_kind() -> (shape, dtype)``, which a
-  set in object storage answers from its first shard);
-- ``r.image_sizes()``: int32 ``(N, 2)`` stored (height, width) of every sample, read from the
-  image headers (a decoded array: its shape) in one pass, kept on the reader;
-- ``r.stored_bytes(image)``: an image as encoded bytes (a decoded array as a lossless PNG):
-  what ``stoker convert`` writes and ``stoker unpack`` saves;
-- ``r.describe(i)``: where sample ``i`` lives, for messages (file, key, byte offset);
-- ``r.locate(i)``: ``(file, byte offset)`` of sample ``i`` where the format can tell, else
-  ``None``; ``r.files()``: the data files the samples are read from (what the doctor sizes and
-  evicts from the page cache); ``r.summary()``: format-specific facts ``stoker inspect``
-  shows (JSON-safe: shards, bytes per record, a layout);
-- ``r.shard_sizes()``: int64 records per shard in position order (positions run through the
-  shards in order), or ``None`` for a set that is not made of shards; what shard-aware order
-  (``shuffle="shards"``) deals to the ranks; ``r.block_sizes()``: records per block where
-  shards read in blocks (``Shard.blocks``), what that order windows; ``None`` by default;
-- ``r.share()``: called by the loader before it starts workers (arrays and a folder's listing
-  move into shared memory here; nothing for a reader that pickles as its configuration);
-- ``r.remote()``: a set read through the node's shard cache, what the loader asks of it (the
-  room its plan claims at open, downloads ahead of the order, where to probe, letting go of
-  what the main process pinned once the workers read: ``docs/remote.md``); ``None`` by default;
-- ``r.close()``.
+Everything else has a default, documented on its method (and listed in ``docs/contracts.md``),
+to override where the reader knows better.
 
 A reader pickles as its configuration (paths and options) and reopens lazily in the process
 that uses it: no open handle, environment or large array crosses a process boundary. Index and

@@ -30,11 +30,13 @@ set-up leave it unblocked, and the kernel may hand the signal to one of them.)
 
 from __future__ import annotations
 
+import ast
 import multiprocessing
 import multiprocessing.context as mpc
 import os
 import signal
 import sys
+import traceback
 from multiprocessing.context import BaseContext, SpawnContext, SpawnProcess
 
 from stoker._core.orphans import WatchedWorker, watch_main
@@ -84,11 +86,38 @@ def pool_context(start_method: str | None = None) -> BaseContext:
             f"each, and {path!r} is not a file (a script read from standard input); save it "
             "to a file, or use the command line (stoker pack, convert, index, sample-data)"
         )
+    where = _unguarded(main)
+    if where is not None:
+        raise RuntimeError(  # rather than a worker running the script again and waiting on it
+            f"worker processes cannot start: {where} runs outside `if __name__ == "
+            '"__main__":`, and each worker runs the main script again, that line included; '
+            "put the script's work under that guard, or use the command line"
+        )
     if method == "spawn" or _FORKSERVER is None:
         return _SpawnPool()
     ctx = _FORKSERVER()
     ctx.set_forkserver_preload(["__main__", "stoker._core.orphans"])  # a worker watches at once
     return ctx
+
+
+def _unguarded(main: object) -> str | None:
+    """``FILE line N`` of the main script's top-level code outside ``if __name__ ==
+    "__main__":`` that this call comes from (a worker would run it again), else ``None``."""
+    mine = [f for f, _ in traceback.walk_stack(None) if f.f_globals is getattr(main, "__dict__", 0)]
+    path, spec = getattr(main, "__file__", None), getattr(main, "__spec__", None)
+    if spec is not None and spec.name.rpartition(".")[2] == "__main__":
+        return None  # python -m PACKAGE: multiprocessing does not run a __main__ module again
+    if not mine or mine[-1].f_code.co_name != "<module>" or not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            body = ast.parse(f.read()).body
+    except (OSError, SyntaxError, ValueError):
+        return None
+    guards = [n for n in body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+    if any(n.lineno <= mine[-1].f_lineno <= (n.end_lineno or 0) for n in guards):
+        return None
+    return f"{path} line {mine[-1].f_lineno}"
 
 
 def worker_init(main_pid: int) -> None:
