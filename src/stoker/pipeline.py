@@ -38,6 +38,7 @@ from stoker.transforms.base import Transform
 from stoker.transforms.color import Normalize
 from stoker.transforms.compose import Compose, FnTransform
 from stoker.transforms.fused import FusedCrop, RowWriter, fuse, mirror, write_chw, write_head
+from stoker.transforms.geometry import RandomResizedCrop
 from stoker.transforms.mix import BatchMix
 from stoker.transforms.targets import Targets
 
@@ -403,8 +404,8 @@ class Pipeline:
         """``decode_image`` as a function for a hot loop, made once per process (it does not
         travel with the pipeline to a worker): :func:`stoker.codecs.decoder`. ``region``: for
         the row writer, which slices a ``JpegImage`` (``DecodeOptions.region``) as it crops."""
-        fused = self._fused
-        boxes = region and self.decode.region and fused is not None and not fused.draws_first_block
+        crop = getattr(self._fused, "crop", None)  # the row writer slices its box of a JpegImage
+        boxes = region and self.decode.region and type(crop) is RandomResizedCrop
         name = "_region_fn" if boxes else "_decoder_fn"
         fn = self.__dict__.get(name)
         if fn is None:

@@ -78,20 +78,11 @@ def pool_context(start_method: str | None = None) -> BaseContext:
     method = start_method or default_start_method()
     if method not in START_METHODS:
         raise ValueError(f"start_method must be one of {', '.join(START_METHODS)}, got {method!r}")
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if path and getattr(main, "__spec__", None) is None and not os.path.isfile(path):
-        raise RuntimeError(  # rather than every worker dying as it starts
-            f"worker processes cannot start: multiprocessing runs the main script again in "
-            f"each, and {path!r} is not a file (a script read from standard input); save it "
-            "to a file, or use the command line (stoker pack, convert, index, sample-data)"
-        )
-    where = _unguarded(main)
-    if where is not None:
-        raise RuntimeError(  # rather than a worker running the script again and waiting on it
-            f"worker processes cannot start: {where} runs outside `if __name__ == "
-            '"__main__":`, and each worker runs the main script again, that line included; '
-            "put the script's work under that guard, or use the command line"
+    why = _rerun_refused(sys.modules.get("__main__"))
+    if why is not None:  # rather than every worker dying as it starts, or waiting on this call
+        raise RuntimeError(
+            "worker processes cannot start: multiprocessing runs the main script again in "
+            f"each, and {why}, or use the command line (stoker pack, convert, index, sample-data)"
         )
     if method == "spawn" or _FORKSERVER is None:
         return _SpawnPool()
@@ -100,14 +91,17 @@ def pool_context(start_method: str | None = None) -> BaseContext:
     return ctx
 
 
-def _unguarded(main: object) -> str | None:
-    """``FILE line N`` of the main script's top-level code outside ``if __name__ ==
-    "__main__":`` that this call comes from (a worker would run it again), else ``None``."""
-    mine = [f for f, _ in traceback.walk_stack(None) if f.f_globals is getattr(main, "__dict__", 0)]
+def _rerun_refused(main: object) -> str | None:
+    """Why a worker cannot run the main script again (read from standard input; or this call
+    comes from its top-level code outside ``if __name__ == "__main__":``, which a worker would
+    run again), or ``None``."""
     path, spec = getattr(main, "__file__", None), getattr(main, "__spec__", None)
-    if spec is not None and spec.name.rpartition(".")[2] == "__main__":
+    if not path or spec is not None and spec.name.rpartition(".")[2] == "__main__":
         return None  # python -m PACKAGE: multiprocessing does not run a __main__ module again
-    if not mine or mine[-1].f_code.co_name != "<module>" or not path:
+    if spec is None and not os.path.isfile(path):
+        return f"{path!r} is not a file (a script read from standard input); save it to a file"
+    mine = [f for f, _ in traceback.walk_stack(None) if f.f_globals is getattr(main, "__dict__", 0)]
+    if not mine or mine[-1].f_code.co_name != "<module>":
         return None
     try:
         with open(path, encoding="utf-8") as f:
@@ -117,7 +111,10 @@ def _unguarded(main: object) -> str | None:
     guards = [n for n in body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
     if any(n.lineno <= mine[-1].f_lineno <= (n.end_lineno or 0) for n in guards):
         return None
-    return f"{path} line {mine[-1].f_lineno}"
+    return (
+        f'{path} line {mine[-1].f_lineno} runs outside `if __name__ == "__main__":`, that line '
+        "included; put the script's work under that guard"
+    )
 
 
 def worker_init(main_pid: int) -> None:
