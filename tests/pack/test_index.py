@@ -212,6 +212,7 @@ def test_ray_tasks_write_the_index_the_threads_write(collection, tmp_path):
         "s3://another-bucket/shards-000001.tar",
         "http://169.254.169.254/latest/meta-data",
         "/etc/passwd",
+        "file:///etc/passwd",
         "../elsewhere/shards-000001.tar",
     ],
 )

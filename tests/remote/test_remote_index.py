@@ -15,6 +15,7 @@ import simplejpeg
 import webdataset
 
 import stoker
+from stoker._core.errors import ManifestError
 from stoker.cli import main
 from stoker.formats import open_reader
 from stoker.storage.remote import Remote
@@ -81,3 +82,64 @@ def test_a_tar_changed_in_the_bucket_is_refused(bucket_collection, tmp_path):
             for _ in ld:
                 pass
     assert "part-002.tar" in str(e.value), str(e.value)
+
+
+@pytest.fixture
+def cdn(tmp_path):
+    """The collection's tars on a plain HTTP server nobody may write to (a CDN), with their
+    local folder and brace pattern."""
+    import fsspec.asyn
+
+    from stoker.storage.remote import close_filesystems
+    from storage_doubles import StaticServer
+
+    fsspec.asyn.get_loop()  # fsspec's I/O thread lives as long as the process
+    local = tmp_path / "cdn"
+    local.mkdir()
+    rng = np.random.default_rng(5)
+    for t in range(3):
+        with webdataset.TarWriter(str(local / f"p-{t}.tar")) as w:
+            for k in range(t * PER, (t + 1) * PER):
+                img = simplejpeg.encode_jpeg(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8))
+                w.write({"__key__": f"k{k:04d}", "jpg": img, "cls": k % 3})
+    with StaticServer(local) as server:
+        try:
+            yield str(local), server.url + "/p-{0..2}.tar"
+        finally:
+            close_filesystems()
+
+
+@pytest.mark.parametrize("where", ["local", "bucket"])
+def test_tars_on_another_host_are_read_in_place_only_from_allowed_hosts(
+    cdn, where, s3env, tmp_path, cache_dir
+):
+    """An index of tars on a host the user cannot write (a CDN) is written elsewhere, on local
+    disk or in the user's bucket, with the side-cars beside it; it opens only with that host
+    allowed, then reads WebDataset's samples exactly once over two ranks and verifies, and a
+    tar replaced on the host since is refused naming `stoker index`."""
+    local, pattern = cdn
+    host = pattern.split("/")[2]
+    out = (
+        str(tmp_path / "idx" / "c.stoker.json")
+        if where == "local"
+        else f"s3://{s3env}/i/c.stoker.json"
+    )
+    assert main(["index", pattern, out, "--quiet", "--cache-dir", cache_dir]) == 0
+    for allowed in ([], ["127.0.0.1:1"], ["169.254.169.254"]):
+        with pytest.raises(ManifestError, match=rf"files\.data.*allow_hosts=\['{host}'\]"):
+            stoker.Loader(out, batch_size=4, cache_dir=cache_dir, allow_hosts=allowed)
+    with open_reader(out, cache_dir=cache_dir, allow_hosts=[host]) as r:
+        f = r.reader()
+        ours = Counter((r.key_name(i), bytes(f(i)[0]), int(f(i)[1])) for i in range(len(r)))
+    assert ours == _webdataset_samples(local)
+    seen = []
+    for rank in range(2):
+        kw = dict(batch_size=4, shuffle=True, seed=1, workers=rank * 2, cache_dir=cache_dir)
+        with stoker.Loader(out, rank=rank, world_size=2, allow_hosts=[host], **kw) as ld:
+            seen += [int(i) for b in ld for i in b.indices]
+    assert sorted(seen) == list(range(3 * PER))
+    assert main(["verify", out, "--quiet", "--cache-dir", cache_dir, "--allow-host", host]) == 0
+    with open(os.path.join(local, "p-1.tar"), "ab") as f:
+        f.write(bytes(512))  # the tar replaced by a longer one
+    with pytest.raises(ManifestError, match=r"p-1\.tar.*run `stoker index` again"):
+        stoker.Loader(out, batch_size=4, cache_dir=str(tmp_path / "c2"), allow_hosts=[host])

@@ -107,6 +107,15 @@ def add_remote_arguments(p: argparse.ArgumentParser, *, prefetch: bool = False) 
         help="the shard cache's byte budget, e.g. 20G (default: the smaller of 100 GiB and half "
         "the free space where it lives)",
     )
+    g.add_argument(
+        "--allow-host",
+        dest="allow_hosts",
+        action="append",
+        default=None,
+        metavar="HOST",
+        help="a host (or bucket) besides the manifest's whose files it may name by URL, such "
+        "as tars `stoker index` indexed in place (repeatable)",
+    )
     if prefetch:
         g.add_argument(
             "--prefetch-shards",
@@ -128,9 +137,9 @@ def remote_options(args: argparse.Namespace) -> Any:
         "cache_dir": getattr(args, "cache_dir", None),
         "cache_limit": getattr(args, "cache_limit", None),
     }
-    ahead = getattr(args, "prefetch_shards", None)
-    if ahead is not None:
-        kw["prefetch_shards"] = ahead
+    for name in ("prefetch_shards", "allow_hosts"):
+        if getattr(args, name, None) is not None:
+            kw[name] = getattr(args, name)
     if all(v is None for v in kw.values()):
         return None
     return RemoteOptions(**kw)

@@ -136,8 +136,8 @@ def _run(args: argparse.Namespace, name: str) -> int:
     extra: dict[str, Any] = {}
     if args.allow_missing_checksums:  # a RecordIO option; another format refuses it by name
         extra["allow_missing_checksums"] = True
-    if remote_url(args.file) is not None:
-        extra["remote"] = remote_options(args)
+    if remote_url(args.file) is not None or registry.get(name).remote:
+        extra["remote"] = remote_options(args)  # a local manifest may name URLs (allow_hosts)
     relaxed = args.no_checksums or args.allow_missing_checksums
     refusal = _refusal(args.file, name, extra.get("remote"), relaxed)
     report = registry.get(name).load("verify")(

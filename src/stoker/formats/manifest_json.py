@@ -60,9 +60,12 @@ def check_count(path: str, where: str, v: Any) -> int:
 
 def check_rel_path(path: str, where: str, v: Any) -> str:
     """A relative file path inside the manifest's folder (no ``..``, not absolute, no NUL,
-    not a folder), or ``ManifestError`` naming ``where``."""
+    not a folder), or ``ManifestError`` naming ``where``; a URL is checked where the set opens
+    (:meth:`~stoker.formats.remote.RemoteFiles.url_of`: its host must be allowed)."""
     if not isinstance(v, str) or not v:
         raise fail(path, f"{where} must be a non-empty relative path, got {v!r}")
+    if "://" in v:
+        return v
     parts = v.replace("\\", "/").split("/")
     if (
         os.path.isabs(v)

@@ -32,7 +32,14 @@ from stoker.formats.manifest import (
     shard_file,
 )
 from stoker.formats.manifest_json import class_names
-from stoker.formats.remote import RemoteFiles, RemoteOptions, local_path, redact, remote_url
+from stoker.formats.remote import (
+    RemoteFiles,
+    RemoteOptions,
+    is_url,
+    local_path,
+    redact,
+    remote_url,
+)
 from stoker.formats.shardfiles import REINDEX, RemoteShards, ShardFile
 from stoker.formats.shards import MAX_OPEN_SHARDS, ShardEntry
 from stoker.formats.spec import FORMATS
@@ -40,6 +47,7 @@ from stoker.formats.spec import FORMATS
 __all__ = [
     "Opened",
     "check_entry",
+    "elsewhere",
     "open_remote",
     "open_set",
     "sibling_manifest",
@@ -146,6 +154,11 @@ def _files(files: RemoteFiles, j: int, s: ShardEntry, roles: Iterable[str]) -> l
     return out
 
 
+def elsewhere(entries: Iterable[ShardEntry]) -> bool:
+    """Whether a local manifest's ``entries`` name files by URL (on other storage)."""
+    return any(is_url(f) for s in entries for f in s.files.values())
+
+
 def open_remote(
     files: RemoteFiles,
     kind: str,
@@ -209,7 +222,15 @@ def open_set(
     p = local_path(p)
     if p.endswith(MANIFEST_SUFFIX):
         m = load(p, kind=kind)
-        return Opened(p, p, m, m["shards"])
+        if opened is None and not elsewhere(m["shards"]):
+            return Opened(p, p, m, m["shards"])
+        # files on other storage (``stoker index`` of tars it cannot write beside): read
+        # through the shard cache as a remote set's are
+        files = (
+            RemoteFiles("file://" + os.path.abspath(p), remote) if opened is None else opened.files
+        )
+        shards, m = open_remote(files, kind, opened, roles, marks=marks)
+        return Opened(p, p, m, m["shards"], shards)
     if sibling is True:
         beside = sibling_manifest(p, kind)
     else:

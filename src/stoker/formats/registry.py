@@ -173,20 +173,20 @@ def open_reader(
     path: str | os.PathLike[str], *, format: str | None = None, **options: Any
 ) -> Reader:
     """The :class:`Reader` of ``path`` in its format (``format=`` to name it). ``path`` may be
-    a URL: ``storage_options=``, ``cache_dir=``, ``cache_limit=`` and ``prefetch_shards=`` (or
-    one ``remote=`` :class:`~stoker.formats.remote.RemoteOptions`) say how to reach and cache
-    it; they are ignored for a local path."""
+    a URL: ``storage_options=``, ``cache_dir=``, ``cache_limit=``, ``prefetch_shards=`` and
+    ``allow_hosts=`` (or one ``remote=`` :class:`~stoker.formats.remote.RemoteOptions`) say how
+    to reach and cache it; they are ignored for a local path other than a manifest."""
     p = local_path(os.fspath(path))
     given = {k: options.pop(k) for k in REMOTE_KEYWORDS if k in options}
     if given:
         if options.get("remote") is not None:
             raise TypeError(f"pass remote= or {sorted(given)}, not both")
         options["remote"] = RemoteOptions(**given)
-    if remote_url(p) is None:
-        options.pop("remote", None)
-    elif format is not None and not get(format).remote:
+    if remote_url(p) is not None and format is not None and not get(format).remote:
         from stoker.storage.urls import redact
 
         raise _local_only(redact(p), format)
     fmt = get(format) if format is not None else format_of(p, remote=options.get("remote"))
+    if remote_url(p) is None and not (fmt.remote and p.endswith(MANIFEST_SUFFIX)):
+        options.pop("remote", None)  # a local manifest may name files elsewhere (allow_hosts)
     return fmt.load("reader")(p, **options)

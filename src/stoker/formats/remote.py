@@ -29,7 +29,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from stoker._core.atomic import atomic_write
-from stoker._core.errors import CacheFullError, size_text
+from stoker._core.errors import CacheFullError, ManifestError, size_text
 from stoker.formats.manifest import MAX_MANIFEST_BYTES
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 #: The keyword arguments that say how remote data is reached and cached, wherever a path is
 #: taken (``Loader``, ``RecordDataset``, ``stoker.formats.open``): :class:`RemoteOptions`.
-REMOTE_KEYWORDS = ("storage_options", "cache_dir", "cache_limit", "prefetch_shards")
+REMOTE_KEYWORDS = ("storage_options", "cache_dir", "cache_limit", "prefetch_shards", "allow_hosts")
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,8 @@ class RemoteOptions:
     ``<stoker cache dir>/shards``, see ``stoker._core.cache``). ``cache_limit``: its byte
     budget (default: the smaller of 100 GiB and half the free space where it lives).
     ``prefetch_shards``: shards downloaded ahead of the reading order (0: none).
+    ``allow_hosts``: the hosts (an S3 or GCS bucket, ``HOST`` or ``HOST:PORT``) besides the
+    manifest's own that a manifest may name files on, by absolute URL (``docs/remote.md``).
     ``whole_set``: the loader reads from any shard in any batch (its default sampler with
     ``shuffle=True``, a global shuffle): a set the cache's budget cannot hold whole is refused
     at open, before any download. ``loader``: a loader opens the set and claims the room its
@@ -109,6 +111,7 @@ class RemoteOptions:
     cache_dir: str | None = None
     cache_limit: int | None = None
     prefetch_shards: int = 2
+    allow_hosts: tuple[str, ...] = ()
     whole_set: bool = field(default=False, repr=False, compare=False)
     loader: bool = field(default=False, repr=False, compare=False)
 
@@ -124,6 +127,10 @@ class RemoteOptions:
         ahead = self.prefetch_shards
         if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0:
             raise ValueError(f"prefetch_shards must be an int >= 0, got {ahead!r}")
+        hosts = (self.allow_hosts,) if isinstance(self.allow_hosts, str) else self.allow_hosts
+        if not all(isinstance(h, str) and h and "/" not in h for h in hosts):
+            raise ValueError(f"allow_hosts must be host names, got {self.allow_hosts!r}")
+        object.__setattr__(self, "allow_hosts", tuple(h.lower() for h in hosts))
 
     def cache(self) -> ShardCache:
         from stoker.storage.cache import ShardCache
@@ -152,11 +159,13 @@ class RemoteFiles:
 
         self.url = check_url(url)
         self.options = options or RemoteOptions()
-        self.remote = Remote(self.url, self.options.storage_options)
+        local = self.url.startswith("file:")  # a local manifest naming files elsewhere
+        self.remote = Remote(self.url, None if local else self.options.storage_options)
         self.cache = self.options.cache()
         self.sizes: dict[str, int] = {}  # URL -> size, from the folder listings
         self._copy: str | None = None
         self._joined: dict[str, str] = {}  # name -> URL, each name checked and joined once
+        self._remotes: dict[str, Remote] = {}  # another allowed host's root -> its Remote
         self._env = storage_env()
 
     def __repr__(self) -> str:
@@ -207,18 +216,50 @@ class RemoteFiles:
         ``field`` names it in the error). Every shard open asks again: joined once per name."""
         url = self._joined.get(rel)
         if url is None:
-            url = self._joined[rel] = join_under(
-                self.url, rel, manifest=redact(self.url), field=field
+            joined = self._elsewhere if is_url(rel) else partial(join_under, self.url)
+            url = self._joined[rel] = joined(rel, manifest=redact(self.url), field=field)
+        return url
+
+    def _elsewhere(self, url: str, *, manifest: str, field: str) -> str:
+        """An absolute URL the manifest names: on the manifest's own scheme and host, or on a
+        host of ``allow_hosts``; never a local file or a metadata address."""
+        try:
+            url = check_url(url)
+        except ValueError as e:
+            raise ManifestError(f"{manifest}: the field {field!r} names {e}") from None
+        root, host = _root(url), _root(url).split("://")[1]
+        hostname = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+        allowed = {_root(self.url), *self.options.allow_hosts}
+        if root.startswith("file:") or not allowed & {root, host, hostname}:
+            raise ManifestError(
+                f"{manifest}: the field {field!r} names {redact(url)}, on another storage "
+                f"than the manifest's; to read it, name its host when opening "
+                f"(allow_hosts=[{host!r}], or --allow-host {host})"
             )
         return url
 
-    def list_sizes(self, urls: Iterable[str]) -> dict[str, int]:
+    def _remote_for(self, url: str) -> Any:
+        """The :class:`~stoker.storage.remote.Remote` of ``url``'s scheme and host (the
+        manifest's, or an allowed host's, reached with the same ``storage_options``)."""
+        from stoker.storage.remote import Remote
+
+        root = _root(url)
+        if root == _root(self.url):
+            return self.remote
+        if root not in self._remotes:
+            self._remotes[root] = Remote(root + "/", self.options.storage_options)
+        return self._remotes[root]
+
+    def list_sizes(self, urls: Iterable[str], *, missing_ok: bool = False) -> dict[str, int]:
         """The size of every URL (:meth:`~stoker.storage.remote.Remote.sizes`: a listing per
         folder, or a HEAD each where there is none); ``FileNotFoundError`` naming the first URL
-        that is not there."""
-        urls = list(urls)
+        that is not there (``missing_ok``: those left out)."""
+        by_root: dict[str, list[str]] = {}
+        for u in urls:
+            by_root.setdefault(_root(u), []).append(u)
         try:
-            self.sizes.update(self.remote.sizes(urls))
+            for group in by_root.values():
+                self.sizes.update(self._remote_for(group[0]).sizes(group, missing_ok=missing_ok))
         except FileNotFoundError as e:
             raise FileNotFoundError(
                 f"{redact(self.url)}: the manifest names a file that does not exist ({e})"
@@ -228,7 +269,7 @@ class RemoteFiles:
     def size_of(self, url: str) -> int:
         size = self.sizes.get(url)
         if size is None:
-            size = self.sizes[url] = self.remote.size(url)
+            size = self.sizes[url] = self._remote_for(url).size(url)
         return size
 
     def key(self, url: str, *, crc32c: int | None = None, sha256: str | None = None) -> str:
@@ -249,7 +290,7 @@ class RemoteFiles:
             size,
             crc32c,
             f"{what} ({redact(url)})" if what else redact(url),
-            partial(self.remote.download, url, size=size, what=what),
+            partial(self._remote_for(url).download, url, size=size, what=what),
             sha256,
         )
 
@@ -258,6 +299,12 @@ class RemoteFiles:
     ) -> Pin:
         """A pinned, checked local copy of ``url`` (downloaded once per node)."""
         return self.item(url, crc32c=crc32c, what=what, sha256=sha256).get(self.cache)
+
+
+def _root(url: str) -> str:
+    """``scheme://host`` of a URL (a bucket for object stores), without credentials."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{rest.split('/', 1)[0].rsplit('@', 1)[-1].lower()}"
 
 
 def check_room_for(files: RemoteFiles, sizes: list[int], marked: list[int]) -> None:

@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from stoker._core.progress import make_progress
-from stoker.formats.manifest import parse, read_json, shard_file
-from stoker.formats.opening import open_set
+from stoker.formats.manifest import MANIFEST_SUFFIX, load, parse, read_json, shard_file
+from stoker.formats.opening import elsewhere, open_set
 from stoker.formats.remote import RemoteFiles, RemoteOptions, local_path, redact, remote_url
 from stoker.formats.report import Problem, VerifyReport
 from stoker.formats.shards import ShardEntry
@@ -61,12 +61,24 @@ def verify_at(
     """A format's own walk of a local set (``local(path)``, a ``file://`` URL as its path), or
     :func:`verify_shards` of a URL with the format's shard walk ``entry``; ``local_only``:
     why a URL is refused with the options given (empty: it is not)."""
-    p = os.fspath(path)
-    if remote_url(p) is None:
-        return local(local_path(p))
+    p = local_path(os.fspath(path))
+    url = _url(p, kind)
+    if url is None:
+        return local(p)
     if local_only:
         raise ValueError(local_only)
-    return verify_shards(p, remote=remote, kind=kind, verify_entry=entry, max_problems=max_problems)
+    return verify_shards(
+        url, remote=remote, kind=kind, verify_entry=entry, max_problems=max_problems
+    )
+
+
+def _url(p: str, kind: str) -> str | None:
+    """What the set at ``p`` is verified through by :func:`verify_shards`: a URL, or a local
+    manifest naming files on other storage (as a ``file://`` URL); ``None`` for a local set."""
+    url = remote_url(p)
+    if url is None and p.endswith(MANIFEST_SUFFIX) and elsewhere(load(p, kind=kind)["shards"]):
+        return "file://" + os.path.abspath(p)
+    return url
 
 
 def verify_set(
@@ -88,9 +100,9 @@ def verify_set(
     if max_problems < 0:
         raise ValueError(f"max_problems must be >= 0, got {max_problems}")
     p = os.fspath(path)
-    if remote_url(p) is not None:
+    if (url := _url(local_path(p), kind)) is not None:
         return verify_shards(
-            p, remote=remote, kind=kind, verify_entry=entry, max_problems=max_problems
+            url, remote=remote, kind=kind, verify_entry=entry, max_problems=max_problems
         )
     report = VerifyReport(p, max_problems=max_problems)
     src = open_set(p, kind, sibling=sibling)
@@ -185,9 +197,7 @@ def verify_shards(
             for j, s in enumerate(m["shards"])
         ]
         # files.sizes: what exists (one listing per folder, or a HEAD each over HTTP)
-        files.sizes.update(
-            files.remote.sizes([u for e in urls for u in e.values()], missing_ok=True)
-        )
+        files.list_sizes([u for e in urls for u in e.values()], missing_ok=True)
         for j, (entry, roles) in enumerate(zip(m["shards"], urls, strict=True)):
             if roles["data"] not in files.sizes:
                 report.add(

@@ -121,6 +121,7 @@ class Loader(RingFeed):
         cache_dir: str | None = None,
         cache_limit: int | None = None,
         prefetch_shards: int = 2,
+        allow_hosts: tuple[str, ...] | list[str] = (),
         engine: str | None = None,
         mix: Any = None,
         weights: Any = None,
@@ -156,7 +157,15 @@ class Loader(RingFeed):
 
         _shm.cleanup_stale()
         whole = sampler is None and shuffle is True  # reads from any shard in any batch
-        how = RemoteOptions(storage_options, cache_dir, cache_limit, prefetch_shards, whole, True)
+        how = RemoteOptions(
+            storage_options,
+            cache_dir,
+            cache_limit,
+            prefetch_shards,
+            tuple(allow_hosts),
+            whole,
+            True,
+        )
         src, owned = open_source(source, how, weights, epoch_size, label_offset, sampler)
         self._source: Source | None = src
         self._owns_source = owned

@@ -11,8 +11,9 @@ with its records, bytes, sha256 and side-car, and a schema of the image, ``.cls`
 anything else the reader refuses, stops the index naming the tar, the sample and its byte
 offset: nothing is dropped silently.
 
-The manifest names its tars by their path relative to its folder, so OUT is written in the
-tars' folder (or a folder above them). Tars are indexed ``workers`` at a time; each finished
+The manifest names its tars by their path relative to its folder when OUT is in the tars'
+folder (or a folder above them); tar URLs elsewhere (a bucket or CDN the user cannot write) by
+their URL, with the side-cars beside OUT, read with ``allow_hosts`` (``docs/remote.md``). Tars are indexed ``workers`` at a time; each finished
 tar's entry is kept in a journal in the cache folder, so a killed run resumes with the tars
 it had not finished (a tar whose size changed since is indexed again). The side-cars, then the
 manifest, are written atomically (a URL: uploaded, the manifest last).
@@ -81,16 +82,26 @@ def _folder(path: str) -> str:
     return path.rsplit("/", 1)[0] if remote_url(path) else os.path.dirname(os.path.abspath(path))
 
 
-def _name_in(folder: str, tar: str) -> str:
-    """``tar``'s name relative to the manifest's ``folder``; ``ValueError`` when it is not in
-    it (a manifest names its files inside its folder)."""
-    full = tar if remote_url(tar) else os.path.abspath(tar)
-    if not full.startswith(folder.rstrip("/") + "/"):
+def _names(folder: str, tars: list[str]) -> list[tuple[str, str]]:
+    """Each tar's name in the manifest in ``folder`` and its side-car's: both relative to the
+    folder for a tar in it (or below); a tar URL elsewhere is named by its URL (read with
+    ``allow_hosts``), its side-car written in the folder under its path below the common folder
+    of such tars. A local tar elsewhere is a ``ValueError``."""
+    top = folder.rstrip("/") + "/"
+    full = [t if remote_url(t) else os.path.abspath(t) for t in tars]
+    away = [t for t in full if not t.startswith(top)]
+    if local := [t for t in away if not remote_url(t)]:
         raise ValueError(
-            f"{redact(tar)} is not in {redact(folder)}: write the index in the tars' folder "
-            "(or one above it), since a manifest names its files inside its folder"
+            f"{local[0]} is not in {redact(folder)}: write the index in the tars' folder (or one "
+            "above it), since a manifest names local files inside its folder"
         )
-    return full[len(folder.rstrip("/")) + 1 :]
+    common = len(os.path.commonprefix(away).rsplit("/", 1)[0]) + 1 if away else 0
+    return [
+        (t[len(top) :], _side_name(t[len(top) :]))
+        if t.startswith(top)
+        else (t, _side_name(t[common:]))
+        for t in full
+    ]
 
 
 def _one(tar: str, options: RemoteOptions) -> tuple[dict, bytes]:
@@ -145,7 +156,7 @@ def index_collection(
         raise ValueError(f"{redact(source)} names no tar")
     options = remote or RemoteOptions()
     folder = _folder(out)
-    names = [_name_in(folder, t) for t in tars]
+    names = _names(folder, tars)
     name_of = dict(zip(tars, names, strict=True))
     journal = _Journal(out, options)
     todo = [t for t in tars if journal.get(t) is None]
@@ -158,7 +169,7 @@ def index_collection(
             side = os.path.join(stage, hashlib.sha256(tar.encode()).hexdigest()[:16])
             with atomic_write(side) as f:
                 f.write(index)
-            _put(side, _at(folder, _side_name(name_of[tar])), options)
+            _put(side, _at(folder, name_of[tar][1]), options)
             journal.add(tar, entry)
             bar.update(1)
 
@@ -251,6 +262,7 @@ def _staging(out: str, options: RemoteOptions) -> str:
 def _put(local: str, dest: str, options: RemoteOptions) -> None:
     """``local`` stored at ``dest`` whole (a URL: uploaded; a path: renamed into place)."""
     if remote_url(dest) is None:
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
         os.replace(local, dest)
         return
     from stoker.storage.remote import Remote
@@ -261,7 +273,7 @@ def _put(local: str, dest: str, options: RemoteOptions) -> None:
 def _commit(
     out: str,
     tars: list[str],
-    names: list[str],
+    names: list[tuple[str, str]],
     journal: _Journal,
     stage: str,
     options: RemoteOptions,
@@ -269,14 +281,14 @@ def _commit(
     """The manifest of every tar, written last (a URL: staged and uploaded)."""
     entries: list[dict] = []
     longest: dict[str, int] = {}
-    for tar, name in zip(tars, names, strict=True):
+    for tar, (name, side) in zip(tars, names, strict=True):
         e = journal.get(tar)
         assert e is not None
         for n, v in e["longest"].items():
             longest[n] = max(longest.get(n, 0), v)
         entries.append(
             {
-                "files": {"data": name, "index": _side_name(name)},
+                "files": {"data": name, "index": side},
                 "records": e["records"],
                 "bytes": e["bytes"],
                 "checksums": {"data.sha256": e["sha256"]},

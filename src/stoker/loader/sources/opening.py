@@ -81,7 +81,7 @@ def as_source(source: Any, *, remote: RemoteOptions | None = None) -> tuple[Read
         fmt = _format_of(path)
         if fmt is None:
             return FolderSource(path), True
-        return _opened(path, fmt.name), True
+        return _opened(path, fmt.name, remote=remote), True
     raise TypeError(
         "source must be a path (a data set in any format, a .stoker.json manifest, an image "
         "folder), a tuple (x, y) of arrays or a stoker.formats.Reader, got "
