@@ -56,16 +56,22 @@ def _webdataset_samples(folder: str) -> Counter:
 
 def test_an_indexed_bucket_reads_in_place_exactly_once(bucket_collection, cache_dir):
     local, url = bucket_collection
-    with open_reader(url, cache_dir=cache_dir) as r:
+    _reads_as_webdataset_exactly_once(url, local, TARS * PER, cache_dir=cache_dir)
+
+
+def _reads_as_webdataset_exactly_once(url: str, local: str, n: int, **kw) -> None:
+    """The indexed collection at ``url`` has the samples WebDataset reads from the tars in
+    ``local``, and two ranks (0 and 2 workers) read each of its ``n`` once."""
+    with open_reader(url, **kw) as r:
         f = r.reader()
         ours = Counter((r.key_name(i), bytes(f(i)[0]), int(f(i)[1])) for i in range(len(r)))
     assert ours == _webdataset_samples(local)
     seen = []
     for rank in range(2):
-        kw = dict(batch_size=4, shuffle=True, seed=1, workers=rank * 2, cache_dir=cache_dir)
-        with stoker.Loader(url, rank=rank, world_size=2, **kw) as ld:
+        opts = dict(batch_size=4, shuffle=True, seed=1, workers=rank * 2, **kw)
+        with stoker.Loader(url, rank=rank, world_size=2, **opts) as ld:
             seen += [int(i) for b in ld for i in b.indices]
-    assert sorted(seen) == list(range(TARS * PER))
+    assert sorted(seen) == list(range(n))
 
 
 def test_a_tar_changed_in_the_bucket_is_refused(bucket_collection, tmp_path):
@@ -128,16 +134,7 @@ def test_tars_on_another_host_are_read_in_place_only_from_allowed_hosts(
     for allowed in ([], ["127.0.0.1:1"], ["169.254.169.254"]):
         with pytest.raises(ManifestError, match=rf"files\.data.*allow_hosts=\['{host}'\]"):
             stoker.Loader(out, batch_size=4, cache_dir=cache_dir, allow_hosts=allowed)
-    with open_reader(out, cache_dir=cache_dir, allow_hosts=[host]) as r:
-        f = r.reader()
-        ours = Counter((r.key_name(i), bytes(f(i)[0]), int(f(i)[1])) for i in range(len(r)))
-    assert ours == _webdataset_samples(local)
-    seen = []
-    for rank in range(2):
-        kw = dict(batch_size=4, shuffle=True, seed=1, workers=rank * 2, cache_dir=cache_dir)
-        with stoker.Loader(out, rank=rank, world_size=2, allow_hosts=[host], **kw) as ld:
-            seen += [int(i) for b in ld for i in b.indices]
-    assert sorted(seen) == list(range(3 * PER))
+    _reads_as_webdataset_exactly_once(out, local, 3 * PER, cache_dir=cache_dir, allow_hosts=[host])
     assert main(["verify", out, "--quiet", "--cache-dir", cache_dir, "--allow-host", host]) == 0
     with open(os.path.join(local, "p-1.tar"), "ab") as f:
         f.write(bytes(512))  # the tar replaced by a longer one
