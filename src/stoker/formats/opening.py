@@ -221,15 +221,15 @@ def open_set(
         return Opened(url, redact(url), m, m["shards"], shards)
     p = local_path(p)
     if p.endswith(MANIFEST_SUFFIX):
-        m = load(p, kind=kind)
-        if opened is None and not elsewhere(m["shards"]):
-            return Opened(p, p, m, m["shards"])
-        # files on other storage (``stoker index`` of tars it cannot write beside): read
-        # through the shard cache as a remote set's are
-        files = (
-            RemoteFiles("file://" + os.path.abspath(p), remote) if opened is None else opened.files
-        )
-        shards, m = open_remote(files, kind, opened, roles, marks=marks)
+        cached = None if opened is None else opened.files
+        if cached is None:
+            m = load(p, kind=kind)
+            if not elsewhere(m["shards"]):
+                return Opened(p, p, m, m["shards"])
+            # files on other storage (``stoker index`` of tars it cannot write beside): read
+            # through the shard cache as a remote set's are
+            cached = RemoteFiles("file://" + os.path.abspath(p), remote)
+        shards, m = open_remote(cached, kind, opened, roles, marks=marks)
         return Opened(p, p, m, m["shards"], shards)
     if sibling is True:
         beside = sibling_manifest(p, kind)
