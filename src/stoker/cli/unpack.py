@@ -220,12 +220,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, name: str) -> int:
-    from stoker.cli._errors import folder_problem
+    from stoker.cli._errors import folder_problem, refuse
 
     problem = folder_problem(args.dir, "DIR")
     if problem is not None:
-        print(f"stoker unpack: error: {problem}", file=sys.stderr)
-        return 2
+        return refuse("unpack", problem)
     summary = unpack_set(
         args.file,
         args.dir,
