@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any
 
 from stoker._core.oscompat import OWN_FILE
@@ -242,5 +241,5 @@ def _run(args: argparse.Namespace, name: str) -> int:
                 f"; {summary['metadata_records']} metadata records (insightface header and "
                 f"identities) kept in {summary['identity_table']}"
             )
-        print(line, file=sys.stdout)
+        print(line)
     return 0
