@@ -120,11 +120,7 @@ def _refuse_unknown_command(parser: argparse.ArgumentParser, argv: Sequence[str]
         return
     name = words[0]
     hint = _did_you_mean(name, list(COMMANDS))
-    _error(parser, f"unknown command {name!r}{hint}; commands: {', '.join(COMMANDS)}")
-
-
-def _error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
-    parser.error(message)
+    parser.error(f"unknown command {name!r}{hint}; commands: {', '.join(COMMANDS)}")
 
 
 def main(argv: list[str] | None = None) -> int:

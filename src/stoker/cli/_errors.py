@@ -7,7 +7,8 @@ argument it came from (``DIR data/train.rec``), what is wrong in plain words (a 
 folder is expected, no such file or folder, ...) and what to do; anything else keeps its own
 message, with any ``[Errno N]`` taken out. :func:`input_problem` words the usual wrong inputs
 of a command that reads a set (a missing path, an image folder or a listing not yet packed,
-one image file, a file of no format stoker reads) before anything opens them.
+one image file, a file of no format stoker reads) before anything opens them; :func:`refuse`
+prints such a line.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import errno
 import os
 import re
+import sys
 
 __all__ = [
     "argument_label",
@@ -23,6 +25,7 @@ __all__ = [
     "folder_problem",
     "input_problem",
     "pack_source_problem",
+    "refuse",
 ]
 
 _ERRNO = re.compile(r"\[Errno -?\d+\]\s*")
@@ -39,6 +42,12 @@ _OS_WORDS: dict[int, tuple[str, str]] = {
     errno.ENAMETOOLONG: (": the name is too long", "choose a shorter path"),
     errno.ENOTEMPTY: (": the folder is not empty", "choose an empty or new folder"),
 }
+
+
+def refuse(command: str, text: object, status: int = 2) -> int:
+    """Print ``stoker COMMAND: error: TEXT`` on stderr; returns ``status``, the exit status."""
+    print(f"stoker {command}: error: {text}", file=sys.stderr)
+    return status
 
 
 def argument_label(args: argparse.Namespace, dest: str) -> str:

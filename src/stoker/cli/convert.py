@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import argparse
 
+from stoker.cli._errors import input_problem, refuse
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options
 from stoker.cli.pack import (
     add_scale_options,
-    make_options,
     run_options,
     run_plan_steps,
     step_usage,
     writable_formats,
-    write_plan_step,
 )
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "run"]
@@ -99,31 +98,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import sys
-
     from stoker.formats.remote import remote_url
 
     bad = step_usage(args, _PLAN_HELD)
     if bad is None and args.plan is None and args.format is None:
         bad = "--format is required: the format to write"
     if bad is None and args.plan is None:
-        from stoker.cli._errors import input_problem
-
         given = args.source_format is not None
         problem = input_problem(args.src, "SRC", detect=not given, format_option="--from")
         if problem is not None:  # the exit status of a source the converter refuses
-            print(f"stoker convert: error: {problem}", file=sys.stderr)
-            return 1
+            return refuse("convert", problem, 1)
     if bad:
-        print(f"stoker convert: error: {bad}", file=sys.stderr)
-        return 2
-    # --storage-option: how the source's and the output's URLs are reached
-    pairs = getattr(args, "storage_options", None)
-    storage = dict(pairs) if pairs else None
+        return refuse("convert", bad)
     if args.plan is not None and not args.plan_only:
-        return run_plan_steps(args, "convert", storage)
+        return run_plan_steps(args, "convert")
     remote = remote_options(args) if remote_url(args.src) is not None else None
-    options = make_options(
+    return run_options(
         args,
         "convert",
         src=args.src,
@@ -144,8 +134,3 @@ def _run(args: argparse.Namespace) -> int:
         engine=args.engine,
         ray_address=args.address,
     )
-    if options is None:
-        return 2
-    if args.plan_only:
-        return write_plan_step(options, args, "convert", storage)
-    return run_options(options, args, "convert", storage)

@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from stoker.cli._errors import error_text, input_problem, refuse
 from stoker.cli._remote import add_remote_arguments, guarded, remote_options, scrub
 from stoker.cli.check_resume import add_mix_arguments, mix_options
 
@@ -137,23 +138,18 @@ def _run(args: argparse.Namespace) -> int:
 
     if os.getcwd() not in sys.path:  # so that --model/--transforms module:attr finds local files
         sys.path.insert(0, os.getcwd())
-    from stoker.cli._errors import input_problem
-
     problem = input_problem(args.source, "SOURCE", folders=True, format_option=None)
     if problem is not None:
-        print(f"stoker doctor: error: {problem}", file=sys.stderr)
-        return 2
+        return refuse("doctor", problem)
     if args.plot is not None and not args.plot.lower().endswith(".png"):
-        print("stoker doctor: error: --plot needs a FILE.png path", file=sys.stderr)
-        return 2
+        return refuse("doctor", "--plot needs a FILE.png path")
     if args.plot is not None:  # before measuring: a long run must not end in this error
         from stoker.doctor import require_matplotlib
 
         try:
             require_matplotlib()
         except ImportError as e:
-            print(f"stoker doctor: error: {e}", file=sys.stderr)
-            return 2
+            return refuse("doctor", e)
     try:
         mix_with, weights = mix_options(args)
         report = diagnose(
@@ -179,10 +175,7 @@ def _run(args: argparse.Namespace) -> int:
 
         if isinstance(e, StokerError):
             raise
-        from stoker.cli._errors import error_text
-
-        print(f"stoker doctor: error: {scrub(error_text(e, args), args)}", file=sys.stderr)
-        return 2
+        return refuse("doctor", scrub(error_text(e, args), args))
     if args.plot:
         report.plot(args.plot)
     resume = _check_resume(args) if args.check_resume else None

@@ -9,6 +9,8 @@ import signal
 import sys
 from typing import Any
 
+from stoker.cli._errors import pack_source_problem, refuse
+from stoker.cli._remote import add_remote_arguments
 from stoker.formats.registry import DEFAULT as DEFAULT_FORMAT
 
 __all__ = [
@@ -16,13 +18,11 @@ __all__ = [
     "HELP",
     "add_arguments",
     "add_scale_options",
-    "make_options",
     "run",
     "run_options",
     "run_plan_steps",
     "step_usage",
     "writable_formats",
-    "write_plan_step",
 ]
 
 
@@ -111,21 +111,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --root, pack entries that lead outside it (default: rejected outside_root)",
     )
     add_scale_options(p)
-    _storage_arguments(p)
+    add_remote_arguments(p)  # --storage-option for an OUT in object storage
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     p.add_argument(
         "--json", action="store_true", help="print the report as JSON on stdout (no bar)"
     )
 
 
-def _storage_arguments(p: argparse.ArgumentParser) -> None:
-    """``--storage-option`` for an OUT in object storage (the cache options do not apply)."""
-    from stoker.cli._remote import add_remote_arguments
-
-    add_remote_arguments(p)
-
-
 def _storage(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--storage-option``: how SRC's, OUT's and the plan's URLs are reached."""
     pairs = getattr(args, "storage_options", None)
     return dict(pairs) if pairs else None
 
@@ -231,19 +225,6 @@ def _report(args: argparse.Namespace, report: Any) -> None:
         print(report.summary())
 
 
-def make_options(args: argparse.Namespace, what: str, **options: Any) -> Any:
-    """``PackOptions(**options)``, or ``None`` after one line on stderr naming the bad option
-    (a value no flag's type caught, such as ``--seed -1``)."""
-    from stoker.cli._errors import error_text
-    from stoker.pack import PackOptions
-
-    try:
-        return PackOptions(**options)
-    except (TypeError, ValueError) as e:
-        print(f"stoker {what}: error: {error_text(e, args)}", file=sys.stderr)
-        return None
-
-
 def writable_formats() -> list[str]:
     """The registry's formats that have a writer (the registry imports nothing heavy)."""
     from stoker.formats.registry import FORMATS
@@ -255,13 +236,27 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def run_options(
-    options: Any, args: argparse.Namespace, what: str, storage_options: Any = None
-) -> int:
-    """Run a pack or convert with SIGTERM as a clean stop; print the summary (or JSON)."""
-    from stoker.pack import run_pack
+def run_options(args: argparse.Namespace, what: str, **options: Any) -> int:
+    """Run a pack or convert of ``PackOptions(**options)`` with SIGTERM as a clean stop and
+    print the summary (or JSON); with ``--plan-only``, write its plan and say what comes next.
+    A value no flag's type caught (such as ``--seed -1``) is one line on stderr naming the
+    option (exit 2)."""
+    from stoker.cli._errors import error_text
+    from stoker.pack import PackOptions, run_pack
 
-    return _run_step(lambda: run_pack(options, storage_options=storage_options), args, what)
+    try:
+        opts = PackOptions(**options)
+    except (TypeError, ValueError) as e:
+        return refuse(what, error_text(e, args))
+    storage = _storage(args)
+    if args.plan_only:
+        from stoker.pack.steps import write_plan
+
+        def step() -> _PlanMade:
+            return _PlanMade(write_plan(opts, args.plan, storage_options=storage), what)
+
+        return _run_step(step, args, what)
+    return _run_step(lambda: run_pack(opts, storage_options=storage), args, what)
 
 
 def _run_step(step: Any, args: argparse.Namespace, what: str) -> int:
@@ -274,8 +269,7 @@ def _run_step(step: Any, args: argparse.Namespace, what: str) -> int:
     except TooManyRejectsError as e:
         from stoker.cli._errors import error_text
 
-        print(f"stoker {what}: error: {error_text(e, args)}", file=sys.stderr)
-        return 1
+        return refuse(what, error_text(e, args), 1)
     except SystemExit:
         print(f"stoker {what}: terminated; partial output kept, rerun to resume", file=sys.stderr)
         raise
@@ -309,26 +303,12 @@ class _PlanMade:
         )
 
 
-def write_plan_step(
-    options: Any, args: argparse.Namespace, what: str, storage_options: Any = None
-) -> int:
-    """``SRC OUT --plan-only [--plan PATH]``: write the plan and say what comes next."""
-    from stoker.pack.steps import write_plan
-
-    def step() -> _PlanMade:
-        path = write_plan(options, args.plan, storage_options=storage_options)
-        return _PlanMade(path, what)
-
-    return _run_step(step, args, what)
-
-
-def run_plan_steps(args: argparse.Namespace, what: str, storage_options: Any = None) -> int:
-    """``--plan PLAN --shards A:B`` or ``--plan PLAN --finalize``; ``storage_options``: how
-    the plan's URLs are reached."""
+def run_plan_steps(args: argparse.Namespace, what: str) -> int:
+    """``--plan PLAN --shards A:B`` or ``--plan PLAN --finalize``."""
     from stoker.pack.steps import finalize_pack, pack_shards
 
     progress = False if args.quiet or args.json else None
-    so = storage_options
+    so = _storage(args)
     if args.finalize:
         return _run_step(
             lambda: finalize_pack(args.plan, progress=progress, storage_options=so), args, what
@@ -338,8 +318,7 @@ def run_plan_steps(args: argparse.Namespace, what: str, storage_options: Any = N
 
         PackOptions(".", "x", workers=args.workers)  # checks --workers as a pack does
     except (TypeError, ValueError) as e:
-        print(f"stoker {what}: error: {e}", file=sys.stderr)
-        return 2
+        return refuse(what, e)
 
     def step() -> Any:
         try:
@@ -362,19 +341,14 @@ def run(args: argparse.Namespace) -> int:
         bad = "--cache-dir and --cache-limit are for reading a set; a pack stages its output "
         bad += "under the stoker cache dir ($STOKER_CACHE_DIR)"
     if not bad and args.plan is None:
-        from stoker.cli._errors import pack_source_problem
-
         problem = pack_source_problem(args.src)
         if problem is not None:  # the exit status of a source the packer refuses
-            print(f"stoker pack: error: {problem}", file=sys.stderr)
-            return 1
+            return refuse("pack", problem, 1)
     if bad:
-        print(f"stoker pack: error: {bad}", file=sys.stderr)
-        return 2
+        return refuse("pack", bad)
     if args.plan is not None and not args.plan_only:
-        return run_plan_steps(args, "pack", _storage(args))
-
-    options = make_options(
+        return run_plan_steps(args, "pack")
+    return run_options(
         args,
         "pack",
         src=args.src,
@@ -401,8 +375,3 @@ def run(args: argparse.Namespace) -> int:
         ray_address=args.address,
         layout=args.layout,
     )
-    if options is None:
-        return 2
-    if args.plan_only:
-        return write_plan_step(options, args, "pack", _storage(args))
-    return run_options(options, args, "pack", _storage(args))

@@ -41,15 +41,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import sys
-
-    from stoker.cli._errors import folder_problem
+    from stoker.cli._errors import folder_problem, refuse
     from stoker.pack import make_sample_data
 
     problem = folder_problem(args.dir, "DIR")
     if problem is not None:
-        print(f"stoker sample-data: error: {problem}", file=sys.stderr)
-        return 2
+        return refuse("sample-data", problem)
     t0 = time.perf_counter()
     path = make_sample_data(
         args.dir,

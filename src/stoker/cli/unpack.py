@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any
 
 from stoker._core.oscompat import OWN_FILE
@@ -220,12 +219,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, name: str) -> int:
-    from stoker.cli._errors import folder_problem
+    from stoker.cli._errors import folder_problem, refuse
 
     problem = folder_problem(args.dir, "DIR")
     if problem is not None:
-        print(f"stoker unpack: error: {problem}", file=sys.stderr)
-        return 2
+        return refuse("unpack", problem)
     summary = unpack_set(
         args.file,
         args.dir,
@@ -243,5 +241,5 @@ def _run(args: argparse.Namespace, name: str) -> int:
                 f"; {summary['metadata_records']} metadata records (insightface header and "
                 f"identities) kept in {summary['identity_table']}"
             )
-        print(line, file=sys.stdout)
+        print(line)
     return 0

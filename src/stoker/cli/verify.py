@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from stoker.cli._formats import add_format_argument, run_on_set
@@ -166,9 +165,9 @@ def _run(args: argparse.Namespace, name: str) -> int:
         print(json.dumps(report_json(report, name), indent=1))
         return 0 if report.ok else 1
     for problem in report.problems:
-        print(f"problem: {problem}", file=sys.stdout)
+        print(f"problem: {problem}")
     if report.problem_count > len(report.problems):
-        print(f"... and {report.problem_count - len(report.problems)} more", file=sys.stdout)
+        print(f"... and {report.problem_count - len(report.problems)} more")
     if not args.quiet:
         for note in report.notes:
             print(f"note: {note}")

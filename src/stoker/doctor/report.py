@@ -74,6 +74,7 @@ from typing import Any
 from stoker.doctor.budget import budget_data, budget_line
 from stoker.doctor.corrupt import corrupt_data
 from stoker.doctor.findings import Findings
+from stoker.doctor.measure.storage import size_text
 from stoker.doctor.verdict import assumption, headline
 
 __all__ = ["SCHEMA", "SCHEMAS_READ", "SECTIONS", "Report", "report_data"]
@@ -219,9 +220,7 @@ def _clean(x: Any) -> Any:
         return {str(k): _clean(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_clean(v) for v in x]
-    if isinstance(x, bool) or x is None or isinstance(x, str):
-        return x
-    if isinstance(x, int):
+    if x is None or isinstance(x, (int, str)):  # bool is an int
         return x
     try:
         f = float(x)
@@ -362,13 +361,7 @@ def _num(x: float | None, digits: int = 0) -> str:
 
 
 def _size(n: float | None) -> str:
-    """Bytes for a reader: ``1.2 GB``, ``350.0 MB``, ``93.4 kB``."""
-    if n is None:
-        return "-"
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:,.1f} {unit}"
-    return f"{int(n)} bytes"
+    return "-" if n is None else size_text(n)
 
 
 class _Lines(list[str]):

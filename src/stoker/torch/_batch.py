@@ -223,15 +223,19 @@ def flatten(item: Any, target_keys: Sequence[str | int]) -> Tree:
     """
     leaves: list[Any] = []
     targets: list[bool] = []
+    positions = {t for t in target_keys if isinstance(t, int) and not isinstance(t, bool)}
 
-    def walk(x: Any, is_target: bool) -> Callable[[list[Any]], Any]:
+    def walk(x: Any, is_target: bool, top: bool = False) -> Callable[[list[Any]], Any]:
+        """``top``: ``x`` is the batch itself, whose entries ``target_keys`` names."""
         if _is_leaf(x):
             i = len(leaves)
             leaves.append(x)
             targets.append(is_target)
             return lambda new: new[i]
         if isinstance(x, dict):
-            parts = [(k, walk(v, False)) for k, v in x.items()]
+            parts = [
+                (k, walk(v, top and isinstance(k, str) and k in target_keys)) for k, v in x.items()
+            ]
             kind = type(x)
 
             def rebuild_dict(new: list[Any]) -> Any:
@@ -240,7 +244,7 @@ def flatten(item: Any, target_keys: Sequence[str | int]) -> Tree:
 
             return rebuild_dict
         if isinstance(x, (tuple, list)):
-            fns = [walk(v, False) for v in x]
+            fns = [walk(v, top and i in positions) for i, v in enumerate(x)]
             if isinstance(x, tuple) and hasattr(x, "_fields"):  # named tuple
                 nt = type(x)
                 return lambda new: nt(*(f(new) for f in fns))
@@ -270,34 +274,8 @@ def flatten(item: Any, target_keys: Sequence[str | int]) -> Tree:
                 **fields_fn(new),
             )
 
-    elif isinstance(item, dict):
-        parts = [(k, walk(v, isinstance(k, str) and k in target_keys)) for k, v in item.items()]
-        kind = type(item)
-
-        def fn(new: list[Any]) -> Any:
-            d = {k: f(new) for k, f in parts}
-            return d if kind is dict else kind(d)
-
-    elif isinstance(item, (tuple, list)):
-        fns = [
-            walk(
-                v,
-                any(isinstance(t, int) and not isinstance(t, bool) and t == i for t in target_keys),
-            )
-            for i, v in enumerate(item)
-        ]
-        if isinstance(item, tuple) and hasattr(item, "_fields"):
-            nt = type(item)
-
-            def fn(new: list[Any]) -> Any:
-                return nt(*(f(new) for f in fns))
-
-        else:
-            seq = type(item) if type(item) in (tuple, list) else list
-
-            def fn(new: list[Any]) -> Any:
-                return seq(f(new) for f in fns)
-
+    elif isinstance(item, (dict, tuple, list)):
+        fn = walk(item, False, top=True)
     else:
         raise TypeError(
             f"cannot move a batch of type {type(item).__name__} to the device: expected a stoker "

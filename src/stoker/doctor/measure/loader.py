@@ -117,7 +117,6 @@ def measure_loader(
     transforms: Any,
     seconds: float,
     cores: int = 1,
-    warmup_batches: int | None = None,
     max_seconds: float | None = None,
     deadline: float = math.inf,
 ) -> LoaderRun:
@@ -131,7 +130,7 @@ def measure_loader(
     """
     from stoker.loader import Loader
 
-    warm = warmup_batches if warmup_batches is not None else 2 * workers + 2
+    warm = 2 * workers + 2
     t_start = time.perf_counter()
     with (
         quiet_logger("stoker.loader"),  # the report lists the skipped samples

@@ -37,6 +37,7 @@ __all__ = [
     "measure_read_packed",
     "measure_read_records",
     "measure_remote",
+    "size_text",
     "unreadable",
 ]
 
@@ -324,7 +325,7 @@ class RemoteStorage:
 
     def verdict(self) -> str:
         """Whether the cache bounds the run, and what to change when it does."""
-        gb = _gb
+        gb = size_text
         rate = ""
         if self.mb_per_s is not None:
             t = self.epoch_s() or 0.0
@@ -382,7 +383,7 @@ class RemoteStorage:
         }
 
 
-def _gb(n: float) -> str:
+def size_text(n: float) -> str:
     """Bytes for a reader: ``1.2 GB``, ``350.0 MB``, ``93.4 kB``."""
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= size:
@@ -412,7 +413,9 @@ def measure_remote(
     used, free = cache.usage(), _free_bytes(cache.root)
     download_s, ttfb_s, skipped = None, None, ""
     if size > free:
-        skipped = f"{redact(url)} ({_gb(size)}) does not fit in the free space ({_gb(free)})"
+        skipped = (
+            f"{redact(url)} ({size_text(size)}) does not fit in the free space ({size_text(free)})"
+        )
     else:
         ttfb_s = _ttfb(files, url)
         download_s = _download_s(files, url, size)

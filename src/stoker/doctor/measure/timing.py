@@ -160,7 +160,6 @@ def time_loop(
     *,
     seconds: float,
     min_items: int = 1,
-    max_items: int | None = None,
     cycle: bool = True,
     max_seconds: float | None = None,
 ) -> Timed:
@@ -168,14 +167,11 @@ def time_loop(
     at least 2 ms; then, up to ``max_seconds`` (default: ``seconds``), on until the rounds'
     interval is tight (:class:`Spread`).
 
-    Stops after ``max_items`` calls, or at the end of ``items`` when not cycling; runs at
-    least ``min_items`` calls.
+    Stops at the end of ``items`` when not cycling; runs at least ``min_items`` calls.
     """
     if not items:
         return Timed(0, 0.0, 0.0, 0.0, None)
-    limit = max_items if max_items is not None else (1 << 62)
-    if not cycle:
-        limit = min(limit, len(items))
+    limit = (1 << 62) if cycle else len(items)
     clock, cpu = time.perf_counter, time.thread_time
     rounds: list[float] = []
     n = 0

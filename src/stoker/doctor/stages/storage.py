@@ -28,20 +28,15 @@ def run(f: Findings) -> None:
     """Fill ``f.storage``."""
     s, sample = f.settings, f.sample
     _drop_unreadable(f)
+    read = measure_read_files if sample.kind == "folder" else measure_read_records
+    cold, payloads = read(sample, seconds=s.step, cold=True)
+    warm, _ = read(sample, seconds=s.half, cold=False, max_seconds=s.cap(s.half))
+    f.stages += [cold, warm]
     packed: tuple[Stage, Stage] | None = None
     if sample.kind == "folder":
-        cold, payloads = measure_read_files(sample, seconds=s.step, cold=True)
-        warm, _ = measure_read_files(sample, seconds=s.half, cold=False, max_seconds=s.cap(s.half))
-        f.stages += [cold, warm]
         directory = os.path.dirname(os.path.abspath(s.path.rstrip(os.sep)))
         packed = measure_read_packed(payloads, seconds=s.half, directory=directory)
         f.stages += list(packed)
-    else:
-        cold, payloads = measure_read_records(sample, seconds=s.step, cold=True)
-        warm, _ = measure_read_records(
-            sample, seconds=s.half, cold=False, max_seconds=s.cap(s.half)
-        )
-        f.stages += [cold, warm]
     remote = _remote(f)
     use_cold = s.cache == "cold" or (s.cache == "auto" and not _fits(sample.total_bytes))
     note = _cache_note(s.cache, use_cold, sample.total_bytes, cold, warm)
