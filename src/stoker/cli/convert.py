@@ -98,8 +98,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from stoker.formats.remote import remote_url
-
     bad = step_usage(args, _PLAN_HELD)
     if bad is None and args.plan is None and args.format is None:
         bad = "--format is required: the format to write"
@@ -112,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
         return refuse("convert", bad)
     if args.plan is not None and not args.plan_only:
         return run_plan_steps(args, "convert")
-    remote = remote_options(args) if remote_url(args.src) is not None else None
+    remote = remote_options(args)  # a URL's, or a local manifest's naming URLs (allow_hosts)
     return run_options(
         args,
         "convert",
