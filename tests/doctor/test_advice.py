@@ -50,14 +50,23 @@ def test_random_resized_crop_gets_no_pack_size_under_792_px_unless_called_a_trad
     # large enough photos pack at that size, and that is no trade
     assert min(pack_size(CROP, (1500, 2000), (224, 224))[0]) == 792
     assert pack_size(CROP, (1500, 2000), (224, 224))[1] == ""
-    smaller = [
-        r
-        for r in _advice(photos, CROP)
-        if r["action"].startswith(("resize at pack time", "decode at reduced size"))
+    # the trade diagnose finds is what a smaller payload's change carries
+    recs = C.recommend(
+        COST, workers=2, cores=1, efficiency=1.0, loader_rate=100.0, h2d_rate=None,
+        model_rate=1000.0, resized=(1e-4, 1e-4, 1e-4, 1e-4, "224x224", 1.1e-4), trade=why,
+    )  # fmt: skip
+    (resize,) = [r for r in recs if r.action.startswith("resize at pack time")]
+    assert resize.changes_data and "at least 792 px" in resize.detail
+    smaller = ("resize at pack time", "decode at reduced size")
+    r = diagnose(photos, transforms=CROP, batch_size=16, seconds=1.0, loader=False,
+                 progress=False)  # fmt: skip
+    offered = [x for x in r.recommendations if x["action"].startswith(smaller)]
+    noisy = [
+        x for x in r.not_measured if x["stage"].startswith(tuple(f"change: {a}" for a in smaller))
     ]
-    assert smaller  # offered, as a trade that says which size keeps every crop whole
-    for r in smaller:
-        assert r["changes_data"] is True and "at least 792 px" in r["detail"], r
+    assert offered or noisy  # measured; ranked, or on a loaded machine within the noise
+    for x in offered:  # offered as a trade that says which size keeps every crop whole
+        assert x["changes_data"] is True and "at least 792 px" in x["detail"], x
 
 
 def test_the_headline_says_undecided_when_the_verdict_is():
