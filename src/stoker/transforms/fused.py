@@ -30,7 +30,6 @@ import numpy as np
 
 from stoker.transforms._geom import resize
 from stoker.transforms._util import check_image, cv2, cv_input, restore_channels, scratch
-from stoker.transforms.base import Transform
 from stoker.transforms.geometry import (
     CenterCrop,
     HorizontalFlip,
@@ -423,9 +422,6 @@ class FusedCrop:
             return True
 
         return write
-
-    def steps(self) -> list[Transform]:
-        return [t for t in (self.resize, self.crop, self.flip) if t is not None]
 
 
 def fuse(steps: Sequence[Any]) -> tuple[FusedCrop, int] | None:

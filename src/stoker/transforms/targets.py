@@ -20,6 +20,7 @@ pixels and visible fraction >= ``min_visibility``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -110,12 +111,7 @@ class Targets:
                 lo, hi = moved.min(axis=1), moved.max(axis=1)
                 self.boxes[name] = np.concatenate([lo, hi], axis=1)
             self._clip(name)
-        for name, p in self.points.items():
-            if p.size:
-                p = p.copy()
-                p[..., :2] = _apply(m, p[..., :2])
-                self.points[name] = p
-            self._mark(name)
+        self.move_points(functools.partial(_apply, m), self.hw)
         if masks and self.masks:
             from stoker.transforms._util import cv2
 
@@ -152,11 +148,9 @@ class Targets:
         m = np.array([[ow / w, 0.0, 0.0], [0.0, oh / h, 0.0]])
         self.affine(m, out_hw, masks=False)
         if self.masks:
-            from stoker.transforms._util import cv2
+            from stoker.transforms._geom import resize_masks
 
-            c = cv2()
-            for name, mask in self.masks.items():
-                self.masks[name] = c.resize(mask, (ow, oh), interpolation=c.INTER_NEAREST_EXACT)
+            resize_masks(self, oh, ow)
 
     # ------------------------------------------------------------------ bookkeeping
     def _clip(self, name: str) -> None:

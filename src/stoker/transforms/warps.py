@@ -19,7 +19,6 @@ from stoker.transforms._geom import (
     check_affine_interp,
     check_frame,
     resize,
-    resize_masks,
     scale_matrix,
     too_small,
     warp,
@@ -251,18 +250,8 @@ class ScaleTranslate(Transform):
         out = self._paste(img, top, left, h, w, self.fill, self.interpolation)
         height, width = img.shape[:2]
         targets.affine(scale_matrix(w / width, h / height, left, top), (height, width), masks=False)
-        resize_masks(targets, h, w)
-        c = cv2()
-        for name, mask in targets.masks.items():
-            targets.masks[name] = c.copyMakeBorder(
-                cv_input(mask),
-                top,
-                height - h - top,
-                left,
-                width - w - left,
-                c.BORDER_CONSTANT,
-                value=0,
-            )
+        for name, mask in targets.masks.items():  # nearest neighbour, on a 0 ("no object") canvas
+            targets.masks[name] = self._paste(mask, top, left, h, w, 0, "nearest")
         return out
 
     def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
