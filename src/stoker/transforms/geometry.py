@@ -40,7 +40,7 @@ from stoker.transforms._util import (
     size_pair,
     with_hw,
 )
-from stoker.transforms.base import Transform
+from stoker.transforms.base import Transform, _SameSpec
 from stoker.transforms.warps import Rotate, ScaleTranslate, Shear, SineWarp
 
 if TYPE_CHECKING:
@@ -347,7 +347,7 @@ class RandomResizedCrop(Transform):
 
 
 @dataclass(frozen=True)
-class HorizontalFlip(Transform):
+class HorizontalFlip(_SameSpec):
     """Mirror left-right with probability ``p`` (``p=1`` always and ``p=0`` never, without
     drawing from ``rng``).
 
@@ -389,7 +389,3 @@ class HorizontalFlip(Transform):
         for name, mask in targets.masks.items():
             targets.masks[name] = c.flip(cv_input(mask), 1)
         return restore_channels(c.flip(cv_input(img), 1), img)
-
-    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
-        image_spec_dims(in_spec, "HorizontalFlip")
-        return in_spec

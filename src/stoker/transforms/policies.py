@@ -17,12 +17,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from stoker._core.errors import SpecError
-from stoker._core.specs import ArraySpec
 from stoker.transforms._augops import apply_op, move_targets
 from stoker.transforms._geom import check_affine_interp, check_frame
-from stoker.transforms._util import check_fill, check_image, image_spec_dims
-from stoker.transforms.base import Transform
+from stoker.transforms._util import check_fill, check_image
+from stoker.transforms.base import _SameSpec
 
 if TYPE_CHECKING:
     from stoker.transforms.targets import Targets
@@ -131,13 +129,14 @@ def _check(img: np.ndarray, owner: str) -> None:
         raise TypeError(f"{owner}: expects uint8, got {img.dtype}")
 
 
-class _Policy(Transform):
+class _Policy(_SameSpec):
     """What the policies share: the ops, their targets, the spec. A subclass (a frozen
     dataclass with ``fill`` and ``interpolation`` fields) says which ops an image gets
     (``params``) and in which space their arguments are (``space``)."""
 
     _builtin = True
     moves_geometry = True
+    _uint8 = True
     space: ClassVar[str] = "torchvision"  # "torchvision", "wide" or "timm"
     fill: Any
     interpolation: str
@@ -188,12 +187,6 @@ class _Policy(Transform):
             move_targets(targets, *self.kernel(name, arg, img.shape[:2]), img.shape[:2])
             img = self.run(img, name, arg)
         return img
-
-    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
-        image_spec_dims(in_spec, type(self).__name__)
-        if in_spec.dtype != "uint8":
-            raise SpecError(f"{type(self).__name__}: expects uint8 input, got {in_spec.describe()}")
-        return in_spec
 
 
 @dataclass(frozen=True)

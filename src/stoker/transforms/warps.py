@@ -34,7 +34,7 @@ from stoker.transforms._util import (
     image_spec_dims,
     restore_channels,
 )
-from stoker.transforms.base import Transform
+from stoker.transforms.base import Transform, _SameSpec
 from stoker.transforms.targets import from_index_matrix
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ __all__ = ["Rotate", "ScaleTranslate", "Shear", "SineWarp"]
 
 
 @dataclass(frozen=True)
-class Rotate(Transform):
+class Rotate(_SameSpec):
     """Rotate counter-clockwise by an angle drawn uniformly from ``degrees`` (a number ``d``
     means ``(-d, d)``) about the image centre, same size, corners filled with ``fill``.
 
@@ -95,13 +95,9 @@ class Rotate(Transform):
         targets.affine(from_index_matrix(m), img.shape[:2])
         return warp(img, m, self.interpolation, self.fill, inverse=False)
 
-    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
-        image_spec_dims(in_spec, "Rotate")
-        return in_spec
-
 
 @dataclass(frozen=True)
-class Shear(Transform):
+class Shear(_SameSpec):
     """Shear by factors drawn uniformly from ``x`` and ``y`` (a number ``s`` means ``(-s, s)``).
 
     PIL semantics as in the seed's ``img.transform(size, AFFINE, (1, sx, 0, sy, 1, 0))``: the
@@ -164,10 +160,6 @@ class Shear(Transform):
         forward = np.concatenate([inv, -(inv @ m[:, 2:])], axis=1)
         targets.affine(from_index_matrix(forward), img.shape[:2])
         return warp(img, m, self.interpolation, self.fill, inverse=True)
-
-    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
-        image_spec_dims(in_spec, "Shear")
-        return in_spec
 
 
 @dataclass(frozen=True)
@@ -262,7 +254,7 @@ class ScaleTranslate(Transform):
 
 
 @dataclass(frozen=True)
-class SineWarp(Transform):
+class SineWarp(_SameSpec):
     """Roll every column vertically by ``shift(x) = int(a · H/3 · sin(-2πx / (period·W)))``
     with ``a`` drawn from ``amplitude`` (a number means a fixed magnitude) and a random sign:
     the seed-002 sine distortion (``period=0.5``: two waves across the width).
@@ -335,10 +327,6 @@ class SineWarp(Transform):
         for name, mask in targets.masks.items():
             targets.masks[name] = _roll(mask, xy)
         return out
-
-    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
-        image_spec_dims(in_spec, "SineWarp")
-        return in_spec
 
 
 def _roll_map(img: np.ndarray, s: np.ndarray) -> np.ndarray:
