@@ -203,15 +203,15 @@ class RowWriter(Protocol):
 class _WriterState(threading.local):
     """A row writer's memo, one per thread: each crop position's window plan with the buffer
     it resizes into and the crop's view of that buffer (made once, not per sample), each
-    input size's resize target, and a scratch image to mirror or copy into. Bounded: at
-    most :data:`MAX_BUFFERS` buffer shapes (a ninth drops every plan, which view them) and
-    4,096 plans or targets."""
+    input size's resize target, and an image of the ``head`` shape to mirror or copy into.
+    Bounded: at most :data:`MAX_BUFFERS` buffer shapes (a ninth drops every plan, which view
+    them) and 4,096 plans or targets."""
 
-    def __init__(self) -> None:
+    def __init__(self, head: tuple[int, int, int]) -> None:
         self.plans: dict[tuple[int, int, int, int], _HeadPlan] = {}
         self.targets: dict[tuple[int, int], tuple[int, int]] = {}
         self.buffers: dict[tuple[int, ...], np.ndarray] = {}
-        self.scratches: dict[tuple[int, ...], np.ndarray] = {}
+        self.scratch = np.empty(head, np.uint8)
 
     def target(self, rs: Resize, sh: int, sw: int) -> tuple[int, int]:
         got = self.targets.get((sh, sw))
@@ -222,35 +222,21 @@ class _WriterState(threading.local):
         return got
 
     def buffer(self, shape: tuple[int, ...]) -> np.ndarray:
-        """A buffer to resize into; plans view them, so dropping them drops the plans."""
-        return _bounded(self.buffers, shape, then_clear=self.plans)
+        """A uint8 buffer to resize into, made on first use; plans view them, so dropping them
+        drops the plans."""
+        buf = self.buffers.get(shape)
+        if buf is None:
+            if len(self.buffers) >= MAX_BUFFERS:
+                self.buffers.clear()
+                self.plans.clear()
+            buf = self.buffers[shape] = np.empty(shape, np.uint8)
+        return buf
 
     def keep(self, key: tuple[int, int, int, int], plan: _HeadPlan) -> _HeadPlan:
         if len(self.plans) >= MAX_PLANS:
             self.plans.clear()
         self.plans[key] = plan
         return plan
-
-    def scratch(self, shape: tuple[int, ...]) -> np.ndarray:
-        """An image to mirror or copy into before a split (:func:`_split_planes`)."""
-        return _bounded(self.scratches, shape)
-
-
-def _bounded(
-    arrays: dict[tuple[int, ...], np.ndarray],
-    shape: tuple[int, ...],
-    then_clear: dict | None = None,
-) -> np.ndarray:
-    """``arrays[shape]``, a uint8 array made on first use; at most ``MAX_BUFFERS`` shapes
-    (a new one past that drops them all, and ``then_clear`` with them)."""
-    buf = arrays.get(shape)
-    if buf is None:
-        if len(arrays) >= MAX_BUFFERS:
-            arrays.clear()
-            if then_clear is not None:
-                then_clear.clear()
-        buf = arrays[shape] = np.empty(shape, np.uint8)
-    return buf
 
 
 @dataclass(frozen=True)
@@ -330,7 +316,7 @@ class FusedCrop:
         # once (Normalize.planes_writer) instead of through write_head per sample
         planes_into = tail.planes_writer(channels) if chw and tail is not None else None
         f32 = np.dtype(np.float32)
-        local = _WriterState()  # per thread: plans and the buffers they view
+        local = _WriterState((ch, cw, channels))  # per thread: plans and the buffers they view
 
         def plan(sh: int, sw: int, rh: int, rw: int, top: int, left: int) -> _HeadPlan:
             ys, xs, size, kys, kxs = _window_plan(sh, sw, rh, rw, top, left, ch, cw)
@@ -382,14 +368,14 @@ class FusedCrop:
                 if out is not buf:  # OpenCV made an array of its own: crop that one
                     head = out[kys, kxs]
             if planar and dest.flags.c_contiguous:
-                _split_planes(head, dest, flip, local.scratch(head.shape))
+                _split_planes(head, dest, flip, local.scratch)
             elif (
                 planes_into is not None
                 and dest.dtype == f32
                 and dest.shape == row_shape
                 and dest.flags.c_contiguous
             ):
-                planes_into(mirror(head, local.scratch(head.shape)) if flip else head, dest)
+                planes_into(mirror(head, local.scratch) if flip else head, dest)
             else:
                 write_head(head, dest, flip=flip, chw=chw, tail=tail)
             return True
