@@ -12,6 +12,7 @@ import numpy as np
 from stoker._core.errors import SpecError
 from stoker.transforms._util import (
     border_value,
+    check_image,
     check_interp,
     cv2,
     cv_input,
@@ -67,7 +68,9 @@ def crop_resize_matrix(top: int, left: int, h: int, w: int, th: int, tw: int) ->
 
 
 def check_frame(img: np.ndarray, targets: Targets, owner: str) -> None:
-    """The targets must be in the image's frame, or every move would land them wrong."""
+    """``img`` must be an HW or HWC array (``check_image``) and the targets in its frame, or
+    every move would land them wrong."""
+    check_image(img, owner)
     if targets.hw != img.shape[:2]:
         raise ValueError(
             f"{owner}: the boxes, points and masks are in a {targets.hw[0]}x{targets.hw[1]} frame "

@@ -108,7 +108,6 @@ class Resize(Transform):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "Resize")
         check_frame(img, targets, "Resize")
         h, w = img.shape[:2]
         th, tw = self.target((h, w))
@@ -184,7 +183,6 @@ class RandomCrop(Transform):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "RandomCrop")
         check_frame(img, targets, "RandomCrop")
         top, left = self.params(img.shape[:2], rng)
         out = self._crop(img, top, left)
@@ -238,7 +236,6 @@ class CenterCrop(Transform):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "CenterCrop")
         check_frame(img, targets, "CenterCrop")
         top, left = self.params(img.shape[:2])
         th, tw = self.size  # type: ignore[misc]
@@ -319,7 +316,6 @@ class RandomResizedCrop(Transform):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "RandomResizedCrop")
         check_frame(img, targets, "RandomResizedCrop")
         top, left, h, w = self.params(img.shape[:2], rng)
         th, tw = self.size  # type: ignore[misc]
@@ -379,7 +375,6 @@ class HorizontalFlip(_SameSpec):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "HorizontalFlip")
         check_frame(img, targets, "HorizontalFlip")
         if not self.params(rng):
             return img

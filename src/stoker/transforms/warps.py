@@ -88,7 +88,6 @@ class Rotate(_SameSpec):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "Rotate")
         check_frame(img, targets, "Rotate")
         angle = self.params(img.shape[:2], rng)
         m = self.matrix(img.shape[:2], angle)
@@ -146,7 +145,6 @@ class Shear(_SameSpec):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "Shear")
         check_frame(img, targets, "Shear")
         sx, sy = self.params(img.shape[:2], rng)
         m = self.matrix(img.shape[:2], sx, sy)
@@ -234,7 +232,6 @@ class ScaleTranslate(Transform):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "ScaleTranslate")
         check_frame(img, targets, "ScaleTranslate")
         if isinstance(self.fill, tuple) and img.ndim == 2:
             raise ValueError("ScaleTranslate: a per-channel fill needs an HWC image")
@@ -307,7 +304,6 @@ class SineWarp(_SameSpec):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "SineWarp")
         check_frame(img, targets, "SineWarp")
         self.check_targets(frozenset(["boxes"] if targets.boxes else []))
         h, w = img.shape[:2]
