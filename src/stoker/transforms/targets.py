@@ -76,11 +76,8 @@ class Targets:
         t = cls((int(hw[0]), int(hw[1])))
         for name, b in (boxes or {}).items():
             b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
-            x1 = np.minimum(b[:, 0], b[:, 2])
-            x2 = np.maximum(b[:, 0], b[:, 2])
-            y1 = np.minimum(b[:, 1], b[:, 3])
-            y2 = np.maximum(b[:, 1], b[:, 3])
-            t.boxes[name] = np.stack([x1, y1, x2, y2], axis=1)
+            lo, hi = np.minimum(b[:, :2], b[:, 2:]), np.maximum(b[:, :2], b[:, 2:])
+            t.boxes[name] = np.concatenate([lo, hi], axis=1)  # x1 <= x2, y1 <= y2
             t.visible[name] = np.ones(len(b))
             t._clip(name)
         for name, p in (points or {}).items():
