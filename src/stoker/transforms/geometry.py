@@ -168,13 +168,15 @@ class RandomCrop(Transform):
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         check_image(img, "RandomCrop")
         top, left = self.params(img.shape[:2], rng)
-        return self._crop(img, top, left)
+        return self._crop(img, top, left, self.fill)
 
-    def _crop(self, img: np.ndarray, top: int, left: int) -> np.ndarray:
+    def _crop(
+        self, img: np.ndarray, top: int, left: int, fill: float | tuple[float, ...]
+    ) -> np.ndarray:
         if self.padding:
             p = self.padding
             padded = cv2().copyMakeBorder(
-                cv_input(img), p, p, p, p, cv2().BORDER_CONSTANT, value=border_value(self.fill, img)
+                cv_input(img), p, p, p, p, cv2().BORDER_CONSTANT, value=border_value(fill, img)
             )
             img = restore_channels(padded, img)
         th, tw = self.size  # type: ignore[misc]
@@ -185,17 +187,12 @@ class RandomCrop(Transform):
     ) -> np.ndarray:
         check_frame(img, targets, "RandomCrop")
         top, left = self.params(img.shape[:2], rng)
-        out = self._crop(img, top, left)
+        out = self._crop(img, top, left, self.fill)
         p = self.padding
         th, tw = self.size  # type: ignore[misc]
         targets.affine(scale_matrix(1.0, 1.0, p - left, p - top), (th, tw), masks=False)
-        if p:  # masks are padded with 0 ("no object"), whatever the image's fill
-            c = cv2()
-            for name, mask in targets.masks.items():
-                targets.masks[name] = c.copyMakeBorder(
-                    cv_input(mask), p, p, p, p, c.BORDER_CONSTANT, value=0
-                )
-        slice_masks(targets, top, left, th, tw)
+        for name, mask in targets.masks.items():  # padded with 0 ("no object"), whatever the fill
+            targets.masks[name] = self._crop(mask, top, left, 0)
         return out
 
     def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
