@@ -61,12 +61,6 @@ def scale_matrix(sx: float, sy: float, tx: float = 0.0, ty: float = 0.0) -> np.n
     return np.array([[sx, 0.0, tx], [0.0, sy, ty]], dtype=np.float64)
 
 
-def crop_resize_matrix(top: int, left: int, h: int, w: int, th: int, tw: int) -> np.ndarray:
-    """The crop ``(top, left, h, w)`` resized to ``(th, tw)``."""
-    sx, sy = tw / w, th / h
-    return scale_matrix(sx, sy, -left * sx, -top * sy)
-
-
 def check_frame(img: np.ndarray, targets: Targets, owner: str) -> None:
     """``img`` must be an HW or HWC array (``check_image``) and the targets in its frame, or
     every move would land them wrong."""

@@ -20,7 +20,6 @@ import numpy as np
 from stoker._core.specs import ArraySpec
 from stoker.transforms._geom import (
     check_frame,
-    crop_resize_matrix,
     resize,
     resize_masks,
     scale_matrix,
@@ -317,7 +316,8 @@ class RandomResizedCrop(Transform):
         top, left, h, w = self.params(img.shape[:2], rng)
         th, tw = self.size  # type: ignore[misc]
         out = resize(img[top : top + h, left : left + w], th, tw, self.interpolation)
-        targets.affine(crop_resize_matrix(top, left, h, w, th, tw), (th, tw), masks=False)
+        sx, sy = tw / w, th / h  # the crop (top, left, h, w) resized to (th, tw)
+        targets.affine(scale_matrix(sx, sy, -left * sx, -top * sy), (th, tw), masks=False)
         slice_masks(targets, top, left, h, w)
         resize_masks(targets, th, tw)
         return out
