@@ -201,17 +201,6 @@ def _steps(transforms: Iterable[Any], owner: str) -> tuple[Transform, ...]:
     return tuple(out)
 
 
-def _check_out(out: Any, expected: ArraySpec, where: str) -> None:
-    if not isinstance(out, np.ndarray):
-        raise SpecError(
-            f"{where}: returned {type(out).__name__}, expected an ndarray {expected.describe()}"
-        )
-    if not expected.accepts(out):
-        raise SpecError(
-            f"{where}: got {tuple(out.shape)} {out.dtype}, expected {expected.describe()}"
-        )
-
-
 def _run_checked(
     t: Transform,
     img: np.ndarray,
@@ -228,8 +217,16 @@ def _run_checked(
         return t(img, rng) if targets is None else t.apply_targets(img, targets, rng)
     expected = t.output_spec(ArraySpec(img.shape, img.dtype.name))
     out = t(img, rng) if targets is None else t.apply_targets(img, targets, rng)
-    if not (isinstance(out, np.ndarray) and expected.accepts(out)):
-        _check_out(out, expected, where.format(*where_args))
+    if not isinstance(out, np.ndarray):
+        raise SpecError(
+            f"{where.format(*where_args)}: returned {type(out).__name__}, expected an ndarray "
+            f"{expected.describe()}"
+        )
+    if not expected.accepts(out):
+        raise SpecError(
+            f"{where.format(*where_args)}: got {tuple(out.shape)} {out.dtype}, expected "
+            f"{expected.describe()}"
+        )
     if targets is not None and not targets.empty and out.shape[:2] != targets.hw:
         raise SpecError(
             f"{where.format(*where_args)}: returned a {out.shape[0]}x{out.shape[1]} image but "
