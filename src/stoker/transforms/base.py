@@ -38,7 +38,7 @@ import numpy as np
 
 from stoker._core.errors import SpecError
 from stoker._core.specs import ArraySpec
-from stoker.transforms._util import image_spec_dims
+from stoker.transforms._util import check_image, image_spec_dims
 
 if TYPE_CHECKING:
     from stoker.transforms.targets import Targets
@@ -109,6 +109,13 @@ class _SameSpec(Transform):
     """An op that returns an image of its input's spec (HW or HWC; uint8 only with ``_uint8``)."""
 
     _uint8: ClassVar[bool] = False
+
+    def _check_input(self, img: np.ndarray) -> None:
+        """``check_image``, then (with ``_uint8``) the dtype."""
+        owner = type(self).__name__
+        check_image(img, owner)
+        if self._uint8 and img.dtype != np.uint8:
+            raise TypeError(f"{owner}: expects uint8, got {img.dtype}")
 
     def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
         owner = type(self).__name__

@@ -112,9 +112,7 @@ class ColorJitter(_SameSpec):
         return out
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        check_image(img, "ColorJitter")
-        if img.dtype != np.uint8:
-            raise TypeError(f"ColorJitter: expects uint8, got {img.dtype}")
+        self._check_input(img)
         for which, factor in self.params(img.shape[:2], rng):
             img = _ADJUST[which](img, factor)
         return img
