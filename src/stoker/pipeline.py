@@ -67,12 +67,8 @@ class DecodeOptions:
 def _steps(t: Transform) -> list[Transform]:
     """The steps of a chain run one after another: only a ``Compose`` is flattened (the branches
     of ``RandomChoice``/``OneOf`` are alternatives, and their own ``output_spec`` merges them)."""
-    inner = getattr(t, "transforms", None)
-    if isinstance(t, Compose) and isinstance(inner, (list, tuple)):
-        out: list[Transform] = []
-        for s in inner:
-            out.extend(_steps(s) if isinstance(s, Transform) else [s])
-        return out
+    if isinstance(t, Compose):  # its steps are a tuple of Transforms (Compose.__post_init__)
+        return [s for step in t.transforms for s in _steps(step)]
     return [t]
 
 

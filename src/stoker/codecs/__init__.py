@@ -298,12 +298,16 @@ def _check_pixels(h: int, w: int, max_pixels: int, what: str) -> None:
     """``ImageTooLargeError`` when a ``w`` x ``h`` image is over ``max_pixels``; ``what`` says
     where the size comes from ("the PNG header declares")."""
     if h * w > max_pixels:
-        raise ImageTooLargeError(
-            f"{what} {w}x{h} (width x height) = {h * w:,} pixels, over the "
-            f"limit of {max_pixels:,} (max_pixels, a guard against decompression bombs); raise "
-            "it with stoker.pipeline.DecodeOptions(max_pixels=...) for the loader or "
-            "decode(..., max_pixels=...), None for no limit"
-        )
+        raise _too_large(f"{what} {w}x{h} (width x height) = {h * w:,} pixels", max_pixels)
+
+
+def _too_large(size: str, max_pixels: int) -> ImageTooLargeError:
+    """The error for an image of ``size`` (words ending in "pixels") over ``max_pixels``."""
+    return ImageTooLargeError(
+        f"{size}, over the limit of {max_pixels:,} (max_pixels, a guard against decompression "
+        "bombs); raise it with stoker.pipeline.DecodeOptions(max_pixels=...) for the loader or "
+        "decode(..., max_pixels=...), None for no limit"
+    )
 
 
 _BOMB_PIXELS = re.compile(r"\(([0-9]+) pixels\)")
@@ -348,12 +352,7 @@ def _pillow_refused(e: Exception, max_pixels: int | None) -> ImageTooLargeError 
     m = _BOMB_PIXELS.search(str(e))
     if max_pixels is None or m is None or int(m.group(1)) <= max_pixels:
         return None
-    return ImageTooLargeError(
-        f"the image header declares {int(m.group(1)):,} pixels, over the limit of {max_pixels:,} "
-        "(max_pixels, a guard against decompression bombs); raise it with "
-        "stoker.pipeline.DecodeOptions(max_pixels=...) for the loader or "
-        "decode(..., max_pixels=...), None for no limit"
-    )
+    return _too_large(f"the image header declares {int(m.group(1)):,} pixels", max_pixels)
 
 
 def _check_min_size(min_size: Any) -> tuple[int, int]:

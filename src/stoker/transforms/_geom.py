@@ -12,6 +12,7 @@ import numpy as np
 from stoker._core.errors import SpecError
 from stoker.transforms._util import (
     border_value,
+    check_image,
     check_interp,
     cv2,
     cv_input,
@@ -60,14 +61,10 @@ def scale_matrix(sx: float, sy: float, tx: float = 0.0, ty: float = 0.0) -> np.n
     return np.array([[sx, 0.0, tx], [0.0, sy, ty]], dtype=np.float64)
 
 
-def crop_resize_matrix(top: int, left: int, h: int, w: int, th: int, tw: int) -> np.ndarray:
-    """The crop ``(top, left, h, w)`` resized to ``(th, tw)``."""
-    sx, sy = tw / w, th / h
-    return scale_matrix(sx, sy, -left * sx, -top * sy)
-
-
 def check_frame(img: np.ndarray, targets: Targets, owner: str) -> None:
-    """The targets must be in the image's frame, or every move would land them wrong."""
+    """``img`` must be an HW or HWC array (``check_image``) and the targets in its frame, or
+    every move would land them wrong."""
+    check_image(img, owner)
     if targets.hw != img.shape[:2]:
         raise ValueError(
             f"{owner}: the boxes, points and masks are in a {targets.hw[0]}x{targets.hw[1]} frame "

@@ -107,11 +107,9 @@ def image_spec_dims(in_spec: ArraySpec, owner: str) -> tuple[int | None, int | N
     raise SpecError(f"{owner}: expects an HW or HWC image, got {in_spec.describe()}")
 
 
-def with_hw(
-    in_spec: ArraySpec, h: int | None, w: int | None, dtype: str | None = None
-) -> ArraySpec:
-    """``in_spec`` with its two leading dimensions replaced (channels and rank kept)."""
-    return ArraySpec((h, w, *in_spec.shape[2:]), dtype or in_spec.dtype)
+def with_hw(in_spec: ArraySpec, h: int | None, w: int | None) -> ArraySpec:
+    """``in_spec`` with its two leading dimensions replaced (channels, rank and dtype kept)."""
+    return ArraySpec((h, w, *in_spec.shape[2:]), in_spec.dtype)
 
 
 def check_image(img: np.ndarray, owner: str) -> None:

@@ -38,6 +38,7 @@ import numpy as np
 
 from stoker._core.errors import SpecError
 from stoker._core.specs import ArraySpec
+from stoker.transforms._util import check_image, image_spec_dims
 
 if TYPE_CHECKING:
     from stoker.transforms.targets import Targets
@@ -102,3 +103,23 @@ class Transform(abc.ABC):
             args = ", ".join(f"{k}={getattr(self, k)!r}" for k in fields)
             return f"{type(self).__name__}({args})"
         return f"{type(self).__name__}()"
+
+
+class _SameSpec(Transform):
+    """An op that returns an image of its input's spec (HW or HWC; uint8 only with ``_uint8``)."""
+
+    _uint8: ClassVar[bool] = False
+
+    def _check_input(self, img: np.ndarray) -> None:
+        """``check_image``, then (with ``_uint8``) the dtype."""
+        owner = type(self).__name__
+        check_image(img, owner)
+        if self._uint8 and img.dtype != np.uint8:
+            raise TypeError(f"{owner}: expects uint8, got {img.dtype}")
+
+    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
+        owner = type(self).__name__
+        image_spec_dims(in_spec, owner)
+        if self._uint8 and in_spec.dtype != "uint8":
+            raise SpecError(f"{owner}: expects uint8 input, got {in_spec.describe()}")
+        return in_spec

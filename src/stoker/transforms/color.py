@@ -18,7 +18,7 @@ from stoker.transforms._util import (
     restore_channels,
     scratch,
 )
-from stoker.transforms.base import Transform
+from stoker.transforms.base import Transform, _SameSpec
 
 __all__ = [
     "ColorJitter",
@@ -83,7 +83,7 @@ _ADJUST = (adjust_brightness, adjust_contrast, adjust_saturation)
 
 
 @dataclass(frozen=True)
-class ColorJitter(Transform):
+class ColorJitter(_SameSpec):
     """torchvision's ColorJitter without hue: each of ``brightness``, ``contrast``,
     ``saturation`` is a number ``b`` (factor uniform in ``[max(0, 1-b), 1+b]``) or a
     ``(low, high)`` factor range; the enabled adjustments run in a random order.
@@ -95,6 +95,7 @@ class ColorJitter(Transform):
 
     _builtin = True
     moves_geometry = False  # a colour op leaves boxes, points and masks where they are
+    _uint8 = True
 
     def __post_init__(self) -> None:
         for name in ("brightness", "contrast", "saturation"):
@@ -111,18 +112,10 @@ class ColorJitter(Transform):
         return out
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        check_image(img, "ColorJitter")
-        if img.dtype != np.uint8:
-            raise TypeError(f"ColorJitter: expects uint8, got {img.dtype}")
+        self._check_input(img)
         for which, factor in self.params(img.shape[:2], rng):
             img = _ADJUST[which](img, factor)
         return img
-
-    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
-        image_spec_dims(in_spec, "ColorJitter")
-        if in_spec.dtype != "uint8":
-            raise SpecError(f"ColorJitter: expects uint8 input, got {in_spec.describe()}")
-        return in_spec
 
 
 @dataclass(frozen=True)

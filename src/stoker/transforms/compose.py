@@ -201,48 +201,33 @@ def _steps(transforms: Iterable[Any], owner: str) -> tuple[Transform, ...]:
     return tuple(out)
 
 
-def _check_out(out: Any, expected: ArraySpec, where: str) -> None:
-    if not isinstance(out, np.ndarray):
-        raise SpecError(
-            f"{where}: returned {type(out).__name__}, expected an ndarray {expected.describe()}"
-        )
-    if not expected.accepts(out):
-        raise SpecError(
-            f"{where}: got {tuple(out.shape)} {out.dtype}, expected {expected.describe()}"
-        )
-
-
 def _run_checked(
-    t: Transform, img: np.ndarray, rng: np.random.Generator, where: str, *where_args: Any
-) -> np.ndarray:
-    """Run ``t``; check an untrusted step's output. ``where.format(*where_args)`` names the
-    step in the error and is only formatted when there is one (this runs per sample)."""
-    if _trusted(t):
-        return t(img, rng)
-    expected = t.output_spec(ArraySpec(img.shape, img.dtype.name))
-    out = t(img, rng)
-    if not (isinstance(out, np.ndarray) and expected.accepts(out)):
-        _check_out(out, expected, where.format(*where_args))
-    return out
-
-
-def _run_targets(
     t: Transform,
     img: np.ndarray,
-    targets: Targets,
+    targets: Targets | None,
     rng: np.random.Generator,
     where: str,
     *where_args: Any,
 ) -> np.ndarray:
-    """``_run_checked`` for ``apply_targets``: the same draws, the same checks, and an
-    untrusted step must also keep the frame its targets are in."""
+    """Run ``t`` (its ``apply_targets`` when ``targets`` is given); check an untrusted step's
+    output, and that it keeps the frame its targets are in. ``where.format(*where_args)``
+    names the step in the error and is only formatted when there is one (this runs per
+    sample)."""
     if _trusted(t):
-        return t.apply_targets(img, targets, rng)
+        return t(img, rng) if targets is None else t.apply_targets(img, targets, rng)
     expected = t.output_spec(ArraySpec(img.shape, img.dtype.name))
-    out = t.apply_targets(img, targets, rng)
-    if not (isinstance(out, np.ndarray) and expected.accepts(out)):
-        _check_out(out, expected, where.format(*where_args))
-    if not targets.empty and out.shape[:2] != targets.hw:
+    out = t(img, rng) if targets is None else t.apply_targets(img, targets, rng)
+    if not isinstance(out, np.ndarray):
+        raise SpecError(
+            f"{where.format(*where_args)}: returned {type(out).__name__}, expected an ndarray "
+            f"{expected.describe()}"
+        )
+    if not expected.accepts(out):
+        raise SpecError(
+            f"{where.format(*where_args)}: got {tuple(out.shape)} {out.dtype}, expected "
+            f"{expected.describe()}"
+        )
+    if targets is not None and not targets.empty and out.shape[:2] != targets.hw:
         raise SpecError(
             f"{where.format(*where_args)}: returned a {out.shape[0]}x{out.shape[1]} image but "
             f"left the boxes, points and masks in a {targets.hw[0]}x{targets.hw[1]} frame"
@@ -282,14 +267,14 @@ class Compose(Transform):
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         for i, t in enumerate(self.transforms):
-            img = _run_checked(t, img, rng, "Compose step {} ({!r})", i, t)
+            img = _run_checked(t, img, None, rng, "Compose step {} ({!r})", i, t)
         return img
 
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
         for i, t in enumerate(self.transforms):
-            img = _run_targets(t, img, targets, rng, "Compose step {} ({!r})", i, t)
+            img = _run_checked(t, img, targets, rng, "Compose step {} ({!r})", i, t)
         return img
 
     def check_targets(self, kinds: frozenset[str]) -> None:
@@ -361,14 +346,14 @@ class RandomChoice(Transform):
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         i = self.choose(rng)
         t = self.transforms[i]
-        return _run_checked(t, img, rng, "{} branch {} ({!r})", type(self).__name__, i, t)
+        return _run_checked(t, img, None, rng, "{} branch {} ({!r})", type(self).__name__, i, t)
 
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
         i = self.choose(rng)
         t = self.transforms[i]
-        return _run_targets(t, img, targets, rng, "{} branch {} ({!r})", type(self).__name__, i, t)
+        return _run_checked(t, img, targets, rng, "{} branch {} ({!r})", type(self).__name__, i, t)
 
     def check_targets(self, kinds: frozenset[str]) -> None:
         if kinds:
@@ -440,14 +425,14 @@ class RandomApply(Transform):
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         if rng.random() >= self.p:
             return img
-        return _run_checked(self.transform, img, rng, "RandomApply ({!r})", self.transform)
+        return _run_checked(self.transform, img, None, rng, "RandomApply ({!r})", self.transform)
 
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
         if rng.random() >= self.p:
             return img
-        return _run_targets(self.transform, img, targets, rng, "RandomApply ({!r})", self.transform)
+        return _run_checked(self.transform, img, targets, rng, "RandomApply ({!r})", self.transform)
 
     def check_targets(self, kinds: frozenset[str]) -> None:
         if not kinds:

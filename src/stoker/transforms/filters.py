@@ -7,16 +7,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from stoker._core.specs import ArraySpec
 from stoker.transforms._util import (
     check_image,
     cv2,
     cv_input,
     float_range,
-    image_spec_dims,
     restore_channels,
 )
-from stoker.transforms.base import Transform
+from stoker.transforms.base import _SameSpec
 
 __all__ = ["GaussianBlur", "Sharpen", "Smooth"]
 
@@ -26,7 +24,7 @@ _SMOOTH = np.array([[1, 1, 1], [1, 5, 1], [1, 1, 1]], np.float32) / 13.0
 
 
 @dataclass(frozen=True)
-class GaussianBlur(Transform):
+class GaussianBlur(_SameSpec):
     """Gaussian blur with a radius drawn uniformly from ``radius`` (PIL's ``GaussianBlur``
     meaning: the radius is the standard deviation); edges repeat the border pixels."""
 
@@ -55,10 +53,6 @@ class GaussianBlur(Transform):
         out = c.GaussianBlur(cv_input(img), (0, 0), sigmaX=sigma, borderType=c.BORDER_REPLICATE)
         return restore_channels(out, img)
 
-    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
-        image_spec_dims(in_spec, "GaussianBlur")
-        return in_spec
-
 
 def _filter3x3(img: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     """PIL's 3×3 ``ImageFilter.Kernel``: the one-pixel frame is copied from the input."""
@@ -75,7 +69,7 @@ def _filter3x3(img: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     return out
 
 
-class _Kernel(Transform):
+class _Kernel(_SameSpec):
     """One of PIL's 3×3 filters (same kernel, same frame handling, within 1 LSB)."""
 
     _builtin = True
@@ -85,10 +79,6 @@ class _Kernel(Transform):
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         check_image(img, type(self).__name__)
         return _filter3x3(img, self._kernel)
-
-    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
-        image_spec_dims(in_spec, type(self).__name__)
-        return in_spec
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,6 @@ import numpy as np
 
 from stoker.transforms._geom import resize
 from stoker.transforms._util import check_image, cv2, cv_input, restore_channels, scratch
-from stoker.transforms.base import Transform
 from stoker.transforms.geometry import (
     CenterCrop,
     HorizontalFlip,
@@ -204,15 +203,15 @@ class RowWriter(Protocol):
 class _WriterState(threading.local):
     """A row writer's memo, one per thread: each crop position's window plan with the buffer
     it resizes into and the crop's view of that buffer (made once, not per sample), each
-    input size's resize target, and a scratch image to mirror or copy into. Bounded: at
-    most :data:`MAX_BUFFERS` buffer shapes (a ninth drops every plan, which view them) and
-    4,096 plans or targets."""
+    input size's resize target, and an image of the ``head`` shape to mirror or copy into.
+    Bounded: at most :data:`MAX_BUFFERS` buffer shapes (a ninth drops every plan, which view
+    them) and 4,096 plans or targets."""
 
-    def __init__(self) -> None:
+    def __init__(self, head: tuple[int, int, int]) -> None:
         self.plans: dict[tuple[int, int, int, int], _HeadPlan] = {}
         self.targets: dict[tuple[int, int], tuple[int, int]] = {}
         self.buffers: dict[tuple[int, ...], np.ndarray] = {}
-        self.scratches: dict[tuple[int, ...], np.ndarray] = {}
+        self.scratch = np.empty(head, np.uint8)
 
     def target(self, rs: Resize, sh: int, sw: int) -> tuple[int, int]:
         got = self.targets.get((sh, sw))
@@ -223,35 +222,21 @@ class _WriterState(threading.local):
         return got
 
     def buffer(self, shape: tuple[int, ...]) -> np.ndarray:
-        """A buffer to resize into; plans view them, so dropping them drops the plans."""
-        return _bounded(self.buffers, shape, then_clear=self.plans)
+        """A uint8 buffer to resize into, made on first use; plans view them, so dropping them
+        drops the plans."""
+        buf = self.buffers.get(shape)
+        if buf is None:
+            if len(self.buffers) >= MAX_BUFFERS:
+                self.buffers.clear()
+                self.plans.clear()
+            buf = self.buffers[shape] = np.empty(shape, np.uint8)
+        return buf
 
     def keep(self, key: tuple[int, int, int, int], plan: _HeadPlan) -> _HeadPlan:
         if len(self.plans) >= MAX_PLANS:
             self.plans.clear()
         self.plans[key] = plan
         return plan
-
-    def scratch(self, shape: tuple[int, ...]) -> np.ndarray:
-        """An image to mirror or copy into before a split (:func:`_split_planes`)."""
-        return _bounded(self.scratches, shape)
-
-
-def _bounded(
-    arrays: dict[tuple[int, ...], np.ndarray],
-    shape: tuple[int, ...],
-    then_clear: dict | None = None,
-) -> np.ndarray:
-    """``arrays[shape]``, a uint8 array made on first use; at most ``MAX_BUFFERS`` shapes
-    (a new one past that drops them all, and ``then_clear`` with them)."""
-    buf = arrays.get(shape)
-    if buf is None:
-        if len(arrays) >= MAX_BUFFERS:
-            arrays.clear()
-            if then_clear is not None:
-                then_clear.clear()
-        buf = arrays[shape] = np.empty(shape, np.uint8)
-    return buf
 
 
 @dataclass(frozen=True)
@@ -317,10 +302,9 @@ class FusedCrop:
         crop, rs, flip_op = self.crop, self.resize, self.flip
         ch, cw = crop.size  # type: ignore[misc]
         row_shape = (channels, ch, cw) if chw else (ch, cw, channels)
-        if type(crop) is RandomResizedCrop:
-            return self._box_writer(crop, row_shape, chw=chw, tail=tail)
         c = cv2()
         cv_resize, linear = c.resize, c.INTER_LINEAR
+        box = crop if type(crop) is RandomResizedCrop else None
         center = crop if type(crop) is CenterCrop else None
         uint8 = np.dtype(np.uint8)
         flip_p = 0.0 if flip_op is None else float(flip_op.p)
@@ -331,7 +315,7 @@ class FusedCrop:
         # once (Normalize.planes_writer) instead of through write_head per sample
         planes_into = tail.planes_writer(channels) if chw and tail is not None else None
         f32 = np.dtype(np.float32)
-        local = _WriterState()  # per thread: plans and the buffers they view
+        local = _WriterState((ch, cw, channels))  # per thread: plans and the buffers they view
 
         def plan(sh: int, sw: int, rh: int, rw: int, top: int, left: int) -> _HeadPlan:
             ys, xs, size, kys, kxs = _window_plan(sh, sw, rh, rw, top, left, ch, cw)
@@ -350,82 +334,59 @@ class FusedCrop:
                 return False
             if tail is None and (dest.shape != row_shape or dest.dtype != uint8):
                 return False
-            sh, sw = shape[0], shape[1]
-            rh, rw = (sh, sw) if rs is None else local.target(rs, sh, sw)
-            if rh < ch or rw < cw:
-                return False
-            if first is None:
+            if box is not None:  # its box, drawn from rng, resized per sample; then the flip
                 if rng is None:
                     return False
-                draws = rng.random
-            if center is not None:
-                top, left = center.params((rh, rw))
-                # HorizontalFlip.params: one draw, for 0 < p < 1 only
-                u2 = (draws() if first is None else first[0]) if flip_draws else 1.0
+                top, left, h, w = box.params((shape[0], shape[1]), rng)
+                head = resize(img[top : top + h, left : left + w], ch, cw, box.interpolation)
+                flip = flip_op is not None and flip_op.params(rng)
             else:
-                # RandomCrop.params (unpadded), then the flip's draw, from one call:
-                # random(3) gives what random(2) then random() give
-                if first is not None:
-                    u0, u1, u2 = first[0], first[1], first[2]
-                elif flip_draws:
-                    u0, u1, u2 = draws(3).tolist()
+                sh, sw = shape[0], shape[1]
+                rh, rw = (sh, sw) if rs is None else local.target(rs, sh, sw)
+                if rh < ch or rw < cw:
+                    return False
+                if first is None:
+                    if rng is None:
+                        return False
+                    draws = rng.random
+                if center is not None:
+                    top, left = center.params((rh, rw))
+                    # HorizontalFlip.params: one draw, for 0 < p < 1 only
+                    u2 = (draws() if first is None else first[0]) if flip_draws else 1.0
                 else:
-                    (u0, u1), u2 = draws(2).tolist(), 1.0
-                top, left = int(u0 * (rh - ch + 1)), int(u1 * (rw - cw + 1))
-            flip = u2 < flip_p if flip_draws else flip_p >= 1.0
-            if rh == sh and rw == sw:  # no resize: the crop is a view of the image
-                head = img[top : top + ch, left : left + cw]
-            else:  # window_resize into the plan's buffer, of which head is the crop's view
-                ys, xs, size, buf, head, kys, kxs = local.plans.get((sh, sw, top, left)) or plan(
-                    sh, sw, rh, rw, top, left
-                )
-                out = cv_resize(img[ys, xs], size, dst=buf, interpolation=linear)
-                if out is not buf:  # OpenCV made an array of its own: crop that one
-                    head = out[kys, kxs]
+                    # RandomCrop.params (unpadded), then the flip's draw, from one call:
+                    # random(3) gives what random(2) then random() give
+                    if first is not None:
+                        u0, u1, u2 = first[0], first[1], first[2]
+                    elif flip_draws:
+                        u0, u1, u2 = draws(3).tolist()
+                    else:
+                        (u0, u1), u2 = draws(2).tolist(), 1.0
+                    top, left = int(u0 * (rh - ch + 1)), int(u1 * (rw - cw + 1))
+                flip = u2 < flip_p if flip_draws else flip_p >= 1.0
+                if rh == sh and rw == sw:  # no resize: the crop is a view of the image
+                    head = img[top : top + ch, left : left + cw]
+                else:  # window_resize into the plan's buffer, of which head is the crop's view
+                    ys, xs, size, buf, head, kys, kxs = local.plans.get(
+                        (sh, sw, top, left)
+                    ) or plan(sh, sw, rh, rw, top, left)
+                    out = cv_resize(img[ys, xs], size, dst=buf, interpolation=linear)
+                    if out is not buf:  # OpenCV made an array of its own: crop that one
+                        head = out[kys, kxs]
             if planar and dest.flags.c_contiguous:
-                _split_planes(head, dest, flip, local.scratch(head.shape))
+                _split_planes(head, dest, flip, local.scratch)
             elif (
                 planes_into is not None
                 and dest.dtype == f32
                 and dest.shape == row_shape
                 and dest.flags.c_contiguous
             ):
-                planes_into(mirror(head, local.scratch(head.shape)) if flip else head, dest)
+                planes_into(mirror(head, local.scratch) if flip else head, dest)
             else:
                 write_head(head, dest, flip=flip, chw=chw, tail=tail)
             return True
 
         return write
-
-    def _box_writer(
-        self, crop: RandomResizedCrop, row_shape: tuple, *, chw: bool, tail: Normalize | None
-    ) -> RowWriter:
-        """:meth:`row_writer` of a random resized crop: its box, drawn from ``rng`` (``None``
-        gives ``False``), resized per sample, then the flip's draw and the write."""
-        ch, cw = crop.size  # type: ignore[misc]
-        channels, flip_op, uint8 = row_shape[0 if chw else 2], self.flip, np.dtype(np.uint8)
-
-        def write(
-            img: np.ndarray,
-            rng: np.random.Generator | None,
-            dest: np.ndarray,
-            first: Sequence[float] | None = None,
-        ) -> bool:
-            shape = img.shape
-            if img.dtype != uint8 or len(shape) != 3 or shape[2] != channels:
-                return False
-            if tail is None and (dest.shape != row_shape or dest.dtype != uint8) or rng is None:
-                return False
-            top, left, h, w = crop.params((shape[0], shape[1]), rng)
-            head = resize(img[top : top + h, left : left + w], ch, cw, crop.interpolation)
-            flip = flip_op is not None and flip_op.params(rng)
-            write_head(head, dest, flip=flip, chw=chw, tail=tail)
-            return True
-
-        return write
-
-    def steps(self) -> list[Transform]:
-        return [t for t in (self.resize, self.crop, self.flip) if t is not None]
 
 
 def fuse(steps: Sequence[Any]) -> tuple[FusedCrop, int] | None:

@@ -20,7 +20,6 @@ import numpy as np
 from stoker._core.specs import ArraySpec
 from stoker.transforms._geom import (
     check_frame,
-    crop_resize_matrix,
     resize,
     resize_masks,
     scale_matrix,
@@ -40,7 +39,7 @@ from stoker.transforms._util import (
     size_pair,
     with_hw,
 )
-from stoker.transforms.base import Transform
+from stoker.transforms.base import Transform, _SameSpec
 from stoker.transforms.warps import Rotate, ScaleTranslate, Shear, SineWarp
 
 if TYPE_CHECKING:
@@ -108,7 +107,6 @@ class Resize(Transform):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "Resize")
         check_frame(img, targets, "Resize")
         h, w = img.shape[:2]
         th, tw = self.target((h, w))
@@ -169,13 +167,15 @@ class RandomCrop(Transform):
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         check_image(img, "RandomCrop")
         top, left = self.params(img.shape[:2], rng)
-        return self._crop(img, top, left)
+        return self._crop(img, top, left, self.fill)
 
-    def _crop(self, img: np.ndarray, top: int, left: int) -> np.ndarray:
+    def _crop(
+        self, img: np.ndarray, top: int, left: int, fill: float | tuple[float, ...]
+    ) -> np.ndarray:
         if self.padding:
             p = self.padding
             padded = cv2().copyMakeBorder(
-                cv_input(img), p, p, p, p, cv2().BORDER_CONSTANT, value=border_value(self.fill, img)
+                cv_input(img), p, p, p, p, cv2().BORDER_CONSTANT, value=border_value(fill, img)
             )
             img = restore_channels(padded, img)
         th, tw = self.size  # type: ignore[misc]
@@ -184,20 +184,14 @@ class RandomCrop(Transform):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "RandomCrop")
         check_frame(img, targets, "RandomCrop")
         top, left = self.params(img.shape[:2], rng)
-        out = self._crop(img, top, left)
+        out = self._crop(img, top, left, self.fill)
         p = self.padding
         th, tw = self.size  # type: ignore[misc]
         targets.affine(scale_matrix(1.0, 1.0, p - left, p - top), (th, tw), masks=False)
-        if p:  # masks are padded with 0 ("no object"), whatever the image's fill
-            c = cv2()
-            for name, mask in targets.masks.items():
-                targets.masks[name] = c.copyMakeBorder(
-                    cv_input(mask), p, p, p, p, c.BORDER_CONSTANT, value=0
-                )
-        slice_masks(targets, top, left, th, tw)
+        for name, mask in targets.masks.items():  # padded with 0 ("no object"), whatever the fill
+            targets.masks[name] = self._crop(mask, top, left, 0)
         return out
 
     def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
@@ -238,7 +232,6 @@ class CenterCrop(Transform):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "CenterCrop")
         check_frame(img, targets, "CenterCrop")
         top, left = self.params(img.shape[:2])
         th, tw = self.size  # type: ignore[misc]
@@ -319,12 +312,12 @@ class RandomResizedCrop(Transform):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "RandomResizedCrop")
         check_frame(img, targets, "RandomResizedCrop")
         top, left, h, w = self.params(img.shape[:2], rng)
         th, tw = self.size  # type: ignore[misc]
         out = resize(img[top : top + h, left : left + w], th, tw, self.interpolation)
-        targets.affine(crop_resize_matrix(top, left, h, w, th, tw), (th, tw), masks=False)
+        sx, sy = tw / w, th / h  # the crop (top, left, h, w) resized to (th, tw)
+        targets.affine(scale_matrix(sx, sy, -left * sx, -top * sy), (th, tw), masks=False)
         slice_masks(targets, top, left, h, w)
         resize_masks(targets, th, tw)
         return out
@@ -347,7 +340,7 @@ class RandomResizedCrop(Transform):
 
 
 @dataclass(frozen=True)
-class HorizontalFlip(Transform):
+class HorizontalFlip(_SameSpec):
     """Mirror left-right with probability ``p`` (``p=1`` always and ``p=0`` never, without
     drawing from ``rng``).
 
@@ -379,7 +372,6 @@ class HorizontalFlip(Transform):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "HorizontalFlip")
         check_frame(img, targets, "HorizontalFlip")
         if not self.params(rng):
             return img
@@ -389,7 +381,3 @@ class HorizontalFlip(Transform):
         for name, mask in targets.masks.items():
             targets.masks[name] = c.flip(cv_input(mask), 1)
         return restore_channels(c.flip(cv_input(img), 1), img)
-
-    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
-        image_spec_dims(in_spec, "HorizontalFlip")
-        return in_spec

@@ -17,12 +17,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from stoker._core.errors import SpecError
-from stoker._core.specs import ArraySpec
 from stoker.transforms._augops import apply_op, move_targets
 from stoker.transforms._geom import check_affine_interp, check_frame
-from stoker.transforms._util import check_fill, check_image, image_spec_dims
-from stoker.transforms.base import Transform
+from stoker.transforms._util import check_fill
+from stoker.transforms.base import _SameSpec
 
 if TYPE_CHECKING:
     from stoker.transforms.targets import Targets
@@ -125,19 +123,14 @@ def _timm_arg(name: str, level: float, negate: bool) -> Arg:
     return base + int(slope * f) if how == "int" else base - int(slope * f)
 
 
-def _check(img: np.ndarray, owner: str) -> None:
-    check_image(img, owner)
-    if img.dtype != np.uint8:
-        raise TypeError(f"{owner}: expects uint8, got {img.dtype}")
-
-
-class _Policy(Transform):
+class _Policy(_SameSpec):
     """What the policies share: the ops, their targets, the spec. A subclass (a frozen
     dataclass with ``fill`` and ``interpolation`` fields) says which ops an image gets
     (``params``) and in which space their arguments are (``space``)."""
 
     _builtin = True
     moves_geometry = True
+    _uint8 = True
     space: ClassVar[str] = "torchvision"  # "torchvision", "wide" or "timm"
     fill: Any
     interpolation: str
@@ -173,7 +166,7 @@ class _Policy(Transform):
         return apply_op(img, kind, value, interpolation=self.interpolation, fill=self.fill)
 
     def __call__(self, img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        _check(img, type(self).__name__)
+        self._check_input(img)
         for name, arg in self.params(img.shape[:2], rng):
             img = self.run(img, name, arg)
         return img
@@ -181,19 +174,12 @@ class _Policy(Transform):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        owner = type(self).__name__
-        _check(img, owner)
-        check_frame(img, targets, owner)
+        self._check_input(img)
+        check_frame(img, targets, type(self).__name__)
         for name, arg in self.params(img.shape[:2], rng):
             move_targets(targets, *self.kernel(name, arg, img.shape[:2]), img.shape[:2])
             img = self.run(img, name, arg)
         return img
-
-    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
-        image_spec_dims(in_spec, type(self).__name__)
-        if in_spec.dtype != "uint8":
-            raise SpecError(f"{type(self).__name__}: expects uint8 input, got {in_spec.describe()}")
-        return in_spec
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ pixels and visible fraction >= ``min_visibility``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -75,11 +76,8 @@ class Targets:
         t = cls((int(hw[0]), int(hw[1])))
         for name, b in (boxes or {}).items():
             b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
-            x1 = np.minimum(b[:, 0], b[:, 2])
-            x2 = np.maximum(b[:, 0], b[:, 2])
-            y1 = np.minimum(b[:, 1], b[:, 3])
-            y2 = np.maximum(b[:, 1], b[:, 3])
-            t.boxes[name] = np.stack([x1, y1, x2, y2], axis=1)
+            lo, hi = np.minimum(b[:, :2], b[:, 2:]), np.maximum(b[:, :2], b[:, 2:])
+            t.boxes[name] = np.concatenate([lo, hi], axis=1)  # x1 <= x2, y1 <= y2
             t.visible[name] = np.ones(len(b))
             t._clip(name)
         for name, p in (points or {}).items():
@@ -110,12 +108,7 @@ class Targets:
                 lo, hi = moved.min(axis=1), moved.max(axis=1)
                 self.boxes[name] = np.concatenate([lo, hi], axis=1)
             self._clip(name)
-        for name, p in self.points.items():
-            if p.size:
-                p = p.copy()
-                p[..., :2] = _apply(m, p[..., :2])
-                self.points[name] = p
-            self._mark(name)
+        self.move_points(functools.partial(_apply, m), self.hw)
         if masks and self.masks:
             from stoker.transforms._util import cv2
 
@@ -152,11 +145,9 @@ class Targets:
         m = np.array([[ow / w, 0.0, 0.0], [0.0, oh / h, 0.0]])
         self.affine(m, out_hw, masks=False)
         if self.masks:
-            from stoker.transforms._util import cv2
+            from stoker.transforms._geom import resize_masks
 
-            c = cv2()
-            for name, mask in self.masks.items():
-                self.masks[name] = c.resize(mask, (ow, oh), interpolation=c.INTER_NEAREST_EXACT)
+            resize_masks(self, oh, ow)
 
     # ------------------------------------------------------------------ bookkeeping
     def _clip(self, name: str) -> None:

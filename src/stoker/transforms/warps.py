@@ -19,7 +19,6 @@ from stoker.transforms._geom import (
     check_affine_interp,
     check_frame,
     resize,
-    resize_masks,
     scale_matrix,
     too_small,
     warp,
@@ -35,7 +34,7 @@ from stoker.transforms._util import (
     image_spec_dims,
     restore_channels,
 )
-from stoker.transforms.base import Transform
+from stoker.transforms.base import Transform, _SameSpec
 from stoker.transforms.targets import from_index_matrix
 
 if TYPE_CHECKING:
@@ -45,7 +44,7 @@ __all__ = ["Rotate", "ScaleTranslate", "Shear", "SineWarp"]
 
 
 @dataclass(frozen=True)
-class Rotate(Transform):
+class Rotate(_SameSpec):
     """Rotate counter-clockwise by an angle drawn uniformly from ``degrees`` (a number ``d``
     means ``(-d, d)``) about the image centre, same size, corners filled with ``fill``.
 
@@ -89,20 +88,15 @@ class Rotate(Transform):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "Rotate")
         check_frame(img, targets, "Rotate")
         angle = self.params(img.shape[:2], rng)
         m = self.matrix(img.shape[:2], angle)
         targets.affine(from_index_matrix(m), img.shape[:2])
         return warp(img, m, self.interpolation, self.fill, inverse=False)
 
-    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
-        image_spec_dims(in_spec, "Rotate")
-        return in_spec
-
 
 @dataclass(frozen=True)
-class Shear(Transform):
+class Shear(_SameSpec):
     """Shear by factors drawn uniformly from ``x`` and ``y`` (a number ``s`` means ``(-s, s)``).
 
     PIL semantics as in the seed's ``img.transform(size, AFFINE, (1, sx, 0, sy, 1, 0))``: the
@@ -151,7 +145,6 @@ class Shear(Transform):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "Shear")
         check_frame(img, targets, "Shear")
         sx, sy = self.params(img.shape[:2], rng)
         m = self.matrix(img.shape[:2], sx, sy)
@@ -165,10 +158,6 @@ class Shear(Transform):
         forward = np.concatenate([inv, -(inv @ m[:, 2:])], axis=1)
         targets.affine(from_index_matrix(forward), img.shape[:2])
         return warp(img, m, self.interpolation, self.fill, inverse=True)
-
-    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
-        image_spec_dims(in_spec, "Shear")
-        return in_spec
 
 
 @dataclass(frozen=True)
@@ -243,7 +232,6 @@ class ScaleTranslate(Transform):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "ScaleTranslate")
         check_frame(img, targets, "ScaleTranslate")
         if isinstance(self.fill, tuple) and img.ndim == 2:
             raise ValueError("ScaleTranslate: a per-channel fill needs an HWC image")
@@ -251,18 +239,8 @@ class ScaleTranslate(Transform):
         out = self._paste(img, top, left, h, w, self.fill, self.interpolation)
         height, width = img.shape[:2]
         targets.affine(scale_matrix(w / width, h / height, left, top), (height, width), masks=False)
-        resize_masks(targets, h, w)
-        c = cv2()
-        for name, mask in targets.masks.items():
-            targets.masks[name] = c.copyMakeBorder(
-                cv_input(mask),
-                top,
-                height - h - top,
-                left,
-                width - w - left,
-                c.BORDER_CONSTANT,
-                value=0,
-            )
+        for name, mask in targets.masks.items():  # nearest neighbour, on a 0 ("no object") canvas
+            targets.masks[name] = self._paste(mask, top, left, h, w, 0, "nearest")
         return out
 
     def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
@@ -273,7 +251,7 @@ class ScaleTranslate(Transform):
 
 
 @dataclass(frozen=True)
-class SineWarp(Transform):
+class SineWarp(_SameSpec):
     """Roll every column vertically by ``shift(x) = int(a · H/3 · sin(-2πx / (period·W)))``
     with ``a`` drawn from ``amplitude`` (a number means a fixed magnitude) and a random sign:
     the seed-002 sine distortion (``period=0.5``: two waves across the width).
@@ -326,7 +304,6 @@ class SineWarp(Transform):
     def apply_targets(
         self, img: np.ndarray, targets: Targets, rng: np.random.Generator
     ) -> np.ndarray:
-        check_image(img, "SineWarp")
         check_frame(img, targets, "SineWarp")
         self.check_targets(frozenset(["boxes"] if targets.boxes else []))
         h, w = img.shape[:2]
@@ -346,10 +323,6 @@ class SineWarp(Transform):
         for name, mask in targets.masks.items():
             targets.masks[name] = _roll(mask, xy)
         return out
-
-    def output_spec(self, in_spec: ArraySpec) -> ArraySpec:
-        image_spec_dims(in_spec, "SineWarp")
-        return in_spec
 
 
 def _roll_map(img: np.ndarray, s: np.ndarray) -> np.ndarray:
