@@ -44,7 +44,7 @@ from typing import Any, BinaryIO, TypeVar
 
 from stoker._core.atomic import atomic_write
 from stoker._core.errors import ManifestError, StorageError
-from stoker.storage.retry import RetryPolicy, ShortReadError, classify
+from stoker.storage.retry import RetryPolicy, ShortReadError, cause_chain, classify
 from stoker.storage.urls import check_url, is_url, redact
 
 __all__ = ["Remote", "close_filesystems", "storage_env"]
@@ -474,22 +474,12 @@ class Remote:
 
 
 def _find(exc: BaseException, cls: type[BaseException]) -> Any:
-    cur: BaseException | None = exc
-    for _ in range(16):
-        if cur is None:
-            return None
-        if isinstance(cur, cls):
-            return cur
-        cur = cur.__cause__ or cur.__context__
-    return None
+    return next((e for e in cause_chain(exc) if isinstance(e, cls)), None)
 
 
 def _range_not_satisfiable(exc: BaseException) -> bool:
     """HTTP 416: a range that starts at or past the end of the object."""
-    cur: BaseException | None = exc
-    for _ in range(16):
-        if cur is None:
-            return False
+    for cur in cause_chain(exc):
         response = getattr(cur, "response", None)
         if isinstance(response, dict):
             if (response.get("Error") or {}).get("Code") == "InvalidRange":
@@ -498,5 +488,4 @@ def _range_not_satisfiable(exc: BaseException) -> bool:
                 return True
         if getattr(cur, "status", None) == 416:
             return True
-        cur = cur.__cause__ or cur.__context__
     return False
