@@ -234,14 +234,13 @@ def split_rest(
         cut = taken * batch_size
         done += [o[:cut] for o in orders]
         tails = [o[cut : batches * batch_size] for o in orders]
-        seen = np.concatenate(done) if done else np.zeros(0, dtype=np.int64)
+        seen = np.concatenate(done)
         rest = _first_each(np.concatenate(tails).astype(np.int64))
         rest = rest[~np.isin(rest, seen)]
         world = worlds[i + 1] if i + 1 < len(history) else world_size
         frame = _frame(sampler, world, batch_size, drop_last)
         orders, batches, padding, dropped = _split(rest, world, batch_size, drop_last, frame)
         start = frame - batches
-    seen = np.concatenate(done)
     return Rest(
         epoch=epoch,
         world_size=world_size,
