@@ -32,6 +32,7 @@ being read and the byte range; ``storage_options`` never appears in a repr or a 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -171,15 +172,13 @@ def close_filesystems() -> None:
         loop = getattr(fs, "loop", None)
         s3creator = getattr(fs, "_s3creator", None)
         session = getattr(fs, "_session", None)
-        try:
+        with contextlib.suppress(Exception):  # closing is best effort
             if s3creator is not None and getattr(fs, "_s3", None) is not None:
                 type(fs).close_session(loop, s3creator)
                 fs._s3 = None
             elif session is not None and hasattr(type(fs), "close_session"):
                 type(fs).close_session(loop, session)
                 fs._session = None
-        except Exception:  # noqa: BLE001, S110 - closing is best effort
-            pass
 
 
 @dataclass(frozen=True)
@@ -465,10 +464,8 @@ class Remote:
         path = self._path(url)
 
         def rm() -> None:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 self.fs().rm_file(path)
-            except FileNotFoundError:
-                pass
 
         self._retrying(url, "", "removing it", rm)
 
