@@ -83,14 +83,13 @@ def at_rank(sampler: Sampler, rank: int, world_size: int) -> Sampler:
     if type(sampler) is MixtureOrder:
         return sampler.at_rank(rank, world_size)
     if type(sampler) is ShardOrder:
-        s: Any = sampler
         return ShardOrder(
-            s.shard_sizes,
-            seed=s.seed,
+            sampler.shard_sizes,
+            seed=sampler.seed,
             rank=rank,
             world_size=world_size,
-            drop_last=s.drop_last,
-            window=s.window,
+            drop_last=sampler.drop_last,
+            window=sampler.window,
         )
     if type(sampler) in (EpochOrder, Subset):
         e: Any = sampler
