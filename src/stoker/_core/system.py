@@ -62,11 +62,9 @@ def usable_cores() -> int:
 def dist_rank() -> tuple[int, int]:
     """``(rank, world_size)`` of this process in its training job."""
     dist = sys.modules.get("torch.distributed")
-    try:
+    with contextlib.suppress(RuntimeError, ValueError):  # a group torn down between the calls
         if dist is not None and dist.is_available() and dist.is_initialized():
             return int(dist.get_rank()), int(dist.get_world_size())
-    except (RuntimeError, ValueError):  # a group torn down between the two calls
-        pass
     try:
         return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     except ValueError:
@@ -125,13 +123,11 @@ def _memory_cgroups(proc: str, cgroup_root: str) -> Iterator[tuple[list[str], _N
 
 
 def _mem_available(proc: str) -> int | None:
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         with open(os.path.join(proc, "meminfo")) as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
     return None
 
 

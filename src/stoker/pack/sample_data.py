@@ -83,19 +83,17 @@ def _shape_mask(shape: int, h: int, w: int, rng: np.random.Generator) -> np.ndar
         pts = np.stack([cx + radii * np.cos(a), cy + radii * np.sin(a)], axis=1)
         return np.round(pts * f).astype(np.int32)
 
-    if shape == 0:  # disc
-        cv2.circle(mask, (round(cx * f), round(cy * f)), round(r * f), 255, -1, cv2.LINE_AA, shift)
+    if shape in (0, 3):  # disc (filled), ring
+        thick = -1 if shape == 0 else max(2, round(r * 0.35))
+        cv2.circle(
+            mask, (round(cx * f), round(cy * f)), round(r * f), 255, thick, cv2.LINE_AA, shift
+        )
     elif shape == 1:  # square
         a = np.arange(4) * (math.pi / 2) + math.pi / 4
         cv2.fillPoly(mask, [poly(a, np.full(4, r * 1.2))], 255, cv2.LINE_AA, shift)
     elif shape == 2:  # triangle
         a = np.arange(3) * (2 * math.pi / 3) - math.pi / 2
         cv2.fillPoly(mask, [poly(a, np.full(3, r * 1.3))], 255, cv2.LINE_AA, shift)
-    elif shape == 3:  # ring
-        thick = max(2, round(r * 0.35))
-        cv2.circle(
-            mask, (round(cx * f), round(cy * f)), round(r * f), 255, thick, cv2.LINE_AA, shift
-        )
     else:  # cross: two bars
         half_len, half_wid = r * 1.15, r * 0.32
         corners = np.array([[-1, -1], [1, -1], [1, 1], [-1, 1]], np.float64)

@@ -60,8 +60,6 @@ class Difference:
         got = _name(self.got_index, self.got_key)
         if self.why == "index":
             what = f"expected {exp}, got {got}"
-        elif self.why in ("pixels", "fields"):
-            what = got
         elif self.why == "missing":
             what = f"{exp} (nothing delivered in its place)" if self.batch is not None else exp
         else:

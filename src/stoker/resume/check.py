@@ -37,7 +37,7 @@ import numpy as np
 
 from stoker._core.checks import check_int
 from stoker._core.errors import CheckResumeError, with_child_traceback
-from stoker.resume._compare import Difference, compare_epoch_elastic, compare_epoch_exact
+from stoker.resume._compare import Difference, _diff, compare_epoch_elastic, compare_epoch_exact
 from stoker.resume._run import Segment, read_log, run_segment
 
 __all__ = ["ResumeReport", "check_resume"]
@@ -412,16 +412,7 @@ def _compare(
     extra = got[got["epoch"] >= epochs]
     if len(extra):
         g = extra[0]
-        return Difference(
-            why="extra",
-            epoch=int(g["epoch"]),
-            rank=int(g["rank"]),
-            world_size=int(g["world"]),
-            batch=int(g["batch"]),
-            row=int(g["row"]),
-            got_index=int(g["index"]),
-            got_key=int(g["key"]),
-        )
+        return _diff("extra", int(g["epoch"]), int(g["rank"]), int(g["world"]), None, g, -1)
     return None
 
 

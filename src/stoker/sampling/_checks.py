@@ -55,9 +55,7 @@ def as_labels(labels: object, *, name: str = "labels") -> np.ndarray:
             f"{name} must be 1-D (one label per sample), got shape {arr.shape}; "
             f"for multi-label records pick one column, e.g. {name}[:, 0]"
         )
-    if arr.dtype.kind in "iu":
-        return arr.astype(np.int64)
-    if arr.dtype.kind == "b":
+    if arr.dtype.kind in "iub":
         return arr.astype(np.int64)
     if arr.dtype.kind == "f":
         bad = ~np.isfinite(arr) | (arr != np.round(arr))

@@ -157,10 +157,7 @@ class AspectBuckets(Sampler):
     def batch_sizes(self, epoch: int) -> np.ndarray:
         """int64 ``(batches, 2)``: each of this rank's batches' largest stored (height, width)
         (what the loader pads to when the transforms keep the size)."""
-        b = self.batches(epoch)
-        if not len(b):
-            return np.zeros((0, 2), np.int64)
-        return self.sizes[b].max(axis=1)
+        return self.sizes[self.batches(epoch)].max(axis=1)  # (0, batch_size) gives (0, 2)
 
     def report(self) -> dict:
         """What this configuration does to an epoch (:meth:`LengthBuckets.report`)."""

@@ -83,14 +83,13 @@ def at_rank(sampler: Sampler, rank: int, world_size: int) -> Sampler:
     if type(sampler) is MixtureOrder:
         return sampler.at_rank(rank, world_size)
     if type(sampler) is ShardOrder:
-        s: Any = sampler
         return ShardOrder(
-            s.shard_sizes,
-            seed=s.seed,
+            sampler.shard_sizes,
+            seed=sampler.seed,
             rank=rank,
             world_size=world_size,
-            drop_last=s.drop_last,
-            window=s.window,
+            drop_last=sampler.drop_last,
+            window=sampler.window,
         )
     if type(sampler) in (EpochOrder, Subset):
         e: Any = sampler
@@ -234,14 +233,13 @@ def split_rest(
         cut = taken * batch_size
         done += [o[:cut] for o in orders]
         tails = [o[cut : batches * batch_size] for o in orders]
-        seen = np.concatenate(done) if done else np.zeros(0, dtype=np.int64)
+        seen = np.concatenate(done)
         rest = _first_each(np.concatenate(tails).astype(np.int64))
         rest = rest[~np.isin(rest, seen)]
         world = worlds[i + 1] if i + 1 < len(history) else world_size
         frame = _frame(sampler, world, batch_size, drop_last)
         orders, batches, padding, dropped = _split(rest, world, batch_size, drop_last, frame)
         start = frame - batches
-    seen = np.concatenate(done)
     return Rest(
         epoch=epoch,
         world_size=world_size,

@@ -70,9 +70,7 @@ def close_lock(fd: int) -> None:
 
 
 def _forget_locks() -> None:
-    """In a forked child, close the lock descriptors it inherited: a flock lasts while any
-    copy of its descriptor is open, so otherwise a child would keep its parent's pins, or a
-    lock that a parent's thread held at the fork, for as long as the child lives."""
+    """In a forked child, close the lock descriptors it inherited (see the module docstring)."""
     for fd in LOCKS_HELD:
         with contextlib.suppress(OSError):
             os.close(fd)

@@ -31,6 +31,7 @@ Then it raises the first error a background fetch raised, if any.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -150,10 +151,8 @@ class AheadFetcher:
         if exc is None:
             self.close()
             return
-        try:  # an exception is on its way out already: do not hide it behind a fetch error
+        with contextlib.suppress(Exception):  # the exception on its way out, not a fetch error
             self.close()
-        except Exception:
-            pass
 
     # -- the thread -------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ being read and the byte range; ``storage_options`` never appears in a repr or a 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -44,7 +45,7 @@ from typing import Any, BinaryIO, TypeVar
 
 from stoker._core.atomic import atomic_write
 from stoker._core.errors import ManifestError, StorageError
-from stoker.storage.retry import RetryPolicy, ShortReadError, classify
+from stoker.storage.retry import RetryPolicy, ShortReadError, cause_chain, classify
 from stoker.storage.urls import check_url, is_url, redact
 
 __all__ = ["Remote", "close_filesystems", "storage_env"]
@@ -171,15 +172,13 @@ def close_filesystems() -> None:
         loop = getattr(fs, "loop", None)
         s3creator = getattr(fs, "_s3creator", None)
         session = getattr(fs, "_session", None)
-        try:
+        with contextlib.suppress(Exception):  # closing is best effort
             if s3creator is not None and getattr(fs, "_s3", None) is not None:
                 type(fs).close_session(loop, s3creator)
                 fs._s3 = None
             elif session is not None and hasattr(type(fs), "close_session"):
                 type(fs).close_session(loop, session)
                 fs._session = None
-        except Exception:  # noqa: BLE001, S110 - closing is best effort
-            pass
 
 
 @dataclass(frozen=True)
@@ -465,31 +464,19 @@ class Remote:
         path = self._path(url)
 
         def rm() -> None:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 self.fs().rm_file(path)
-            except FileNotFoundError:
-                pass
 
         self._retrying(url, "", "removing it", rm)
 
 
 def _find(exc: BaseException, cls: type[BaseException]) -> Any:
-    cur: BaseException | None = exc
-    for _ in range(16):
-        if cur is None:
-            return None
-        if isinstance(cur, cls):
-            return cur
-        cur = cur.__cause__ or cur.__context__
-    return None
+    return next((e for e in cause_chain(exc) if isinstance(e, cls)), None)
 
 
 def _range_not_satisfiable(exc: BaseException) -> bool:
     """HTTP 416: a range that starts at or past the end of the object."""
-    cur: BaseException | None = exc
-    for _ in range(16):
-        if cur is None:
-            return False
+    for cur in cause_chain(exc):
         response = getattr(cur, "response", None)
         if isinstance(response, dict):
             if (response.get("Error") or {}).get("Code") == "InvalidRange":
@@ -498,5 +485,4 @@ def _range_not_satisfiable(exc: BaseException) -> bool:
                 return True
         if getattr(cur, "status", None) == 416:
             return True
-        cur = cur.__cause__ or cur.__context__
     return False

@@ -19,7 +19,7 @@ import errno
 import random
 from dataclasses import dataclass
 
-__all__ = ["RetryPolicy", "ShortReadError", "classify"]
+__all__ = ["RetryPolicy", "ShortReadError", "cause_chain", "classify"]
 
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _DENIED_STATUS = frozenset({401, 403})
@@ -77,7 +77,8 @@ class RetryPolicy:
         return (rng or random).uniform(0.0, ceiling)
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
+def cause_chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes (``__cause__``, else ``__context__``), at most 16, each once."""
     seen: list[BaseException] = []
     cur: BaseException | None = exc
     while cur is not None and len(seen) < 16 and all(cur is not s for s in seen):
@@ -100,7 +101,7 @@ def _status_and_code(exc: BaseException) -> tuple[int | None, str | None]:
 
 def classify(exc: BaseException) -> str:
     """``"transient"``, ``"missing"``, ``"denied"`` or ``"permanent"`` (module docstring)."""
-    chain = _chain(exc)
+    chain = cause_chain(exc)
     # The root cause first: fsspec's HTTP backend turns any failed HEAD, a 503 too, into a
     # FileNotFoundError whose cause is the real answer.
     for e in reversed(chain):

@@ -85,11 +85,9 @@ class Folder:
         self, options: PackOptions, plan: Plan, fp: str, t0: float, **kw: Any
     ) -> PackReport:
         """Every shard checked, the set's files committed, the manifest last."""
-        if not self.staging:
-            return finalize(options, plan, fp, t0, **kw)
-        staged_options, staged_plan = self.here(options, plan)
-        report = finalize(staged_options, staged_plan, fp, t0, **kw)
-        return _move_in(report, staged_options.prefix, options.prefix)
+        here_options, here_plan = self.here(options, plan)
+        report = finalize(here_options, here_plan, fp, t0, **kw)
+        return _move_in(report, here_options.prefix, options.prefix) if self.staging else report
 
 
 def _staging_prefix(prefix: str) -> str:

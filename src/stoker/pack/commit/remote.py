@@ -113,12 +113,6 @@ def _holds(
         return stream_crc32c(tmp) == crc
 
 
-def _same(remote: Remote, url: str, local: str, present: Mapping[str, int]) -> bool:
-    """True when the object at ``url`` already holds ``local``'s bytes."""
-    crc, md5 = file_crc32c_md5(local)
-    return _holds(remote, url, os.path.getsize(local), crc, md5, present)
-
-
 def _present(remote: Remote, url: str) -> dict[str, int]:
     """Name -> size of the objects in the folder of the prefix ``url`` (one LIST)."""
     folder = _folder_url(url)

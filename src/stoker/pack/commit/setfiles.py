@@ -157,8 +157,7 @@ def finalize(
     sides = [read_sidecar(sidecar_path(paths, s)) or {} for s in range(plan.n_shards)]
     report = commit_set(options, plan, sides, t0, resumed=resumed)
     for s in range(plan.n_shards):
-        side_path = sidecar_path(paths, s)
-        for p in (side_path, lock_path(paths, s)):
+        for p in (sidecar_path(paths, s), lock_path(paths, s)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)
     return report

@@ -58,9 +58,8 @@ from stoker.pack.commit.destination import destination
 from stoker.pack.commit.setfiles import check_listing_rejects, make_out_dir
 from stoker.pack.plan.options import PackOptions
 from stoker.pack.plan.plan import Plan, fingerprint, make_plan
-from stoker.pack.run.outputs import OutputPaths
 from stoker.pack.run.report import PackReport
-from stoker.pack.run.shardjob import ShardOutcome
+from stoker.pack.run.shardjob import ShardOutcome, output_paths
 
 if TYPE_CHECKING:
     from stoker.pack.run.pool import Pool
@@ -207,7 +206,7 @@ def run_jobs(
     dest = destination(options, storage_options)
     here, here_plan = dest.here(options, plan)  # where this driver writes (a URL: staging)
     make_out_dir(here.prefix)
-    paths = OutputPaths.for_plan(here_plan, list_file=options.list_file, format=options.format)
+    paths = output_paths(here, here_plan)
     settings = options.journal_json()
     fp = fingerprint(plan, settings)
     same_plan = paths.journal_matches(fp)

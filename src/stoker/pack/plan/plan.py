@@ -55,9 +55,6 @@ class Plan:
             return 1
         return max(1, -(-len(self.items) // self.shard_size))
 
-    def shard_of(self, pos: int) -> int:
-        return 0 if self.shard_size is None else pos // self.shard_size
-
     def shard_id(self, s: int) -> int | None:
         """What a format's writer is told shard ``s`` is (``None``: the one unsharded file)."""
         return None if self.shard_size is None else s

@@ -127,8 +127,7 @@ class _Confine:
             if real_dir is None:
                 real_dir = self.dirs[folder] = os.path.realpath(folder)
             real = os.path.join(real_dir, name)
-        inside = self.base_real.rstrip(os.sep) + os.sep
-        if real != self.base_real and not real.startswith(inside):
+        if not files.inside(real, self.base_real):
             return "outside_root", (
                 f"leads to {real!r}, outside root={self.base!r} (--root); pass "
                 "allow_outside_root=True (--allow-outside-root) to pack it"

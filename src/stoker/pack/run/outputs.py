@@ -176,8 +176,6 @@ class ShardWriters:
     first use."""
 
     def __init__(self, paths: OutputPaths, schema: Schema | None) -> None:
-        from stoker.formats.registry import get
-
         self.open_writer = get(paths.format).load("writer")
         self.paths = paths
         self.schema = schema
@@ -282,11 +280,11 @@ def class_counts(plan: Plan, written: np.ndarray) -> dict[str, int]:
         labels = items.labels[written].astype(np.int64)  # a convert in the source's order
         labels = labels[(labels >= 0) & (labels < len(counts))]
         counts += np.bincount(labels, minlength=len(counts)).astype(np.int64)
-        return {name: int(counts[i]) for name, i in plan.scan.classes.items()}
-    for pos in np.flatnonzero(written).tolist():
-        lab = plan.items[pos].label
-        if not isinstance(lab, tuple) and 0 <= int(lab) < len(counts):
-            counts[int(lab)] += 1
+    else:
+        for pos in np.flatnonzero(written).tolist():
+            lab = plan.items[pos].label
+            if not isinstance(lab, tuple) and 0 <= int(lab) < len(counts):
+                counts[int(lab)] += 1
     return {name: int(counts[i]) for name, i in plan.scan.classes.items()}
 
 
@@ -302,8 +300,6 @@ def write_manifest(
     """The manifest (``OUT.stoker.json``) through the format's ``write_set_manifest``, written
     atomically and last; ``schema``: a listing's or a converted set's (a folder's manifest has
     none, and stays as it was)."""
-    from stoker.formats.registry import get
-
     write_set = get(paths.format).load("manifest")
     write_set(
         paths.manifest,

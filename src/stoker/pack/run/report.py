@@ -134,7 +134,7 @@ class Tally(_Counts):
 
     ``written`` marks the positions stored; it and the byte, format, rotation and
     pass-through counts cover every record stored, those kept from an interrupted run included
-    (a resume counts them in from the records journal, :meth:`count`).
+    (a resume counts them in from the shards' side-cars, :meth:`ShardCounts.add_to`).
     """
 
     def __init__(self, scan: ScanResult, items: Any) -> None:
@@ -145,10 +145,6 @@ class Tally(_Counts):
         self.item_rejects: list[tuple[int, str, str]] = []  # (position, reason, detail)
         self.resumed = 0
         self.resumed_bytes_in = 0
-
-    def wrote(self, pos: int, fmt: str, rotated: bool, passthrough: bool, size_in: int) -> None:
-        self.written[pos] = True
-        self.count(fmt, rotated, passthrough, size_in)
 
     @property
     def n_written(self) -> int:

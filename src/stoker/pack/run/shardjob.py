@@ -225,7 +225,7 @@ def _run_shard(
             convert_range(plan, a, b, s, writers, counts, rejects, lengths, bar)
         else:
             stream = _stream(options, plan, a, b, pool)
-            _store(plan, s, stream, writers, counts, rejects, lengths, bar)
+            _store(plan, s, stream, writers, counts, rejects, bar)
             if options.layout != "plain":
                 _write_layout(options, plan, paths, writers, rejects)
         nbytes = int(writers.get(s).bytes_written)
@@ -265,7 +265,6 @@ def _store(
     writers: ShardWriters,
     counts: ShardCounts,
     rejects: list[list],
-    lengths: dict[str, int],
     bar: Progress | None,
 ) -> None:
     """Write the checked files' results of ``stream`` into shard ``s`` in position order."""
