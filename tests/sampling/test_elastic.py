@@ -247,3 +247,16 @@ def test_exactly_once_for_any_sizes(sizes, per, old_world, new_world, at, drop_l
     rest = split_rest(base, EPOCH, per, drop_last=drop_last, history=hist, world_size=new_world)
     after = new_run(base, rest, per, drop_last)
     check_epoch(base, before, after, rest, drop_last, old_world, per)
+
+
+def test_a_block_windowed_shard_order_keeps_its_blocks_at_another_world_size():
+    """A set whose shards read in blocks is windowed by blocks at every world size, so an
+    elastic resume replays the order those ranks were given."""
+    blocks = [3, 4] * 5 + [3]  # each shard of 7 in two blocks, the last shard in one
+    base = ShardOrder(SIZES, seed=3, window=2, blocks=blocks)
+    for world in (1, 2, 3):
+        for r in range(world):
+            want = ShardOrder(SIZES, seed=3, window=2, blocks=blocks, rank=r, world_size=world)
+            np.testing.assert_array_equal(
+                at_rank(base, r, world).indices(EPOCH), want.indices(EPOCH)
+            )

@@ -90,6 +90,7 @@ def at_rank(sampler: Sampler, rank: int, world_size: int) -> Sampler:
             world_size=world_size,
             drop_last=sampler.drop_last,
             window=sampler.window,
+            blocks=None if sampler.cuts is None else np.diff(sampler.cuts),
         )
     if type(sampler) in (EpochOrder, Subset):
         e: Any = sampler
