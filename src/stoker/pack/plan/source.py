@@ -35,7 +35,6 @@ __all__ = [
     "open_source",
     "reject_text",
     "source_digest",
-    "variable_lengths",
 ]
 
 
@@ -128,13 +127,6 @@ def manifest_schema(schema: Schema | None, lengths: dict[str, int]) -> Schema:
     its int64 class id when there is none), with each variable field's ``max_len`` over the
     records written."""
     return (schema or Schema.classification()).with_max_len(lengths)
-
-
-def variable_lengths(schema: Schema, fields: dict[str, Any], into: dict[str, int]) -> None:
-    """Raise ``into[name]`` to each variable field's row count or byte length in ``fields``."""
-    for name, f in schema.stored.items():
-        if f.variable and name in fields:
-            into[name] = max(into.get(name, 0), f.length(fields[name]))
 
 
 def reject_text(reader: Reader, i: int, e: BaseException) -> str:
