@@ -22,7 +22,7 @@ from stoker._core.schema import Field, Schema
 from stoker.formats.base import ReadRecord, Shard
 from stoker.formats.manifest import manifest_schema
 from stoker.formats.sharded import SetPlan, ShardFiles
-from stoker.formats.wds.index import TarIndex, load_index, parse_cache
+from stoker.formats.wds.index import TarIndex, load_index, parse_cache, refusing
 from stoker.formats.wds.layout import (
     IMAGE_SUFFIXES,
     LABEL_SUFFIX,
@@ -58,13 +58,6 @@ def check_uncompressed(path: str, head: bytes) -> None:
             raise CorruptRecordError(path, 0, compressed_message(path, kind))
     if path.lower().endswith(_COMPRESSED_NAMES):
         raise CorruptRecordError(path, 0, compressed_message(path, "compressed"))
-
-
-def _raise(path: str):  # noqa: ANN202 - a closure
-    def on_problem(offset: int, reason: str) -> None:
-        raise CorruptRecordError(path, offset, reason)
-
-    return on_problem
 
 
 def decode_field(
@@ -213,7 +206,7 @@ class WdsShard(Shard):
                     self.path,
                     None,
                     self.tar_bytes,
-                    _raise(self.path),
+                    refusing(self.path),
                     cache=self.cache,
                     identity=self.files.identity,
                 )
@@ -241,7 +234,7 @@ class WdsShard(Shard):
                 self.path,
                 view,
                 len(view),
-                _raise(self.path),
+                refusing(self.path),
                 cache=self.cache,
                 identity=self.files.identity,
             )
