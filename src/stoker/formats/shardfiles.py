@@ -103,7 +103,7 @@ class RemoteShards:
     def _setup(self) -> None:
         self.on_release: Callable[[int], None] | None = None
         self._pins: dict[int, list[Pin]] = {}
-        self._held: OpenShards[None] = OpenShards(max(self.cap, 1))
+        self._held = OpenShards(max(self.cap, 1))
         self._claim: Any = None
         self._keep = False  # holding a shard: a release meanwhile keeps the claim
         per = self.marks or max((len(s) for s in self.entries), default=1)
