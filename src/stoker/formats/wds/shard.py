@@ -19,7 +19,7 @@ import numpy as np
 
 from stoker._core.errors import CorruptRecordError, ManifestError, SpecError
 from stoker._core.schema import Field, Schema
-from stoker.formats.base import ReadRecord, Shard
+from stoker.formats.base import ReadRecord, Shard, unmap
 from stoker.formats.manifest import manifest_schema
 from stoker.formats.sharded import SetPlan, ShardFiles
 from stoker.formats.wds.index import TarIndex, load_index, parse_cache, refusing
@@ -259,16 +259,7 @@ class WdsShard(Shard):
     def _drop(self) -> None:
         view, mm = self._view, self._mm
         self._view = self._mm = None
-        if view is not None:
-            try:
-                view.release()
-            except BufferError:  # a caller still holds a slice; the GC unmaps later
-                pass
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass
+        unmap(view, mm)
 
     def close(self) -> None:
         """Release the map (the index stays: it is small and costs a pass to rebuild)."""
