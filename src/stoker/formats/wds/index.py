@@ -353,14 +353,13 @@ def load_index(
     path: str,
     view: memoryview | None,
     size: int,
-    on_problem: OnProblem,
     *,
     cache: bool = True,
     identity: str | None = None,
 ) -> TarIndex | None:
     """The index of tar ``path`` (mapped as ``view``): from the cache when a sound entry
-    exists, else built (``on_problem`` must raise: an index with problems is never cached)
-    and cached when the cache directory is writable. ``identity``: what the bytes are filed
+    exists, else built (its first problem a ``CorruptRecordError``: an index with problems is
+    never cached) and cached when the cache directory is writable. ``identity``: what the bytes are filed
     under instead of the file's stat (:func:`~stoker._core.cache.cache_file`); ``view=None``
     only looks in the cache (``None`` when the entry is not there)."""
     entry = cache_file("wds-index", path, ".stkwds", identity=identity) if cache else None
@@ -378,7 +377,7 @@ def load_index(
             return found
     if view is None:
         return None
-    index = build_index(view, size, on_problem, Walk(path, size))
+    index = build_index(view, size, refusing(path), Walk(path, size))
     if entry is not None:
         write_cache_file(entry, index.chunks())
     return index

@@ -22,7 +22,7 @@ from stoker._core.schema import Field, Schema
 from stoker.formats.base import ReadRecord, Shard, unmap
 from stoker.formats.manifest import manifest_schema
 from stoker.formats.sharded import SetPlan, ShardFiles
-from stoker.formats.wds.index import TarIndex, load_index, parse_cache, refusing
+from stoker.formats.wds.index import TarIndex, load_index, parse_cache
 from stoker.formats.wds.layout import (
     IMAGE_SUFFIXES,
     LABEL_SUFFIX,
@@ -206,7 +206,6 @@ class WdsShard(Shard):
                     self.path,
                     None,
                     self.tar_bytes,
-                    refusing(self.path),
                     cache=self.cache,
                     identity=self.files.identity,
                 )
@@ -234,7 +233,6 @@ class WdsShard(Shard):
                 self.path,
                 view,
                 len(view),
-                refusing(self.path),
                 cache=self.cache,
                 identity=self.files.identity,
             )
