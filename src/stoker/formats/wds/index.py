@@ -359,9 +359,9 @@ def load_index(
 ) -> TarIndex | None:
     """The index of tar ``path`` (mapped as ``view``): from the cache when a sound entry
     exists, else built (its first problem a ``CorruptRecordError``: an index with problems is
-    never cached) and cached when the cache directory is writable. ``identity``: what the bytes are filed
-    under instead of the file's stat (:func:`~stoker._core.cache.cache_file`); ``view=None``
-    only looks in the cache (``None`` when the entry is not there)."""
+    never cached) and cached when the cache directory is writable. ``identity``: what the
+    bytes are filed under instead of the file's stat (:func:`~stoker._core.cache.cache_file`);
+    ``view=None`` only looks in the cache (``None`` when the entry is not there)."""
     entry = cache_file("wds-index", path, ".stkwds", identity=identity) if cache else None
     if entry is not None and os.path.exists(entry):
         try:
