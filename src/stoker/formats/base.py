@@ -41,7 +41,9 @@ removes what was written (a shard that is not whole is written again from scratc
 from __future__ import annotations
 
 import abc
+import contextlib
 import hashlib
+import mmap
 import os
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -66,6 +68,7 @@ __all__ = [
     "no_fields",
     "sha",
     "stored_size",
+    "unmap",
 ]
 
 #: ``f(i)`` of :meth:`Reader.reader`: ``(image, label, key, fields)``.
@@ -80,6 +83,16 @@ def data_files(path: str) -> list[str]:
         names = sorted(os.listdir(path))
         return [p for p in (os.path.join(path, n) for n in names) if os.path.isfile(p)]
     return [path] if os.path.isfile(path) else []
+
+
+def unmap(view: memoryview | None, mm: mmap.mmap | None) -> None:
+    """Release ``view`` and close ``mm``, the map under it; while a caller still holds a slice
+    of either, the map stays until the GC unmaps it."""
+    with contextlib.suppress(BufferError):
+        if view is not None:
+            view.release()
+        if mm is not None:
+            mm.close()
 
 
 class _Closing:

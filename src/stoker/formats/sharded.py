@@ -168,8 +168,8 @@ class ShardedReader(ReadsRemoteShards, Reader):
         self._ready = False
         self._remote = None
         self._shards: list[Shard | None] = []
-        self._open: OpenShards[None] = OpenShards(MAX_OPEN_SHARDS)
-        self._kept: OpenShards[None] = OpenShards(MAX_KEPT_SHARDS)
+        self._open = OpenShards(MAX_OPEN_SHARDS)
+        self._kept = OpenShards(MAX_KEPT_SHARDS)
         self._keys: np.ndarray | None = None
         self._labels: np.ndarray | None = None
         self._schema: Schema | None = None
@@ -245,10 +245,10 @@ class ShardedReader(ReadsRemoteShards, Reader):
                     f"{e.records}"
                 )
             self._shards[j] = sh
-        for old, _ in self._open.use(j):
+        for old in self._open.use(j):
             if (shard := self._shards[old]) is not None:
                 shard.close()
-        for old, _ in self._kept.use(j):  # forgotten: its index is read again when it is
+        for old in self._kept.use(j):  # forgotten: its index is read again when it is
             shard, self._shards[old] = self._shards[old], None  # next used, and a reader
             self._open.pop(old)  # made before asks for it again
             if shard is not None:

@@ -1,12 +1,11 @@
-"""The shards of a set in object storage as pinned local files, for any format whose reader
-reads whole shard files (TFRecord's ``.tfrecord``, WebDataset's ``.tar``).
+"""The shards of a set in object storage as pinned local files, for every format's
+:class:`~stoker.formats.sharded.ShardedReader` (its shards are whole files).
 
 :class:`RemoteShards` is the opener of the shard layer (``docs/remote.md``): a reader asks it
 for shard ``j`` (:meth:`RemoteShards.hold`) and gets the local paths of that shard's files,
 each downloaded whole into the node's :class:`~stoker.storage.ShardCache` once per node,
 checked against the manifest's size (and CRC32C where the manifest records one) and pinned
-until the reader lets go (:meth:`RemoteShards.release`). What it keeps open follows the rules
-RecordIO's sets follow:
+until the reader lets go (:meth:`RemoteShards.release`). What it keeps open:
 
 - a reader makes room before it opens another shard (it closes its least recently used one),
   so it never waits for room that its own pins hold; at most ``max_open`` shards stay held:
@@ -55,7 +54,6 @@ __all__ = [
     "RemoteSet",
     "ReadsRemoteShards",
     "RemoteShards",
-    "Reopens",
     "ShardFile",
     "ShardsAhead",
 ]
@@ -105,7 +103,7 @@ class RemoteShards:
     def _setup(self) -> None:
         self.on_release: Callable[[int], None] | None = None
         self._pins: dict[int, list[Pin]] = {}
-        self._held: OpenShards[None] = OpenShards(max(self.cap, 1))
+        self._held = OpenShards(max(self.cap, 1))
         self._claim: Any = None
         self._keep = False  # holding a shard: a release meanwhile keeps the claim
         per = self.marks or max((len(s) for s in self.entries), default=1)
@@ -345,25 +343,6 @@ class ShardsAhead:
             self._fetcher.close()
 
 
-class Reopens:
-    """A reader that pickles as the arguments that open it (``_config``) and what opening a
-    set in object storage learnt (``_remote``: the sizes, the manifest's copy, the room a
-    loader claimed), so that no worker lists or checks the set again; unpickling hands both
-    to :meth:`_reopen`."""
-
-    _config: dict[str, Any]
-    _remote: RemoteShards | None
-
-    def __getstate__(self) -> dict:
-        return {"config": self._config, "opened": self._remote}
-
-    def __setstate__(self, state: dict) -> None:
-        self._reopen(dict(state["config"]), state["opened"])
-
-    def _reopen(self, config: dict[str, Any], opened: RemoteShards | None) -> None:
-        raise NotImplementedError
-
-
 class RemoteSet:
     """What the loader asks of a set read through the node's shard cache (the reader's
     ``remote()``): ``claim(plan)`` the room its order needs (:meth:`RemoteShards.claim`;
@@ -389,12 +368,25 @@ class RemoteSet:
         self.shards.focus(set())
 
 
-class ReadsRemoteShards(Reopens):
+class ReadsRemoteShards:
     """A reader over :class:`RemoteShards` (every format's set made of shards): ``remote()``,
     ``_let_go()`` and ``_focus`` for each chunk it reads. A reader sets ``_remote`` (``None``
-    for a local set) and gives its shards' positions (``_shard_set``, opened)."""
+    for a local set) and gives its shards' positions (``_shard_set``, opened). It pickles as
+    the arguments that open it (``_config``) and what opening a set in object storage learnt
+    (``_remote``: the sizes, the manifest's copy, the room a loader claimed), so that no
+    worker lists or checks the set again; unpickling hands both to ``_reopen``."""
 
+    _config: dict[str, Any]
     _remote: RemoteShards | None
+
+    def __getstate__(self) -> dict:
+        return {"config": self._config, "opened": self._remote}
+
+    def __setstate__(self, state: dict) -> None:
+        self._reopen(dict(state["config"]), state["opened"])
+
+    def _reopen(self, config: dict[str, Any], opened: RemoteShards | None) -> None:
+        raise NotImplementedError
 
     def _shard_set(self) -> ShardSet:
         raise NotImplementedError

@@ -24,7 +24,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -36,8 +36,6 @@ __all__ = ["MAX_OPEN_SHARDS", "OpenShards", "ShardEntry", "ShardSet", "digest"]
 #: Shards a set keeps open at once per process; the least recently used one is closed when
 #: another must open (an open shard holds a file descriptor and a memory map or two).
 MAX_OPEN_SHARDS = 64
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -77,17 +75,16 @@ class ShardEntry:
         return out
 
 
-class OpenShards(Generic[T]):
-    """The open shards of one set in one process, least recently used first: ``j -> T``
-    (what the reader keeps of an open shard, or ``None``). :meth:`use` marks shard ``j``
-    used and returns the shards to close to stay within ``limit`` (never ``j``); the caller
-    closes them: it knows how."""
+class OpenShards:
+    """The open shards of one set in one process, least recently used first. :meth:`use`
+    marks shard ``j`` used and returns the shards to close to stay within ``limit`` (never
+    ``j``); the caller closes them: it knows how."""
 
     def __init__(self, limit: int = MAX_OPEN_SHARDS) -> None:
         if limit < 1:
             raise ValueError(f"limit must be at least 1 open shard, got {limit}")
         self.limit = limit
-        self._open: OrderedDict[int, T | None] = OrderedDict()
+        self._open: OrderedDict[int, None] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._open)
@@ -98,35 +95,32 @@ class OpenShards(Generic[T]):
     def __iter__(self) -> Iterator[int]:
         return iter(list(self._open))
 
-    def get(self, j: int) -> T | None:
-        """What is kept of open shard ``j`` (marked used), or ``None``."""
-        got = self._open.get(j)
+    def get(self, j: int) -> None:
+        """Mark open shard ``j`` used (nothing when it is not open)."""
         if j in self._open:
             self._open.move_to_end(j)
-        return got
 
-    def use(self, j: int, value: T | None = None) -> list[tuple[int, T | None]]:
-        """Mark shard ``j`` used (kept with ``value`` when given); the shards beyond the limit,
-        least recently used first, are forgotten and returned for the caller to close."""
-        if value is not None or j not in self._open:
-            self._open[j] = value
+    def use(self, j: int) -> list[int]:
+        """Mark shard ``j`` used; the shards beyond the limit, least recently used first, are
+        forgotten and returned for the caller to close."""
+        self._open[j] = None
         self._open.move_to_end(j)
         return self.over(self.limit)
 
-    def over(self, limit: int) -> list[tuple[int, T | None]]:
+    def over(self, limit: int) -> list[int]:
         """Forget and return the least recently used shards beyond ``limit``."""
         out = []
         while len(self._open) > max(limit, 0):
-            out.append(self._open.popitem(last=False))
+            out.append(self._open.popitem(last=False)[0])
         return out
 
     def oldest(self) -> int:
         return next(iter(self._open))
 
-    def pop(self, j: int) -> T | None:
-        return self._open.pop(j, None)
+    def pop(self, j: int) -> None:
+        self._open.pop(j, None)
 
-    def clear(self) -> list[tuple[int, T | None]]:
+    def clear(self) -> list[int]:
         """Forget every shard; returns them for the caller to close."""
         return self.over(0)
 

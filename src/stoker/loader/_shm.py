@@ -375,34 +375,20 @@ def populate(arr: np.ndarray) -> None:
             _can_populate = False
 
 
-def reserve(seg: Segment | SharedFd | Any, offset: int = 0, length: int | None = None) -> None:
-    """``posix_fallocate`` bytes ``[offset, offset + length)`` of ``seg`` (all of it by
-    default): afterwards no page there can fault with SIGBUS for lack of space. Pages already
-    reserved are left as they are, so reserving a range twice is harmless."""
-    length = seg.size - offset if length is None else length
+def reserve(ring: SharedFd | Any, offset: int, length: int) -> None:
+    """``posix_fallocate`` bytes ``[offset, offset + length)`` of ``ring``: afterwards no page
+    there can fault with SIGBUS for lack of space. Pages already reserved are left as they
+    are, so reserving a range twice is harmless."""
     if length <= 0:
         return
-    if not isinstance(seg, (Segment, SharedFd)):  # the portable engine's ring (_named)
-        seg.reserve(offset, length)
-        return
-    if isinstance(seg, SharedFd):
-        _reserve_fd(seg.fileno(), offset, length, seg.size, anonymous=True)
-        return
-    try:
-        fd = os.open(seg.path, os.O_RDWR)
-    except OSError as e:
-        raise SharedMemoryError(
-            e.errno, f"cannot open shared-memory segment {seg.path}: {e.strerror}"
-        ) from e
-    try:
-        _reserve_fd(fd, offset, length, seg.size)
-    finally:
-        os.close(fd)
+    if isinstance(ring, SharedFd):
+        _reserve_fd(ring.fileno(), offset, length, ring.size, anonymous=True)
+    else:  # the portable engine's ring (_named)
+        ring.reserve(offset, length)
 
 
-def create_segment(size: int, *, reserved: bool = True) -> tuple[Segment, Mapping]:
-    """Create and map a new segment of ``size`` bytes, reserved (``posix_fallocate``) unless
-    ``reserved=False``; then nothing may touch it before :func:`reserve` covered the range."""
+def create_segment(size: int) -> tuple[Segment, Mapping]:
+    """Create and map a new segment of ``size`` bytes, reserved (``posix_fallocate``)."""
     if size < 0:
         raise ValueError(f"size must be >= 0, got {size}")
     name = _segment_name()
@@ -418,10 +404,7 @@ def create_segment(size: int, *, reserved: bool = True) -> tuple[Segment, Mappin
         _owned.add(name)
     try:
         if size:
-            if reserved:
-                _reserve_fd(fd, 0, size, size)
-            else:
-                os.ftruncate(fd, size)  # sparse until reserve(): mappable, not yet backed
+            _reserve_fd(fd, 0, size, size)
         mapping = Mapping(fd, size, writable=True)
     except BaseException:
         os.close(fd)

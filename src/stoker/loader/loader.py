@@ -515,7 +515,7 @@ class Loader(RingFeed):
         try:
             if self.workers == 0:
                 for number in range(start, nb):
-                    batch = self._make_local(ep, number)
+                    batch = make_local(self, ep, number)  # workers=0: into fresh arrays here
                     if gen != self._generation:
                         raise LoaderError("this iteration was superseded by a newer one")
                     self._next = number + 1
@@ -584,10 +584,6 @@ class Loader(RingFeed):
                 f"{self.max_bad_fraction} of {len(self.sampler)} samples (last: key {last[2]}: "
                 f"{without_reprs(str(last[3]))}); see loader.rejects"
             )
-
-    def _make_local(self, ep: Epoch, number: int) -> Batch | None:
-        """workers=0: build batch ``number`` in this process, into fresh arrays."""
-        return make_local(self, ep, number)  # type: ignore[return-value]
 
 
 def _soft_targets(src: Source, mix: Any) -> ArraySpec:

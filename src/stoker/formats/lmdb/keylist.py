@@ -136,14 +136,13 @@ def _chunks(keys: KeyList, txnid: int) -> list[bytes]:
     return [head, keys.offsets.astype("<u8").tobytes(), bytes(keys.blob)]
 
 
-def load_keys(env: Any, data_file: str, *, use_cache: bool = True) -> KeyList:
+def load_keys(env: Any, data_file: str) -> KeyList:
     """The key list of ``env`` (whose data file is ``data_file``): from the cache when it is
     valid, else built and cached."""
     entries, txnid = _db_state(env)
     path = None
-    if use_cache:
-        with contextlib.suppress(OSError):
-            path = cache_file("lmdb-keys", data_file, SUFFIX)
+    with contextlib.suppress(OSError):
+        path = cache_file("lmdb-keys", data_file, SUFFIX)
     if path is not None:
         cached = _read_cache(path, entries, txnid)
         if cached is not None:

@@ -117,9 +117,6 @@ class LmdbReader(Reader):
         state.pop("_image_sizes", None)  # read again where needed, never shipped
         return state
 
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-
     # ------------------------------------------------------------------ the Reader contract
 
     def __len__(self) -> int:

@@ -21,6 +21,7 @@ import numpy as np
 
 from stoker._core.errors import CorruptRecordError, SpecError
 from stoker._core.schema import Schema
+from stoker.formats.base import unmap
 from stoker.formats.fields import TrailerError, decode_trailer, split_trailer
 from stoker.formats.recordio.framing import (
     LENGTH_MASK,
@@ -161,18 +162,9 @@ class RecordFile:
     def close(self) -> None:
         """Release the mapping. Views returned by ``read`` must not be used afterwards."""
         self._closed = True
-        if self._view is not None:
-            try:
-                self._view.release()
-            except BufferError:  # a caller still holds a slice; the GC unmaps later
-                pass
-            self._view = None
-        if self._mm is not None:
-            try:
-                self._mm.close()
-            except BufferError:
-                pass
-            self._mm = None
+        view, mm = self._view, self._mm
+        self._view = self._mm = None
+        unmap(view, mm)
 
     def __enter__(self) -> RecordFile:
         return self

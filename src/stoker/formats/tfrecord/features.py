@@ -40,14 +40,13 @@ from stoker.formats.tfrecord.example import (
     float_values,
     int64_values,
     parse_features,
+    value_count,
 )
 from stoker.formats.tfrecord.framing import FrameError, read_frame
 
 __all__ = [
     "BOX_SUFFIXES",
-    "describe_fields",
     "manifest_plan",
-    "same_fields",
     "settle_label",
     "FeaturePlan",
     "FieldError",
@@ -213,7 +212,7 @@ def _infer(
     if raw is None or raw.kind is None:
         raise FieldError(name, f"the first record has no feature {feat!r} to infer it from")
     if name == "label" and raw.kind != "bytes":
-        k = _count(mv, raw)
+        k = value_count(mv, raw)
         if k == 0:
             raise FieldError(name, f"feature {feat!r} holds no value", raw.start)
         return _label_field(raw.kind, k)
@@ -221,12 +220,6 @@ def _infer(
         return Field.bytes_()
     dtype = "int64" if raw.kind == "int64" else "float32"
     return Field.ragged((), dtype, follows="boxes" if name == "classes" and follows else None)
-
-
-def _count(mv: memoryview, raw: RawFeature) -> int:
-    if raw.kind == "bytes":
-        return len(bytes_values(mv, raw))
-    return len(float_values(mv, raw) if raw.kind == "float" else int64_values(mv, raw))
 
 
 def _label_field(kind: str, k: int) -> Field:
@@ -252,7 +245,7 @@ def settle_label(plan: FeaturePlan, buf: memoryview, size: int) -> FeaturePlan:
         try:
             data, off = read_frame(buf, size, off, check_data=False)
             raw = parse_features(data, {feat}).get(feat)
-            if raw is not None and raw.kind is not None and (k := _count(data, raw)):
+            if raw is not None and raw.kind is not None and (k := value_count(data, raw)):
                 votes[raw.kind, k] += 1
         except WireError:
             continue
@@ -458,19 +451,6 @@ def feature_names(schema: Schema) -> dict[str, str]:
                 )
             used[name] = n
     return out
-
-
-def same_fields(a: Resolved, b: Resolved) -> bool:
-    """Whether two files' records hold the same fields, read the same way."""
-
-    def strip(r: Resolved) -> list:
-        return [(n, ft, f.kind, f.dtype, f.shape, f.geometry, f.follows) for n, ft, f in r.entries]
-
-    return strip(a) == strip(b) and a.label == b.label and a.keyed == b.keyed
-
-
-def describe_fields(r: Resolved) -> str:
-    return ", ".join(f"{n}={ft}" for n, ft, _f in r.entries) + (" keyed" if r.keyed else "")
 
 
 def manifest_plan(m: dict) -> FeaturePlan:

@@ -23,7 +23,7 @@ import numpy as np
 from stoker._core.crc import crc32c
 from stoker._core.errors import CorruptRecordError, SpecError
 from stoker._core.schema import Field, Schema
-from stoker.formats.base import ReadRecord, Shard
+from stoker.formats.base import ReadRecord, Shard, unmap
 from stoker.formats.protowire import WireError, read_varint
 from stoker.formats.sharded import SetPlan, ShardFiles
 from stoker.formats.tfrecord.example import parse_features
@@ -143,15 +143,7 @@ class TFRecordShard(Shard):
         view, mm = self.view, self.mm
         self.view, self.mm = memoryview(b""), None
         try:
-            try:
-                view.release()
-            except BufferError:  # a caller still holds an image view; the GC unmaps later
-                return
-            if mm is not None:
-                try:
-                    mm.close()
-                except BufferError:
-                    pass
+            unmap(view, mm)
         finally:
             if mm is not None:
                 self.files.let_go()

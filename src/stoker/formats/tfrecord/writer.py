@@ -112,8 +112,7 @@ class TFRecordShardWriter(ShardWriter):
         self._max_len = {n: 0 for n, _ft, f in self._stored if f.variable}
         self._bytes = 0
         self._done = False
-        self._file: Any = None  # the partial file, opened for appending
-        self._file = open(partial_path(self.path), "wb", buffering=1 << 20)  # noqa: SIM115
+        self._file: Any = open(partial_path(self.path), "wb", buffering=1 << 20)  # noqa: SIM115
 
     # ------------------------------------------------------------------ writing
     @property

@@ -43,6 +43,7 @@ import numpy as np
 
 from stoker._core.atomic import write_cache_file
 from stoker._core.cache import cache_file
+from stoker._core.errors import CorruptRecordError
 from stoker.formats.wds.layout import (
     IMAGE_SUFFIXES,
     LABEL_SUFFIX,
@@ -58,6 +59,15 @@ MAGIC = b"STKWDS\x00\x01"
 _HEAD = struct.Struct("<8s6Q")
 #: ``on_problem(offset, reason)``: raise (a reader) or record (verify).
 OnProblem = Callable[[int, str], None]
+
+
+def refusing(path: str) -> OnProblem:
+    """The ``on_problem`` of a reader: each finding a ``CorruptRecordError`` naming ``path``."""
+
+    def refuse(offset: int, reason: str) -> None:
+        raise CorruptRecordError(path, offset, reason)
+
+    return refuse
 
 
 def shown(name: bytes) -> str:
@@ -343,16 +353,15 @@ def load_index(
     path: str,
     view: memoryview | None,
     size: int,
-    on_problem: OnProblem,
     *,
     cache: bool = True,
     identity: str | None = None,
 ) -> TarIndex | None:
     """The index of tar ``path`` (mapped as ``view``): from the cache when a sound entry
-    exists, else built (``on_problem`` must raise: an index with problems is never cached)
-    and cached when the cache directory is writable. ``identity``: what the bytes are filed
-    under instead of the file's stat (:func:`~stoker._core.cache.cache_file`); ``view=None``
-    only looks in the cache (``None`` when the entry is not there)."""
+    exists, else built (its first problem a ``CorruptRecordError``: an index with problems is
+    never cached) and cached when the cache directory is writable. ``identity``: what the
+    bytes are filed under instead of the file's stat (:func:`~stoker._core.cache.cache_file`);
+    ``view=None`` only looks in the cache (``None`` when the entry is not there)."""
     entry = cache_file("wds-index", path, ".stkwds", identity=identity) if cache else None
     if entry is not None and os.path.exists(entry):
         try:
@@ -368,7 +377,7 @@ def load_index(
             return found
     if view is None:
         return None
-    index = build_index(view, size, on_problem, Walk(path, size))
+    index = build_index(view, size, refusing(path), Walk(path, size))
     if entry is not None:
         write_cache_file(entry, index.chunks())
     return index
@@ -378,11 +387,6 @@ def index_file(path: str, where: str) -> TarIndex:
     """The index of the tar at local ``path`` (what ``stoker index`` writes beside a tar it
     did not write); the first problem a reader would refuse is a ``CorruptRecordError``
     naming ``where`` (the tar's URL or path) and its byte offset."""
-    from stoker._core.errors import CorruptRecordError
-
-    def refuse(offset: int, reason: str) -> None:
-        raise CorruptRecordError(where, offset, reason)
-
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
@@ -390,6 +394,6 @@ def index_file(path: str, where: str) -> TarIndex:
         with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
             view = memoryview(mm)
             try:
-                return build_index(view, size, refuse, Walk(where, size))
+                return build_index(view, size, refusing(where), Walk(where, size))
             finally:
                 view.release()

@@ -19,7 +19,7 @@ import numpy as np
 
 from stoker._core.errors import CorruptRecordError, ManifestError, SpecError
 from stoker._core.schema import Field, Schema
-from stoker.formats.base import ReadRecord, Shard
+from stoker.formats.base import ReadRecord, Shard, unmap
 from stoker.formats.manifest import manifest_schema
 from stoker.formats.sharded import SetPlan, ShardFiles
 from stoker.formats.wds.index import TarIndex, load_index, parse_cache
@@ -58,13 +58,6 @@ def check_uncompressed(path: str, head: bytes) -> None:
             raise CorruptRecordError(path, 0, compressed_message(path, kind))
     if path.lower().endswith(_COMPRESSED_NAMES):
         raise CorruptRecordError(path, 0, compressed_message(path, "compressed"))
-
-
-def _raise(path: str):  # noqa: ANN202 - a closure
-    def on_problem(offset: int, reason: str) -> None:
-        raise CorruptRecordError(path, offset, reason)
-
-    return on_problem
 
 
 def decode_field(
@@ -213,7 +206,6 @@ class WdsShard(Shard):
                     self.path,
                     None,
                     self.tar_bytes,
-                    _raise(self.path),
                     cache=self.cache,
                     identity=self.files.identity,
                 )
@@ -241,7 +233,6 @@ class WdsShard(Shard):
                 self.path,
                 view,
                 len(view),
-                _raise(self.path),
                 cache=self.cache,
                 identity=self.files.identity,
             )
@@ -266,16 +257,7 @@ class WdsShard(Shard):
     def _drop(self) -> None:
         view, mm = self._view, self._mm
         self._view = self._mm = None
-        if view is not None:
-            try:
-                view.release()
-            except BufferError:  # a caller still holds a slice; the GC unmaps later
-                pass
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass
+        unmap(view, mm)
 
     def close(self) -> None:
         """Release the map (the index stays: it is small and costs a pass to rebuild)."""

@@ -52,7 +52,7 @@ class MixtureSource(Reader):
         kind = self._shared([r.label_kind() for r in self.readers], "labels (shape, dtype)")
         if self.label_offsets is not None and (kind[0] or kind[1][0] not in "iu"):
             raise SpecError(f"label_offset= needs integer class labels; the sets have {kind}")
-        self._let_go()  # a remote set's first shard, read for its labels, is not kept pinned
+        self.let_go()  # a remote set's first shard, read for its labels, is not kept pinned
         codings = {r.encoded for r in self.readers}
         self.encoded = codings.pop() if len(codings) == 1 else None
         self.path = self.readers[0].path
@@ -188,9 +188,6 @@ class MixtureSource(Reader):
         return _Ahead(parts) if parts else None
 
     def let_go(self) -> None:
-        self._let_go()
-
-    def _let_go(self) -> None:
         for r in self.readers:
             let_go(r)
 
