@@ -70,6 +70,7 @@ def sample_source(path: str, *, n: int, seed: int = 0, remote: Any = None) -> So
     reading them downloads no more."""
     from stoker.formats import format_of
     from stoker.formats.remote import remote_url
+    from stoker.loader.sources.opening import set_format
 
     rng = np.random.default_rng(seed)
     path = os.fspath(path)
@@ -77,22 +78,10 @@ def sample_source(path: str, *, n: int, seed: int = 0, remote: Any = None) -> So
         return _sample_records(path, format_of(path, remote=remote), n, rng, remote)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file or folder")
-    fmt = _format_of(path)
+    fmt = set_format(path)
     if fmt is None:
         return _sample_folder(path, n, rng)
-    return _sample_records(path, fmt, n, rng)
-
-
-def _format_of(path: str) -> Any:
-    """The registry's format of ``path``; ``None`` for a folder no format claims (images)."""
-    from stoker.formats import format_of
-
-    if not os.path.isdir(path):
-        return format_of(path)
-    try:
-        return format_of(path)
-    except (ValueError, ImportError, AttributeError):
-        return None
+    return _sample_records(path, fmt, n, rng, remote)  # a local index may name URLs
 
 
 def _sample_folder(path: str, n: int, rng: np.random.Generator) -> SourceSample:
@@ -114,10 +103,9 @@ def _sample_folder(path: str, n: int, rng: np.random.Generator) -> SourceSample:
 def _sample_records(
     path: str, fmt: Any, n: int, rng: np.random.Generator, remote: Any = None
 ) -> SourceSample:
-    from stoker.formats.remote import remote_url
+    from stoker.formats import open_reader
 
-    url = remote_url(path) is not None
-    reader = fmt.load("reader")(path, remote=remote) if url else fmt.load("reader")(path)
+    reader = open_reader(path, format=fmt.name, remote=remote)
     count = len(reader)
     if count == 0:
         reader.close()
@@ -126,7 +114,7 @@ def _sample_records(
     for f in reader.files():
         with contextlib.suppress(OSError):
             total += os.path.getsize(f)
-    pool = _remote_pool(reader, rng) if url else None
+    pool = _remote_pool(reader, rng) if reader.remote() is not None else None
     if pool is None:
         chosen = sorted(int(i) for i in rng.choice(count, size=min(n, count), replace=False))
     else:

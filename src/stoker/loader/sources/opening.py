@@ -12,7 +12,7 @@ from stoker.formats.remote import RemoteOptions, local_path, remote_url
 from stoker.loader.sources.arrays import ArraySource
 from stoker.loader.sources.folder import FolderSource
 
-__all__ = ["as_source", "empty_set_error"]
+__all__ = ["as_source", "empty_set_error", "set_format"]
 
 
 def empty_set_error(path: str) -> Exception:
@@ -27,7 +27,7 @@ def empty_set_error(path: str) -> Exception:
     return CorruptRecordError(path, None, reason)
 
 
-def _format_of(path: str) -> Any:
+def set_format(path: str) -> Any:
     """The registry's format of ``path``; for a folder ``None`` when no format claims it (then
     it is an image folder; a format whose sniff cannot be loaded here claims no folder)."""
     from stoker.formats import format_of
@@ -78,7 +78,7 @@ def as_source(source: Any, *, remote: RemoteOptions | None = None) -> tuple[Read
             return _opened(path, fmt.name, remote=remote or RemoteOptions()), True
         if not os.path.exists(path):
             raise FileNotFoundError(f"source {path} does not exist")
-        fmt = _format_of(path)
+        fmt = set_format(path)
         if fmt is None:
             return FolderSource(path), True
         return _opened(path, fmt.name, remote=remote), True
