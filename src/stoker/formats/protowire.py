@@ -13,7 +13,6 @@ before any slice is taken (nothing is allocated from an unchecked length), a var
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 
 __all__ = [
@@ -22,7 +21,6 @@ __all__ = [
     "encode_varint",
     "iter_fields",
     "read_varint",
-    "unpack_packed",
 ]
 
 VARINT, I64, LEN, I32 = 0, 1, 2, 5
@@ -96,27 +94,6 @@ def iter_fields(
             pos += size
         else:
             raise WireError(at, f"field {number} has wire type {wire} (groups are not supported)")
-
-
-def unpack_packed(data: memoryview, wire_kind: str, *, base: int = 0) -> list:
-    """The numbers of a packed repeated field: ``wire_kind`` ``"varint"``, ``"float"``
-    (4-byte little-endian floats) or ``"double"``; ``base`` offsets errors."""
-    if wire_kind == "float":
-        if len(data) % 4:
-            raise WireError(base, f"packed floats of {len(data)} bytes (not a multiple of 4)")
-        return list(struct.unpack(f"<{len(data) // 4}f", data))
-    if wire_kind == "double":
-        if len(data) % 8:
-            raise WireError(base, f"packed doubles of {len(data)} bytes (not a multiple of 8)")
-        return list(struct.unpack(f"<{len(data) // 8}d", data))
-    out, pos, end = [], 0, len(data)
-    while pos < end:
-        try:
-            v, pos = read_varint(data, pos, end)
-        except WireError as e:
-            raise WireError(base + e.offset, e.reason) from None
-        out.append(v)
-    return out
 
 
 _ONE_BYTE = tuple(bytes((i,)) for i in range(128))
