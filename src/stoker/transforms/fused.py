@@ -302,9 +302,10 @@ class FusedCrop:
         crop, rs, flip_op = self.crop, self.resize, self.flip
         ch, cw = crop.size  # type: ignore[misc]
         row_shape = (channels, ch, cw) if chw else (ch, cw, channels)
+        if type(crop) is RandomResizedCrop:
+            return self._box_writer(crop, row_shape, chw=chw, tail=tail)
         c = cv2()
         cv_resize, linear = c.resize, c.INTER_LINEAR
-        box = crop if type(crop) is RandomResizedCrop else None
         center = crop if type(crop) is CenterCrop else None
         uint8 = np.dtype(np.uint8)
         flip_p = 0.0 if flip_op is None else float(flip_op.p)
@@ -334,45 +335,38 @@ class FusedCrop:
                 return False
             if tail is None and (dest.shape != row_shape or dest.dtype != uint8):
                 return False
-            if box is not None:  # its box, drawn from rng, resized per sample; then the flip
+            sh, sw = shape[0], shape[1]
+            rh, rw = (sh, sw) if rs is None else local.target(rs, sh, sw)
+            if rh < ch or rw < cw:
+                return False
+            if first is None:
                 if rng is None:
                     return False
-                top, left, h, w = box.params((shape[0], shape[1]), rng)
-                head = resize(img[top : top + h, left : left + w], ch, cw, box.interpolation)
-                flip = flip_op is not None and flip_op.params(rng)
+                draws = rng.random
+            if center is not None:
+                top, left = center.params((rh, rw))
+                # HorizontalFlip.params: one draw, for 0 < p < 1 only
+                u2 = (draws() if first is None else first[0]) if flip_draws else 1.0
             else:
-                sh, sw = shape[0], shape[1]
-                rh, rw = (sh, sw) if rs is None else local.target(rs, sh, sw)
-                if rh < ch or rw < cw:
-                    return False
-                if first is None:
-                    if rng is None:
-                        return False
-                    draws = rng.random
-                if center is not None:
-                    top, left = center.params((rh, rw))
-                    # HorizontalFlip.params: one draw, for 0 < p < 1 only
-                    u2 = (draws() if first is None else first[0]) if flip_draws else 1.0
+                # RandomCrop.params (unpadded), then the flip's draw, from one call:
+                # random(3) gives what random(2) then random() give
+                if first is not None:
+                    u0, u1, u2 = first[0], first[1], first[2]
+                elif flip_draws:
+                    u0, u1, u2 = draws(3).tolist()
                 else:
-                    # RandomCrop.params (unpadded), then the flip's draw, from one call:
-                    # random(3) gives what random(2) then random() give
-                    if first is not None:
-                        u0, u1, u2 = first[0], first[1], first[2]
-                    elif flip_draws:
-                        u0, u1, u2 = draws(3).tolist()
-                    else:
-                        (u0, u1), u2 = draws(2).tolist(), 1.0
-                    top, left = int(u0 * (rh - ch + 1)), int(u1 * (rw - cw + 1))
-                flip = u2 < flip_p if flip_draws else flip_p >= 1.0
-                if rh == sh and rw == sw:  # no resize: the crop is a view of the image
-                    head = img[top : top + ch, left : left + cw]
-                else:  # window_resize into the plan's buffer, of which head is the crop's view
-                    ys, xs, size, buf, head, kys, kxs = local.plans.get(
-                        (sh, sw, top, left)
-                    ) or plan(sh, sw, rh, rw, top, left)
-                    out = cv_resize(img[ys, xs], size, dst=buf, interpolation=linear)
-                    if out is not buf:  # OpenCV made an array of its own: crop that one
-                        head = out[kys, kxs]
+                    (u0, u1), u2 = draws(2).tolist(), 1.0
+                top, left = int(u0 * (rh - ch + 1)), int(u1 * (rw - cw + 1))
+            flip = u2 < flip_p if flip_draws else flip_p >= 1.0
+            if rh == sh and rw == sw:  # no resize: the crop is a view of the image
+                head = img[top : top + ch, left : left + cw]
+            else:  # window_resize into the plan's buffer, of which head is the crop's view
+                ys, xs, size, buf, head, kys, kxs = local.plans.get((sh, sw, top, left)) or plan(
+                    sh, sw, rh, rw, top, left
+                )
+                out = cv_resize(img[ys, xs], size, dst=buf, interpolation=linear)
+                if out is not buf:  # OpenCV made an array of its own: crop that one
+                    head = out[kys, kxs]
             if planar and dest.flags.c_contiguous:
                 _split_planes(head, dest, flip, local.scratch)
             elif (
@@ -384,6 +378,33 @@ class FusedCrop:
                 planes_into(mirror(head, local.scratch) if flip else head, dest)
             else:
                 write_head(head, dest, flip=flip, chw=chw, tail=tail)
+            return True
+
+        return write
+
+    def _box_writer(
+        self, crop: RandomResizedCrop, row_shape: tuple, *, chw: bool, tail: Normalize | None
+    ) -> RowWriter:
+        """:meth:`row_writer` of a random resized crop: its box, drawn from ``rng`` (``None``
+        gives ``False``), resized per sample, then the flip's draw and the write."""
+        ch, cw = crop.size  # type: ignore[misc]
+        channels, flip_op, uint8 = row_shape[0 if chw else 2], self.flip, np.dtype(np.uint8)
+
+        def write(
+            img: np.ndarray,
+            rng: np.random.Generator | None,
+            dest: np.ndarray,
+            first: Sequence[float] | None = None,
+        ) -> bool:
+            shape = img.shape
+            if img.dtype != uint8 or len(shape) != 3 or shape[2] != channels:
+                return False
+            if tail is None and (dest.shape != row_shape or dest.dtype != uint8) or rng is None:
+                return False
+            top, left, h, w = crop.params((shape[0], shape[1]), rng)
+            head = resize(img[top : top + h, left : left + w], ch, cw, crop.interpolation)
+            flip = flip_op is not None and flip_op.params(rng)
+            write_head(head, dest, flip=flip, chw=chw, tail=tail)
             return True
 
         return write
