@@ -157,15 +157,8 @@ class Loader(RingFeed):
 
         _shm.cleanup_stale()
         whole = sampler is None and shuffle is True  # reads from any shard in any batch
-        how = RemoteOptions(
-            storage_options,
-            cache_dir,
-            cache_limit,
-            prefetch_shards,
-            tuple(allow_hosts),
-            whole,
-            True,
-        )
+        remote = (storage_options, cache_dir, cache_limit, prefetch_shards, tuple(allow_hosts))
+        how = RemoteOptions(*remote, whole_set=whole, loader=True)
         src, owned = open_source(source, how, weights, epoch_size, label_offset, sampler)
         self._source: Source | None = src
         self._owns_source = owned
@@ -194,12 +187,6 @@ class Loader(RingFeed):
             if owned:
                 src.close()
             raise
-        self._epoch = 0
-        self._next = 0
-        self._bad_epoch = 0
-        self._bad_total = 0
-        self.rejects: list[dict] = []
-        self._warned = 0
         self._closed = False
         _live.add(self)
 
@@ -207,6 +194,8 @@ class Loader(RingFeed):
         """The state of a loader before its source, pipeline and workers exist."""
         self._closed = True  # until construction succeeded
         self._owner_pid = os.getpid()
+        self._epoch = self._next = self._bad_epoch = self._bad_total = self._warned = 0
+        self.rejects: list[dict] = []
         self._fields: FieldPlan | None = None
         self._out_sizes: dict[tuple[int, int], tuple[int, int]] = {}
         # the engine is chosen once the source opens

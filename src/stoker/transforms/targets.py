@@ -145,9 +145,11 @@ class Targets:
         m = np.array([[ow / w, 0.0, 0.0], [0.0, oh / h, 0.0]])
         self.affine(m, out_hw, masks=False)
         if self.masks:
-            from stoker.transforms._geom import resize_masks
+            from stoker.transforms._util import cv2
 
-            resize_masks(self, oh, ow)
+            c = cv2()
+            for name, mask in self.masks.items():
+                self.masks[name] = c.resize(mask, (ow, oh), interpolation=c.INTER_NEAREST_EXACT)
 
     # ------------------------------------------------------------------ bookkeeping
     def _clip(self, name: str) -> None:
