@@ -46,8 +46,8 @@ from stoker.formats.spec import FORMATS
 
 __all__ = [
     "Opened",
+    "cache_url",
     "check_entry",
-    "elsewhere",
     "open_remote",
     "open_set",
     "sibling_manifest",
@@ -154,9 +154,13 @@ def _files(files: RemoteFiles, j: int, s: ShardEntry, roles: Iterable[str]) -> l
     return out
 
 
-def elsewhere(entries: Iterable[ShardEntry]) -> bool:
-    """Whether a local manifest's ``entries`` name files by URL (on other storage)."""
-    return any(is_url(f) for s in entries for f in s.files.values())
+def cache_url(manifest_path: str, entries: Iterable[ShardEntry]) -> str | None:
+    """The ``file://`` URL a local manifest is read through (the shard cache, as a remote set
+    is) when its ``entries`` name files by URL, on other storage (``stoker index`` of tars it
+    cannot write beside); ``None`` when every file is beside it."""
+    if any(is_url(f) for s in entries for f in s.files.values()):
+        return "file://" + os.path.abspath(manifest_path)
+    return None
 
 
 def open_remote(
@@ -224,11 +228,9 @@ def open_set(
         cached = None if opened is None else opened.files
         if cached is None:
             m = load(p, kind=kind)
-            if not elsewhere(m["shards"]):
+            if (through := cache_url(p, m["shards"])) is None:
                 return Opened(p, p, m, m["shards"])
-            # files on other storage (``stoker index`` of tars it cannot write beside): read
-            # through the shard cache as a remote set's are
-            cached = RemoteFiles("file://" + os.path.abspath(p), remote)
+            cached = RemoteFiles(through, remote)
         shards, m = open_remote(cached, kind, opened, roles, marks=marks)
         return Opened(p, p, m, m["shards"], shards)
     if sibling is True:

@@ -165,7 +165,7 @@ class RemoteFiles:
         self.sizes: dict[str, int] = {}  # URL -> size, from the folder listings
         self._copy: str | None = None
         self._joined: dict[str, str] = {}  # name -> URL, each name checked and joined once
-        self._remotes: dict[str, Remote] = {}  # another allowed host's root -> its Remote
+        self._remotes: dict[str, Remote] = {_root(self.url): self.remote}  # scheme://host -> it
         self._env = storage_env()
 
     def __repr__(self) -> str:
@@ -227,7 +227,8 @@ class RemoteFiles:
             url = check_url(url)
         except ValueError as e:
             raise ManifestError(f"{manifest}: the field {field!r} names {e}") from None
-        root, host = _root(url), _root(url).split("://")[1]
+        root = _root(url)
+        host = root.split("://")[1]
         hostname = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
         allowed = {_root(self.url), *self.options.allow_hosts}
         if root.startswith("file:") or not allowed & {root, host, hostname}:
@@ -241,12 +242,10 @@ class RemoteFiles:
     def _remote_for(self, url: str) -> Any:
         """The :class:`~stoker.storage.remote.Remote` of ``url``'s scheme and host (the
         manifest's, or an allowed host's, reached with the same ``storage_options``)."""
-        from stoker.storage.remote import Remote
-
         root = _root(url)
-        if root == _root(self.url):
-            return self.remote
         if root not in self._remotes:
+            from stoker.storage.remote import Remote
+
             self._remotes[root] = Remote(root + "/", self.options.storage_options)
         return self._remotes[root]
 

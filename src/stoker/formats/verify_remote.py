@@ -28,9 +28,10 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
+from stoker._core.errors import ManifestError
 from stoker._core.progress import make_progress
 from stoker.formats.manifest import MANIFEST_SUFFIX, load, parse, read_json, shard_file
-from stoker.formats.opening import elsewhere, open_set
+from stoker.formats.opening import cache_url, open_set
 from stoker.formats.remote import RemoteFiles, RemoteOptions, local_path, redact, remote_url
 from stoker.formats.report import Problem, VerifyReport
 from stoker.formats.shards import ShardEntry
@@ -76,8 +77,9 @@ def _url(p: str, kind: str) -> str | None:
     """What the set at ``p`` is verified through by :func:`verify_shards`: a URL, or a local
     manifest naming files on other storage (as a ``file://`` URL); ``None`` for a local set."""
     url = remote_url(p)
-    if url is None and p.endswith(MANIFEST_SUFFIX) and elsewhere(load(p, kind=kind)["shards"]):
-        return "file://" + os.path.abspath(p)
+    if url is None and p.endswith(MANIFEST_SUFFIX):
+        with contextlib.suppress(ManifestError, OSError):  # the local walk names what is wrong
+            return cache_url(p, load(p, kind=kind)["shards"])
     return url
 
 
