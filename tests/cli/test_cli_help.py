@@ -196,27 +196,6 @@ def test_convert_json(images, tmp_path, capsys):
     assert report["written"] == 6 and report["format"] == "wds"
 
 
-def test_cleanup_json_lists_the_segments_of_dead_owners(capsys):
-    dead = "stoker_999999997_5_json"
-    open(f"/dev/shm/{dead}", "wb").close()
-    try:
-        assert main(["cleanup", "--dry-run", "--json"]) == 0
-        dry = json.loads(capsys.readouterr().out)
-        assert dry["dry_run"] is True and f"/dev/shm/{dead}" in dry["removed"]
-        assert dry["count"] == len(dry["removed"])
-        assert os.path.exists(f"/dev/shm/{dead}")
-        assert main(["cleanup", "--json"]) == 0
-        done = json.loads(capsys.readouterr().out)
-        assert done["dry_run"] is False and f"/dev/shm/{dead}" in done["removed"]
-        assert not os.path.exists(f"/dev/shm/{dead}")
-    finally:
-        if os.path.exists(f"/dev/shm/{dead}"):
-            os.unlink(f"/dev/shm/{dead}")
-
-
-# ---- stoker.torch without torch ---------------------------------------------------------
-
-
 def test_import_stoker_torch_without_torch_says_what_to_install():
     code = (
         "import sys\n"

@@ -3,6 +3,7 @@ a worker maps a slot's pages in one call."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -39,6 +40,27 @@ def _minor_faults() -> int:
     tuple(int(x) for x in os.uname().release.split(".")[:2] if x.isdigit()) < (5, 14),
     reason="MADV_POPULATE_WRITE needs Linux 5.14",
 )
+def test_cleanup_json_lists_the_segments_of_dead_owners(capsys):
+    dead = "stoker_999999997_5_json"
+    open(f"/dev/shm/{dead}", "wb").close()
+    try:
+        assert main(["cleanup", "--dry-run", "--json"]) == 0
+        dry = json.loads(capsys.readouterr().out)
+        assert dry["dry_run"] is True and f"/dev/shm/{dead}" in dry["removed"]
+        assert dry["count"] == len(dry["removed"])
+        assert os.path.exists(f"/dev/shm/{dead}")
+        assert main(["cleanup", "--json"]) == 0
+        done = json.loads(capsys.readouterr().out)
+        assert done["dry_run"] is False and f"/dev/shm/{dead}" in done["removed"]
+        assert not os.path.exists(f"/dev/shm/{dead}")
+    finally:
+        if os.path.exists(f"/dev/shm/{dead}"):
+            os.unlink(f"/dev/shm/{dead}")
+
+
+# ---- stoker.torch without torch ---------------------------------------------------------
+
+
 def test_populate_maps_a_slot_in_one_call(shm_names):
     # a worker maps the pages of its rows in one call before its first write there, instead
     # of taking a page fault per 4 KiB while it writes
